@@ -1,0 +1,121 @@
+// Package netaddr parses, normalises and packs the IP addresses that berth
+// stores, and decides when two reservations of the same protocol and port
+// conflict.
+//
+// # Normal form
+//
+// An address is stored in its normal form: an IPv4-mapped IPv6 address
+// (::ffff:127.0.0.1) becomes the IPv4 address it maps, and addresses with an
+// IPv6 zone (fe80::1%eth0) are refused, because a zone names an interface of
+// one host and berth has no way to compare zones with the wildcard rule.
+// Packed, an IPv4 address is 4 bytes and an IPv6 address 16; the wildcards
+// 0.0.0.0 and :: are all zeros.
+//
+// # Conflict rule
+//
+// Two reservations of the same protocol and port conflict when
+//   - their addresses are equal;
+//   - either address is a wildcard (0.0.0.0 or ::).
+//
+// Two specific addresses of different families never conflict, nor do two
+// different specific addresses of one family.
+//
+// The rule for the IPv6 wildcard follows from dual-stack sockets: a socket
+// bound to :: also receives IPv4 traffic. The IPv4 wildcard covers specific
+// IPv6 addresses too, because that is what the kernel does to the programs
+// berth serves: Go's net.Listen("tcp", "0.0.0.0:p") opens a dual-stack ::
+// socket, and on Linux an IPv6 socket that is not IPV6_V6ONLY (the default
+// for Go and most runtimes) cannot share a port with an IPv4 wildcard socket.
+// A narrower rule would let berth hand out 0.0.0.0:p and [::1]:p to two
+// programs of which only one can bind.
+package netaddr
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// ErrInvalid is wrapped by every error this package returns for an address
+// that cannot be used.
+var ErrInvalid = errors.New("invalid address")
+
+// AddrError reports an address that was rejected and why.
+type AddrError struct {
+	Input  string // the address as the caller gave it
+	Reason string // what is wrong with it and what is accepted instead
+}
+
+func (e *AddrError) Error() string {
+	return fmt.Sprintf("address %q: %s", e.Input, e.Reason)
+}
+
+// Unwrap returns ErrInvalid, so that errors.Is(err, ErrInvalid) holds.
+func (e *AddrError) Unwrap() error { return ErrInvalid }
+
+// Parse parses s as an IP address and returns its normal form.
+func Parse(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, &AddrError{Input: s, Reason: "not an IP address; use an IPv4 or IPv6 literal such as 127.0.0.1, ::1, 0.0.0.0 or ::"}
+	}
+	return Normalize(a)
+}
+
+// MustParse is like Parse but panics on error. It is meant for constants in
+// programs and tests.
+func MustParse(s string) netip.Addr {
+	a, err := Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// Normalize returns the normal form of a: IPv4-mapped IPv6 becomes IPv4.
+// The zero Addr and zoned addresses are refused.
+func Normalize(a netip.Addr) (netip.Addr, error) {
+	if !a.IsValid() {
+		return netip.Addr{}, &AddrError{Input: "", Reason: "no address given; use an IPv4 or IPv6 literal such as 127.0.0.1 or ::1"}
+	}
+	if a.Zone() != "" {
+		return netip.Addr{}, &AddrError{Input: a.String(), Reason: "zoned IPv6 addresses are not supported; use an address without %zone"}
+	}
+	return a.Unmap(), nil
+}
+
+// Pack returns the packed form of the normal form of a: 4 bytes for IPv4, 16
+// for IPv6. It returns an error when a cannot be normalised.
+func Pack(a netip.Addr) ([]byte, error) {
+	n, err := Normalize(a)
+	if err != nil {
+		return nil, err
+	}
+	return n.AsSlice(), nil
+}
+
+// Unpack is the inverse of Pack. It accepts exactly 4 or 16 bytes.
+func Unpack(b []byte) (netip.Addr, error) {
+	a, ok := netip.AddrFromSlice(b)
+	if !ok {
+		return netip.Addr{}, &AddrError{Input: fmt.Sprintf("%x", b), Reason: fmt.Sprintf("packed address has %d bytes; want 4 (IPv4) or 16 (IPv6)", len(b))}
+	}
+	if a.Is4In6() {
+		// Pack never writes this form; accepting it would give one address
+		// two packed spellings and defeat the primary key.
+		return netip.Addr{}, &AddrError{Input: fmt.Sprintf("%x", b), Reason: "packed address is IPv4-mapped IPv6; want the 4-byte IPv4 form"}
+	}
+	return a, nil
+}
+
+// IsWildcard reports whether a is 0.0.0.0 or ::.
+func IsWildcard(a netip.Addr) bool {
+	return a.IsValid() && a.IsUnspecified()
+}
+
+// Conflicts reports whether reservations of the same protocol and port on a
+// and b conflict under the rule in the package documentation. Both addresses
+// must be in normal form; Conflicts(a, b) == Conflicts(b, a).
+func Conflicts(a, b netip.Addr) bool {
+	return a == b || a.IsUnspecified() || b.IsUnspecified()
+}

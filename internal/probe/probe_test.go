@@ -1,0 +1,179 @@
+package probe_test
+
+import (
+	"net"
+	"net/netip"
+	"strconv"
+	"testing"
+
+	"github.com/berth-go/berth/internal/probe"
+)
+
+func hasIPv6(t *testing.T) {
+	t.Helper()
+	l, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("skipping: this host has no IPv6 loopback (%v)", err)
+	}
+	_ = l.Close()
+}
+
+func check(t *testing.T, network string, addr netip.Addr, port uint16, want bool) {
+	t.Helper()
+	got, err := probe.Available(network, addr, port)
+	if err != nil || got != want {
+		t.Errorf("Available(%s, %v, %d) = %v, %v; want %v, nil", network, addr, port, got, err, want)
+	}
+}
+
+func TestTCP(t *testing.T) {
+	for _, host := range []string{"127.0.0.1", "::1"} {
+		t.Run(host, func(t *testing.T) {
+			if host == "::1" {
+				hasIPv6(t)
+			}
+			l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ap := netip.MustParseAddrPort(l.Addr().String())
+			check(t, "tcp", ap.Addr(), ap.Port(), false)
+			// Another protocol on the same port is a different resource.
+			check(t, "udp", ap.Addr(), ap.Port(), true)
+			_ = l.Close()
+			check(t, "tcp", ap.Addr(), ap.Port(), true)
+		})
+	}
+}
+
+func TestUDP(t *testing.T) {
+	for _, host := range []string{"127.0.0.1", "::1"} {
+		t.Run(host, func(t *testing.T) {
+			if host == "::1" {
+				hasIPv6(t)
+			}
+			c, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ap := netip.MustParseAddrPort(c.LocalAddr().String())
+			check(t, "udp", ap.Addr(), ap.Port(), false)
+			_ = c.Close()
+			check(t, "udp", ap.Addr(), ap.Port(), true)
+		})
+	}
+}
+
+// TestAgreesWithListen checks that the probe gives the answer a Go listener
+// would get, for every pair of holder and requested address: the kernel is
+// the referee, and kernels differ on how IPv4 wildcards meet IPv6 sockets.
+func TestAgreesWithListen(t *testing.T) {
+	addrs := []string{"127.0.0.1", "0.0.0.0"}
+	if l, err := net.Listen("tcp", "[::1]:0"); err == nil {
+		_ = l.Close()
+		addrs = append(addrs, "::1", "::")
+	} else {
+		t.Logf("this host has no IPv6 loopback; checking IPv4 only (%v)", err)
+	}
+	for _, held := range addrs {
+		for _, want := range addrs {
+			l, err := net.Listen("tcp", net.JoinHostPort(held, "0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := netip.MustParseAddrPort(l.Addr().String()).Port()
+			got, err := probe.Available("tcp", netip.MustParseAddr(want), port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l2, lerr := net.Listen("tcp", net.JoinHostPort(want, strconv.Itoa(int(port))))
+			if lerr == nil {
+				_ = l2.Close()
+			}
+			if got != (lerr == nil) {
+				t.Errorf("with %s:%d held, Available(tcp, %s) = %v; net.Listen error = %v", held, port, want, got, lerr)
+			}
+			_ = l.Close()
+		}
+	}
+}
+
+// TestTimeWait checks that a port whose connection lingers in TIME_WAIT
+// probes free, as a Go listener can bind it.
+func TestTimeWait(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := netip.MustParseAddrPort(l.Addr().String())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := l.Accept()
+		if err == nil {
+			_ = c.Close() // the server closes first, so it holds TIME_WAIT
+		}
+	}()
+	c, err := net.Dial("tcp", ap.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	_, _ = c.Read(make([]byte, 1))
+	_ = c.Close()
+	_ = l.Close()
+	check(t, "tcp", ap.Addr(), ap.Port(), true)
+	l2, err := net.Listen("tcp", ap.String())
+	if err != nil {
+		t.Fatalf("net.Listen after a free probe: %v", err)
+	}
+	_ = l2.Close()
+}
+
+func TestBadInput(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	tests := []struct {
+		network string
+		addr    netip.Addr
+		port    uint16
+	}{
+		{"sctp", lo, 1},
+		{"tcp", netip.Addr{}, 1},
+		{"tcp", netip.MustParseAddr("fe80::1%lo"), 1},
+		{"tcp", netip.MustParseAddr("::ffff:127.0.0.1"), 1},
+		{"tcp", lo, 0},
+	}
+	for _, tt := range tests {
+		if got, err := probe.Available(tt.network, tt.addr, tt.port); err == nil {
+			t.Errorf("Available(%q, %v, %d) = %v, nil; want error", tt.network, tt.addr, tt.port, got)
+		}
+	}
+}
+
+// TestNoAddress checks that an address this host does not have is an error,
+// not "unavailable": it says nothing about the port.
+func TestNoAddress(t *testing.T) {
+	_, err := probe.Available("tcp", netip.MustParseAddr("192.0.2.1"), 20000)
+	if err == nil {
+		t.Error("Available(tcp, 192.0.2.1 (TEST-NET, not on this host)) error = nil; want EADDRNOTAVAIL")
+	}
+}
+
+func BenchmarkAvailable(b *testing.B) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	for b.Loop() {
+		if _, err := probe.Available("tcp", lo, 29999); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkListen(b *testing.B) {
+	for b.Loop() {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = l.Close()
+	}
+}
