@@ -1,0 +1,131 @@
+package statestore_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/berth-go/berth/statestore"
+)
+
+// TestDamagedFileRefused: Open refuses files it must not write to, says what
+// is wrong, and leaves every byte as it was.
+func TestDamagedFileRefused(t *testing.T) {
+	ctx := context.Background()
+
+	// A real store with rows, to damage below.
+	good := filepath.Join(t.TempDir(), "good.db")
+	s := openAt(t, good)
+	for i := range 200 {
+		if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(20000+i)), Label: strings.Repeat("x", 100)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	goodBytes, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(goodBytes) < 4*4096 {
+		t.Fatalf("test database is only %d bytes; want several pages", len(goodBytes))
+	}
+
+	random := make([]byte, 8192)
+	for i := range random {
+		random[i] = byte(rand.IntN(256))
+	}
+	foreign := filepath.Join(t.TempDir(), "foreign.db")
+	makeForeignDB(t, foreign)
+	foreignBytes, _ := os.ReadFile(foreign)
+
+	tests := []struct {
+		name    string
+		content []byte // nil: a directory in the file's place
+		want    string
+	}{
+		{"random bytes", random, "not a SQLite database"},
+		{"text", []byte("port=20000\n"), "not a SQLite database"},
+		{"truncated to a page boundary", goodBytes[:len(goodBytes)/4096/2*4096], "truncated"},
+		{"truncated mid-page", goodBytes[:len(goodBytes)/2+123], "truncated"},
+		{"truncated inside the header", goodBytes[:50], "truncated"},
+		{"another program's database", foreignBytes, "another program"},
+		{"directory", nil, "is a directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "berth.db")
+			if tt.content == nil {
+				if err := os.Mkdir(path, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(path, tt.content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+			if err == nil {
+				_ = s.Close()
+				t.Fatalf("Open(%s) succeeded; want an error", tt.name)
+			}
+			if !errors.Is(err, statestore.ErrDamaged) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
+				t.Errorf("Open error = %q; want ErrDamaged naming the path and saying %q", err, tt.want)
+			}
+			if tt.content != nil {
+				after, err := os.ReadFile(path)
+				if err != nil || !bytes.Equal(after, tt.content) {
+					t.Errorf("file changed by a refused Open (%d bytes before, %d after, %v)", len(tt.content), len(after), err)
+				}
+			}
+			if _, err := os.Stat(path + "-wal"); err == nil {
+				t.Errorf("refused Open left a -wal file beside %s", path)
+			}
+		})
+	}
+}
+
+func makeForeignDB(t *testing.T, path string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL); INSERT INTO invoices VALUES (1, 9.5)"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNewerSchemaRefused: a database written by a newer berth is refused
+// with a message that says so, and is not modified.
+func TestNewerSchemaRefused(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	s := openAt(t, path)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("UPDATE schema_migrations SET version = 99"); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	before, _ := os.ReadFile(path)
+	_, err = statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if !errors.Is(err, statestore.ErrSchemaTooNew) || !strings.Contains(err.Error(), "schema version 99") {
+		t.Errorf("Open(newer schema) = %v; want ErrSchemaTooNew naming version 99", err)
+	}
+	after, _ := os.ReadFile(path)
+	if !bytes.Equal(before, after) {
+		t.Error("Open of a newer schema changed the file")
+	}
+}

@@ -1,0 +1,2 @@
+DROP TABLE schema_history;
+DROP TABLE port_allocations;

@@ -1,0 +1,269 @@
+package statestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/berth-go/berth/internal/netaddr"
+	"github.com/berth-go/berth/internal/owner"
+)
+
+func ownerArgs(o Owner) []any {
+	ms := o.Start.UnixMilli()
+	tol := owner.Tolerance.Milliseconds()
+	return []any{o.PID, o.Scope, ms - tol, ms + tol}
+}
+
+// Release deletes the reservation of key if own holds it; zero own: this
+// process. It returns an error wrapping ErrNotFound when own holds no such
+// reservation (another owner's row is never touched).
+func (s *Store) Release(ctx context.Context, key Key, own Owner) error {
+	key, own, _, err := s.validate(key, own, "", Static)
+	if err != nil {
+		return err
+	}
+	packed, _ := netaddr.Pack(key.Addr)
+	args := append([]any{string(key.Protocol), int(key.Port), packed}, ownerArgs(own)...)
+	n, err := s.exec(ctx, "release "+key.String(), func(int64) { s.cache.remove(key) }, s.st.deleteOwned, args...)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("statestore: release %s: %w for %s", key, ErrNotFound, own)
+	}
+	return nil
+}
+
+// ReleaseOwner deletes every reservation own holds and returns how many
+// there were; zero own: this process.
+func (s *Store) ReleaseOwner(ctx context.Context, own Owner) (int, error) {
+	if own.IsZero() {
+		own = s.self
+	} else if err := validOwner(own); err != nil {
+		return 0, err
+	}
+	n, err := s.exec(ctx, "release all of "+own.String(), func(int64) { s.cache.invalidate() }, s.st.deleteOwner, ownerArgs(own)...)
+	return int(n), err
+}
+
+// Transfer hands the reservation of key from one owner to another, e.g.
+// from an orchestrator to the child it started, so that the port stays
+// reserved exactly as long as the child runs. to must be a live process.
+func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
+	key, from, _, err := s.validate(key, from, "", Static)
+	if err != nil {
+		return err
+	}
+	if err := validOwner(to); err != nil {
+		return err
+	}
+	if !to.Alive(ctx) {
+		return &FieldError{Field: "owner", Value: to.String(), Want: "a running process"}
+	}
+	packed, _ := netaddr.Pack(key.Addr)
+	args := append([]any{to.PID, to.Start.UnixMilli(), to.Scope, to.Name,
+		string(key.Protocol), int(key.Port), packed}, ownerArgs(from)...)
+	n, err := s.exec(ctx, "transfer "+key.String(), func(int64) { s.cache.invalidate() }, s.st.transfer, args...)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("statestore: transfer %s: %w for %s", key, ErrNotFound, from)
+	}
+	return nil
+}
+
+// Filter selects rows for List. Zero fields match everything.
+type Filter struct {
+	Protocol Protocol
+	Port     uint16
+	Label    string
+	OwnerPID int
+}
+
+// List returns the reservations that match f, ordered by protocol, port and
+// address. Rows of exited owners are included until they are reaped: use
+// Owner.Alive to tell them apart.
+func (s *Store) List(ctx context.Context, f Filter) ([]Reservation, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Protocol != "" {
+		if !f.Protocol.valid() {
+			return nil, &FieldError{Field: "protocol", Value: string(f.Protocol), Want: `"tcp" or "udp"`}
+		}
+		where, args = append(where, "protocol = ?"), append(args, string(f.Protocol))
+	}
+	if f.Port != 0 {
+		where, args = append(where, "port = ?"), append(args, int(f.Port))
+	}
+	if f.Label != "" {
+		where, args = append(where, "label = ?"), append(args, f.Label)
+	}
+	if f.OwnerPID != 0 {
+		where, args = append(where, "owner_pid = ?"), append(args, f.OwnerPID)
+	}
+	q := "SELECT " + rowColumns + " FROM port_allocations"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY protocol, port, address"
+
+	release, err := s.acquire(ctx, false)
+	if err != nil {
+		return nil, acquireErr("list", err)
+	}
+	defer release()
+	rows, err := s.conn.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, storageErr("list", err)
+	}
+	defer rows.Close()
+	var out []Reservation
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, storageErr("list", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, storageErr("list", err)
+	}
+	return out, nil
+}
+
+// Reap deletes every reservation whose owner has exited and returns how
+// many it deleted. Liveness is checked without holding the write lock (it
+// reads the process table); a dead owner never comes back, so its rows can
+// be deleted afterwards without a recheck.
+func (s *Store) Reap(ctx context.Context) (int, error) {
+	owners, err := s.owners(ctx)
+	if err != nil {
+		return 0, err
+	}
+	dead := map[ownerKey]bool{}
+	for _, o := range owners {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if !o.Alive(ctx) {
+			dead[ownerKey{o.PID, o.Start.UnixMilli(), o.Scope}] = true
+		}
+	}
+	if len(dead) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err = s.write(ctx, "reap", func(tctx context.Context) error {
+		// One pass over the table picks the rows; each is deleted by its key.
+		rows, err := s.st.all.QueryContext(tctx)
+		if err != nil {
+			return storageErr("reap", err)
+		}
+		var doomed []Reservation
+		for rows.Next() {
+			r, err := scanRow(rows)
+			if err != nil {
+				_ = rows.Close()
+				return storageErr("reap", err)
+			}
+			if dead[ownerKey{r.Owner.PID, r.Owner.Start.UnixMilli(), r.Owner.Scope}] {
+				doomed = append(doomed, r)
+			}
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return storageErr("reap", err)
+		}
+		for _, r := range doomed {
+			packed, _ := netaddr.Pack(r.Addr)
+			if _, err := s.st.deleteKey.ExecContext(tctx, string(r.Protocol), int(r.Port), packed); err != nil {
+				return storageErr("reap "+r.Key.String(), err)
+			}
+			n++
+		}
+		s.cache.invalidate()
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.reaped.Add(n)
+	if n > 0 {
+		s.log.Info("reaped reservations of exited owners", "rows", n, "owners", len(dead))
+	}
+	return int(n), nil
+}
+
+func (s *Store) owners(ctx context.Context) ([]Owner, error) {
+	release, err := s.acquire(ctx, false)
+	if err != nil {
+		return nil, acquireErr("reap", err)
+	}
+	defer release()
+	rows, err := s.conn.QueryContext(ctx, qOwners)
+	if err != nil {
+		return nil, storageErr("reap", err)
+	}
+	defer rows.Close()
+	var out []Owner
+	for rows.Next() {
+		var (
+			o     Owner
+			start int64
+		)
+		if err := rows.Scan(&o.PID, &start, &o.Scope); err != nil {
+			return nil, storageErr("reap", err)
+		}
+		o.Start = time.UnixMilli(start)
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, storageErr("reap", err)
+	}
+	return out, nil
+}
+
+// sweep reaps once right away and then every interval until Close.
+func (s *Store) sweep(every time.Duration) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error(err, "background reaping sweep failed; it runs again", "in", every.String())
+		}
+		t.Reset(every)
+	}
+}
+
+// Stats are counters of one Store since Open.
+type Stats struct {
+	Reaped        int64 // rows of exited owners deleted
+	ProbeFailures int64 // candidates that were free in the table but bound outside berth
+}
+
+// Stats returns the store's counters. It is cheap and takes no lock.
+func (s *Store) Stats() Stats {
+	return Stats{Reaped: s.reaped.Load(), ProbeFailures: s.probeFailures.Load()}
+}

@@ -1,0 +1,83 @@
+package statestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+)
+
+// The statements of the hot paths, prepared once on the store's connection.
+// BEGIN, COMMIT and ROLLBACK are prepared too: parsing them on every call
+// costs as much as the insert.
+const (
+	qBegin       = "BEGIN IMMEDIATE"
+	qCommit      = "COMMIT"
+	qRollback    = "ROLLBACK"
+	qDataVersion = "PRAGMA data_version"
+
+	rowColumns = "protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at"
+
+	// qConflicts reads every row of one (protocol, port): a range scan of
+	// the primary key, guarded by TestConflictQueryUsesPrimaryKey.
+	qConflicts = "SELECT " + rowColumns + " FROM port_allocations WHERE protocol = ? AND port = ?"
+
+	qInsert = "INSERT INTO port_allocations (" + rowColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+	qDeleteKey = "DELETE FROM port_allocations WHERE protocol = ? AND port = ? AND address = ?"
+
+	// Owner matches allow the start time to differ by owner.Tolerance.
+	ownerMatch = "owner_pid = ? AND owner_scope = ? AND owner_start BETWEEN ? AND ?"
+
+	qDeleteOwned = "DELETE FROM port_allocations WHERE protocol = ? AND port = ? AND address = ? AND " + ownerMatch
+
+	// qDeleteOwner scans the table: see the migration on why the owner has
+	// no index.
+	qDeleteOwner = "DELETE FROM port_allocations WHERE " + ownerMatch
+
+	qTransfer = "UPDATE port_allocations SET owner_pid = ?, owner_start = ?, owner_scope = ?, owner_name = ?" +
+		" WHERE protocol = ? AND port = ? AND address = ? AND " + ownerMatch
+
+	qAll = "SELECT " + rowColumns + " FROM port_allocations"
+
+	qOwners = "SELECT DISTINCT owner_pid, owner_start, owner_scope FROM port_allocations"
+)
+
+type statements struct {
+	begin, commit, rollback, dataVersion *sql.Stmt
+	conflicts, insert, deleteKey         *sql.Stmt
+	deleteOwned, deleteOwner, transfer   *sql.Stmt
+	all                                  *sql.Stmt
+}
+
+func (st *statements) prepare(ctx context.Context, conn *sql.Conn) error {
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&st.begin, qBegin}, {&st.commit, qCommit}, {&st.rollback, qRollback},
+		{&st.dataVersion, qDataVersion}, {&st.conflicts, qConflicts},
+		{&st.insert, qInsert}, {&st.deleteKey, qDeleteKey},
+		{&st.deleteOwned, qDeleteOwned}, {&st.deleteOwner, qDeleteOwner},
+		{&st.transfer, qTransfer}, {&st.all, qAll},
+	} {
+		s, err := conn.PrepareContext(ctx, p.q)
+		if err != nil {
+			return err
+		}
+		*p.dst = s
+	}
+	return nil
+}
+
+func (st *statements) close() error {
+	var errs []error
+	for _, s := range []*sql.Stmt{
+		st.begin, st.commit, st.rollback, st.dataVersion, st.conflicts, st.insert,
+		st.deleteKey, st.deleteOwned, st.deleteOwner, st.transfer, st.all,
+	} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,267 @@
+package statestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/berth-go/berth/internal/netaddr"
+)
+
+// ProbeFunc tells whether key's port can be bound right now. It runs inside
+// the write transaction that records the reservation, so no other berth
+// process can choose the port between the probe and the insert.
+type ProbeFunc func(key Key) (bool, error)
+
+// Request asks Reserve for one key.
+type Request struct {
+	Key
+	// Owner is the process the reservation belongs to; zero: this process.
+	Owner Owner
+	Label string
+	// Kind is recorded with the row; zero: Static.
+	Kind Kind
+	// Probe, when not nil, must report the port bindable for the
+	// reservation to be made.
+	Probe ProbeFunc
+}
+
+// Reserve reserves req.Key for req.Owner.
+//
+// Rows of exited owners that conflict are deleted (and counted as reaped).
+// When req.Owner already holds exactly req.Key, its existing row is returned
+// and no probe runs: the owner may be listening on the port already. Any
+// other live conflict is a *ConflictError naming the holder; it says so
+// when the holder is req.Owner itself.
+func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
+	key, own, kind, err := s.validate(req.Key, req.Owner, req.Kind, Static)
+	if err != nil {
+		return Reservation{}, err
+	}
+	var res Reservation
+	err = s.write(ctx, "reserve "+key.String(), func(tctx context.Context) error {
+		rows, err := s.conflictRows(tctx, key)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if r.Key == key && r.Owner.Same(own) {
+				res = r
+				return nil
+			}
+		}
+		if err := s.clearDead(tctx, key, own, rows); err != nil {
+			return err
+		}
+		if req.Probe != nil {
+			ok, err := req.Probe(key)
+			if err != nil {
+				return fmt.Errorf("statestore: probe %s: %w", key, err)
+			}
+			if !ok {
+				s.probeFailures.Add(1)
+				return &ConflictError{Key: key}
+			}
+		}
+		res, err = s.insert(tctx, key, own, req.Label, kind)
+		return err
+	})
+	return res, err
+}
+
+// ScanRequest asks Scan for the first free port among candidates.
+type ScanRequest struct {
+	Protocol Protocol
+	Addr     netip.Addr
+	// Owner is the process the reservation belongs to; zero: this process.
+	Owner Owner
+	Label string
+	// Kind is recorded with the row; zero: Dynamic.
+	Kind Kind
+	// Next yields the candidate ports in the order to try them, and false
+	// when there are no more.
+	Next func() (port uint16, ok bool)
+	// Probe, when not nil, must report a candidate bindable for it to be
+	// taken.
+	Probe ProbeFunc
+	// Batch is how many candidates one write transaction checks against
+	// the table before it commits and lets other processes in; zero: 32.
+	// Candidates that the in-memory view shows held cost nothing and do
+	// not count.
+	Batch int
+}
+
+// Scan reserves the first candidate that no live reservation conflicts with
+// and that passes the probe. It returns an error wrapping ErrExhausted when
+// Next runs out first. Rows of exited owners in the way are deleted; a row
+// that cannot be deleted only costs its own candidate.
+func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) {
+	if req.Next == nil {
+		return Reservation{}, &FieldError{Field: "next", Value: "nil", Want: "a candidate iterator"}
+	}
+	key, own, kind, err := s.validate(Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, Dynamic)
+	if err != nil {
+		return Reservation{}, err
+	}
+	batch := req.Batch
+	if batch <= 0 {
+		batch = 32
+	}
+	var (
+		res       Reservation
+		found     bool
+		exhausted bool
+	)
+	for !found && !exhausted {
+		if err := ctx.Err(); err != nil {
+			return Reservation{}, err
+		}
+		err := s.write(ctx, "scan", func(tctx context.Context) error {
+			if err := s.fresh(tctx); err != nil {
+				return storageErr("scan", err)
+			}
+			for checked := 0; checked < batch; {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				port, ok := req.Next()
+				if !ok {
+					exhausted = true
+					return nil // commit the rows reaped on the way
+				}
+				key.Port = port
+				if s.heldLive(tctx, s.cache.holders(key)) {
+					continue
+				}
+				checked++
+				rows, err := s.conflictRows(tctx, key)
+				if err != nil {
+					return err
+				}
+				if err := s.clearDead(tctx, key, own, rows); err != nil {
+					if !errors.Is(err, ErrHeld) {
+						// Another candidate will do; this row waits for the sweep.
+						s.log.Error(err, "could not reap a row in the way", "key", key.String())
+					}
+					continue
+				}
+				if req.Probe != nil {
+					ok, err := req.Probe(key)
+					if err != nil {
+						return fmt.Errorf("statestore: probe %s: %w", key, err)
+					}
+					if !ok {
+						s.probeFailures.Add(1)
+						s.log.V(1).Info("candidate bound outside berth", "key", key.String())
+						continue
+					}
+				}
+				res, err = s.insert(tctx, key, own, req.Label, kind)
+				if err != nil {
+					return err
+				}
+				found = true
+				return nil
+			}
+			return nil
+		})
+		if err != nil {
+			return Reservation{}, err
+		}
+	}
+	if !found {
+		return Reservation{}, fmt.Errorf("statestore: scan for %s on %s: %w", req.Protocol, key.Addr, ErrExhausted)
+	}
+	return res, nil
+}
+
+func (s *Store) validate(k Key, own Owner, kind, defKind Kind) (Key, Owner, Kind, error) {
+	key, err := k.normalize()
+	if err != nil {
+		return Key{}, Owner{}, "", err
+	}
+	if own.IsZero() {
+		own = s.self
+	} else if err := validOwner(own); err != nil {
+		return Key{}, Owner{}, "", err
+	}
+	switch kind {
+	case "":
+		kind = defKind
+	case Dynamic, Static:
+	default:
+		return Key{}, Owner{}, "", &FieldError{Field: "kind", Value: string(kind), Want: `"dynamic" or "static"`}
+	}
+	return key, own, kind, nil
+}
+
+// conflictRows reads the rows that conflict with key from the table.
+func (s *Store) conflictRows(ctx context.Context, key Key) ([]Reservation, error) {
+	rows, err := s.st.conflicts.QueryContext(ctx, string(key.Protocol), int(key.Port))
+	if err != nil {
+		return nil, storageErr("look up "+key.String(), err)
+	}
+	defer rows.Close()
+	var out []Reservation
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, storageErr("look up "+key.String(), err)
+		}
+		if netaddr.Conflicts(r.Addr, key.Addr) {
+			out = append(out, r)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, storageErr("look up "+key.String(), err)
+	}
+	return out, nil
+}
+
+// heldLive reports whether any of rows has a live owner, trusting what the
+// store remembers of liveness: it only decides which candidates to skip.
+func (s *Store) heldLive(ctx context.Context, rows []Reservation) bool {
+	for _, r := range rows {
+		if s.alive(ctx, r.Owner, false) {
+			return true
+		}
+	}
+	return false
+}
+
+// clearDead deletes the rows in key's way whose owners have exited. When a
+// live owner holds one, it deletes nothing and returns a *ConflictError.
+func (s *Store) clearDead(ctx context.Context, key Key, own Owner, rows []Reservation) error {
+	for _, r := range rows {
+		if s.alive(ctx, r.Owner, true) {
+			return &ConflictError{Key: key, Holder: r, Self: r.Owner.Same(own)}
+		}
+	}
+	for _, r := range rows {
+		packed, _ := netaddr.Pack(r.Addr) // read from the table: already normal
+		if _, err := s.st.deleteKey.ExecContext(ctx, string(r.Protocol), int(r.Port), packed); err != nil {
+			return storageErr("reap "+r.Key.String(), err)
+		}
+		s.cache.remove(r.Key)
+		s.reaped.Add(1)
+		s.log.V(1).Info("reaped reservation of exited owner", "key", r.Key.String(), "owner", r.Owner.String())
+	}
+	return nil
+}
+
+func (s *Store) insert(ctx context.Context, key Key, own Owner, label string, kind Kind) (Reservation, error) {
+	packed, _ := netaddr.Pack(key.Addr) // normalised by validate
+	now := s.now()
+	r := Reservation{Key: key, Owner: own, Label: label, Kind: kind, Created: time.Unix(0, now.UnixNano())}
+	if _, err := s.st.insert.ExecContext(ctx,
+		string(key.Protocol), int(key.Port), packed,
+		own.PID, own.Start.UnixMilli(), own.Scope, own.Name,
+		label, string(kind), now.UnixNano(),
+	); err != nil {
+		return Reservation{}, storageErr("insert "+key.String(), err)
+	}
+	s.cache.add(r)
+	return r, nil
+}

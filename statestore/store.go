@@ -1,0 +1,270 @@
+// Package statestore keeps port reservations in a SQLite file that every
+// berth process on a host shares.
+//
+// # Reservation lifecycle
+//
+// A reservation holds a (protocol, address, port) for an owner process. It
+// is created by Reserve (a given port) or Scan (the first free port among
+// candidates), moved to another process by Transfer, and ends by Release,
+// ReleaseOwner, or reaping: once its owner has exited, the row is deleted
+// when it stands in the way of a new reservation, by the sweep that Open
+// starts in the background, or by Reap.
+//
+// Two reservations of one protocol and port conflict under the rule of
+// package netaddr: equal addresses, or either address a wildcard.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use. Within a process its calls share one
+// connection, one at a time, so goroutines never meet SQLITE_BUSY. Across
+// processes every write transaction is preceded by an exclusive flock of the
+// sidecar file <db>.lock, which the kernel hands to the next waiter as soon
+// as it is free; the probe a caller supplies runs inside that transaction, so
+// no other process can choose the same port between probe and insert.
+package statestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+
+	"github.com/berth-go/berth/internal/filelock"
+)
+
+// Options tune a Store. The zero value of every field is a working default.
+type Options struct {
+	// Logger receives the store's log; zero: discard.
+	Logger logr.Logger
+	// BusyTimeout bounds how long a call waits for a write lock that a
+	// process outside berth's own locking holds; zero: 5s.
+	BusyTimeout time.Duration
+	// SweepInterval is the period of the background reaping sweep, which
+	// also runs once right after Open; zero: 1 minute; negative: no sweep.
+	SweepInterval time.Duration
+	// Now is the clock for created_at; zero: time.Now.
+	Now func() time.Time
+}
+
+// Store is an open state store. Its zero value is not usable; call Open.
+type Store struct {
+	path string
+	log  logr.Logger
+	now  func() time.Time
+	self Owner
+	busy time.Duration
+
+	db *sql.DB
+
+	// sem is a one-slot semaphore taken with a context. It guards conn, the
+	// prepared statements, writeLock and cache.
+	sem       chan struct{}
+	conn      *sql.Conn
+	st        statements
+	writeLock *filelock.File
+	cache     heldCache
+	live      liveness
+
+	closed atomic.Bool
+	stop   chan struct{}  // closed by Close to end the sweep
+	wg     sync.WaitGroup // the sweep and abandoned lock waiters
+
+	reaped        atomic.Int64
+	probeFailures atomic.Int64
+}
+
+// Open opens the store at path, creating the directory (0700) and the file
+// (0600) when they do not exist, and brings its schema up to date.
+//
+// Open refuses, with an error wrapping ErrDamaged, a path that is a
+// directory, a file that is not SQLite, a damaged database and a SQLite
+// database of another program; it never modifies or removes such a file.
+// It refuses a schema newer than it knows with ErrSchemaTooNew.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if path == "" {
+		return nil, &FieldError{Field: "path", Value: "", Want: "a file path for the database"}
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 5 * time.Second
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	self, err := Self()
+	if err != nil {
+		return nil, err
+	}
+	path, err = filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("statestore: create state directory: %w", err)
+	}
+	if err := prepareFile(ctx, path, opts.Logger); err != nil {
+		return nil, err
+	}
+
+	db, err := sql.Open("sqlite", dsn(path, busySlice, false))
+	if err != nil {
+		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
+	}
+	// One connection: writers in this process take turns on it through
+	// sem, so they never see SQLITE_BUSY from each other.
+	db.SetMaxOpenConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
+	}
+	writeLock, err := filelock.Open(path + ".lock")
+	if err != nil {
+		_ = conn.Close()
+		_ = db.Close()
+		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
+	}
+	s := &Store{
+		path:      path,
+		log:       opts.Logger,
+		now:       opts.Now,
+		self:      self,
+		busy:      opts.BusyTimeout,
+		db:        db,
+		sem:       make(chan struct{}, 1),
+		conn:      conn,
+		writeLock: writeLock,
+		stop:      make(chan struct{}),
+	}
+	if err := s.st.prepare(ctx, conn); err != nil {
+		_ = s.closeDB()
+		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
+	}
+	if opts.SweepInterval > 0 {
+		s.wg.Add(1)
+		go s.sweep(opts.SweepInterval)
+	}
+	return s, nil
+}
+
+// Path returns the database file's absolute path.
+func (s *Store) Path() string { return s.path }
+
+// Close stops the background sweep and closes the database. It does not
+// release reservations: they belong to their owners. Close is idempotent.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	close(s.stop)
+	s.wg.Wait()
+	s.sem <- struct{}{} // wait for the call in flight; nothing takes it again
+	return s.closeDB()
+}
+
+func (s *Store) closeDB() error {
+	var errs []error
+	errs = append(errs, s.st.close())
+	if s.conn != nil {
+		errs = append(errs, s.conn.Close())
+	}
+	errs = append(errs, s.db.Close())
+	if s.writeLock != nil {
+		errs = append(errs, s.writeLock.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("statestore: close: %w", err)
+	}
+	return nil
+}
+
+// dsn builds the driver's data source name. The path goes in as a file: URI
+// with the characters that would end or escape it encoded.
+func dsn(path string, busy time.Duration, readOnly bool) string {
+	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.ToSlash(path))
+	if !strings.HasPrefix(esc, "/") {
+		esc = "/" + esc // Windows drive letters: file:/C:/...
+	}
+	if readOnly {
+		return "file:" + esc + "?mode=ro&_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")"
+	}
+	return "file:" + esc +
+		"?_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")" +
+		"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+}
+
+// acquire takes the store for one call: the in-process turn, then for writes
+// the cross-process flock. The returned function gives both back.
+func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if s.closed.Load() {
+		<-s.sem
+		return nil, ErrClosed
+	}
+	if !write {
+		return func() { <-s.sem }, nil
+	}
+	unlock := func() {
+		if err := s.writeLock.Unlock(); err != nil {
+			s.log.Error(err, "unlock write lock", "path", s.writeLock.Path())
+		}
+		<-s.sem
+	}
+	ok, err := s.writeLock.TryLock()
+	if err != nil {
+		<-s.sem
+		return nil, fmt.Errorf("statestore: write lock %s: %w", s.writeLock.Path(), err)
+	}
+	if ok {
+		return unlock, nil
+	}
+	// Contended: block in the kernel, which wakes us the moment the holder
+	// unlocks, instead of sleep-polling as SQLite's busy handler does.
+	done := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		done <- s.writeLock.Lock()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			<-s.sem
+			return nil, fmt.Errorf("statestore: write lock %s: %w", s.writeLock.Path(), err)
+		}
+		return unlock, nil
+	case <-ctx.Done():
+		// The waiter cannot be interrupted. Leave it the turn: once it has
+		// the lock it lets go of both, and the next call proceeds.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := <-done; err == nil {
+				unlock()
+			} else {
+				<-s.sem
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}

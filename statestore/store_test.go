@@ -1,0 +1,386 @@
+package statestore_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-go/berth/statestore"
+)
+
+var (
+	lo4  = netip.MustParseAddr("127.0.0.1")
+	any4 = netip.MustParseAddr("0.0.0.0")
+	lo6  = netip.MustParseAddr("::1")
+	any6 = netip.MustParseAddr("::")
+)
+
+func tcp(a netip.Addr, port uint16) statestore.Key {
+	return statestore.Key{Protocol: statestore.TCP, Addr: a, Port: port}
+}
+
+func isHeld(err error) bool { return errors.Is(err, statestore.ErrHeld) }
+
+// open opens a store in a fresh temporary directory and closes it at the
+// end of the test.
+func open(t testing.TB) (*statestore.Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state", "berth.db")
+	return openAt(t, path), path
+}
+
+func openAt(t testing.TB, path string) *statestore.Store {
+	t.Helper()
+	s, err := statestore.Open(context.Background(), path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func list(t *testing.T, s *statestore.Store) []statestore.Reservation {
+	t.Helper()
+	rs, err := s.List(context.Background(), statestore.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// deadOwner returns an identity that no running process has: this process's
+// pid with a start time an hour off, which is exactly what a reused pid
+// looks like.
+func deadOwner(t testing.TB, shift time.Duration) statestore.Owner {
+	t.Helper()
+	me, err := statestore.Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	me.Start = me.Start.Add(-time.Hour - shift)
+	return me
+}
+
+func TestOpenCreatesPrivateFiles(t *testing.T) {
+	_, path := open(t)
+	for p, want := range map[string]os.FileMode{filepath.Dir(path): 0o700, path: 0o600} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("mode of %s = %v; want %v", p, got, want)
+		}
+	}
+}
+
+func TestReserveReleaseList(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	r, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 21000), Label: "api.http"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	me, _ := statestore.Self()
+	if r.Key != tcp(lo4, 21000) || !r.Owner.Same(me) || r.Kind != statestore.Static || r.Label != "api.http" {
+		t.Errorf("Reserve = %+v; want tcp 127.0.0.1:21000 static api.http owned by this process", r)
+	}
+	// The same owner asking again gets the same row back.
+	again, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 21000), Label: "other"})
+	if err != nil || again.Label != "api.http" || !again.Created.Equal(r.Created) {
+		t.Errorf("Reserve again = %+v, %v; want the existing row", again, err)
+	}
+	// Another protocol and another address are other keys.
+	if _, err := s.Reserve(ctx, statestore.Request{Key: statestore.Key{Protocol: statestore.UDP, Addr: lo4, Port: 21000}}); err != nil {
+		t.Errorf("Reserve(udp, same port) = %v; want success", err)
+	}
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo6, 21000)}); err != nil {
+		t.Errorf("Reserve(::1, same port) = %v; want success", err)
+	}
+	rs := list(t, s)
+	if len(rs) != 3 {
+		t.Fatalf("List = %d rows; want 3", len(rs))
+	}
+	rs, _ = s.List(ctx, statestore.Filter{Label: "api.http"})
+	if len(rs) != 1 || rs[0].Port != 21000 {
+		t.Errorf("List(label api.http) = %+v; want the one row", rs)
+	}
+	if err := s.Release(ctx, tcp(lo4, 21000), statestore.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, tcp(lo4, 21000), statestore.Owner{}); !errors.Is(err, statestore.ErrNotFound) {
+		t.Errorf("second Release error = %v; want ErrNotFound", err)
+	}
+	n, err := s.ReleaseOwner(ctx, statestore.Owner{})
+	if err != nil || n != 2 {
+		t.Errorf("ReleaseOwner = %d, %v; want 2, nil", n, err)
+	}
+	if rs := list(t, s); len(rs) != 0 {
+		t.Errorf("List after release = %+v; want none", rs)
+	}
+}
+
+func TestConflictRule(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	other := startWorker(t, "hold", filepath.Join(t.TempDir(), "unused.db"), "BERTH_TEST_PORTS=[]")
+	child, err := statestore.LookupOwner(ctx, other.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(any4, 22000), Owner: child}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []netip.Addr{lo4, any4, any6, lo6} {
+		_, err := s.Reserve(ctx, statestore.Request{Key: tcp(a, 22000)})
+		var ce *statestore.ConflictError
+		if !errors.As(err, &ce) || !isHeld(err) {
+			t.Fatalf("Reserve(%s:22000) with 0.0.0.0 held = %v; want *ConflictError", a, err)
+		}
+		if ce.Self || ce.Holder.Owner.PID != child.PID {
+			t.Errorf("conflict holder = %+v self=%v; want pid %d", ce.Holder.Owner, ce.Self, child.PID)
+		}
+		if !strings.Contains(err.Error(), "pid "+itoa(child.PID)) {
+			t.Errorf("error %q does not name the holder's pid", err)
+		}
+	}
+	// A different port is free.
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 22001)}); err != nil {
+		t.Errorf("Reserve(other port) = %v", err)
+	}
+}
+
+func TestConflictWithOwnWildcard(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(any6, 22100), Label: "proxy"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 22100)})
+	var ce *statestore.ConflictError
+	if !errors.As(err, &ce) || !ce.Self {
+		t.Fatalf("Reserve under own wildcard = %v; want *ConflictError with Self", err)
+	}
+	if !strings.Contains(err.Error(), "this process's own reservation of tcp [::]:22100") {
+		t.Errorf("error %q does not say the holder is this process's own wildcard", err)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	me, _ := statestore.Self()
+	tests := []struct {
+		name  string
+		req   statestore.Request
+		field string
+	}{
+		{"protocol", statestore.Request{Key: statestore.Key{Protocol: "sctp", Addr: lo4, Port: 1000}}, "protocol"},
+		{"empty protocol", statestore.Request{Key: statestore.Key{Addr: lo4, Port: 1000}}, "protocol"},
+		{"port 0", statestore.Request{Key: tcp(lo4, 0)}, "port"},
+		{"zoned", statestore.Request{Key: tcp(netip.MustParseAddr("fe80::1%eth0"), 1000)}, "address"},
+		{"no address", statestore.Request{Key: tcp(netip.Addr{}, 1000)}, "address"},
+		{"owner without start", statestore.Request{Key: tcp(lo4, 1000), Owner: statestore.Owner{PID: me.PID}}, "owner"},
+		{"owner without pid", statestore.Request{Key: tcp(lo4, 1000), Owner: statestore.Owner{Start: me.Start}}, "owner"},
+		{"kind", statestore.Request{Key: tcp(lo4, 1000), Kind: "sometimes"}, "kind"},
+	}
+	for _, tt := range tests {
+		_, err := s.Reserve(ctx, tt.req)
+		var fe *statestore.FieldError
+		if !errors.As(err, &fe) || !errors.Is(err, statestore.ErrInvalid) || fe.Field != tt.field {
+			t.Errorf("%s: Reserve error = %v; want *FieldError for %q", tt.name, err, tt.field)
+			continue
+		}
+		if fe.Want == "" || !strings.Contains(err.Error(), "want") {
+			t.Errorf("%s: error %q does not say what is accepted", tt.name, err)
+		}
+	}
+	if rs := list(t, s); len(rs) != 0 {
+		t.Errorf("rows after bad requests = %+v; want none", rs)
+	}
+}
+
+// TestPidReuse: a row whose pid is this live process but whose start time
+// is another is a dead owner's row, and gives way.
+func TestPidReuse(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	ghost := deadOwner(t, 0)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 23000), Owner: ghost}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 23000)})
+	if err != nil {
+		t.Fatalf("Reserve over reused pid's row = %v; want success", err)
+	}
+	me, _ := statestore.Self()
+	if !r.Owner.Same(me) {
+		t.Errorf("owner = %v; want this process", r.Owner)
+	}
+	if got := s.Stats().Reaped; got != 1 {
+		t.Errorf("Stats().Reaped = %d; want 1", got)
+	}
+}
+
+func TestTransferAndReap(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	w := startWorker(t, "hold", filepath.Join(t.TempDir(), "unused.db"), "BERTH_TEST_PORTS=[]")
+	w.until(t, "done")
+	child, err := statestore.LookupOwner(ctx, w.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := tcp(lo4, 24000)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: key, Label: "svc"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Transfer(ctx, key, statestore.Owner{}, child); err != nil {
+		t.Fatal(err)
+	}
+	// The parent no longer owns it: it can neither release it nor take it.
+	if err := s.Release(ctx, key, statestore.Owner{}); !errors.Is(err, statestore.ErrNotFound) {
+		t.Errorf("Release after Transfer = %v; want ErrNotFound", err)
+	}
+	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); !isHeld(err) {
+		t.Errorf("Reserve of transferred key = %v; want ErrHeld", err)
+	}
+	if n, err := s.Reap(ctx); err != nil || n != 0 {
+		t.Errorf("Reap with the child alive = %d, %v; want 0", n, err)
+	}
+	w.kill(t)
+	if n, err := s.Reap(ctx); err != nil || n != 1 {
+		t.Errorf("Reap after the child died = %d, %v; want 1", n, err)
+	}
+	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+		t.Errorf("Reserve after reaping = %v", err)
+	}
+	// Transfer to a process that does not run is refused.
+	if err := s.Transfer(ctx, key, statestore.Owner{}, child); !errors.Is(err, statestore.ErrInvalid) {
+		t.Errorf("Transfer to dead process = %v; want ErrInvalid", err)
+	}
+}
+
+func TestScan(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	ports := func(ps ...uint16) func() (uint16, bool) {
+		return func() (uint16, bool) {
+			if len(ps) == 0 {
+				return 0, false
+			}
+			p := ps[0]
+			ps = ps[1:]
+			return p, true
+		}
+	}
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 25000)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 25002), Owner: deadOwner(t, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	busy := map[uint16]bool{25001: true}
+	probe := func(k statestore.Key) (bool, error) { return !busy[k.Port], nil }
+	// 25000 is ours, 25001 fails the probe, 25002 belongs to a dead owner.
+	r, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: ports(25000, 25001, 25002, 25003), Probe: probe})
+	if err != nil || r.Port != 25002 || r.Kind != statestore.Dynamic {
+		t.Fatalf("Scan = %+v, %v; want port 25002, dynamic", r, err)
+	}
+	if st := s.Stats(); st.Reaped != 1 || st.ProbeFailures != 1 {
+		t.Errorf("Stats = %+v; want 1 reaped, 1 probe failure", st)
+	}
+	_, err = s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: ports(25000, 25001, 25002), Probe: probe})
+	if !errors.Is(err, statestore.ErrExhausted) {
+		t.Errorf("Scan of held candidates = %v; want ErrExhausted", err)
+	}
+	// Small batches commit between candidates and still find the port.
+	r, err = s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: ports(25001, 25001, 25001, 25004), Probe: probe, Batch: 1})
+	if err != nil || r.Port != 25004 {
+		t.Errorf("Scan with Batch 1 = %+v, %v; want 25004", r, err)
+	}
+}
+
+func TestScanHonoursContext(t *testing.T) {
+	s, _ := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	next := func() (uint16, bool) {
+		calls++
+		if calls == 10 {
+			cancel()
+		}
+		return 26000, true // forever the same held port: only ctx ends this
+	}
+	if _, err := s.Reserve(context.Background(), statestore.Request{Key: tcp(lo4, 26000)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: next})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Scan cancelled mid-way = %v; want context.Canceled", err)
+	}
+	// The store is usable afterwards: the transaction was rolled back.
+	if _, err := s.Reserve(context.Background(), statestore.Request{Key: tcp(lo4, 26001)}); err != nil {
+		t.Errorf("Reserve after cancelled scan = %v", err)
+	}
+}
+
+func TestCloseIdempotent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "berth.db")
+	s, err := statestore.Open(context.Background(), path, statestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close = %v; want nil", err)
+	}
+	if _, err := s.Reserve(context.Background(), statestore.Request{Key: tcp(lo4, 1000)}); !errors.Is(err, statestore.ErrClosed) {
+		t.Errorf("Reserve after Close = %v; want ErrClosed", err)
+	}
+	if _, err := s.List(context.Background(), statestore.Filter{}); !errors.Is(err, statestore.ErrClosed) {
+		t.Errorf("List after Close = %v; want ErrClosed", err)
+	}
+}
+
+// TestBackgroundSweep: Open starts a sweep that reaps dead owners' rows on
+// its own, and Close stops it (goleak checks that in TestMain).
+func TestBackgroundSweep(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	seed := openAt(t, path)
+	for i := range 5 {
+		if _, err := seed.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(27000+i)), Owner: deadOwner(t, time.Duration(i)*time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Stats().Reaped < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sweep reaped %d rows in 10s; want 5", s.Stats().Reaped)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if rs := list(t, seed); len(rs) != 0 {
+		t.Errorf("rows after sweep = %+v; want none", rs)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,113 @@
+package statestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// write runs fn in one BEGIN IMMEDIATE transaction with the store acquired
+// for writing, and commits when fn returns nil. fn's context does not cancel
+// statements (an interrupted statement can leave the connection in a state
+// only ROLLBACK clears); fn checks ctx between steps instead.
+func (s *Store) write(ctx context.Context, op string, fn func(tctx context.Context) error) error {
+	release, err := s.acquire(ctx, true)
+	if err != nil {
+		return acquireErr(op, err)
+	}
+	defer release()
+	tctx := context.WithoutCancel(ctx)
+	if err := s.retryBusy(ctx, func() error {
+		_, err := s.st.begin.ExecContext(tctx)
+		return err
+	}); err != nil {
+		return storageErr(op, err)
+	}
+	if err := fn(tctx); err != nil {
+		s.rollback()
+		return err
+	}
+	if _, err := s.st.commit.ExecContext(tctx); err != nil {
+		s.rollback()
+		return storageErr(op, err)
+	}
+	return nil
+}
+
+// exec runs one autocommit write statement with the store acquired for
+// writing and returns the number of rows it changed. done, when not nil,
+// runs with the store still acquired, to bring the cache in line.
+func (s *Store) exec(ctx context.Context, op string, done func(n int64), stmt *sql.Stmt, args ...any) (int64, error) {
+	release, err := s.acquire(ctx, true)
+	if err != nil {
+		return 0, acquireErr(op, err)
+	}
+	defer release()
+	tctx := context.WithoutCancel(ctx)
+	var n int64
+	err = s.retryBusy(ctx, func() error {
+		res, err := stmt.ExecContext(tctx, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		s.cache.invalidate()
+		return 0, storageErr(op, err)
+	}
+	if done != nil {
+		done(n)
+	}
+	return n, nil
+}
+
+func acquireErr(op string, err error) error {
+	if errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return storageErr(op, err)
+}
+
+func (s *Store) rollback() {
+	s.cache.invalidate()
+	if _, err := s.st.rollback.ExecContext(context.Background()); err != nil {
+		// "no transaction is active" after a failed COMMIT is expected;
+		// anything else leaves the connection in a transaction.
+		s.log.V(1).Info("rollback failed", "error", err.Error())
+	}
+}
+
+// busySlice is the connection's busy_timeout: how long SQLite sleep-polls
+// for a lock before retryBusy looks at the context again.
+const busySlice = 100 * time.Millisecond
+
+// retryBusy runs fn until it does not fail with SQLITE_BUSY, the context is
+// done, or the store's BusyTimeout has passed. Berth's own writers queue on
+// the flock and rarely meet SQLITE_BUSY; this waits out a lock held by
+// something else (the sqlite3 shell, a checkpoint) without ignoring ctx.
+func (s *Store) retryBusy(ctx context.Context, fn func() error) error {
+	deadline := time.Now().Add(s.busy)
+	for {
+		err := fn()
+		if err == nil || !isBusy(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return errors.Join(err, ctx.Err())
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}

@@ -1,0 +1,137 @@
+package statestore
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/berth-go/berth/internal/netaddr"
+	"github.com/berth-go/berth/internal/owner"
+)
+
+// Protocol is the transport a port is reserved for.
+type Protocol string
+
+// The protocols berth reserves ports for.
+const (
+	TCP Protocol = "tcp"
+	UDP Protocol = "udp"
+)
+
+func (p Protocol) valid() bool { return p == TCP || p == UDP }
+
+// Kind says how a reservation was chosen.
+type Kind string
+
+// The kinds of reservation.
+const (
+	// Dynamic: berth chose the port from a range.
+	Dynamic Kind = "dynamic"
+	// Static: the caller asked for this very port.
+	Static Kind = "static"
+)
+
+// Key names what a reservation holds: a port of a protocol on an address.
+// Addresses are kept in normal form (see Normalize).
+type Key struct {
+	Protocol Protocol
+	Addr     netip.Addr
+	Port     uint16
+}
+
+func (k Key) String() string {
+	return string(k.Protocol) + " " + netip.AddrPortFrom(k.Addr, k.Port).String()
+}
+
+// normalize validates k and returns it with its address in normal form.
+func (k Key) normalize() (Key, error) {
+	if !k.Protocol.valid() {
+		return Key{}, &FieldError{Field: "protocol", Value: string(k.Protocol), Want: `"tcp" or "udp"`}
+	}
+	if k.Port == 0 {
+		return Key{}, &FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535"}
+	}
+	a, err := netaddr.Normalize(k.Addr)
+	if err != nil {
+		v := ""
+		if k.Addr.IsValid() {
+			v = k.Addr.String()
+		}
+		return Key{}, &FieldError{Field: "address", Value: v, Want: "an IPv4 or IPv6 address without a zone, e.g. 127.0.0.1, ::1, 0.0.0.0 or ::"}
+	}
+	k.Addr = a
+	return k, nil
+}
+
+// Owner is the identity of the process a reservation belongs to. The pid is
+// not enough, because the kernel reuses pids: the start time tells a pid's
+// processes apart, and Scope (boot id and pid namespace, on Linux) tells
+// hosts and containers apart.
+type Owner struct {
+	PID   int
+	Start time.Time // process start, to the millisecond
+	Scope string    // "" where the OS has no boot id or pid namespaces
+	Name  string    // process name, for people reading listings
+}
+
+// IsZero reports whether o names no process.
+func (o Owner) IsZero() bool { return o.PID == 0 && o.Start.IsZero() }
+
+// Same reports whether o and other are the same process. Names are not
+// compared, and start times may differ by a clock tick.
+func (o Owner) Same(other Owner) bool { return o.identity().Same(other.identity()) }
+
+// Alive reports whether the process o names still runs. Where that cannot be
+// decided (e.g. another pid namespace) it reports true, because taking a
+// live owner for dead would hand its ports out twice.
+func (o Owner) Alive(ctx context.Context) bool { return owner.Active(ctx, o.identity()) }
+
+func (o Owner) String() string { return o.identity().String() }
+
+func (o Owner) identity() owner.Identity {
+	var start int64
+	if !o.Start.IsZero() {
+		start = o.Start.UnixMilli()
+	}
+	return owner.Identity{PID: o.PID, Start: start, Scope: o.Scope, Name: o.Name}
+}
+
+func fromIdentity(id owner.Identity) Owner {
+	return Owner{PID: id.PID, Start: time.UnixMilli(id.Start), Scope: id.Scope, Name: id.Name}
+}
+
+// Self returns the identity of the calling process.
+func Self() (Owner, error) {
+	id, err := owner.Self()
+	if err != nil {
+		return Owner{}, fmt.Errorf("statestore: identify this process: %w", err)
+	}
+	return fromIdentity(id), nil
+}
+
+// LookupOwner returns the identity of the live process pid, e.g. a child an
+// orchestrator has just started and hands its ports to.
+func LookupOwner(ctx context.Context, pid int) (Owner, error) {
+	id, err := owner.Lookup(ctx, pid)
+	if err != nil {
+		return Owner{}, fmt.Errorf("statestore: %w", err)
+	}
+	return fromIdentity(id), nil
+}
+
+func validOwner(o Owner) error {
+	if o.PID <= 0 || o.Start.IsZero() {
+		return &FieldError{Field: "owner", Value: fmt.Sprintf("pid %d started %v", o.PID, o.Start), Want: "a live process identity from Self or LookupOwner"}
+	}
+	return nil
+}
+
+// Reservation is one row of the store.
+type Reservation struct {
+	Key
+	Owner   Owner
+	Label   string
+	Kind    Kind
+	Created time.Time
+}
