@@ -1,0 +1,287 @@
+// Package portrange parses port ranges and walks them in the order berth
+// tries candidates.
+//
+// # Bands
+//
+// A range is split as Kubernetes splits its NodePort range (KEP-3668): a
+// static band of StaticBandSize(size) ports at its low end, for ports that
+// callers ask for by number, and a dynamic band above it, which allocation
+// scans first. Only when the dynamic band is full does allocation fall back
+// to the static band.
+//
+// # Candidate order
+//
+// Each band is visited from a random start with a random stride coprime with
+// the band's size, so one pass visits every port exactly once without a list
+// of candidates, and allocators that start together do not walk in lockstep.
+package portrange
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+)
+
+// ErrInvalid is wrapped by every parse error of this package.
+var ErrInvalid = errors.New("invalid port range")
+
+// Range is the ports First through Last, both included.
+type Range struct {
+	First, Last uint16
+}
+
+// Size returns the number of ports in r; 0 for an invalid range.
+func (r Range) Size() int {
+	if r.First == 0 || r.First > r.Last {
+		return 0
+	}
+	return int(r.Last) - int(r.First) + 1
+}
+
+// Contains reports whether p is in r.
+func (r Range) Contains(p uint16) bool { return p != 0 && r.First <= p && p <= r.Last }
+
+// Overlaps reports whether r and o share a port.
+func (r Range) Overlaps(o Range) bool { return r.First <= o.Last && o.First <= r.Last }
+
+func (r Range) String() string {
+	if r.First == r.Last {
+		return strconv.Itoa(int(r.First))
+	}
+	return fmt.Sprintf("%d-%d", r.First, r.Last)
+}
+
+// Valid returns an error unless r is a non-empty range of ports 1-65535.
+func (r Range) Valid() error {
+	if r.First == 0 {
+		return &ParseError{Input: r.String(), Reason: "port 0 is not a port; ports run from 1 to 65535"}
+	}
+	if r.First > r.Last {
+		return &ParseError{Input: fmt.Sprintf("%d-%d", r.First, r.Last), Reason: "first port is above the last; write it as FIRST-LAST with FIRST <= LAST"}
+	}
+	return nil
+}
+
+// ParseError reports a range that could not be parsed and why.
+type ParseError struct {
+	Input  string
+	Reason string
+}
+
+func (e *ParseError) Error() string {
+	return fmt.Sprintf("port range %q: %s", e.Input, e.Reason)
+}
+
+// Unwrap returns ErrInvalid.
+func (e *ParseError) Unwrap() error { return ErrInvalid }
+
+const syntax = "want FIRST-LAST (e.g. 20000-32767) or a single port, with ports 1-65535"
+
+// Parse parses "FIRST-LAST" or a single port "PORT". It accepts decimal
+// digits only: no spaces, signs or leading "+".
+func Parse(s string) (Range, error) {
+	if s == "" {
+		return Range{}, &ParseError{Input: s, Reason: "empty; " + syntax}
+	}
+	first, last, isRange := strings.Cut(s, "-")
+	a, err := parsePort(s, first)
+	if err != nil {
+		return Range{}, err
+	}
+	b := a
+	if isRange {
+		if b, err = parsePort(s, last); err != nil {
+			return Range{}, err
+		}
+	}
+	r := Range{First: a, Last: b}
+	if err := r.Valid(); err != nil {
+		var pe *ParseError
+		if errors.As(err, &pe) {
+			pe.Input = s
+		}
+		return Range{}, err
+	}
+	return r, nil
+}
+
+func parsePort(input, s string) (uint16, error) {
+	if s == "" {
+		return 0, &ParseError{Input: input, Reason: "missing port; " + syntax}
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, &ParseError{Input: input, Reason: fmt.Sprintf("%q is not a port number; %s", s, syntax)}
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n > 65535 {
+		return 0, &ParseError{Input: input, Reason: fmt.Sprintf("%s is above 65535, the highest port", s)}
+	}
+	if n == 0 {
+		return 0, &ParseError{Input: input, Reason: "port 0 is not a port; ports run from 1 to 65535"}
+	}
+	return uint16(n), nil
+}
+
+// ParseList parses a comma-separated list of ranges, e.g.
+// "22000-22100,25565". The empty string is the empty list.
+func ParseList(s string) ([]Range, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []Range
+	for part := range strings.SplitSeq(s, ",") {
+		r, err := Parse(part)
+		if err != nil {
+			var pe *ParseError
+			if errors.As(err, &pe) {
+				pe.Reason = fmt.Sprintf("in list %q: %s", s, pe.Reason)
+			}
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// StaticBandSize returns the size of the static band of a range of size
+// ports: 0 for ranges of 16 ports or fewer, else size/32 clamped to 16-128.
+func StaticBandSize(size int) int {
+	if size <= 16 {
+		return 0
+	}
+	return min(max(size/32, 16), 128)
+}
+
+// Set is a range with some of its ports taken out. Its zero value is empty.
+// A Set is immutable once built and safe for concurrent use.
+type Set struct {
+	r       Range
+	allowed [65536 / 64]uint64 // bit p set: port p may be handed out
+	size    int
+}
+
+// NewSet returns the ports of r that are in none of the excluded ranges.
+func NewSet(r Range, exclude ...Range) *Set {
+	s := &Set{r: r}
+	if r.Size() == 0 {
+		return s
+	}
+	for p := int(r.First); p <= int(r.Last); p++ {
+		s.allowed[p/64] |= 1 << (p % 64)
+	}
+	for _, x := range exclude {
+		if x.Size() == 0 {
+			continue
+		}
+		for p := max(int(x.First), int(r.First)); p <= min(int(x.Last), int(r.Last)); p++ {
+			s.allowed[p/64] &^= 1 << (p % 64)
+		}
+	}
+	for _, w := range s.allowed {
+		s.size += popcount(w)
+	}
+	return s
+}
+
+func popcount(w uint64) int {
+	n := 0
+	for ; w != 0; w &= w - 1 {
+		n++
+	}
+	return n
+}
+
+// Range returns the range the set was built from.
+func (s *Set) Range() Range { return s.r }
+
+// Len returns the number of ports in the set.
+func (s *Set) Len() int { return s.size }
+
+// Contains reports whether p is in the set.
+func (s *Set) Contains(p uint16) bool { return s.allowed[p/64]&(1<<(p%64)) != 0 }
+
+// Bands returns the static (low) and dynamic (high) bands of the set's range.
+// The static band is empty for ranges of 16 ports or fewer.
+func (s *Set) Bands() (static, dynamic Range) {
+	n := StaticBandSize(s.r.Size())
+	if n == 0 {
+		return Range{}, s.r
+	}
+	split := s.r.First + uint16(n)
+	return Range{First: s.r.First, Last: split - 1}, Range{First: split, Last: s.r.Last}
+}
+
+// Candidates returns an iterator over every port of the set, each once: the
+// dynamic band, then the static band, each from a random start by a random
+// stride coprime with its size. rng supplies the randomness (seed it for
+// reproducible tests); it is used only during this call.
+func (s *Set) Candidates(rng *rand.Rand) *Iter {
+	static, dynamic := s.Bands()
+	it := &Iter{set: s}
+	it.bands[0] = newWalk(dynamic, rng)
+	it.bands[1] = newWalk(static, rng)
+	return it
+}
+
+// Iter yields candidate ports. It is not safe for concurrent use.
+type Iter struct {
+	set   *Set
+	bands [2]walk
+	band  int
+}
+
+// Next returns the next candidate port, or false when every port of the
+// set has been returned once.
+func (it *Iter) Next() (uint16, bool) {
+	for it.band < len(it.bands) {
+		w := &it.bands[it.band]
+		for w.left > 0 {
+			p := w.next()
+			if it.set.Contains(p) {
+				return p, true
+			}
+		}
+		it.band++
+	}
+	return 0, false
+}
+
+// walk visits every port of a band once: start, start+stride, ... modulo
+// the size. A stride coprime with the size makes that a permutation.
+type walk struct {
+	first       int
+	size        int
+	pos, stride int
+	left        int
+}
+
+func newWalk(r Range, rng *rand.Rand) walk {
+	n := r.Size()
+	if n == 0 {
+		return walk{}
+	}
+	stride := 1
+	if n > 2 {
+		for stride = 1 + rng.IntN(n-1); gcd(stride, n) != 1; stride = 1 + rng.IntN(n-1) {
+		}
+	}
+	return walk{first: int(r.First), size: n, pos: rng.IntN(n), stride: stride, left: n}
+}
+
+func (w *walk) next() uint16 {
+	p := w.first + w.pos
+	w.pos = (w.pos + w.stride) % w.size
+	w.left--
+	return uint16(p)
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

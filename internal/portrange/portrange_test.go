@@ -1,0 +1,228 @@
+package portrange
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Range
+		err  string // substring of the error; "" for success
+	}{
+		{"20000-32767", Range{20000, 32767}, ""},
+		{"1-65535", Range{1, 65535}, ""},
+		{"25565", Range{25565, 25565}, ""},
+		{"7-7", Range{7, 7}, ""},
+		{"", Range{}, "empty"},
+		{"abc", Range{}, "not a port number"},
+		{"0-10", Range{}, "port 0"},
+		{"0", Range{}, "port 0"},
+		{"30000-20000", Range{}, "first port is above the last"},
+		{"1-70000", Range{}, "above 65535"},
+		{"99999999999999999999", Range{}, "above 65535"},
+		{" 1-2", Range{}, "not a port number"},
+		{"1-2 ", Range{}, "not a port number"},
+		{"+1-2", Range{}, "not a port number"},
+		{"-1-2", Range{}, "missing port"},
+		{"1-", Range{}, "missing port"},
+		{"1--2", Range{}, "not a port number"},
+		{"1-2-3", Range{}, "not a port number"},
+		{"0x10-0x20", Range{}, "not a port number"},
+		{"１-２", Range{}, "not a port number"},
+	}
+	for _, tt := range tests {
+		got, err := Parse(tt.in)
+		if tt.err == "" {
+			if err != nil || got != tt.want {
+				t.Errorf("Parse(%q) = %v, %v; want %v, nil", tt.in, got, err, tt.want)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("Parse(%q) = %v, nil; want error containing %q", tt.in, got, tt.err)
+			continue
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), tt.in) {
+			t.Errorf("Parse(%q) error = %q; want ErrInvalid quoting the input and saying %q", tt.in, err, tt.err)
+		}
+	}
+}
+
+func TestParseList(t *testing.T) {
+	got, err := ParseList("22000-22100,25565")
+	if err != nil || len(got) != 2 || got[0] != (Range{22000, 22100}) || got[1] != (Range{25565, 25565}) {
+		t.Errorf("ParseList = %v, %v", got, err)
+	}
+	if got, err := ParseList(""); err != nil || got != nil {
+		t.Errorf("ParseList(\"\") = %v, %v; want nil, nil", got, err)
+	}
+	for _, bad := range []string{",", "1-2,", "1-2,,3", "1-2, 3", "1-2,x"} {
+		if _, err := ParseList(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseList(%q) error = %v; want ErrInvalid", bad, err)
+		}
+	}
+}
+
+func TestStaticBandSize(t *testing.T) {
+	for size, want := range map[int]int{10: 0, 16: 0, 17: 16, 128: 16, 511: 16, 2048: 64, 2768: 86, 4096: 128, 12768: 128} {
+		if got := StaticBandSize(size); got != want {
+			t.Errorf("StaticBandSize(%d) = %d; want %d", size, got, want)
+		}
+	}
+}
+
+func TestBands(t *testing.T) {
+	s := NewSet(Range{20000, 32767})
+	static, dynamic := s.Bands()
+	if static != (Range{20000, 20127}) || dynamic != (Range{20128, 32767}) {
+		t.Errorf("Bands(20000-32767) = %v, %v; want 20000-20127, 20128-32767", static, dynamic)
+	}
+	static, dynamic = NewSet(Range{100, 110}).Bands()
+	if static.Size() != 0 || dynamic != (Range{100, 110}) {
+		t.Errorf("Bands(100-110) = %v, %v; want no static band", static, dynamic)
+	}
+}
+
+// TestCandidatesVisitEveryPortOnce is the property the scan relies on: for
+// any range and seed, one pass yields every allowed port exactly once, the
+// whole dynamic band before any port of the static band.
+func TestCandidatesVisitEveryPortOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	sizes := []int{1, 2, 3, 4, 15, 16, 17, 31, 32, 33, 64, 97, 100, 128, 255, 256, 511, 1000, 2048, 2768, 4096, 12768}
+	for range 40 {
+		sizes = append(sizes, 1+rng.IntN(5000))
+	}
+	for _, size := range sizes {
+		first := 1 + rng.IntN(65536-size)
+		r := Range{uint16(first), uint16(first + size - 1)}
+		var exclude []Range
+		if size > 10 && rng.IntN(2) == 0 {
+			a := first + rng.IntN(size)
+			exclude = append(exclude, Range{uint16(a), uint16(min(a+rng.IntN(10), 65535))})
+		}
+		s := NewSet(r, exclude...)
+		static, _ := s.Bands()
+		for seed := range 5 {
+			it := s.Candidates(rand.New(rand.NewPCG(uint64(seed), uint64(size))))
+			seen := map[uint16]bool{}
+			inStatic := false
+			for {
+				p, ok := it.Next()
+				if !ok {
+					break
+				}
+				if seen[p] {
+					t.Fatalf("range %v seed %d: port %d visited twice", r, seed, p)
+				}
+				if !s.Contains(p) {
+					t.Fatalf("range %v exclude %v seed %d: port %d not in the set", r, exclude, seed, p)
+				}
+				seen[p] = true
+				if static.Contains(p) {
+					inStatic = true
+				} else if inStatic {
+					t.Fatalf("range %v seed %d: dynamic port %d after the static band began", r, seed, p)
+				}
+			}
+			if len(seen) != s.Len() {
+				t.Fatalf("range %v exclude %v seed %d: visited %d ports; want %d", r, exclude, seed, len(seen), s.Len())
+			}
+		}
+	}
+}
+
+// TestCandidatesDiffer checks that two allocators do not walk in lockstep.
+func TestCandidatesDiffer(t *testing.T) {
+	s := NewSet(Range{20000, 32767})
+	a := s.Candidates(rand.New(rand.NewPCG(1, 1)))
+	b := s.Candidates(rand.New(rand.NewPCG(2, 2)))
+	same := 0
+	for range 100 {
+		pa, _ := a.Next()
+		pb, _ := b.Next()
+		if pa == pb {
+			same++
+		}
+	}
+	if same > 5 {
+		t.Errorf("two seeds agreed on %d of the first 100 candidates", same)
+	}
+}
+
+func TestSetExclusions(t *testing.T) {
+	s := NewSet(Range{100, 200}, Range{150, 160}, Range{1, 100}, Range{199, 300})
+	if got, want := s.Len(), 101-11-1-2; got != want {
+		t.Errorf("Len = %d; want %d", got, want)
+	}
+	for p, want := range map[uint16]bool{100: false, 101: true, 149: true, 150: false, 160: false, 161: true, 198: true, 199: false, 201: false} {
+		if got := s.Contains(p); got != want {
+			t.Errorf("Contains(%d) = %v; want %v", p, got, want)
+		}
+	}
+	if NewSet(Range{5, 5}, Range{5, 5}).Len() != 0 {
+		t.Error("a fully excluded range is not empty")
+	}
+}
+
+func TestParseOSOutput(t *testing.T) {
+	if r, err := parseLinux("32768\t60999\n"); err != nil || r != (Range{32768, 60999}) {
+		t.Errorf("parseLinux = %v, %v", r, err)
+	}
+	if _, err := parseLinux("garbage"); err == nil {
+		t.Error("parseLinux(garbage) = nil error")
+	}
+	dyn := "\nProtocol tcp Dynamic Port Range\n---------------------------------\nStart Port      : 49152\nNumber of Ports : 16384\n"
+	if r, err := parseNetshDynamic(dyn); err != nil || r != (Range{49152, 65535}) {
+		t.Errorf("parseNetshDynamic = %v, %v", r, err)
+	}
+	if _, err := parseNetshDynamic("Start Port : 60000\nNumber of Ports : 10000\n"); err == nil {
+		t.Error("parseNetshDynamic past 65535 = nil error")
+	}
+	excl := "\nProtocol tcp Port Exclusion Ranges\n\nStart Port    End Port\n----------    --------\n      5357        5357\n     50000       50059     *\n\n* - Administered port exclusions.\n"
+	got := parseNetshExcluded(excl)
+	if len(got) != 2 || got[0] != (Range{5357, 5357}) || got[1] != (Range{50000, 50059}) {
+		t.Errorf("parseNetshExcluded = %v", got)
+	}
+}
+
+func TestEphemeral(t *testing.T) {
+	r, err := Ephemeral()
+	if err != nil {
+		t.Logf("Ephemeral: %v (using %v)", err, r)
+	}
+	if r.Valid() != nil {
+		t.Errorf("Ephemeral() = %v; want a valid range", r)
+	}
+}
+
+// FuzzParse checks that Parse never panics, that what it accepts prints back
+// to an equal range, and that ParseList agrees with it on single items.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"20000-32767", "25565", "0-10", " 1-2", "1-70000", "", "a-b", "1-2,3-4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := Parse(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Parse(%q) error %v does not wrap ErrInvalid", s, err)
+			}
+			return
+		}
+		if r.Valid() != nil {
+			t.Fatalf("Parse(%q) = %v, an invalid range", s, r)
+		}
+		back, err := Parse(r.String())
+		if err != nil || back != r {
+			t.Fatalf("Parse(%q) = %v; Parse(%q) = %v, %v", s, r, r.String(), back, err)
+		}
+		l, err := ParseList(s)
+		if err != nil || len(l) != 1 || l[0] != r {
+			t.Fatalf("ParseList(%q) = %v, %v; want [%v]", s, l, err, r)
+		}
+	})
+}
