@@ -1,0 +1,222 @@
+package portalloc_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/berth-go/berth/portalloc"
+)
+
+// BenchmarkAllocateRelease compares one Allocate+Release of each backend
+// with a bare net.Listen("tcp", "127.0.0.1:0")+Close in the same run.
+func BenchmarkAllocateRelease(b *testing.B) {
+	for _, mode := range []portalloc.Mode{portalloc.ModeStateStore, portalloc.ModeMRU} {
+		b.Run(string(mode), func(b *testing.B) {
+			ctx := context.Background()
+			a, err := portalloc.New(ctx, portalloc.Config{Mode: mode, StateDir: b.TempDir()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer a.Close()
+			for b.Loop() {
+				r, err := a.Allocate(ctx, portalloc.Request{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := a.Release(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("listen", func(b *testing.B) {
+		for b.Loop() {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = l.Close()
+		}
+	})
+}
+
+// BenchmarkAllocateFull measures Allocate+Release on a 2,000-port range
+// that is empty, 90% held by this process, and 90% held by another process.
+func BenchmarkAllocateFull(b *testing.B) {
+	const size, held = 2000, 1800
+	rng := portalloc.Range{First: 24000, Last: 24000 + size - 1}
+	cfg := func(dir string) portalloc.Config {
+		return portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Range: rng, AllowEphemeralOverlap: true}
+	}
+	run := func(b *testing.B, a *portalloc.Allocator) {
+		ctx := context.Background()
+		for b.Loop() {
+			r, err := a.Allocate(ctx, portalloc.Request{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := a.Release(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("empty", func(b *testing.B) {
+		a, err := portalloc.New(context.Background(), cfg(b.TempDir()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer a.Close()
+		run(b, a)
+	})
+	b.Run("90pct-self", func(b *testing.B) {
+		a, err := portalloc.New(context.Background(), cfg(b.TempDir()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer a.Close()
+		for range held {
+			if _, err := a.Allocate(context.Background(), portalloc.Request{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		run(b, a)
+	})
+	b.Run("90pct-other", func(b *testing.B) {
+		dir := b.TempDir()
+		stop := startFill(b, dir, rng, held)
+		defer stop()
+		a, err := portalloc.New(context.Background(), cfg(dir))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer a.Close()
+		run(b, a)
+	})
+}
+
+func startFill(b *testing.B, dir string, r portalloc.Range, n int) func() {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=fill", "BERTH_STATE_DIR="+dir,
+		"BERTH_TEST_RANGE="+r.String(), "BERTH_TEST_N="+strconv.Itoa(n))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if line != "ready\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		b.Fatalf("fill worker said %q", line)
+	}
+	return func() { _ = stdin.Close(); _ = cmd.Wait() }
+}
+
+// churnReport is what one contention worker prints when it is done.
+type churnReport struct {
+	Ops       int     `json:"ops"`
+	Errors    int     `json:"errors"`
+	Latencies []int64 `json:"latencies_ns"` // one Allocate+Release each
+}
+
+// churn allocates and releases in a loop for BERTH_TEST_DURATION, after
+// one byte on stdin says go, and prints a churnReport.
+func churn(ctx context.Context) error {
+	d, err := time.ParseDuration(os.Getenv("BERTH_TEST_DURATION"))
+	if err != nil {
+		return err
+	}
+	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: os.Getenv("BERTH_STATE_DIR")})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	fmt.Println("ready")
+	_, _ = os.Stdin.Read(make([]byte, 1))
+	var rep churnReport
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		start := time.Now()
+		r, err := a.Allocate(ctx, portalloc.Request{})
+		if err == nil {
+			err = a.Release(ctx, r)
+		}
+		rep.Latencies = append(rep.Latencies, int64(time.Since(start)))
+		rep.Ops++
+		if err != nil {
+			rep.Errors++
+		}
+	}
+	return json.NewEncoder(os.Stdout).Encode(rep)
+}
+
+// BenchmarkContention runs six processes that allocate and release on one
+// store for two seconds, and reports their combined operations per second
+// and the worst process's p99 and the slowest single call. An operation is
+// one Allocate+Release.
+func BenchmarkContention(b *testing.B) {
+	const procs = 6
+	duration := 2 * time.Second
+	for b.Loop() {
+		dir := b.TempDir()
+		type proc struct {
+			cmd *exec.Cmd
+			out *bufio.Reader
+			in  interface{ Write([]byte) (int, error) }
+		}
+		ps := make([]proc, procs)
+		for i := range ps {
+			cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+			cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=churn", "BERTH_STATE_DIR="+dir, "BERTH_TEST_DURATION="+duration.String())
+			cmd.Stderr = os.Stderr
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			ps[i] = proc{cmd, bufio.NewReaderSize(stdout, 1<<20), stdin}
+			if line, _ := ps[i].out.ReadString('\n'); line != "ready\n" {
+				b.Fatalf("worker said %q", line)
+			}
+		}
+		for _, p := range ps {
+			_, _ = p.in.Write([]byte{1})
+		}
+		var (
+			ops, errs int
+			worstP99  time.Duration
+			slowest   time.Duration
+		)
+		for _, p := range ps {
+			var rep churnReport
+			if err := json.NewDecoder(p.out).Decode(&rep); err != nil {
+				b.Fatal(err)
+			}
+			_ = p.cmd.Wait()
+			ops += rep.Ops
+			errs += rep.Errors
+			slices.Sort(rep.Latencies)
+			if n := len(rep.Latencies); n > 0 {
+				worstP99 = max(worstP99, time.Duration(rep.Latencies[n*99/100]))
+				slowest = max(slowest, time.Duration(rep.Latencies[n-1]))
+			}
+		}
+		if errs > 0 {
+			b.Errorf("%d of %d operations failed", errs, ops)
+		}
+		b.ReportMetric(float64(ops)/duration.Seconds(), "ops/s")
+		b.ReportMetric(float64(worstP99.Microseconds())/1000, "p99-ms")
+		b.ReportMetric(float64(slowest.Microseconds())/1000, "max-ms")
+	}
+}

@@ -1,0 +1,87 @@
+package portalloc
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/berth-go/berth/statestore"
+)
+
+// Sentinel errors: every error an Allocator returns for one of these
+// conditions wraps the sentinel, for errors.Is.
+var (
+	// ErrRangeExhausted: no port of the range is free.
+	ErrRangeExhausted = errors.New("no free port in the range")
+	// ErrPortHeld: the port is reserved by a live process or bound outside
+	// berth. The error is a *ConflictError with the detail.
+	ErrPortHeld = errors.New("port held")
+	// ErrInvalidRequest: a request or configuration field is out of its
+	// accepted values; the message names the field and what is accepted.
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrStoreUnavailable: in ModeStateStore, the state store could not be
+	// opened or failed.
+	ErrStoreUnavailable = errors.New("state store unavailable")
+	// ErrClosed: the Allocator has been closed.
+	ErrClosed = errors.New("allocator closed")
+)
+
+// ConflictError reports a port that is held. errors.Is(err, ErrPortHeld)
+// holds for it.
+type ConflictError struct {
+	Protocol Protocol
+	Address  netip.Addr
+	Port     uint16
+
+	// HolderPID is the process holding the port; 0 when the port is bound
+	// by a process outside berth.
+	HolderPID  int
+	HolderName string
+	// HolderAddress is the address of the holder's reservation, which
+	// differs from Address when a wildcard stands in the way.
+	HolderAddress netip.Addr
+	HolderLabel   string
+	// Self is true when the holder is this very process, e.g. its own
+	// wildcard reservation of the port.
+	Self bool
+}
+
+func (e *ConflictError) Error() string {
+	want := fmt.Sprintf("%s %s", e.Protocol, netip.AddrPortFrom(e.Address, e.Port))
+	holder := fmt.Sprintf("%s %s", e.Protocol, netip.AddrPortFrom(e.HolderAddress, e.Port))
+	label := ""
+	if e.HolderLabel != "" {
+		label = fmt.Sprintf(" (label %q)", e.HolderLabel)
+	}
+	switch {
+	case e.HolderPID == 0:
+		return fmt.Sprintf("%s is bound by a process outside berth; stop it or choose another port", want)
+	case e.Self && e.HolderAddress == e.Address:
+		return fmt.Sprintf("%s is already reserved by this process%s", want, label)
+	case e.Self:
+		return fmt.Sprintf("%s conflicts with this process's own reservation of %s%s; release that first or choose another port", want, holder, label)
+	default:
+		name := ""
+		if e.HolderName != "" {
+			name = " (" + e.HolderName + ")"
+		}
+		return fmt.Sprintf("%s is held by pid %d%s through its reservation of %s%s; stop that process or choose another port", want, e.HolderPID, name, holder, label)
+	}
+}
+
+// Is reports whether target is ErrPortHeld.
+func (e *ConflictError) Is(target error) bool { return target == ErrPortHeld }
+
+func fromStoreConflict(ce *statestore.ConflictError) *ConflictError {
+	h := ce.Holder
+	return &ConflictError{
+		Protocol:      Protocol(ce.Key.Protocol),
+		Address:       ce.Key.Addr,
+		Port:          ce.Key.Port,
+		HolderPID:     h.Owner.PID,
+		HolderName:    h.Owner.Name,
+		HolderAddress: h.Addr,
+		HolderLabel:   h.Label,
+		Self:          ce.Self,
+	}
+}
