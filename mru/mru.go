@@ -209,14 +209,14 @@ func osPort(protocol string, addr netip.Addr) (uint16, error) {
 		if err != nil {
 			return 0, fmt.Errorf("mru: %w", err)
 		}
-		defer l.Close()
+		defer func() { _ = l.Close() }()
 		return netip.MustParseAddrPort(l.Addr().String()).Port(), nil
 	}
 	c, err := net.ListenPacket("udp", hp)
 	if err != nil {
 		return 0, fmt.Errorf("mru: %w", err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	return netip.MustParseAddrPort(c.LocalAddr().String()).Port(), nil
 }
 
@@ -227,7 +227,7 @@ func (f *File) update(ctx context.Context, fn func([]Entry, time.Time) ([]Entry,
 		return fmt.Errorf("mru: %w", err)
 	}
 	lock := flock.New(f.path+".lock", flock.SetPermissions(0o600))
-	defer lock.Close()
+	defer func() { _ = lock.Close() }()
 	ok, err := lock.TryLockContext(ctx, time.Millisecond)
 	if err != nil {
 		return fmt.Errorf("mru: lock %s: %w", lock.Path(), err)

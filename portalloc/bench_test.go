@@ -58,6 +58,7 @@ func BenchmarkAllocateFull(b *testing.B) {
 		return portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Range: rng, AllowEphemeralOverlap: true}
 	}
 	run := func(b *testing.B, a *portalloc.Allocator) {
+		b.Helper()
 		ctx := context.Background()
 		for b.Loop() {
 			r, err := a.Allocate(ctx, portalloc.Request{})

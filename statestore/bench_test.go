@@ -26,6 +26,7 @@ func BenchmarkReserveRelease10k(b *testing.B) {
 }
 
 func benchRoundTrip(b *testing.B, s *statestore.Store) {
+	b.Helper()
 	ctx := context.Background()
 	key := tcp(lo4, 40000) // above the rows fill writes
 	b.ReportAllocs()

@@ -44,7 +44,7 @@ func (s *Store) fresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load reservations: %w", err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	m := make(map[uint32][]Reservation, max(len(c.rows), 64))
 	for rows.Next() {
 		r, err := scanRow(rows)

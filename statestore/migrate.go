@@ -48,7 +48,7 @@ func latestMigration() uint {
 // SQLite's own locks.
 func prepareFile(ctx context.Context, path string, log logr.Logger) error {
 	lock := flock.New(path+".migrate.lock", flock.SetPermissions(0o600))
-	defer lock.Close()
+	defer func() { _ = lock.Close() }()
 	ok, err := lock.TryLockContext(ctx, 5*time.Millisecond)
 	if err != nil {
 		return fmt.Errorf("statestore: migration lock %s: %w", lock.Path(), err)
@@ -88,7 +88,7 @@ func migrateUp(ctx context.Context, path string, log logr.Logger) error {
 		_ = drv.Close()
 		return fmt.Errorf("statestore: migrate %s: %w", path, err)
 	}
-	defer m.Close()
+	defer func() { _, _ = m.Close() }()
 
 	v, dirty, err := m.Version()
 	switch {

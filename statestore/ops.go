@@ -2,7 +2,6 @@ package statestore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -122,7 +121,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Reservation, error) {
 	if err != nil {
 		return nil, storageErr("list", err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	var out []Reservation
 	for rows.Next() {
 		r, err := scanRow(rows)
@@ -161,28 +160,16 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	var n int64
 	err = s.write(ctx, "reap", func(tctx context.Context) error {
 		// One pass over the table picks the rows; each is deleted by its key.
-		rows, err := s.st.all.QueryContext(tctx)
+		doomed, err := s.rowsWhere(tctx, func(r Reservation) bool {
+			return dead[ownerKey{r.Owner.PID, r.Owner.Start.UnixMilli(), r.Owner.Scope}]
+		})
 		if err != nil {
-			return storageErr("reap", err)
-		}
-		var doomed []Reservation
-		for rows.Next() {
-			r, err := scanRow(rows)
-			if err != nil {
-				_ = rows.Close()
-				return storageErr("reap", err)
-			}
-			if dead[ownerKey{r.Owner.PID, r.Owner.Start.UnixMilli(), r.Owner.Scope}] {
-				doomed = append(doomed, r)
-			}
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return storageErr("reap", err)
 		}
 		for _, r := range doomed {
 			packed, _ := netaddr.Pack(r.Addr)
 			if _, err := s.st.deleteKey.ExecContext(tctx, string(r.Protocol), int(r.Port), packed); err != nil {
-				return storageErr("reap "+r.Key.String(), err)
+				return storageErr("reap "+r.String(), err)
 			}
 			n++
 		}
@@ -199,6 +186,28 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
+// rowsWhere reads the whole table and returns the rows keep selects. The
+// rows are closed before it returns, so the caller can write on the same
+// connection.
+func (s *Store) rowsWhere(ctx context.Context, keep func(Reservation) bool) ([]Reservation, error) {
+	rows, err := s.st.all.QueryContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []Reservation
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		if keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out, rows.Err()
+}
+
 func (s *Store) owners(ctx context.Context) ([]Owner, error) {
 	release, err := s.acquire(ctx, false)
 	if err != nil {
@@ -209,7 +218,7 @@ func (s *Store) owners(ctx context.Context) ([]Owner, error) {
 	if err != nil {
 		return nil, storageErr("reap", err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	var out []Owner
 	for rows.Next() {
 		var (

@@ -58,5 +58,8 @@ func explain(t *testing.T, db *sql.DB, q string) string {
 		}
 		b.WriteString(detail + "\n")
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return b.String()
 }

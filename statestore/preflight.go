@@ -23,14 +23,15 @@ var ourTables = map[string]bool{
 	"schema_migrations": true, // golang-migrate's version table
 }
 
-// preflight decides, without writing a byte, whether path may be opened for
-// writing: it does not exist or is empty (a new store), or it is an intact
-// berth database. Opening a file read-write is not harmless: setting the WAL
-// journal mode alone rewrites its header.
+// preflight decides, without writing a byte to an existing file, whether
+// path may be opened for writing: it does not exist or is empty (a new
+// store, which it initialises), or it is an intact berth database. Opening a
+// file read-write is not harmless: setting the WAL journal mode alone
+// rewrites its header. The caller holds the migration lock.
 func preflight(ctx context.Context, path string) error {
 	fi, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return createFile(path)
+		return initFile(ctx, path)
 	}
 	if err != nil {
 		return fmt.Errorf("statestore: %s: %w", path, err)
@@ -42,7 +43,7 @@ func preflight(ctx context.Context, path string) error {
 		return fmt.Errorf("statestore: %s is not a regular file: %w", path, ErrDamaged)
 	}
 	if fi.Size() == 0 {
-		return nil
+		return initFile(ctx, path)
 	}
 	if err := checkHeader(path, fi.Size()); err != nil {
 		return err
@@ -50,18 +51,30 @@ func preflight(ctx context.Context, path string) error {
 	return checkContents(ctx, path)
 }
 
-// createFile creates an empty database file with mode 0600, which SQLite
-// then keeps for the -wal and -shm files it creates beside it. O_EXCL makes
-// this lose quietly to a process that creates it first.
-func createFile(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return nil
-	}
+// pageSize is the page size of new databases. Rows are small and every
+// commit writes whole pages to the WAL, so small pages make commits cheaper.
+const pageSize = 1024
+
+// initFile creates a new database file with mode 0600 (SQLite keeps that
+// mode for the -wal and -shm files it creates beside it), then sets its page
+// size and WAL mode, which only a new database can still take.
+func initFile(ctx context.Context, path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("statestore: create %s: %w", path, err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("statestore: create %s: %w", path, err)
+	}
+	db, err := sql.Open("sqlite", dsnBare(path)+fmt.Sprintf("?_pragma=page_size(%d)", pageSize))
+	if err != nil {
+		return fmt.Errorf("statestore: create %s: %w", path, err)
+	}
+	defer func() { _ = db.Close() }()
+	if _, err := db.ExecContext(ctx, "PRAGMA journal_mode=WAL"); err != nil {
+		return fmt.Errorf("statestore: create %s: %w", path, err)
+	}
+	return nil
 }
 
 // checkHeader reads the 100-byte SQLite header and checks the file against
@@ -74,7 +87,7 @@ func checkHeader(path string, size int64) error {
 	if err != nil {
 		return fmt.Errorf("statestore: %s: %w", path, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var h [100]byte
 	if _, err := io.ReadFull(f, h[:]); err != nil {
 		if bytes.HasPrefix(sqliteMagic, h[:min(int(size), len(sqliteMagic))]) {
@@ -113,7 +126,7 @@ func checkContents(ctx context.Context, path string) error {
 	if err != nil {
 		return fmt.Errorf("statestore: %s: %w", path, err)
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	var res string
 	if err := db.QueryRowContext(ctx, "PRAGMA quick_check(1)").Scan(&res); err != nil {
 		return fmt.Errorf("statestore: check %s: %w: %w", path, ErrDamaged, err)
@@ -125,7 +138,7 @@ func checkContents(ctx context.Context, path string) error {
 	if err != nil {
 		return fmt.Errorf("statestore: check %s: %w", path, err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {

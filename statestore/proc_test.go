@@ -160,6 +160,9 @@ func checkSchema(t *testing.T, path string) {
 			t.Errorf("migration %d ran %d times; want once", v, n)
 		}
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	if uint(seen) != statestore.SchemaVersion {
 		t.Errorf("schema_history has %d migrations; want %d", seen, statestore.SchemaVersion)
 	}

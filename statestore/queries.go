@@ -60,7 +60,8 @@ func (st *statements) prepare(ctx context.Context, conn *sql.Conn) error {
 		{&st.deleteOwned, qDeleteOwned}, {&st.deleteOwner, qDeleteOwner},
 		{&st.transfer, qTransfer}, {&st.all, qAll},
 	} {
-		s, err := conn.PrepareContext(ctx, p.q)
+		s, err := conn.PrepareContext(ctx, p.q) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
+
 		if err != nil {
 			return err
 		}

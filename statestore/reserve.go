@@ -203,7 +203,7 @@ func (s *Store) conflictRows(ctx context.Context, key Key) ([]Reservation, error
 	if err != nil {
 		return nil, storageErr("look up "+key.String(), err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	var out []Reservation
 	for rows.Next() {
 		r, err := scanRow(rows)
@@ -242,11 +242,11 @@ func (s *Store) clearDead(ctx context.Context, key Key, own Owner, rows []Reserv
 	for _, r := range rows {
 		packed, _ := netaddr.Pack(r.Addr) // read from the table: already normal
 		if _, err := s.st.deleteKey.ExecContext(ctx, string(r.Protocol), int(r.Port), packed); err != nil {
-			return storageErr("reap "+r.Key.String(), err)
+			return storageErr("reap "+r.String(), err)
 		}
 		s.cache.remove(r.Key)
 		s.reaped.Add(1)
-		s.log.V(1).Info("reaped reservation of exited owner", "key", r.Key.String(), "owner", r.Owner.String())
+		s.log.V(1).Info("reaped reservation of exited owner", "key", r.String(), "owner", r.Owner.String())
 	}
 	return nil
 }

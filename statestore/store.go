@@ -74,9 +74,15 @@ type Store struct {
 	cache     heldCache
 	live      liveness
 
+	// commits counts this connection's write transactions; every
+	// checkpointEvery of them it nudges the checkpointer. Guarded by sem.
+	commits    int
+	checkpoint chan struct{} // capacity 1: a pending nudge
+	ckptDB     *sql.DB       // the checkpointer's own connection
+
 	closed atomic.Bool
-	stop   chan struct{}  // closed by Close to end the sweep
-	wg     sync.WaitGroup // the sweep and abandoned lock waiters
+	stop   chan struct{}  // closed by Close to end the background goroutines
+	wg     sync.WaitGroup // background goroutines and abandoned lock waiters
 
 	reaped        atomic.Int64
 	probeFailures atomic.Int64
@@ -137,17 +143,27 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
 	}
+	ckptDB, err := sql.Open("sqlite", dsn(path, busySlice, false))
+	if err != nil {
+		_ = writeLock.Close()
+		_ = conn.Close()
+		_ = db.Close()
+		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
+	}
+	ckptDB.SetMaxOpenConns(1)
 	s := &Store{
-		path:      path,
-		log:       opts.Logger,
-		now:       opts.Now,
-		self:      self,
-		busy:      opts.BusyTimeout,
-		db:        db,
-		sem:       make(chan struct{}, 1),
-		conn:      conn,
-		writeLock: writeLock,
-		stop:      make(chan struct{}),
+		path:       path,
+		log:        opts.Logger,
+		now:        opts.Now,
+		self:       self,
+		busy:       opts.BusyTimeout,
+		db:         db,
+		sem:        make(chan struct{}, 1),
+		conn:       conn,
+		writeLock:  writeLock,
+		checkpoint: make(chan struct{}, 1),
+		ckptDB:     ckptDB,
+		stop:       make(chan struct{}),
 	}
 	if err := s.st.prepare(ctx, conn); err != nil {
 		_ = s.closeDB()
@@ -155,8 +171,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if opts.SweepInterval > 0 {
 		s.wg.Add(1)
-		go s.sweep(opts.SweepInterval)
+		go s.sweep(opts.SweepInterval) //nolint:contextcheck // the sweep outlives Open's context; Close stops it
 	}
+	s.wg.Add(1)
+	go s.checkpointer()
 	return s, nil
 }
 
@@ -181,7 +199,7 @@ func (s *Store) closeDB() error {
 	if s.conn != nil {
 		errs = append(errs, s.conn.Close())
 	}
-	errs = append(errs, s.db.Close())
+	errs = append(errs, s.db.Close(), s.ckptDB.Close())
 	if s.writeLock != nil {
 		errs = append(errs, s.writeLock.Close())
 	}
@@ -194,16 +212,64 @@ func (s *Store) closeDB() error {
 // dsn builds the driver's data source name. The path goes in as a file: URI
 // with the characters that would end or escape it encoded.
 func dsn(path string, busy time.Duration, readOnly bool) string {
+	if readOnly {
+		return dsnBare(path) + "?mode=ro&_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")"
+	}
+	return dsnBare(path) +
+		"?_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")" +
+		"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate" +
+		// Checkpoints run in the background (see checkpointer); this
+		// automatic one is only a backstop against a WAL that grows.
+		"&_pragma=wal_autocheckpoint(" + fmt.Sprint(backstopCheckpointPages) + ")"
+}
+
+const (
+	// checkpointEvery is how many of its own commits a Store makes between
+	// background checkpoints.
+	checkpointEvery = 256
+	// backstopCheckpointPages is the WAL size, in pages, at which SQLite
+	// checkpoints inside a commit anyway.
+	backstopCheckpointPages = 8192
+)
+
+// checkpointer copies the WAL back into the database file when nudged.
+// SQLite's automatic checkpoint runs inside the commit that crosses its
+// threshold, holding the write lock through an fsync: the slowest calls
+// under contention were those. A PASSIVE checkpoint on a connection of its
+// own blocks no writer.
+func (s *Store) checkpointer() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.checkpoint:
+		}
+		if _, err := s.ckptDB.Exec("PRAGMA wal_checkpoint(PASSIVE)"); err != nil && !isBusy(err) {
+			s.log.V(1).Info("background checkpoint failed", "error", err.Error())
+		}
+	}
+}
+
+// committed counts a commit and nudges the checkpointer now and then. It
+// must be called with the store acquired.
+func (s *Store) committed() {
+	s.commits++
+	if s.commits%checkpointEvery == 0 {
+		select {
+		case s.checkpoint <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// dsnBare is the file: URI of path with no parameters.
+func dsnBare(path string) string {
 	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.ToSlash(path))
 	if !strings.HasPrefix(esc, "/") {
 		esc = "/" + esc // Windows drive letters: file:/C:/...
 	}
-	if readOnly {
-		return "file:" + esc + "?mode=ro&_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")"
-	}
-	return "file:" + esc +
-		"?_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")" +
-		"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+	return "file:" + esc
 }
 
 // acquire takes the store for one call: the in-process turn, then for writes

@@ -29,21 +29,21 @@ func isHeld(err error) bool { return errors.Is(err, statestore.ErrHeld) }
 
 // open opens a store in a fresh temporary directory and closes it at the
 // end of the test.
-func open(t testing.TB) (*statestore.Store, string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "state", "berth.db")
-	return openAt(t, path), path
+func open(tb testing.TB) (*statestore.Store, string) {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "state", "berth.db")
+	return openAt(tb, path), path
 }
 
-func openAt(t testing.TB, path string) *statestore.Store {
-	t.Helper()
+func openAt(tb testing.TB, path string) *statestore.Store {
+	tb.Helper()
 	s, err := statestore.Open(context.Background(), path, statestore.Options{SweepInterval: -1})
 	if err != nil {
-		t.Fatalf("Open(%s): %v", path, err)
+		tb.Fatalf("Open(%s): %v", path, err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
+			tb.Errorf("Close: %v", err)
 		}
 	})
 	return s
@@ -61,11 +61,11 @@ func list(t *testing.T, s *statestore.Store) []statestore.Reservation {
 // deadOwner returns an identity that no running process has: this process's
 // pid with a start time an hour off, which is exactly what a reused pid
 // looks like.
-func deadOwner(t testing.TB, shift time.Duration) statestore.Owner {
-	t.Helper()
+func deadOwner(tb testing.TB, shift time.Duration) statestore.Owner {
+	tb.Helper()
 	me, err := statestore.Self()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	me.Start = me.Start.Add(-time.Hour - shift)
 	return me

@@ -28,13 +28,14 @@ func (s *Store) write(ctx context.Context, op string, fn func(tctx context.Conte
 		return storageErr(op, err)
 	}
 	if err := fn(tctx); err != nil {
-		s.rollback()
+		s.rollback() //nolint:contextcheck // a rollback must run whatever became of ctx
 		return err
 	}
 	if _, err := s.st.commit.ExecContext(tctx); err != nil {
-		s.rollback()
+		s.rollback() //nolint:contextcheck // a rollback must run whatever became of ctx
 		return storageErr(op, err)
 	}
+	s.committed()
 	return nil
 }
 
@@ -61,6 +62,7 @@ func (s *Store) exec(ctx context.Context, op string, done func(n int64), stmt *s
 		s.cache.invalidate()
 		return 0, storageErr(op, err)
 	}
+	s.committed()
 	if done != nil {
 		done(n)
 	}

@@ -45,7 +45,7 @@ func available(network string, addr netip.Addr, port uint16) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("probe: socket: %w", err)
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }()
 	if typ == unix.SOCK_STREAM {
 		// Go's listeners set SO_REUSEADDR, so a port whose last connection
 		// lingers in TIME_WAIT is usable by the consumer and must probe free.
