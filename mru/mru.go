@@ -36,7 +36,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/gofrs/flock"
-	"github.com/google/renameio/v2"
 )
 
 const (
@@ -250,7 +249,7 @@ func (f *File) update(ctx context.Context, fn func([]Entry, time.Time) ([]Entry,
 	if err != nil {
 		return fmt.Errorf("mru: %w", err)
 	}
-	if err := renameio.WriteFile(f.path, b, 0o600); err != nil {
+	if err := writeAtomic(f.path, b); err != nil {
 		return fmt.Errorf("mru: write %s: %w", f.path, err)
 	}
 	return nil
