@@ -84,6 +84,8 @@ type Allocator struct {
 	rngMu sync.Mutex // guards rng
 	rng   *rand.Rand
 
+	ctr counters
+
 	mu     sync.Mutex // guards held and closed
 	held   map[heldKey]Reservation
 	closed bool
@@ -175,6 +177,7 @@ func (a *Allocator) fallBack(cause error) {
 	a.fallbackOnce.Do(func() {
 		a.fallbackErr.Store(&cause)
 		a.fellBack.Store(true)
+		a.ctr.fallbacks.Add(1)
 		a.log.Error(cause, "state store unavailable; allocating from the MRU file instead", "mru", a.mru.Path())
 	})
 }
@@ -243,7 +246,8 @@ func probeKey(k statestore.Key) (bool, error) {
 // Allocate reserves a free port of the configured range for req and returns
 // it. The port has been bind-probed on req.Address. It returns an error
 // wrapping ErrRangeExhausted when no port is free.
-func (a *Allocator) Allocate(ctx context.Context, req Request) (Reservation, error) {
+func (a *Allocator) Allocate(ctx context.Context, req Request) (r Reservation, err error) {
+	defer func() { a.ctr.count(false, err) }()
 	ctx, cancel, req, err := a.begin(ctx, req)
 	if err != nil {
 		return Reservation{}, err
@@ -277,7 +281,11 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (Reservation, err
 		Addr:     req.Address,
 		Next:     it.Next,
 		Probe: func(p uint16) (bool, error) {
-			return probe.Available(string(req.Protocol), req.Address, p)
+			free, err := probe.Available(string(req.Protocol), req.Address, p)
+			if err == nil && !free {
+				a.ctr.mruProbeFailures.Add(1)
+			}
+			return free, err
 		},
 	})
 	if err != nil {
@@ -291,7 +299,8 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (Reservation, err
 // another process holds it, or when this process already holds a
 // conflicting reservation (such as its own wildcard on the port). Reserving
 // a port this process already holds on the same address returns it again.
-func (a *Allocator) Reserve(ctx context.Context, req Request, port uint16) (Reservation, error) {
+func (a *Allocator) Reserve(ctx context.Context, req Request, port uint16) (r Reservation, err error) {
+	defer func() { a.ctr.count(true, err) }()
 	if port == 0 {
 		return Reservation{}, fmt.Errorf("%w: port 0: want a port from 1 to 65535 (use Allocate for any free port)", ErrInvalidRequest)
 	}
@@ -319,6 +328,7 @@ func (a *Allocator) Reserve(ctx context.Context, req Request, port uint16) (Rese
 		return Reservation{}, a.probeErr(err, req)
 	}
 	if !free {
+		a.ctr.mruProbeFailures.Add(1)
 		return Reservation{}, &ConflictError{Protocol: req.Protocol, Address: req.Address, Port: port}
 	}
 	if err := a.mru.Record(ctx, string(req.Protocol), port); err != nil {

@@ -276,3 +276,30 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	return Stats{Reaped: s.reaped.Load(), ProbeFailures: s.probeFailures.Load()}
 }
+
+// ReservedPorts returns the distinct ports from first to last that have at
+// least one reservation, of any protocol, address or owner.
+func (s *Store) ReservedPorts(ctx context.Context, first, last uint16) ([]uint16, error) {
+	release, err := s.acquire(ctx, false)
+	if err != nil {
+		return nil, acquireErr("list ports", err)
+	}
+	defer release()
+	rows, err := s.conn.QueryContext(ctx, "SELECT DISTINCT port FROM port_allocations WHERE protocol IN ('tcp', 'udp') AND port BETWEEN ? AND ? ORDER BY port", int(first), int(last))
+	if err != nil {
+		return nil, storageErr("list ports", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []uint16
+	for rows.Next() {
+		var p int
+		if err := rows.Scan(&p); err != nil {
+			return nil, storageErr("list ports", err)
+		}
+		out = append(out, uint16(p))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, storageErr("list ports", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,120 @@
+package portalloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// ScopeCounts counts by the scope of an allocation, as Kubernetes' port
+// allocator labels its metrics: Dynamic for Allocate (berth chose the port),
+// Static for Reserve (the caller named it).
+type ScopeCounts struct {
+	Dynamic int64
+	Static  int64
+}
+
+// Stats are an Allocator's counters since New, and what it holds now.
+type Stats struct {
+	// Backend serves new allocations now: BackendStateStore or BackendMRU.
+	Backend string
+	// Held is how many reservations this Allocator holds now.
+	Held int
+	// Allocations counts successful Allocate (Dynamic) and Reserve
+	// (Static) calls.
+	Allocations ScopeCounts
+	// Errors counts failed Allocate and Reserve calls, whatever the cause
+	// (a held port, an exhausted range, bad input, a cancelled context).
+	Errors ScopeCounts
+	// ProbeFailures counts candidates that no reservation held but that
+	// were bound by a process outside berth.
+	ProbeFailures int64
+	// Reaped counts rows of exited owners this Allocator's store deleted.
+	Reaped int64
+	// Fallbacks counts switches to the MRU backend (0 or 1).
+	Fallbacks int64
+}
+
+// counters are the Allocator's own counts; the store keeps the rest.
+type counters struct {
+	alloc, allocErr  ScopeCounts // updated atomically
+	mruProbeFailures atomic.Int64
+	fallbacks        atomic.Int64
+}
+
+func (c *counters) count(static bool, err error) {
+	if errors.Is(err, ErrClosed) {
+		return
+	}
+	n := &c.alloc
+	if err != nil {
+		n = &c.allocErr
+	}
+	if static {
+		atomic.AddInt64(&n.Static, 1)
+	} else {
+		atomic.AddInt64(&n.Dynamic, 1)
+	}
+}
+
+// Stats returns the Allocator's counters. It takes no lock on the store and
+// does no I/O: it is cheap enough for every scrape.
+func (a *Allocator) Stats() Stats {
+	a.mu.Lock()
+	held := len(a.held)
+	a.mu.Unlock()
+	st := Stats{
+		Backend: a.Backend(),
+		Held:    held,
+		Allocations: ScopeCounts{
+			Dynamic: atomic.LoadInt64(&a.ctr.alloc.Dynamic),
+			Static:  atomic.LoadInt64(&a.ctr.alloc.Static),
+		},
+		Errors: ScopeCounts{
+			Dynamic: atomic.LoadInt64(&a.ctr.allocErr.Dynamic),
+			Static:  atomic.LoadInt64(&a.ctr.allocErr.Static),
+		},
+		ProbeFailures: a.ctr.mruProbeFailures.Load(),
+		Fallbacks:     a.ctr.fallbacks.Load(),
+	}
+	if a.store != nil {
+		ss := a.store.Stats()
+		st.ProbeFailures += ss.ProbeFailures
+		st.Reaped = ss.Reaped
+	}
+	return st
+}
+
+// Usage is how much of the configured range is taken.
+type Usage struct {
+	// Ports is the number of ports Allocate may hand out: the range less
+	// exclusions and the OS ephemeral range.
+	Ports int
+	// Reserved is how many of those ports have at least one reservation in
+	// the store, by any process.
+	Reserved int
+	// Available is Ports less Reserved.
+	Available int
+}
+
+// Usage reads from the store how much of the range is reserved. Unlike
+// Stats it queries the store; in the MRU backend it reports only Ports.
+func (a *Allocator) Usage(ctx context.Context) (Usage, error) {
+	u := Usage{Ports: a.set.Len()}
+	if a.store == nil || a.fellBack.Load() {
+		u.Available = u.Ports
+		return u, nil
+	}
+	ports, err := a.store.ReservedPorts(ctx, a.cfg.Range.First, a.cfg.Range.Last)
+	if err != nil {
+		return Usage{}, fmt.Errorf("portalloc: usage: %w", err)
+	}
+	for _, p := range ports {
+		if a.set.Contains(p) {
+			u.Reserved++
+		}
+	}
+	u.Available = u.Ports - u.Reserved
+	return u, nil
+}
