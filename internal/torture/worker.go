@@ -1,0 +1,275 @@
+package torture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-go/berth/portalloc"
+)
+
+// Environment of the processes the supervisor starts.
+const (
+	envRole  = "BERTH_TORTURE_ROLE" // "worker" or "child"
+	envDir   = "BERTH_TORTURE_DIR"  // the run's directory
+	envRange = "BERTH_TORTURE_RANGE"
+	envSeed  = "BERTH_TORTURE_SEED"
+	envChild = "BERTH_TORTURE_CHILD" // a child's key and lifetime: proto,addr,port,ms
+)
+
+// MaybeRunRole runs this process as a worker or child of a torture run when
+// the supervisor started it as one, and then exits. Otherwise it returns.
+// Programs that run the harness (and their tests) call it first thing.
+func MaybeRunRole() {
+	var err error
+	switch os.Getenv(envRole) {
+	case "":
+		return
+	case "worker":
+		err = runWorker()
+	case "child":
+		err = runChild()
+	default:
+		err = fmt.Errorf("unknown role %q", os.Getenv(envRole))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "torture:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// Addresses workers draw from.
+var addrs = []netip.Addr{
+	netip.MustParseAddr("127.0.0.1"),
+	netip.MustParseAddr("::1"),
+	netip.MustParseAddr("0.0.0.0"),
+	netip.MustParseAddr("::"),
+}
+
+const maxHeld = 32 // per worker, so a small range runs full
+
+// held is a grant the worker holds, with the socket proving it.
+type held struct {
+	r    portalloc.Reservation
+	sock io.Closer
+}
+
+// runWorker loops doing random operations until its stdin closes, then
+// releases everything and exits.
+func runWorker() error {
+	dir := os.Getenv(envDir)
+	r, err := portalloc.ParseRange(os.Getenv(envRange))
+	if err != nil {
+		return err
+	}
+	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
+	rng := rand.New(rand.NewPCG(seed, uint64(os.Getpid())))
+	log, err := openLog(filepath.Join(dir, "logs", fmt.Sprintf("worker-%d.jsonl", os.Getpid())))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.close() }()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // the supervisor closes stdin to end the run
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+
+	a, err := portalloc.New(ctx, portalloc.Config{
+		Mode: portalloc.ModeStateStore, StateDir: filepath.Join(dir, "state"),
+		Range: r, AllowEphemeralOverlap: true, Timeout: 10 * time.Second,
+	})
+	if err != nil {
+		log.add(Event{Kind: KindError, Err: err.Error()})
+		return err
+	}
+	w := &worker{a: a, log: log, rng: rng, rangeOf: r, dir: dir, held: map[portalloc.Reservation]held{}}
+	for ctx.Err() == nil {
+		w.step(ctx)
+	}
+	for _, h := range w.held {
+		w.release(h)
+	}
+	log.add(Event{Kind: KindExit, Reaped: a.Stats().Reaped})
+	return a.Close()
+}
+
+type worker struct {
+	a       *portalloc.Allocator
+	log     *eventLog
+	rng     *rand.Rand
+	rangeOf portalloc.Range
+	dir     string
+	held    map[portalloc.Reservation]held
+}
+
+func (w *worker) step(ctx context.Context) {
+	switch n := w.rng.IntN(100); {
+	case n < 35 && len(w.held) < maxHeld:
+		w.grant(ctx, false)
+	case n < 50 && len(w.held) < maxHeld:
+		w.grant(ctx, true)
+	case n < 80 && len(w.held) > 0:
+		for _, h := range w.held { // a random one: map order
+			w.release(h)
+			break
+		}
+	case n < 85:
+		w.handoff(ctx)
+	default:
+		time.Sleep(time.Duration(1+w.rng.IntN(10)) * time.Millisecond)
+	}
+}
+
+func (w *worker) request() portalloc.Request {
+	proto := portalloc.TCP
+	if w.rng.IntN(2) == 0 {
+		proto = portalloc.UDP
+	}
+	return portalloc.Request{Protocol: proto, Address: addrs[w.rng.IntN(len(addrs))], Label: "torture"}
+}
+
+// grant allocates (or reserves a random port of the range), logs the grant,
+// and binds it at once: a duplicate grant is then caught by the kernel.
+func (w *worker) grant(ctx context.Context, static bool) {
+	req := w.request()
+	start := time.Now()
+	var (
+		r   portalloc.Reservation
+		err error
+	)
+	if static {
+		port := w.rangeOf.First + uint16(w.rng.IntN(w.rangeOf.Size()))
+		r, err = w.a.Reserve(ctx, req, port)
+	} else {
+		r, err = w.a.Allocate(ctx, req)
+	}
+	dur := time.Since(start)
+	switch {
+	case err == nil:
+	case errors.Is(err, portalloc.ErrRangeExhausted):
+		w.log.add(Event{Kind: KindExhausted, DurNS: int64(dur)})
+		return
+	case errors.Is(err, portalloc.ErrPortHeld), ctx.Err() != nil:
+		return
+	default:
+		w.log.add(Event{Kind: KindError, Err: err.Error()})
+		return
+	}
+	if _, mine := w.held[r]; mine {
+		return // Reserve of a key this worker holds returns it again
+	}
+	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Static: static, DurNS: int64(dur), Reaped: w.a.Stats().Reaped})
+	sock, err := bind(r)
+	if err != nil {
+		w.log.add(Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Err: err.Error()})
+		_ = w.a.Release(context.Background(), r)
+		return
+	}
+	w.log.add(Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
+	w.held[r] = held{r: r, sock: sock}
+}
+
+// release closes the socket first, logs, then releases: the logged claim
+// ends before any other process can be granted the port.
+func (w *worker) release(h held) {
+	_ = h.sock.Close()
+	w.log.add(Event{Kind: KindRelease, Proto: string(h.r.Protocol), Addr: h.r.Address.String(), Port: h.r.Port})
+	delete(w.held, h.r)
+	if err := w.a.Release(context.Background(), h.r); err != nil {
+		w.log.add(Event{Kind: KindError, Err: "release: " + err.Error()})
+	}
+}
+
+// handoff allocates a port for a short-lived child, transfers the
+// reservation to it, and lets it bind. The child waits for the go-ahead,
+// so it never binds a port that is not yet its own.
+func (w *worker) handoff(ctx context.Context) {
+	r, err := w.a.Allocate(ctx, w.request())
+	if err != nil {
+		return
+	}
+	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Handoff: true})
+	self, err := os.Executable()
+	if err != nil {
+		w.log.add(Event{Kind: KindError, Err: err.Error()})
+		return
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), envRole+"=child",
+		fmt.Sprintf("%s=%s,%s,%d,%d", envChild, r.Protocol, r.Address, r.Port, 20+w.rng.IntN(200)))
+	goAhead, err := cmd.StdinPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		w.log.add(Event{Kind: KindError, Err: "start child: " + err.Error()})
+		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
+		_ = w.a.Release(context.Background(), r)
+		return
+	}
+	go func() { _ = cmd.Wait() }()
+	if err := w.a.Transfer(ctx, r, cmd.Process.Pid); err != nil {
+		_ = goAhead.Close() // the child exits without binding
+		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
+		_ = w.a.Release(context.Background(), r)
+		return
+	}
+	w.log.add(Event{Kind: KindTransfer, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Child: cmd.Process.Pid})
+	_, _ = goAhead.Write([]byte{1})
+	_ = goAhead.Close()
+}
+
+// runChild waits for the go-ahead, binds its port, holds it for a while,
+// and exits; its reservation is reaped after it.
+func runChild() error {
+	parts := strings.Split(os.Getenv(envChild), ",")
+	if len(parts) != 4 {
+		return fmt.Errorf("%s=%q: want proto,addr,port,ms", envChild, os.Getenv(envChild))
+	}
+	proto, addr := parts[0], parts[1]
+	port, _ := strconv.Atoi(parts[2])
+	ms, _ := strconv.Atoi(parts[3])
+	log, err := openLog(filepath.Join(os.Getenv(envDir), "logs", fmt.Sprintf("child-%d.jsonl", os.Getpid())))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.close() }()
+	if b, _ := io.ReadAll(io.LimitReader(os.Stdin, 1)); len(b) == 0 {
+		// The worker gave up on the handoff, or died before it.
+		log.add(Event{Kind: KindChildExit, Proto: proto, Addr: addr, Port: uint16(port)})
+		return nil
+	}
+	r := portalloc.Reservation{Protocol: portalloc.Protocol(proto), Address: netip.MustParseAddr(addr), Port: uint16(port)}
+	sock, err := bind(r)
+	if err != nil {
+		log.add(Event{Kind: KindChildBind, Proto: proto, Addr: addr, Port: uint16(port), Err: err.Error()})
+		return nil
+	}
+	log.add(Event{Kind: KindChildBind, Proto: proto, Addr: addr, Port: uint16(port)})
+	time.Sleep(time.Duration(ms) * time.Millisecond)
+	_ = sock.Close()
+	log.add(Event{Kind: KindChildExit, Proto: proto, Addr: addr, Port: uint16(port)})
+	return nil
+}
+
+// bind listens on exactly what r grants, as its consumer would.
+func bind(r portalloc.Reservation) (io.Closer, error) {
+	if r.Protocol == portalloc.UDP {
+		return net.ListenPacket("udp", r.AddrPort().String())
+	}
+	return net.Listen("tcp", r.AddrPort().String())
+}
