@@ -314,4 +314,3 @@ func (s Summary) Print(w io.Writer) {
 }
 
 func first(xs []string, n int) []string { return xs[:min(len(xs), n)] }
-

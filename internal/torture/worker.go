@@ -101,7 +101,7 @@ func runWorker() error {
 		w.step(ctx)
 	}
 	for _, h := range w.held {
-		w.release(h)
+		w.release(ctx, h)
 	}
 	log.add(Event{Kind: KindExit, Reaped: a.Stats().Reaped})
 	return a.Close()
@@ -124,7 +124,7 @@ func (w *worker) step(ctx context.Context) {
 		w.grant(ctx, true)
 	case n < 80 && len(w.held) > 0:
 		for _, h := range w.held { // a random one: map order
-			w.release(h)
+			w.release(ctx, h)
 			break
 		}
 	case n < 85:
@@ -176,7 +176,7 @@ func (w *worker) grant(ctx context.Context, static bool) {
 	sock, err := bind(r)
 	if err != nil {
 		w.log.add(Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Err: err.Error()})
-		_ = w.a.Release(context.Background(), r)
+		_ = w.a.Release(context.WithoutCancel(ctx), r)
 		return
 	}
 	w.log.add(Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
@@ -185,11 +185,13 @@ func (w *worker) grant(ctx context.Context, static bool) {
 
 // release closes the socket first, logs, then releases: the logged claim
 // ends before any other process can be granted the port.
-func (w *worker) release(h held) {
+func (w *worker) release(ctx context.Context, h held) {
 	_ = h.sock.Close()
 	w.log.add(Event{Kind: KindRelease, Proto: string(h.r.Protocol), Addr: h.r.Address.String(), Port: h.r.Port})
 	delete(w.held, h.r)
-	if err := w.a.Release(context.Background(), h.r); err != nil {
+	// Releases run even after the run's context ends: that is when a
+	// worker gives back everything it holds.
+	if err := w.a.Release(context.WithoutCancel(ctx), h.r); err != nil {
 		w.log.add(Event{Kind: KindError, Err: "release: " + err.Error()})
 	}
 }
@@ -218,14 +220,14 @@ func (w *worker) handoff(ctx context.Context) {
 	if err != nil {
 		w.log.add(Event{Kind: KindError, Err: "start child: " + err.Error()})
 		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
-		_ = w.a.Release(context.Background(), r)
+		_ = w.a.Release(context.WithoutCancel(ctx), r)
 		return
 	}
 	go func() { _ = cmd.Wait() }()
 	if err := w.a.Transfer(ctx, r, cmd.Process.Pid); err != nil {
 		_ = goAhead.Close() // the child exits without binding
 		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
-		_ = w.a.Release(context.Background(), r)
+		_ = w.a.Release(context.WithoutCancel(ctx), r)
 		return
 	}
 	w.log.add(Event{Kind: KindTransfer, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Child: cmd.Process.Pid})
