@@ -19,7 +19,9 @@
 // Window are dropped on every write, and at most MaxEntries of the newest are
 // kept. A file that cannot be read as this format (damaged, foreign, a newer
 // version) is logged, renamed to <path>.bad-<unix nanoseconds> so nothing is
-// lost, and started afresh.
+// lost, and started afresh. When the file cannot be locked or written (a
+// read-only or full state directory), the allocator logs that once and goes
+// on handing out bind-probed ports without recording them.
 package mru
 
 import (
@@ -32,6 +34,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -64,6 +67,8 @@ type Options struct {
 type File struct {
 	path string
 	opts Options
+
+	degraded sync.Once // logs the first failure to lock or write the file
 }
 
 // New returns the MRU file at path. It does no I/O: the file and its
@@ -223,18 +228,24 @@ func osPort(protocol string, addr netip.Addr) (uint16, error) {
 // back what it returns.
 func (f *File) update(ctx context.Context, fn func([]Entry, time.Time) ([]Entry, error)) error {
 	if err := os.MkdirAll(filepath.Dir(f.path), 0o700); err != nil {
-		return fmt.Errorf("mru: %w", err)
+		f.degrade(err)
 	}
 	lock := flock.New(f.path+".lock", flock.SetPermissions(0o600))
 	defer func() { _ = lock.Close() }()
 	ok, err := lock.TryLockContext(ctx, time.Millisecond)
-	if err != nil {
-		return fmt.Errorf("mru: lock %s: %w", lock.Path(), err)
-	}
-	if !ok {
+	switch {
+	case ctx.Err() != nil:
 		return ctx.Err()
+	case err != nil:
+		// The MRU file is the last resort: a state directory that cannot
+		// be written (read-only, full) must not stop bind-probed ports
+		// from being handed out. Only the memory of recent ports is lost.
+		f.degrade(fmt.Errorf("lock %s: %w", lock.Path(), err))
+	case !ok:
+		return ctx.Err()
+	default:
+		defer func() { _ = lock.Unlock() }()
 	}
-	defer func() { _ = lock.Unlock() }()
 
 	now := f.opts.Now()
 	entries := f.read(now)
@@ -250,9 +261,16 @@ func (f *File) update(ctx context.Context, fn func([]Entry, time.Time) ([]Entry,
 		return fmt.Errorf("mru: %w", err)
 	}
 	if err := writeAtomic(f.path, b); err != nil {
-		return fmt.Errorf("mru: write %s: %w", f.path, err)
+		f.degrade(fmt.Errorf("write %s: %w", f.path, err))
 	}
 	return nil
+}
+
+// degrade logs, once per File, that recent ports are not being recorded.
+func (f *File) degrade(err error) {
+	f.degraded.Do(func() {
+		f.opts.Logger.Error(err, "cannot record handed-out ports in the MRU file; ports are still bind-probed, but may be handed out again within the window")
+	})
 }
 
 // read returns the file's unexpired entries. A missing file is empty; a

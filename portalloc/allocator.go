@@ -101,6 +101,10 @@ func keyOf(r Reservation) heldKey { return heldKey{r.Protocol, r.Address, r.Port
 
 var ephemeralWarning sync.Once
 
+// maxBusyWait bounds how long a call waits for a store that another
+// program keeps locked.
+const maxBusyWait = 5 * time.Second
+
 // New validates cfg and returns an Allocator. In the state-store modes it
 // opens (creating if needed) the store in cfg.StateDir. In
 // ModeStateStoreWithFallback a store that cannot be opened makes the
@@ -127,7 +131,10 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		a.fellBack.Store(true)
 		return a, nil
 	}
-	store, err := statestore.Open(ctx, filepath.Join(cfg.StateDir, "berth.db"), statestore.Options{Logger: cfg.Logger})
+	// A store locked by something else for half the allocation timeout is
+	// a failure: in the fallback mode the MRU file then has the other half.
+	busy := min(cfg.Timeout/2, maxBusyWait)
+	store, err := statestore.Open(ctx, filepath.Join(cfg.StateDir, "berth.db"), statestore.Options{Logger: cfg.Logger, BusyTimeout: busy})
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr

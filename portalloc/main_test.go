@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -70,6 +71,8 @@ func runWorker(mode string) error {
 		return nil
 	case "churn":
 		return churn(ctx)
+	case "locker":
+		return holdWriteLock(ctx, filepath.Join(os.Getenv("BERTH_STATE_DIR"), "berth.db"))
 	}
 	return fmt.Errorf("unknown worker mode %q", mode)
 }

@@ -58,6 +58,7 @@ type Options struct {
 // Store is an open state store. Its zero value is not usable; call Open.
 type Store struct {
 	path string
+	file os.FileInfo // the database file as opened, to notice a replacement
 	log  logr.Logger
 	now  func() time.Time
 	self Owner
@@ -165,6 +166,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		ckptDB:     ckptDB,
 		stop:       make(chan struct{}),
 	}
+	if s.file, err = os.Stat(path); err != nil {
+		_ = s.closeDB()
+		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
+	}
 	if err := s.st.prepare(ctx, conn); err != nil {
 		_ = s.closeDB()
 		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
@@ -263,6 +268,20 @@ func (s *Store) committed() {
 	}
 }
 
+// sameFile fails when the database file at the store's path is no longer
+// the one it opened (deleted, or replaced by something else): writing on
+// would put reservations where no other process can see them.
+func (s *Store) sameFile() error {
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return fmt.Errorf("database file is gone (%w); reopen the store", err)
+	}
+	if !os.SameFile(fi, s.file) {
+		return fmt.Errorf("database file %s was replaced since the store opened it; reopen the store", s.path)
+	}
+	return nil
+}
+
 // dsnBare is the file: URI of path with no parameters.
 func dsnBare(path string) string {
 	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.ToSlash(path))
@@ -295,6 +314,10 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 			s.log.Error(err, "unlock write lock", "path", s.writeLock.Path())
 		}
 		<-s.sem
+	}
+	if err := s.sameFile(); err != nil {
+		<-s.sem
+		return nil, err
 	}
 	ok, err := s.writeLock.TryLock()
 	if err != nil {

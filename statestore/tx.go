@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"time"
 
 	"modernc.org/sqlite"
@@ -20,6 +22,10 @@ func (s *Store) write(ctx context.Context, op string, fn func(tctx context.Conte
 		return acquireErr(op, err)
 	}
 	defer release()
+	return s.explain(s.inTx(ctx, op, fn))
+}
+
+func (s *Store) inTx(ctx context.Context, op string, fn func(tctx context.Context) error) error {
 	tctx := context.WithoutCancel(ctx)
 	if err := s.retryBusy(ctx, func() error {
 		_, err := s.st.begin.ExecContext(tctx)
@@ -60,7 +66,7 @@ func (s *Store) exec(ctx context.Context, op string, done func(n int64), stmt *s
 	})
 	if err != nil {
 		s.cache.invalidate()
-		return 0, storageErr(op, err)
+		return 0, s.explain(storageErr(op, err))
 	}
 	s.committed()
 	if done != nil {
@@ -104,9 +110,22 @@ func (s *Store) retryBusy(ctx context.Context, fn func() error) error {
 			return errors.Join(err, ctx.Err())
 		}
 		if time.Now().After(deadline) {
-			return err
+			return fmt.Errorf("the database stayed locked by another process for %v (%w)", s.busy, err)
 		}
 	}
+}
+
+// explain adds what to check to errors of the file system under the store.
+func (s *Store) explain(err error) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM:
+		return fmt.Errorf("%w; check that %s is writable and its file system not full", err, filepath.Dir(s.path))
+	}
+	return err
 }
 
 func isBusy(err error) bool {

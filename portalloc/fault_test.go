@@ -1,0 +1,339 @@
+package portalloc_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/statestore"
+)
+
+// The faults below hit a running store: its directory turns read-only, its
+// file is replaced by garbage, another program holds its write lock past the
+// timeout, the caller cancels mid-wait, the disk fills up. In each, strict
+// mode must fail with a clear ErrStoreUnavailable, fallback mode must keep
+// handing out bind-probed ports from the MRU file and log the switch once,
+// and a reservation another process made before the fault must survive it.
+// TestMain's goleak check covers leaked goroutines.
+
+// logCounter is a logr sink that counts messages containing a phrase.
+type logCounter struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (c *logCounter) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		c.mu.Lock()
+		c.lines = append(c.lines, args)
+		c.mu.Unlock()
+	}, funcr.Options{})
+}
+
+func (c *logCounter) count(phrase string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, l := range c.lines {
+		if strings.Contains(l, phrase) {
+			n++
+		}
+	}
+	return n
+}
+
+// faultRig is a state directory with a reservation held by another process
+// and two Allocators on it, one strict and one with fallback.
+type faultRig struct {
+	dir        string
+	heldPort   uint16
+	strict, fb *portalloc.Allocator
+	log        *logCounter
+}
+
+func newFaultRig(t *testing.T, dir string, timeout time.Duration) *faultRig {
+	t.Helper()
+	rig := &faultRig{dir: dir, heldPort: freeRun(t, 1), log: &logCounter{}}
+	holdInWorker(t, dir, lo4, rig.heldPort)
+	// Close may fail after a fault (the store cannot release); its error
+	// is for logging, so these Allocators are closed without checking it.
+	for _, cfg := range []struct {
+		dst **portalloc.Allocator
+		cfg portalloc.Config
+	}{
+		{&rig.strict, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Timeout: timeout}},
+		{&rig.fb, portalloc.Config{StateDir: dir, Timeout: timeout, Logger: rig.log.logger()}},
+	} {
+		a, err := portalloc.New(context.Background(), cfg.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Close() })
+		*cfg.dst = a
+	}
+	for _, a := range []*portalloc.Allocator{rig.strict, rig.fb} {
+		r, err := a.Allocate(context.Background(), portalloc.Request{})
+		if err != nil || r.Backend != portalloc.BackendStateStore {
+			t.Fatalf("Allocate before the fault = %+v, %v", r, err)
+		}
+	}
+	return rig
+}
+
+// expect checks both Allocators after the fault: strict fails with want in
+// its message, fallback serves bindable MRU ports and logs the switch once.
+func (rig *faultRig) expect(t *testing.T, want string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := rig.strict.Allocate(ctx, portalloc.Request{})
+	if !errors.Is(err, portalloc.ErrStoreUnavailable) || !strings.Contains(err.Error(), want) {
+		t.Errorf("strict Allocate = %v; want ErrStoreUnavailable saying %q", err, want)
+	}
+	for range 3 {
+		r, err := rig.fb.Allocate(ctx, portalloc.Request{})
+		if err != nil || r.Backend != portalloc.BackendMRU {
+			t.Fatalf("fallback Allocate = %+v, %v; want a port from the MRU file", r, err)
+		}
+		_ = listen(t, r.Address, r.Port).Close()
+	}
+	if n := rig.log.count("state store unavailable"); n != 1 {
+		t.Errorf("the fallback was logged %d times; want once", n)
+	}
+}
+
+// expectHeldSurvives checks that the other process's reservation is still in
+// the store once the fault is gone.
+func (rig *faultRig) expectHeldSurvives(t *testing.T) {
+	t.Helper()
+	s, err := statestore.Open(context.Background(), filepath.Join(rig.dir, "berth.db"), statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatalf("reopen after the fault: %v", err)
+	}
+	defer s.Close()
+	rows, err := s.List(context.Background(), statestore.Filter{Port: rig.heldPort})
+	if err != nil || len(rows) != 1 || rows[0].Label != "worker" {
+		t.Errorf("the other process's reservation of port %d after the fault: %+v, %v", rig.heldPort, rows, err)
+	}
+}
+
+func needRoot(t *testing.T, what string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("skipping: simulating %s needs root", what)
+	}
+}
+
+func run(t *testing.T, name string, args ...string) error {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// TestFaultReadOnlyStateDir: the state directory and its files become
+// immutable mid-run (chattr +i refuses writes even on open descriptors).
+func TestFaultReadOnlyStateDir(t *testing.T) {
+	needRoot(t, "a read-only directory for a process that has its files open")
+	if _, err := exec.LookPath("chattr"); err != nil {
+		t.Skip("skipping: no chattr on this host")
+	}
+	dir := t.TempDir()
+	rig := newFaultRig(t, dir, 2*time.Second)
+
+	entries, _ := os.ReadDir(dir)
+	paths := []string{dir}
+	for _, e := range entries {
+		paths = append(paths, filepath.Join(dir, e.Name()))
+	}
+	if err := run(t, "chattr", append([]string{"+i"}, paths...)...); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	t.Cleanup(func() { _ = run(t, "chattr", append([]string{"-i"}, paths...)...) })
+
+	rig.expect(t, "is writable")
+	if err := run(t, "chattr", append([]string{"-i"}, paths...)...); err != nil {
+		t.Fatal(err)
+	}
+	rig.expectHeldSurvives(t)
+}
+
+// TestFaultDatabaseReplaced: someone replaces the database file with
+// garbage mid-run. Writing on into the unlinked old file would hide every
+// new reservation from other processes, so the store must notice; a new
+// Allocator must refuse the garbage without touching it.
+func TestFaultDatabaseReplaced(t *testing.T) {
+	dir := t.TempDir()
+	rig := newFaultRig(t, dir, 2*time.Second)
+	garbage := bytes.Repeat([]byte("not a database "), 300)
+	tmp := filepath.Join(dir, "garbage")
+	if err := os.WriteFile(tmp, garbage, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "berth.db")); err != nil {
+		t.Fatal(err)
+	}
+	rig.expect(t, "was replaced")
+
+	a := newAllocator(t, portalloc.Config{StateDir: dir})
+	if a.Backend() != portalloc.BackendMRU || !errors.Is(a.FallbackCause(), statestore.ErrDamaged) {
+		t.Errorf("new Allocator on garbage: backend %s, cause %v; want mru because the file is damaged", a.Backend(), a.FallbackCause())
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "berth.db")); !bytes.Equal(got, garbage) {
+		t.Error("the garbage file was modified")
+	}
+}
+
+// holdWriteLock holds a write transaction on db the way a program outside
+// berth would, until stdin closes.
+func holdWriteLock(ctx context.Context, db string) error {
+	conn, err := sql.Open("sqlite", "file:"+db+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	c, err := conn.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_, err = c.ExecContext(ctx, "ROLLBACK")
+	return err
+}
+
+func startLocker(t *testing.T, dir string) io.Closer {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=locker", "BERTH_STATE_DIR="+dir)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("locker said %q", line)
+	}
+	return stdin
+}
+
+// TestFaultForeignLock: a program outside berth holds the write lock for
+// longer than the timeout.
+func TestFaultForeignLock(t *testing.T) {
+	dir := t.TempDir()
+	rig := newFaultRig(t, dir, time.Second)
+	locker := startLocker(t, dir)
+	start := time.Now()
+	rig.expect(t, "locked by another process")
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the calls took %v with a 1s timeout", d)
+	}
+	_ = locker.Close()
+	rig.expectHeldSurvives(t)
+}
+
+// TestFaultCancelWhileWaiting: the caller gives up while the store waits
+// for a lock. That is the caller's choice, not a store failure: the error
+// is the context's and there is no fallback.
+func TestFaultCancelWhileWaiting(t *testing.T) {
+	dir := t.TempDir()
+	rig := newFaultRig(t, dir, 30*time.Second)
+	startLocker(t, dir)
+	for _, a := range []*portalloc.Allocator{rig.strict, rig.fb} {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		start := time.Now()
+		_, err := a.Allocate(ctx, portalloc.Request{})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Allocate cancelled while waiting = %v; want context.Canceled", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("Allocate returned %v after cancellation", d)
+		}
+		cancel()
+	}
+	if rig.fb.Backend() != portalloc.BackendStateStore {
+		t.Error("a cancelled call made the Allocator fall back")
+	}
+}
+
+// TestFaultDiskFull: the state directory's file system fills up.
+func TestFaultDiskFull(t *testing.T) {
+	needRoot(t, "a full disk (a small tmpfs)")
+	dir := t.TempDir()
+	if err := run(t, "mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", dir); err != nil {
+		t.Skipf("skipping: cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = run(t, "umount", "-l", dir) })
+	rig := newFaultRig(t, dir, 2*time.Second)
+
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break
+		}
+	}
+	for {
+		if _, err := f.Write(chunk[:512]); err != nil {
+			break
+		}
+	}
+	_ = f.Close()
+
+	// The WAL has room left in pages it already has; allocate until the
+	// store needs a new one.
+	ctx := context.Background()
+	var err2 error
+	for range 20000 {
+		if _, err2 = rig.strict.Allocate(ctx, portalloc.Request{}); err2 != nil {
+			break
+		}
+	}
+	if !errors.Is(err2, portalloc.ErrStoreUnavailable) || !strings.Contains(err2.Error(), "full") {
+		t.Fatalf("strict Allocate on a full disk = %v; want ErrStoreUnavailable saying full", err2)
+	}
+	for range 20000 {
+		r, err := rig.fb.Allocate(ctx, portalloc.Request{})
+		if err != nil {
+			t.Fatalf("fallback Allocate on a full disk = %v", err)
+		}
+		if r.Backend == portalloc.BackendMRU {
+			_ = listen(t, r.Address, r.Port).Close()
+			break
+		}
+	}
+	if rig.fb.Backend() != portalloc.BackendMRU {
+		t.Fatal("the fallback Allocator never switched to the MRU file on a full disk")
+	}
+	if n := rig.log.count("state store unavailable"); n != 1 {
+		t.Errorf("the fallback was logged %d times; want once", n)
+	}
+	_ = os.Remove(filler)
+	rig.expectHeldSurvives(t)
+}
