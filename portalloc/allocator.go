@@ -123,7 +123,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		cfg:  cfg,
 		log:  cfg.Logger,
 		set:  set,
-		mru:  mru.New(filepath.Join(cfg.StateDir, "mru.json"), mru.Options{Logger: cfg.Logger}),
+		mru:  mru.New(filepath.Join(cfg.StateDir, MRUFile), mru.Options{Logger: cfg.Logger}),
 		rng:  rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		held: map[heldKey]Reservation{},
 	}
@@ -134,7 +134,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	// A store locked by something else for half the allocation timeout is
 	// a failure: in the fallback mode the MRU file then has the other half.
 	busy := min(cfg.Timeout/2, maxBusyWait)
-	store, err := statestore.Open(ctx, filepath.Join(cfg.StateDir, "berth.db"), statestore.Options{Logger: cfg.Logger, BusyTimeout: busy})
+	store, err := statestore.Open(ctx, filepath.Join(cfg.StateDir, DatabaseFile), statestore.Options{Logger: cfg.Logger, BusyTimeout: busy})
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr

@@ -212,6 +212,17 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// The files an Allocator keeps in its state directory.
+const (
+	DatabaseFile = "berth.db" // the SQLite state store
+	MRUFile      = "mru.json" // the MRU fallback's record
+)
+
+// EphemeralRange returns the range the OS picks outgoing connections' local
+// ports from (read once per process), and an error if it had to assume the
+// IANA range 49152-65535.
+func EphemeralRange() (Range, error) { return portrange.Ephemeral() }
+
 // DefaultStateDir returns the state directory used when Config.StateDir is
 // empty: os.UserCacheDir()/berth.
 func DefaultStateDir() (string, error) {
