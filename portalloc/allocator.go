@@ -50,6 +50,11 @@ type Request struct {
 	Protocol Protocol   // zero: TCP
 	Address  netip.Addr // zero: 127.0.0.1; 0.0.0.0 and :: are the wildcards
 	Label    string     // the caller's name for the port, shown in listings
+	// Sticky asks Allocate for the port last handed out under Label (kept
+	// in the state store across restarts) when it is free and in the
+	// range; otherwise any free port, with the reason logged. It needs a
+	// Label. The MRU backend remembers nothing and ignores it.
+	Sticky bool
 }
 
 // Reservation is a port handed out by an Allocator.
@@ -260,35 +265,43 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (r Reservation, e
 		return Reservation{}, err
 	}
 	defer cancel()
-	a.rngMu.Lock()
-	it := a.set.Candidates(a.rng)
-	a.rngMu.Unlock()
+	if req.Sticky && req.Label == "" {
+		return Reservation{}, fmt.Errorf("%w: a sticky request needs a Label to remember its port under", ErrInvalidRequest)
+	}
+	return a.allocate(ctx, req, func(p uint16) (bool, error) {
+		return probe.Available(string(req.Protocol), req.Address, p)
+	})
+}
 
+// allocate walks the range for req and takes the first port that the
+// backend has free and bindable passes. bindable runs inside the store's
+// write transaction.
+func (a *Allocator) allocate(ctx context.Context, req Request, bindable func(uint16) (bool, error)) (Reservation, error) {
 	if !a.fellBack.Load() {
+		next, sticky := a.candidates(ctx, req)
 		r, err := a.store.Scan(ctx, statestore.ScanRequest{
 			Protocol: statestore.Protocol(req.Protocol),
 			Addr:     req.Address,
 			Label:    req.Label,
-			Next:     it.Next,
-			Probe:    probeKey,
+			Next:     next,
+			Probe:    func(k statestore.Key) (bool, error) { return bindable(k.Port) },
 		})
 		if err == nil {
+			a.remember(ctx, req, sticky, r.Port)
 			return a.track(Reservation{Protocol: req.Protocol, Address: r.Addr, Port: r.Port, Label: req.Label, Backend: BackendStateStore})
 		}
 		if err := a.storeErr(ctx, err, req, 0); err != nil {
 			return Reservation{}, err
 		}
-		// Fell back: start the walk afresh on the MRU file.
-		a.rngMu.Lock()
-		it = a.set.Candidates(a.rng)
-		a.rngMu.Unlock()
 	}
+	// The MRU backend, from the start or after a fallback: a fresh walk.
+	next, _ := a.candidates(ctx, Request{})
 	port, err := a.mru.Allocate(ctx, mru.Request{
 		Protocol: string(req.Protocol),
 		Addr:     req.Address,
-		Next:     it.Next,
+		Next:     next,
 		Probe: func(p uint16) (bool, error) {
-			free, err := probe.Available(string(req.Protocol), req.Address, p)
+			free, err := bindable(p)
 			if err == nil && !free {
 				a.ctr.mruProbeFailures.Add(1)
 			}
@@ -299,6 +312,50 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (r Reservation, e
 		return Reservation{}, a.mruErr(ctx, err, req)
 	}
 	return a.track(Reservation{Protocol: req.Protocol, Address: req.Address, Port: port, Label: req.Label, Backend: BackendMRU})
+}
+
+// candidates returns the walk over the range, led by the sticky port of a
+// sticky request (0 when there is none).
+func (a *Allocator) candidates(ctx context.Context, req Request) (func() (uint16, bool), uint16) {
+	a.rngMu.Lock()
+	it := a.set.Candidates(a.rng)
+	a.rngMu.Unlock()
+	if !req.Sticky || a.store == nil {
+		return it.Next, 0
+	}
+	p, ok, err := a.store.Recall(ctx, req.Label, statestore.Protocol(req.Protocol))
+	switch {
+	case err != nil:
+		a.log.Error(err, "could not recall the sticky port; allocating afresh", "label", req.Label)
+		return it.Next, 0
+	case !ok:
+		return it.Next, 0
+	case !a.set.Contains(p):
+		a.log.Info("sticky port is outside the range now; allocating afresh", "label", req.Label, "port", p, "range", a.cfg.Range.String())
+		return it.Next, 0
+	}
+	first := true
+	return func() (uint16, bool) {
+		if first {
+			first = false
+			return p, true
+		}
+		return it.Next()
+	}, p
+}
+
+// remember records a sticky request's port, and logs when it is not the
+// one it had before.
+func (a *Allocator) remember(ctx context.Context, req Request, sticky, got uint16) {
+	if !req.Sticky {
+		return
+	}
+	if sticky != 0 && sticky != got {
+		a.log.Info("sticky port was not free (held or bound by another process); allocated another", "label", req.Label, "was", sticky, "now", got)
+	}
+	if err := a.store.Remember(ctx, req.Label, statestore.Protocol(req.Protocol), got); err != nil {
+		a.log.Error(err, "could not remember the sticky port", "label", req.Label)
+	}
 }
 
 // Reserve reserves the given port for req, whether or not it lies in the

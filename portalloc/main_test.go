@@ -73,6 +73,13 @@ func runWorker(mode string) error {
 		return churn(ctx)
 	case "locker":
 		return holdWriteLock(ctx, filepath.Join(os.Getenv("BERTH_STATE_DIR"), "berth.db"))
+	case "set", "orch":
+		return setWorker(ctx, mode)
+	case "sleeper":
+		// A child that lives until it is killed.
+		select {}
+	case "serve":
+		return serveInherited()
 	}
 	return fmt.Errorf("unknown worker mode %q", mode)
 }

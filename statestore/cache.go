@@ -154,16 +154,17 @@ const (
 )
 
 // alive reports whether o still runs. A remembered death is always used;
-// a remembered life only when recheck is false, i.e. where a wrong "alive"
-// costs no more than skipping a candidate. Decisions that refuse a request
-// or delete a row pass recheck. It must be called with the store acquired.
-func (s *Store) alive(ctx context.Context, o Owner, recheck bool) bool {
+// a remembered life only when it was checked after freshSince, which
+// callers set to now (always check) where a wrong "alive" would refuse a
+// request or keep a row, and to a moment ago where it only skips a
+// candidate. It must be called with the store acquired.
+func (s *Store) alive(ctx context.Context, o Owner, freshSince time.Time) bool {
 	if o.Same(s.self) {
 		return true
 	}
 	k := ownerKey{o.PID, o.Start.UnixMilli(), o.Scope}
 	now := time.Now()
-	if e, ok := s.live.m[k]; ok && (!e.alive || (!recheck && now.Sub(e.at) < liveTTL)) {
+	if e, ok := s.live.m[k]; ok && (!e.alive || e.at.After(freshSince)) {
 		return e.alive
 	}
 	a := o.Alive(ctx)

@@ -20,6 +20,7 @@ var sqliteMagic = []byte("SQLite format 3\x00")
 var ourTables = map[string]bool{
 	"port_allocations":  true,
 	"schema_history":    true,
+	"sticky_ports":      true,
 	"schema_migrations": true, // golang-migrate's version table
 }
 

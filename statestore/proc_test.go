@@ -202,3 +202,31 @@ func TestForeignWriteLock(t *testing.T) {
 		t.Errorf("Reserve after the lock is gone = %v", err)
 	}
 }
+
+// TestScanRechecksBeforeExhaustion: a scan passes over a port whose holder
+// it remembers alive; when that holder has just died, the scan must find
+// out before it reports the candidates exhausted.
+func TestScanRechecksBeforeExhaustion(t *testing.T) {
+	ctx := context.Background()
+	s, path := open(t)
+	w := startWorker(t, "hold", path, "BERTH_TEST_PORTS=[31500]")
+	w.until(t, "done")
+	only := func() func() (uint16, bool) {
+		done := false
+		return func() (uint16, bool) {
+			if done {
+				return 0, false
+			}
+			done = true
+			return 31500, true
+		}
+	}
+	if _, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: only()}); !errors.Is(err, statestore.ErrExhausted) {
+		t.Fatalf("Scan with the holder alive = %v; want ErrExhausted", err)
+	}
+	w.kill(t)
+	r, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: only()})
+	if err != nil || r.Port != 31500 {
+		t.Fatalf("Scan right after the holder died = %+v, %v; want port 31500", r, err)
+	}
+}

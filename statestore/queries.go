@@ -40,13 +40,17 @@ const (
 	qAll = "SELECT " + rowColumns + " FROM port_allocations"
 
 	qOwners = "SELECT DISTINCT owner_pid, owner_start, owner_scope FROM port_allocations"
+
+	qRemember = "INSERT INTO sticky_ports (label, protocol, port, updated_at) VALUES (?, ?, ?, ?)" +
+		" ON CONFLICT (label, protocol) DO UPDATE SET port = excluded.port, updated_at = excluded.updated_at"
+	qRecall = "SELECT port FROM sticky_ports WHERE label = ? AND protocol = ?"
 )
 
 type statements struct {
 	begin, commit, rollback, dataVersion *sql.Stmt
 	conflicts, insert, deleteKey         *sql.Stmt
 	deleteOwned, deleteOwner, transfer   *sql.Stmt
-	all                                  *sql.Stmt
+	all, remember, recall                *sql.Stmt
 }
 
 func (st *statements) prepare(ctx context.Context, conn *sql.Conn) error {
@@ -59,6 +63,7 @@ func (st *statements) prepare(ctx context.Context, conn *sql.Conn) error {
 		{&st.insert, qInsert}, {&st.deleteKey, qDeleteKey},
 		{&st.deleteOwned, qDeleteOwned}, {&st.deleteOwner, qDeleteOwner},
 		{&st.transfer, qTransfer}, {&st.all, qAll},
+		{&st.remember, qRemember}, {&st.recall, qRecall},
 	} {
 		s, err := conn.PrepareContext(ctx, p.q) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
 
@@ -75,6 +80,7 @@ func (st *statements) close() error {
 	for _, s := range []*sql.Stmt{
 		st.begin, st.commit, st.rollback, st.dataVersion, st.conflicts, st.insert,
 		st.deleteKey, st.deleteOwned, st.deleteOwner, st.transfer, st.all,
+		st.remember, st.recall,
 	} {
 		if s != nil {
 			errs = append(errs, s.Close())

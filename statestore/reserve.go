@@ -113,7 +113,14 @@ func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) 
 		res       Reservation
 		found     bool
 		exhausted bool
+		// skipped are candidates passed over because the store remembered
+		// their holder alive. A holder may have died since: before the
+		// scan reports exhaustion it checks them again with fresh liveness.
+		skipped    []uint16
+		rechecking bool
+		freshSince = time.Now().Add(-liveTTL)
 	)
+	next := req.Next
 	for !found && !exhausted {
 		if err := ctx.Err(); err != nil {
 			return Reservation{}, err
@@ -126,13 +133,28 @@ func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) 
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				port, ok := req.Next()
+				port, ok := next()
+				if !ok && !rechecking && len(skipped) > 0 {
+					rechecking, freshSince = true, time.Now()
+					next = func() (uint16, bool) {
+						if len(skipped) == 0 {
+							return 0, false
+						}
+						p := skipped[0]
+						skipped = skipped[1:]
+						return p, true
+					}
+					port, ok = next()
+				}
 				if !ok {
 					exhausted = true
 					return nil // commit the rows reaped on the way
 				}
 				key.Port = port
-				if s.heldLive(tctx, s.cache.holders(key)) {
+				if s.heldLive(tctx, s.cache.holders(key), freshSince) {
+					if !rechecking {
+						skipped = append(skipped, port)
+					}
 					continue
 				}
 				checked++
@@ -221,10 +243,11 @@ func (s *Store) conflictRows(ctx context.Context, key Key) ([]Reservation, error
 }
 
 // heldLive reports whether any of rows has a live owner, trusting what the
-// store remembers of liveness: it only decides which candidates to skip.
-func (s *Store) heldLive(ctx context.Context, rows []Reservation) bool {
+// store remembers of liveness since freshSince: it only decides which
+// candidates to skip.
+func (s *Store) heldLive(ctx context.Context, rows []Reservation, freshSince time.Time) bool {
 	for _, r := range rows {
-		if s.alive(ctx, r.Owner, false) {
+		if s.alive(ctx, r.Owner, freshSince) {
 			return true
 		}
 	}
@@ -234,8 +257,9 @@ func (s *Store) heldLive(ctx context.Context, rows []Reservation) bool {
 // clearDead deletes the rows in key's way whose owners have exited. When a
 // live owner holds one, it deletes nothing and returns a *ConflictError.
 func (s *Store) clearDead(ctx context.Context, key Key, own Owner, rows []Reservation) error {
+	now := time.Now()
 	for _, r := range rows {
-		if s.alive(ctx, r.Owner, true) {
+		if s.alive(ctx, r.Owner, now) {
 			return &ConflictError{Key: key, Holder: r, Self: r.Owner.Same(own)}
 		}
 	}

@@ -384,3 +384,34 @@ func TestBackgroundSweep(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestRememberRecall(t *testing.T) {
+	ctx := context.Background()
+	s, path := open(t)
+	if _, ok, err := s.Recall(ctx, "db", statestore.TCP); ok || err != nil {
+		t.Fatalf("Recall before Remember = %v, %v; want nothing", ok, err)
+	}
+	if err := s.Remember(ctx, "db", statestore.TCP, 25432); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remember(ctx, "db", statestore.TCP, 25433); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	s2 := openAt(t, path) // survives a restart
+	if p, ok, err := s2.Recall(ctx, "db", statestore.TCP); !ok || err != nil || p != 25433 {
+		t.Errorf("Recall = %d, %v, %v; want 25433", p, ok, err)
+	}
+	if _, ok, _ := s2.Recall(ctx, "db", statestore.UDP); ok {
+		t.Error("Recall(udp) found the tcp port")
+	}
+	for _, bad := range []struct {
+		label string
+		proto statestore.Protocol
+		port  uint16
+	}{{"", statestore.TCP, 1}, {"x", "sctp", 1}, {"x", statestore.TCP, 0}} {
+		if err := s2.Remember(ctx, bad.label, bad.proto, bad.port); !errors.Is(err, statestore.ErrInvalid) {
+			t.Errorf("Remember(%q, %q, %d) = %v; want ErrInvalid", bad.label, bad.proto, bad.port, err)
+		}
+	}
+}

@@ -1,0 +1,180 @@
+//go:build unix
+
+package portalloc
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// The systemd socket-activation variables a Handoff sets and
+// InheritedSockets reads. Sockets start at file descriptor 3.
+const (
+	EnvListenFDs     = "LISTEN_FDS"
+	EnvListenFDNames = "LISTEN_FDNAMES"
+	EnvListenPID     = "LISTEN_PID"
+	listenFDsStart   = 3
+)
+
+// Handoff passes bound sockets to a child process the way systemd's socket
+// activation does: as file descriptors 3, 4, ... with LISTEN_FDS (how many)
+// and LISTEN_FDNAMES (their names, colon-separated). A child that accepts
+// them never binds, so nothing can come between the allocation and its
+// listening: with Listen, the socket was bound inside the transaction that
+// reserved the port.
+//
+// LISTEN_PID must hold the child's own pid, which is unknown until it
+// starts. Apply therefore runs the command through /bin/sh, which sets
+// LISTEN_PID to its pid and then execs the command in its place, so the pid
+// stays the same: systemd-aware programs (sd_listen_fds) accept the sockets.
+// Set NoPIDWrapper to run the command directly without LISTEN_PID;
+// InheritedSockets accepts that.
+//
+// The zero Handoff is empty and ready to use. It is not safe for concurrent
+// use.
+type Handoff struct {
+	// NoPIDWrapper skips the /bin/sh wrapper that sets LISTEN_PID.
+	NoPIDWrapper bool
+
+	names []string
+	files []*os.File
+}
+
+// Add adds a listener under name. The Handoff keeps a duplicate of its
+// descriptor until Close; the caller may close l once the child started.
+func (h *Handoff) Add(name string, l net.Listener) error {
+	fl, ok := l.(interface{ File() (*os.File, error) })
+	if !ok {
+		return fmt.Errorf("%w: listener %q is a %T, which has no file descriptor to pass", ErrInvalidRequest, name, l)
+	}
+	return h.add(name, fl.File)
+}
+
+// AddPacketConn adds a UDP socket under name.
+func (h *Handoff) AddPacketConn(name string, c net.PacketConn) error {
+	fc, ok := c.(interface{ File() (*os.File, error) })
+	if !ok {
+		return fmt.Errorf("%w: packet conn %q is a %T, which has no file descriptor to pass", ErrInvalidRequest, name, c)
+	}
+	return h.add(name, fc.File)
+}
+
+func (h *Handoff) add(name string, file func() (*os.File, error)) error {
+	if name == "" || strings.ContainsAny(name, ":\x00") || len(name) > 255 {
+		return fmt.Errorf("%w: socket name %q: want 1-255 characters without ':'", ErrInvalidRequest, name)
+	}
+	f, err := file()
+	if err != nil {
+		return fmt.Errorf("portalloc: hand off %q: %w", name, err)
+	}
+	h.names = append(h.names, name)
+	h.files = append(h.files, f)
+	return nil
+}
+
+// Apply sets up cmd, before it starts, to receive the sockets. cmd must
+// have no ExtraFiles of its own: the sockets must be descriptors 3 onward.
+func (h *Handoff) Apply(cmd *exec.Cmd) error {
+	if len(cmd.ExtraFiles) > 0 {
+		return fmt.Errorf("%w: cmd already has ExtraFiles; the handed-off sockets must start at descriptor 3", ErrInvalidRequest)
+	}
+	if cmd.Process != nil {
+		return fmt.Errorf("%w: cmd has already started", ErrInvalidRequest)
+	}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, h.files...)
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	env = withoutListenVars(env)
+	cmd.Env = append(env, EnvListenFDs+"="+strconv.Itoa(len(h.files)), EnvListenFDNames+"="+strings.Join(h.names, ":"))
+	if h.NoPIDWrapper {
+		return nil
+	}
+	// sh sets LISTEN_PID to its own pid and execs the command, which keeps
+	// that pid: "$0" is the program, "$@" its arguments.
+	path := cmd.Path
+	args := append([]string{"sh", "-c", `LISTEN_PID=$$; export LISTEN_PID; exec "$0" "$@"`, path}, cmd.Args[1:]...)
+	cmd.Path, cmd.Args = "/bin/sh", args
+	return nil
+}
+
+// Close closes the Handoff's copies of the sockets. Call it once the child
+// has started (it has its own copies then), or when giving up.
+func (h *Handoff) Close() error {
+	var errs []error
+	for _, f := range h.files {
+		errs = append(errs, f.Close())
+	}
+	h.files, h.names = nil, nil
+	return errors.Join(errs...)
+}
+
+func withoutListenVars(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k != EnvListenFDs && k != EnvListenFDNames && k != EnvListenPID {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// Inherited are the sockets a process received through socket activation,
+// by name.
+type Inherited struct {
+	Listeners   map[string]net.Listener
+	PacketConns map[string]net.PacketConn
+}
+
+// InheritedSockets returns the sockets this process was handed by a Handoff
+// (or by systemd), by the names in LISTEN_FDNAMES ("unknown" where a name is
+// missing), and unsets the LISTEN_* variables so that its own children do not
+// take them for theirs. With no LISTEN_FDS, or a LISTEN_PID that is not this
+// process's, it returns no sockets and no error, as sd_listen_fds does.
+func InheritedSockets() (Inherited, error) {
+	in := Inherited{Listeners: map[string]net.Listener{}, PacketConns: map[string]net.PacketConn{}}
+	defer func() {
+		for _, k := range []string{EnvListenFDs, EnvListenFDNames, EnvListenPID} {
+			_ = os.Unsetenv(k)
+		}
+	}()
+	nStr := os.Getenv(EnvListenFDs)
+	if nStr == "" {
+		return in, nil
+	}
+	if pid := os.Getenv(EnvListenPID); pid != "" && pid != strconv.Itoa(os.Getpid()) {
+		return in, nil
+	}
+	n, err := strconv.Atoi(nStr)
+	if err != nil || n < 0 || n > 1024 {
+		return in, fmt.Errorf("%w: %s=%q: want a count of descriptors from 0 to 1024", ErrInvalidRequest, EnvListenFDs, nStr)
+	}
+	names := strings.Split(os.Getenv(EnvListenFDNames), ":")
+	for i := range n {
+		name := "unknown"
+		if i < len(names) && names[i] != "" {
+			name = names[i]
+		}
+		fd := listenFDsStart + i
+		syscall.CloseOnExec(fd)
+		f := os.NewFile(uintptr(fd), name)
+		if l, err := net.FileListener(f); err == nil {
+			in.Listeners[name] = l
+		} else if c, perr := net.FilePacketConn(f); perr == nil {
+			in.PacketConns[name] = c
+		} else {
+			_ = f.Close()
+			return in, fmt.Errorf("portalloc: inherited descriptor %d (%q) is not a socket: %w", fd, name, err)
+		}
+		_ = f.Close() // FileListener and FilePacketConn hold duplicates
+	}
+	return in, nil
+}

@@ -1,0 +1,577 @@
+package portalloc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/berth-go/berth/statestore"
+)
+
+// Scope says who shares a port of a port set.
+type Scope string
+
+// The scopes.
+const (
+	// ScopeMember: each member of the group gets a port of its own.
+	ScopeMember Scope = "member"
+	// ScopeGroup: one port shared by every member of the group, e.g. a
+	// proxy or leader port.
+	ScopeGroup Scope = "group"
+)
+
+// SetSpec describes the ports of a set of processes that must find each
+// other: groups of members (api with 3 replicas, db with 1), each with named
+// ports, and environment variables that carry other groups' ports.
+//
+// A spec can be written as Go values or loaded from JSON with ParseSetSpec;
+// its JSON field names are the lower-case ones shown in the struct tags.
+type SetSpec struct {
+	// Name distinguishes sets in listings and labels: each port is
+	// labelled "<set>/<group>/<member>/<port>" (member scope) or
+	// "<set>/<group>/<port>" (group scope).
+	Name   string      `json:"name"`
+	Groups []GroupSpec `json:"groups"`
+}
+
+// GroupSpec is one group of a set.
+type GroupSpec struct {
+	Name string `json:"name"`
+	// Members is the number of processes of the group; zero: 1.
+	Members int        `json:"members,omitempty"`
+	Ports   []PortSpec `json:"ports"`
+	// Refs sets environment variables of every member to ports of any
+	// group of the set, this one included.
+	Refs []RefSpec `json:"refs,omitempty"`
+}
+
+// PortSpec is one named port of a group.
+type PortSpec struct {
+	Name string `json:"name"`
+	// Scope is ScopeMember (the zero value) or ScopeGroup.
+	Scope    Scope    `json:"scope,omitempty"`
+	Protocol Protocol `json:"protocol,omitempty"` // zero: TCP
+	// Address is the address the port is for; zero: 127.0.0.1.
+	Address netip.Addr `json:"address,omitzero"`
+	// Port fixes the port number instead of allocating one; it is then
+	// reserved with Reserve. A member-scoped fixed port needs a group of
+	// one member.
+	Port uint16 `json:"port,omitempty"`
+	// Env overrides the variable name, "<GROUP>_<PORT>_PORT" by default
+	// (upper case, other characters than letters and digits as '_').
+	Env string `json:"env,omitempty"`
+	// Sticky asks for the port this entry had last time (see
+	// Request.Sticky).
+	Sticky bool `json:"sticky,omitempty"`
+}
+
+// RefSpec sets Env to another port of the set: To is "group.port" for a
+// group-scoped port (or a port of a group of one member), or
+// "group.N.port" for member N's port of a member-scoped one.
+type RefSpec struct {
+	Env string `json:"env"`
+	To  string `json:"to"`
+}
+
+// SpecError reports what is wrong with a SetSpec, naming the field.
+type SpecError struct {
+	Field  string // e.g. "groups[1].ports[0].name"
+	Reason string
+}
+
+func (e *SpecError) Error() string { return fmt.Sprintf("set spec: %s: %s", e.Field, e.Reason) }
+
+// Unwrap returns ErrInvalidRequest.
+func (e *SpecError) Unwrap() error { return ErrInvalidRequest }
+
+// ParseSetSpec parses and validates a JSON SetSpec. Unknown fields are
+// errors, so a misspelt key does not pass silently.
+func ParseSetSpec(data []byte) (SetSpec, error) {
+	var s SetSpec
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return SetSpec{}, &SpecError{Field: "(json)", Reason: err.Error()}
+	}
+	if dec.More() {
+		return SetSpec{}, &SpecError{Field: "(json)", Reason: "more than one JSON value"}
+	}
+	if err := s.Validate(); err != nil {
+		return SetSpec{}, err
+	}
+	return s, nil
+}
+
+const maxMembers = 10000
+
+// Validate checks the spec on its own; AllocateSet also checks that the
+// range can hold it.
+func (s SetSpec) Validate() error {
+	if err := checkName("name", s.Name); err != nil {
+		return err
+	}
+	if len(s.Groups) == 0 {
+		return &SpecError{Field: "groups", Reason: "empty; want at least one group"}
+	}
+	groups := map[string]int{}
+	for gi, g := range s.Groups {
+		gf := fmt.Sprintf("groups[%d]", gi)
+		if err := checkName(gf+".name", g.Name); err != nil {
+			return err
+		}
+		if _, dup := groups[g.Name]; dup {
+			return &SpecError{Field: gf + ".name", Reason: fmt.Sprintf("duplicate group name %q", g.Name)}
+		}
+		groups[g.Name] = gi
+		if g.Members < 0 || g.Members > maxMembers {
+			return &SpecError{Field: gf + ".members", Reason: fmt.Sprintf("%d; want 1 to %d (0 means 1)", g.Members, maxMembers)}
+		}
+		if len(g.Ports) == 0 && len(g.Refs) == 0 {
+			return &SpecError{Field: gf + ".ports", Reason: "empty; want at least one port or ref"}
+		}
+		ports := map[string]bool{}
+		envs := map[string]string{}
+		useEnv := func(field, name string) error {
+			if !validEnvName(name) {
+				return &SpecError{Field: field, Reason: fmt.Sprintf("%q is not a valid environment variable name; want letters, digits and '_', not starting with a digit", name)}
+			}
+			if prev, dup := envs[name]; dup {
+				return &SpecError{Field: field, Reason: fmt.Sprintf("duplicate environment variable %q (also set by %s)", name, prev)}
+			}
+			envs[name] = field
+			return nil
+		}
+		for pi, p := range g.Ports {
+			pf := fmt.Sprintf("%s.ports[%d]", gf, pi)
+			if err := checkName(pf+".name", p.Name); err != nil {
+				return err
+			}
+			if ports[p.Name] {
+				return &SpecError{Field: pf + ".name", Reason: fmt.Sprintf("duplicate port name %q in group %q", p.Name, g.Name)}
+			}
+			ports[p.Name] = true
+			switch p.Scope {
+			case "", ScopeMember, ScopeGroup:
+			default:
+				return &SpecError{Field: pf + ".scope", Reason: fmt.Sprintf("%q; want %q or %q", p.Scope, ScopeMember, ScopeGroup)}
+			}
+			switch p.Protocol {
+			case "", TCP, UDP:
+			default:
+				return &SpecError{Field: pf + ".protocol", Reason: fmt.Sprintf("%q; want \"tcp\" or \"udp\"", p.Protocol)}
+			}
+			if p.Address.IsValid() && p.Address.Zone() != "" {
+				return &SpecError{Field: pf + ".address", Reason: "zoned IPv6 addresses are not supported"}
+			}
+			if p.Port != 0 && scopeOf(p) == ScopeMember && members(g) > 1 {
+				return &SpecError{Field: pf + ".port", Reason: fmt.Sprintf("fixed port %d cannot be member-scoped in a group of %d members (they cannot all have it); make it group-scoped or leave it 0", p.Port, members(g))}
+			}
+			if p.Sticky && p.Port != 0 {
+				return &SpecError{Field: pf + ".sticky", Reason: "a fixed port is always the same; sticky is for allocated ports"}
+			}
+			if err := useEnv(pf+".env", envName(g, p)); err != nil {
+				return err
+			}
+		}
+		for ri, r := range g.Refs {
+			if err := useEnv(fmt.Sprintf("%s.refs[%d].env", gf, ri), r.Env); err != nil {
+				return err
+			}
+		}
+	}
+	// References point at ports, never at other references, so they cannot
+	// form cycles; they must name an existing port in the right form.
+	for gi, g := range s.Groups {
+		for ri, r := range g.Refs {
+			if _, err := s.resolveRef(r.To); err != nil {
+				return &SpecError{Field: fmt.Sprintf("groups[%d].refs[%d].to", gi, ri), Reason: err.Error()}
+			}
+		}
+	}
+	return nil
+}
+
+func checkName(field, name string) error {
+	if name == "" {
+		return &SpecError{Field: field, Reason: "empty; want a name such as \"api\" or \"http\""}
+	}
+	if strings.ContainsAny(name, "./ \t\n") {
+		return &SpecError{Field: field, Reason: fmt.Sprintf("%q contains '.', '/' or space, which references and labels use as separators", name)}
+	}
+	if _, err := strconv.Atoi(name); err == nil {
+		return &SpecError{Field: field, Reason: fmt.Sprintf("%q is a number, which references read as a member index", name)}
+	}
+	return nil
+}
+
+func validEnvName(s string) bool {
+	if s == "" || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, c := range s {
+		if !isEnvChar(c) {
+			return false
+		}
+	}
+	return true
+}
+
+func isEnvChar(c rune) bool {
+	return c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+}
+
+func members(g GroupSpec) int { return max(g.Members, 1) }
+
+func scopeOf(p PortSpec) Scope {
+	if p.Scope == "" {
+		return ScopeMember
+	}
+	return p.Scope
+}
+
+// envName is the variable a port is exported as.
+func envName(g GroupSpec, p PortSpec) string {
+	if p.Env != "" {
+		return p.Env
+	}
+	up := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z':
+				return r - 'a' + 'A'
+			case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+				return r
+			}
+			return '_'
+		}, s)
+	}
+	return up(g.Name) + "_" + up(p.Name) + "_PORT"
+}
+
+// portRef is a resolved reference: a port of a group, and for member-scoped
+// ports the member.
+type portRef struct {
+	group, port string
+	member      int // -1 for group-scoped ports
+}
+
+func (s SetSpec) resolveRef(to string) (portRef, error) {
+	parts := strings.Split(to, ".")
+	if len(parts) != 2 && len(parts) != 3 {
+		return portRef{}, fmt.Errorf("%q: want \"group.port\" or \"group.member.port\"", to)
+	}
+	var g *GroupSpec
+	for i := range s.Groups {
+		if s.Groups[i].Name == parts[0] {
+			g = &s.Groups[i]
+		}
+	}
+	if g == nil {
+		return portRef{}, fmt.Errorf("%q: no group %q in the set", to, parts[0])
+	}
+	name := parts[len(parts)-1]
+	var p *PortSpec
+	for i := range g.Ports {
+		if g.Ports[i].Name == name {
+			p = &g.Ports[i]
+		}
+	}
+	if p == nil {
+		return portRef{}, fmt.Errorf("%q: group %q has no port %q", to, g.Name, name)
+	}
+	if len(parts) == 2 {
+		switch {
+		case scopeOf(*p) == ScopeGroup:
+			return portRef{g.Name, p.Name, -1}, nil
+		case members(*g) == 1:
+			return portRef{g.Name, p.Name, 0}, nil
+		}
+		return portRef{}, fmt.Errorf("%q: port %q is per member and group %q has %d members; name one, e.g. \"%s.0.%s\"", to, p.Name, g.Name, members(*g), g.Name, p.Name)
+	}
+	m, err := strconv.Atoi(parts[1])
+	if err != nil || m < 0 || m >= members(*g) {
+		return portRef{}, fmt.Errorf("%q: member %q of group %q: want 0 to %d", to, parts[1], g.Name, members(*g)-1)
+	}
+	if scopeOf(*p) == ScopeGroup {
+		return portRef{g.Name, p.Name, -1}, nil // the same port for every member
+	}
+	return portRef{g.Name, p.Name, m}, nil
+}
+
+// dynamicPorts is how many ports of the range the spec needs.
+func (s SetSpec) dynamicPorts() int {
+	n := 0
+	for _, g := range s.Groups {
+		for _, p := range g.Ports {
+			switch {
+			case p.Port != 0:
+			case scopeOf(p) == ScopeGroup:
+				n++
+			default:
+				n += members(g)
+			}
+		}
+	}
+	return n
+}
+
+// Set is an allocated SetSpec. It is safe for concurrent use only for
+// reading; Release and Transfer must not run concurrently.
+type Set struct {
+	Name    string
+	members []*Member
+	a       *Allocator
+	// held are the reservations the set still holds, by label.
+	held map[string]Reservation
+}
+
+// Member is one member of a group with its ports.
+type Member struct {
+	Group string
+	Index int
+	// Ports are the member's ports by name: its own member-scoped ones and
+	// its group's shared ones.
+	Ports map[string]Reservation
+	// Scopes gives each port's scope, by name.
+	Scopes map[string]Scope
+	env    []string
+}
+
+// Env returns the member's environment variables as KEY=VALUE strings, ready
+// to append to exec.Cmd.Env: one per port of its group and one per ref.
+func (m *Member) Env() []string { return append([]string(nil), m.env...) }
+
+// Members returns every member, in spec order.
+func (s *Set) Members() []*Member { return s.members }
+
+// Member returns member index of group, or nil.
+func (s *Set) Member(group string, index int) *Member {
+	for _, m := range s.members {
+		if m.Group == group && m.Index == index {
+			return m
+		}
+	}
+	return nil
+}
+
+func label(set, group string, member int, port string) string {
+	if member < 0 {
+		return set + "/" + group + "/" + port
+	}
+	return set + "/" + group + "/" + strconv.Itoa(member) + "/" + port
+}
+
+// AllocateSet reserves every port of spec, or none: when one cannot be had,
+// those taken so far are released. Allocating a spec again from the same
+// process returns the ports the process already holds for it.
+func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if need := spec.dynamicPorts(); need > a.set.Len() {
+		return nil, &SpecError{Field: "groups", Reason: fmt.Sprintf("the set needs %d ports from the range and %s has %d to hand out", need, a.cfg.Range, a.set.Len())}
+	}
+	existing, err := a.ownByLabel(ctx, spec.Name+"/")
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{Name: spec.Name, a: a, held: map[string]Reservation{}}
+	var taken []Reservation // new in this call: released if a later one fails
+	obtain := func(g GroupSpec, p PortSpec, member int) (Reservation, error) {
+		req := Request{Protocol: p.Protocol, Address: p.Address, Label: label(spec.Name, g.Name, member, p.Name), Sticky: p.Sticky}
+		if req.Protocol == "" {
+			req.Protocol = TCP
+		}
+		if !req.Address.IsValid() {
+			req.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		}
+		if r, ok := existing[req.Label]; ok && r.Protocol == req.Protocol && r.Address == req.Address.Unmap() && (p.Port == 0 || r.Port == p.Port) {
+			return a.track(r)
+		}
+		var (
+			r   Reservation
+			err error
+		)
+		if p.Port != 0 {
+			r, err = a.Reserve(ctx, req, p.Port)
+		} else {
+			r, err = a.Allocate(ctx, req)
+		}
+		if err == nil {
+			taken = append(taken, r)
+		}
+		return r, err
+	}
+	fail := func(err error) (*Set, error) {
+		for _, r := range taken {
+			_ = a.Release(context.WithoutCancel(ctx), r) // for logging only: reaping covers a failure
+		}
+		return nil, fmt.Errorf("portalloc: allocate set %q: %w", spec.Name, err)
+	}
+	byRef := map[portRef]Reservation{}
+	for _, g := range spec.Groups {
+		var group []*Member
+		for i := range members(g) {
+			group = append(group, &Member{Group: g.Name, Index: i, Ports: map[string]Reservation{}, Scopes: map[string]Scope{}})
+		}
+		for _, p := range g.Ports {
+			if scopeOf(p) == ScopeGroup {
+				r, err := obtain(g, p, -1)
+				if err != nil {
+					return fail(err)
+				}
+				s.held[r.Label] = r
+				byRef[portRef{g.Name, p.Name, -1}] = r
+				for _, m := range group {
+					m.Ports[p.Name], m.Scopes[p.Name] = r, ScopeGroup
+				}
+				continue
+			}
+			for _, m := range group {
+				r, err := obtain(g, p, m.Index)
+				if err != nil {
+					return fail(err)
+				}
+				s.held[r.Label] = r
+				byRef[portRef{g.Name, p.Name, m.Index}] = r
+				m.Ports[p.Name], m.Scopes[p.Name] = r, ScopeMember
+			}
+		}
+		s.members = append(s.members, group...)
+	}
+	// Environments, once every port is known.
+	groupSpec := map[string]GroupSpec{}
+	for _, g := range spec.Groups {
+		groupSpec[g.Name] = g
+	}
+	for _, m := range s.members {
+		g := groupSpec[m.Group]
+		for _, p := range g.Ports {
+			m.env = append(m.env, envName(g, p)+"="+strconv.Itoa(int(m.Ports[p.Name].Port)))
+		}
+		for _, ref := range g.Refs {
+			pr, _ := spec.resolveRef(ref.To) // validated above
+			m.env = append(m.env, ref.Env+"="+strconv.Itoa(int(byRef[pr].Port)))
+		}
+	}
+	return s, nil
+}
+
+// ownByLabel returns this process's reservations whose label starts with
+// prefix, from the store (so a new Allocator finds what an earlier one of
+// the same process holds) or, in the MRU backend, from this Allocator.
+func (a *Allocator) ownByLabel(ctx context.Context, prefix string) (map[string]Reservation, error) {
+	out := map[string]Reservation{}
+	if a.fellBack.Load() || a.store == nil {
+		for _, r := range a.Held() {
+			if strings.HasPrefix(r.Label, prefix) {
+				out[r.Label] = r
+			}
+		}
+		return out, nil
+	}
+	self, err := statestore.Self()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := a.store.List(ctx, statestore.Filter{OwnerPID: self.PID})
+	if err != nil {
+		if a.cfg.Mode == ModeStateStore {
+			return nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
+		}
+		return out, nil // the allocations below fall back, and find nothing to reuse
+	}
+	for _, r := range rows {
+		if r.Owner.Same(self) && strings.HasPrefix(r.Label, prefix) {
+			out[r.Label] = Reservation{Protocol: Protocol(r.Protocol), Address: r.Addr, Port: r.Port, Label: r.Label, Backend: BackendStateStore}
+		}
+	}
+	return out, nil
+}
+
+// Release releases every port the set still holds, on whichever backend
+// served it. It is a no-op (nil) when there is nothing left, and a row that
+// is already gone is not an error; other errors are for logging, since
+// reaping covers what a failed release leaves behind.
+func (s *Set) Release(ctx context.Context) error {
+	var errs []error
+	for l, r := range s.held {
+		if err := s.a.Release(ctx, r); err != nil && !errors.Is(err, statestore.ErrNotFound) && !errors.Is(err, ErrClosed) {
+			errs = append(errs, err)
+		}
+		delete(s.held, l)
+	}
+	return errors.Join(errs...)
+}
+
+// Transfer hands m's member-scoped ports to the running process pid, the
+// child the caller started for m, so they stay reserved exactly as long as
+// it runs, even if the caller dies first. Group-scoped ports are shared by
+// all members and stay with the caller.
+func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
+	for name, r := range m.Ports {
+		if m.Scopes[name] != ScopeMember {
+			continue
+		}
+		if _, ok := s.held[r.Label]; !ok {
+			continue // already handed over
+		}
+		if err := s.a.Transfer(ctx, r, pid); err != nil {
+			return err
+		}
+		delete(s.held, r.Label)
+	}
+	return nil
+}
+
+// Manifest is the JSON form of an allocated set, for discovery tools.
+type Manifest struct {
+	Set     string           `json:"set"`
+	Members []MemberManifest `json:"members"`
+}
+
+// MemberManifest is one member in a Manifest.
+type MemberManifest struct {
+	Group string                  `json:"group"`
+	Index int                     `json:"index"`
+	Ports map[string]PortManifest `json:"ports"`
+	Env   []string                `json:"env"`
+}
+
+// PortManifest is one port in a Manifest.
+type PortManifest struct {
+	Protocol Protocol   `json:"protocol"`
+	Address  netip.Addr `json:"address"`
+	Port     uint16     `json:"port"`
+	Scope    Scope      `json:"scope"`
+	Label    string     `json:"label"`
+	Backend  string     `json:"backend"`
+}
+
+// Manifest returns the whole assignment.
+func (s *Set) Manifest() Manifest {
+	m := Manifest{Set: s.Name}
+	for _, mem := range s.members {
+		mm := MemberManifest{Group: mem.Group, Index: mem.Index, Ports: map[string]PortManifest{}, Env: mem.Env()}
+		for name, r := range mem.Ports {
+			mm.Ports[name] = PortManifest{r.Protocol, r.Address, r.Port, mem.Scopes[name], r.Label, r.Backend}
+		}
+		m.Members = append(m.Members, mm)
+	}
+	return m
+}
+
+// WriteManifest writes the manifest as indented JSON to path, mode 0600.
+func (s *Set) WriteManifest(path string) error {
+	b, err := json.MarshalIndent(s.Manifest(), "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o600)
+}

@@ -1,0 +1,44 @@
+package statestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+)
+
+// Remember records port as the last one handed out under label for
+// protocol, for Recall after a restart.
+func (s *Store) Remember(ctx context.Context, label string, protocol Protocol, port uint16) error {
+	if label == "" {
+		return &FieldError{Field: "label", Value: "", Want: "a non-empty label to remember the port under"}
+	}
+	if !protocol.valid() {
+		return &FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`}
+	}
+	if port == 0 {
+		return &FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535"}
+	}
+	_, err := s.exec(ctx, "remember "+label, nil, s.st.remember, label, string(protocol), int(port), s.now().UnixNano())
+	return err
+}
+
+// Recall returns the port last remembered under label for protocol, and
+// false when there is none.
+func (s *Store) Recall(ctx context.Context, label string, protocol Protocol) (uint16, bool, error) {
+	release, err := s.acquire(ctx, false)
+	if err != nil {
+		return 0, false, acquireErr("recall", err)
+	}
+	defer release()
+	var port int
+	err = s.st.recall.QueryRowContext(ctx, label, string(protocol)).Scan(&port)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, storageErr("recall "+label, err)
+	case port < 1 || port > 65535:
+		return 0, false, nil
+	}
+	return uint16(port), true, nil
+}
