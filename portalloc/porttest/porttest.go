@@ -1,0 +1,133 @@
+// Package porttest hands ports to tests. Every port comes from the shared
+// per-user berth store (configured by the BERTH_* variables, see
+// portalloc.ConfigFromEnv), so the test binaries that go test ./... runs in
+// parallel never get the same port, and it is released by t.Cleanup. A test
+// that cannot get a port fails with a message that says why.
+//
+//	func TestServer(t *testing.T) {
+//		addr := fmt.Sprintf("127.0.0.1:%d", porttest.Port(t))
+//		...
+//	}
+//
+// The Allocator behind the helpers is opened on first use and closed when
+// the last test using it has finished, so goroutine-leak checks such as
+// goleak.VerifyTestMain find nothing of it.
+package porttest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/berth-go/berth/portalloc"
+)
+
+var (
+	mu    sync.Mutex // guards alloc and users
+	alloc *portalloc.Allocator
+	users int
+)
+
+// allocator returns the shared Allocator and keeps it open until tb ends.
+func allocator(tb testing.TB) *portalloc.Allocator {
+	tb.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if alloc == nil {
+		cfg, err := portalloc.ConfigFromEnv()
+		if err != nil {
+			tb.Fatalf("porttest: %v", err)
+		}
+		a, err := portalloc.New(context.Background(), cfg)
+		if err != nil {
+			tb.Fatalf("porttest: cannot open the berth store: %v", err)
+		}
+		alloc = a
+	}
+	users++
+	tb.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if users--; users == 0 {
+			_ = alloc.Close() // what it could not release is reaped after the binary exits
+			alloc = nil
+		}
+	})
+	return alloc
+}
+
+func get(tb testing.TB, protocol portalloc.Protocol, n int) []uint16 {
+	tb.Helper()
+	a := allocator(tb)
+	ports := make([]uint16, 0, n)
+	for range n {
+		r, err := a.Allocate(context.Background(), portalloc.Request{Protocol: protocol, Label: "test:" + tb.Name()})
+		if err != nil {
+			tb.Fatalf("porttest: no free %s port for %s: %v", protocol, tb.Name(), err)
+		}
+		tb.Cleanup(func() { _ = a.Release(context.Background(), r) })
+		ports = append(ports, r.Port)
+	}
+	return ports
+}
+
+// Port returns a free TCP port on 127.0.0.1, reserved until tb ends.
+func Port(tb testing.TB) uint16 {
+	tb.Helper()
+	return get(tb, portalloc.TCP, 1)[0]
+}
+
+// Ports returns n distinct free TCP ports on 127.0.0.1, reserved until tb
+// ends.
+func Ports(tb testing.TB, n int) []uint16 {
+	tb.Helper()
+	if n < 0 {
+		tb.Fatalf("porttest: Ports(%d): want a count of 0 or more", n)
+	}
+	return get(tb, portalloc.TCP, n)
+}
+
+// UDPPort returns a free UDP port on 127.0.0.1, reserved until tb ends.
+func UDPPort(tb testing.TB) uint16 {
+	tb.Helper()
+	return get(tb, portalloc.UDP, 1)[0]
+}
+
+// Addr returns "127.0.0.1:PORT" for a free TCP port, reserved until tb ends.
+func Addr(tb testing.TB) string {
+	tb.Helper()
+	return fmt.Sprintf("127.0.0.1:%d", Port(tb))
+}
+
+// Listener returns a listener on a free TCP port of 127.0.0.1, bound in the
+// same transaction that reserved it; it is closed and released when tb
+// ends.
+func Listener(tb testing.TB) net.Listener {
+	tb.Helper()
+	a := allocator(tb)
+	r, ln, err := a.Listen(context.Background(), portalloc.Request{Label: "test:" + tb.Name()})
+	if err != nil {
+		tb.Fatalf("porttest: no free TCP port for %s: %v", tb.Name(), err)
+	}
+	tb.Cleanup(func() {
+		_ = ln.Close()
+		_ = a.Release(context.Background(), r)
+	})
+	return ln
+}
+
+// Set allocates every port of spec for tb (see portalloc.AllocateSet) and
+// releases them when tb ends. The set's name is made unique per test.
+func Set(tb testing.TB, spec portalloc.SetSpec) *portalloc.Set {
+	tb.Helper()
+	a := allocator(tb)
+	spec.Name = fmt.Sprintf("%s-%p", spec.Name, tb)
+	s, err := a.AllocateSet(context.Background(), spec)
+	if err != nil {
+		tb.Fatalf("porttest: cannot allocate set for %s: %v", tb.Name(), err)
+	}
+	tb.Cleanup(func() { _ = s.Release(context.Background()) })
+	return s
+}

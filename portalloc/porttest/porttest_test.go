@@ -1,0 +1,190 @@
+package porttest_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/porttest"
+	"github.com/berth-go/berth/statestore"
+)
+
+// stateDir is the store every test of this binary shares, as the per-user
+// store would be shared by the binaries of go test ./....
+var stateDir string
+
+func TestMain(m *testing.M) {
+	if os.Getenv("BERTH_TEST_WORKER") != "" {
+		os.Exit(m.Run()) // a worker uses its parent's store, from the environment
+	}
+	dir, err := os.MkdirTemp("", "porttest-")
+	if err != nil {
+		panic(err)
+	}
+	stateDir = dir
+	os.Setenv(portalloc.EnvStateDir, dir)
+	os.Setenv(portalloc.EnvMode, string(portalloc.ModeStateStore))
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func rows(t *testing.T) []statestore.Reservation {
+	t.Helper()
+	s, err := statestore.Open(context.Background(), filepath.Join(stateDir, portalloc.DatabaseFile), statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rs, err := s.List(context.Background(), statestore.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+func TestPortsAreFreeDistinctAndReleased(t *testing.T) {
+	var got []uint16
+	t.Run("inner", func(t *testing.T) {
+		got = append(got, porttest.Port(t))
+		got = append(got, porttest.Ports(t, 3)...)
+		got = append(got, porttest.UDPPort(t))
+		seen := map[uint16]bool{}
+		for _, p := range got[:4] {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			seen[p] = true
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(int(p)))
+			if err != nil {
+				t.Fatalf("port %d is not bindable: %v", p, err)
+			}
+			_ = l.Close()
+		}
+		if n := len(rows(t)); n != 5 {
+			t.Errorf("%d rows while the test runs; want 5", n)
+		}
+		for _, r := range rows(t) {
+			if r.Label != "test:TestPortsAreFreeDistinctAndReleased/inner" {
+				t.Errorf("label %q; want the test's name", r.Label)
+			}
+		}
+	})
+	if rs := rows(t); len(rs) != 0 {
+		t.Errorf("rows after the test ended: %v", rs)
+	}
+}
+
+func TestListenerAndSet(t *testing.T) {
+	ln := porttest.Listener(t)
+	if _, err := net.Listen("tcp", ln.Addr().String()); err == nil {
+		t.Error("the listener's port could be bound again")
+	}
+	s := porttest.Set(t, portalloc.SetSpec{Name: "web", Groups: []portalloc.GroupSpec{{Name: "app", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}}}}})
+	if a, b := s.Member("app", 0).Ports["http"].Port, s.Member("app", 1).Ports["http"].Port; a == b {
+		t.Errorf("both members got port %d", a)
+	}
+}
+
+// recorder is a testing.TB whose Fatalf records the message and ends the
+// goroutine, as the real one does.
+type recorder struct {
+	testing.TB
+	mu  sync.Mutex
+	msg string
+}
+
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.mu.Lock()
+	r.msg = fmt.Sprintf(format, args...)
+	r.mu.Unlock()
+	runtime.Goexit()
+}
+
+func (r *recorder) Helper() {}
+
+// TestNoPortFailsClearly: with the range full, a test fails with a message
+// that names it and says why.
+func TestNoPortFailsClearly(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	t.Setenv(portalloc.EnvPortRange, strconv.Itoa(port)) // one port, bound outside berth
+	t.Setenv(portalloc.EnvAllowEphemeralOverlap, "true")
+	rec := &recorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		porttest.Port(rec)
+	}()
+	<-done
+	if !strings.Contains(rec.msg, "porttest: no free tcp port for TestNoPortFailsClearly") || !strings.Contains(rec.msg, "no free port in the range") {
+		t.Errorf("failure message = %q", rec.msg)
+	}
+}
+
+// TestPortsWorker is one test binary of many in TestParallelBinaries: it
+// takes 20 ports through porttest, prints them and holds them until stdin
+// closes.
+func TestPortsWorker(t *testing.T) {
+	if os.Getenv("BERTH_TEST_WORKER") != "ports" {
+		t.Skip("runs only as a worker process of TestParallelBinaries")
+	}
+	for _, p := range porttest.Ports(t, 20) {
+		fmt.Println(p)
+	}
+	fmt.Println("done")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// TestParallelBinaries: several test binaries take ports from the shared
+// store at once and never get the same one.
+func TestParallelBinaries(t *testing.T) {
+	const binaries = 4
+	seen := map[string]int{}
+	var outs []*bufio.Scanner
+	for range binaries { // all started before any is read
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPortsWorker$")
+		cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=ports")
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+		outs = append(outs, bufio.NewScanner(stdout))
+	}
+	for i, sc := range outs {
+		for sc.Scan() && sc.Text() != "done" {
+			if prev, dup := seen[sc.Text()]; dup {
+				t.Errorf("port %s went to binaries %d and %d", sc.Text(), prev, i)
+			}
+			seen[sc.Text()] = i
+		}
+	}
+	if len(seen) != binaries*20 {
+		t.Errorf("%d distinct ports; want %d", len(seen), binaries*20)
+	}
+}
