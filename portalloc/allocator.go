@@ -516,6 +516,22 @@ func (a *Allocator) Transfer(ctx context.Context, r Reservation, pid int) error 
 	return nil
 }
 
+// Reap deletes every reservation in the store whose owner has exited, for
+// example those of children that were handed ports and have stopped, and
+// returns how many it deleted. The store also reaps on its own, in the
+// background and whenever a dead owner's row stands in the way; Reap just
+// does it now. In the MRU backend there is nothing to reap.
+func (a *Allocator) Reap(ctx context.Context) (int, error) {
+	if a.store == nil {
+		return 0, nil
+	}
+	n, err := a.store.Reap(ctx)
+	if err != nil {
+		return n, fmt.Errorf("portalloc: reap: %w", err)
+	}
+	return n, nil
+}
+
 // Held returns the reservations this Allocator holds: made by it and not yet
 // released or transferred.
 func (a *Allocator) Held() []Reservation {
