@@ -268,17 +268,28 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (r Reservation, e
 	if req.Sticky && req.Label == "" {
 		return Reservation{}, fmt.Errorf("%w: a sticky request needs a Label to remember its port under", ErrInvalidRequest)
 	}
-	return a.allocate(ctx, req, func(p uint16) (bool, error) {
-		return probe.Available(string(req.Protocol), req.Address, p)
-	})
+	return a.allocate(ctx, req, a.set, probeFunc(req))
 }
 
-// allocate walks the range for req and takes the first port that the
-// backend has free and bindable passes. bindable runs inside the store's
-// write transaction.
-func (a *Allocator) allocate(ctx context.Context, req Request, bindable func(uint16) (bool, error)) (Reservation, error) {
+func probeFunc(req Request) func(uint16) (bool, error) {
+	return func(p uint16) (bool, error) {
+		return probe.Available(string(req.Protocol), req.Address, p)
+	}
+}
+
+// allocateIn is allocate with the probe, on a set of ports of the range
+// (a pool's). The caller has run begin.
+func (a *Allocator) allocateIn(ctx context.Context, req Request, set *portrange.Set) (r Reservation, err error) {
+	defer func() { a.ctr.count(false, err) }()
+	return a.allocate(ctx, req, set, probeFunc(req))
+}
+
+// allocate walks set for req and takes the first port that the backend has
+// free and bindable passes. bindable runs inside the store's write
+// transaction.
+func (a *Allocator) allocate(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error)) (Reservation, error) {
 	if !a.fellBack.Load() {
-		next, sticky := a.candidates(ctx, req)
+		next, sticky := a.candidates(ctx, req, set)
 		r, err := a.store.Scan(ctx, statestore.ScanRequest{
 			Protocol: statestore.Protocol(req.Protocol),
 			Addr:     req.Address,
@@ -295,7 +306,7 @@ func (a *Allocator) allocate(ctx context.Context, req Request, bindable func(uin
 		}
 	}
 	// The MRU backend, from the start or after a fallback: a fresh walk.
-	next, _ := a.candidates(ctx, Request{})
+	next, _ := a.candidates(ctx, Request{}, set)
 	port, err := a.mru.Allocate(ctx, mru.Request{
 		Protocol: string(req.Protocol),
 		Addr:     req.Address,
@@ -316,9 +327,9 @@ func (a *Allocator) allocate(ctx context.Context, req Request, bindable func(uin
 
 // candidates returns the walk over the range, led by the sticky port of a
 // sticky request (0 when there is none).
-func (a *Allocator) candidates(ctx context.Context, req Request) (func() (uint16, bool), uint16) {
+func (a *Allocator) candidates(ctx context.Context, req Request, set *portrange.Set) (func() (uint16, bool), uint16) {
 	a.rngMu.Lock()
-	it := a.set.Candidates(a.rng)
+	it := set.Candidates(a.rng)
 	a.rngMu.Unlock()
 	if !req.Sticky || a.store == nil {
 		return it.Next, 0
@@ -330,7 +341,7 @@ func (a *Allocator) candidates(ctx context.Context, req Request) (func() (uint16
 		return it.Next, 0
 	case !ok:
 		return it.Next, 0
-	case !a.set.Contains(p):
+	case !set.Contains(p):
 		a.log.Info("sticky port is outside the range now; allocating afresh", "label", req.Label, "port", p, "range", a.cfg.Range.String())
 		return it.Next, 0
 	}

@@ -76,7 +76,7 @@ func (a *Allocator) allocateBound(ctx context.Context, req Request, bind func(ne
 		return Reservation{}, err
 	}
 	defer cancel()
-	return a.allocate(ctx, req, func(p uint16) (bool, error) {
+	return a.allocate(ctx, req, a.set, func(p uint16) (bool, error) {
 		return bind(netip.AddrPortFrom(req.Address, p))
 	})
 }

@@ -121,6 +121,25 @@ func holdInWorker(t *testing.T, dir string, addr netip.Addr, port uint16) int {
 	return cmd.Process.Pid
 }
 
+// holdInWorkerProc is holdInWorker that returns the process, for tests that
+// kill it.
+func holdInWorkerProc(t *testing.T, dir string, port uint16) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=hold", "BERTH_STATE_DIR="+dir,
+		"BERTH_TEST_ADDR=127.0.0.1", "BERTH_TEST_PORT="+strconv.Itoa(int(port)))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("worker said %q", line)
+	}
+	return cmd
+}
+
 // newAllocator returns an Allocator on a fresh state directory, closed at
 // the end of the test.
 func newAllocator(t *testing.T, cfg portalloc.Config) *portalloc.Allocator {

@@ -3,8 +3,10 @@ package portalloc
 import (
 	"context"
 	"errors"
+	"expvar"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // ScopeCounts counts by the scope of an allocation, as Kubernetes' port
@@ -117,4 +119,42 @@ func (a *Allocator) Usage(ctx context.Context) (Usage, error) {
 	}
 	u.Available = u.Ports - u.Reserved
 	return u, nil
+}
+
+// Metrics is what Publish exposes: the counters and the range's usage.
+type Metrics struct {
+	Stats Stats `json:"stats"`
+	Usage Usage `json:"usage"`
+	// UsageError says why Usage is missing, if it is.
+	UsageError string `json:"usage_error,omitempty"`
+}
+
+// Metrics returns Stats and Usage together; Usage queries the store.
+func (a *Allocator) Metrics(ctx context.Context) Metrics {
+	m := Metrics{Stats: a.Stats()}
+	u, err := a.Usage(ctx)
+	if err != nil {
+		m.UsageError = err.Error()
+	}
+	m.Usage = u
+	return m
+}
+
+// metricsTimeout bounds the store query behind a published variable.
+const metricsTimeout = 2 * time.Second
+
+// Publish exposes the Allocator's Metrics as the expvar variable name, which
+// net/http/pprof-style handlers serve as JSON on /debug/vars. Nothing is
+// computed until the variable is read. It returns an error if the name is
+// taken, since expvar allows each name once per process.
+func (a *Allocator) Publish(name string) error {
+	if name == "" || expvar.Get(name) != nil {
+		return fmt.Errorf("%w: expvar name %q is empty or already published", ErrInvalidRequest, name)
+	}
+	expvar.Publish(name, expvar.Func(func() any {
+		ctx, cancel := context.WithTimeout(context.Background(), metricsTimeout)
+		defer cancel()
+		return a.Metrics(ctx)
+	}))
+	return nil
 }

@@ -195,6 +195,24 @@ func popcount(w uint64) int {
 	return n
 }
 
+// Without returns a copy of s with the ports of the given ranges taken out.
+// The copy keeps s's range, and so its bands.
+func (s *Set) Without(exclude ...Range) *Set {
+	out := *s
+	for _, x := range exclude {
+		if x.Size() == 0 {
+			continue
+		}
+		for p := max(int(x.First), int(s.r.First)); p <= min(int(x.Last), int(s.r.Last)); p++ {
+			if out.allowed[p/64]&(1<<(p%64)) != 0 {
+				out.allowed[p/64] &^= 1 << (p % 64)
+				out.size--
+			}
+		}
+	}
+	return &out
+}
+
 // Range returns the range the set was built from.
 func (s *Set) Range() Range { return s.r }
 

@@ -1,0 +1,512 @@
+package portalloc
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-go/berth/internal/portrange"
+	"github.com/berth-go/berth/internal/probe"
+)
+
+// PoolSpec describes a pool's members. The zero value of every field is a
+// working default.
+type PoolSpec struct {
+	// Size is how many idle members the pool keeps reserved and ready;
+	// zero: 4.
+	Size int
+	// Range is where members are allocated; zero: the Allocator's range.
+	// It must lie within the Allocator's range.
+	Range Range
+	// Address and Protocol are the members'; zero: 127.0.0.1 and TCP.
+	Address  netip.Addr
+	Protocol Protocol
+	// MaxUnavailable bounds how many idle members a rolling update
+	// replaces at once: an integer ("3") or a percentage of Size ("25%",
+	// rounded up), at least 1; zero: "25%".
+	MaxUnavailable string
+}
+
+// ParseMaxUnavailable returns how many members of a pool of size may be
+// replaced at once: s is an integer or a percentage of size, rounded up;
+// at least 1. The empty string means 25%.
+func ParseMaxUnavailable(s string, size int) (int, error) {
+	if s == "" {
+		s = "25%"
+	}
+	bad := func() (int, error) {
+		return 0, fmt.Errorf("%w: maxUnavailable %q: want a whole number such as \"3\" or a percentage from 0%% to 100%% such as \"25%%\"", ErrInvalidRequest, s)
+	}
+	num, pct := strings.CutSuffix(s, "%")
+	for _, c := range num {
+		if c < '0' || c > '9' {
+			return bad()
+		}
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil || num == "" {
+		return bad()
+	}
+	if pct {
+		if n > 100 {
+			return bad()
+		}
+		n = int(math.Ceil(float64(n) * float64(size) / 100))
+	}
+	return max(n, 1), nil
+}
+
+// revision is a short hash of what makes a member: where it is allocated.
+func (s PoolSpec) revision() string {
+	canon, _ := json.Marshal(struct {
+		Range    string
+		Address  string
+		Protocol Protocol
+	}{s.Range.String(), s.Address.String(), s.Protocol})
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:4])
+}
+
+// PoolStatus is a snapshot of a pool.
+type PoolStatus struct {
+	Size     int
+	Idle     int
+	InUse    int
+	Updated  int    // members, idle or in use, at the current revision
+	Revision string // of the current spec
+	// Updating is true while members of an older revision remain.
+	Updating bool
+	// Replacing is how many idle members are being replaced right now.
+	Replacing int
+}
+
+// member is one reserved port of a pool.
+type member struct {
+	r        Reservation
+	revision string
+	created  time.Time
+}
+
+// Pool keeps ports reserved ahead of time, so that Take hands one out
+// without touching the state store. It is safe for concurrent use.
+//
+// Rolling updates: Update changes the spec; the pool then replaces idle
+// members of the old revision in steps of at most MaxUnavailable at a time.
+// Idle members whose bind probe fails (a program outside berth took the
+// port) are replaced without using that budget. Members in use are never
+// revoked: they are replaced after they are returned. Each step replaces,
+// in this order, unavailable members, then the oldest, then by port.
+type Pool struct {
+	name string
+	a    *Allocator
+
+	mu        sync.Mutex // guards the fields below
+	spec      PoolSpec
+	set       *portrange.Set
+	rev       string
+	budget    int
+	idle      []*member
+	inUse     map[Reservation]*member
+	replacing int
+	closed    bool
+	lastErr   error
+
+	wake chan struct{} // capacity 1: asks the worker to refill or step
+	stop chan struct{}
+	done chan struct{}
+
+	// OnStep, set before the first Update, is called after each rolling
+	// update step with the ports it replaced; for observing rollouts.
+	onStep func(StepInfo)
+}
+
+// StepInfo describes one rolling update step.
+type StepInfo struct {
+	Replaced []uint16 // old ports given up in this step
+	// Unavailable counts members replaced because their probe failed;
+	// they do not use the budget.
+	Unavailable int
+	// Budgeted counts the others: at most MaxUnavailable.
+	Budgeted int
+	Status   PoolStatus // after the step
+}
+
+// NewPool reserves spec.Size ports labelled "pool:<name>" and keeps them
+// ready. It returns once the pool is full.
+func (a *Allocator) NewPool(ctx context.Context, name string, spec PoolSpec) (*Pool, error) {
+	if name == "" {
+		return nil, fmt.Errorf("%w: pool name: empty", ErrInvalidRequest)
+	}
+	p := &Pool{name: name, a: a, inUse: map[Reservation]*member{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if err := p.setSpec(spec); err != nil {
+		return nil, err
+	}
+	for p.need() > 0 {
+		if err := p.refillOne(ctx); err != nil {
+			for _, m := range p.idle {
+				_ = a.Release(context.WithoutCancel(ctx), m.r)
+			}
+			return nil, err
+		}
+	}
+	go p.work()
+	return p, nil
+}
+
+// setSpec validates spec and makes it current.
+func (p *Pool) setSpec(spec PoolSpec) error {
+	if spec.Size == 0 {
+		spec.Size = 4
+	}
+	if spec.Size < 0 {
+		return fmt.Errorf("%w: pool size %d: want 1 or more", ErrInvalidRequest, spec.Size)
+	}
+	if spec.Range == (Range{}) {
+		spec.Range = p.a.cfg.Range
+	}
+	if err := spec.Range.Valid(); err != nil {
+		return fmt.Errorf("%w: pool range: %w", ErrInvalidRequest, err)
+	}
+	if !p.a.cfg.Range.Contains(spec.Range.First) || !p.a.cfg.Range.Contains(spec.Range.Last) {
+		return fmt.Errorf("%w: pool range %s: want a range inside the Allocator's %s", ErrInvalidRequest, spec.Range, p.a.cfg.Range)
+	}
+	if spec.Protocol == "" {
+		spec.Protocol = TCP
+	}
+	if !spec.Address.IsValid() {
+		spec.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	req, err := p.a.normalize(Request{Protocol: spec.Protocol, Address: spec.Address})
+	if err != nil {
+		return err
+	}
+	spec.Address = req.Address
+	budget, err := ParseMaxUnavailable(spec.MaxUnavailable, spec.Size)
+	if err != nil {
+		return err
+	}
+	// The pool's own walk: the Allocator's set, narrowed to the pool's range.
+	var excl []Range
+	if spec.Range.First > p.a.cfg.Range.First {
+		excl = append(excl, Range{First: p.a.cfg.Range.First, Last: spec.Range.First - 1})
+	}
+	if spec.Range.Last < p.a.cfg.Range.Last {
+		excl = append(excl, Range{First: spec.Range.Last + 1, Last: p.a.cfg.Range.Last})
+	}
+	set := p.a.set.Without(excl...)
+	if set.Len() < spec.Size {
+		return fmt.Errorf("%w: pool of %d in %s, which has %d ports to hand out", ErrInvalidRequest, spec.Size, spec.Range, set.Len())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.spec, p.set, p.rev, p.budget = spec, set, spec.revision(), budget
+	return nil
+}
+
+// need is how many idle members are missing. Caller must not hold mu.
+func (p *Pool) need() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.spec.Size - len(p.idle) - p.replacing
+}
+
+// allocate reserves one member at the current revision.
+func (p *Pool) allocate(ctx context.Context) (*member, error) {
+	p.mu.Lock()
+	spec, set, rev := p.spec, p.set, p.rev
+	p.mu.Unlock()
+	req := Request{Protocol: spec.Protocol, Address: spec.Address, Label: "pool:" + p.name}
+	ctx, cancel, req, err := p.a.begin(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	r, err := p.a.allocateIn(ctx, req, set)
+	if err != nil {
+		return nil, err
+	}
+	return &member{r: r, revision: rev, created: time.Now()}, nil
+}
+
+func (p *Pool) refillOne(ctx context.Context) error {
+	m, err := p.allocate(ctx)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = p.a.Release(context.WithoutCancel(ctx), m.r)
+		return ErrClosed
+	}
+	p.idle = append(p.idle, m)
+	return nil
+}
+
+// Take hands out an idle member. It stays reserved, now in use, until
+// Return. Take touches neither the store nor the network; the pool refills
+// in the background. With no idle member it allocates one on the spot.
+func (p *Pool) Take(ctx context.Context) (Reservation, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return Reservation{}, ErrClosed
+	}
+	// Prefer members of the current revision, newest last in idle.
+	i := slices.IndexFunc(p.idle, func(m *member) bool { return m.revision == p.rev })
+	if i < 0 && len(p.idle) > 0 {
+		i = 0
+	}
+	if i >= 0 {
+		m := p.idle[i]
+		p.idle = slices.Delete(p.idle, i, i+1)
+		p.inUse[m.r] = m
+		p.mu.Unlock()
+		p.nudge()
+		return m.r, nil
+	}
+	p.mu.Unlock()
+	m, err := p.allocate(ctx)
+	if err != nil {
+		return Reservation{}, err
+	}
+	p.mu.Lock()
+	p.inUse[m.r] = m
+	p.mu.Unlock()
+	p.nudge()
+	return m.r, nil
+}
+
+// Return gives a taken member back. A member of an older revision, or one
+// beyond the pool's size, is released instead of kept.
+func (p *Pool) Return(r Reservation) error {
+	p.mu.Lock()
+	m, ok := p.inUse[r]
+	if !ok {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %s is not a member of pool %q in use", ErrInvalidRequest, r, p.name)
+	}
+	delete(p.inUse, r)
+	keep := !p.closed && len(p.idle)+p.replacing < p.spec.Size
+	if keep {
+		p.idle = append(p.idle, m)
+	}
+	p.mu.Unlock()
+	p.nudge()
+	if !keep {
+		return p.a.Release(context.Background(), r)
+	}
+	return nil
+}
+
+// Update makes spec current and starts a rolling update to it, if it
+// changes where members are allocated. Takes go on working meanwhile.
+func (p *Pool) Update(spec PoolSpec) error {
+	if err := p.setSpec(spec); err != nil {
+		return err
+	}
+	p.nudge()
+	return nil
+}
+
+// Status returns a snapshot of the pool.
+func (p *Pool) Status() PoolStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.statusLocked()
+}
+
+func (p *Pool) statusLocked() PoolStatus {
+	st := PoolStatus{Size: p.spec.Size, Idle: len(p.idle), InUse: len(p.inUse), Revision: p.rev, Replacing: p.replacing}
+	for _, m := range p.idle {
+		if m.revision == p.rev {
+			st.Updated++
+		}
+	}
+	for _, m := range p.inUse {
+		if m.revision == p.rev {
+			st.Updated++
+		}
+	}
+	st.Updating = st.Updated < st.Idle+st.InUse
+	return st
+}
+
+// Idle returns the idle members' reservations.
+func (p *Pool) Idle() []Reservation {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Reservation, len(p.idle))
+	for i, m := range p.idle {
+		out[i] = m.r
+	}
+	return out
+}
+
+// Err returns the last error the background refill or update met, if any.
+func (p *Pool) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastErr
+}
+
+// OnStep sets a function called after each rolling update step.
+func (p *Pool) OnStep(f func(StepInfo)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.onStep = f
+}
+
+func (p *Pool) nudge() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// retryEvery is how soon the worker tries again after a failure.
+const retryEvery = 250 * time.Millisecond
+
+// work refills and steps rolling updates until Close.
+func (p *Pool) work() {
+	defer close(p.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-p.stop
+		cancel()
+	}()
+	for {
+		var retry <-chan time.Time
+		if err := p.tend(ctx); err != nil && ctx.Err() == nil {
+			p.mu.Lock()
+			p.lastErr = err
+			p.mu.Unlock()
+			p.a.log.Error(err, "pool could not refill or update; retrying", "pool", p.name)
+			retry = time.After(retryEvery)
+		}
+		select {
+		case <-p.stop:
+			return
+		case <-p.wake:
+		case <-retry:
+		}
+	}
+}
+
+// tend runs rolling update steps until none is needed, then refills.
+func (p *Pool) tend(ctx context.Context) error {
+	for {
+		stepped, err := p.step(ctx)
+		if err != nil {
+			return err
+		}
+		if !stepped {
+			break
+		}
+	}
+	for p.need() > 0 {
+		if err := p.refillOne(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step replaces the idle members that need it: every one whose probe
+// fails, and up to the budget of those at an older revision. It reports
+// whether it replaced any.
+func (p *Pool) step(ctx context.Context) (bool, error) {
+	p.mu.Lock()
+	rev, budget := p.rev, p.budget
+	var unavailable, old []*member
+	for _, m := range p.idle {
+		free, err := probe.Available(string(m.r.Protocol), m.r.Address, m.r.Port)
+		switch {
+		case err == nil && !free:
+			unavailable = append(unavailable, m)
+		case m.revision != rev:
+			old = append(old, m)
+		}
+	}
+	// Oldest first, then by port: a deterministic order.
+	slices.SortFunc(old, func(a, b *member) int {
+		if c := a.created.Compare(b.created); c != 0 {
+			return c
+		}
+		return int(a.r.Port) - int(b.r.Port)
+	})
+	old = old[:min(len(old), budget)]
+	out := append(unavailable, old...)
+	if len(out) == 0 {
+		p.mu.Unlock()
+		return false, nil
+	}
+	p.idle = slices.DeleteFunc(p.idle, func(m *member) bool { return slices.Contains(out, m) })
+	p.replacing += len(out)
+	p.mu.Unlock()
+
+	info := StepInfo{Unavailable: len(unavailable), Budgeted: len(old)}
+	var errs []error
+	for _, m := range out {
+		info.Replaced = append(info.Replaced, m.r.Port)
+		_ = p.a.Release(ctx, m.r) // reaping covers a failed release
+		nm, err := p.allocate(ctx)
+		p.mu.Lock()
+		p.replacing--
+		if err == nil && !p.closed {
+			p.idle = append(p.idle, nm)
+		}
+		p.mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	p.mu.Lock()
+	info.Status = p.statusLocked()
+	onStep := p.onStep
+	p.mu.Unlock()
+	if onStep != nil {
+		onStep(info)
+	}
+	return true, errors.Join(errs...)
+}
+
+// Close stops the background work and releases every idle member. Members
+// in use stay reserved until returned (Return then releases them) or until
+// the Allocator closes.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	select {
+	case <-p.done:
+	default:
+		close(p.stop)
+		<-p.done
+	}
+	var errs []error
+	for _, m := range idle {
+		if err := p.a.Release(context.Background(), m.r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
