@@ -160,7 +160,7 @@ func (a *Allocator) NewPool(ctx context.Context, name string, spec PoolSpec) (*P
 			return nil, err
 		}
 	}
-	go p.work()
+	go p.work() //nolint:contextcheck // the pool outlives NewPool's context; Close stops it
 	return p, nil
 }
 
