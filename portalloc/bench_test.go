@@ -221,3 +221,41 @@ func BenchmarkContention(b *testing.B) {
 		b.ReportMetric(float64(slowest.Microseconds())/1000, "max-ms")
 	}
 }
+
+// BenchmarkPool compares Take+Return on a warm pool with Allocate+Release
+// in the same run.
+func BenchmarkPool(b *testing.B) {
+	ctx := context.Background()
+	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	b.Run("take-return", func(b *testing.B) {
+		p, err := a.NewPool(ctx, "bench", portalloc.PoolSpec{Size: 8})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		for b.Loop() {
+			r, err := p.Take(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.Return(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("allocate-release", func(b *testing.B) {
+		for b.Loop() {
+			r, err := a.Allocate(ctx, portalloc.Request{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := a.Release(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -120,6 +120,7 @@ type Pool struct {
 	replacing int
 	closed    bool
 	lastErr   error
+	lastProbe time.Time // when idle members' ports were last probed
 
 	wake chan struct{} // capacity 1: asks the worker to refill or step
 	stop chan struct{}
@@ -375,10 +376,19 @@ func (p *Pool) nudge() {
 	}
 }
 
-// retryEvery is how soon the worker tries again after a failure.
-const retryEvery = 250 * time.Millisecond
+const (
+	// retryEvery is how soon the worker tries again after a failure.
+	retryEvery = 250 * time.Millisecond
+	// settle is how long the worker lets takes and returns settle before
+	// it refills: a member returned within it needs no replacement, so a
+	// hot path that takes and returns costs the store nothing.
+	settle = 20 * time.Millisecond
+	// healthEvery is how often idle members' ports are probed when no
+	// update is under way.
+	healthEvery = time.Second
+)
 
-// work refills and steps rolling updates until Close.
+// work refills, checks idle members and steps rolling updates until Close.
 func (p *Pool) work() {
 	defer close(p.done)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -387,26 +397,41 @@ func (p *Pool) work() {
 		<-p.stop
 		cancel()
 	}()
+	health := time.NewTicker(healthEvery)
+	defer health.Stop()
 	for {
-		var retry <-chan time.Time
-		if err := p.tend(ctx); err != nil && ctx.Err() == nil {
-			p.mu.Lock()
-			p.lastErr = err
-			p.mu.Unlock()
-			p.a.log.Error(err, "pool could not refill or update; retrying", "pool", p.name)
-			retry = time.After(retryEvery)
-		}
 		select {
 		case <-p.stop:
 			return
 		case <-p.wake:
-		case <-retry:
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(settle):
+			}
+		case <-health.C:
+		}
+		for p.tend(ctx) != nil && ctx.Err() == nil {
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(retryEvery):
+			}
 		}
 	}
 }
 
-// tend runs rolling update steps until none is needed, then refills.
-func (p *Pool) tend(ctx context.Context) error {
+// tend runs rolling update steps until none is needed, then refills. An
+// error is recorded for Err and logged.
+func (p *Pool) tend(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			p.mu.Lock()
+			p.lastErr = err
+			p.mu.Unlock()
+			p.a.log.Error(err, "pool could not refill or update; retrying", "pool", p.name, "in", retryEvery.String())
+		}
+	}()
 	for {
 		stepped, err := p.step(ctx)
 		if err != nil {
@@ -430,13 +455,20 @@ func (p *Pool) tend(ctx context.Context) error {
 func (p *Pool) step(ctx context.Context) (bool, error) {
 	p.mu.Lock()
 	rev, budget := p.rev, p.budget
+	updating := slices.ContainsFunc(p.idle, func(m *member) bool { return m.revision != rev })
+	checkHealth := updating || time.Since(p.lastProbe) >= healthEvery
+	if checkHealth {
+		p.lastProbe = time.Now()
+	}
 	var unavailable, old []*member
 	for _, m := range p.idle {
-		free, err := probe.Available(string(m.r.Protocol), m.r.Address, m.r.Port)
-		switch {
-		case err == nil && !free:
-			unavailable = append(unavailable, m)
-		case m.revision != rev:
+		if checkHealth {
+			if free, err := probe.Available(string(m.r.Protocol), m.r.Address, m.r.Port); err == nil && !free {
+				unavailable = append(unavailable, m)
+				continue
+			}
+		}
+		if m.revision != rev {
 			old = append(old, m)
 		}
 	}
