@@ -78,7 +78,7 @@ func run(ctx context.Context, serve string, out io.Writer) error {
 		return err
 	}
 	defer func() { _ = a.Close() }()
-	if err := a.Publish("berth"); err != nil {
+	if err := a.Publish("berth"); err != nil { //nolint:contextcheck // expvar reads come later, each bounded by Publish itself
 		return err
 	}
 	mux := http.NewServeMux()
