@@ -91,8 +91,9 @@ type Allocator struct {
 
 	ctr counters
 
-	mu     sync.Mutex // guards held and closed
+	mu     sync.Mutex // guards held, pools and closed
 	held   map[heldKey]Reservation
+	pools  []*Pool
 	closed bool
 }
 
@@ -558,8 +559,8 @@ func (a *Allocator) Held() []Reservation {
 // closeTimeout bounds the releases Close makes.
 const closeTimeout = 10 * time.Second
 
-// Close releases every reservation the Allocator still holds and closes the
-// state store. Later calls return ErrClosed; Close itself is idempotent. Its
+// Close closes the Allocator's pools, releases every reservation it still
+// holds and closes the state store. Later calls return ErrClosed; Close itself is idempotent. Its
 // error is for logging: what it could not release is reaped once this
 // process exits.
 func (a *Allocator) Close() error {
@@ -568,17 +569,27 @@ func (a *Allocator) Close() error {
 		a.mu.Unlock()
 		return nil
 	}
+	pools := a.pools
+	a.pools = nil
+	a.mu.Unlock()
+	// Pools first, while their idle members can still be released.
+	var errs []error
+	for _, p := range pools {
+		if err := p.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.mu.Lock()
 	a.closed = true
 	held := a.held
 	a.held = nil
 	a.mu.Unlock()
 
 	if a.store == nil {
-		return nil
+		return errors.Join(errs...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
-	var errs []error
 	for _, r := range held {
 		if r.Backend != BackendStateStore {
 			continue

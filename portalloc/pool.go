@@ -161,6 +161,16 @@ func (a *Allocator) NewPool(ctx context.Context, name string, spec PoolSpec) (*P
 			return nil, err
 		}
 	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		for _, m := range p.idle {
+			_ = a.Release(context.WithoutCancel(ctx), m.r)
+		}
+		return nil, ErrClosed
+	}
+	a.pools = append(a.pools, p)
+	a.mu.Unlock()
 	go p.work() //nolint:contextcheck // the pool outlives NewPool's context; Close stops it
 	return p, nil
 }

@@ -369,3 +369,30 @@ func TestStatsScript(t *testing.T) {
 		t.Errorf("expvar %s = %+v", name, m)
 	}
 }
+
+// TestAllocatorCloseClosesPools: closing the Allocator stops its pools and
+// leaves nothing reserved.
+func TestAllocatorCloseClosesPools(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.NewPool(ctx, "closing", portalloc.PoolSpec{Size: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Take(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if _, err := p.Take(ctx); !errors.Is(err, portalloc.ErrClosed) {
+		t.Errorf("Take after the Allocator closed = %v; want ErrClosed", err)
+	}
+	if got := rowsLabelled(t, dir, "pool:"); len(got) != 0 {
+		t.Errorf("rows left after Close: %v", got)
+	}
+}

@@ -83,7 +83,7 @@ type Store struct {
 
 	closed atomic.Bool
 	stop   chan struct{}  // closed by Close to end the background goroutines
-	wg     sync.WaitGroup // background goroutines and abandoned lock waiters
+	wg     sync.WaitGroup // the sweep and the checkpointer
 
 	reaped        atomic.Int64
 	probeFailures atomic.Int64
@@ -328,13 +328,11 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 		return unlock, nil
 	}
 	// Contended: block in the kernel, which wakes us the moment the holder
-	// unlocks, instead of sleep-polling as SQLite's busy handler does.
+	// unlocks, instead of sleep-polling as SQLite's busy handler does. The
+	// waiter holds the store's turn (sem) until it is done, so Close, which
+	// takes the turn last, waits for it.
 	done := make(chan error, 1)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		done <- s.writeLock.Lock()
-	}()
+	go func() { done <- s.writeLock.Lock() }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -345,9 +343,7 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 	case <-ctx.Done():
 		// The waiter cannot be interrupted. Leave it the turn: once it has
 		// the lock it lets go of both, and the next call proceeds.
-		s.wg.Add(1)
 		go func() {
-			defer s.wg.Done()
 			if err := <-done; err == nil {
 				unlock()
 			} else {
