@@ -128,7 +128,7 @@ func TestForeignListenersSkipped(t *testing.T) {
 func TestWildcardsThroughAPI(t *testing.T) {
 	dir := t.TempDir()
 	port := freeRun(t, 1)
-	pid := holdInWorker(t, dir, any4, port)
+	pid := holdInWorker(t, dir, any4, port).cmd.Process.Pid
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir})
 	for _, addr := range []netip.Addr{lo4, any6, lo6, any4} {
 		_, err := a.Reserve(context.Background(), portalloc.Request{Address: addr}, port)
@@ -450,7 +450,7 @@ func TestTransfer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A worker process stands in for the child; it holds another port.
-	pid := holdInWorker(t, dir, lo4, freeRun(t, 1))
+	pid := holdInWorker(t, dir, lo4, freeRun(t, 1)).cmd.Process.Pid
 	if err := a.Transfer(ctx, r, pid); err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,11 @@
 package portalloc_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"testing"
@@ -27,15 +25,7 @@ func BenchmarkAllocateRelease(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer a.Close()
-			for b.Loop() {
-				r, err := a.Allocate(ctx, portalloc.Request{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := a.Release(ctx, r); err != nil {
-					b.Fatal(err)
-				}
-			}
+			allocateRelease(b, a)
 		})
 	}
 	b.Run("listen", func(b *testing.B) {
@@ -49,6 +39,21 @@ func BenchmarkAllocateRelease(b *testing.B) {
 	})
 }
 
+// allocateRelease is the loop of the Allocate+Release benchmarks.
+func allocateRelease(b *testing.B, a *portalloc.Allocator) {
+	b.Helper()
+	ctx := context.Background()
+	for b.Loop() {
+		r, err := a.Allocate(ctx, portalloc.Request{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := a.Release(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkAllocateFull measures Allocate+Release on a 2,000-port range
 // that is empty, 90% held by this process, and 90% held by another process.
 func BenchmarkAllocateFull(b *testing.B) {
@@ -57,26 +62,13 @@ func BenchmarkAllocateFull(b *testing.B) {
 	cfg := func(dir string) portalloc.Config {
 		return portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Range: rng, AllowEphemeralOverlap: true}
 	}
-	run := func(b *testing.B, a *portalloc.Allocator) {
-		b.Helper()
-		ctx := context.Background()
-		for b.Loop() {
-			r, err := a.Allocate(ctx, portalloc.Request{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := a.Release(ctx, r); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
 	b.Run("empty", func(b *testing.B) {
 		a, err := portalloc.New(context.Background(), cfg(b.TempDir()))
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer a.Close()
-		run(b, a)
+		allocateRelease(b, a)
 	})
 	b.Run("90pct-self", func(b *testing.B) {
 		a, err := portalloc.New(context.Background(), cfg(b.TempDir()))
@@ -89,39 +81,23 @@ func BenchmarkAllocateFull(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		run(b, a)
+		allocateRelease(b, a)
 	})
 	b.Run("90pct-other", func(b *testing.B) {
 		dir := b.TempDir()
-		stop := startFill(b, dir, rng, held)
-		defer stop()
+		startFill(b, dir, rng, held)
 		a, err := portalloc.New(context.Background(), cfg(dir))
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer a.Close()
-		run(b, a)
+		allocateRelease(b, a)
 	})
 }
 
-func startFill(b *testing.B, dir string, r portalloc.Range, n int) func() {
+func startFill(b *testing.B, dir string, r portalloc.Range, n int) {
 	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=fill", "BERTH_STATE_DIR="+dir,
-		"BERTH_TEST_RANGE="+r.String(), "BERTH_TEST_N="+strconv.Itoa(n))
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	if line != "ready\n" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		b.Fatalf("fill worker said %q", line)
-	}
-	return func() { _ = stdin.Close(); _ = cmd.Wait() }
+	spawn(b, "fill", "BERTH_STATE_DIR="+dir, "BERTH_TEST_RANGE="+r.String(), "BERTH_TEST_N="+strconv.Itoa(n)).ready(b)
 }
 
 // churnReport is what one contention worker prints when it is done.
@@ -171,28 +147,12 @@ func BenchmarkContention(b *testing.B) {
 	duration := 2 * time.Second
 	for b.Loop() {
 		dir := b.TempDir()
-		type proc struct {
-			cmd *exec.Cmd
-			out *bufio.Reader
-			in  interface{ Write([]byte) (int, error) }
-		}
-		ps := make([]proc, procs)
+		ps := make([]*proc, procs)
 		for i := range ps {
-			cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-			cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=churn", "BERTH_STATE_DIR="+dir, "BERTH_TEST_DURATION="+duration.String())
-			cmd.Stderr = os.Stderr
-			stdin, _ := cmd.StdinPipe()
-			stdout, _ := cmd.StdoutPipe()
-			if err := cmd.Start(); err != nil {
-				b.Fatal(err)
-			}
-			ps[i] = proc{cmd, bufio.NewReaderSize(stdout, 1<<20), stdin}
-			if line, _ := ps[i].out.ReadString('\n'); line != "ready\n" {
-				b.Fatalf("worker said %q", line)
-			}
+			ps[i] = spawn(b, "churn", "BERTH_STATE_DIR="+dir, "BERTH_TEST_DURATION="+duration.String()).ready(b)
 		}
 		for _, p := range ps {
-			_, _ = p.in.Write([]byte{1})
+			_, _ = p.stdin.Write([]byte{1})
 		}
 		var (
 			ops, errs int
@@ -247,15 +207,5 @@ func BenchmarkPool(b *testing.B) {
 			}
 		}
 	})
-	b.Run("allocate-release", func(b *testing.B) {
-		for b.Loop() {
-			r, err := a.Allocate(ctx, portalloc.Request{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := a.Release(ctx, r); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	b.Run("allocate-release", func(b *testing.B) { allocateRelease(b, a) })
 }

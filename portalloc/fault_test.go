@@ -1,7 +1,6 @@
 package portalloc_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -230,18 +229,7 @@ func holdWriteLock(ctx context.Context, db string) error {
 
 func startLocker(t *testing.T, dir string) io.Closer {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=locker", "BERTH_STATE_DIR="+dir)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
-		t.Fatalf("locker said %q", line)
-	}
-	return stdin
+	return spawn(t, "locker", "BERTH_STATE_DIR="+dir).ready(t).stdin
 }
 
 // TestFaultForeignLock: a program outside berth holds the write lock for

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"syscall"
@@ -17,54 +18,43 @@ import (
 //
 // A listener can be handed to a child process with a Handoff.
 func (a *Allocator) Listen(ctx context.Context, req Request) (Reservation, net.Listener, error) {
-	if req.Protocol == "" {
-		req.Protocol = TCP
-	}
-	if req.Protocol != TCP {
-		return Reservation{}, nil, fmt.Errorf("%w: Listen protocol %q: want \"tcp\" (use ListenPacket for udp)", ErrInvalidRequest, req.Protocol)
-	}
-	var ln net.Listener
-	r, err := a.allocateBound(ctx, req, func(ap netip.AddrPort) (bool, error) {
-		l, err := net.Listen("tcp", ap.String())
-		if err != nil {
-			return bindFailed(err)
-		}
-		ln = l
-		return true, nil
-	})
-	if err != nil {
-		if ln != nil {
-			_ = ln.Close()
-		}
-		return Reservation{}, nil, err
-	}
-	return r, ln, nil
+	return listenBound(ctx, a, req, TCP, func(ap string) (net.Listener, error) { return net.Listen("tcp", ap) })
 }
 
 // ListenPacket is Listen for UDP: it returns the port bound.
 func (a *Allocator) ListenPacket(ctx context.Context, req Request) (Reservation, net.PacketConn, error) {
+	return listenBound(ctx, a, req, UDP, func(ap string) (net.PacketConn, error) { return net.ListenPacket("udp", ap) })
+}
+
+// listenBound allocates for req with bind in place of the probe and returns
+// the socket of the bind that succeeded.
+func listenBound[S io.Closer](ctx context.Context, a *Allocator, req Request, proto Protocol, bind func(string) (S, error)) (Reservation, S, error) {
+	var none S
 	if req.Protocol == "" {
-		req.Protocol = UDP
+		req.Protocol = proto
 	}
-	if req.Protocol != UDP {
-		return Reservation{}, nil, fmt.Errorf("%w: ListenPacket protocol %q: want \"udp\"", ErrInvalidRequest, req.Protocol)
+	if req.Protocol != proto {
+		return Reservation{}, none, fmt.Errorf("%w: protocol %q: want %q here (Listen is for tcp, ListenPacket for udp)", ErrInvalidRequest, req.Protocol, proto)
 	}
-	var pc net.PacketConn
+	var (
+		sock  S
+		bound bool
+	)
 	r, err := a.allocateBound(ctx, req, func(ap netip.AddrPort) (bool, error) {
-		c, err := net.ListenPacket("udp", ap.String())
+		s, err := bind(ap.String())
 		if err != nil {
 			return bindFailed(err)
 		}
-		pc = c
+		sock, bound = s, true
 		return true, nil
 	})
 	if err != nil {
-		if pc != nil {
-			_ = pc.Close()
+		if bound {
+			_ = sock.Close()
 		}
-		return Reservation{}, nil, err
+		return Reservation{}, none, err
 	}
-	return r, pc, nil
+	return r, sock, nil
 }
 
 // allocateBound is Allocate with bind in place of the probe: the first

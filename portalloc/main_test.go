@@ -84,26 +84,32 @@ func runWorker(mode string) error {
 	return fmt.Errorf("unknown worker mode %q", mode)
 }
 
-// holdInWorker starts a worker process that reserves addr:port in dir and
-// returns its pid once the reservation is made. The worker ends with the
-// test.
-func holdInWorker(t *testing.T, dir string, addr netip.Addr, port uint16) int {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=hold", "BERTH_STATE_DIR="+dir,
-		"BERTH_TEST_ADDR="+addr.String(), "BERTH_TEST_PORT="+strconv.Itoa(int(port)))
+// proc is a worker process: this test binary re-run in a worker mode.
+type proc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// spawn starts the test binary as a worker of the given mode with extra
+// environment. The worker is killed, if still running, when tb ends.
+func spawn(tb testing.TB, mode string, env ...string) *proc {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(append(os.Environ(), "BERTH_TEST_WORKER="+mode), env...)
+	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = stdin.Close()
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
@@ -114,30 +120,32 @@ func holdInWorker(t *testing.T, dir string, addr netip.Addr, port uint16) int {
 			<-done
 		}
 	})
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	if line != "ready\n" {
-		t.Fatalf("worker said %q", line)
-	}
-	return cmd.Process.Pid
+	return &proc{cmd: cmd, stdin: stdin, out: bufio.NewReaderSize(stdout, 1<<20)}
 }
 
-// holdInWorkerProc is holdInWorker that returns the process, for tests that
-// kill it.
-func holdInWorkerProc(t *testing.T, dir string, port uint16) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=hold", "BERTH_STATE_DIR="+dir,
-		"BERTH_TEST_ADDR=127.0.0.1", "BERTH_TEST_PORT="+strconv.Itoa(int(port)))
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+// ready waits for the worker's "ready" line.
+func (p *proc) ready(tb testing.TB) *proc {
+	tb.Helper()
+	if line, _ := p.out.ReadString('\n'); line != "ready\n" {
+		tb.Fatalf("worker pid %d said %q", p.cmd.Process.Pid, line)
 	}
-	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
-		t.Fatalf("worker said %q", line)
+	return p
+}
+
+// kill SIGKILLs the worker and waits until it is gone.
+func (p *proc) kill(tb testing.TB) {
+	tb.Helper()
+	if err := p.cmd.Process.Kill(); err != nil {
+		tb.Fatal(err)
 	}
-	return cmd
+	_ = p.cmd.Wait()
+}
+
+// holdInWorker starts a worker process that reserves addr:port in dir and
+// returns it once the reservation is made. The worker ends with the test.
+func holdInWorker(tb testing.TB, dir string, addr netip.Addr, port uint16) *proc {
+	tb.Helper()
+	return spawn(tb, "hold", "BERTH_STATE_DIR="+dir, "BERTH_TEST_ADDR="+addr.String(), "BERTH_TEST_PORT="+strconv.Itoa(int(port))).ready(tb)
 }
 
 // newAllocator returns an Allocator on a fresh state directory, closed at

@@ -127,23 +127,27 @@ func TestPoolRollingUpdate(t *testing.T) {
 	if err := p.Update(portalloc.PoolSpec{Size: 4, Range: second}); err != nil {
 		t.Fatal(err)
 	}
-	st = waitUpdated(t, p)
+	waitUpdated(t, p)
 	close(stop)
 	wg.Wait()
+	st = waitUpdated(t, p) // the last member taken is back
 	if err, _ := churnErr.Load().(error); err != nil {
 		t.Fatalf("Take/Return during the update: %v", err)
 	}
-	if st.Revision == oldRev || st.Updated != st.Idle+st.InUse {
-		t.Errorf("status after the update %+v; want every member at a new revision", st)
+	if st.Revision == oldRev || st.Updated != 4 || st.Idle != 4 || st.InUse != 0 {
+		t.Errorf("status after the update %+v; want 4 idle members, all at the new revision", st)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(steps) < 4 {
-		t.Errorf("%d steps; want one per member (4) or more", len(steps))
+	// One member per step. A member in use when its turn came is not
+	// stepped: returned to a full pool, it is released instead, so there
+	// may be fewer than 4 steps.
+	if len(steps) == 0 {
+		t.Error("no rolling update step was taken")
 	}
 	for i, s := range steps {
-		if s.Budgeted > 1 || s.Unavailable != 0 {
-			t.Errorf("step %d replaced %d by budget and %d unavailable; want at most 1 and 0", i, s.Budgeted, s.Unavailable)
+		if s.Budgeted != 1 || s.Unavailable != 0 {
+			t.Errorf("step %d replaced %d by budget and %d unavailable; want 1 and 0", i, s.Budgeted, s.Unavailable)
 		}
 	}
 	if maxReplacing.Load() > 1 {
@@ -325,9 +329,7 @@ func TestStatsScript(t *testing.T) {
 	_, err = a.Reserve(ctx, portalloc.Request{}, base+3) // static ok
 	must(err)
 	// A worker's reservation, reaped once it is killed.
-	pid := holdInWorkerProc(t, dir, base+4)
-	must(pid.Process.Kill())
-	_ = pid.Wait()
+	holdInWorker(t, dir, lo4, base+4).kill(t)
 	_, err = a.Reserve(ctx, portalloc.Request{}, base+4) // static ok, one row reaped
 	must(err)
 

@@ -1,7 +1,6 @@
 package portalloc_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -308,9 +307,7 @@ func setWorker(ctx context.Context, mode string) error {
 }
 
 type setProc struct {
-	cmd      *exec.Cmd
-	stdin    io.WriteCloser
-	out      *bufio.Reader
+	*proc
 	children []int
 	manifest portalloc.Manifest
 }
@@ -318,16 +315,7 @@ type setProc struct {
 func startSetWorker(t *testing.T, mode, dir, rng string, spec portalloc.SetSpec) *setProc {
 	t.Helper()
 	js, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER="+mode, "BERTH_STATE_DIR="+dir, "BERTH_TEST_RANGE="+rng, "BERTH_TEST_SPEC="+string(js))
-	cmd.Stderr = os.Stderr
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return &setProc{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	return &setProc{proc: spawn(t, mode, "BERTH_STATE_DIR="+dir, "BERTH_TEST_RANGE="+rng, "BERTH_TEST_SPEC="+string(js))}
 }
 
 func (p *setProc) read(t *testing.T) {

@@ -55,15 +55,11 @@ func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
 		if err := s.clearDead(tctx, key, own, rows); err != nil {
 			return err
 		}
-		if req.Probe != nil {
-			ok, err := req.Probe(key)
-			if err != nil {
-				return fmt.Errorf("statestore: probe %s: %w", key, err)
+		if free, err := s.probe(req.Probe, key); err != nil || !free {
+			if err == nil {
+				err = &ConflictError{Key: key}
 			}
-			if !ok {
-				s.probeFailures.Add(1)
-				return &ConflictError{Key: key}
-			}
+			return err
 		}
 		res, err = s.insert(tctx, key, own, req.Label, kind)
 		return err
@@ -169,16 +165,10 @@ func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) 
 					}
 					continue
 				}
-				if req.Probe != nil {
-					ok, err := req.Probe(key)
-					if err != nil {
-						return fmt.Errorf("statestore: probe %s: %w", key, err)
-					}
-					if !ok {
-						s.probeFailures.Add(1)
-						s.log.V(1).Info("candidate bound outside berth", "key", key.String())
-						continue
-					}
+				if free, err := s.probe(req.Probe, key); err != nil {
+					return err
+				} else if !free {
+					continue
 				}
 				res, err = s.insert(tctx, key, own, req.Label, kind)
 				if err != nil {
@@ -197,6 +187,23 @@ func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) 
 		return Reservation{}, fmt.Errorf("statestore: scan for %s on %s: %w", req.Protocol, key.Addr, ErrExhausted)
 	}
 	return res, nil
+}
+
+// probe runs the caller's probe, if any, and counts a port found bound
+// outside berth.
+func (s *Store) probe(probe ProbeFunc, key Key) (bool, error) {
+	if probe == nil {
+		return true, nil
+	}
+	free, err := probe(key)
+	if err != nil {
+		return false, fmt.Errorf("statestore: probe %s: %w", key, err)
+	}
+	if !free {
+		s.probeFailures.Add(1)
+		s.log.V(1).Info("port bound outside berth", "key", key.String())
+	}
+	return free, nil
 }
 
 func (s *Store) validate(k Key, own Owner, kind, defKind Kind) (Key, Owner, Kind, error) {

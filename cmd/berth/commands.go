@@ -169,6 +169,23 @@ func handOver(ctx context.Context, a *portalloc.Allocator, rs []portalloc.Reserv
 	return nil
 }
 
+// grantSetup reads the request flags and the owner, and opens an Allocator.
+func grantSetup(ctx context.Context, e *env) (portalloc.Request, statestore.Owner, *portalloc.Allocator, error) {
+	req, err := request()
+	if err != nil {
+		return portalloc.Request{}, statestore.Owner{}, nil, err
+	}
+	own, err := owner(ctx)
+	if err != nil {
+		return portalloc.Request{}, statestore.Owner{}, nil, err
+	}
+	a, err := portalloc.New(ctx, e.cfg)
+	if err != nil {
+		return portalloc.Request{}, statestore.Owner{}, nil, err
+	}
+	return req, own, a, nil
+}
+
 func runGet(ctx context.Context, e *env, args []string) error {
 	if len(args) > 0 {
 		return usagef("get takes no arguments, got %q (did you mean 'berth reserve %s'?)", args, args[0])
@@ -176,15 +193,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	if flagCount < 1 {
 		return usagef("--count %d: want 1 or more", flagCount)
 	}
-	req, err := request()
-	if err != nil {
-		return err
-	}
-	own, err := owner(ctx)
-	if err != nil {
-		return err
-	}
-	a, err := portalloc.New(ctx, e.cfg)
+	req, own, a, err := grantSetup(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -211,15 +220,7 @@ func runReserve(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	req, err := request()
-	if err != nil {
-		return err
-	}
-	own, err := owner(ctx)
-	if err != nil {
-		return err
-	}
-	a, err := portalloc.New(ctx, e.cfg)
+	req, own, a, err := grantSetup(ctx, e)
 	if err != nil {
 		return err
 	}
