@@ -138,12 +138,18 @@ func churn(ctx context.Context) error {
 	return json.NewEncoder(os.Stdout).Encode(rep)
 }
 
-// BenchmarkContention runs six processes that allocate and release on one
-// store for two seconds, and reports their combined operations per second
-// and the worst process's p99 and the slowest single call. An operation is
-// one Allocate+Release.
+// BenchmarkContention runs processes that allocate and release on one
+// store for two seconds, and reports their combined operations per second,
+// the worst process's p99 and the slowest single call. An operation is one
+// Allocate+Release. procs=1 is the latency of one process alone.
 func BenchmarkContention(b *testing.B) {
-	const procs = 6
+	for _, procs := range []int{1, 6} {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { contention(b, procs) })
+	}
+}
+
+func contention(b *testing.B, procs int) {
+	b.Helper()
 	duration := 2 * time.Second
 	for b.Loop() {
 		dir := b.TempDir()
