@@ -61,28 +61,39 @@ func waitUpdated(t *testing.T, p *portalloc.Pool) portalloc.PoolStatus {
 	}
 }
 
+// newTestPool makes a pool on a's first range, closed with the test, and
+// returns a function that lists the rolling update steps taken so far.
+func newTestPool(t *testing.T, a *portalloc.Allocator, name string, spec portalloc.PoolSpec) (*portalloc.Pool, func() []portalloc.StepInfo) {
+	t.Helper()
+	p, err := a.NewPool(context.Background(), name, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	var (
+		mu    sync.Mutex
+		steps []portalloc.StepInfo
+	)
+	p.OnStep(func(s portalloc.StepInfo) { mu.Lock(); steps = append(steps, s); mu.Unlock() })
+	return p, func() []portalloc.StepInfo {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]portalloc.StepInfo(nil), steps...)
+	}
+}
+
 // TestPoolRollingUpdate: a pool of 4 at 25% rolls to a new range one
 // member per step, never more than one out at a time, while another
 // goroutine keeps taking and returning members.
 func TestPoolRollingUpdate(t *testing.T) {
 	ctx := context.Background()
 	a, first, second := poolRig(t)
-	p, err := a.NewPool(ctx, "web", portalloc.PoolSpec{Size: 4, Range: first})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, steps := newTestPool(t, a, "web", portalloc.PoolSpec{Size: 4, Range: first})
 	st := p.Status()
 	if st.Idle != 4 || st.Updated != 4 || st.Updating {
 		t.Fatalf("new pool status %+v", st)
 	}
 	oldRev := st.Revision
-
-	var (
-		mu    sync.Mutex
-		steps []portalloc.StepInfo
-	)
-	p.OnStep(func(s portalloc.StepInfo) { mu.Lock(); steps = append(steps, s); mu.Unlock() })
 
 	stop := make(chan struct{})
 	var churnErr atomic.Value
@@ -137,15 +148,14 @@ func TestPoolRollingUpdate(t *testing.T) {
 	if st.Revision == oldRev || st.Updated != 4 || st.Idle != 4 || st.InUse != 0 {
 		t.Errorf("status after the update %+v; want 4 idle members, all at the new revision", st)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	// One member per step. A member in use when its turn came is not
 	// stepped: returned to a full pool, it is released instead, so there
 	// may be fewer than 4 steps.
-	if len(steps) == 0 {
+	taken := steps()
+	if len(taken) == 0 {
 		t.Error("no rolling update step was taken")
 	}
-	for i, s := range steps {
+	for i, s := range taken {
 		if s.Budgeted != 1 || s.Unavailable != 0 {
 			t.Errorf("step %d replaced %d by budget and %d unavailable; want 1 and 0", i, s.Budgeted, s.Unavailable)
 		}
@@ -153,7 +163,7 @@ func TestPoolRollingUpdate(t *testing.T) {
 	if maxReplacing.Load() > 1 {
 		t.Errorf("%d members were out at once; want at most 1", maxReplacing.Load())
 	}
-	t.Logf("%d steps, %d take/return rounds during the update", len(steps), churned.Load())
+	t.Logf("%d steps, %d take/return rounds during the update", len(taken), churned.Load())
 	for range 4 {
 		r, err := p.Take(ctx)
 		if err != nil {
@@ -210,18 +220,8 @@ func TestPoolInUseNotRevoked(t *testing.T) {
 // TestPoolUnavailableMemberReplaced: a member whose port a program outside
 // berth has bound is replaced without spending the update's budget.
 func TestPoolUnavailableMemberReplaced(t *testing.T) {
-	ctx := context.Background()
 	a, first, second := poolRig(t)
-	p, err := a.NewPool(ctx, "cache", portalloc.PoolSpec{Size: 4, Range: first})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	var (
-		mu    sync.Mutex
-		steps []portalloc.StepInfo
-	)
-	p.OnStep(func(s portalloc.StepInfo) { mu.Lock(); steps = append(steps, s); mu.Unlock() })
+	p, steps := newTestPool(t, a, "cache", portalloc.PoolSpec{Size: 4, Range: first})
 	// A program outside berth binds an idle member's port.
 	idle := p.Idle()
 	if len(idle) != 4 {
@@ -234,17 +234,15 @@ func TestPoolUnavailableMemberReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUpdated(t, p)
-	mu.Lock()
-	defer mu.Unlock()
 	unavailable := 0
-	for i, s := range steps {
+	for i, s := range steps() {
 		unavailable += s.Unavailable
 		if s.Budgeted > 1 {
 			t.Errorf("step %d used %d of a budget of 1", i, s.Budgeted)
 		}
 	}
 	if unavailable != 1 {
-		t.Errorf("%d members replaced as unavailable; want 1 (port %d). Steps: %+v", unavailable, idleSquat, steps)
+		t.Errorf("%d members replaced as unavailable; want 1 (port %d). Steps: %+v", unavailable, idleSquat, steps())
 	}
 }
 

@@ -21,15 +21,19 @@ type claim struct {
 	proto      string
 	addr       netip.Addr
 	port       uint16
+	proc       string
 	pid        int
-	start, end int64 // end math.MaxInt64: held to the end of the run
-	child      int   // the child a handoff was transferred to
-	handoff    bool
+	start, end int64  // end math.MaxInt64: held to the end of the run
+	child      string // the child a handoff was transferred to
 }
 
 func (c claim) String() string {
-	return fmt.Sprintf("%s %s by pid %d", c.proto, netip.AddrPortFrom(c.addr, c.port), c.pid)
+	return fmt.Sprintf("%s %s by %s (pid %d)", c.proto, netip.AddrPortFrom(c.addr, c.port), c.proc, c.pid)
 }
+
+// maxViolations bounds the violation messages a Report keeps; the count
+// goes on.
+const maxViolations = 100
 
 // Report is what the checker proved, or failed to, from the logs.
 type Report struct {
@@ -38,8 +42,11 @@ type Report struct {
 	Kills                                       int
 	BindFailures                                int
 	Errors                                      []string
-	Violations                                  []string
 	ReapedByWorkers                             int64
+	// Violations describes the first violations; ViolationCount counts
+	// them all.
+	Violations     []string
+	ViolationCount int
 	// Latencies of Allocate calls (granted or exhausted), sorted.
 	Latencies []time.Duration
 }
@@ -54,11 +61,17 @@ func Check(dir string) (Report, error) {
 		return rep, err
 	}
 	var (
-		byPID     = map[int][]Event{}
-		kills     = map[int]int64{}
-		childExit = map[int]int64{}
-		reaped    = map[int]int64{}
+		byProc    = map[string][]Event{}
+		kills     = map[string]int64{}
+		childExit = map[string]int64{}
+		reaped    = map[string]int64{}
 	)
+	violate := func(format string, args ...any) {
+		rep.ViolationCount++
+		if len(rep.Violations) < maxViolations {
+			rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
+		}
+	}
 	for _, f := range files {
 		evs, err := readLog(f)
 		if err != nil {
@@ -67,23 +80,23 @@ func Check(dir string) (Report, error) {
 		for _, e := range evs {
 			switch e.Kind {
 			case KindKill:
-				kills[e.PID] = e.T
+				kills[e.Proc] = e.T
 				rep.Kills++
 			case KindChildExit:
-				childExit[e.PID] = e.T
+				childExit[e.Proc] = e.T
 			case KindChildBind:
 				if e.Err != "" {
 					rep.BindFailures++
-					rep.Violations = append(rep.Violations, fmt.Sprintf("child pid %d could not bind %s %s:%d it was handed: %s", e.PID, e.Proto, e.Addr, e.Port, e.Err))
+					violate("child %s (pid %d) could not bind %s %s:%d it was handed: %s", e.Proc, e.PID, e.Proto, e.Addr, e.Port, e.Err)
 				}
 			default:
-				byPID[e.PID] = append(byPID[e.PID], e)
+				byProc[e.Proc] = append(byProc[e.Proc], e)
 			}
 		}
 	}
 
 	var claims []*claim
-	for pid, evs := range byPID {
+	for proc, evs := range byProc {
 		open := map[string]*claim{}
 		for _, e := range evs {
 			key := e.Proto + " " + e.Addr + " " + fmt.Sprint(e.Port)
@@ -91,9 +104,9 @@ func Check(dir string) (Report, error) {
 			case KindGrant:
 				a, err := netip.ParseAddr(e.Addr)
 				if err != nil {
-					return rep, fmt.Errorf("log of pid %d: %w", pid, err)
+					return rep, fmt.Errorf("log of %s: %w", proc, err)
 				}
-				c := &claim{proto: e.Proto, addr: a, port: e.Port, pid: pid, start: e.T, end: math.MaxInt64, handoff: e.Handoff}
+				c := &claim{proto: e.Proto, addr: a, port: e.Port, proc: proc, pid: e.PID, start: e.T, end: math.MaxInt64}
 				claims = append(claims, c)
 				open[key] = c
 				rep.Grants++
@@ -106,11 +119,11 @@ func Check(dir string) (Report, error) {
 					rep.Allocations++
 					rep.Latencies = append(rep.Latencies, time.Duration(e.DurNS))
 				}
-				reaped[pid] = max(reaped[pid], e.Reaped)
+				reaped[proc] = max(reaped[proc], e.Reaped)
 			case KindBind:
 				if e.Err != "" {
 					rep.BindFailures++
-					rep.Violations = append(rep.Violations, fmt.Sprintf("pid %d could not bind %s it was granted: %s", pid, key, e.Err))
+					violate("%s (pid %d) could not bind %s it was granted: %s", proc, e.PID, key, e.Err)
 				}
 			case KindRelease:
 				if c := open[key]; c != nil {
@@ -126,20 +139,20 @@ func Check(dir string) (Report, error) {
 				rep.Exhausted++
 				rep.Latencies = append(rep.Latencies, time.Duration(e.DurNS))
 			case KindError:
-				rep.Errors = append(rep.Errors, fmt.Sprintf("pid %d: %s", pid, e.Err))
+				rep.Errors = append(rep.Errors, fmt.Sprintf("%s (pid %d): %s", proc, e.PID, e.Err))
 			case KindExit:
-				reaped[pid] = max(reaped[pid], e.Reaped)
+				reaped[proc] = max(reaped[proc], e.Reaped)
 			}
 		}
 		// A killed worker's claims end when it was killed.
-		if t, ok := kills[pid]; ok {
+		if t, ok := kills[proc]; ok {
 			for _, c := range open {
 				c.end = min(c.end, t)
 			}
 		}
 	}
 	for _, c := range claims {
-		if c.child != 0 {
+		if c.child != "" {
 			if t, ok := childExit[c.child]; ok {
 				c.end = t
 			}
@@ -148,20 +161,19 @@ func Check(dir string) (Report, error) {
 	for _, n := range reaped {
 		rep.ReapedByWorkers += n
 	}
-	rep.Violations = append(rep.Violations, overlaps(claims)...)
+	overlaps(claims, violate)
 	slices.Sort(rep.Latencies)
 	return rep, nil
 }
 
-// overlaps returns a violation for every two claims of one protocol and
+// overlaps reports a violation for every two claims of one protocol and
 // port whose addresses conflict and whose times overlap.
-func overlaps(claims []*claim) []string {
+func overlaps(claims []*claim, violate func(string, ...any)) {
 	groups := map[string][]*claim{}
 	for _, c := range claims {
 		k := c.proto + fmt.Sprint(c.port)
 		groups[k] = append(groups[k], c)
 	}
-	var out []string
 	for _, g := range groups {
 		slices.SortFunc(g, func(a, b *claim) int { return compare(a.start, b.start) })
 		for i, a := range g {
@@ -170,12 +182,11 @@ func overlaps(claims []*claim) []string {
 					break
 				}
 				if netaddr.Conflicts(a.addr, b.addr) {
-					out = append(out, fmt.Sprintf("double grant: %s from %s until %s overlaps %s from %s", a, stamp(a.start), stamp(a.end), b, stamp(b.start)))
+					violate("double grant: %s from %s until %s overlaps %s from %s", a, stamp(a.start), stamp(a.end), b, stamp(b.start))
 				}
 			}
 		}
 	}
-	return out
 }
 
 func compare(a, b int64) int {

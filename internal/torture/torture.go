@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -58,7 +59,7 @@ type Summary struct {
 // OK reports whether the run proved every invariant, without an
 // unexpected error on the way.
 func (s Summary) OK() bool {
-	return len(s.Violations) == 0 && len(s.LeftBehind) == 0 && len(s.Errors) == 0 && s.Grants > 0
+	return s.ViolationCount == 0 && len(s.LeftBehind) == 0 && len(s.Errors) == 0 && s.Grants > 0
 }
 
 // Run runs the harness. It returns an error when it could not run; a run
@@ -93,13 +94,13 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "logs"), 0o700); err != nil {
 		return Summary{}, err
 	}
-	log, err := openLog(filepath.Join(cfg.Dir, "logs", "supervisor.jsonl"))
+	log, err := openLog(cfg.Dir, "supervisor")
 	if err != nil {
 		return Summary{}, err
 	}
 	defer func() { _ = log.close() }()
 
-	sup := &supervisor{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), killed: map[int]bool{}}
+	sup := &supervisor{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 1))}
 	start := time.Now()
 	for range cfg.Workers {
 		if err := sup.start(); err != nil {
@@ -127,13 +128,19 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		return Summary{}, err
 	}
 	sum.Report = rep
-	// Everyone has gone: after a Reap the table must be empty.
-	if err := waitChildrenGone(cfg.Dir, 10*time.Second); err != nil {
-		return Summary{}, err
-	}
-	left, err = sup.checkStore(ctx, true)
-	if err != nil {
-		return Summary{}, err
+	// The workers have gone and their children (which outlive killed
+	// workers by design) end within a quarter second: after a Reap the
+	// table must then be empty.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		left, err = sup.checkStore(ctx, true)
+		if err != nil {
+			return Summary{}, err
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	sum.LeftBehind = append(sum.LeftBehind, left...)
 	sum.ReapedAtEnd = sup.reapedAtEnd
@@ -144,10 +151,16 @@ type supervisor struct {
 	cfg         Config
 	log         *eventLog
 	rng         *rand.Rand
-	workers     []*exec.Cmd
-	stdins      map[*exec.Cmd]io.Closer
-	killed      map[int]bool
+	workers     []*workerProc
+	started     int                // workers started, for their names
+	killed      []statestore.Owner // identities of the workers killed
 	reapedAtEnd int
+}
+
+type workerProc struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
+	name  string
 }
 
 func (s *supervisor) start() error {
@@ -155,8 +168,10 @@ func (s *supervisor) start() error {
 	if err != nil {
 		return err
 	}
+	s.started++
+	name := fmt.Sprintf("w%d", s.started)
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), envRole+"=worker", envDir+"="+s.cfg.Dir,
+	cmd.Env = append(os.Environ(), envRole+"=worker", envDir+"="+s.cfg.Dir, envProc+"="+name,
 		envRange+"="+s.cfg.Range.String(), envSeed+"="+strconv.FormatUint(s.rng.Uint64(), 10))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -166,11 +181,7 @@ func (s *supervisor) start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("torture: start worker: %w", err)
 	}
-	if s.stdins == nil {
-		s.stdins = map[*exec.Cmd]io.Closer{}
-	}
-	s.stdins[cmd] = stdin
-	s.workers = append(s.workers, cmd)
+	s.workers = append(s.workers, &workerProc{cmd: cmd, stdin: stdin, name: name})
 	return nil
 }
 
@@ -195,19 +206,23 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 		}
 		i := s.rng.IntN(len(s.workers))
 		victim := s.workers[i]
-		pid := victim.Process.Pid
+		pid := victim.cmd.Process.Pid
+		// Its identity, to find its rows after a Reap: pid and start time,
+		// since the pid will be reused.
+		id, idErr := statestore.LookupOwner(ctx, pid)
 		// Logged before the signal: the victim's claims end no later.
-		s.log.add(Event{Kind: KindKill, PID: pid})
-		if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
-			return fmt.Errorf("torture: kill %d: %w", pid, err)
+		s.log.add(Event{Kind: KindKill, Proc: victim.name, PID: pid})
+		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			return fmt.Errorf("torture: kill %s (pid %d): %w", victim.name, pid, err)
 		}
-		_ = victim.Wait()
-		s.killed[pid] = true
-		_ = s.stdins[victim].Close()
-		delete(s.stdins, victim)
+		_ = victim.cmd.Wait()
+		if idErr == nil {
+			s.killed = append(s.killed, id)
+		}
+		_ = victim.stdin.Close()
 		s.workers = append(s.workers[:i], s.workers[i+1:]...)
 		if s.cfg.Progress != nil {
-			fmt.Fprintf(s.cfg.Progress, "killed worker pid %d\n", pid)
+			fmt.Fprintf(s.cfg.Progress, "killed worker %s (pid %d)\n", victim.name, pid)
 		}
 		if err := s.start(); err != nil {
 			return err
@@ -219,15 +234,15 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 // what it holds and exit.
 func (s *supervisor) stopAll() {
 	for _, w := range s.workers {
-		_ = s.stdins[w].Close()
+		_ = w.stdin.Close()
 	}
 	for _, w := range s.workers {
 		done := make(chan struct{})
-		go func() { _ = w.Wait(); close(done) }()
+		go func() { _ = w.cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(30 * time.Second):
-			_ = w.Process.Kill()
+			_ = w.cmd.Process.Kill()
 			<-done
 		}
 	}
@@ -256,31 +271,11 @@ func (s *supervisor) checkStore(ctx context.Context, all bool) ([]string, error)
 	}
 	var left []string
 	for _, r := range rows {
-		if all || s.killed[r.Owner.PID] {
+		if all || slices.ContainsFunc(s.killed, r.Owner.Same) {
 			left = append(left, fmt.Sprintf("%s of pid %d left after Reap", r.Key, r.Owner.PID))
 		}
 	}
 	return left, nil
-}
-
-// waitChildrenGone waits until every child that logged has exited: they
-// outlive killed workers by design.
-func waitChildrenGone(dir string, limit time.Duration) error {
-	files, _ := filepath.Glob(filepath.Join(dir, "logs", "child-*.jsonl"))
-	deadline := time.Now().Add(limit)
-	for _, f := range files {
-		var pid int
-		if _, err := fmt.Sscanf(filepath.Base(f), "child-%d.jsonl", &pid); err != nil {
-			continue
-		}
-		for syscall.Kill(pid, 0) == nil {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("torture: child pid %d still runs after %v", pid, limit)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	return nil
 }
 
 // Print writes the summary for people.
@@ -307,7 +302,7 @@ func (s Summary) Print(w io.Writer) {
 	for _, e := range first(s.LeftBehind, 10) {
 		fmt.Fprintf(w, "  %s\n", e)
 	}
-	fmt.Fprintf(w, "violations      %d\n", len(s.Violations))
+	fmt.Fprintf(w, "violations      %d\n", s.ViolationCount)
 	for _, v := range first(s.Violations, 20) {
 		fmt.Fprintf(w, "  %s\n", v)
 	}

@@ -37,12 +37,12 @@ func writeLogs(t *testing.T, logs map[string][]Event) string {
 	return dir
 }
 
-func grant(t int64, pid int, addr string, port uint16) Event {
-	return Event{T: t, Kind: KindGrant, PID: pid, Proto: "tcp", Addr: addr, Port: port}
+func grant(t int64, proc string, addr string, port uint16) Event {
+	return Event{T: t, Kind: KindGrant, Proc: proc, Proto: "tcp", Addr: addr, Port: port}
 }
 
-func release(t int64, pid int, addr string, port uint16) Event {
-	return Event{T: t, Kind: KindRelease, PID: pid, Proto: "tcp", Addr: addr, Port: port}
+func release(t int64, proc string, addr string, port uint16) Event {
+	return Event{T: t, Kind: KindRelease, Proc: proc, Proto: "tcp", Addr: addr, Port: port}
 }
 
 // TestCheckFindsViolations: the checker must catch what it exists to catch.
@@ -53,37 +53,42 @@ func TestCheckFindsViolations(t *testing.T) {
 		want string // substring of the one violation; "" for none
 	}{
 		{"sequential grants of one key", map[string][]Event{
-			"worker-1.jsonl": {grant(10, 1, "127.0.0.1", 26000), release(20, 1, "127.0.0.1", 26000)},
-			"worker-2.jsonl": {grant(30, 2, "127.0.0.1", 26000)},
+			"worker-1.jsonl": {grant(10, "w1", "127.0.0.1", 26000), release(20, "w1", "127.0.0.1", 26000)},
+			"worker-2.jsonl": {grant(30, "w2", "127.0.0.1", 26000)},
 		}, ""},
 		{"overlapping grants of one key", map[string][]Event{
-			"worker-1.jsonl": {grant(10, 1, "127.0.0.1", 26000), release(40, 1, "127.0.0.1", 26000)},
-			"worker-2.jsonl": {grant(30, 2, "127.0.0.1", 26000)},
+			"worker-1.jsonl": {grant(10, "w1", "127.0.0.1", 26000), release(40, "w1", "127.0.0.1", 26000)},
+			"worker-2.jsonl": {grant(30, "w2", "127.0.0.1", 26000)},
 		}, "double grant"},
 		{"wildcard overlapping a specific address", map[string][]Event{
-			"worker-1.jsonl": {grant(10, 1, "::", 26000)},
-			"worker-2.jsonl": {grant(30, 2, "127.0.0.1", 26000)},
+			"worker-1.jsonl": {grant(10, "w1", "::", 26000)},
+			"worker-2.jsonl": {grant(30, "w2", "127.0.0.1", 26000)},
 		}, "double grant"},
 		{"different specific addresses may overlap", map[string][]Event{
-			"worker-1.jsonl": {grant(10, 1, "::1", 26000)},
-			"worker-2.jsonl": {grant(30, 2, "127.0.0.1", 26000)},
+			"worker-1.jsonl": {grant(10, "w1", "::1", 26000)},
+			"worker-2.jsonl": {grant(30, "w2", "127.0.0.1", 26000)},
 		}, ""},
 		{"a kill ends the victim's claims", map[string][]Event{
-			"worker-1.jsonl":   {grant(10, 1, "0.0.0.0", 26000)},
-			"supervisor.jsonl": {{T: 20, Kind: KindKill, PID: 1}},
-			"worker-2.jsonl":   {grant(30, 2, "127.0.0.1", 26000)},
+			"worker-1.jsonl":   {grant(10, "w1", "0.0.0.0", 26000)},
+			"supervisor.jsonl": {{T: 20, Kind: KindKill, Proc: "w1"}},
+			"worker-2.jsonl":   {grant(30, "w2", "127.0.0.1", 26000)},
 		}, ""},
 		{"a handoff lasts until the child exits", map[string][]Event{
-			"worker-1.jsonl": {{T: 10, Kind: KindGrant, PID: 1, Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Handoff: true},
-				{T: 11, Kind: KindTransfer, PID: 1, Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Child: 9}},
-			"child-9.jsonl":  {{T: 50, Kind: KindChildExit, PID: 9}},
-			"worker-2.jsonl": {grant(30, 2, "127.0.0.1", 26000)},
+			"worker-1.jsonl": {{T: 10, Kind: KindGrant, Proc: "w1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Handoff: true},
+				{T: 11, Kind: KindTransfer, Proc: "w1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Child: "w1.1"}},
+			"child-9.jsonl":  {{T: 50, Kind: KindChildExit, Proc: "w1.1"}},
+			"worker-2.jsonl": {grant(30, "w2", "127.0.0.1", 26000)},
 		}, "double grant"},
+		{"a reused pid is another process", map[string][]Event{
+			"w1.jsonl":         {{T: 10, Kind: KindGrant, Proc: "w1", PID: 7, Proto: "tcp", Addr: "127.0.0.1", Port: 26000}},
+			"supervisor.jsonl": {{T: 20, Kind: KindKill, Proc: "w1", PID: 7}},
+			"w9.jsonl":         {{T: 30, Kind: KindGrant, Proc: "w9", PID: 7, Proto: "tcp", Addr: "127.0.0.1", Port: 26000}},
+		}, ""},
 		{"a failed bind", map[string][]Event{
-			"worker-1.jsonl": {grant(10, 1, "127.0.0.1", 26000), {T: 11, Kind: KindBind, PID: 1, Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Err: "address already in use"}},
+			"worker-1.jsonl": {grant(10, "w1", "127.0.0.1", 26000), {T: 11, Kind: KindBind, Proc: "w1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Err: "address already in use"}},
 		}, "could not bind"},
 		{"a child's failed bind", map[string][]Event{
-			"child-9.jsonl": {{T: 10, Kind: KindChildBind, PID: 9, Proto: "udp", Addr: "::1", Port: 26001, Err: "address already in use"}},
+			"child-9.jsonl": {{T: 10, Kind: KindChildBind, Proc: "w1.1", Proto: "udp", Addr: "::1", Port: 26001, Err: "address already in use"}},
 		}, "could not bind"},
 	}
 	for _, tt := range tests {
@@ -93,12 +98,12 @@ func TestCheckFindsViolations(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tt.want == "" {
-				if len(rep.Violations) != 0 {
+				if rep.ViolationCount != 0 {
 					t.Errorf("violations = %q; want none", rep.Violations)
 				}
 				return
 			}
-			if len(rep.Violations) != 1 || !strings.Contains(rep.Violations[0], tt.want) {
+			if rep.ViolationCount != 1 || len(rep.Violations) != 1 || !strings.Contains(rep.Violations[0], tt.want) {
 				t.Errorf("violations = %q; want one saying %q", rep.Violations, tt.want)
 			}
 		})

@@ -25,6 +25,7 @@ const (
 	envRange = "BERTH_TORTURE_RANGE"
 	envSeed  = "BERTH_TORTURE_SEED"
 	envChild = "BERTH_TORTURE_CHILD" // a child's key and lifetime: proto,addr,port,ms
+	envProc  = "BERTH_TORTURE_PROC"  // the process's name in the logs
 )
 
 // MaybeRunRole runs this process as a worker or child of a torture run when
@@ -75,7 +76,8 @@ func runWorker() error {
 	}
 	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
 	rng := rand.New(rand.NewPCG(seed, uint64(os.Getpid())))
-	log, err := openLog(filepath.Join(dir, "logs", fmt.Sprintf("worker-%d.jsonl", os.Getpid())))
+	proc := os.Getenv(envProc)
+	log, err := openLog(dir, proc)
 	if err != nil {
 		return err
 	}
@@ -96,7 +98,7 @@ func runWorker() error {
 		log.add(Event{Kind: KindError, Err: err.Error()})
 		return err
 	}
-	w := &worker{a: a, log: log, rng: rng, rangeOf: r, dir: dir, held: map[portalloc.Reservation]held{}}
+	w := &worker{a: a, log: log, rng: rng, rangeOf: r, dir: dir, proc: proc, held: map[portalloc.Reservation]held{}}
 	for ctx.Err() == nil {
 		w.step(ctx)
 	}
@@ -113,6 +115,8 @@ type worker struct {
 	rng     *rand.Rand
 	rangeOf portalloc.Range
 	dir     string
+	proc    string
+	nchild  int // children started, for their names
 	held    map[portalloc.Reservation]held
 }
 
@@ -210,8 +214,10 @@ func (w *worker) handoff(ctx context.Context) {
 		w.log.add(Event{Kind: KindError, Err: err.Error()})
 		return
 	}
+	w.nchild++
+	child := fmt.Sprintf("%s.%d", w.proc, w.nchild)
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), envRole+"=child",
+	cmd.Env = append(os.Environ(), envRole+"=child", envProc+"="+child,
 		fmt.Sprintf("%s=%s,%s,%d,%d", envChild, r.Protocol, r.Address, r.Port, 20+w.rng.IntN(200)))
 	goAhead, err := cmd.StdinPipe()
 	if err == nil {
@@ -230,7 +236,7 @@ func (w *worker) handoff(ctx context.Context) {
 		_ = w.a.Release(context.WithoutCancel(ctx), r)
 		return
 	}
-	w.log.add(Event{Kind: KindTransfer, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Child: cmd.Process.Pid})
+	w.log.add(Event{Kind: KindTransfer, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Child: child})
 	_, _ = goAhead.Write([]byte{1})
 	_ = goAhead.Close()
 }
@@ -245,7 +251,7 @@ func runChild() error {
 	proto, addr := parts[0], parts[1]
 	port, _ := strconv.Atoi(parts[2])
 	ms, _ := strconv.Atoi(parts[3])
-	log, err := openLog(filepath.Join(os.Getenv(envDir), "logs", fmt.Sprintf("child-%d.jsonl", os.Getpid())))
+	log, err := openLog(os.Getenv(envDir), os.Getenv(envProc))
 	if err != nil {
 		return err
 	}
