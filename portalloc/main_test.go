@@ -73,16 +73,18 @@ func runWorker(mode string) error {
 		return churn(ctx)
 	case "locker":
 		return holdWriteLock(ctx, filepath.Join(os.Getenv("BERTH_STATE_DIR"), "berth.db"))
-	case "set", "orch":
-		return setWorker(ctx, mode)
 	case "sleeper":
 		// A child that lives until it is killed.
 		select {}
-	case "serve":
-		return serveInherited()
+	}
+	if w, ok := workers[mode]; ok {
+		return w(ctx)
 	}
 	return fmt.Errorf("unknown worker mode %q", mode)
 }
+
+// workers are the worker modes defined in OS-specific test files.
+var workers = map[string]func(context.Context) error{}
 
 // proc is a worker process: this test binary re-run in a worker mode.
 type proc struct {

@@ -1,0 +1,269 @@
+//go:build unix
+
+package portalloc_test
+
+// Tests that need Unix: process groups, signals to a pid, and socket
+// hand-off through ExtraFiles.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth-go/berth/portalloc"
+)
+
+func init() {
+	workers["set"] = func(ctx context.Context) error { return setWorker(ctx, "set") }
+	workers["orch"] = func(ctx context.Context) error { return setWorker(ctx, "orch") }
+	workers["serve"] = func(context.Context) error { return serveInherited() }
+}
+
+// setWorker allocates the set in BERTH_TEST_SPEC on BERTH_TEST_RANGE, prints
+// its manifest and holds it. As "orch" it also starts a sleeper child for
+// each member, hands it the member's ports, and prints the child's pid.
+func setWorker(ctx context.Context, mode string) error {
+	r, err := portalloc.ParseRange(os.Getenv("BERTH_TEST_RANGE"))
+	if err != nil {
+		return err
+	}
+	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: os.Getenv("BERTH_STATE_DIR"), Range: r, AllowEphemeralOverlap: true})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	spec, err := portalloc.ParseSetSpec([]byte(os.Getenv("BERTH_TEST_SPEC")))
+	if err != nil {
+		return err
+	}
+	_, _ = os.Stdin.Read(make([]byte, 1)) // start together
+	set, err := a.AllocateSet(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if mode == "orch" {
+		for _, m := range set.Members() {
+			child := exec.Command(os.Args[0], "-test.run=^$")
+			child.Env = append(append(os.Environ(), "BERTH_TEST_WORKER=sleeper"), m.Env()...)
+			child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // outlives us
+			if err := child.Start(); err != nil {
+				return err
+			}
+			if err := set.Transfer(ctx, m, child.Process.Pid); err != nil {
+				return err
+			}
+			fmt.Printf("child %d\n", child.Process.Pid)
+		}
+	}
+	b, _ := json.Marshal(set.Manifest())
+	fmt.Println(string(b))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
+
+type setProc struct {
+	*proc
+	children []int
+	manifest portalloc.Manifest
+}
+
+func startSetWorker(t *testing.T, mode, dir, rng string, spec portalloc.SetSpec) *setProc {
+	t.Helper()
+	js, _ := json.Marshal(spec)
+	return &setProc{proc: spawn(t, mode, "BERTH_STATE_DIR="+dir, "BERTH_TEST_RANGE="+rng, "BERTH_TEST_SPEC="+string(js))}
+}
+
+func (p *setProc) read(t *testing.T) {
+	t.Helper()
+	for {
+		line, err := p.out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("set worker pid %d ended: %v", p.cmd.Process.Pid, err)
+		}
+		if pid, ok := strings.CutPrefix(strings.TrimSpace(line), "child "); ok {
+			n, _ := strconv.Atoi(pid)
+			p.children = append(p.children, n)
+			continue
+		}
+		if err := json.Unmarshal([]byte(line), &p.manifest); err != nil {
+			t.Fatalf("set worker said %q", line)
+		}
+		return
+	}
+}
+
+func manifestPorts(m portalloc.Manifest) []uint16 {
+	var out []uint16
+	for _, mem := range m.Members {
+		for _, p := range mem.Ports {
+			if !slices.Contains(out, p.Port) {
+				out = append(out, p.Port)
+			}
+		}
+	}
+	return out
+}
+
+// TestSetsAcrossProcesses: two processes allocate sets from one 100-port
+// range at once and get no port in common; once one is SIGKILLed, a set
+// that needs its ports gets them, after reaping.
+func TestSetsAcrossProcesses(t *testing.T) {
+	dir := t.TempDir()
+	base := 26500
+	rng := fmt.Sprintf("%d-%d", base, base+99)
+	spec := func(name string, n int) portalloc.SetSpec {
+		return portalloc.SetSpec{Name: name, Groups: []portalloc.GroupSpec{{Name: "svc", Members: n, Ports: []portalloc.PortSpec{{Name: "http"}, {Name: "admin", Scope: portalloc.ScopeGroup}}}}}
+	}
+	p1 := startSetWorker(t, "set", dir, rng, spec("one", 39)) // 40 ports each
+	p2 := startSetWorker(t, "set", dir, rng, spec("two", 39))
+	_, _ = p1.stdin.Write([]byte{1})
+	_, _ = p2.stdin.Write([]byte{1})
+	p1.read(t)
+	p2.read(t)
+	ports1, ports2 := manifestPorts(p1.manifest), manifestPorts(p2.manifest)
+	if len(ports1) != 40 || len(ports2) != 40 {
+		t.Fatalf("the sets have %d and %d ports; want 40 each", len(ports1), len(ports2))
+	}
+	for _, p := range ports1 {
+		if slices.Contains(ports2, p) {
+			t.Errorf("port %d is in both sets", p)
+		}
+	}
+	r, _ := portalloc.ParseRange(rng)
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Range: r, AllowEphemeralOverlap: true})
+	if _, err := a.AllocateSet(context.Background(), spec("three", 59)); !errors.Is(err, portalloc.ErrRangeExhausted) {
+		t.Fatalf("a 60-port set beside 80 held ports = %v; want ErrRangeExhausted", err)
+	}
+	_ = p1.cmd.Process.Kill()
+	_ = p1.cmd.Wait()
+	set, err := a.AllocateSet(context.Background(), spec("three", 59))
+	if err != nil {
+		t.Fatalf("a 60-port set after the holder of 40 was killed = %v", err)
+	}
+	got := manifestPorts(set.Manifest())
+	for _, p := range got {
+		if slices.Contains(ports2, p) {
+			t.Errorf("port %d of the live set was handed out again", p)
+		}
+	}
+	if a.Stats().Reaped < 20 {
+		t.Errorf("Stats().Reaped = %d; want the dead set's rows reaped", a.Stats().Reaped)
+	}
+}
+
+// TestOrchestratorCrash: an orchestrator allocates a set, starts a child
+// per member, hands each its ports and is SIGKILLed. The ports stay
+// reserved while the child lives and are free once it has exited.
+func TestOrchestratorCrash(t *testing.T) {
+	dir := t.TempDir()
+	orch := startSetWorker(t, "orch", dir, "26700-26799", portalloc.SetSpec{Name: "app", Groups: []portalloc.GroupSpec{{Name: "svc", Ports: []portalloc.PortSpec{{Name: "http"}}}}})
+	_, _ = orch.stdin.Write([]byte{1})
+	orch.read(t)
+	if len(orch.children) != 1 {
+		t.Fatalf("children = %v; want one", orch.children)
+	}
+	child := orch.children[0]
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	port := orch.manifest.Members[0].Ports["http"].Port
+
+	_ = orch.cmd.Process.Kill()
+	_ = orch.cmd.Wait()
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir})
+	_, err := a.Reserve(context.Background(), portalloc.Request{}, port)
+	var ce *portalloc.ConflictError
+	if !errors.As(err, &ce) || ce.HolderPID != child {
+		t.Fatalf("Reserve(%d) after the orchestrator died = %v; want held by the child pid %d", port, err, child)
+	}
+	if err := syscall.Kill(child, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := a.Reserve(context.Background(), portalloc.Request{}, port)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Reserve(%d) 10s after the child died = %v", port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// serveInherited serves HTTP on the listener it was handed, without
+// binding anything itself, and says who it is.
+func serveInherited() error {
+	pid, fds := os.Getenv(portalloc.EnvListenPID), os.Getenv(portalloc.EnvListenFDs)
+	in, err := portalloc.InheritedSockets()
+	if err != nil {
+		return err
+	}
+	l, ok := in.Listeners["http"]
+	if !ok {
+		return fmt.Errorf("no inherited listener named http (LISTEN_PID=%s)", pid)
+	}
+	return http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// InheritedSockets unset LISTEN_*, so this process's own children
+		// would not take the sockets for theirs.
+		fmt.Fprintf(w, "pid %d LISTEN_PID %s LISTEN_FDS %s now %q", os.Getpid(), pid, fds, os.Getenv(portalloc.EnvListenFDs))
+	}))
+}
+
+// TestListenerHandoff: the parent allocates a port already listening and
+// hands the socket to a child, which serves HTTP on it without binding.
+func TestListenerHandoff(t *testing.T) {
+	ctx := context.Background()
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
+	r, ln, err := a.Listen(ctx, portalloc.Request{Label: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The port is taken from the moment Listen returns.
+	if l2, err := net.Listen("tcp", r.AddrPort().String()); err == nil {
+		_ = l2.Close()
+		t.Fatal("the allocated port was not bound")
+	}
+	var h portalloc.Handoff
+	if err := h.Add("http", ln); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=serve")
+	cmd.Stderr = os.Stderr
+	if err := h.Apply(cmd); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if err := a.Transfer(ctx, r, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Close()
+	_ = ln.Close() // the parent's copies; the child's socket stays open
+
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + r.AddrPort().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	want := fmt.Sprintf("pid %d LISTEN_PID %d LISTEN_FDS 1 now \"\"", cmd.Process.Pid, cmd.Process.Pid)
+	if string(body) != want {
+		t.Errorf("child said %q; want %q (the sh wrapper keeps the pid and sets LISTEN_PID)", body, want)
+	}
+}
