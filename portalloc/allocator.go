@@ -15,7 +15,18 @@
 // still holds), or when its owner exits: the next reservation that needs the
 // port, the background sweep, or statestore's Reap deletes it. Transfer gives
 // a reservation to another process, such as a child the caller started, so
-// the port stays reserved exactly as long as that process runs.
+// the port stays reserved exactly as long as that process runs. Several
+// Allocators in one process share its identity: each releases on Close what
+// it reserved itself, but a Reserve of a key the process already holds,
+// from any of them, returns that reservation.
+//
+// # Beyond single ports
+//
+// AllocateSet reserves the named ports of groups of processes and gives each
+// member its environment; Listen binds a port inside the reserving
+// transaction and Handoff passes the socket to a child; NewPool keeps ports
+// reserved ahead of time for hot paths; Stats, Usage and Publish expose
+// metrics. Package porttest gives tests their ports.
 package portalloc
 
 import (
