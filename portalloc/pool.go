@@ -25,9 +25,13 @@ type PoolSpec struct {
 	// Size is how many idle members the pool keeps reserved and ready;
 	// zero: 4.
 	Size int
-	// Range is where members are allocated; zero: the Allocator's range.
-	// It must lie within the Allocator's range.
+	// Range is where members are allocated; zero: the Allocator's range,
+	// or the band Band names. It must lie within the Allocator's range.
 	Range Range
+	// Band, instead of Range, names a band of the Allocator's range (see
+	// package portrange): "static", the low end that Reserve callers are
+	// expected to use, or "dynamic", the rest. Zero: no band.
+	Band string
 	// Address and Protocol are the members'; zero: 127.0.0.1 and TCP.
 	Address  netip.Addr
 	Protocol Protocol
@@ -183,7 +187,18 @@ func (p *Pool) setSpec(spec PoolSpec) error {
 	if spec.Size < 0 {
 		return fmt.Errorf("%w: pool size %d: want 1 or more", ErrInvalidRequest, spec.Size)
 	}
-	if spec.Range == (Range{}) {
+	switch static, dynamic := p.a.set.Bands(); {
+	case spec.Band != "" && spec.Range != (Range{}):
+		return fmt.Errorf("%w: pool spec sets both Range %s and Band %q; want one", ErrInvalidRequest, spec.Range, spec.Band)
+	case spec.Band == "static" && static.Size() == 0:
+		return fmt.Errorf("%w: pool band \"static\": the range %s is too small to have one (17 ports or more)", ErrInvalidRequest, p.a.cfg.Range)
+	case spec.Band == "static":
+		spec.Range = static
+	case spec.Band == "dynamic":
+		spec.Range = dynamic
+	case spec.Band != "":
+		return fmt.Errorf("%w: pool band %q: want \"static\" or \"dynamic\"", ErrInvalidRequest, spec.Band)
+	case spec.Range == (Range{}):
 		spec.Range = p.a.cfg.Range
 	}
 	if err := spec.Range.Valid(); err != nil {

@@ -274,9 +274,31 @@ func TestPoolTakeWritesNothing(t *testing.T) {
 	_ = p.Close()
 }
 
+func TestPoolBands(t *testing.T) {
+	ctx := context.Background()
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore}) // 20000-32767: static band 20000-20127
+	for band, want := range map[string]portalloc.Range{
+		"static":  {First: 20000, Last: 20127},
+		"dynamic": {First: 20128, Last: 32767},
+	} {
+		p, err := a.NewPool(ctx, band, portalloc.PoolSpec{Size: 3, Band: band})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range p.Idle() {
+			if !want.Contains(r.Port) {
+				t.Errorf("band %s: member port %d; want one in %v", band, r.Port, want)
+			}
+		}
+		_ = p.Close()
+	}
+}
+
 func TestPoolBadSpec(t *testing.T) {
 	a, _, _ := poolRig(t)
 	for _, spec := range []portalloc.PoolSpec{
+		{Band: "middle"},
+		{Band: "static", Range: portalloc.Range{First: 20000, Last: 20010}},
 		{Size: -1},
 		{Range: portalloc.Range{First: 10, Last: 20}},
 		{MaxUnavailable: "abc"},
