@@ -478,15 +478,20 @@ func (p *Pool) tend(ctx context.Context) (err error) {
 // fails, and up to the budget of those at an older revision. It reports
 // whether it replaced any.
 func (p *Pool) step(ctx context.Context) (bool, error) {
+	// Snapshot the idle members; the probes run without the lock, so a
+	// Take never waits on their syscalls.
 	p.mu.Lock()
 	rev, budget := p.rev, p.budget
-	updating := slices.ContainsFunc(p.idle, func(m *member) bool { return m.revision != rev })
+	idle := slices.Clone(p.idle)
+	updating := slices.ContainsFunc(idle, func(m *member) bool { return m.revision != rev })
 	checkHealth := updating || time.Since(p.lastProbe) >= healthEvery
 	if checkHealth {
 		p.lastProbe = time.Now()
 	}
+	p.mu.Unlock()
+
 	var unavailable, old []*member
-	for _, m := range p.idle {
+	for _, m := range idle {
 		if checkHealth {
 			if free, err := probe.Available(string(m.r.Protocol), m.r.Address, m.r.Port); err == nil && !free {
 				unavailable = append(unavailable, m)
@@ -504,6 +509,12 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 		}
 		return int(a.r.Port) - int(b.r.Port)
 	})
+
+	p.mu.Lock()
+	// Members taken while the probes ran are in use now: not ours to replace.
+	stillIdle := func(m *member) bool { return slices.Contains(p.idle, m) }
+	unavailable = slices.DeleteFunc(unavailable, func(m *member) bool { return !stillIdle(m) })
+	old = slices.DeleteFunc(old, func(m *member) bool { return !stillIdle(m) })
 	old = old[:min(len(old), budget)]
 	out := append(unavailable, old...)
 	if len(out) == 0 {
