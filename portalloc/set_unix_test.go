@@ -223,7 +223,30 @@ func serveInherited() error {
 
 // TestListenerHandoff: the parent allocates a port already listening and
 // hands the socket to a child, which serves HTTP on it without binding.
+// Through the sh wrapper the child's pid stays the same and LISTEN_PID is
+// set to it.
 func TestListenerHandoff(t *testing.T) {
+	pid, body := handOffAndAsk(t, portalloc.Handoff{})
+	want := fmt.Sprintf("pid %d LISTEN_PID %d LISTEN_FDS 1 now \"\"", pid, pid)
+	if body != want {
+		t.Errorf("child said %q; want %q (the sh wrapper keeps the pid and sets LISTEN_PID)", body, want)
+	}
+}
+
+// TestListenerHandoffNoPIDWrapper: without the wrapper the child runs
+// directly with no LISTEN_PID, and InheritedSockets still takes the socket.
+func TestListenerHandoffNoPIDWrapper(t *testing.T) {
+	pid, body := handOffAndAsk(t, portalloc.Handoff{NoPIDWrapper: true})
+	if want := fmt.Sprintf("pid %d LISTEN_PID  LISTEN_FDS 1 now \"\"", pid); body != want {
+		t.Errorf("child said %q; want %q", body, want)
+	}
+}
+
+// handOffAndAsk allocates a listening port, hands it to a "serve" child
+// through h, gives the child the reservation, and returns the child's pid
+// and its answer over HTTP.
+func handOffAndAsk(t *testing.T, h portalloc.Handoff) (int, string) {
+	t.Helper()
 	ctx := context.Background()
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
 	r, ln, err := a.Listen(ctx, portalloc.Request{Label: "web"})
@@ -235,7 +258,6 @@ func TestListenerHandoff(t *testing.T) {
 		_ = l2.Close()
 		t.Fatal("the allocated port was not bound")
 	}
-	var h portalloc.Handoff
 	if err := h.Add("http", ln); err != nil {
 		t.Fatal(err)
 	}
@@ -262,8 +284,28 @@ func TestListenerHandoff(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
-	want := fmt.Sprintf("pid %d LISTEN_PID %d LISTEN_FDS 1 now \"\"", cmd.Process.Pid, cmd.Process.Pid)
-	if string(body) != want {
-		t.Errorf("child said %q; want %q (the sh wrapper keeps the pid and sets LISTEN_PID)", body, want)
+	return cmd.Process.Pid, string(body)
+}
+
+// TestInheritedSocketsGuards: sockets meant for another process, or a
+// malformed count, are not taken; the variables are unset either way.
+func TestInheritedSocketsGuards(t *testing.T) {
+	t.Setenv(portalloc.EnvListenFDs, "1")
+	t.Setenv(portalloc.EnvListenPID, "1") // init's, not ours
+	t.Setenv(portalloc.EnvListenFDNames, "http")
+	in, err := portalloc.InheritedSockets()
+	if err != nil || len(in.Listeners) != 0 || len(in.PacketConns) != 0 {
+		t.Errorf("InheritedSockets for another pid = %+v, %v; want nothing", in, err)
+	}
+	for _, k := range []string{portalloc.EnvListenFDs, portalloc.EnvListenPID, portalloc.EnvListenFDNames} {
+		if v, ok := os.LookupEnv(k); ok {
+			t.Errorf("%s=%q left set", k, v)
+		}
+	}
+	for _, bad := range []string{"x", "-1", "99999"} {
+		t.Setenv(portalloc.EnvListenFDs, bad)
+		if _, err := portalloc.InheritedSockets(); !errors.Is(err, portalloc.ErrInvalidRequest) {
+			t.Errorf("InheritedSockets with LISTEN_FDS=%q = %v; want ErrInvalidRequest", bad, err)
+		}
 	}
 }
