@@ -26,6 +26,11 @@ var (
 	ErrDamaged = errors.New("not a usable berth database")
 	// ErrSchemaTooNew: the database was written by a newer berth.
 	ErrSchemaTooNew = errors.New("database schema is newer than this berth")
+	// ErrBusy: another process kept the store locked for longer than the
+	// call could wait (its context or the store's BusyTimeout). It is a
+	// transient condition, not damage: the store works once the holder
+	// lets go. Where the OS tells who holds the lock, the error names it.
+	ErrBusy = errors.New("state store locked by another process")
 )
 
 // FieldError reports a request field whose value is not accepted.
@@ -84,5 +89,8 @@ func (e *ConflictError) Is(target error) bool { return target == ErrHeld }
 var ErrStorage = errors.New("state store failed")
 
 func storageErr(op string, err error) error {
+	if errors.Is(err, ErrBusy) {
+		return fmt.Errorf("statestore: %s: %w", op, err) // waiting, not failing
+	}
 	return fmt.Errorf("statestore: %s: %w: %w", op, ErrStorage, err)
 }

@@ -1,19 +1,16 @@
 package statestore
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
-)
 
-// sqliteMagic opens every SQLite 3 database file.
-var sqliteMagic = []byte("SQLite format 3\x00")
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
 
 // ourTables are the tables a berth database may hold; a database with any
 // other table belongs to another program.
@@ -24,133 +21,167 @@ var ourTables = map[string]bool{
 	"schema_migrations": true, // golang-migrate's version table
 }
 
-// preflight decides, without writing a byte to an existing file, whether
-// path may be opened for writing: it does not exist or is empty (a new
-// store, which it initialises), or it is an intact berth database. Opening a
-// file read-write is not harmless: setting the WAL journal mode alone
-// rewrites its header. The caller holds the migration lock.
-func preflight(ctx context.Context, path string) error {
+// fileState is what a look at the file found.
+type fileState struct {
+	fresh   bool // no file, an empty one, or a SQLite file with no table yet
+	version uint // golang-migrate's version; 0 before the first migration
+	dirty   bool // golang-migrate's flag: a migration did not finish
+	// applied holds the versions whose migration body committed (each
+	// body records itself in schema_history in its own transaction).
+	applied map[uint]bool
+}
+
+// current reports whether the file needs nothing before use.
+func (f fileState) current() bool { return !f.fresh && !f.dirty && f.version == SchemaVersion }
+
+// inspect decides, without writing a byte to the file, whether path may be
+// opened for writing and what it needs first. It reads through SQLite only:
+// this process may hold the database open in another Store, and closing any
+// other descriptor of the file would drop SQLite's locks for the whole
+// process. SQLite itself refuses a file that is not a database and one
+// shorter than its header says (unless the WAL holds the missing pages, as
+// after a checkpoint cut short); it rolls back a hot journal left by a crash,
+// which is what a crashed writer needs. A lock held by another process is
+// ErrBusy, never damage.
+func inspect(ctx context.Context, path string, busy time.Duration) (fileState, error) {
 	fi, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return initFile(ctx, path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fileState{fresh: true}, nil
+	case err != nil:
+		return fileState{}, fmt.Errorf("statestore: %s: %w", path, err)
+	case fi.IsDir():
+		return fileState{}, fmt.Errorf("statestore: %s is a directory, not a database file; remove it or set another state directory: %w", path, ErrDamaged)
+	case !fi.Mode().IsRegular():
+		return fileState{}, fmt.Errorf("statestore: %s is not a regular file: %w", path, ErrDamaged)
+	case fi.Size() == 0:
+		return fileState{fresh: true}, nil
 	}
+	// No journal_mode here: setting it rewrites the header of a database
+	// that is not ours.
+	db, err := sql.Open("sqlite", dsnBare(path)+fmt.Sprintf("?_pragma=busy_timeout(%d)", busy.Milliseconds()))
 	if err != nil {
+		return fileState{}, fmt.Errorf("statestore: %s: %w", path, err)
+	}
+	defer func() { _ = db.Close() }()
+	db.SetMaxOpenConns(1)
+	names, err := tableNames(ctx, db)
+	if err != nil {
+		return fileState{}, classify(path, err)
+	}
+	st := fileState{applied: map[uint]bool{}}
+	for _, name := range names {
+		if !ourTables[name] {
+			return fileState{}, fmt.Errorf("statestore: %s is a SQLite database of another program (it has table %q); choose another path: %w", path, name, ErrDamaged)
+		}
+	}
+	if len(names) == 0 {
+		st.fresh = true
+		return st, nil
+	}
+	has := func(t string) bool {
+		for _, n := range names {
+			if n == t {
+				return true
+			}
+		}
+		return false
+	}
+	if has("schema_migrations") {
+		var v int64
+		err := db.QueryRowContext(ctx, "SELECT version, dirty FROM schema_migrations LIMIT 1").Scan(&v, &st.dirty)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return fileState{}, classify(path, err)
+		case v > 0:
+			st.version = uint(v)
+		}
+	}
+	if has("schema_history") {
+		rows, err := db.QueryContext(ctx, "SELECT version FROM schema_history")
+		if err != nil {
+			return fileState{}, classify(path, err)
+		}
+		defer func() { _ = rows.Close() }()
+		for rows.Next() {
+			var v int64
+			if err := rows.Scan(&v); err != nil {
+				return fileState{}, classify(path, err)
+			}
+			if v > 0 {
+				st.applied[uint(v)] = true
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fileState{}, classify(path, err)
+		}
+	}
+	return st, nil
+}
+
+func tableNames(ctx context.Context, db *sql.DB) ([]string, error) {
+	rows, err := db.QueryContext(ctx, "SELECT name FROM sqlite_schema WHERE type = 'table'")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var names []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		names = append(names, name)
+	}
+	return names, rows.Err()
+}
+
+// classify turns an error of reading the file into what it means: a file
+// that is not a database or is damaged (ErrDamaged), a lock held by another
+// process (ErrBusy), or a failure of the file system (ErrStorage).
+func classify(path string, err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_NOTADB:
+			return fmt.Errorf("statestore: %s is not a SQLite database (or its header is damaged); move it aside to start a new store (berth never overwrites it): %w", path, ErrDamaged)
+		case sqlite3.SQLITE_CORRUPT:
+			return fmt.Errorf("statestore: %s is damaged or truncated (%s); move it aside to start a new store (berth never overwrites it): %w", path, se.Error(), ErrDamaged)
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return fmt.Errorf("statestore: %s is locked by another process (%w): %w", path, err, ErrBusy)
+		}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("statestore: %s: %w", path, err)
 	}
-	if fi.IsDir() {
-		return fmt.Errorf("statestore: %s is a directory, not a database file; remove it or set another state directory: %w", path, ErrDamaged)
-	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("statestore: %s is not a regular file: %w", path, ErrDamaged)
-	}
-	if fi.Size() == 0 {
-		return initFile(ctx, path)
-	}
-	if err := checkHeader(path, fi.Size()); err != nil {
-		return err
-	}
-	return checkContents(ctx, path)
+	return storageErr("open "+path, err)
 }
 
 // pageSize is the page size of new databases. Rows are small and every
 // commit writes whole pages to the WAL, so small pages make commits cheaper.
 const pageSize = 1024
 
-// initFile creates a new database file with mode 0600 (SQLite keeps that
-// mode for the -wal and -shm files it creates beside it), then sets its page
-// size and WAL mode, which only a new database can still take.
-func initFile(ctx context.Context, path string) error {
+// initFile makes path a new, empty database in WAL mode: it creates the file
+// with mode 0600 if needed (SQLite keeps that mode for the -wal and -shm
+// files it creates beside it), then sets the page size and WAL mode, which
+// only a database with no table can still take. A crash at any point leaves
+// a file that inspect finds fresh again.
+func initFile(ctx context.Context, path string, busy time.Duration) error {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return fmt.Errorf("statestore: create %s: %w", path, err)
+		return storageErr("create "+path, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("statestore: create %s: %w", path, err)
+		return storageErr("create "+path, err)
 	}
-	db, err := sql.Open("sqlite", dsnBare(path)+fmt.Sprintf("?_pragma=page_size(%d)", pageSize))
+	db, err := sql.Open("sqlite", dsnBare(path)+fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=page_size(%d)", busy.Milliseconds(), pageSize))
 	if err != nil {
-		return fmt.Errorf("statestore: create %s: %w", path, err)
+		return storageErr("create "+path, err)
 	}
 	defer func() { _ = db.Close() }()
 	if _, err := db.ExecContext(ctx, "PRAGMA journal_mode=WAL"); err != nil {
-		return fmt.Errorf("statestore: create %s: %w", path, err)
-	}
-	return nil
-}
-
-// checkHeader reads the 100-byte SQLite header and checks the file against
-// it: a foreign file fails the magic, a truncated one the size.
-func checkHeader(path string, size int64) error {
-	damaged := func(why string) error {
-		return fmt.Errorf("statestore: %s %s; move it aside to start a new store (berth never overwrites it): %w", path, why, ErrDamaged)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("statestore: %s: %w", path, err)
-	}
-	defer func() { _ = f.Close() }()
-	var h [100]byte
-	if _, err := io.ReadFull(f, h[:]); err != nil {
-		if bytes.HasPrefix(sqliteMagic, h[:min(int(size), len(sqliteMagic))]) {
-			return damaged(fmt.Sprintf("is truncated (%d bytes, shorter than a SQLite header)", size))
-		}
-		return damaged("is not a SQLite database")
-	}
-	if !bytes.Equal(h[:16], sqliteMagic) {
-		return damaged("is not a SQLite database")
-	}
-	pageSize := int64(binary.BigEndian.Uint16(h[16:18]))
-	if pageSize == 1 {
-		pageSize = 65536
-	}
-	if pageSize < 512 || pageSize&(pageSize-1) != 0 {
-		return damaged(fmt.Sprintf("has a damaged header (page size %d)", pageSize))
-	}
-	if size%pageSize != 0 {
-		return damaged(fmt.Sprintf("is truncated (%d bytes is not a whole number of %d-byte pages)", size, pageSize))
-	}
-	// The page count in the header is valid when the change counter and its
-	// "valid for" copy agree.
-	if binary.BigEndian.Uint32(h[24:28]) == binary.BigEndian.Uint32(h[92:96]) {
-		pages := int64(binary.BigEndian.Uint32(h[28:32]))
-		if pages*pageSize > size {
-			return damaged(fmt.Sprintf("is truncated (%d bytes; its header says %d)", size, pages*pageSize))
-		}
-	}
-	return nil
-}
-
-// checkContents opens the file read-only and checks that it is intact and
-// holds only berth's tables.
-func checkContents(ctx context.Context, path string) error {
-	db, err := sql.Open("sqlite", dsn(path, time.Second, true))
-	if err != nil {
-		return fmt.Errorf("statestore: %s: %w", path, err)
-	}
-	defer func() { _ = db.Close() }()
-	var res string
-	if err := db.QueryRowContext(ctx, "PRAGMA quick_check(1)").Scan(&res); err != nil {
-		return fmt.Errorf("statestore: check %s: %w: %w", path, ErrDamaged, err)
-	}
-	if res != "ok" {
-		return fmt.Errorf("statestore: %s is damaged (%s); move it aside to start a new store: %w", path, res, ErrDamaged)
-	}
-	rows, err := db.QueryContext(ctx, "SELECT name FROM sqlite_schema WHERE type = 'table'")
-	if err != nil {
-		return fmt.Errorf("statestore: check %s: %w", path, err)
-	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return fmt.Errorf("statestore: check %s: %w", path, err)
-		}
-		if !ourTables[name] {
-			return fmt.Errorf("statestore: %s is a SQLite database of another program (it has table %q); choose another path: %w", path, name, ErrDamaged)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("statestore: check %s: %w", path, err)
+		return classify(path, err)
 	}
 	return nil
 }

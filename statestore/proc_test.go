@@ -170,7 +170,8 @@ func checkSchema(t *testing.T, path string) {
 
 // TestForeignWriteLock: a program outside berth holds the database's write
 // lock. A call waits up to BusyTimeout, or less when its context ends first,
-// then fails with ErrStorage; once the lock is gone the store works again.
+// then fails with ErrBusy (waiting, not damage); once the lock is gone the
+// store works again.
 func TestForeignWriteLock(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "berth.db")
@@ -184,8 +185,8 @@ func TestForeignWriteLock(t *testing.T) {
 
 	start := time.Now()
 	_, err = s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 32000)})
-	if !errors.Is(err, statestore.ErrStorage) {
-		t.Errorf("Reserve under a foreign lock = %v; want ErrStorage", err)
+	if !errors.Is(err, statestore.ErrBusy) || errors.Is(err, statestore.ErrStorage) {
+		t.Errorf("Reserve under a foreign lock = %v; want ErrBusy and not ErrStorage", err)
 	}
 	t.Logf("gave up after %v (BusyTimeout 400ms)", time.Since(start))
 

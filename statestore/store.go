@@ -120,9 +120,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("statestore: create state directory: %w", err)
 	}
-	if err := prepareFile(ctx, path, opts.Logger); err != nil {
+	found, err := prepareFile(ctx, path, opts.BusyTimeout, opts.Logger)
+	if err != nil {
 		return nil, err
 	}
+	_ = found
 
 	db, err := sql.Open("sqlite", dsn(path, busySlice, false))
 	if err != nil {
@@ -186,16 +188,33 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 // Path returns the database file's absolute path.
 func (s *Store) Path() string { return s.path }
 
+// closeGrace is how long Close waits, beyond BusyTimeout, for a call in
+// flight to end before it leaves the database to be closed by that call.
+const closeGrace = time.Second
+
 // Close stops the background sweep and closes the database. It does not
-// release reservations: they belong to their owners. Close is idempotent.
+// release reservations: they belong to their owners. Close is idempotent
+// and bounded: a call still in flight after BusyTimeout plus a second (it is
+// bounded itself) closes the database when it ends, and Close returns an
+// error saying so.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	close(s.stop)
-	s.wg.Wait()
-	s.sem <- struct{}{} // wait for the call in flight; nothing takes it again
-	return s.closeDB()
+	s.wg.Wait() // the sweep's and the checkpointer's calls end with stop
+	wait := time.NewTimer(s.busy + closeGrace)
+	defer wait.Stop()
+	select {
+	case s.sem <- struct{}{}: // the call in flight is done; nothing takes the turn again
+		return s.closeDB()
+	case <-wait.C:
+		go func() {
+			s.sem <- struct{}{}
+			_ = s.closeDB()
+		}()
+		return fmt.Errorf("statestore: close: a call was still running after %v; the database closes when it returns", s.busy+closeGrace)
+	}
 }
 
 func (s *Store) closeDB() error {
@@ -247,13 +266,22 @@ const (
 // own blocks no writer.
 func (s *Store) checkpointer() {
 	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-s.checkpoint:
 		}
-		if _, err := s.ckptDB.Exec("PRAGMA wal_checkpoint(PASSIVE)"); err != nil && !isBusy(err) {
+		if _, err := s.ckptDB.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil && !isBusy(err) && ctx.Err() == nil {
 			s.log.V(1).Info("background checkpoint failed", "error", err.Error())
 		}
 	}
@@ -295,7 +323,9 @@ func dsnBare(path string) string {
 }
 
 // acquire takes the store for one call: the in-process turn, then for writes
-// the cross-process flock. The returned function gives both back.
+// the cross-process flock. The returned function gives both back. Every wait
+// ends with ctx, and the flock wait also after BusyTimeout, with an error
+// wrapping ErrBusy that names the lock's holder where the OS tells.
 func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
@@ -306,53 +336,106 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 		return nil, ctx.Err()
 	}
 	if s.closed.Load() {
-		<-s.sem
+		s.putTurn()
 		return nil, ErrClosed
 	}
 	if !write {
-		return func() { <-s.sem }, nil
-	}
-	unlock := func() {
-		if err := s.writeLock.Unlock(); err != nil {
-			s.log.Error(err, "unlock write lock", "path", s.writeLock.Path())
-		}
-		<-s.sem
+		return s.putTurn, nil
 	}
 	if err := s.sameFile(); err != nil {
-		<-s.sem
+		s.putTurn()
 		return nil, err
 	}
 	ok, err := s.writeLock.TryLock()
 	if err != nil {
-		<-s.sem
+		s.putTurn()
 		return nil, fmt.Errorf("statestore: write lock %s: %w", s.writeLock.Path(), err)
 	}
 	if ok {
-		return unlock, nil
+		return func() {
+			if err := s.writeLock.Unlock(); err != nil {
+				s.log.Error(err, "unlock write lock", "path", s.writeLock.Path())
+			}
+			s.putTurn()
+		}, nil
 	}
-	// Contended: block in the kernel, which wakes us the moment the holder
-	// unlocks, instead of sleep-polling as SQLite's busy handler does. The
-	// waiter holds the store's turn (sem) until it is done, so Close, which
-	// takes the turn last, waits for it.
-	done := make(chan error, 1)
-	go func() { done <- s.writeLock.Lock() }()
+	lock, err := s.waitLock(ctx)
+	if err != nil {
+		s.putTurn()
+		return nil, err
+	}
+	return func() {
+		if err := lock.Close(); err != nil { // closing drops the lock
+			s.log.Error(err, "unlock write lock", "path", lock.Path())
+		}
+		s.putTurn()
+	}, nil
+}
+
+// putTurn gives back the in-process turn taken by acquire.
+func (s *Store) putTurn() { <-s.sem }
+
+// waitLock waits for the write lock that another process holds. The kernel
+// wakes a blocked flock the moment the holder lets go, with no polling, but
+// a blocked flock cannot be interrupted. So the wait runs in a goroutine on
+// a lock file of its own: when ctx or BusyTimeout ends it first, the caller
+// leaves with the turn given back, and the goroutine, once the kernel grants
+// it the lock, lets go of it and ends. A holder that stays frozen keeps that
+// goroutine blocked, never a caller or Close.
+func (s *Store) waitLock(ctx context.Context) (*filelock.File, error) {
+	lock, err := s.writeLock.Reopen()
+	if err != nil {
+		return nil, fmt.Errorf("statestore: write lock %s: %w", s.writeLock.Path(), err)
+	}
+	var (
+		mu        sync.Mutex // guards abandoned and the hand-over on done
+		abandoned bool
+		done      = make(chan error, 1)
+	)
+	go func() {
+		err := lock.Lock()
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
+			_ = lock.Close() // nobody waits: let the lock go at once
+			return
+		}
+		done <- err
+	}()
+	timer := time.NewTimer(s.busy)
+	defer timer.Stop()
+	var why error
 	select {
 	case err := <-done:
-		if err != nil {
-			<-s.sem
-			return nil, fmt.Errorf("statestore: write lock %s: %w", s.writeLock.Path(), err)
-		}
-		return unlock, nil
+		return s.locked(lock, err)
 	case <-ctx.Done():
-		// The waiter cannot be interrupted. Leave it the turn: once it has
-		// the lock it lets go of both, and the next call proceeds.
-		go func() {
-			if err := <-done; err == nil {
-				unlock()
-			} else {
-				<-s.sem
-			}
-		}()
-		return nil, ctx.Err()
+		why = ctx.Err()
+	case <-timer.C:
+		why = fmt.Errorf("waited %v", s.busy)
 	}
+	mu.Lock()
+	select {
+	case err := <-done: // granted while we gave up: take it after all
+		mu.Unlock()
+		return s.locked(lock, err)
+	default:
+		abandoned = true
+		mu.Unlock()
+	}
+	holder := "another process"
+	if h, ok := filelock.HolderOf(s.writeLock.Path()); ok {
+		holder = h.String()
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("statestore: write lock %s is held by %s: %w: %w", s.writeLock.Path(), holder, ErrBusy, why)
+	}
+	return nil, fmt.Errorf("statestore: write lock %s is held by %s (%w): %w", s.writeLock.Path(), holder, why, ErrBusy)
+}
+
+func (s *Store) locked(lock *filelock.File, err error) (*filelock.File, error) {
+	if err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("statestore: write lock %s: %w", s.writeLock.Path(), err)
+	}
+	return lock, nil
 }

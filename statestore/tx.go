@@ -33,10 +33,23 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(tctx context.Contex
 	}); err != nil {
 		return storageErr(op, err)
 	}
+	// A panic in fn (a caller's probe, a bug) must not leave the shared
+	// connection inside the transaction: roll back, then let it go on.
+	finished := false
+	defer func() {
+		if !finished {
+			if p := recover(); p != nil {
+				s.rollback() //nolint:contextcheck // a rollback must run whatever became of ctx
+				panic(p)
+			}
+		}
+	}()
 	if err := fn(tctx); err != nil {
-		s.rollback() //nolint:contextcheck // a rollback must run whatever became of ctx
+		finished = true // nothing left for the deferred rollback
+		s.rollback()     //nolint:contextcheck // a rollback must run whatever became of ctx
 		return err
 	}
+	finished = true
 	if _, err := s.st.commit.ExecContext(tctx); err != nil {
 		s.rollback() //nolint:contextcheck // a rollback must run whatever became of ctx
 		return storageErr(op, err)
@@ -107,10 +120,10 @@ func (s *Store) retryBusy(ctx context.Context, fn func() error) error {
 			return err
 		}
 		if ctx.Err() != nil {
-			return errors.Join(err, ctx.Err())
+			return fmt.Errorf("the database is locked by another process (%w): %w: %w", err, ErrBusy, ctx.Err())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the database stayed locked by another process for %v (%w)", s.busy, err)
+			return fmt.Errorf("the database stayed locked by another process for %v (%w): %w", s.busy, err, ErrBusy)
 		}
 	}
 }

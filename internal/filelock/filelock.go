@@ -46,3 +46,31 @@ func (l *File) Unlock() error { return unlock(l.f) }
 
 // Close closes the file, releasing the lock if held.
 func (l *File) Close() error { return l.f.Close() }
+
+// Reopen opens the same lock file again, as a File of its own. Locks are
+// held per open file, so the two compete for the lock like two processes:
+// a waiter that may have to be abandoned blocks on a File of its own, and
+// nothing it does later can touch the lock of the File it came from.
+func (l *File) Reopen() (*File, error) { return Open(l.f.Name()) }
+
+// Holder describes the process that holds a lock, as far as the OS tells.
+type Holder struct {
+	PID     int
+	Name    string // the process's command name, "" if unknown
+	Stopped bool   // stopped by a signal (SIGSTOP, Ctrl-Z) or a debugger
+}
+
+func (h Holder) String() string {
+	s := fmt.Sprintf("pid %d", h.PID)
+	if h.Name != "" {
+		s += " (" + h.Name + ")"
+	}
+	if h.Stopped {
+		s += ", which is stopped (SIGSTOP, Ctrl-Z or a debugger): continue it (kill -CONT) or end it"
+	}
+	return s
+}
+
+// HolderOf returns the process that holds the lock on the file at path,
+// where the OS can tell (Linux: /proc/locks). ok is false when it cannot.
+func HolderOf(path string) (h Holder, ok bool) { return holderOf(path) }

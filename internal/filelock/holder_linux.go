@@ -1,0 +1,61 @@
+package filelock
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// holderOf finds the FLOCK entry of path's inode in /proc/locks. A line
+// there reads, for a granted lock:
+//
+//	1: FLOCK  ADVISORY  WRITE 12345 08:01:1234567 0 EOF
+//
+// and for a waiter the same with "->" after the number, which is skipped.
+func holderOf(path string) (Holder, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return Holder{}, false
+	}
+	want := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	data, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return Holder{}, false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 || f[1] == "->" || f[1] != "FLOCK" || f[5] != want {
+			continue
+		}
+		pid, err := strconv.Atoi(f[4])
+		if err != nil || pid <= 0 {
+			continue
+		}
+		h := Holder{PID: pid}
+		h.Name, h.Stopped = procState(pid)
+		return h, true
+	}
+	return Holder{}, false
+}
+
+// procState reads the command name and whether pid is stopped from
+// /proc/PID/stat. The name is in parentheses and may itself hold spaces and
+// parentheses, so the state is the field after the last ')'.
+func procState(pid int) (name string, stopped bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", false
+	}
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open || end+2 >= len(b) {
+		return "", false
+	}
+	state := b[end+2]
+	return string(b[open+1 : end]), state == 'T' || state == 't'
+}
