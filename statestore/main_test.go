@@ -107,8 +107,14 @@ func runWorker(mode string) error {
 		// would: no flock, straight BEGIN IMMEDIATE.
 		return holdWriteLock(db, wait, out)
 	}
+	if f, ok := extraWorkers[mode]; ok {
+		return f(ctx, db, out, wait)
+	}
 	return fmt.Errorf("unknown worker mode %q", mode)
 }
+
+// extraWorkers are worker modes that test files register for themselves.
+var extraWorkers = map[string]func(ctx context.Context, db string, out *json.Encoder, wait func()) error{}
 
 // worker is a running worker process.
 type worker struct {

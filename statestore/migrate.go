@@ -6,6 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"strconv"
 	"strings"
@@ -13,8 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/gofrs/flock"
-	"github.com/golang-migrate/migrate/v4"
-	"github.com/golang-migrate/migrate/v4/database"
+	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/database/sqlite"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 
@@ -106,54 +106,123 @@ func tooNew(path string, v uint) error {
 // migrateUp applies the embedded migrations. The caller holds the migration
 // lock.
 //
-// golang-migrate marks a version dirty, runs the migration's body in a
-// transaction, then marks it clean; a crash between those steps leaves
-// "dirty", which golang-migrate refuses for good. Each body of berth's
-// migrations records itself in schema_history and writes its own clean
-// version in its transaction, so a dirty mark tells exactly one thing: the
-// body of that version either committed (schema_history has it) or left no
-// trace. migrateUp resolves the mark accordingly and goes on.
+// golang-migrate's own runner marks a version dirty, runs the migration's
+// body in one transaction and marks it clean in another: a crash between
+// them leaves "dirty", which it refuses for good, and a failure before the
+// body is read leaves the goroutines that buffer the bodies blocked forever
+// (golang-migrate/migrate#1443). So berth reads the bodies from
+// golang-migrate's source and keeps golang-migrate's version table, but
+// applies each body together with its version record in one transaction:
+// there is no moment at which a crash leaves a half-done migration. A dirty
+// mark left by an older berth tells one thing: the body of that version
+// either committed (each body records itself in schema_history) or left no
+// trace; migrateUp resolves it accordingly.
 func migrateUp(ctx context.Context, path string, st fileState, busy time.Duration, log logr.Logger) error {
-	// migrate gets a *sql.DB of its own: its Close closes it.
 	db, err := sql.Open("sqlite", dsn(path, busy, false))
 	if err != nil {
 		return storageErr("migrate "+path, err)
 	}
+	// The driver creates golang-migrate's version table when it is missing;
+	// its Close closes db.
 	drv, err := sqlite.WithInstance(db, &sqlite.Config{})
 	if err != nil {
 		_ = db.Close()
 		return classify(path, err)
 	}
+	defer func() { _ = drv.Close() }()
 	src, err := iofs.New(migrations, "migrations")
 	if err != nil {
-		_ = drv.Close()
 		return fmt.Errorf("statestore: migrate %s: %w", path, err)
 	}
-	m, err := migrate.NewWithInstance("iofs", src, "sqlite", drv)
-	if err != nil {
-		_ = src.Close()
-		_ = drv.Close()
-		return classify(path, err)
-	}
-	defer func() { _, _ = m.Close() }()
+	defer func() { _ = src.Close() }()
+
 	from := st.version
 	if st.dirty {
-		to := int(st.version) // the body committed: the version stands
 		if !st.applied[st.version] {
-			to = int(st.version) - 1 // it left no trace: back to the one before
-			if to == 0 {
-				to = database.NilVersion
+			from = 0 // the body left no trace: back to the version before
+			if prev, err := src.Prev(st.version); err == nil {
+				from = prev
 			}
 		}
-		log.Info("resolving a migration cut short", "path", path, "version", st.version, "now", to)
-		if err := m.Force(to); err != nil {
-			return classify(path, err)
+		log.Info("resolving a migration cut short", "path", path, "version", st.version, "now", from)
+		if err := setVersion(ctx, db, from); err != nil {
+			return fmt.Errorf("statestore: migrate %s: %w", path, classify(path, err))
 		}
-		from = uint(max(to, 0))
 	}
-	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("statestore: migrate %s from version %d: %w", path, from, classify(path, err))
+	v := from
+	for {
+		next, err := nextVersion(src, v)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("statestore: migrate %s: %w", path, err)
+		}
+		if err := applyMigration(ctx, db, src, next); err != nil {
+			return fmt.Errorf("statestore: migrate %s from version %d to %d: %w", path, v, next, classify(path, err))
+		}
+		v = next
 	}
-	log.Info("migrated state store", "path", path, "from", from, "to", SchemaVersion)
+	if v != from || st.dirty {
+		log.Info("migrated state store", "path", path, "from", from, "to", v)
+	}
 	return nil
+}
+
+// nextVersion is the first migration after v (0: the first of all).
+func nextVersion(src source.Driver, v uint) (uint, error) {
+	if v == 0 {
+		return src.First()
+	}
+	return src.Next(v)
+}
+
+// setVersion records v, clean, as the schema version (0: none).
+func setVersion(ctx context.Context, db *sql.DB, v uint) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
+	if err := recordVersion(ctx, tx, v); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func recordVersion(ctx context.Context, tx *sql.Tx, v uint) error {
+	if _, err := tx.ExecContext(ctx, "DELETE FROM "+sqlite.DefaultMigrationsTable); err != nil {
+		return err
+	}
+	if v == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "INSERT INTO "+sqlite.DefaultMigrationsTable+" (version, dirty) VALUES (?, 0)", int64(v))
+	return err
+}
+
+// applyMigration runs the up body of version v and records v, clean, in
+// golang-migrate's version table, in one transaction.
+func applyMigration(ctx context.Context, db *sql.DB, src source.Driver, v uint) error {
+	r, _, err := src.ReadUp(v)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(r)
+	_ = r.Close()
+	if err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+		return err
+	}
+	if err := recordVersion(ctx, tx, v); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
