@@ -124,7 +124,6 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	_ = found
 
 	db, err := sql.Open("sqlite", dsn(path, busySlice, false))
 	if err != nil {
@@ -176,6 +175,16 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		_ = s.closeDB()
 		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
 	}
+	if found > 0 && found < ownerFormatVersion {
+		// The file was just migrated from a schema whose rows name owners
+		// by wall-clock start times: rewrite them once. A failure leaves
+		// them to the conservative judgement they get wherever met.
+		if conv, del, err := s.convertLegacyOwners(ctx); err != nil {
+			s.log.Error(err, "could not convert owners recorded by an earlier berth; they are judged conservatively until a later open converts them", "path", path)
+		} else if conv+del > 0 {
+			s.log.Info("converted owners recorded by an earlier berth", "path", path, "converted", conv, "reaped", del)
+		}
+	}
 	if opts.SweepInterval > 0 {
 		s.wg.Add(1)
 		go s.sweep(opts.SweepInterval) //nolint:contextcheck // the sweep outlives Open's context; Close stops it
@@ -187,6 +196,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 
 // Path returns the database file's absolute path.
 func (s *Store) Path() string { return s.path }
+
+// ownerFormatVersion is the schema version from which rows name owners by
+// the kernel's start time; rows of older schemas are converted on Open.
+const ownerFormatVersion = 3
 
 // closeGrace is how long Close waits, beyond BusyTimeout, for a call in
 // flight to end before it leaves the database to be closed by that call.
