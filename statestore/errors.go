@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/berth-go/berth/internal/safefs"
 )
 
 // Sentinel errors. Every error the store returns for one of these conditions
@@ -31,6 +33,11 @@ var (
 	// transient condition, not damage: the store works once the holder
 	// lets go. Where the OS tells who holds the lock, the error names it.
 	ErrBusy = errors.New("state store locked by another process")
+	// ErrUnsafe: the state directory or one of berth's files in it is owned
+	// by another user, may be written by others, or is a symbolic link
+	// where berth creates its own file. The error says which and how to
+	// fix it; nothing was opened or created.
+	ErrUnsafe = safefs.ErrUnsafe
 )
 
 // FieldError reports a request field whose value is not accepted.

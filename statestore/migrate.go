@@ -14,8 +14,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/gofrs/flock"
-	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/database/sqlite"
+	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 
 	"github.com/berth-go/berth/internal/filelock"

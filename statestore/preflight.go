@@ -10,6 +10,8 @@ import (
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/berth-go/berth/internal/safefs"
 )
 
 // ourTables are the tables a berth database may hold; a database with any
@@ -168,7 +170,10 @@ const pageSize = 1024
 // only a database with no table can still take. A crash at any point leaves
 // a file that inspect finds fresh again.
 func initFile(ctx context.Context, path string, busy time.Duration) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := safefs.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if errors.Is(err, safefs.ErrUnsafe) {
+		return fmt.Errorf("statestore: %w", err)
+	}
 	if err != nil {
 		return storageErr("create "+path, err)
 	}

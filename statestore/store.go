@@ -39,6 +39,7 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
 	"github.com/berth-go/berth/internal/filelock"
+	"github.com/berth-go/berth/internal/safefs"
 )
 
 // Options tune a Store. The zero value of every field is a working default.
@@ -92,6 +93,11 @@ type Store struct {
 // Open opens the store at path, creating the directory (0700) and the file
 // (0600) when they do not exist, and brings its schema up to date.
 //
+// Open refuses, with an error wrapping ErrUnsafe, a directory or file that
+// another user owns or that others may write, and a symbolic link where it
+// keeps its own files: another user could otherwise swap in a database or
+// point a lock file elsewhere.
+//
 // Open refuses, with an error wrapping ErrDamaged, a path that is a
 // directory, a file that is not SQLite, a damaged database and a SQLite
 // database of another program; it never modifies or removes such a file.
@@ -117,8 +123,13 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("statestore: create state directory: %w", err)
+	if err := safefs.PrepareDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("statestore: %w", err)
+	}
+	for _, f := range []string{path, path + "-wal", path + "-shm", path + ".lock", path + ".migrate.lock"} {
+		if err := safefs.CheckFile(f); err != nil {
+			return nil, fmt.Errorf("statestore: %w", err)
+		}
 	}
 	found, err := prepareFile(ctx, path, opts.BusyTimeout, opts.Logger)
 	if err != nil {

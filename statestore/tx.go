@@ -46,7 +46,7 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(tctx context.Contex
 	}()
 	if err := fn(tctx); err != nil {
 		finished = true // nothing left for the deferred rollback
-		s.rollback()     //nolint:contextcheck // a rollback must run whatever became of ctx
+		s.rollback()    //nolint:contextcheck // a rollback must run whatever became of ctx
 		return err
 	}
 	finished = true

@@ -23,7 +23,8 @@ type File struct {
 
 // Open opens (creating with mode 0600 if needed) the lock file at path.
 func Open(path string) (*File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// Never through a symbolic link: the lock file is berth's own.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|noFollow, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("filelock: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+const noFollow = unix.O_NOFOLLOW
+
 func tryLock(f *os.File) (bool, error) {
 	err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
 	if errors.Is(err, unix.EWOULDBLOCK) {

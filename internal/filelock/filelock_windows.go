@@ -12,6 +12,10 @@ import (
 
 const allBytes = ^uint32(0)
 
+// noFollow: Windows has no O_NOFOLLOW; the state directory's ACLs keep
+// other users from planting links in it.
+const noFollow = 0
+
 func tryLock(f *os.File) (bool, error) {
 	err := lockFileEx(f, windows.LOCKFILE_EXCLUSIVE_LOCK|windows.LOCKFILE_FAIL_IMMEDIATELY)
 	if errors.Is(err, windows.ERROR_LOCK_VIOLATION) {
