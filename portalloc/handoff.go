@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,6 +70,9 @@ func (h *Handoff) add(name string, file func() (*os.File, error)) error {
 	if name == "" || strings.ContainsAny(name, ":\x00") || len(name) > 255 {
 		return fmt.Errorf("%w: socket name %q: want 1-255 characters without ':'", ErrInvalidRequest, name)
 	}
+	if slices.Contains(h.names, name) {
+		return fmt.Errorf("%w: socket name %q is handed off already; each socket needs a name of its own", ErrInvalidRequest, name)
+	}
 	f, err := file()
 	if err != nil {
 		return fmt.Errorf("portalloc: hand off %q: %w", name, err)
@@ -81,6 +85,9 @@ func (h *Handoff) add(name string, file func() (*os.File, error)) error {
 // Apply sets up cmd, before it starts, to receive the sockets. cmd must
 // have no ExtraFiles of its own: the sockets must be descriptors 3 onward.
 func (h *Handoff) Apply(cmd *exec.Cmd) error {
+	if cmd == nil {
+		return fmt.Errorf("%w: Handoff.Apply: cmd is nil", ErrInvalidRequest)
+	}
 	if len(cmd.ExtraFiles) > 0 {
 		return fmt.Errorf("%w: cmd already has ExtraFiles; the handed-off sockets must start at descriptor 3", ErrInvalidRequest)
 	}
@@ -136,9 +143,15 @@ type Inherited struct {
 
 // InheritedSockets returns the sockets this process was handed by a Handoff
 // (or by systemd), by the names in LISTEN_FDNAMES ("unknown" where a name is
-// missing), and unsets the LISTEN_* variables so that its own children do not
-// take them for theirs. With no LISTEN_FDS, or a LISTEN_PID that is not this
-// process's, it returns no sockets and no error, as sd_listen_fds does.
+// missing; a name given twice gets "#2", "#3" ... after it), and unsets the
+// LISTEN_* variables so that its own children do not take them for theirs.
+// With no LISTEN_FDS, or a LISTEN_PID that is not this process's, it returns
+// no sockets and no error, as sd_listen_fds does.
+//
+// It takes only descriptors that are listening stream sockets or datagram
+// sockets. Any other descriptor in the range (a file the runtime opened, a
+// connected socket) is left open and untouched, and named in the error,
+// which comes with the sockets that were taken.
 func InheritedSockets() (Inherited, error) {
 	in := Inherited{Listeners: map[string]net.Listener{}, PacketConns: map[string]net.PacketConn{}}
 	defer func() {
@@ -158,23 +171,62 @@ func InheritedSockets() (Inherited, error) {
 		return in, fmt.Errorf("%w: %s=%q: want a count of descriptors from 0 to 1024", ErrInvalidRequest, EnvListenFDs, nStr)
 	}
 	names := strings.Split(os.Getenv(EnvListenFDNames), ":")
+	seen := map[string]int{}
+	var errs []error
 	for i := range n {
 		name := "unknown"
 		if i < len(names) && names[i] != "" {
 			name = names[i]
 		}
-		fd := listenFDsStart + i
-		syscall.CloseOnExec(fd)
-		f := os.NewFile(uintptr(fd), name)
-		if l, err := net.FileListener(f); err == nil {
-			in.Listeners[name] = l
-		} else if c, perr := net.FilePacketConn(f); perr == nil {
-			in.PacketConns[name] = c
-		} else {
-			_ = f.Close()
-			return in, fmt.Errorf("portalloc: inherited descriptor %d (%q) is not a socket: %w", fd, name, err)
+		if seen[name]++; seen[name] > 1 {
+			name = fmt.Sprintf("%s#%d", name, seen[name])
 		}
-		_ = f.Close() // FileListener and FilePacketConn hold duplicates
+		fd := listenFDsStart + i
+		l, c, err := takeSocket(fd, name)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case l != nil:
+			in.Listeners[name] = l
+		default:
+			in.PacketConns[name] = c
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return in, fmt.Errorf("portalloc: %s=%s: %w", EnvListenFDs, nStr, err)
 	}
 	return in, nil
+}
+
+// takeSocket wraps descriptor fd when it is a listening or datagram socket,
+// and then closes fd itself (the wrapper holds a duplicate). Any other
+// descriptor is left as it was: the probe works on a duplicate, so no
+// *os.File (whose finalizer would close it) ever owns fd.
+func takeSocket(fd int, name string) (net.Listener, net.PacketConn, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return nil, nil, fmt.Errorf("descriptor %d (%q): %w", fd, name, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+		return nil, nil, fmt.Errorf("descriptor %d (%q) is not a socket; left open", fd, name)
+	}
+	dup, err := syscall.Dup(fd)
+	if err != nil {
+		return nil, nil, fmt.Errorf("descriptor %d (%q): %w", fd, name, err)
+	}
+	syscall.CloseOnExec(dup)
+	f := os.NewFile(uintptr(dup), name)
+	defer func() { _ = f.Close() }() // the wrappers hold duplicates of their own
+	var (
+		l net.Listener
+		c net.PacketConn
+	)
+	if l, err = net.FileListener(f); err != nil {
+		var perr error
+		if c, perr = net.FilePacketConn(f); perr != nil {
+			return nil, nil, fmt.Errorf("descriptor %d (%q) is a socket but neither listening nor datagram (%w); left open", fd, name, err)
+		}
+	}
+	_ = syscall.Close(fd) // taken: the wrapper is the only holder now
+	return l, c, nil
 }
