@@ -20,7 +20,7 @@ func BenchmarkAllocateRelease(b *testing.B) {
 	for _, mode := range []portalloc.Mode{portalloc.ModeStateStore, portalloc.ModeMRU} {
 		b.Run(string(mode), func(b *testing.B) {
 			ctx := context.Background()
-			a, err := portalloc.New(ctx, portalloc.Config{Mode: mode, StateDir: b.TempDir()})
+			a, err := portalloc.New(ctx, portalloc.Config{Mode: mode, StateDir: b.TempDir(), Range: allocRange})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -58,7 +58,7 @@ func allocateRelease(b *testing.B, a *portalloc.Allocator) {
 // that is empty, 90% held by this process, and 90% held by another process.
 func BenchmarkAllocateFull(b *testing.B) {
 	const size, held = 2000, 1800
-	rng := portalloc.Range{First: 24000, Last: 24000 + size - 1}
+	rng := portalloc.Range{First: allocRange.First, Last: allocRange.First + size - 1}
 	cfg := func(dir string) portalloc.Config {
 		return portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Range: rng, AllowEphemeralOverlap: true}
 	}
@@ -114,7 +114,7 @@ func churn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: os.Getenv("BERTH_STATE_DIR")})
+	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: os.Getenv("BERTH_STATE_DIR"), Range: allocRange})
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func contention(b *testing.B, procs int) {
 // in the same run.
 func BenchmarkPool(b *testing.B) {
 	ctx := context.Background()
-	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: b.TempDir()})
+	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: b.TempDir(), Range: allocRange})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
 )
 
@@ -17,6 +18,11 @@ func TestEphemeralRangeCutOut(t *testing.T) {
 	}
 	// 1,000 ports below the ephemeral range and 100 inside it.
 	r := portalloc.Range{First: eph.First - 1000, Last: eph.First + 99}
+	for _, e := range testports.All {
+		if e.Package != "portalloc" && r.Overlaps(portalloc.Range(e.Range)) {
+			t.Skipf("skipping: %v, at the foot of this host's ephemeral range %v, overlaps the test range of %s", r, eph, e.Package)
+		}
+	}
 	ctx := context.Background()
 	cut := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: r})
 	if u, err := cut.Usage(ctx); err != nil || u.Ports != 1000 {
@@ -61,5 +67,18 @@ func TestReserveInMRUMode(t *testing.T) {
 	}
 	if st := a.Stats(); st.Allocations.Static != 1 || st.Errors.Static != 1 || st.ProbeFailures < 2 {
 		t.Errorf("Stats() = %+v; want 1 static allocation, 1 static error, probe failures for the bound port", st)
+	}
+}
+
+// TestDefaultRange: the zero Range is 20000-32767. Every test package's
+// range lies inside it, so this test allocates nothing from it.
+func TestDefaultRange(t *testing.T) {
+	a, err := portalloc.New(context.Background(), portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if got, want := a.Config().Range, (portalloc.Range{First: 20000, Last: 32767}); got != want || portalloc.DefaultRange != want {
+		t.Errorf("Config().Range with a zero Range = %v, DefaultRange = %v; want %v", got, portalloc.DefaultRange, want)
 	}
 }

@@ -1,3 +1,6 @@
+// The examples run with the package's tests, and their ports stay inside
+// the package's test range (27000-32767, see internal/testports).
+
 package portalloc_test
 
 import (
@@ -17,7 +20,8 @@ func Example() {
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
 
-	a, err := portalloc.New(ctx, portalloc.Config{StateDir: dir})
+	// Without a Range it would be DefaultRange, 20000-32767.
+	a, err := portalloc.New(ctx, portalloc.Config{StateDir: dir, Range: portalloc.Range{First: 29000, Last: 29999}})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -37,10 +41,10 @@ func Example() {
 	defer ln.Close()
 
 	fmt.Println("backend:", r.Backend)
-	fmt.Println("in the default range:", portalloc.DefaultRange.Contains(r.Port))
+	fmt.Println("in the range:", a.Config().Range.Contains(r.Port))
 	// Output:
 	// backend: statestore
-	// in the default range: true
+	// in the range: true
 }
 
 // Reserve takes a specific port; a conflict says who holds it, even when

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
 )
 
@@ -28,6 +29,11 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	}
+	// Held until the process exits; workers run under their parent's hold.
+	if _, err := testports.Lock(testports.Portalloc); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -151,11 +157,14 @@ func holdInWorker(tb testing.TB, dir string, addr netip.Addr, port uint16) *proc
 }
 
 // newAllocator returns an Allocator on a fresh state directory, closed at
-// the end of the test.
+// the end of the test. Without a Range it allocates from allocRange.
 func newAllocator(t *testing.T, cfg portalloc.Config) *portalloc.Allocator {
 	t.Helper()
 	if cfg.StateDir == "" {
 		cfg.StateDir = t.TempDir()
+	}
+	if cfg.Range == (portalloc.Range{}) {
+		cfg.Range = allocRange
 	}
 	a, err := portalloc.New(context.Background(), cfg)
 	if err != nil {

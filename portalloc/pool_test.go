@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
 )
 
@@ -276,10 +277,12 @@ func TestPoolTakeWritesNothing(t *testing.T) {
 
 func TestPoolBands(t *testing.T) {
 	ctx := context.Background()
-	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore}) // 20000-32767: static band 20000-20127
+	// A range of 4,096 ports or more has a static band of 128 at its low end.
+	r := portalloc.Range(testports.Portalloc)
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: r})
 	for band, want := range map[string]portalloc.Range{
-		"static":  {First: 20000, Last: 20127},
-		"dynamic": {First: 20128, Last: 32767},
+		"static":  {First: r.First, Last: r.First + 127},
+		"dynamic": {First: r.First + 128, Last: r.Last},
 	} {
 		p, err := a.NewPool(ctx, band, portalloc.PoolSpec{Size: 3, Band: band})
 		if err != nil {
@@ -397,7 +400,7 @@ func TestStatsScript(t *testing.T) {
 func TestAllocatorCloseClosesPools(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir})
+	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Range: allocRange})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,7 +121,7 @@ func manifestPorts(m portalloc.Manifest) []uint16 {
 // that needs its ports gets them, after reaping.
 func TestSetsAcrossProcesses(t *testing.T) {
 	dir := t.TempDir()
-	base := 26500
+	base := freeRun(t, 100)
 	rng := fmt.Sprintf("%d-%d", base, base+99)
 	spec := func(name string, n int) portalloc.SetSpec {
 		return portalloc.SetSpec{Name: name, Groups: []portalloc.GroupSpec{{Name: "svc", Members: n, Ports: []portalloc.PortSpec{{Name: "http"}, {Name: "admin", Scope: portalloc.ScopeGroup}}}}}
@@ -168,7 +168,8 @@ func TestSetsAcrossProcesses(t *testing.T) {
 // reserved while the child lives and are free once it has exited.
 func TestOrchestratorCrash(t *testing.T) {
 	dir := t.TempDir()
-	orch := startSetWorker(t, "orch", dir, "26700-26799", portalloc.SetSpec{Name: "app", Groups: []portalloc.GroupSpec{{Name: "svc", Ports: []portalloc.PortSpec{{Name: "http"}}}}})
+	base := freeRun(t, 100)
+	orch := startSetWorker(t, "orch", dir, fmt.Sprintf("%d-%d", base, base+99), portalloc.SetSpec{Name: "app", Groups: []portalloc.GroupSpec{{Name: "svc", Ports: []portalloc.PortSpec{{Name: "http"}}}}})
 	_, _ = orch.stdin.Write([]byte{1})
 	orch.read(t)
 	if len(orch.children) != 1 {

@@ -5,10 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/berth-go/berth/internal/testports"
+	"github.com/berth-go/berth/portalloc"
 )
 
 // The scripts in testdata/script run berth as a real program: testscript
@@ -20,12 +25,50 @@ func TestMain(m *testing.M) {
 	})
 }
 
+// Each script runs on a state directory of its own, in parallel with the
+// others, and berth doctor binds every port of its range: so each script
+// gets a block of its own of this package's ports (internal/testports), by
+// its place among the scripts. The first 90 ports of the block are its
+// BERTH_PORT_RANGE; the last 10 are $PORT0 to $PORT9, for the ports a
+// script names itself, which berth get never hands out.
+const (
+	blockSize = 100
+	portVars  = 10
+)
+
 func TestScripts(t *testing.T) {
+	testports.Hold(t, testports.CmdBerth)
+	entries, err := os.ReadDir("testdata/script")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := map[string]int{} // script-NAME, as testscript names the work directory
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".txtar")
+		if !ok {
+			name, ok = strings.CutSuffix(e.Name(), ".txt")
+		}
+		if ok {
+			block["script-"+name] = len(block)
+		}
+	}
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("BERTH_STATE_DIR", env.WorkDir+"/state")
 			env.Setenv("NO_COLOR", "1")
+			i, ok := block[filepath.Base(env.WorkDir)]
+			if !ok {
+				return fmt.Errorf("no block of ports for work directory %s", env.WorkDir)
+			}
+			first := int(testports.CmdBerth.First) + i*blockSize
+			if first+blockSize-1 > int(testports.CmdBerth.Last) {
+				return fmt.Errorf("%d scripts need %d ports; widen cmd/berth's range %v in internal/testports", len(block), len(block)*blockSize, testports.CmdBerth)
+			}
+			env.Setenv(portalloc.EnvPortRange, fmt.Sprintf("%d-%d", first, first+blockSize-portVars-1))
+			for j := range portVars {
+				env.Setenv(fmt.Sprintf("PORT%d", j), strconv.Itoa(first+blockSize-portVars+j))
+			}
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){

@@ -7,8 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 
+	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
 )
@@ -16,13 +18,15 @@ import (
 // TestRun runs the orchestrator from a built binary (its services are the
 // same binary) and checks the wiring and that nothing is left behind.
 func TestRun(t *testing.T) {
+	testports.Hold(t, testports.Orchestrator)
 	dir := t.TempDir()
 	bin := filepath.Join(t.TempDir(), "orchestrator")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), portalloc.EnvStateDir+"="+dir, portalloc.EnvMode+"=statestore")
+	cmd.Env = append(os.Environ(), portalloc.EnvStateDir+"="+dir, portalloc.EnvMode+"=statestore",
+		portalloc.EnvPortRange+"="+testports.Orchestrator.String()) // not the default: other packages' tests bind there
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
@@ -46,6 +50,11 @@ func TestRun(t *testing.T) {
 	auth := regexp.MustCompile(`(?m)^auth +(\d+)`).FindStringSubmatch(got)
 	if api == nil || auth == nil || !regexp.MustCompile(`API_ADDR_PORT=`+api[1]+` AUTH_ADDR_PORT=`+auth[1]).MatchString(got) {
 		t.Errorf("web's refs do not match api's and auth's ports:\n%s", got)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^(?:api|auth|web) +(\d+) `).FindAllStringSubmatch(got, -1) {
+		if p, _ := strconv.Atoi(m[1]); !testports.Orchestrator.Contains(uint16(p)) {
+			t.Errorf("port %d; want one in %v, from BERTH_PORT_RANGE", p, testports.Orchestrator)
+		}
 	}
 	s, err := statestore.Open(context.Background(), filepath.Join(dir, portalloc.DatabaseFile), statestore.Options{SweepInterval: -1})
 	if err != nil {

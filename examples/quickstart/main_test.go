@@ -8,14 +8,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
 )
 
 func TestRun(t *testing.T) {
+	testports.Hold(t, testports.Quickstart)
 	dir := t.TempDir()
 	t.Setenv(portalloc.EnvStateDir, dir)
 	t.Setenv(portalloc.EnvMode, "statestore")
+	t.Setenv(portalloc.EnvPortRange, testports.Quickstart.String()) // not the default: other packages' tests bind there
 	var out bytes.Buffer
 	if err := run(context.Background(), &out); err != nil {
 		t.Fatal(err)
@@ -31,8 +34,8 @@ func TestRun(t *testing.T) {
 			continue
 		}
 		port, err := strconv.Atoi(f[2])
-		if err != nil || !portalloc.DefaultRange.Contains(uint16(port)) {
-			t.Errorf("row %q: port not in %v", lines[i+1], portalloc.DefaultRange)
+		if err != nil || !testports.Quickstart.Contains(uint16(port)) {
+			t.Errorf("row %q: port not in %v", lines[i+1], testports.Quickstart)
 		}
 	}
 	// Released: the store holds nothing.

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/porttest"
 	"github.com/berth-go/berth/statestore"
@@ -30,6 +31,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv("BERTH_TEST_WORKER") != "" {
 		os.Exit(m.Run()) // a worker uses its parent's store, from the environment
 	}
+	unlock, err := testports.Lock(testports.Porttest) // workers run under this hold
+	if err != nil {
+		panic(err)
+	}
 	dir, err := os.MkdirTemp("", "porttest-")
 	if err != nil {
 		panic(err)
@@ -37,7 +42,11 @@ func TestMain(m *testing.M) {
 	stateDir = dir
 	os.Setenv(portalloc.EnvStateDir, dir)
 	os.Setenv(portalloc.EnvMode, string(portalloc.ModeStateStore))
+	// This binary's store is its own: keep to the package's range, apart
+	// from the other test binaries of go test ./....
+	os.Setenv(portalloc.EnvPortRange, testports.Porttest.String())
 	code := m.Run()
+	unlock()
 	os.RemoveAll(dir)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -72,6 +81,9 @@ func TestPortsAreFreeDistinctAndReleased(t *testing.T) {
 		for _, p := range got[:4] {
 			if seen[p] {
 				t.Fatalf("port %d handed out twice", p)
+			}
+			if !testports.Porttest.Contains(p) {
+				t.Errorf("port %d; want one in %v, from BERTH_PORT_RANGE", p, testports.Porttest)
 			}
 			seen[p] = true
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(int(p)))

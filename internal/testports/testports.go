@@ -1,0 +1,78 @@
+// Package testports gives each package of berth's own test suite a port
+// range of its own.
+//
+// go test ./... runs the test binaries of the packages in parallel on one
+// host, and most of them open a private state store in a temporary
+// directory. Two private stores can hand out the same port; both bind
+// probes pass, and then one of the two binds fails. So a test that
+// allocates, reserves, probes or binds a port stays inside its package's
+// range below, and no two ranges overlap (see TestDisjoint):
+//
+//	package                 range         what binds there
+//	cmd/berth               21000-21999   testscripts: a block of 100 ports per script
+//	portalloc/porttest      22000-22999   porttest's own store and its worker binaries
+//	examples/quickstart     23000-23499   run, through BERTH_PORT_RANGE
+//	examples/metrics        23500-23999   run, through BERTH_PORT_RANGE
+//	examples/orchestrator   24000-24499   the built binary and its services
+//	examples/gotest         24500-24999   porttest's per-user store, through BERTH_PORT_RANGE
+//	internal/torture        26000-26063   the harness's own SmallRange
+//	portalloc               27000-32767   Allocators above 29000, ports tests pick below
+//
+// All of them lie below the Linux ephemeral range (32768-60999), from which
+// the kernel picks the port of an outgoing connection or of a bind to port
+// 0, so nothing the OS hands out can land in one of them. No test allocates
+// from the whole default range 20000-32767, which overlaps every one; a test
+// of the default looks at the configuration and binds nothing.
+//
+// Tests that bind only ports the OS picks (internal/probe, mru) and tests
+// that never bind (statestore, whose port numbers are rows of a private
+// database and whose probes are the test's own functions) need no range.
+//
+// A range keeps the packages of one go test ./... run apart; Lock keeps two
+// runs at once on one host apart, a package at a time.
+package testports
+
+import "fmt"
+
+// Range is the ports First through Last, both included. It has the layout
+// of portalloc.Range, so portalloc.Range(r) converts it.
+type Range struct {
+	First, Last uint16
+}
+
+// Contains reports whether p is in r.
+func (r Range) Contains(p uint16) bool { return r.First <= p && p <= r.Last }
+
+// Size returns the number of ports in r.
+func (r Range) Size() int { return int(r.Last) - int(r.First) + 1 }
+
+// String returns r as BERTH_PORT_RANGE takes it: "FIRST-LAST".
+func (r Range) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
+
+// The ranges, one for each package whose tests bind ports.
+var (
+	CmdBerth     = Range{First: 21000, Last: 21999}
+	Porttest     = Range{First: 22000, Last: 22999}
+	Quickstart   = Range{First: 23000, Last: 23499}
+	Metrics      = Range{First: 23500, Last: 23999}
+	Orchestrator = Range{First: 24000, Last: 24499}
+	Gotest       = Range{First: 24500, Last: 24999}
+	Torture      = Range{First: 26000, Last: 26063}
+	Portalloc    = Range{First: 27000, Last: 32767}
+)
+
+// All lists every range with the import path of its package, relative to
+// the module.
+var All = []struct {
+	Package string
+	Range   Range
+}{
+	{"cmd/berth", CmdBerth},
+	{"portalloc/porttest", Porttest},
+	{"examples/quickstart", Quickstart},
+	{"examples/metrics", Metrics},
+	{"examples/orchestrator", Orchestrator},
+	{"examples/gotest", Gotest},
+	{"internal/torture", Torture},
+	{"portalloc", Portalloc},
+}

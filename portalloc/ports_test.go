@@ -1,0 +1,17 @@
+package portalloc_test
+
+import (
+	"github.com/berth-go/berth/internal/testports"
+	"github.com/berth-go/berth/portalloc"
+)
+
+// This package's tests keep to its range in internal/testports: the other
+// test binaries of go test ./... run at the same time with stores of their
+// own. Allocators draw from allocRange unless a test sets another range
+// (newAllocator sees to it), and ports a test picks itself (freeRun) come
+// from pickRange, so a picked port is never one that an Allocator of the
+// same test has handed out without binding it.
+var (
+	pickRange  = portalloc.Range{First: testports.Portalloc.First, Last: testports.Portalloc.First + 1999}
+	allocRange = portalloc.Range{First: testports.Portalloc.First + 2000, Last: testports.Portalloc.Last}
+)
