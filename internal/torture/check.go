@@ -49,11 +49,80 @@ type Report struct {
 	ViolationCount int
 	// Latencies of Allocate calls (granted or exhausted), sorted.
 	Latencies []time.Duration
+
+	// Calls counts the workers' portalloc calls that returned; Timeouts,
+	// those of them that gave up waiting. A timeout is not an error.
+	Calls, Timeouts int
+	// CallTimeout is the workers' call timeout, as the supervisor logged it;
+	// zero when it did not, and then no hang is judged.
+	CallTimeout time.Duration
+	// ClockSteps counts the steps of the wall clock, BigClockSteps those of
+	// a second or more.
+	ClockSteps, BigClockSteps int
+	// Freezes counts workers stopped by SIGSTOP, FrozenKills those killed
+	// while stopped; LongestFreeze is the longest a worker stayed stopped.
+	Freezes, FrozenKills int
+	LongestFreeze        time.Duration
+	// GrantGap and CallGap are the longest times, while the workers ran, in
+	// which no worker was granted a port, or completed any call.
+	GrantGap, CallGap Gap
+	// Slowest holds each worker's slowest call, slowest first. A call's
+	// time leaves out the time its own worker was frozen during it: what
+	// is left is waiting on the others.
+	Slowest []Call
+	// Overruns describes calls slower than Timeout plus HangMargin. Hangs
+	// describes times no worker completed a call for that long, and
+	// workers that did not stop when told to. Both fail a run.
+	Overruns, Hangs []string
+}
+
+// Gap is a time in which something did not happen.
+type Gap struct {
+	Dur time.Duration
+	At  time.Duration // when the gap began, since the run started
+}
+
+// Call is one portalloc call of a worker.
+type Call struct {
+	Proc    string
+	Op      string
+	Dur     time.Duration // less the time the worker itself was frozen
+	Frozen  time.Duration // time the worker itself was frozen during the call
+	At      time.Duration // when it returned, since the run started
+	Timeout bool          // it gave up waiting
+}
+
+func (c Call) String() string {
+	s := fmt.Sprintf("%s %s %v", c.Proc, c.Op, c.Dur.Round(time.Millisecond))
+	if c.Frozen > 0 {
+		s += fmt.Sprintf(" (+%v frozen itself)", c.Frozen.Round(time.Millisecond))
+	}
+	if c.Timeout {
+		s += " timed out"
+	}
+	return s
+}
+
+// span is a time from start to end, monotonic nanoseconds.
+type span struct{ start, end int64 }
+
+// overlap is how long of [a, b] the spans cover.
+func overlap(spans []span, a, b int64) time.Duration {
+	var d int64
+	for _, s := range spans {
+		if lo, hi := max(a, s.start), min(b, s.end); hi > lo {
+			d += hi - lo
+		}
+	}
+	return time.Duration(d)
 }
 
 // Check reads every log under dir/logs and checks that no two claims that
-// conflict under the address rule overlap in time, and that every grant was
-// bindable by its grantee.
+// conflict under the address rule overlap in time, that every grant was
+// bindable by its grantee, and that the workers kept completing calls
+// (judged when the supervisor logged the call timeout). Events of all
+// processes are ordered by their monotonic stamps, which clock steps do not
+// move.
 func Check(dir string) (Report, error) {
 	var rep Report
 	files, err := filepath.Glob(filepath.Join(dir, "logs", "*.jsonl"))
@@ -65,7 +134,21 @@ func Check(dir string) (Report, error) {
 		kills     = map[string]int64{}
 		childExit = map[string]int64{}
 		reaped    = map[string]int64{}
+		// From the supervisor's log, in its order.
+		base, stop  int64 = math.MaxInt64, math.MaxInt64 // the run's start and end
+		haveStart   bool
+		frozenSince = map[string]int64{}
+		frozen      = map[string][]span{} // each worker's frozen times
+		calls       []Event
+		grants      []int64
 	)
+	unfreeze := func(proc string, t int64) {
+		if since, ok := frozenSince[proc]; ok {
+			frozen[proc] = append(frozen[proc], span{since, t})
+			rep.LongestFreeze = max(rep.LongestFreeze, time.Duration(t-since))
+			delete(frozenSince, proc)
+		}
+	}
 	violate := func(format string, args ...any) {
 		rep.ViolationCount++
 		if len(rep.Violations) < maxViolations {
@@ -78,8 +161,38 @@ func Check(dir string) (Report, error) {
 			return rep, err
 		}
 		for _, e := range evs {
+			if !haveStart {
+				base = min(base, e.T)
+			}
 			switch e.Kind {
+			case KindStart:
+				base, haveStart = e.T, true
+				rep.CallTimeout = time.Duration(e.DurNS)
+			case KindStop:
+				stop = e.T
+			case KindClockStep:
+				rep.ClockSteps++
+				if d := time.Duration(e.DurNS); d >= time.Second || d <= -time.Second {
+					rep.BigClockSteps++
+				}
+			case KindFreeze:
+				rep.Freezes++
+				frozenSince[e.Proc] = e.T
+			case KindThaw:
+				unfreeze(e.Proc, e.T)
+			case KindStuck:
+				rep.Hangs = append(rep.Hangs, fmt.Sprintf("%s (pid %d) had not stopped %v after it was told to", e.Proc, e.PID, time.Duration(e.DurNS)))
+			case KindCall:
+				calls = append(calls, e)
+				rep.Calls++
+				if e.Timeout {
+					rep.Timeouts++
+				}
 			case KindKill:
+				if _, ok := frozenSince[e.Proc]; ok {
+					rep.FrozenKills++
+				}
+				unfreeze(e.Proc, e.T)
 				kills[e.Proc] = e.T
 				rep.Kills++
 			case KindChildExit:
@@ -108,6 +221,7 @@ func Check(dir string) (Report, error) {
 				}
 				c := &claim{proto: e.Proto, addr: a, port: e.Port, proc: proc, pid: e.PID, start: e.T, end: math.MaxInt64}
 				claims = append(claims, c)
+				grants = append(grants, e.T)
 				open[key] = c
 				rep.Grants++
 				switch {
@@ -161,14 +275,72 @@ func Check(dir string) (Report, error) {
 	for _, n := range reaped {
 		rep.ReapedByWorkers += n
 	}
-	overlaps(claims, violate)
+	for proc, since := range frozenSince { // frozen to the end
+		frozen[proc] = append(frozen[proc], span{since, math.MaxInt64})
+	}
+	overlaps(claims, violate, base)
 	slices.Sort(rep.Latencies)
+	progress(&rep, calls, grants, frozen, base, stop)
 	return rep, nil
+}
+
+// progress judges whether the workers kept going: each worker's slowest
+// call, calls that overran the timeout, and the longest times in which no
+// worker was granted a port or completed any call. Only calls that
+// returned before stop count; stop is the end of the run, or MaxInt64.
+func progress(rep *Report, calls []Event, grants []int64, frozen map[string][]span, base, stop int64) {
+	limit := rep.CallTimeout + HangMargin(rep.CallTimeout)
+	slowest := map[string]Call{}
+	var done []int64
+	for _, e := range calls {
+		if e.T > stop {
+			continue // the workers' last releases, after the run
+		}
+		done = append(done, e.T)
+		self := overlap(frozen[e.Proc], e.T-e.DurNS, e.T)
+		c := Call{Proc: e.Proc, Op: e.Op, Dur: max(0, time.Duration(e.DurNS)-self), Frozen: self, At: time.Duration(e.T - base), Timeout: e.Timeout}
+		if c.Dur > slowest[e.Proc].Dur || slowest[e.Proc].Proc == "" {
+			slowest[e.Proc] = c
+		}
+		if rep.CallTimeout > 0 && c.Dur > limit {
+			rep.Overruns = append(rep.Overruns, fmt.Sprintf("%s at %s: longer than the %v timeout plus %v", c, stamp(e.T, base), rep.CallTimeout, HangMargin(rep.CallTimeout)))
+		}
+	}
+	for _, c := range slowest {
+		rep.Slowest = append(rep.Slowest, c)
+	}
+	slices.SortFunc(rep.Slowest, func(a, b Call) int { return compare(int64(b.Dur), int64(a.Dur)) })
+	rep.GrantGap = longestGap(grants, base, stop)
+	rep.CallGap = longestGap(done, base, stop)
+	if rep.CallTimeout > 0 && rep.CallGap.Dur > limit {
+		rep.Hangs = append(rep.Hangs, fmt.Sprintf("no worker completed a call for %v from %s: longer than the %v timeout plus %v",
+			rep.CallGap.Dur.Round(time.Millisecond), stamp(base+int64(rep.CallGap.At), base), rep.CallTimeout, HangMargin(rep.CallTimeout)))
+	}
+}
+
+// longestGap is the longest time between two of ts, or between the last
+// and stop (unless stop is MaxInt64); times after stop do not count, nor
+// does the time before the first one, when the workers open the store.
+func longestGap(ts []int64, base, stop int64) Gap {
+	ts = slices.DeleteFunc(ts, func(t int64) bool { return t > stop })
+	slices.Sort(ts)
+	var g Gap
+	for i := 1; i < len(ts); i++ {
+		if d := time.Duration(ts[i] - ts[i-1]); d > g.Dur {
+			g = Gap{Dur: d, At: time.Duration(ts[i-1] - base)}
+		}
+	}
+	if n := len(ts); n > 0 && stop != math.MaxInt64 {
+		if d := time.Duration(stop - ts[n-1]); d > g.Dur {
+			g = Gap{Dur: d, At: time.Duration(ts[n-1] - base)}
+		}
+	}
+	return g
 }
 
 // overlaps reports a violation for every two claims of one protocol and
 // port whose addresses conflict and whose times overlap.
-func overlaps(claims []*claim, violate func(string, ...any)) {
+func overlaps(claims []*claim, violate func(string, ...any), base int64) {
 	groups := map[string][]*claim{}
 	for _, c := range claims {
 		k := c.proto + fmt.Sprint(c.port)
@@ -182,7 +354,7 @@ func overlaps(claims []*claim, violate func(string, ...any)) {
 					break
 				}
 				if netaddr.Conflicts(a.addr, b.addr) {
-					violate("double grant: %s from %s until %s overlaps %s from %s", a, stamp(a.start), stamp(a.end), b, stamp(b.start))
+					violate("double grant: %s from %s until %s overlaps %s from %s", a, stamp(a.start, base), stamp(a.end, base), b, stamp(b.start, base))
 				}
 			}
 		}
@@ -199,11 +371,14 @@ func compare(a, b int64) int {
 	return 0
 }
 
-func stamp(t int64) string {
+// stamp shows a monotonic time as the time since the run started (base),
+// which is what the reader can place; the wall clock may have been
+// anywhere.
+func stamp(t, base int64) string {
 	if t == math.MaxInt64 {
 		return "the end"
 	}
-	return time.Unix(0, t).Format("15:04:05.000000")
+	return fmt.Sprintf("+%.6fs", time.Duration(t-base).Seconds())
 }
 
 func readLog(path string) ([]Event, error) {

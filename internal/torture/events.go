@@ -6,12 +6,17 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 )
 
 // Event is one line of a process's append-only log.
+//
+// T is read from a clock that every process of the host shares and that no
+// one steps: CLOCK_MONOTONIC on Linux (see monotonic). Events of different
+// processes are ordered by it, and the clock-step mode moves the wall clock
+// under the workers' feet: wall-clock stamps would order a release after a
+// grant that followed it.
 type Event struct {
-	T    int64  `json:"t"`    // wall clock, unix nanoseconds
+	T    int64  `json:"t"`    // monotonic clock, nanoseconds
 	Kind string `json:"kind"` // see the kind constants
 	// Proc names the process the event is about, uniquely within a run:
 	// "w7" is the seventh worker, "w7.3" its third child. Pids are not
@@ -28,8 +33,16 @@ type Event struct {
 	Handoff bool   `json:"handoff,omitempty"`
 	Child   string `json:"child,omitempty"` // the Proc a grant was handed to
 	Err     string `json:"err,omitempty"`
-	DurNS   int64  `json:"dur_ns,omitempty"`
-	Reaped  int64  `json:"reaped,omitempty"`
+	// DurNS is how long the call took (grant, exhausted, call), the
+	// workers' call timeout (start), or the step (clock-step).
+	DurNS  int64 `json:"dur_ns,omitempty"`
+	Reaped int64 `json:"reaped,omitempty"`
+	// Op names the portalloc call a call event is about: allocate,
+	// reserve, release, transfer.
+	Op string `json:"op,omitempty"`
+	// Timeout marks a call that gave up waiting: its deadline passed, or
+	// the store stayed locked by another process for longer than it waits.
+	Timeout bool `json:"timeout,omitempty"`
 }
 
 // Event kinds.
@@ -44,6 +57,15 @@ const (
 	KindError     = "error"      // an unexpected error
 	KindKill      = "kill"       // the supervisor is about to SIGKILL Proc
 	KindExit      = "exit"       // a worker released everything and exits
+	KindCall      = "call"       // a worker's portalloc call returned (Op, DurNS, Timeout)
+
+	// Written by the supervisor.
+	KindStart     = "start"      // the workers are starting; DurNS is their call timeout
+	KindStop      = "stop"       // the run is over; the workers are told to stop
+	KindClockStep = "clock-step" // CLOCK_REALTIME was stepped by DurNS
+	KindFreeze    = "freeze"     // Proc is about to get SIGSTOP
+	KindThaw      = "thaw"       // Proc got SIGCONT
+	KindStuck     = "stuck"      // Proc did not exit in time once told to stop
 )
 
 // eventLog appends events to a file, one write per event, so a SIGKILL
@@ -66,7 +88,7 @@ func openLog(dir, proc string) (*eventLog, error) {
 
 func (l *eventLog) add(e Event) {
 	if e.T == 0 {
-		e.T = time.Now().UnixNano()
+		e.T = monotonic()
 	}
 	if e.Proc == "" {
 		e.Proc, e.PID = l.proc, l.pid

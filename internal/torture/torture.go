@@ -10,10 +10,22 @@
 // them all and proves that no two conflicting grants were live at the same
 // time, that every grant could be bound, and that the store keeps no row of
 // a dead process once reaped.
+//
+// Two modes add weather. Clock stepping moves the system's wall clock
+// (CLOCK_REALTIME) by 300 s either way and by fractions of a second across
+// second boundaries while the workers run, and sets the true time back at
+// the end: berth must not take a live owner for a dead one because the
+// clock moved. Freezing stops random workers with SIGSTOP for up to 3 s,
+// wherever they are (now and then inside the store's write lock), and
+// kills some while frozen: the others must go on, their waits bounded by
+// their timeout. Events are stamped with a clock no one steps, and the
+// checker also proves that some worker completed a call at least every
+// Timeout plus HangMargin.
 package torture
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -35,11 +47,33 @@ type Config struct {
 	Duration  time.Duration   // how long workers run; zero: 20s
 	Range     portalloc.Range // zero: 26000-26063, 64 ports, small enough to run full
 	KillEvery time.Duration   // a random worker is SIGKILLed this often; zero: 500ms; negative: never
-	Dir       string          // the run's state and logs; zero: a new temporary directory, removed afterwards
-	Seed      uint64          // zero: random
-	// Progress, when not nil, receives a line per kill.
+	// Timeout bounds every portalloc call of the workers. A call that
+	// gives up is counted, not an error; but no worker completing any call
+	// for Timeout plus HangMargin(Timeout) is a hang, and fails the run.
+	// Zero: 10s, or 1s with Freeze, so that a freeze (up to 3 s) of a
+	// worker holding the store's lock outlasts the others' waits.
+	Timeout time.Duration
+	// ClockStep steps the system wall clock (CLOCK_REALTIME) every 1-2 s
+	// while the workers run: 300 s forward or back, or 0.5-0.9 s across a
+	// second boundary. Run sets the true time back before it returns,
+	// whatever happens. Linux only; it needs root (ErrNeedsRoot) and moves
+	// the clock of every program on the host.
+	ClockStep bool
+	// Freeze stops (SIGSTOP) a random worker about every second for 100 ms
+	// to 3 s, then lets it go on (SIGCONT) or, one time in four, SIGKILLs
+	// it while frozen. At most half the workers are frozen at once.
+	Freeze bool
+	Dir    string // the run's state and logs; zero: a new temporary directory, removed afterwards
+	Seed   uint64 // zero: random
+	// Progress, when not nil, receives a line per kill, freeze and step.
 	Progress io.Writer
 }
+
+// HangMargin is how much longer than its timeout a call may take before
+// the run counts it as overrun, and how much longer than the timeout all
+// the workers together may go without completing a call before the run
+// counts a hang: half the timeout, at least one second.
+func HangMargin(timeout time.Duration) time.Duration { return max(time.Second, timeout/2) }
 
 // SmallRange is the default range: 64 ports for 6 workers of up to 32
 // grants each, so exhaustion, reaping and contention happen all the time.
@@ -59,12 +93,13 @@ type Summary struct {
 // OK reports whether the run proved every invariant, without an
 // unexpected error on the way.
 func (s Summary) OK() bool {
-	return s.ViolationCount == 0 && len(s.LeftBehind) == 0 && len(s.Errors) == 0 && s.Grants > 0
+	return s.ViolationCount == 0 && len(s.LeftBehind) == 0 && len(s.Errors) == 0 && s.Grants > 0 &&
+		len(s.Hangs) == 0 && len(s.Overruns) == 0
 }
 
 // Run runs the harness. It returns an error when it could not run; a run
 // that found violations returns them in the Summary.
-func Run(ctx context.Context, cfg Config) (Summary, error) {
+func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 6
 	}
@@ -80,8 +115,31 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.KillEvery == 0 {
 		cfg.KillEvery = 500 * time.Millisecond
 	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+		if cfg.Freeze {
+			cfg.Timeout = time.Second
+		}
+	}
+	if cfg.Freeze && !canFreeze {
+		return Summary{}, errNoFreeze
+	}
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
+	}
+	var clock *clockStepper
+	if cfg.ClockStep {
+		if clock, err = startClockStepper(); err != nil {
+			return Summary{}, err
+		}
+		// The true time goes back however Run ends, a panic included; the
+		// normal path has restored it already, and doing it again is
+		// harmless.
+		defer func() {
+			if rerr := clock.restore(); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}()
 	}
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "berth-torture-")
@@ -100,19 +158,24 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	defer func() { _ = log.close() }()
 
-	sup := &supervisor{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 1))}
-	start := time.Now()
+	sup := &supervisor{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), clock: clock}
+	start := time.Now() // time.Since on it reads Go's monotonic clock: steps do not move it
+	log.add(Event{Kind: KindStart, DurNS: int64(cfg.Timeout)})
 	for range cfg.Workers {
 		if err := sup.start(); err != nil {
 			sup.stopAll()
 			return Summary{}, err
 		}
 	}
-	if err := sup.loop(ctx, start.Add(cfg.Duration)); err != nil {
+	err = sup.loop(ctx, start.Add(cfg.Duration))
+	if endErr := sup.endLoop(); err == nil {
+		err = endErr
+	}
+	if err != nil {
 		sup.stopAll()
 		return Summary{}, err
 	}
-	sum := Summary{Config: cfg}
+	sum = Summary{Config: cfg}
 	// While the last workers still run: no row of a killed one may survive a Reap.
 	left, err := sup.checkStore(ctx, false)
 	if err != nil {
@@ -151,7 +214,9 @@ type supervisor struct {
 	cfg         Config
 	log         *eventLog
 	rng         *rand.Rand
+	clock       *clockStepper // nil unless cfg.ClockStep
 	workers     []*workerProc
+	frozen      []frozenWorker     // workers stopped by SIGSTOP, a subset of workers
 	started     int                // workers started, for their names
 	killed      []statestore.Owner // identities of the workers killed
 	reapedAtEnd int
@@ -163,6 +228,12 @@ type workerProc struct {
 	name  string
 }
 
+// frozenWorker is a worker stopped until a time.
+type frozenWorker struct {
+	w     *workerProc
+	until time.Time
+}
+
 func (s *supervisor) start() error {
 	self, err := os.Executable()
 	if err != nil {
@@ -172,7 +243,8 @@ func (s *supervisor) start() error {
 	name := fmt.Sprintf("w%d", s.started)
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), envRole+"=worker", envDir+"="+s.cfg.Dir, envProc+"="+name,
-		envRange+"="+s.cfg.Range.String(), envSeed+"="+strconv.FormatUint(s.rng.Uint64(), 10))
+		envRange+"="+s.cfg.Range.String(), envSeed+"="+strconv.FormatUint(s.rng.Uint64(), 10),
+		envTimeout+"="+s.cfg.Timeout.String())
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -185,69 +257,245 @@ func (s *supervisor) start() error {
 	return nil
 }
 
-// loop kills a random worker every KillEvery and starts a replacement,
-// until the deadline.
+// loop, until the deadline: kills a random worker every KillEvery and
+// starts a replacement; steps the clock every 1-2 s (ClockStep); freezes a
+// random worker about every second, and thaws or kills the frozen ones
+// when their time is up (Freeze). Every time here is read from Go's
+// monotonic clock, which the steps do not move.
 func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
-	every := s.cfg.KillEvery
-	if every < 0 {
-		every = time.Until(deadline) + time.Second
+	var nextKill, nextStep, nextFreeze time.Time // zero: never
+	now := time.Now()
+	if s.cfg.KillEvery > 0 {
+		nextKill = now.Add(s.cfg.KillEvery)
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	end := time.NewTimer(time.Until(deadline))
-	defer end.Stop()
+	if s.clock != nil {
+		nextStep = now.Add(s.stepGap())
+	}
+	if s.cfg.Freeze {
+		nextFreeze = now.Add(s.freezeGap())
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
+		due := deadline
+		for _, t := range []time.Time{nextKill, nextStep, nextFreeze} {
+			if !t.IsZero() && t.Before(due) {
+				due = t
+			}
+		}
+		for _, f := range s.frozen {
+			if f.until.Before(due) {
+				due = f.until
+			}
+		}
+		timer.Reset(time.Until(due))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-end.C:
+		case <-timer.C:
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
 			return nil
-		case <-t.C:
 		}
-		i := s.rng.IntN(len(s.workers))
-		victim := s.workers[i]
-		pid := victim.cmd.Process.Pid
-		// Its identity, to find its rows after a Reap: pid and start time,
-		// since the pid will be reused.
-		id, idErr := statestore.LookupOwner(ctx, pid)
-		// Logged before the signal: the victim's claims end no later.
-		s.log.add(Event{Kind: KindKill, Proc: victim.name, PID: pid})
-		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			return fmt.Errorf("torture: kill %s (pid %d): %w", victim.name, pid, err)
-		}
-		_ = victim.cmd.Wait()
-		if idErr == nil {
-			s.killed = append(s.killed, id)
-		}
-		_ = victim.stdin.Close()
-		s.workers = append(s.workers[:i], s.workers[i+1:]...)
-		if s.cfg.Progress != nil {
-			fmt.Fprintf(s.cfg.Progress, "killed worker %s (pid %d)\n", victim.name, pid)
-		}
-		if err := s.start(); err != nil {
+		if err := s.thawDue(ctx, now); err != nil {
 			return err
+		}
+		if !nextKill.IsZero() && !now.Before(nextKill) {
+			for !nextKill.After(now) {
+				nextKill = nextKill.Add(s.cfg.KillEvery)
+			}
+			if err := s.kill(ctx, s.workers[s.rng.IntN(len(s.workers))]); err != nil {
+				return err
+			}
+		}
+		if !nextStep.IsZero() && !now.Before(nextStep) {
+			nextStep = now.Add(s.stepGap())
+			if err := s.stepClock(); err != nil {
+				return err
+			}
+		}
+		if !nextFreeze.IsZero() && !now.Before(nextFreeze) {
+			nextFreeze = now.Add(s.freezeGap())
+			if err := s.freezeOne(now); err != nil {
+				return err
+			}
 		}
 	}
 }
 
+func (s *supervisor) stepGap() time.Duration {
+	return time.Second + time.Duration(s.rng.IntN(1000))*time.Millisecond
+}
+
+func (s *supervisor) freezeGap() time.Duration {
+	return 500*time.Millisecond + time.Duration(s.rng.IntN(1000))*time.Millisecond
+}
+
+// kill SIGKILLs w, frozen or not, and starts a replacement.
+func (s *supervisor) kill(ctx context.Context, w *workerProc) error {
+	pid := w.cmd.Process.Pid
+	// Its identity, to find its rows after a Reap: pid and start time,
+	// since the pid will be reused.
+	id, idErr := statestore.LookupOwner(ctx, pid)
+	// Logged before the signal: the victim's claims end no later.
+	s.log.add(Event{Kind: KindKill, Proc: w.name, PID: pid})
+	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("torture: kill %s (pid %d): %w", w.name, pid, err)
+	}
+	_ = w.cmd.Wait()
+	if idErr == nil {
+		s.killed = append(s.killed, id)
+	}
+	_ = w.stdin.Close()
+	s.workers = slices.DeleteFunc(s.workers, func(x *workerProc) bool { return x == w })
+	wasFrozen := len(s.frozen)
+	s.frozen = slices.DeleteFunc(s.frozen, func(f frozenWorker) bool { return f.w == w })
+	if s.cfg.Progress != nil {
+		how := "killed worker"
+		if len(s.frozen) < wasFrozen {
+			how = "killed frozen worker"
+		}
+		fmt.Fprintf(s.cfg.Progress, "%s %s (pid %d)\n", how, w.name, pid)
+	}
+	return s.start()
+}
+
+// stepClock steps the wall clock once and logs the step.
+func (s *supervisor) stepClock() error {
+	d, err := s.clock.step(func(offset, frac time.Duration) time.Duration {
+		return nextStep(s.rng, offset, frac)
+	})
+	if err != nil {
+		return err
+	}
+	s.log.add(Event{Kind: KindClockStep, DurNS: int64(d)})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "stepped the clock by %v\n", d)
+	}
+	return nil
+}
+
+// freezeOne stops a random running worker for 100 ms to 3 s, unless half
+// the workers are frozen already: the others must be able to go on.
+func (s *supervisor) freezeOne(now time.Time) error {
+	if len(s.frozen) >= max(1, len(s.workers)/2) {
+		return nil
+	}
+	var running []*workerProc
+	for _, w := range s.workers {
+		if !slices.ContainsFunc(s.frozen, func(f frozenWorker) bool { return f.w == w }) {
+			running = append(running, w)
+		}
+	}
+	w := running[s.rng.IntN(len(running))]
+	d := 100*time.Millisecond + time.Duration(s.rng.IntN(2900))*time.Millisecond
+	pid := w.cmd.Process.Pid
+	// Logged before the signal: the frozen time it starts covers the stop.
+	s.log.add(Event{Kind: KindFreeze, Proc: w.name, PID: pid, DurNS: int64(d)})
+	if err := freeze(w.cmd.Process); err != nil {
+		if errors.Is(err, os.ErrProcessDone) {
+			// It exited on its own (and logged why); a kill replaces it.
+			s.log.add(Event{Kind: KindThaw, Proc: w.name, PID: pid, Err: err.Error()})
+			return nil
+		}
+		return fmt.Errorf("torture: freeze %s (pid %d): %w", w.name, pid, err)
+	}
+	s.frozen = append(s.frozen, frozenWorker{w: w, until: now.Add(d)})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "froze worker %s (pid %d) for %v\n", w.name, pid, d)
+	}
+	return nil
+}
+
+// thawDue lets go of the workers whose frozen time is up, killing one in
+// four instead.
+func (s *supervisor) thawDue(ctx context.Context, now time.Time) error {
+	var due []*workerProc
+	for _, f := range s.frozen {
+		if !now.Before(f.until) {
+			due = append(due, f.w)
+		}
+	}
+	for _, w := range due {
+		if s.rng.IntN(4) == 0 {
+			if err := s.kill(ctx, w); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.thaw(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// thaw sends w SIGCONT and logs it.
+func (s *supervisor) thaw(w *workerProc) error {
+	s.frozen = slices.DeleteFunc(s.frozen, func(f frozenWorker) bool { return f.w == w })
+	pid := w.cmd.Process.Pid
+	if err := thaw(w.cmd.Process); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("torture: thaw %s (pid %d): %w", w.name, pid, err)
+	}
+	// Logged after the signal: the frozen time it ends covers the stop.
+	s.log.add(Event{Kind: KindThaw, Proc: w.name, PID: pid})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "thawed worker %s (pid %d)\n", w.name, pid)
+	}
+	return nil
+}
+
+// endLoop ends the weather: it marks the end of the run in the log, thaws
+// every frozen worker and sets the true time back.
+func (s *supervisor) endLoop() error {
+	s.log.add(Event{Kind: KindStop})
+	var errs []error
+	for len(s.frozen) > 0 { // thaw takes the worker off the list, whatever happens
+		if err := s.thaw(s.frozen[0].w); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.clock != nil {
+		if err := s.clock.restore(); err != nil {
+			errs = append(errs, err)
+		} else if s.cfg.Progress != nil {
+			fmt.Fprintln(s.cfg.Progress, "set the clock back to the true time")
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // stopAll ends the workers gracefully: closing stdin makes each release
-// what it holds and exit.
+// what it holds and exit. A worker that has not exited after stopWait is
+// stuck, and logged as such.
 func (s *supervisor) stopAll() {
+	for len(s.frozen) > 0 { // a stopped worker cannot read its stdin
+		_ = thaw(s.frozen[0].w.cmd.Process)
+		s.frozen = s.frozen[1:]
+	}
 	for _, w := range s.workers {
 		_ = w.stdin.Close()
 	}
+	wait := s.stopWait()
 	for _, w := range s.workers {
 		done := make(chan struct{})
 		go func() { _ = w.cmd.Wait(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(30 * time.Second):
+		case <-time.After(wait):
+			s.log.add(Event{Kind: KindStuck, Proc: w.name, PID: w.cmd.Process.Pid, DurNS: int64(wait)})
 			_ = w.cmd.Process.Kill()
 			<-done
 		}
 	}
 	s.workers = nil
 }
+
+// stopWait bounds how long a worker takes to stop: its current call, then
+// releasing up to maxHeld ports, each call bounded by the timeout but
+// normally quick.
+func (s *supervisor) stopWait() time.Duration { return 20*time.Second + 2*s.cfg.Timeout }
 
 // checkStore reaps and lists the table. It returns the rows owned by
 // killed workers (which must have been reaped); with all set, every row
@@ -281,12 +529,37 @@ func (s *supervisor) checkStore(ctx context.Context, all bool) ([]string, error)
 // Print writes the summary for people.
 func (s Summary) Print(w io.Writer) {
 	secs := s.Elapsed.Seconds()
-	fmt.Fprintf(w, "berth torture: %d workers, %v, range %s (%d ports), kill every %v, seed %d\n",
-		s.Workers, s.Duration, s.Range, s.Range.Size(), s.KillEvery, s.Seed)
+	var modes string
+	if s.ClockStep {
+		modes += ", clock stepping"
+	}
+	if s.Freeze {
+		modes += ", freezing"
+	}
+	fmt.Fprintf(w, "berth torture: %d workers, %v, range %s (%d ports), kill every %v, timeout %v%s, seed %d\n",
+		s.Workers, s.Duration, s.Range, s.Range.Size(), s.KillEvery, s.Timeout, modes, s.Seed)
 	fmt.Fprintf(w, "grants          %d (%.0f/s): %d allocated, %d reserved, %d handed to children\n",
 		s.Grants, float64(s.Grants)/secs, s.Allocations, s.Reservations, s.Handoffs)
 	fmt.Fprintf(w, "range exhausted %d times\n", s.Exhausted)
 	fmt.Fprintf(w, "kills           %d\n", s.Kills)
+	if s.ClockStep {
+		fmt.Fprintf(w, "clock steps     %d (%d of %v either way, %d across a second boundary); true time set back\n",
+			s.ClockSteps, s.BigClockSteps, bigStep, s.ClockSteps-s.BigClockSteps)
+	}
+	if s.Freeze {
+		fmt.Fprintf(w, "freezes         %d (%d killed while frozen), longest %v\n",
+			s.Freezes, s.FrozenKills, s.LongestFreeze.Round(time.Millisecond))
+	}
+	fmt.Fprintf(w, "calls           %d returned, %d timed out\n", s.Calls, s.Timeouts)
+	fmt.Fprintf(w, "longest gaps    %v without a grant (from +%.3fs), %v without a call returning (from +%.3fs); a hang is over %v\n",
+		s.GrantGap.Dur.Round(time.Millisecond), s.GrantGap.At.Seconds(), s.CallGap.Dur.Round(time.Millisecond), s.CallGap.At.Seconds(),
+		s.Timeout+HangMargin(s.Timeout))
+	if n := len(s.Slowest); n > 0 {
+		fmt.Fprintf(w, "slowest calls   each worker's slowest, of %d workers: median %v\n", n, s.Slowest[n/2].Dur.Round(time.Millisecond))
+		for _, c := range s.Slowest[:min(n, 8)] {
+			fmt.Fprintf(w, "  %s at +%.3fs\n", c, c.At.Seconds())
+		}
+	}
 	fmt.Fprintf(w, "rows reaped     %d by workers, %d by the final reap\n", s.ReapedByWorkers, s.ReapedAtEnd)
 	fmt.Fprintf(w, "bind failures   %d\n", s.BindFailures)
 	if n := len(s.Latencies); n > 0 {
@@ -300,6 +573,14 @@ func (s Summary) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "left behind     %d\n", len(s.LeftBehind))
 	for _, e := range first(s.LeftBehind, 10) {
+		fmt.Fprintf(w, "  %s\n", e)
+	}
+	fmt.Fprintf(w, "hangs           %d\n", len(s.Hangs))
+	for _, e := range first(s.Hangs, 10) {
+		fmt.Fprintf(w, "  %s\n", e)
+	}
+	fmt.Fprintf(w, "overruns        %d\n", len(s.Overruns))
+	for _, e := range first(s.Overruns, 10) {
 		fmt.Fprintf(w, "  %s\n", e)
 	}
 	fmt.Fprintf(w, "violations      %d\n", s.ViolationCount)

@@ -3,6 +3,8 @@ package torture
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,5 +127,134 @@ func TestRun(t *testing.T) {
 	if sum.Kills == 0 || sum.Handoffs == 0 || sum.Allocations == 0 || sum.Reservations == 0 {
 		t.Errorf("the run did not exercise everything: %d kills, %d handoffs, %d allocations, %d reservations",
 			sum.Kills, sum.Handoffs, sum.Allocations, sum.Reservations)
+	}
+}
+
+// TestNextStep: big steps keep the clock within bigStep of the true time,
+// small ones always cross a second boundary.
+func TestNextStep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var big, small int
+	for i := range 10000 {
+		offset := time.Duration(rng.IntN(3)-1) * bigStep
+		frac := time.Duration(rng.Int64N(int64(time.Second)))
+		if i%100 == 0 {
+			frac = time.Duration(i/100%2) * (time.Second - 1) // the edges: 0 and 999.999999 ms
+		}
+		d := nextStep(rng, offset, frac)
+		switch {
+		case d == bigStep || d == -bigStep:
+			big++
+			if after := offset + d; after > bigStep || after < -bigStep {
+				t.Fatalf("nextStep(offset %v) = %v; want it to stay within %v of the true time", offset, d, bigStep)
+			}
+		case d >= 500*time.Millisecond && d < 900*time.Millisecond || d <= -500*time.Millisecond && d > -900*time.Millisecond:
+			small++
+			if to := frac + d; to >= 0 && to < time.Second {
+				t.Fatalf("nextStep(frac %v) = %v; want a step across a second boundary", frac, d)
+			}
+		default:
+			t.Fatalf("nextStep(%v, %v) = %v; want ±%v or 0.5-0.9 s either way", offset, frac, d, bigStep)
+		}
+	}
+	if big < 4000 || small < 4000 {
+		t.Errorf("%d big and %d small steps of 10000; want about half each", big, small)
+	}
+}
+
+func call(t int64, proc string, dur time.Duration) Event {
+	return Event{T: t, Kind: KindCall, Proc: proc, Op: "allocate", DurNS: int64(dur)}
+}
+
+// TestCheckProgress: a time in which no worker completes a call fails the
+// run; time a worker spent frozen itself does not count against its calls.
+func TestCheckProgress(t *testing.T) {
+	const s = int64(time.Second)
+	start := Event{T: 0, Kind: KindStart, DurNS: s} // timeout 1s: a hang is over 2s
+	tests := []struct {
+		name          string
+		logs          map[string][]Event
+		hangs, overun int
+		slowest       time.Duration
+	}{
+		{"steady", map[string][]Event{
+			"supervisor.jsonl": {start, {T: 5 * s, Kind: KindStop}},
+			"w1.jsonl":         {call(s, "w1", 10e6), call(2*s, "w1", 20e6), call(3*s, "w1", 10e6), call(4*s, "w1", 10e6)},
+		}, 0, 0, 20e6},
+		{"no call returns for 3s", map[string][]Event{
+			"supervisor.jsonl": {start, {T: 5 * s, Kind: KindStop}},
+			"w1.jsonl":         {call(s, "w1", 10e6), call(4*s, "w1", 10e6)},
+		}, 1, 0, 10e6},
+		{"no call returns before the end", map[string][]Event{
+			"supervisor.jsonl": {start, {T: 5 * s, Kind: KindStop}},
+			"w1.jsonl":         {call(s, "w1", 10e6), call(2*s, "w1", 10e6), call(6*s, "w1", 10e6)},
+		}, 1, 0, 10e6},
+		{"one call overruns the timeout", map[string][]Event{
+			"supervisor.jsonl": {start, {T: 5 * s, Kind: KindStop}},
+			"w1.jsonl":         {call(s, "w1", 10e6), call(2*s, "w1", 10e6), call(3*s, "w1", 10e6), call(4*s, "w1", 10e6)},
+			"w2.jsonl":         {call(4*s, "w2", 3*time.Second)},
+		}, 0, 1, 3 * time.Second},
+		{"a call made slow by its own freeze", map[string][]Event{
+			"supervisor.jsonl": {start, {T: s, Kind: KindFreeze, Proc: "w2"}, {T: 3500e6, Kind: KindThaw, Proc: "w2"}, {T: 5 * s, Kind: KindStop}},
+			"w1.jsonl":         {call(s, "w1", 10e6), call(2*s, "w1", 10e6), call(3*s, "w1", 10e6), call(4*s, "w1", 10e6)},
+			"w2.jsonl":         {call(4*s, "w2", 3*time.Second)},
+		}, 0, 0, 500e6},
+		{"a worker that did not stop", map[string][]Event{
+			"supervisor.jsonl": {start, {T: 5 * s, Kind: KindStop}, {T: 30 * s, Kind: KindStuck, Proc: "w1", DurNS: 22 * s}},
+			"w1.jsonl":         {call(s, "w1", 10e6), call(2*s, "w1", 10e6), call(3*s, "w1", 10e6), call(4*s, "w1", 10e6)},
+		}, 1, 0, 10e6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, err := Check(writeLogs(t, tt.logs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Hangs) != tt.hangs || len(rep.Overruns) != tt.overun {
+				t.Errorf("hangs = %q, overruns = %q; want %d and %d", rep.Hangs, rep.Overruns, tt.hangs, tt.overun)
+			}
+			if len(rep.Slowest) == 0 || rep.Slowest[0].Dur != tt.slowest {
+				t.Errorf("slowest = %v; want %v first", rep.Slowest, tt.slowest)
+			}
+		})
+	}
+}
+
+// TestRunFreeze runs the harness briefly with workers frozen at random,
+// some inside the store's lock: no double grant, and the others go on.
+func TestRunFreeze(t *testing.T) {
+	sum, err := Run(context.Background(), Config{Workers: 4, Duration: 4 * time.Second, KillEvery: 300 * time.Millisecond, Freeze: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, sum)
+	if sum.Freezes == 0 {
+		t.Error("the run froze no worker")
+	}
+}
+
+// TestRunClockStep runs the harness briefly while the wall clock is
+// stepped. It needs root, and steps the clock of the whole host.
+func TestRunClockStep(t *testing.T) {
+	sum, err := Run(context.Background(), Config{Workers: 4, Duration: 4 * time.Second, KillEvery: 300 * time.Millisecond, ClockStep: true})
+	if errors.Is(err, ErrNeedsRoot) || err != nil && !canStepClock {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, sum)
+	if sum.ClockSteps == 0 {
+		t.Error("the run did not step the clock")
+	}
+}
+
+func checkRun(t *testing.T, sum Summary) {
+	t.Helper()
+	var b strings.Builder
+	sum.Print(&b)
+	t.Log("\n" + b.String())
+	if !sum.OK() {
+		t.Fatal("the run violated an invariant")
 	}
 }

@@ -16,16 +16,18 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/statestore"
 )
 
 // Environment of the processes the supervisor starts.
 const (
-	envRole  = "BERTH_TORTURE_ROLE" // "worker" or "child"
-	envDir   = "BERTH_TORTURE_DIR"  // the run's directory
-	envRange = "BERTH_TORTURE_RANGE"
-	envSeed  = "BERTH_TORTURE_SEED"
-	envChild = "BERTH_TORTURE_CHILD" // a child's key and lifetime: proto,addr,port,ms
-	envProc  = "BERTH_TORTURE_PROC"  // the process's name in the logs
+	envRole    = "BERTH_TORTURE_ROLE" // "worker" or "child"
+	envDir     = "BERTH_TORTURE_DIR"  // the run's directory
+	envRange   = "BERTH_TORTURE_RANGE"
+	envSeed    = "BERTH_TORTURE_SEED"
+	envChild   = "BERTH_TORTURE_CHILD"   // a child's key and lifetime: proto,addr,port,ms
+	envProc    = "BERTH_TORTURE_PROC"    // the process's name in the logs
+	envTimeout = "BERTH_TORTURE_TIMEOUT" // bound of every portalloc call, a Go duration
 )
 
 // MaybeRunRole runs this process as a worker or child of a torture run when
@@ -74,6 +76,10 @@ func runWorker() error {
 	if err != nil {
 		return err
 	}
+	timeout, err := time.ParseDuration(os.Getenv(envTimeout))
+	if err != nil {
+		return fmt.Errorf("%s: %w", envTimeout, err)
+	}
 	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
 	rng := rand.New(rand.NewPCG(seed, uint64(os.Getpid())))
 	proc := os.Getenv(envProc)
@@ -92,13 +98,16 @@ func runWorker() error {
 
 	a, err := portalloc.New(ctx, portalloc.Config{
 		Mode: portalloc.ModeStateStore, StateDir: filepath.Join(dir, "state"),
-		Range: r, AllowEphemeralOverlap: true, Timeout: 10 * time.Second,
+		Range: r, AllowEphemeralOverlap: true, Timeout: timeout,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // told to stop while it opened the store
+		}
 		log.add(Event{Kind: KindError, Err: err.Error()})
 		return err
 	}
-	w := &worker{a: a, log: log, rng: rng, rangeOf: r, dir: dir, proc: proc, held: map[portalloc.Reservation]held{}}
+	w := &worker{a: a, log: log, rng: rng, rangeOf: r, dir: dir, proc: proc, timeout: timeout, held: map[portalloc.Reservation]held{}}
 	for ctx.Err() == nil {
 		w.step(ctx)
 	}
@@ -117,7 +126,32 @@ type worker struct {
 	dir     string
 	proc    string
 	nchild  int // children started, for their names
+	timeout time.Duration
 	held    map[portalloc.Reservation]held
+}
+
+// call runs one portalloc call bounded by the run's timeout (Allocate and
+// Reserve also bound themselves by it), and logs that it returned, how
+// long it took, and whether it gave up waiting.
+func (w *worker) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	start := time.Now()
+	err := f(ctx)
+	e := Event{Kind: KindCall, Op: op, DurNS: int64(time.Since(start))}
+	if timedOut(err) {
+		e.Timeout, e.Err = true, err.Error()
+	}
+	w.log.add(e)
+	return err
+}
+
+// timedOut reports whether err says a call gave up waiting: for its
+// deadline, or for a store another process kept locked. A call cut short
+// because the run ended did not time out.
+func timedOut(err error) bool {
+	return !errors.Is(err, context.Canceled) &&
+		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, statestore.ErrBusy))
 }
 
 func (w *worker) step(ctx context.Context) {
@@ -151,23 +185,27 @@ func (w *worker) request() portalloc.Request {
 func (w *worker) grant(ctx context.Context, static bool) {
 	req := w.request()
 	start := time.Now()
-	var (
-		r   portalloc.Reservation
-		err error
-	)
+	var r portalloc.Reservation
+	op := "allocate"
 	if static {
-		port := w.rangeOf.First + uint16(w.rng.IntN(w.rangeOf.Size()))
-		r, err = w.a.Reserve(ctx, req, port)
-	} else {
-		r, err = w.a.Allocate(ctx, req)
+		op = "reserve"
 	}
+	err := w.call(ctx, op, func(ctx context.Context) (err error) {
+		if static {
+			port := w.rangeOf.First + uint16(w.rng.IntN(w.rangeOf.Size()))
+			r, err = w.a.Reserve(ctx, req, port)
+		} else {
+			r, err = w.a.Allocate(ctx, req)
+		}
+		return err
+	})
 	dur := time.Since(start)
 	switch {
 	case err == nil:
 	case errors.Is(err, portalloc.ErrRangeExhausted):
 		w.log.add(Event{Kind: KindExhausted, DurNS: int64(dur)})
 		return
-	case errors.Is(err, portalloc.ErrPortHeld), ctx.Err() != nil:
+	case errors.Is(err, portalloc.ErrPortHeld), ctx.Err() != nil, timedOut(err):
 		return
 	default:
 		w.log.add(Event{Kind: KindError, Err: err.Error()})
@@ -180,7 +218,7 @@ func (w *worker) grant(ctx context.Context, static bool) {
 	sock, err := bind(r)
 	if err != nil {
 		w.log.add(Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Err: err.Error()})
-		_ = w.a.Release(context.WithoutCancel(ctx), r)
+		w.giveBack(ctx, r)
 		return
 	}
 	w.log.add(Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
@@ -194,17 +232,29 @@ func (w *worker) release(ctx context.Context, h held) {
 	w.log.add(Event{Kind: KindRelease, Proto: string(h.r.Protocol), Addr: h.r.Address.String(), Port: h.r.Port})
 	delete(w.held, h.r)
 	// Releases run even after the run's context ends: that is when a
-	// worker gives back everything it holds.
-	if err := w.a.Release(context.WithoutCancel(ctx), h.r); err != nil {
+	// worker gives back everything it holds. One that times out leaves a
+	// row of this live worker, reaped once it exits.
+	err := w.call(context.WithoutCancel(ctx), "release", func(ctx context.Context) error { return w.a.Release(ctx, h.r) })
+	if err != nil && !timedOut(err) {
 		w.log.add(Event{Kind: KindError, Err: "release: " + err.Error()})
 	}
+}
+
+// giveBack releases a grant that never reached a socket, logging it.
+func (w *worker) giveBack(ctx context.Context, r portalloc.Reservation) {
+	_ = w.call(context.WithoutCancel(ctx), "release", func(ctx context.Context) error { return w.a.Release(ctx, r) })
 }
 
 // handoff allocates a port for a short-lived child, transfers the
 // reservation to it, and lets it bind. The child waits for the go-ahead,
 // so it never binds a port that is not yet its own.
 func (w *worker) handoff(ctx context.Context) {
-	r, err := w.a.Allocate(ctx, w.request())
+	req := w.request()
+	var r portalloc.Reservation
+	err := w.call(ctx, "allocate", func(ctx context.Context) (err error) {
+		r, err = w.a.Allocate(ctx, req)
+		return err
+	})
 	if err != nil {
 		return
 	}
@@ -226,14 +276,14 @@ func (w *worker) handoff(ctx context.Context) {
 	if err != nil {
 		w.log.add(Event{Kind: KindError, Err: "start child: " + err.Error()})
 		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
-		_ = w.a.Release(context.WithoutCancel(ctx), r)
+		w.giveBack(ctx, r)
 		return
 	}
 	go func() { _ = cmd.Wait() }()
-	if err := w.a.Transfer(ctx, r, cmd.Process.Pid); err != nil {
+	if err := w.call(ctx, "transfer", func(ctx context.Context) error { return w.a.Transfer(ctx, r, cmd.Process.Pid) }); err != nil {
 		_ = goAhead.Close() // the child exits without binding
 		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
-		_ = w.a.Release(context.WithoutCancel(ctx), r)
+		w.giveBack(ctx, r)
 		return
 	}
 	w.log.add(Event{Kind: KindTransfer, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Child: child})
@@ -265,6 +315,9 @@ func runChild() error {
 	sock, err := bind(r)
 	if err != nil {
 		log.add(Event{Kind: KindChildBind, Proto: proto, Addr: addr, Port: uint16(port), Err: err.Error()})
+		// It exits now: its claim ends here, and the failure is counted
+		// once, not again as every later grant of the port.
+		log.add(Event{Kind: KindChildExit, Proto: proto, Addr: addr, Port: uint16(port)})
 		return nil
 	}
 	log.add(Event{Kind: KindChildBind, Proto: proto, Addr: addr, Port: uint16(port)})

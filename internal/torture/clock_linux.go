@@ -1,0 +1,103 @@
+package torture
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// monotonic reads CLOCK_MONOTONIC: one clock for every process of the host
+// (of its time namespace, which a run never leaves), counting from boot,
+// never stepped. Go's own monotonic readings count from each process's
+// start, so they order events within a process only.
+func monotonic() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		// CLOCK_MONOTONIC exists on every kernel Go runs on.
+		panic("torture: read CLOCK_MONOTONIC: " + err.Error())
+	}
+	return ts.Nano()
+}
+
+// canStepClock reports whether this platform has a clock stepper.
+const canStepClock = true
+
+// clockStepper steps CLOCK_REALTIME and puts it back. The true time is
+// kept as an anchor, a wall and a monotonic reading taken together at the
+// start: later it is the anchor's wall time plus the monotonic time since,
+// which no step moves. Restoring sets exactly that, however many steps
+// were made.
+//
+// A clockStepper is safe for concurrent use.
+type clockStepper struct {
+	mu     sync.Mutex    // guards offset and orders the settime calls
+	wall0  int64         // CLOCK_REALTIME at the anchor, nanoseconds
+	mono0  int64         // CLOCK_MONOTONIC at the anchor, nanoseconds
+	offset time.Duration // how far CLOCK_REALTIME is off the true time
+}
+
+// startClockStepper takes the anchor and proves, by setting the clock to
+// the time it shows, that this process may step it. It returns an error
+// wrapping ErrNeedsRoot when it may not.
+func startClockStepper() (*clockStepper, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("torture: %w (running as uid %d)", ErrNeedsRoot, os.Geteuid())
+	}
+	var wall unix.Timespec
+	m0 := monotonic()
+	if err := unix.ClockGettime(unix.CLOCK_REALTIME, &wall); err != nil {
+		return nil, fmt.Errorf("torture: read CLOCK_REALTIME: %w", err)
+	}
+	m1 := monotonic()
+	c := &clockStepper{wall0: wall.Nano(), mono0: m0 + (m1-m0)/2}
+	if err := c.set(0); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("torture: %w: %w", ErrNeedsRoot, err)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// truth is the true wall time now, unix nanoseconds.
+func (c *clockStepper) truth() int64 { return c.wall0 + (monotonic() - c.mono0) }
+
+// set sets CLOCK_REALTIME to the true time plus offset. The caller holds
+// mu, or owns c alone.
+func (c *clockStepper) set(offset time.Duration) error {
+	ts := unix.NsecToTimespec(c.truth() + int64(offset))
+	if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+		return fmt.Errorf("torture: set CLOCK_REALTIME: %w", err)
+	}
+	return nil
+}
+
+// step moves CLOCK_REALTIME by what choose returns, given how far the
+// clock is off the true time and the fraction of a second it shows.
+func (c *clockStepper) step(choose func(offset, frac time.Duration) time.Duration) (time.Duration, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	shown := c.truth() + int64(c.offset)
+	d := choose(c.offset, time.Duration(shown%int64(time.Second)))
+	if err := c.set(c.offset + d); err != nil {
+		return 0, err
+	}
+	c.offset += d
+	return d, nil
+}
+
+// restore sets CLOCK_REALTIME back to the true time. It is safe to call
+// more than once.
+func (c *clockStepper) restore() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.set(0); err != nil {
+		return err
+	}
+	c.offset = 0
+	return nil
+}

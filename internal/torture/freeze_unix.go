@@ -1,0 +1,17 @@
+//go:build unix
+
+package torture
+
+import (
+	"os"
+	"syscall"
+)
+
+// freeze stops p where it stands (SIGSTOP cannot be caught), whatever
+// lock it holds; thaw lets it go on (SIGCONT).
+func freeze(p *os.Process) error { return p.Signal(syscall.SIGSTOP) }
+
+func thaw(p *os.Process) error { return p.Signal(syscall.SIGCONT) }
+
+// canFreeze reports whether this platform can stop a process.
+const canFreeze = true
