@@ -96,7 +96,7 @@ func runWorker() error {
 		cancel()
 	}()
 
-	a, err := portalloc.New(ctx, portalloc.Config{
+	a, err := open(ctx, log, portalloc.Config{
 		Mode: portalloc.ModeStateStore, StateDir: filepath.Join(dir, "state"),
 		Range: r, AllowEphemeralOverlap: true, Timeout: timeout,
 	})
@@ -116,6 +116,20 @@ func runWorker() error {
 	}
 	log.add(Event{Kind: KindExit, Reaped: a.Stats().Reaped})
 	return a.Close()
+}
+
+// open makes the worker's Allocator. Opening waits for the store's locks
+// like any call, and a worker frozen while it holds one makes it time out:
+// that is counted as a call that timed out, and the worker tries again.
+func open(ctx context.Context, log *eventLog, cfg portalloc.Config) (*portalloc.Allocator, error) {
+	for {
+		start := time.Now()
+		a, err := portalloc.New(ctx, cfg)
+		if !timedOut(err) || ctx.Err() != nil {
+			return a, err
+		}
+		log.add(Event{Kind: KindCall, Op: "open", DurNS: int64(time.Since(start)), Timeout: true, Err: err.Error()})
+	}
 }
 
 type worker struct {
