@@ -72,7 +72,7 @@ func fill(b *testing.B, path string, n int, owner func(i int) statestore.Owner) 
 		o := owner(i)
 		if _, err := tx.Exec(`INSERT INTO port_allocations (protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at)
 			VALUES ('tcp', ?, X'7f000001', ?, ?, ?, 'bench', '', 'dynamic', 0)`,
-			20000+i, o.PID, o.Start.UnixMilli(), o.Scope); err != nil {
+			20000+i, o.PID, o.Start, o.Scope); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -108,13 +108,13 @@ func (c *heldCache) invalidate() { c.valid = false }
 // rules (possible only in a hand-edited file) is an error, never a panic.
 func scanRow(rows *sql.Rows) (Reservation, error) {
 	var (
-		r              Reservation
-		proto, kind    string
-		port           int64
-		addr           []byte
-		start, created int64
+		r           Reservation
+		proto, kind string
+		port        int64
+		addr        []byte
+		created     int64
 	)
-	if err := rows.Scan(&proto, &port, &addr, &r.Owner.PID, &start, &r.Owner.Scope, &r.Owner.Name, &r.Label, &kind, &created); err != nil {
+	if err := rows.Scan(&proto, &port, &addr, &r.Owner.PID, &r.Owner.Start, &r.Owner.Scope, &r.Owner.Name, &r.Label, &kind, &created); err != nil {
 		return Reservation{}, fmt.Errorf("read reservation: %w", err)
 	}
 	a, err := netaddr.Unpack(addr)
@@ -125,7 +125,6 @@ func scanRow(rows *sql.Rows) (Reservation, error) {
 		return Reservation{}, fmt.Errorf("read reservation: port %d out of range", port)
 	}
 	r.Protocol, r.Port, r.Addr, r.Kind = Protocol(proto), uint16(port), a, Kind(kind)
-	r.Owner.Start = time.UnixMilli(start)
 	r.Created = time.Unix(0, created)
 	return r, nil
 }
@@ -162,7 +161,7 @@ func (s *Store) alive(ctx context.Context, o Owner, freshSince time.Time) bool {
 	if o.Same(s.self) {
 		return true
 	}
-	k := ownerKey{o.PID, o.Start.UnixMilli(), o.Scope}
+	k := ownerKey{o.PID, o.Start, o.Scope}
 	now := time.Now()
 	if e, ok := s.live.m[k]; ok && (!e.alive || e.at.After(freshSince)) {
 		return e.alive

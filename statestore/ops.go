@@ -7,14 +7,10 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/internal/netaddr"
-	"github.com/berth-go/berth/internal/owner"
 )
 
-func ownerArgs(o Owner) []any {
-	ms := o.Start.UnixMilli()
-	tol := owner.Tolerance.Milliseconds()
-	return []any{o.PID, o.Scope, ms - tol, ms + tol}
-}
+// ownerArgs are the arguments of ownerMatch.
+func ownerArgs(o Owner) []any { return []any{o.PID, o.Scope, o.Start} }
 
 // Release deletes the reservation of key if own holds it; zero own: this
 // process. It returns an error wrapping ErrNotFound when own holds no such
@@ -63,7 +59,7 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 		return &FieldError{Field: "owner", Value: to.String(), Want: "a running process"}
 	}
 	packed, _ := netaddr.Pack(key.Addr)
-	args := append([]any{to.PID, to.Start.UnixMilli(), to.Scope, to.Name,
+	args := append([]any{to.PID, to.Start, to.Scope, to.Name,
 		string(key.Protocol), int(key.Port), packed}, ownerArgs(from)...)
 	n, err := s.exec(ctx, "transfer "+key.String(), func(int64) { s.cache.invalidate() }, s.st.transfer, args...)
 	if err != nil {
@@ -151,7 +147,7 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 			return 0, err
 		}
 		if !o.Alive(ctx) {
-			dead[ownerKey{o.PID, o.Start.UnixMilli(), o.Scope}] = true
+			dead[ownerKey{o.PID, o.Start, o.Scope}] = true
 		}
 	}
 	if len(dead) == 0 {
@@ -161,7 +157,7 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	err = s.write(ctx, "reap", func(tctx context.Context) error {
 		// One pass over the table picks the rows; each is deleted by its key.
 		doomed, err := s.rowsWhere(tctx, func(r Reservation) bool {
-			return dead[ownerKey{r.Owner.PID, r.Owner.Start.UnixMilli(), r.Owner.Scope}]
+			return dead[ownerKey{r.Owner.PID, r.Owner.Start, r.Owner.Scope}]
 		})
 		if err != nil {
 			return storageErr("reap", err)
@@ -221,14 +217,10 @@ func (s *Store) owners(ctx context.Context) ([]Owner, error) {
 	defer func() { _ = rows.Close() }()
 	var out []Owner
 	for rows.Next() {
-		var (
-			o     Owner
-			start int64
-		)
-		if err := rows.Scan(&o.PID, &start, &o.Scope); err != nil {
+		var o Owner
+		if err := rows.Scan(&o.PID, &o.Start, &o.Scope); err != nil {
 			return nil, storageErr("reap", err)
 		}
-		o.Start = time.UnixMilli(start)
 		out = append(out, o)
 	}
 	if err := rows.Err(); err != nil {

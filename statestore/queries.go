@@ -25,8 +25,9 @@ const (
 
 	qDeleteKey = "DELETE FROM port_allocations WHERE protocol = ? AND port = ? AND address = ?"
 
-	// Owner matches allow the start time to differ by owner.Tolerance.
-	ownerMatch = "owner_pid = ? AND owner_scope = ? AND owner_start BETWEEN ? AND ?"
+	// Owners match exactly: the start is the kernel's record, which no
+	// clock step moves (see Owner).
+	ownerMatch = "owner_pid = ? AND owner_scope = ? AND owner_start = ?"
 
 	qDeleteOwned = "DELETE FROM port_allocations WHERE protocol = ? AND port = ? AND address = ? AND " + ownerMatch
 

@@ -288,7 +288,7 @@ func (s *Store) insert(ctx context.Context, key Key, own Owner, label string, ki
 	r := Reservation{Key: key, Owner: own, Label: label, Kind: kind, Created: time.Unix(0, now.UnixNano())}
 	if _, err := s.st.insert.ExecContext(ctx,
 		string(key.Protocol), int(key.Port), packed,
-		own.PID, own.Start.UnixMilli(), own.Scope, own.Name,
+		own.PID, own.Start, own.Scope, own.Name,
 		label, string(kind), now.UnixNano(),
 	); err != nil {
 		return Reservation{}, storageErr("insert "+key.String(), err)

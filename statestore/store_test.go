@@ -59,15 +59,16 @@ func list(t *testing.T, s *statestore.Store) []statestore.Reservation {
 }
 
 // deadOwner returns an identity that no running process has: this process's
-// pid with a start time an hour off, which is exactly what a reused pid
-// looks like.
+// pid with another start, which is exactly what a reused pid looks like.
+// Each shift gives another owner; starts are compared exactly, so any
+// difference will do.
 func deadOwner(tb testing.TB, shift time.Duration) statestore.Owner {
 	tb.Helper()
 	me, err := statestore.Self()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	me.Start = me.Start.Add(-time.Hour - shift)
+	me.Start -= 1 + shift.Milliseconds()
 	return me
 }
 

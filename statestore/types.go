@@ -65,21 +65,28 @@ func (k Key) normalize() (Key, error) {
 }
 
 // Owner is the identity of the process a reservation belongs to. The pid is
-// not enough, because the kernel reuses pids: the start time tells a pid's
-// processes apart, and Scope (boot id and pid namespace, on Linux) tells
-// hosts and containers apart.
+// not enough, because the kernel reuses pids: the start as the kernel
+// records it tells a pid's processes apart, and Scope (boot id and
+// namespaces, on Linux) tells boots and containers apart. No part of it is
+// read from the wall clock, so no clock step changes it.
+//
+// Owners come from Self, LookupOwner or a stored Reservation; the zero
+// Owner means "this process" where a method takes one.
 type Owner struct {
-	PID   int
-	Start time.Time // process start, to the millisecond
-	Scope string    // "" where the OS has no boot id or pid namespaces
-	Name  string    // process name, for people reading listings
+	PID int
+	// Start is the process start as the kernel records it, compared
+	// exactly: on Linux clock ticks since boot, on macOS and Windows unix
+	// milliseconds. It is not a time to show; StartedAt is.
+	Start int64
+	Scope string // where PID and Start mean something
+	Name  string // process name, for people reading listings
 }
 
 // IsZero reports whether o names no process.
-func (o Owner) IsZero() bool { return o.PID == 0 && o.Start.IsZero() }
+func (o Owner) IsZero() bool { return o.identity().IsZero() }
 
 // Same reports whether o and other are the same process. Names are not
-// compared, and start times may differ by a clock tick.
+// compared; starts are compared exactly.
 func (o Owner) Same(other Owner) bool { return o.identity().Same(other.identity()) }
 
 // Alive reports whether the process o names still runs. Where that cannot be
@@ -87,18 +94,20 @@ func (o Owner) Same(other Owner) bool { return o.identity().Same(other.identity(
 // live owner for dead would hand its ports out twice.
 func (o Owner) Alive(ctx context.Context) bool { return owner.Active(ctx, o.identity()) }
 
+// StartedAt returns when o's process started by the wall clock as it reads
+// now, for display only: a clock step moves it, so it never tells owners
+// apart. It reports false when it cannot tell (e.g. an owner of another
+// boot).
+func (o Owner) StartedAt() (time.Time, bool) { return owner.StartedAt(o.identity()) }
+
 func (o Owner) String() string { return o.identity().String() }
 
 func (o Owner) identity() owner.Identity {
-	var start int64
-	if !o.Start.IsZero() {
-		start = o.Start.UnixMilli()
-	}
-	return owner.Identity{PID: o.PID, Start: start, Scope: o.Scope, Name: o.Name}
+	return owner.Identity{PID: o.PID, Start: o.Start, Scope: o.Scope, Name: o.Name}
 }
 
 func fromIdentity(id owner.Identity) Owner {
-	return Owner{PID: id.PID, Start: time.UnixMilli(id.Start), Scope: id.Scope, Name: id.Name}
+	return Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name}
 }
 
 // Self returns the identity of the calling process.
@@ -121,8 +130,8 @@ func LookupOwner(ctx context.Context, pid int) (Owner, error) {
 }
 
 func validOwner(o Owner) error {
-	if o.PID <= 0 || o.Start.IsZero() {
-		return &FieldError{Field: "owner", Value: fmt.Sprintf("pid %d started %v", o.PID, o.Start), Want: "a live process identity from Self or LookupOwner"}
+	if o.PID <= 0 || (o.Start == 0 && o.Scope == "") {
+		return &FieldError{Field: "owner", Value: fmt.Sprintf("pid %d start %d", o.PID, o.Start), Want: "a live process identity from Self or LookupOwner"}
 	}
 	return nil
 }

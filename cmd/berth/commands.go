@@ -335,16 +335,21 @@ func labelSuffix(l string) string {
 
 // rowJSON is one reservation as ls prints it with --json.
 type rowJSON struct {
-	Protocol   string    `json:"protocol"`
-	Address    string    `json:"address"`
-	Port       uint16    `json:"port"`
-	Label      string    `json:"label"`
-	Kind       string    `json:"kind"`
-	OwnerPID   int       `json:"owner_pid"`
-	OwnerName  string    `json:"owner_name"`
-	OwnerStart time.Time `json:"owner_start"`
-	Created    time.Time `json:"created"`
-	Alive      bool      `json:"alive"`
+	Protocol  string `json:"protocol"`
+	Address   string `json:"address"`
+	Port      uint16 `json:"port"`
+	Label     string `json:"label"`
+	Kind      string `json:"kind"`
+	OwnerPID  int    `json:"owner_pid"`
+	OwnerName string `json:"owner_name"`
+	// OwnerStart is when the owner started by the wall clock as it reads
+	// now, for people; absent when it cannot be told (another boot).
+	OwnerStart *time.Time `json:"owner_start,omitempty"`
+	// OwnerStartKernel is the start as the kernel records it, the value
+	// berth compares (on Linux clock ticks since boot).
+	OwnerStartKernel int64     `json:"owner_start_kernel"`
+	Created          time.Time `json:"created"`
+	Alive            bool      `json:"alive"`
 }
 
 func runLs(ctx context.Context, e *env, args []string) error {
@@ -374,8 +379,13 @@ func runLs(ctx context.Context, e *env, args []string) error {
 	if flagJSON {
 		out := make([]rowJSON, 0, len(rows))
 		for _, r := range rows {
+			var started *time.Time
+			if at, ok := r.Owner.StartedAt(); ok {
+				at = at.UTC()
+				started = &at
+			}
 			out = append(out, rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, string(r.Kind),
-				r.Owner.PID, r.Owner.Name, r.Owner.Start.UTC(), r.Created.UTC(), r.Owner.Alive(ctx)})
+				r.Owner.PID, r.Owner.Name, started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx)})
 		}
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")

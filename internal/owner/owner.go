@@ -5,18 +5,52 @@
 //
 // A pid alone names a process only while it lives: the kernel hands the pid
 // to a new process later. An Identity therefore also holds the process start
-// time (wall clock, unix milliseconds, so it survives reboots) and, on Linux,
-// a scope made of the boot id and the pid namespace, because containers that
-// share a state directory reuse each other's pids.
+// as the kernel recorded it, and a scope that says where the pid and the
+// start mean something. The start is a value no clock step can move:
+//
+//   - Linux: field 22 of /proc/PID/stat (starttime), clock ticks since boot.
+//     The scope holds the boot id, because ticks restart at every boot, the
+//     pid namespace, because containers that share a state directory reuse
+//     each other's pids, and the time namespace, because the kernel offsets
+//     starttime by the reader's time namespace.
+//   - macOS: the kernel's p_starttime (kern.proc.pid sysctl), unix
+//     milliseconds. The kernel writes it once, when the process starts.
+//   - Windows: the creation time from GetProcessTimes, unix milliseconds.
+//     The kernel writes it once, when the process starts.
+//   - Other systems: gopsutil's CreateTime, unix milliseconds.
+//
+// Starts are compared exactly. Nothing in an identity, and nothing Active
+// reads to judge one, is derived from the wall clock, the boot time or
+// /proc/uptime: an NTP or administrator step, or a container's per-process
+// rounding of the boot time, cannot make a live process look dead.
+// StartedAt turns a start into an approximate wall-clock time, for display
+// only.
+//
+// On macOS and Windows the start is kept to the millisecond, the unit of
+// the kernel values earlier berth releases recorded there, so that those
+// releases, still running during an upgrade, judge current identities
+// correctly; two processes with one pid never start within one millisecond.
+//
+// # Scope format
+//
+// Scope is "<boot id>/k1/<pid namespace>/<time namespace>" on Linux (parts
+// that cannot be read are empty) and "k1" elsewhere. Earlier berth releases
+// wrote "<boot id>/<pid namespace>" (or "") and a start in unix milliseconds
+// derived from the wall clock; IsLegacy recognises such identities, Active
+// judges them conservatively and Upgrade converts them. The boot id stays in
+// front so that an earlier release reading a current identity takes it for
+// one of another pid namespace, which it keeps, and never for one of another
+// boot, which it would delete.
 //
 // # Liveness
 //
-// Active decides whether an identity's process still runs. It errs on the safe
-// side: a reservation whose owner is taken for dead is handed out again, so
-// every doubt (a process that cannot be inspected, a pid namespace this
-// process cannot see) counts as alive. Start times are compared with
-// Tolerance because they are derived from the boot time and clock ticks, and
-// two readings of the same process may differ by a tick.
+// Active decides whether an identity's process still runs. It errs on the
+// safe side: a reservation whose owner is taken for dead is handed out
+// again, so every doubt (a process that cannot be inspected, a pid namespace
+// this process cannot see) counts as alive.
+//
+// The functions of this package are safe for concurrent use. Importing it
+// has no side effects.
 package owner
 
 import (
@@ -32,29 +66,41 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 )
 
-// Tolerance is the largest difference between two readings of one process's
-// start time that still counts as the same process.
-const Tolerance = 50 * time.Millisecond
-
-// ErrNotRunning is returned by Lookup for a pid that has no live process.
+// ErrNotRunning is returned by Lookup for a pid that has no live process,
+// and by Upgrade for an identity whose process has exited.
 var ErrNotRunning = errors.New("no such process")
 
+// LegacyMargin is how far the start of a legacy identity (see IsLegacy) may
+// be from the start its pid's process shows now and still count as that
+// process. Legacy starts were computed from the wall clock at the time they
+// were read, so every wall-clock step since then moved them, by as much as
+// the step; in containers they were also rounded per process. A wide margin
+// errs toward alive: a pid reused within the margin keeps a dead owner's row
+// until that new process exits, which only delays reaping, whereas a narrow
+// one would take live owners for dead after an ordinary clock correction.
+const LegacyMargin = 10 * time.Minute
+
 // Identity names one process for as long as it lives. The zero Identity
-// names no process; IsZero reports it.
+// names no process; IsZero reports it. An Identity is a value: copy and
+// compare it freely.
 type Identity struct {
-	PID   int    // process id
-	Start int64  // start time, unix milliseconds
-	Scope string // boot id and pid namespace ("" where the OS has neither)
+	PID int // process id, as this process's pid namespace numbers it
+	// Start is the process start as the kernel records it: on Linux clock
+	// ticks since boot, on macOS and Windows unix milliseconds (see the
+	// package doc). Compared exactly; for display use StartedAt. In a
+	// legacy identity it is unix milliseconds derived from the wall clock.
+	Start int64
+	Scope string // where PID and Start mean something (see the package doc)
 	Name  string // process name, for people; not part of the identity
 }
 
 // IsZero reports whether id names no process.
-func (id Identity) IsZero() bool { return id.PID == 0 && id.Start == 0 }
+func (id Identity) IsZero() bool { return id.PID == 0 && id.Start == 0 && id.Scope == "" }
 
-// Same reports whether id and other name the same process: equal pid and
-// scope, start times within Tolerance. Names are not compared.
+// Same reports whether id and other name the same process: equal pid, scope
+// and start. Names are not compared.
 func (id Identity) Same(other Identity) bool {
-	return id.PID == other.PID && id.Scope == other.Scope && startsMatch(id.Start, other.Start)
+	return id.PID == other.PID && id.Scope == other.Scope && id.Start == other.Start
 }
 
 func (id Identity) String() string {
@@ -64,108 +110,243 @@ func (id Identity) String() string {
 	return fmt.Sprintf("pid %d", id.PID)
 }
 
-func startsMatch(a, b int64) bool {
-	d := a - b
-	if d < 0 {
-		d = -d
-	}
-	return d <= Tolerance.Milliseconds()
-}
-
-func init() {
-	// Every liveness check reads a start time, which gopsutil derives from
-	// the boot time; reading that once keeps checks cheap and consistent.
-	process.EnableBootTimeCache(true)
+// IsLegacy reports whether id was recorded by an earlier berth release: its
+// scope is not in the current format and its start is wall-clock derived.
+func IsLegacy(id Identity) bool {
+	_, current := parseScope(id.Scope)
+	return !current
 }
 
 var self = sync.OnceValues(func() (Identity, error) {
-	return lookup(context.Background(), os.Getpid())
+	return lookupIn(context.Background(), host, os.Getpid())
 })
 
 // Self returns the identity of the calling process. It is read once.
 func Self() (Identity, error) { return self() }
 
 // Lookup returns the identity of the live process pid. It returns an error
-// wrapping ErrNotRunning when there is none.
+// wrapping ErrNotRunning when there is none, or when it has exited and waits
+// for its parent (a zombie).
+//
+// The scope recorded is this process's, also for another pid: a pid is a
+// number in the pid namespace of the one who reads it, and the start a
+// number in its time namespace. A child in a pid namespace of its own has
+// another number there, so recording the child's namespace with the number
+// this process knows would let the child's namespace-mates judge an
+// unrelated process; recording this process's keeps the identity checkable
+// here, and the child's namespace-mates count it as live.
 func Lookup(ctx context.Context, pid int) (Identity, error) {
-	if pid <= 0 || pid > math.MaxInt32 {
+	if !validPID(pid) {
 		return Identity{}, fmt.Errorf("owner: pid %d: %w; want a positive process id", pid, ErrNotRunning)
 	}
-	return lookup(ctx, pid)
+	if err := ctx.Err(); err != nil {
+		return Identity{}, err
+	}
+	return lookupIn(ctx, host, pid)
 }
 
-func lookup(ctx context.Context, pid int) (Identity, error) {
-	p, err := process.NewProcessWithContext(ctx, int32(pid))
-	if err != nil {
-		if errors.Is(err, process.ErrorProcessNotRunning) {
-			return Identity{}, fmt.Errorf("owner: pid %d: %w", pid, ErrNotRunning)
-		}
-		return Identity{}, fmt.Errorf("owner: pid %d: %w", pid, err)
-	}
-	start, err := p.CreateTimeWithContext(ctx)
-	if err != nil {
-		if gone(ctx, p) {
-			return Identity{}, fmt.Errorf("owner: pid %d: %w", pid, ErrNotRunning)
-		}
-		return Identity{}, fmt.Errorf("owner: start time of pid %d: %w", pid, err)
-	}
-	if zombie(ctx, p) {
+func lookupIn(ctx context.Context, k kernel, pid int) (Identity, error) {
+	r, err := k.read(ctx, pid)
+	switch {
+	case errors.Is(err, errGone):
+		return Identity{}, fmt.Errorf("owner: pid %d: %w", pid, ErrNotRunning)
+	case err != nil:
+		return Identity{}, fmt.Errorf("owner: start of pid %d: %w", pid, err)
+	case r.exited:
 		return Identity{}, fmt.Errorf("owner: pid %d has exited: %w", pid, ErrNotRunning)
 	}
-	name, _ := p.NameWithContext(ctx) // a name is for people; its absence changes nothing
-	return Identity{PID: pid, Start: start, Scope: scope(), Name: name}, nil
+	return Identity{PID: pid, Start: r.start, Scope: k.scope().String(), Name: name(ctx, pid)}, nil
+}
+
+// name returns the name of process pid, or "" when it cannot be read. A name
+// is for people; its absence changes nothing.
+func name(ctx context.Context, pid int) string {
+	p, err := process.NewProcessWithContext(ctx, int32(pid)) // validPID keeps pid within int32
+	if err != nil {
+		return ""
+	}
+	n, _ := p.NameWithContext(ctx)
+	return n
 }
 
 // Active reports whether the process that id names still runs. It is false
 // when no process has the pid, when the process with that pid started at
 // another time (the pid was reused), when it has exited and waits to be
 // reaped by its parent, or when id comes from another boot. It is true in
-// every case it cannot decide.
+// every case it cannot decide. Legacy identities (see IsLegacy) are judged
+// with LegacyMargin.
 func Active(ctx context.Context, id Identity) bool {
-	if id.PID <= 0 || id.PID > math.MaxInt32 {
+	v, _ := judge(ctx, host, id)
+	return v != dead
+}
+
+// Upgrade returns the current identity of the process a legacy identity
+// names (see IsLegacy), for rewriting rows an earlier berth release wrote.
+// It returns an error wrapping ErrNotRunning when that process is dead as
+// Active judges it, and another error when liveness cannot be decided (the
+// identity should then be kept as it is: Active counts it as alive). A
+// current identity is returned unchanged.
+func Upgrade(ctx context.Context, id Identity) (Identity, error) {
+	return upgradeIn(ctx, host, id)
+}
+
+func upgradeIn(ctx context.Context, k kernel, id Identity) (Identity, error) {
+	if !IsLegacy(id) {
+		return id, nil
+	}
+	v, r := judge(ctx, k, id)
+	switch v {
+	case dead:
+		return Identity{}, fmt.Errorf("owner: %s: %w", id, ErrNotRunning)
+	case unknown:
+		return Identity{}, fmt.Errorf("owner: %s: cannot tell whether it still runs; keep it as it is", id)
+	}
+	up := Identity{PID: id.PID, Start: r.start, Scope: k.scope().String(), Name: id.Name}
+	if up.Name == "" {
+		up.Name = name(ctx, id.PID)
+	}
+	return up, nil
+}
+
+// StartedAt returns the wall-clock time at which id's process started, as
+// the wall clock reads now: it moves with every clock step. It is for
+// display only and must never be compared to tell processes apart. It
+// reports false where it cannot tell (another boot, another time
+// namespace, the zero Identity).
+func StartedAt(id Identity) (time.Time, bool) {
+	if id.IsZero() {
+		return time.Time{}, false
+	}
+	sc, current := parseScope(id.Scope)
+	if !current {
+		return time.UnixMilli(id.Start), true // legacy starts are unix ms
+	}
+	mine := host.scope()
+	if differ(sc.boot, mine.boot) || differ(sc.timeNS, mine.timeNS) {
+		return time.Time{}, false
+	}
+	ms, ok := host.wallMillis(id.Start)
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+// verdict is what judge decides about an identity.
+type verdict int
+
+const (
+	dead    verdict = iota // the process has exited
+	live                   // the process runs and is the one id names
+	unknown                // cannot be decided: counts as live
+)
+
+// judge decides whether id's process still runs. With live it also returns
+// the reading that showed it.
+func judge(ctx context.Context, k kernel, id Identity) (verdict, reading) {
+	if !validPID(id.PID) {
 		// No process can have this pid; such a row can only come from a
 		// damaged or hand-edited store.
-		return false
+		return dead, reading{}
 	}
-	mine := scope()
-	if id.Scope != mine && id.Scope != "" && mine != "" {
-		theirBoot, theirNS := splitScope(id.Scope)
-		myBoot, myNS := splitScope(mine)
-		if theirBoot != myBoot {
-			return false // another boot: every process of it has ended
+	sc, current := parseScope(id.Scope)
+	mine := k.scope()
+	if differ(sc.boot, mine.boot) {
+		return dead, reading{} // another boot: every process of it has ended
+	}
+	if differ(sc.pidNS, mine.pidNS) {
+		return unknown, reading{} // another pid namespace: its pids mean nothing here
+	}
+	r, err := k.read(ctx, id.PID)
+	switch {
+	case errors.Is(err, errGone):
+		return dead, reading{}
+	case err != nil:
+		return unknown, reading{}
+	case r.exited:
+		// A zombie holds no sockets, so its reservations are free to reap.
+		return dead, reading{}
+	}
+	if !current {
+		ms, ok := k.wallMillis(r.start)
+		if !ok {
+			return unknown, reading{}
 		}
-		if theirNS != myNS {
-			return true // another pid namespace: its pids mean nothing here
+		if d := ms - id.Start; d < -LegacyMargin.Milliseconds() || d > LegacyMargin.Milliseconds() {
+			return dead, reading{}
 		}
+		return live, r
 	}
-	p, err := process.NewProcessWithContext(ctx, int32(id.PID))
-	if err != nil {
-		return !errors.Is(err, process.ErrorProcessNotRunning)
+	if differ(sc.timeNS, mine.timeNS) {
+		// Starts read in another time namespace are offset by its boot
+		// time offset, which this process cannot know.
+		return unknown, reading{}
 	}
-	start, err := p.CreateTimeWithContext(ctx)
-	if err != nil {
-		return !gone(ctx, p)
+	if r.start != id.Start {
+		return dead, reading{} // the pid was reused
 	}
-	if !startsMatch(start, id.Start) {
-		return false
-	}
-	return !zombie(ctx, p)
+	return live, r
 }
 
-// gone reports whether p has disappeared, as opposed to being unreadable.
-func gone(ctx context.Context, p *process.Process) bool {
-	ok, err := process.PidExistsWithContext(ctx, p.Pid)
-	return err == nil && !ok
+func validPID(pid int) bool { return pid > 0 && pid <= math.MaxInt32 }
+
+// errGone is returned by kernel.read when no process has the pid.
+var errGone = errors.New("no such process")
+
+// reading is one look at a process.
+type reading struct {
+	start  int64 // the kernel's start value: Identity.Start
+	exited bool  // it has exited and waits for its parent (a zombie)
 }
 
-// zombie reports whether p has exited and waits for its parent to reap it.
-// A zombie holds no sockets, so its reservations are free to reap.
-func zombie(ctx context.Context, p *process.Process) bool {
-	st, err := p.StatusWithContext(ctx)
-	return err == nil && len(st) > 0 && st[0] == process.Zombie
+// kernel is where readings come from. The kernel of the running system is
+// host; tests put a kernel in front of a /proc of their choosing.
+type kernel interface {
+	// read returns a reading of pid, errGone when no process has it, or
+	// another error when it cannot be inspected.
+	read(ctx context.Context, pid int) (reading, error)
+	// scope returns the scope of the calling process.
+	scope() scope
+	// wallMillis converts a start value into unix milliseconds by the wall
+	// clock as it reads now: the value an earlier berth recorded, and what
+	// StartedAt shows; false when the clocks cannot be read. Never used to
+	// tell current identities apart.
+	wallMillis(start int64) (int64, bool)
 }
 
-func splitScope(s string) (boot, ns string) {
-	boot, ns, _ = strings.Cut(s, "/")
-	return boot, ns
+// scope says where a pid and a start mean something. Empty parts are
+// unknown.
+type scope struct {
+	boot   string // boot id
+	pidNS  string // pid namespace (inode number)
+	timeNS string // time namespace (inode number)
 }
+
+// scopeTag marks the current scope format (see the package doc).
+const scopeTag = "k1"
+
+// String formats s in the current format.
+func (s scope) String() string {
+	if s == (scope{}) {
+		return scopeTag
+	}
+	return s.boot + "/" + scopeTag + "/" + s.pidNS + "/" + s.timeNS
+}
+
+// parseScope parses a stored scope. current is false for the format of
+// earlier berth releases, "<boot id>/<pid namespace>", "<boot id>" or "".
+func parseScope(s string) (sc scope, current bool) {
+	if s == scopeTag {
+		return scope{}, true
+	}
+	boot, rest, _ := strings.Cut(s, "/")
+	if tail, ok := strings.CutPrefix(rest, scopeTag+"/"); ok {
+		pidNS, timeNS, _ := strings.Cut(tail, "/")
+		return scope{boot: boot, pidNS: pidNS, timeNS: timeNS}, true
+	}
+	return scope{boot: boot, pidNS: rest}, false
+}
+
+// differ reports whether two scope parts are known and different. An
+// unknown part matches anything, as it did in earlier releases.
+func differ(a, b string) bool { return a != "" && b != "" && a != b }

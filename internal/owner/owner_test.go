@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"testing"
 	"time"
 
@@ -24,24 +23,39 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// startChild starts a copy of the test binary that lives until the returned
-// stop function is called or it is killed.
-func startChild(t *testing.T) *exec.Cmd {
+// startChild starts a copy of the test binary that lives until the test
+// ends or it is killed. setup, when given, adjusts the command before it
+// starts; an error starting it is returned rather than failing the test.
+func startChild(t *testing.T, setup ...func(*exec.Cmd)) (*exec.Cmd, error) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "BERTH_OWNER_CHILD=1")
+	for _, f := range setup {
+		f(cmd)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		_ = stdin.Close()
+		return nil, err
 	}
 	t.Cleanup(func() {
 		_ = stdin.Close()
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
+	return cmd, nil
+}
+
+// mustStartChild is startChild for tests that cannot go on without a child.
+func mustStartChild(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd, err := startChild(t)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return cmd
 }
 
@@ -53,23 +67,24 @@ func TestSelf(t *testing.T) {
 	if id.PID != os.Getpid() {
 		t.Errorf("Self().PID = %d; want %d", id.PID, os.Getpid())
 	}
-	if age := time.Since(time.UnixMilli(id.Start)); age < 0 || age > time.Hour {
-		t.Errorf("Self().Start is %v ago; want a recent time", age)
-	}
 	if id.Name == "" {
 		t.Error("Self().Name is empty")
 	}
-	if runtime.GOOS == "linux" && id.Scope == "" {
-		t.Error("Self().Scope is empty on Linux; want boot id and pid namespace")
+	if IsLegacy(id) {
+		t.Errorf("IsLegacy(Self()) = true for scope %q; want the current format", id.Scope)
 	}
 	if !Active(context.Background(), id) {
 		t.Error("Active(Self()) = false; want true")
+	}
+	again, err := Lookup(context.Background(), os.Getpid())
+	if err != nil || !again.Same(id) {
+		t.Errorf("Lookup(own pid) = %+v, %v; want %+v", again, err, id)
 	}
 }
 
 func TestChildLifecycle(t *testing.T) {
 	ctx := context.Background()
-	cmd := startChild(t)
+	cmd := mustStartChild(t)
 	id, err := Lookup(ctx, cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -93,61 +108,106 @@ func TestChildLifecycle(t *testing.T) {
 	if _, err := Lookup(ctx, id.PID); !errors.Is(err, ErrNotRunning) {
 		t.Errorf("Lookup(reaped child) error = %v; want ErrNotRunning", err)
 	}
+	if _, err := Upgrade(ctx, Identity{PID: id.PID, Start: 1}); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Upgrade(legacy identity of reaped child) error = %v; want ErrNotRunning", err)
+	}
 }
 
+// TestPidReuse: a process with the pid but another start is another
+// process, however close the starts. Starts are compared exactly.
 func TestPidReuse(t *testing.T) {
 	ctx := context.Background()
 	me, _ := Self()
-	tests := []struct {
-		shift time.Duration
-		want  bool
-	}{
-		{0, true},
-		{Tolerance, true},
-		{-Tolerance, true},
-		{Tolerance + time.Millisecond, false},
-		{-time.Second, false},
-		{time.Hour, false},
-	}
-	for _, tt := range tests {
+	for _, shift := range []int64{1, -1, 2, 100, -100, 1 << 40} {
 		id := me
-		id.Start += tt.shift.Milliseconds()
-		if got := Active(ctx, id); got != tt.want {
-			t.Errorf("Active(own pid, start shifted %v) = %v; want %v", tt.shift, got, tt.want)
+		id.Start += shift
+		if Active(ctx, id) {
+			t.Errorf("Active(own pid, start %+d) = true; want false", shift)
 		}
-	}
-}
-
-func TestScope(t *testing.T) {
-	ctx := context.Background()
-	me, _ := Self()
-	if me.Scope == "" {
-		t.Skip("this OS gives no boot id or pid namespace")
-	}
-	boot, ns := splitScope(me.Scope)
-
-	otherBoot := me
-	otherBoot.Scope = "00000000-0000-0000-0000-000000000000/" + ns
-	if Active(ctx, otherBoot) {
-		t.Error("Active(identity from another boot) = true; want false")
-	}
-	// A pid namespace this process cannot see: the pid means nothing here,
-	// so the identity must count as live even though no such pid exists.
-	otherNS := Identity{PID: 1 << 30, Start: 1, Scope: boot + "/1"}
-	if !Active(ctx, otherNS) {
-		t.Error("Active(identity from another pid namespace) = false; want true")
+		if id.Same(me) {
+			t.Errorf("Identity(start %+d).Same(Self()) = true; want false", shift)
+		}
 	}
 }
 
 func TestInvalidPid(t *testing.T) {
 	ctx := context.Background()
 	for _, pid := range []int{0, -1, 1 << 40} {
-		if Active(ctx, Identity{PID: pid, Start: 1}) {
+		if Active(ctx, Identity{PID: pid, Start: 1, Scope: scopeTag}) {
 			t.Errorf("Active(pid %d) = true; want false", pid)
 		}
 		if _, err := Lookup(ctx, pid); !errors.Is(err, ErrNotRunning) {
 			t.Errorf("Lookup(%d) error = %v; want ErrNotRunning", pid, err)
 		}
+		if _, err := Upgrade(ctx, Identity{PID: pid, Start: 1}); !errors.Is(err, ErrNotRunning) {
+			t.Errorf("Upgrade(pid %d) error = %v; want ErrNotRunning", pid, err)
+		}
+	}
+}
+
+func TestLookupCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Lookup(ctx, os.Getpid()); !errors.Is(err, context.Canceled) {
+		t.Errorf("Lookup(canceled) error = %v; want context.Canceled", err)
+	}
+}
+
+func TestScopeFormat(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    scope
+		current bool
+	}{
+		{"k1", scope{}, true},
+		{"b/k1/4026531836/4026531834", scope{"b", "4026531836", "4026531834"}, true},
+		{"b/k1/4026531836/", scope{"b", "4026531836", ""}, true},
+		{"/k1//", scope{}, true},
+		// Earlier releases.
+		{"", scope{}, false},
+		{"b", scope{boot: "b"}, false},
+		{"b/4026531836", scope{boot: "b", pidNS: "4026531836"}, false},
+		{"k1/4026531836", scope{boot: "k1", pidNS: "4026531836"}, false},
+	}
+	for _, tt := range tests {
+		got, current := parseScope(tt.in)
+		if got != tt.want || current != tt.current {
+			t.Errorf("parseScope(%q) = %+v, %v; want %+v, %v", tt.in, got, current, tt.want, tt.current)
+		}
+		if IsLegacy(Identity{Scope: tt.in}) == tt.current {
+			t.Errorf("IsLegacy(scope %q) = %v; want %v", tt.in, !tt.current, !tt.current)
+		}
+	}
+	for _, sc := range []scope{{}, {"b", "1", "2"}, {"b", "1", ""}, {"", "1", "2"}} {
+		if got, current := parseScope(sc.String()); got != sc || !current {
+			t.Errorf("parseScope(%q) = %+v, %v; want %+v, true", sc.String(), got, current, sc)
+		}
+	}
+}
+
+func TestUpgradeCurrent(t *testing.T) {
+	me, _ := Self()
+	got, err := Upgrade(context.Background(), me)
+	if err != nil || got != me {
+		t.Errorf("Upgrade(Self()) = %+v, %v; want it unchanged", got, err)
+	}
+}
+
+func TestStartedAt(t *testing.T) {
+	me, _ := Self()
+	at, ok := StartedAt(me)
+	if !ok {
+		t.Fatal("StartedAt(Self()) = false; want a time")
+	}
+	if age := time.Since(at); age < -time.Second || age > time.Hour {
+		t.Errorf("StartedAt(Self()) is %v ago; want a recent time", age)
+	}
+	legacy := Identity{PID: 1, Start: 1_700_000_000_000}
+	if at, ok := StartedAt(legacy); !ok || !at.Equal(time.UnixMilli(legacy.Start)) {
+		t.Errorf("StartedAt(legacy) = %v, %v; want %v", at, ok, time.UnixMilli(legacy.Start))
+	}
+	if _, ok := StartedAt(Identity{}); ok {
+		t.Error("StartedAt(Identity{}) = true; want false")
 	}
 }
 

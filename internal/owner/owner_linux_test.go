@@ -1,0 +1,527 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/shirou/gopsutil/v4/process"
+	"golang.org/x/sys/unix"
+)
+
+// statFields returns the fields of /proc/PID/stat after the command name,
+// read and split by the test itself: fields[0] is field 3 (state) and
+// fields[19] field 22 (starttime).
+func statFields(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndex(s, ")")+1:])
+	if len(f) < 20 {
+		t.Fatalf("/proc/%d/stat = %q: too few fields", pid, s)
+	}
+	return f
+}
+
+// field22 returns starttime of /proc/PID/stat as the test reads it.
+func field22(t *testing.T, pid int) int64 {
+	t.Helper()
+	f := statFields(t, pid)
+	v, err := strconv.ParseInt(f[19], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestSelfScope(t *testing.T) {
+	me, _ := Self()
+	sc, current := parseScope(me.Scope)
+	if !current || sc.boot == "" || sc.pidNS == "" {
+		t.Errorf("Self().Scope = %q; want the current format with a boot id and a pid namespace", me.Scope)
+	}
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if want := strings.TrimSpace(string(b)); sc.boot != want {
+		t.Errorf("boot id in Self().Scope = %q; want %q", sc.boot, want)
+	}
+	link, _ := os.Readlink("/proc/self/ns/pid")
+	if want := "pid:[" + sc.pidNS + "]"; link != want {
+		t.Errorf("pid namespace in Self().Scope = %q; /proc/self/ns/pid is %q", sc.pidNS, link)
+	}
+}
+
+func TestZombie(t *testing.T) {
+	ctx := context.Background()
+	cmd := mustStartChild(t)
+	pid := cmd.Process.Pid
+	id, err := Lookup(ctx, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Not waited for: the child stays a zombie until the test's cleanup.
+	waitFor(t, func() bool { return statFields(t, pid)[0] == "Z" }, "the killed child to become a zombie")
+	if Active(ctx, id) {
+		t.Error("Active(zombie) = true; want false")
+	}
+	if _, err := Lookup(ctx, pid); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Lookup(zombie) error = %v; want ErrNotRunning", err)
+	}
+	legacy := legacyOf(t, id, time.Now().UnixMilli())
+	if Active(ctx, legacy) {
+		t.Error("Active(legacy identity of a zombie) = true; want false")
+	}
+}
+
+// TestScope: a row of another boot is dead, one of another pid namespace
+// cannot be checked and counts as live, and one of another time namespace
+// cannot have its start compared.
+func TestScope(t *testing.T) {
+	ctx := context.Background()
+	me, _ := Self()
+	sc, _ := parseScope(me.Scope)
+	tests := []struct {
+		name string
+		id   Identity
+		want bool
+	}{
+		{"another boot", Identity{PID: me.PID, Start: me.Start, Scope: scope{"00000000-0000-0000-0000-000000000000", sc.pidNS, sc.timeNS}.String()}, false},
+		// The pid means nothing here, so the identity must count as live
+		// even though no such pid exists.
+		{"another pid namespace", Identity{PID: 1 << 30, Start: 1, Scope: scope{sc.boot, "1", sc.timeNS}.String()}, true},
+		{"another time namespace, wrong start", Identity{PID: me.PID, Start: me.Start + 1, Scope: scope{sc.boot, sc.pidNS, "1"}.String()}, true},
+		{"another time namespace, pid gone", Identity{PID: 1 << 30, Start: 1, Scope: scope{sc.boot, sc.pidNS, "1"}.String()}, false},
+		{"legacy, another boot", Identity{PID: me.PID, Start: time.Now().UnixMilli(), Scope: "00000000-0000-0000-0000-000000000000/" + sc.pidNS}, false},
+		{"legacy, another pid namespace", Identity{PID: 1 << 30, Start: 1, Scope: sc.boot + "/1"}, true},
+	}
+	for _, tt := range tests {
+		if got := Active(ctx, tt.id); got != tt.want {
+			t.Errorf("%s: Active(%+v) = %v; want %v", tt.name, tt.id, got, tt.want)
+		}
+	}
+}
+
+// TestLookupChildInOwnPidNamespace: a child in a pid namespace of its own
+// is recorded with this process's scope, the namespace its pid number
+// belongs to (see Lookup).
+func TestLookupChildInOwnPidNamespace(t *testing.T) {
+	ctx := context.Background()
+	cmd, err := startChild(t, func(c *exec.Cmd) {
+		c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	})
+	if err != nil {
+		t.Skipf("cannot start a child in a new pid namespace (needs root): %v", err)
+	}
+	pid := cmd.Process.Pid
+	theirs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, _ := os.Readlink("/proc/self/ns/pid")
+	if theirs == mine {
+		t.Fatalf("child's pid namespace %s is this process's", theirs)
+	}
+	id, err := Lookup(ctx, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	me, _ := Self()
+	if id.Scope != me.Scope || id.Start != field22(t, pid) {
+		t.Errorf("Lookup(child in its own pid namespace) = %+v; want scope %q and start %d", id, me.Scope, field22(t, pid))
+	}
+	if !Active(ctx, id) {
+		t.Error("Active(child in its own pid namespace) = false; want true")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if Active(ctx, id) {
+		t.Error("Active(reaped child of its own pid namespace) = true; want false")
+	}
+}
+
+// legacyOf returns an identity of id's process in the format of earlier
+// berth releases: the scope "<boot id>/<pid namespace>" and start, which
+// those releases took from gopsutil's CreateTime (wall-clock unix ms).
+func legacyOf(t *testing.T, id Identity, start int64) Identity {
+	t.Helper()
+	sc, _ := parseScope(id.Scope)
+	return Identity{PID: id.PID, Start: start, Scope: sc.boot + "/" + sc.pidNS, Name: id.Name}
+}
+
+// createTime is the start gopsutil gives pid: what earlier berth releases
+// stored.
+func createTime(t *testing.T, pid int) int64 {
+	t.Helper()
+	p, err := process.NewProcess(int32(pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := p.CreateTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+func TestLegacy(t *testing.T) {
+	ctx := context.Background()
+	cmd := mustStartChild(t)
+	pid := cmd.Process.Pid
+	cur, err := Lookup(ctx, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := createTime(t, pid)
+	sc, _ := parseScope(cur.Scope)
+	tests := []struct {
+		name string
+		id   Identity
+		want bool // alive, and Upgrade gives cur
+	}{
+		{"as recorded", legacyOf(t, cur, ms), true},
+		{"clock stepped by a minute since", legacyOf(t, cur, ms+time.Minute.Milliseconds()), true},
+		{"clock stepped back by 9 minutes since", legacyOf(t, cur, ms-9*time.Minute.Milliseconds()), true},
+		{"no scope (restricted /proc)", Identity{PID: pid, Start: ms}, true},
+		{"boot id only", Identity{PID: pid, Start: ms, Scope: sc.boot}, true},
+		{"pid reused 11 minutes later", legacyOf(t, cur, ms-11*time.Minute.Milliseconds()), false},
+		{"pid reused an hour earlier", legacyOf(t, cur, ms+time.Hour.Milliseconds()), false},
+		{"another boot", Identity{PID: pid, Start: ms, Scope: "00000000-0000-0000-0000-000000000000/" + sc.pidNS}, false},
+	}
+	for _, tt := range tests {
+		if !IsLegacy(tt.id) {
+			t.Errorf("%s: IsLegacy(%+v) = false; want true", tt.name, tt.id)
+		}
+		if got := Active(ctx, tt.id); got != tt.want {
+			t.Errorf("%s: Active(%+v) = %v; want %v", tt.name, tt.id, got, tt.want)
+		}
+		up, err := Upgrade(ctx, tt.id)
+		switch {
+		case tt.want && (err != nil || !up.Same(cur) || IsLegacy(up)):
+			t.Errorf("%s: Upgrade(%+v) = %+v, %v; want %+v", tt.name, tt.id, up, err, cur)
+		case !tt.want && !errors.Is(err, ErrNotRunning):
+			t.Errorf("%s: Upgrade(%+v) error = %v; want ErrNotRunning", tt.name, tt.id, err)
+		}
+	}
+
+	// Another pid namespace cannot be checked: alive, and left as it is.
+	other := Identity{PID: pid, Start: ms, Scope: sc.boot + "/1"}
+	if !Active(ctx, other) {
+		t.Error("Active(legacy identity of another pid namespace) = false; want true")
+	}
+	if _, err := Upgrade(ctx, other); err == nil || errors.Is(err, ErrNotRunning) {
+		t.Errorf("Upgrade(legacy identity of another pid namespace) error = %v; want a reason to keep it", err)
+	}
+
+	legacy := legacyOf(t, cur, ms)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if Active(ctx, legacy) {
+		t.Error("Active(legacy identity of a reaped child) = true; want false")
+	}
+	if _, err := Upgrade(ctx, legacy); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Upgrade(legacy identity of a reaped child) error = %v; want ErrNotRunning", err)
+	}
+}
+
+// guardFS is /proc as the package sees it, minus the files that give the
+// boot time (uptime, and btime in stat): opening them fails the test. It
+// records every name read.
+type guardFS struct {
+	t    *testing.T
+	proc fs.FS
+
+	mu    sync.Mutex // guards names
+	names []string
+}
+
+var bootTimeFiles = []string{"uptime", "stat"}
+
+func (g *guardFS) note(name string) error {
+	g.mu.Lock()
+	g.names = append(g.names, name)
+	g.mu.Unlock()
+	if slices.Contains(bootTimeFiles, name) {
+		g.t.Errorf("/proc/%s was read: identities must not depend on the boot time", name)
+		return &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+	}
+	return nil
+}
+
+func (g *guardFS) Open(name string) (fs.File, error) {
+	if err := g.note(name); err != nil {
+		return nil, err
+	}
+	return g.proc.Open(name)
+}
+
+func (g *guardFS) ReadLink(name string) (string, error) {
+	if err := g.note(name); err != nil {
+		return "", err
+	}
+	return fs.ReadLink(g.proc, name)
+}
+
+func (g *guardFS) Lstat(name string) (fs.FileInfo, error) {
+	if err := g.note(name); err != nil {
+		return nil, err
+	}
+	return fs.Lstat(g.proc, name)
+}
+
+// TestStartIsStatField22 is the container boot-time test. gopsutil computed
+// a start as boot time + starttime, and in a container it recomputed the
+// boot time for every process from /proc/uptime, so two readings of one
+// process could differ; a wall-clock step moved the boot time for all.
+// Here a kernel reads a /proc that fails the test if uptime or stat (btime)
+// is opened, and for two live processes the identity's Start must equal
+// field 22 that the test reads itself, and Active must hold. Since the start
+// is the kernel's starttime unchanged, and the verdicts are reached without
+// the boot time ever being read, no boot time, per-process or not, and no
+// wall clock can enter them. TestClockStep checks that the values stay
+// equal while the wall clock moves.
+func TestStartIsStatField22(t *testing.T) {
+	ctx := context.Background()
+	g := &guardFS{t: t, proc: os.DirFS("/proc")}
+	k := &procFS{fsys: g}
+	child := mustStartChild(t)
+	for _, pid := range []int{os.Getpid(), child.Process.Pid} {
+		id, err := lookupIn(ctx, k, pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := field22(t, pid); id.Start != want {
+			t.Errorf("pid %d: Start = %d; field 22 of /proc/%d/stat is %d", pid, id.Start, pid, want)
+		}
+		if real, err := Lookup(ctx, pid); err != nil || !real.Same(id) {
+			t.Errorf("pid %d: Lookup = %+v, %v; want %+v", pid, real, err, id)
+		}
+		if v, _ := judge(ctx, k, id); v != live {
+			t.Errorf("pid %d: judge = %v; want live", pid, v)
+		}
+	}
+	pidDir := func(n string) bool { _, err := strconv.Atoi(n); return err == nil }
+	for _, n := range g.names {
+		dir, file, _ := strings.Cut(n, "/")
+		ok := pidDir(dir) && file == "stat" ||
+			n == "sys/kernel/random/boot_id" || n == "self/ns/pid" || n == "self/ns/time"
+		if !ok {
+			t.Errorf("read /proc/%s; want only /proc/PID/stat, the boot id and namespace links", n)
+		}
+	}
+}
+
+// fakeProc is a /proc with the given stat lines, no uptime and no stat
+// (btime) at all, boot id "B", pid namespace 11 and time namespace 22.
+func fakeProc(stats map[int]string) *procFS {
+	m := fstest.MapFS{
+		"sys/kernel/random/boot_id": {Data: []byte("B\n")},
+		"self/ns/pid":               {Data: []byte("pid:[11]"), Mode: fs.ModeSymlink},
+		"self/ns/time":              {Data: []byte("time:[22]"), Mode: fs.ModeSymlink},
+	}
+	for pid, line := range stats {
+		m[strconv.Itoa(pid)+"/stat"] = &fstest.MapFile{Data: []byte(line)}
+	}
+	return &procFS{fsys: m}
+}
+
+// statLine is a /proc/PID/stat line with the given fields 1, 2, 3 and 22.
+func statLine(pid int, comm string, state byte, start int64) string {
+	return fmt.Sprintf("%d (%s) %c 1 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 %d 3133440 413 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+		pid, comm, state, start)
+}
+
+// TestJudge runs the verdicts on a fake /proc, where every start is known.
+func TestJudge(t *testing.T) {
+	ctx := context.Background()
+	k := fakeProc(map[int]string{
+		1042: statLine(1042, "api) S 1 (x", 'S', 5000),
+		1043: statLine(1043, "zombie", 'Z', 6000),
+		1044: "garbage",
+		1045: statLine(1046, "liar", 'S', 7000),
+	})
+	here := scope{"B", "11", "22"}.String()
+	tests := []struct {
+		name string
+		id   Identity
+		want verdict
+	}{
+		{"running", Identity{PID: 1042, Start: 5000, Scope: here}, live},
+		{"pid reused", Identity{PID: 1042, Start: 5001, Scope: here}, dead},
+		{"zombie", Identity{PID: 1043, Start: 6000, Scope: here}, dead},
+		{"unparsable stat", Identity{PID: 1044, Start: 1, Scope: here}, unknown},
+		{"stat of another pid", Identity{PID: 1045, Start: 7000, Scope: here}, unknown},
+		{"another boot", Identity{PID: 1042, Start: 5000, Scope: scope{"C", "11", "22"}.String()}, dead},
+		{"another pid namespace", Identity{PID: 1042, Start: 1, Scope: scope{"B", "99", "22"}.String()}, unknown},
+		{"another time namespace", Identity{PID: 1042, Start: 1, Scope: scope{"B", "11", "99"}.String()}, unknown},
+		{"time namespace unknown", Identity{PID: 1042, Start: 1, Scope: scope{"B", "11", ""}.String()}, dead},
+		{"no pid", Identity{PID: 0, Start: 5000, Scope: here}, dead},
+	}
+	for _, tt := range tests {
+		if got, _ := judge(ctx, k, tt.id); got != tt.want {
+			t.Errorf("%s: judge(%+v) = %v; want %v", tt.name, tt.id, got, tt.want)
+		}
+	}
+	id, err := lookupIn(ctx, k, 1042)
+	if err != nil || id.Start != 5000 || id.Scope != here {
+		t.Errorf("lookupIn(fake /proc, 1042) = %+v, %v; want start 5000, scope %q", id, err, here)
+	}
+	if _, err := lookupIn(ctx, k, 1043); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("lookupIn(fake /proc, zombie) error = %v; want ErrNotRunning", err)
+	}
+}
+
+// clock steps CLOCK_REALTIME and puts it back, by the monotonic clock,
+// which no step moves.
+type clock struct {
+	t            *testing.T
+	real0, mono0 int64 // CLOCK_REALTIME and CLOCK_MONOTONIC before any step, ns
+	stepped      bool
+}
+
+func newClock(t *testing.T) *clock {
+	t.Helper()
+	c := &clock{t: t, mono0: readClock(t, unix.CLOCK_MONOTONIC), real0: readClock(t, unix.CLOCK_REALTIME)}
+	// Restores the clock even when the test fails or panics mid-step.
+	t.Cleanup(c.restore)
+	return c
+}
+
+func readClock(t *testing.T, id int32) int64 {
+	t.Helper()
+	var ts unix.Timespec
+	if err := unix.ClockGettime(id, &ts); err != nil {
+		t.Fatal(err)
+	}
+	return ts.Nano()
+}
+
+// trueNow is the real time now: the time before the first step plus the
+// monotonic time elapsed since.
+func (c *clock) trueNow() int64 { return c.real0 + readClock(c.t, unix.CLOCK_MONOTONIC) - c.mono0 }
+
+func (c *clock) set(ns int64) error {
+	ts := unix.NsecToTimespec(ns)
+	return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
+}
+
+// step moves the wall clock by d from the real time.
+func (c *clock) step(d time.Duration) error {
+	c.stepped = true
+	return c.set(c.trueNow() + int64(d))
+}
+
+func (c *clock) restore() {
+	if !c.stepped {
+		return
+	}
+	if err := c.set(c.trueNow()); err != nil {
+		c.t.Errorf("restore the wall clock: %v", err)
+		return
+	}
+	c.stepped = false
+}
+
+// waitForFraction sleeps until the wall clock's fraction of a second is
+// about frac, so that the next step crosses a second boundary.
+func waitForFraction(frac time.Duration) {
+	now := time.Duration(time.Now().Nanosecond())
+	time.Sleep((frac - now + time.Second) % time.Second)
+}
+
+// TestClockStep steps the wall clock while a child lives: its identity, as
+// Lookup reads it, and Active must not change. The earlier gopsutil-based
+// identity moved with every step: its boot time was the wall clock minus
+// the time since boot, in whole seconds, so a step of 0.6 s that crossed a
+// whole second of it made a live owner look dead. Of +0.6 s and -0.6 s one
+// always crosses such a second (the fraction of the boot time lies in
+// [0.4, 1) or in [0, 0.6)), and the waits make both cross a second of the
+// wall clock itself. Each step lasts only as long as the checks: the clock
+// goes back right after, and in a cleanup should the test stop half way.
+func TestClockStep(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("stepping the wall clock needs root")
+	}
+	ctx := context.Background()
+	child := mustStartChild(t)
+	pid := child.Process.Pid
+	before, err := Lookup(ctx, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	me, _ := Self()
+	start22 := field22(t, pid)
+	legacyBefore := createTime(t, pid)
+	boot0 := bootSecond(t)
+	crossed := false // a 0.6 s step moved the boot time's whole second
+
+	c := newClock(t)
+	steps := []struct {
+		name string
+		frac time.Duration // wall-clock fraction to step at; 0: any
+		d    time.Duration
+	}{
+		{"+300s", 0, 300 * time.Second},
+		{"-300s", 0, -300 * time.Second},
+		{"+0.6s across a second", 550 * time.Millisecond, 600 * time.Millisecond},
+		{"-0.6s across a second", 250 * time.Millisecond, -600 * time.Millisecond},
+	}
+	for _, s := range steps {
+		if s.frac != 0 {
+			waitForFraction(s.frac)
+		}
+		if err := c.step(s.d); err != nil {
+			c.stepped = false
+			if errors.Is(err, unix.EPERM) {
+				t.Skipf("stepping the wall clock: %v (needs CAP_SYS_TIME)", err)
+			}
+			t.Fatalf("step the wall clock by %s: %v", s.name, err)
+		}
+		// While the clock is off: read everything, restore, then judge.
+		after, lookupErr := Lookup(ctx, pid)
+		childActive, selfActive := Active(ctx, before), Active(ctx, me)
+		now22 := field22(t, pid)
+		legacyNow, _ := (&process.Process{Pid: int32(pid)}).CreateTime()
+		bootNow := bootSecond(t)
+		c.restore()
+		if s.frac != 0 && bootNow != boot0 {
+			crossed = true
+		}
+
+		if lookupErr != nil || !after.Same(before) {
+			t.Errorf("clock stepped %s: Lookup(child) = %+v, %v; want %+v", s.name, after, lookupErr, before)
+		}
+		if after.Start != now22 || now22 != start22 {
+			t.Errorf("clock stepped %s: Start = %d, field 22 = %d; want both %d", s.name, after.Start, now22, start22)
+		}
+		if !childActive || !selfActive {
+			t.Errorf("clock stepped %s: Active(child), Active(self) = %v, %v; want true, true", s.name, childActive, selfActive)
+		}
+		t.Logf("clock stepped %s: boot time moved by %+ds, gopsutil's CreateTime by %+dms", s.name, bootNow-boot0, legacyNow-legacyBefore)
+	}
+	if !crossed {
+		t.Error("neither 0.6 s step moved the boot time's whole second; the test missed what it is for")
+	}
+}
+
+// bootSecond is the boot time as /proc/stat's btime gives it, computed from
+// the clocks: the wall clock minus the time since boot, in whole seconds.
+func bootSecond(t *testing.T) int64 {
+	t.Helper()
+	return (readClock(t, unix.CLOCK_REALTIME) - readClock(t, unix.CLOCK_BOOTTIME)) / 1e9
+}

@@ -1,0 +1,42 @@
+package owner
+
+import (
+	"context"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// host reads the running kernel.
+var host darwinKernel
+
+// darwinKernel reads processes with the kern.proc.pid sysctl. macOS has
+// neither a boot id nor pid namespaces, so its scope is empty.
+type darwinKernel struct{}
+
+// sZomb is SZOMB of <sys/proc.h>: exited, waiting for its parent.
+const sZomb = 5
+
+func (darwinKernel) read(_ context.Context, pid int) (reading, error) {
+	k, err := unix.SysctlKinfoProc("kern.proc.pid", pid)
+	if err != nil {
+		// For a pid without a process the sysctl answers nothing, which
+		// x/sys reports as EIO: ask the kernel whether the pid exists.
+		if !exists(pid) {
+			return reading{}, errGone
+		}
+		return reading{}, err
+	}
+	if int(k.Proc.P_pid) != pid {
+		return reading{}, fmt.Errorf("kern.proc.pid %d answered for pid %d", pid, k.Proc.P_pid)
+	}
+	// p_starttime is written once, when the process starts; milliseconds
+	// are the unit earlier berth releases stored (see the package doc).
+	t := k.Proc.P_starttime
+	return reading{start: t.Sec*1000 + int64(t.Usec)/1000, exited: k.Proc.P_stat == sZomb}, nil
+}
+
+func (darwinKernel) scope() scope { return scope{} }
+
+// wallMillis returns start itself: macOS records the start on the wall clock.
+func (darwinKernel) wallMillis(start int64) (int64, bool) { return start, true }

@@ -1,0 +1,152 @@
+package owner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// host reads the running kernel's /proc.
+var host = &procFS{fsys: os.DirFS("/proc")}
+
+// procFS is a kernel read from a /proc file system. Everything it reads goes
+// through fsys: /proc/PID/stat for starts and states, and the boot id and
+// the namespace links of the calling process for its scope. It never reads
+// /proc/uptime or the btime of /proc/stat, so no boot time, and hence no
+// wall clock, enters an identity or a liveness verdict; tests hold it to
+// that by giving it an fsys that refuses those files.
+type procFS struct {
+	fsys fs.FS
+
+	once sync.Once // guards own
+	own  scope     // the calling process's scope, read once
+}
+
+func (p *procFS) read(_ context.Context, pid int) (reading, error) {
+	b, err := fs.ReadFile(p.fsys, strconv.Itoa(pid)+"/stat")
+	if err != nil {
+		// /proc hides other users' processes when mounted with hidepid,
+		// and a process may vanish while its file is read: only the kernel's
+		// own answer to a signal says that no process has the pid.
+		if (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)) && !exists(pid) {
+			return reading{}, errGone
+		}
+		return reading{}, err
+	}
+	st, err := parseStat(b)
+	if err != nil {
+		return reading{}, err
+	}
+	if st.pid != pid {
+		return reading{}, fmt.Errorf("%s/stat is of pid %d", strconv.Itoa(pid), st.pid)
+	}
+	// Z: exited, waiting for its parent; X: being torn down.
+	return reading{start: st.start, exited: st.state == 'Z' || st.state == 'X'}, nil
+}
+
+func (p *procFS) scope() scope {
+	p.once.Do(func() {
+		if b, err := fs.ReadFile(p.fsys, "sys/kernel/random/boot_id"); err == nil {
+			p.own.boot = strings.TrimSpace(string(b))
+		}
+		p.own.pidNS = nsInode(p.fsys, "self/ns/pid")
+		p.own.timeNS = nsInode(p.fsys, "self/ns/time") // Linux 5.6 and later
+	})
+	return p.own
+}
+
+// nsInode returns the inode number a namespace link names ("pid:[4026531836]"
+// -> "4026531836"), or "" when it cannot be read.
+func nsInode(fsys fs.FS, name string) string {
+	l, err := fs.ReadLink(fsys, name)
+	if err != nil {
+		return ""
+	}
+	_, l, _ = strings.Cut(l, "[")
+	l, _, _ = strings.Cut(l, "]")
+	return l
+}
+
+// wallMillis places a start in clock ticks since boot on the wall clock as
+// it reads now. It reads the clocks (CLOCK_BOOTTIME counts the same time
+// as starttime, suspend included), never /proc.
+func (p *procFS) wallMillis(start int64) (int64, bool) {
+	var real, boot unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_REALTIME, &real) != nil || unix.ClockGettime(unix.CLOCK_BOOTTIME, &boot) != nil {
+		return 0, false
+	}
+	hz := clockTicks()
+	startNs := start/hz*1e9 + start%hz*1e9/hz // start*1e9 overflows after 2.9 years of uptime
+	return (real.Nano() - (boot.Nano() - startNs)) / 1e6, true
+}
+
+// clockTicks returns the kernel's USER_HZ, the unit of starttime: 100 on
+// every current architecture, told by the auxiliary vector.
+var clockTicks = sync.OnceValue(func() int64 {
+	const atClkTck = 17 // AT_CLKTCK
+	if av, err := unix.Auxv(); err == nil {
+		for _, kv := range av {
+			if kv[0] == atClkTck && kv[1] > 0 {
+				return int64(kv[1])
+			}
+		}
+	}
+	return 100
+})
+
+// stat is what berth reads of a /proc/PID/stat line.
+type stat struct {
+	pid   int
+	comm  string // field 2, without its parentheses
+	state byte   // field 3
+	start int64  // field 22, starttime: clock ticks since boot
+}
+
+// statError reports a /proc/PID/stat line that could not be parsed.
+type statError struct {
+	Line string // the line as read
+	What string // what is wrong with it
+}
+
+func (e *statError) Error() string {
+	return fmt.Sprintf("owner: parse /proc stat line %q: %s", e.Line, e.What)
+}
+
+// parseStat parses a /proc/PID/stat line. The command name (field 2) is in
+// parentheses and may hold any byte but NUL, spaces and ')' included, so
+// the fields after it are found after the last ')' of the line: no later
+// field contains one.
+func parseStat(b []byte) (stat, error) {
+	bad := func(what string) (stat, error) { return stat{}, &statError{Line: string(b), What: what} }
+	open := bytes.IndexByte(b, '(')
+	closing := bytes.LastIndexByte(b, ')')
+	if open < 0 || closing < open {
+		return bad("no command name in parentheses")
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(b[:open])))
+	if err != nil || pid <= 0 {
+		return bad("field 1 is not a pid")
+	}
+	// fields[0] is field 3 (state), fields[19] field 22 (starttime).
+	fields := strings.Fields(string(b[closing+1:]))
+	if len(fields) < 20 {
+		return bad(fmt.Sprintf("%d fields after the command name; want at least 20", len(fields)))
+	}
+	if len(fields[0]) != 1 {
+		return bad(fmt.Sprintf("state (field 3) is %q; want one letter", fields[0]))
+	}
+	start, err := strconv.ParseInt(fields[19], 10, 64)
+	if err != nil || start < 0 {
+		return bad(fmt.Sprintf("starttime (field 22) is %q; want a count of clock ticks", fields[19]))
+	}
+	return stat{pid: pid, comm: string(b[open+1 : closing]), state: fields[0][0], start: start}, nil
+}
