@@ -141,6 +141,7 @@ func Check(dir string) (Report, error) {
 		frozen      = map[string][]span{} // each worker's frozen times
 		calls       []Event
 		grants      []int64
+		failed      []bindFailure
 	)
 	unfreeze := func(proc string, t int64) {
 		if since, ok := frozenSince[proc]; ok {
@@ -200,7 +201,7 @@ func Check(dir string) (Report, error) {
 			case KindChildBind:
 				if e.Err != "" {
 					rep.BindFailures++
-					violate("child %s (pid %d) could not bind %s %s:%d it was handed: %s", e.Proc, e.PID, e.Proto, e.Addr, e.Port, e.Err)
+					failed = append(failed, bindFailure{e, fmt.Sprintf("child %s (pid %d) could not bind %s %s:%d it was handed: %s", e.Proc, e.PID, e.Proto, e.Addr, e.Port, e.Err)})
 				}
 			default:
 				byProc[e.Proc] = append(byProc[e.Proc], e)
@@ -237,7 +238,7 @@ func Check(dir string) (Report, error) {
 			case KindBind:
 				if e.Err != "" {
 					rep.BindFailures++
-					violate("%s (pid %d) could not bind %s it was granted: %s", proc, e.PID, key, e.Err)
+					failed = append(failed, bindFailure{e, fmt.Sprintf("%s (pid %d) could not bind %s it was granted: %s", proc, e.PID, key, e.Err)})
 				}
 			case KindRelease:
 				if c := open[key]; c != nil {
@@ -277,6 +278,9 @@ func Check(dir string) (Report, error) {
 	}
 	for proc, since := range frozenSince { // frozen to the end
 		frozen[proc] = append(frozen[proc], span{since, math.MaxInt64})
+	}
+	for _, f := range failed {
+		violate("%s%s", f.msg, heldBy(claims, f.e, base))
 	}
 	overlaps(claims, violate, base)
 	slices.Sort(rep.Latencies)
@@ -336,6 +340,36 @@ func longestGap(ts []int64, base, stop int64) Gap {
 		}
 	}
 	return g
+}
+
+// bindFailure is a grant its grantee could not bind, and what to say.
+type bindFailure struct {
+	e   Event
+	msg string
+}
+
+// heldBy says which claims of other processes of the run conflicted with
+// the failed bind e when it failed, or that none did: then a process
+// outside the run held the port (another run on the same range, a
+// program that binds ports of its own), or a bind probe of a worker was
+// holding it for that instant.
+func heldBy(claims []*claim, e Event, base int64) string {
+	a, err := netip.ParseAddr(e.Addr)
+	if err != nil {
+		return ""
+	}
+	var by []string
+	for _, c := range claims {
+		if c.proto != e.Proto || c.port != e.Port || c.proc == e.Proc || c.child == e.Proc ||
+			c.start > e.T || c.end <= e.T || !netaddr.Conflicts(a, c.addr) {
+			continue
+		}
+		by = append(by, fmt.Sprintf("%s from %s", c, stamp(c.start, base)))
+	}
+	if len(by) == 0 {
+		return " (no other claim of this run held it: a process outside the run, or a worker's bind probe, did)"
+	}
+	return " (held by " + strings.Join(by, ", ") + ")"
 }
 
 // overlaps reports a violation for every two claims of one protocol and

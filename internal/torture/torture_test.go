@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -256,5 +257,27 @@ func checkRun(t *testing.T, sum Summary) {
 	t.Log("\n" + b.String())
 	if !sum.OK() {
 		t.Fatal("the run violated an invariant")
+	}
+}
+
+// TestHeldBy: a failed bind names the claims of the run that held the
+// port, or says that none did.
+func TestHeldBy(t *testing.T) {
+	claims := []*claim{
+		{proto: "tcp", addr: netip.MustParseAddr("0.0.0.0"), port: 26000, proc: "w1", start: 10, end: 50},
+		{proto: "tcp", addr: netip.MustParseAddr("127.0.0.1"), port: 26000, proc: "w2", start: 20, end: 60, child: "w2.1"},
+	}
+	tests := []struct {
+		e    Event
+		want string
+	}{
+		{Event{T: 30, Proc: "w2.1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000}, "held by tcp 0.0.0.0:26000 by w1"},
+		{Event{T: 55, Proc: "w2.1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000}, "no other claim of this run"},
+		{Event{T: 30, Proc: "w3", Proto: "udp", Addr: "127.0.0.1", Port: 26000}, "no other claim of this run"},
+	}
+	for _, tt := range tests {
+		if got := heldBy(claims, tt.e, 0); !strings.Contains(got, tt.want) {
+			t.Errorf("heldBy(%+v) = %q; want it to say %q", tt.e, got, tt.want)
+		}
 	}
 }
