@@ -1,12 +1,14 @@
 package torture
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,29 +34,45 @@ const canStepClock = true
 // which no step moves. Restoring sets exactly that, however many steps
 // were made.
 //
+// An anchor taken while another program has the clock stepped would make
+// a wrong time the "true" one, and restoring it would leave the host's
+// clock off for good. So a stepper holds ClockLock from before it reads
+// the anchor until it has set the true time back, and two runs (or a run
+// and any test that steps the clock and takes the same lock) step the
+// clock one after the other.
+//
 // A clockStepper is safe for concurrent use.
 type clockStepper struct {
-	mu     sync.Mutex    // guards offset and orders the settime calls
+	mu     sync.Mutex    // guards offset and done, and orders the settime calls
+	lock   *flock.Flock  // ClockLock, held from the anchor until close
 	wall0  int64         // CLOCK_REALTIME at the anchor, nanoseconds
 	mono0  int64         // CLOCK_MONOTONIC at the anchor, nanoseconds
 	offset time.Duration // how far CLOCK_REALTIME is off the true time
+	done   bool          // closed: the true time is back and the lock released
 }
 
-// startClockStepper takes the anchor and proves, by setting the clock to
-// the time it shows, that this process may step it. It returns an error
-// wrapping ErrNeedsRoot when it may not.
-func startClockStepper() (*clockStepper, error) {
+// startClockStepper waits (as long as ctx allows) for ClockLock, takes
+// the anchor and proves, by setting the clock to the time it shows, that
+// this process may step it. It returns an error wrapping ErrNeedsRoot
+// when it may not.
+func startClockStepper(ctx context.Context) (*clockStepper, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("torture: %w (running as uid %d)", ErrNeedsRoot, os.Geteuid())
+	}
+	lock := flock.New(ClockLock)
+	if _, err := lock.TryLockContext(ctx, 20*time.Millisecond); err != nil {
+		return nil, fmt.Errorf("torture: wait for %s, held by another program stepping the clock: %w", ClockLock, err)
 	}
 	var wall unix.Timespec
 	m0 := monotonic()
 	if err := unix.ClockGettime(unix.CLOCK_REALTIME, &wall); err != nil {
+		_ = lock.Unlock()
 		return nil, fmt.Errorf("torture: read CLOCK_REALTIME: %w", err)
 	}
 	m1 := monotonic()
-	c := &clockStepper{wall0: wall.Nano(), mono0: m0 + (m1-m0)/2}
+	c := &clockStepper{lock: lock, wall0: wall.Nano(), mono0: m0 + (m1-m0)/2}
 	if err := c.set(0); err != nil {
+		_ = lock.Unlock()
 		if errors.Is(err, unix.EPERM) {
 			return nil, fmt.Errorf("torture: %w: %w", ErrNeedsRoot, err)
 		}
@@ -81,6 +99,9 @@ func (c *clockStepper) set(offset time.Duration) error {
 func (c *clockStepper) step(choose func(offset, frac time.Duration) time.Duration) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.done {
+		return 0, errors.New("torture: clock stepper closed")
+	}
 	shown := c.truth() + int64(c.offset)
 	d := choose(c.offset, time.Duration(shown%int64(time.Second)))
 	if err := c.set(c.offset + d); err != nil {
@@ -90,14 +111,20 @@ func (c *clockStepper) step(choose func(offset, frac time.Duration) time.Duratio
 	return d, nil
 }
 
-// restore sets CLOCK_REALTIME back to the true time. It is safe to call
-// more than once.
-func (c *clockStepper) restore() error {
+// close sets CLOCK_REALTIME back to the true time and lets go of
+// ClockLock. Later calls do nothing: the clock may be someone else's by
+// then.
+func (c *clockStepper) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.done {
+		return nil
+	}
 	if err := c.set(0); err != nil {
+		// Keep the lock: the clock is still off, and the caller may try
+		// again (a deferred close does).
 		return err
 	}
-	c.offset = 0
-	return nil
+	c.offset, c.done = 0, true
+	return c.lock.Unlock()
 }

@@ -3,6 +3,7 @@
 package torture
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -17,7 +18,7 @@ const canStepClock = false
 
 type clockStepper struct{}
 
-func startClockStepper() (*clockStepper, error) {
+func startClockStepper(context.Context) (*clockStepper, error) {
 	return nil, fmt.Errorf("torture: stepping the system clock is implemented for Linux only")
 }
 
@@ -25,4 +26,4 @@ func (*clockStepper) step(func(offset, frac time.Duration) time.Duration) (time.
 	return 0, nil
 }
 
-func (*clockStepper) restore() error { return nil }
+func (*clockStepper) close() error { return nil }

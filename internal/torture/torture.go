@@ -57,7 +57,8 @@ type Config struct {
 	// while the workers run: 300 s forward or back, or 0.5-0.9 s across a
 	// second boundary. Run sets the true time back before it returns,
 	// whatever happens. Linux only; it needs root (ErrNeedsRoot) and moves
-	// the clock of every program on the host.
+	// the clock of every program on the host. Runs that step the clock
+	// take turns through the flock of ClockLock.
 	ClockStep bool
 	// Freeze stops (SIGSTOP) a random worker about every second for 100 ms
 	// to 3 s, then lets it go on (SIGCONT) or, one time in four, SIGKILLs
@@ -129,15 +130,15 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	var clock *clockStepper
 	if cfg.ClockStep {
-		if clock, err = startClockStepper(); err != nil {
+		if clock, err = startClockStepper(ctx); err != nil {
 			return Summary{}, err
 		}
-		// The true time goes back however Run ends, a panic included; the
-		// normal path has restored it already, and doing it again is
-		// harmless.
+		// The true time goes back however Run ends, a panic included; on
+		// the normal path endLoop has set it back already, and this does
+		// nothing.
 		defer func() {
-			if rerr := clock.restore(); rerr != nil {
-				err = errors.Join(err, rerr)
+			if cerr := clock.close(); cerr != nil {
+				err = errors.Join(err, cerr)
 			}
 		}()
 	}
@@ -457,7 +458,7 @@ func (s *supervisor) endLoop() error {
 		}
 	}
 	if s.clock != nil {
-		if err := s.clock.restore(); err != nil {
+		if err := s.clock.close(); err != nil {
 			errs = append(errs, err)
 		} else if s.cfg.Progress != nil {
 			fmt.Fprintln(s.cfg.Progress, "set the clock back to the true time")
