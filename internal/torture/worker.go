@@ -232,6 +232,9 @@ func (w *worker) grant(ctx context.Context, static bool) {
 	sock, err := bind(r)
 	if err != nil {
 		w.log.add(Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Err: err.Error()})
+		// It gives the grant back: its claim ends here, and the failure is
+		// counted once, not again as every later grant of the port.
+		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
 		w.giveBack(ctx, r)
 		return
 	}
