@@ -8,8 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-go/berth/internal/clocklock"
 )
 
 // monotonic reads CLOCK_MONOTONIC: one clock for every process of the host
@@ -36,22 +37,21 @@ const canStepClock = true
 //
 // An anchor taken while another program has the clock stepped would make
 // a wrong time the "true" one, and restoring it would leave the host's
-// clock off for good. So a stepper holds ClockLock from before it reads
-// the anchor until it has set the true time back, and two runs (or a run
-// and any test that steps the clock and takes the same lock) step the
-// clock one after the other.
+// clock off for good. So a stepper holds the clocklock from before it
+// reads the anchor until it has set the true time back, and two runs (or a
+// run and a test that steps the clock) step it one after the other.
 //
 // A clockStepper is safe for concurrent use.
 type clockStepper struct {
 	mu     sync.Mutex    // guards offset and done, and orders the settime calls
-	lock   *flock.Flock  // ClockLock, held from the anchor until close
+	unlock func() error  // lets go of the clocklock, held from the anchor until close
 	wall0  int64         // CLOCK_REALTIME at the anchor, nanoseconds
 	mono0  int64         // CLOCK_MONOTONIC at the anchor, nanoseconds
 	offset time.Duration // how far CLOCK_REALTIME is off the true time
 	done   bool          // closed: the true time is back and the lock released
 }
 
-// startClockStepper waits (as long as ctx allows) for ClockLock, takes
+// startClockStepper waits (as long as ctx allows) for the clocklock, takes
 // the anchor and proves, by setting the clock to the time it shows, that
 // this process may step it. It returns an error wrapping ErrNeedsRoot
 // when it may not.
@@ -59,20 +59,20 @@ func startClockStepper(ctx context.Context) (*clockStepper, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("torture: %w (running as uid %d)", ErrNeedsRoot, os.Geteuid())
 	}
-	lock := flock.New(ClockLock)
-	if _, err := lock.TryLockContext(ctx, 20*time.Millisecond); err != nil {
-		return nil, fmt.Errorf("torture: wait for %s, held by another program stepping the clock: %w", ClockLock, err)
+	unlock, err := clocklock.Lock(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("torture: %w", err)
 	}
 	var wall unix.Timespec
 	m0 := monotonic()
 	if err := unix.ClockGettime(unix.CLOCK_REALTIME, &wall); err != nil {
-		_ = lock.Unlock()
+		_ = unlock()
 		return nil, fmt.Errorf("torture: read CLOCK_REALTIME: %w", err)
 	}
 	m1 := monotonic()
-	c := &clockStepper{lock: lock, wall0: wall.Nano(), mono0: m0 + (m1-m0)/2}
+	c := &clockStepper{unlock: unlock, wall0: wall.Nano(), mono0: m0 + (m1-m0)/2}
 	if err := c.set(0); err != nil {
-		_ = lock.Unlock()
+		_ = unlock()
 		if errors.Is(err, unix.EPERM) {
 			return nil, fmt.Errorf("torture: %w: %w", ErrNeedsRoot, err)
 		}
@@ -111,8 +111,8 @@ func (c *clockStepper) step(choose func(offset, frac time.Duration) time.Duratio
 	return d, nil
 }
 
-// close sets CLOCK_REALTIME back to the true time and lets go of
-// ClockLock. Later calls do nothing: the clock may be someone else's by
+// close sets CLOCK_REALTIME back to the true time and lets go of the
+// clocklock. Later calls do nothing: the clock may be someone else's by
 // then.
 func (c *clockStepper) close() error {
 	c.mu.Lock()
@@ -126,5 +126,5 @@ func (c *clockStepper) close() error {
 		return err
 	}
 	c.offset, c.done = 0, true
-	return c.lock.Unlock()
+	return c.unlock()
 }

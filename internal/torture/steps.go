@@ -3,19 +3,12 @@ package torture
 import (
 	"errors"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"time"
 )
 
 // ErrNeedsRoot is wrapped by Run's error when Config.ClockStep is set and
 // the process may not set the system clock.
 var ErrNeedsRoot = errors.New("stepping the system clock needs root (CAP_SYS_TIME); run as root, or turn clock stepping off")
-
-// ClockLock is the file whose flock every program that steps the system
-// clock for berth's tests should hold while the clock is off the true time,
-// so that none of them takes a stepped time for the true one.
-var ClockLock = filepath.Join(os.TempDir(), "berth-clock-step.lock")
 
 // errNoFreeze is Run's error when Config.Freeze is set on an OS without
 // SIGSTOP.

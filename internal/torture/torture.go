@@ -58,7 +58,7 @@ type Config struct {
 	// second boundary. Run sets the true time back before it returns,
 	// whatever happens. Linux only; it needs root (ErrNeedsRoot) and moves
 	// the clock of every program on the host. Runs that step the clock
-	// take turns through the flock of ClockLock.
+	// take turns through internal/clocklock.
 	ClockStep bool
 	// Freeze stops (SIGSTOP) a random worker about every second for 100 ms
 	// to 3 s, then lets it go on (SIGCONT) or, one time in four, SIGKILLs
