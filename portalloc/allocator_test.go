@@ -3,6 +3,7 @@ package portalloc_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -69,18 +70,22 @@ func TestConcurrentAllocate(t *testing.T) {
 			t.Fatalf("port %d handed out twice", r.Port)
 		}
 		seen[r.Port] = true
-		if !portalloc.DefaultRange.Contains(r.Port) || r.Backend != portalloc.BackendStateStore {
-			t.Errorf("reservation %+v; want a state-store port in %v", r, portalloc.DefaultRange)
+		if !allocRange.Contains(r.Port) || r.Backend != portalloc.BackendStateStore {
+			t.Errorf("reservation %+v; want a state-store port in %v", r, allocRange)
 		}
 		_ = listen(t, r.Address, r.Port).Close()
 	}
 }
 
-// freeRun finds n consecutive ports in 21000-32000 that are all bindable
-// right now, and returns the first.
+// freeRun finds n consecutive ports of pickRange that are all bindable
+// right now, and returns the first. It starts at a random run, so one test
+// does not get the ports the last one used.
 func freeRun(t *testing.T, n int) uint16 {
 	t.Helper()
-	for base := uint16(21000 + time.Now().UnixNano()%5000); base < 32000; base += uint16(n) {
+	runs := pickRange.Size() / n
+	start := rand.IntN(runs)
+	for i := range runs {
+		base := pickRange.First + uint16((start+i)%runs*n)
 		ok := true
 		for p := base; p < base+uint16(n); p++ {
 			l, err := net.Listen("tcp", netip.AddrPortFrom(lo4, p).String())
@@ -94,7 +99,7 @@ func freeRun(t *testing.T, n int) uint16 {
 			return base
 		}
 	}
-	t.Fatal("no run of free ports")
+	t.Fatalf("no run of %d free ports in %v", n, pickRange)
 	return 0
 }
 
@@ -233,7 +238,7 @@ func TestFallback(t *testing.T) {
 func TestCloseReleases(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir})
+	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Range: allocRange})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,8 +75,8 @@ func newFaultRig(t *testing.T, dir string, timeout time.Duration) *faultRig {
 		dst **portalloc.Allocator
 		cfg portalloc.Config
 	}{
-		{&rig.strict, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Timeout: timeout}},
-		{&rig.fb, portalloc.Config{StateDir: dir, Timeout: timeout, Logger: rig.log.logger()}},
+		{&rig.strict, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Range: allocRange, Timeout: timeout}},
+		{&rig.fb, portalloc.Config{StateDir: dir, Range: allocRange, Timeout: timeout, Logger: rig.log.logger()}},
 	} {
 		a, err := portalloc.New(context.Background(), cfg.cfg)
 		if err != nil {
