@@ -15,6 +15,7 @@
 //	examples/metrics        23500-23999   run, through BERTH_PORT_RANGE
 //	examples/orchestrator   24000-24499   the built binary and its services
 //	examples/gotest         24500-24999   porttest's per-user store, through BERTH_PORT_RANGE
+//	mru                     25000-25999   BenchmarkAllocate's bind probes
 //	internal/torture        26000-26063   the harness's own SmallRange
 //	portalloc               27000-32767   Allocators above 29000, ports tests pick below
 //
@@ -24,8 +25,8 @@
 // from the whole default range 20000-32767, which overlaps every one; a test
 // of the default looks at the configuration and binds nothing.
 //
-// Tests that bind only ports the OS picks (internal/probe, mru) and tests
-// that never bind (statestore, whose port numbers are rows of a private
+// Tests that bind only ports the OS picks (internal/probe, mru's tests) and
+// tests that never bind (statestore, whose port numbers are rows of a private
 // database and whose probes are the test's own functions) need no range.
 //
 // A range keeps the packages of one go test ./... run apart; Lock keeps two
@@ -57,6 +58,7 @@ var (
 	Metrics      = Range{First: 23500, Last: 23999}
 	Orchestrator = Range{First: 24000, Last: 24499}
 	Gotest       = Range{First: 24500, Last: 24999}
+	Mru          = Range{First: 25000, Last: 25999}
 	Torture      = Range{First: 26000, Last: 26063}
 	Portalloc    = Range{First: 27000, Last: 32767}
 )
@@ -73,6 +75,7 @@ var All = []struct {
 	{"examples/metrics", Metrics},
 	{"examples/orchestrator", Orchestrator},
 	{"examples/gotest", Gotest},
+	{"mru", Mru},
 	{"internal/torture", Torture},
 	{"portalloc", Portalloc},
 }
