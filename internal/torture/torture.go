@@ -37,6 +37,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gofrs/flock"
+
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
 )
@@ -142,6 +144,14 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 			}
 		}()
 	}
+	// The kernel is the referee only if no one else binds the range: two
+	// runs on one range (a go test ./... next to a run by hand) would fail
+	// each other's binds. They take turns.
+	unlock, err := lockRange(ctx, cfg.Range, cfg.Progress)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer func() { _ = unlock() }()
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "berth-torture-")
 		if err != nil {
@@ -209,6 +219,27 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	sum.LeftBehind = append(sum.LeftBehind, left...)
 	sum.ReapedAtEnd = sup.reapedAtEnd
 	return sum, nil
+}
+
+// lockRange waits, as long as ctx allows, until no other run uses the
+// range r, and returns the function that lets go of it. Runs on ranges
+// that overlap without being equal do not see each other.
+func lockRange(ctx context.Context, r portalloc.Range, progress io.Writer) (unlock func() error, err error) {
+	l := flock.New(filepath.Join(os.TempDir(), fmt.Sprintf("berth-torture-%d-%d.lock", r.First, r.Last)))
+	ok, err := l.TryLock()
+	if err != nil {
+		return nil, fmt.Errorf("torture: lock %s: %w", l.Path(), err)
+	}
+	if ok {
+		return l.Unlock, nil
+	}
+	if progress != nil {
+		fmt.Fprintf(progress, "waiting for another torture run on %s to end\n", r)
+	}
+	if _, err := l.TryLockContext(ctx, 50*time.Millisecond); err != nil {
+		return nil, fmt.Errorf("torture: wait for another run on %s (%s): %w", r, l.Path(), err)
+	}
+	return l.Unlock, nil
 }
 
 type supervisor struct {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/berth-go/berth/portalloc"
 )
 
 func TestMain(m *testing.M) {
@@ -280,4 +282,29 @@ func TestHeldBy(t *testing.T) {
 			t.Errorf("heldBy(%+v) = %q; want it to say %q", tt.e, got, tt.want)
 		}
 	}
+}
+
+// TestLockRange: a second run on one range waits for the first.
+func TestLockRange(t *testing.T) {
+	r := portalloc.Range{First: 1, Last: 2} // a lock file only: nothing binds
+	unlock, err := lockRange(context.Background(), r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if u, err := lockRange(ctx, r, nil); !errors.Is(err, context.DeadlineExceeded) {
+		if u != nil {
+			_ = u()
+		}
+		t.Fatalf("lockRange while held: error %v; want it to wait until the context ends", err)
+	}
+	if err := unlock(); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err = lockRange(context.Background(), r, nil)
+	if err != nil {
+		t.Fatalf("lockRange after unlock: %v", err)
+	}
+	_ = unlock()
 }
