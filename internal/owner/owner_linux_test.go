@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/gofrs/flock"
 	"github.com/shirou/gopsutil/v4/process"
 	"golang.org/x/sys/unix"
 )
@@ -396,9 +398,25 @@ type clock struct {
 
 func newClock(t *testing.T) *clock {
 	t.Helper()
+	// Other programs of the same run (go test runs packages in parallel)
+	// step the clock too: the true time read below is true only while none
+	// of them has the clock stepped.
+	// The lock is the one internal/clocklock takes (a leaf package may
+	// not import it, so the path is spelled here too).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lock := flock.New(filepath.Join(os.TempDir(), "berth-clock-step.lock"))
+	if _, err := lock.TryLockContext(ctx, 20*time.Millisecond); err != nil {
+		t.Fatalf("wait for the clock-step lock: %v", err)
+	}
+	unlock := lock.Unlock
 	c := &clock{t: t, mono0: readClock(t, unix.CLOCK_MONOTONIC), real0: readClock(t, unix.CLOCK_REALTIME)}
-	// Restores the clock even when the test fails or panics mid-step.
-	t.Cleanup(c.restore)
+	// Restores the clock even when the test fails or panics mid-step, then
+	// lets the next program step it.
+	t.Cleanup(func() {
+		c.restore()
+		_ = unlock()
+	})
 	return c
 }
 

@@ -25,7 +25,3 @@ CREATE TABLE schema_history (
     applied_at INTEGER NOT NULL
 );
 INSERT INTO schema_history (version, applied_at) VALUES (1, CAST(unixepoch('subsec') * 1000 AS INTEGER));
--- The migration writes its own version record, in the transaction of its
--- body, so that the schema and its version never disagree.
-DELETE FROM schema_migrations;
-INSERT INTO schema_migrations (version, dirty) VALUES (1, 0);

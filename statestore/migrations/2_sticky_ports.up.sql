@@ -8,7 +8,3 @@ CREATE TABLE sticky_ports (
     PRIMARY KEY (label, protocol)
 ) WITHOUT ROWID;
 INSERT INTO schema_history (version, applied_at) VALUES (2, CAST(unixepoch('subsec') * 1000 AS INTEGER));
--- The migration writes its own version record, in the transaction of its
--- body, so that the schema and its version never disagree.
-DELETE FROM schema_migrations;
-INSERT INTO schema_migrations (version, dirty) VALUES (2, 0);

@@ -11,7 +11,3 @@
 -- rewritten by berth in Go (statestore/legacy.go) when it opens the store:
 -- deciding whether their owners still run needs the process table.
 INSERT INTO schema_history (version, applied_at) VALUES (3, CAST(unixepoch('subsec') * 1000 AS INTEGER));
--- The migration writes its own version record, in the transaction of its
--- body, so that the schema and its version never disagree.
-DELETE FROM schema_migrations;
-INSERT INTO schema_migrations (version, dirty) VALUES (3, 0);
