@@ -8,53 +8,80 @@
 //
 // # File format
 //
-// The file is JSON, rewritten whole and atomically (write to a temporary
-// file, then rename) while holding an flock of the sidecar file <path>.lock:
+// The file is JSON Lines: a header line, then one line per handed-out port,
+// appended while holding an flock of the sidecar file <path>.lock:
 //
-//	{"format":"berth-mru","version":1,"entries":[
-//	  {"protocol":"tcp","port":20417,"at":1763798400123}
-//	]}
+//	{"format":"berth-mru","version":2}
+//	{"protocol":"tcp","port":20417,"at":1763798400123}
 //
-// at is when the port was handed out, unix milliseconds. Entries older than
-// Window are dropped on every write, and at most MaxEntries of the newest are
-// kept. A file that cannot be read as this format (damaged, foreign, a newer
-// version) is logged, renamed to <path>.bad-<unix nanoseconds> so nothing is
-// lost, and started afresh. When the file cannot be locked or written (a
-// read-only or full state directory), the allocator logs that once and goes
-// on handing out bind-probed ports without recording them.
+// at is when the port was handed out, unix milliseconds. Appending a line
+// is one write and needs no fsync: a crash can tear only the last line,
+// which readers ignore (a line counts once it ends with a newline) and the
+// next writer cuts off before it appends. Now and then, when most lines
+// have expired, the file is rewritten whole and atomically (a temporary
+// file, synced, renamed over it); a crash then leaves the old file or the
+// new one, never neither. Each File keeps what it read in memory and reads
+// only what other processes appended since, so a call costs the same with
+// ten lines or ten thousand.
+//
+// A file of version 1 (one JSON object with an "entries" array) is read
+// and rewritten as version 2. A file that cannot be read as either (damaged,
+// foreign, a newer version) is logged, renamed to <path>.bad-<unix
+// nanoseconds> so nothing is lost, and started afresh. A file larger than
+// MaxFileSize is set aside the same way. A path that is not a regular file
+// (a FIFO, a device, a directory), a symbolic link, or a file or directory
+// another user owns or others may write is refused with an error wrapping
+// ErrUnsafe: berth never opens it. When the file cannot be locked or written
+// (a read-only or full state directory), the allocator logs that once and
+// goes on handing out bind-probed ports without recording them.
 package mru
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/gofrs/flock"
+
+	"github.com/berth-go/berth/internal/filelock"
+	"github.com/berth-go/berth/internal/safefs"
 )
 
 const (
 	formatName = "berth-mru"
 	// Version is the file format version this package writes.
-	Version = 1
+	Version = 2
+	// MaxFileSize is the largest MRU file read; a larger one is set aside.
+	MaxFileSize = 4 << 20
 )
+
+var header = []byte(`{"format":"berth-mru","version":2}` + "\n")
 
 // ErrExhausted is returned when no candidate port is free and not recent.
 var ErrExhausted = errors.New("mru: no free port that was not handed out recently")
+
+// ErrUnsafe is wrapped by the error for an MRU path or state directory that
+// berth refuses to open: not a regular file, a symbolic link, or owned or
+// writable by another user.
+var ErrUnsafe = safefs.ErrUnsafe
 
 // Options tune a File. Every zero value is a working default.
 type Options struct {
 	// Window is how long a handed-out port is skipped; zero: 10 minutes.
 	Window time.Duration
-	// MaxEntries bounds the file; zero: 512.
+	// MaxEntries bounds the ports remembered; zero: 512. The newest are
+	// kept; between trims up to a quarter more are still skipped.
 	MaxEntries int
 	// Logger receives warnings about damaged files; zero: discard.
 	Logger logr.Logger
@@ -68,7 +95,29 @@ type File struct {
 	path string
 	opts Options
 
+	// sem is a one-slot semaphore taken with a context. It guards lock and
+	// the view of the file.
+	sem  chan struct{}
+	lock *filelock.File // opened on first use; nil while it cannot be
+	view view
+
 	degraded sync.Once // logs the first failure to lock or write the file
+}
+
+// view is what this File has read of the file: the entries of the lines up
+// to end, in the file identified by id.
+type view struct {
+	valid   bool
+	id      os.FileInfo // the file read, to notice a rewrite by another process
+	end     int64       // offset after the last whole line read
+	entries []Entry     // oldest first; expired ones are dropped now and then
+	recent  map[key]int64
+	lines   int // entry lines in the file, live or not
+}
+
+type key struct {
+	protocol string
+	port     uint16
 }
 
 // New returns the MRU file at path. It does no I/O: the file and its
@@ -83,23 +132,31 @@ func New(path string, opts Options) *File {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &File{path: path, opts: opts}
+	return &File{path: path, opts: opts, sem: make(chan struct{}, 1)}
 }
 
 // Path returns the file's path.
 func (f *File) Path() string { return f.path }
+
+// Close closes the lock file a File keeps open between calls. A File is
+// usable again after Close; it reopens what it needs.
+func (f *File) Close() error {
+	f.sem <- struct{}{}
+	defer func() { <-f.sem }()
+	f.view = view{}
+	if f.lock == nil {
+		return nil
+	}
+	err := f.lock.Close()
+	f.lock = nil
+	return err
+}
 
 // Entry is one handed-out port.
 type Entry struct {
 	Protocol string `json:"protocol"`
 	Port     uint16 `json:"port"`
 	At       int64  `json:"at"` // unix milliseconds
-}
-
-type fileData struct {
-	Format  string  `json:"format"`
-	Version int     `json:"version"`
-	Entries []Entry `json:"entries"`
 }
 
 // Request says what to allocate.
@@ -128,13 +185,7 @@ func (f *File) Allocate(ctx context.Context, req Request) (uint16, error) {
 		return 0, errors.New("mru: a candidate iterator needs a probe")
 	}
 	var port uint16
-	err := f.update(ctx, func(entries []Entry, now time.Time) ([]Entry, error) {
-		recent := make(map[uint16]bool, len(entries))
-		for _, e := range entries {
-			if e.Protocol == req.Protocol {
-				recent[e.Port] = true
-			}
-		}
+	err := f.update(ctx, func(recent func(string, uint16) bool, now time.Time) ([]Entry, error) {
 		var err error
 		if req.Next != nil {
 			port, err = pickFrom(ctx, req, recent)
@@ -144,7 +195,7 @@ func (f *File) Allocate(ctx context.Context, req Request) (uint16, error) {
 		if err != nil {
 			return nil, err
 		}
-		return append(entries, Entry{Protocol: req.Protocol, Port: port, At: now.UnixMilli()}), nil
+		return []Entry{{Protocol: req.Protocol, Port: port, At: now.UnixMilli()}}, nil
 	})
 	return port, err
 }
@@ -152,22 +203,26 @@ func (f *File) Allocate(ctx context.Context, req Request) (uint16, error) {
 // Record remembers a port handed out by other means (a specific port a
 // caller asked for), so Allocate skips it for Window.
 func (f *File) Record(ctx context.Context, protocol string, port uint16) error {
-	return f.update(ctx, func(entries []Entry, now time.Time) ([]Entry, error) {
-		return append(entries, Entry{Protocol: protocol, Port: port, At: now.UnixMilli()}), nil
+	if protocol != "tcp" && protocol != "udp" {
+		return fmt.Errorf("mru: protocol %q: want tcp or udp", protocol)
+	}
+	return f.update(ctx, func(_ func(string, uint16) bool, now time.Time) ([]Entry, error) {
+		return []Entry{{Protocol: protocol, Port: port, At: now.UnixMilli()}}, nil
 	})
 }
 
 // Entries returns the unexpired entries, oldest first.
 func (f *File) Entries(ctx context.Context) ([]Entry, error) {
 	var out []Entry
-	err := f.update(ctx, func(entries []Entry, _ time.Time) ([]Entry, error) {
-		out = append(out, entries...)
-		return entries, nil
+	err := f.update(ctx, func(_ func(string, uint16) bool, now time.Time) ([]Entry, error) {
+		out = f.live(now)
+		out = out[max(0, len(out)-f.opts.MaxEntries):]
+		return nil, nil
 	})
 	return out, err
 }
 
-func pickFrom(ctx context.Context, req Request, recent map[uint16]bool) (uint16, error) {
+func pickFrom(ctx context.Context, req Request, recent func(string, uint16) bool) (uint16, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -176,7 +231,7 @@ func pickFrom(ctx context.Context, req Request, recent map[uint16]bool) (uint16,
 		if !ok {
 			return 0, ErrExhausted
 		}
-		if recent[p] {
+		if recent(req.Protocol, p) {
 			continue
 		}
 		free, err := req.Probe(p)
@@ -189,7 +244,7 @@ func pickFrom(ctx context.Context, req Request, recent map[uint16]bool) (uint16,
 	}
 }
 
-func pickOS(ctx context.Context, req Request, recent map[uint16]bool) (uint16, error) {
+func pickOS(ctx context.Context, req Request, recent func(string, uint16) bool) (uint16, error) {
 	for range maxOSTries {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -198,7 +253,7 @@ func pickOS(ctx context.Context, req Request, recent map[uint16]bool) (uint16, e
 		if err != nil {
 			return 0, err
 		}
-		if !recent[p] {
+		if !recent(req.Protocol, p) {
 			return p, nil
 		}
 	}
@@ -224,46 +279,256 @@ func osPort(protocol string, addr netip.Addr) (uint16, error) {
 	return netip.MustParseAddrPort(c.LocalAddr().String()).Port(), nil
 }
 
-// update runs fn on the unexpired entries with the file locked, and writes
-// back what it returns.
-func (f *File) update(ctx context.Context, fn func([]Entry, time.Time) ([]Entry, error)) error {
-	if err := os.MkdirAll(filepath.Dir(f.path), 0o700); err != nil {
+// update brings the view up to date with the file locked, runs fn, and
+// appends the entries it returns. Every wait ends with ctx.
+func (f *File) update(ctx context.Context, fn func(recent func(string, uint16) bool, now time.Time) ([]Entry, error)) error {
+	select {
+	case f.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-f.sem }()
+	if err := safefs.PrepareDir(filepath.Dir(f.path)); err != nil {
+		if errors.Is(err, safefs.ErrUnsafe) {
+			return fmt.Errorf("mru: %w", err)
+		}
 		f.degrade(err)
 	}
-	lock := flock.New(f.path+".lock", flock.SetPermissions(0o600))
-	defer func() { _ = lock.Close() }()
-	ok, err := lock.TryLockContext(ctx, time.Millisecond)
-	switch {
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case err != nil:
-		// The MRU file is the last resort: a state directory that cannot
-		// be written (read-only, full) must not stop bind-probed ports
-		// from being handed out. Only the memory of recent ports is lost.
-		f.degrade(fmt.Errorf("lock %s: %w", lock.Path(), err))
-	case !ok:
-		return ctx.Err()
-	default:
-		defer func() { _ = lock.Unlock() }()
+	for _, p := range []string{f.path, f.path + ".lock"} {
+		if err := safefs.CheckFile(p); err != nil {
+			return fmt.Errorf("mru: %w", err)
+		}
 	}
-
-	now := f.opts.Now()
-	entries := f.read(now)
-	out, err := fn(entries, now)
+	unlock, err := f.lockFile(ctx)
 	if err != nil {
 		return err
 	}
-	if len(out) > f.opts.MaxEntries {
-		out = out[len(out)-f.opts.MaxEntries:]
+	defer unlock()
+
+	now := f.opts.Now()
+	if err := f.refresh(now); err != nil {
+		return err
 	}
-	b, err := json.Marshal(fileData{Format: formatName, Version: Version, Entries: out})
+	recent := func(protocol string, port uint16) bool {
+		at, ok := f.view.recent[key{protocol, port}]
+		return ok && f.fresh(at, now)
+	}
+	add, err := fn(recent, now)
+	if err != nil {
+		return err
+	}
+	if len(add) > 0 {
+		f.append(add, now)
+	}
+	return nil
+}
+
+// lockFile takes the sidecar flock, polling so that ctx is honoured. A lock
+// file that cannot be opened or locked (a read-only or full state
+// directory) degrades the File instead of failing it.
+func (f *File) lockFile(ctx context.Context) (func(), error) {
+	if f.lock == nil {
+		l, err := filelock.Open(f.path + ".lock")
+		if err != nil {
+			if errors.Is(err, syscall.ELOOP) {
+				return nil, fmt.Errorf("mru: %w", &safefs.UnsafeError{Path: f.path + ".lock", Why: "is a symbolic link where berth keeps its own file", Fix: "remove the link"})
+			}
+			f.degrade(err)
+			return func() {}, nil
+		}
+		f.lock = l
+	}
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
+		ok, err := f.lock.TryLock()
+		if err != nil {
+			f.degrade(err)
+			return func() {}, nil
+		}
+		if ok {
+			return func() { _ = f.lock.Unlock() }, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// fresh reports whether an entry handed out at at is still within Window.
+func (f *File) fresh(at int64, now time.Time) bool {
+	return at > now.Add(-f.opts.Window).UnixMilli() && at <= now.Add(f.opts.Window).UnixMilli()
+}
+
+// live returns the view's unexpired entries, oldest first.
+func (f *File) live(now time.Time) []Entry {
+	var out []Entry
+	for _, e := range f.view.entries {
+		if f.fresh(e.At, now) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// refresh reads what other processes appended since the last call, or the
+// whole file when it was replaced. It opens the file only if it is a
+// regular file, never through a link, and never blocks on a FIFO.
+func (f *File) refresh(now time.Time) error {
+	file, err := os.OpenFile(f.path, os.O_RDONLY|noFollow|nonBlock, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		f.view = view{valid: true, recent: map[key]int64{}}
+		return nil
+	}
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return fmt.Errorf("mru: %w", &safefs.UnsafeError{Path: f.path, Why: "is a symbolic link where berth keeps its own file", Fix: "remove the link; berth creates the file itself"})
+		}
+		f.degrade(err)
+		f.view = view{valid: true, recent: map[key]int64{}}
+		return nil
+	}
+	defer func() { _ = file.Close() }()
+	fi, err := file.Stat()
 	if err != nil {
 		return fmt.Errorf("mru: %w", err)
 	}
-	if err := writeAtomic(f.path, b); err != nil {
-		f.degrade(fmt.Errorf("write %s: %w", f.path, err))
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("mru: %w", &safefs.UnsafeError{Path: f.path, Why: fmt.Sprintf("is not a regular file (%s)", fi.Mode().Type()), Fix: "remove it; berth creates the file itself"})
 	}
+	if fi.Size() > MaxFileSize {
+		f.setAside(fmt.Errorf("file is %d bytes, more than the %d an MRU file may have", fi.Size(), MaxFileSize))
+		f.view = view{valid: true, recent: map[key]int64{}}
+		return nil
+	}
+	v := &f.view
+	if !v.valid || v.id == nil || !os.SameFile(v.id, fi) || fi.Size() < v.end {
+		*v = view{id: fi, recent: map[key]int64{}}
+	}
+	if fi.Size() == v.end && v.valid {
+		return nil
+	}
+	buf := make([]byte, fi.Size()-v.end)
+	if _, err := file.ReadAt(buf, v.end); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("mru: read %s: %w", f.path, err)
+	}
+	start := v.end
+	if start == 0 {
+		entries, n, err := parseStart(buf)
+		if err != nil {
+			f.setAside(err)
+			*v = view{valid: true, recent: map[key]int64{}}
+			return nil
+		}
+		if n < 0 {
+			// Version 1: one JSON object; rewrite it as version 2.
+			v.valid = true
+			f.add(entries)
+			f.rewrite(now)
+			return nil
+		}
+		buf, start = buf[n:], int64(n)
+	}
+	entries, n, bad := parseLines(buf)
+	if bad > 0 {
+		f.opts.Logger.Info("MRU file has lines that are not entries; skipped them", "path", f.path, "lines", bad)
+	}
+	f.add(entries)
+	v.end, v.id, v.valid = start+int64(n), fi, true
 	return nil
+}
+
+// add puts entries into the view, dropping the oldest beyond MaxEntries.
+func (f *File) add(entries []Entry) {
+	v := &f.view
+	for _, e := range entries {
+		v.entries = append(v.entries, e)
+		v.lines++
+		if at, ok := v.recent[key{e.Protocol, e.Port}]; !ok || e.At > at {
+			v.recent[key{e.Protocol, e.Port}] = e.At
+		}
+	}
+	// Trim in batches, so that a full view costs no copy per entry added.
+	if len(v.entries) > f.opts.MaxEntries+f.opts.MaxEntries/4 {
+		over := len(v.entries) - f.opts.MaxEntries
+		for _, e := range v.entries[:over] {
+			if v.recent[key{e.Protocol, e.Port}] == e.At {
+				delete(v.recent, key{e.Protocol, e.Port})
+			}
+		}
+		v.entries = append(v.entries[:0:0], v.entries[over:]...)
+	}
+}
+
+// append writes entries to the end of the file, after cutting off a line a
+// crash may have torn, and rewrites the file when most of it has expired.
+func (f *File) append(entries []Entry, now time.Time) {
+	v := &f.view
+	if v.end == 0 || v.id == nil {
+		f.add(entries)
+		f.rewrite(now)
+		return
+	}
+	file, err := os.OpenFile(f.path, os.O_WRONLY|noFollow|nonBlock, 0)
+	if err != nil {
+		f.degrade(fmt.Errorf("write %s: %w", f.path, err))
+		f.add(entries)
+		return
+	}
+	defer func() { _ = file.Close() }()
+	if fi, err := file.Stat(); err != nil || !os.SameFile(fi, v.id) || !fi.Mode().IsRegular() {
+		f.add(entries)
+		f.view.valid = false // replaced under us: read it whole next time
+		return
+	} else if fi.Size() != v.end {
+		_ = file.Truncate(v.end) // a torn last line
+	}
+	var b bytes.Buffer
+	for _, e := range entries {
+		line, _ := json.Marshal(e)
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	if _, err := file.WriteAt(b.Bytes(), v.end); err != nil {
+		f.degrade(fmt.Errorf("write %s: %w", f.path, err))
+		_ = file.Truncate(v.end)
+		f.add(entries)
+		return
+	}
+	v.end += int64(b.Len())
+	f.add(entries)
+	// Now and then, not on every append (counting live entries reads them
+	// all), rewrite a file most of whose lines have expired or been
+	// trimmed.
+	if every := max(256, f.opts.MaxEntries); v.lines%every == 0 && len(f.live(now)) < v.lines/4 {
+		f.rewrite(now)
+	}
+}
+
+// rewrite replaces the file with the view's live entries, atomically.
+func (f *File) rewrite(now time.Time) {
+	live := f.live(now)
+	var b bytes.Buffer
+	b.Write(header)
+	for _, e := range live {
+		line, _ := json.Marshal(e)
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	if err := writeAtomic(f.path, b.Bytes()); err != nil {
+		f.degrade(fmt.Errorf("write %s: %w", f.path, err))
+		return
+	}
+	fi, err := os.Lstat(f.path)
+	if err != nil {
+		f.view.valid = false
+		return
+	}
+	f.view = view{valid: true, id: fi, end: int64(b.Len()), recent: map[key]int64{}}
+	f.add(live)
+	f.view.lines = len(live)
 }
 
 // degrade logs, once per File, that recent ports are not being recorded.
@@ -271,32 +536,6 @@ func (f *File) degrade(err error) {
 	f.degraded.Do(func() {
 		f.opts.Logger.Error(err, "cannot record handed-out ports in the MRU file; ports are still bind-probed, but may be handed out again within the window")
 	})
-}
-
-// read returns the file's unexpired entries. A missing file is empty; a
-// damaged or foreign one is set aside and counts as empty.
-func (f *File) read(now time.Time) []Entry {
-	b, err := os.ReadFile(f.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		f.setAside(err)
-		return nil
-	}
-	entries, err := Parse(b)
-	if err != nil {
-		f.setAside(err)
-		return nil
-	}
-	cutoff := now.Add(-f.opts.Window).UnixMilli()
-	live := entries[:0]
-	for _, e := range entries {
-		if e.At > cutoff && e.At <= now.Add(f.opts.Window).UnixMilli() {
-			live = append(live, e)
-		}
-	}
-	return live
 }
 
 func (f *File) setAside(cause error) {
@@ -308,26 +547,88 @@ func (f *File) setAside(cause error) {
 	f.opts.Logger.Info("MRU file was unreadable; set it aside and started afresh", "path", f.path, "movedTo", aside, "cause", cause.Error())
 }
 
-// Parse parses the bytes of an MRU file. It accepts exactly the documented
-// format and version, with valid protocols and ports.
+type v1File struct {
+	Format  string  `json:"format"`
+	Version int     `json:"version"`
+	Entries []Entry `json:"entries"`
+}
+
+// Parse parses the bytes of an MRU file of either version. It accepts
+// exactly the documented formats, with valid protocols and ports; a torn
+// last line of version 2 (no newline) is ignored, as readers do.
 func Parse(b []byte) ([]Entry, error) {
-	var d fileData
-	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, fmt.Errorf("mru: not an MRU file: %w", err)
+	entries, n, err := parseStart(b)
+	if err != nil || n < 0 {
+		return entries, err
 	}
-	if d.Format != formatName {
-		return nil, fmt.Errorf("mru: format %q: want %q", d.Format, formatName)
+	rest, _, bad := parseLines(b[n:])
+	if bad > 0 {
+		return nil, fmt.Errorf("mru: %d lines are not entries", bad)
 	}
-	if d.Version != Version {
-		return nil, fmt.Errorf("mru: version %d: this berth reads version %d", d.Version, Version)
+	return rest, nil
+}
+
+// parseStart reads the start of a file: a version 2 header line, whose
+// length it returns with no entries, or a whole version 1 file, whose
+// entries it returns with length -1.
+func parseStart(b []byte) ([]Entry, int, error) {
+	line, _, complete := bytes.Cut(b, []byte("\n"))
+	var h v1File
+	if err := json.Unmarshal(line, &h); err != nil {
+		return nil, 0, fmt.Errorf("mru: not an MRU file: %w", err)
 	}
-	for _, e := range d.Entries {
-		if e.Protocol != "tcp" && e.Protocol != "udp" {
-			return nil, fmt.Errorf("mru: entry protocol %q: want tcp or udp", e.Protocol)
+	if h.Format != formatName {
+		return nil, 0, fmt.Errorf("mru: format %q: want %q", h.Format, formatName)
+	}
+	switch {
+	case h.Version == 1:
+		if err := json.Unmarshal(b, &h); err != nil {
+			return nil, 0, fmt.Errorf("mru: not an MRU file: %w", err)
 		}
-		if e.Port == 0 {
-			return nil, errors.New("mru: entry port 0: want 1-65535")
+		for _, e := range h.Entries {
+			if err := e.check(); err != nil {
+				return nil, 0, err
+			}
 		}
+		return h.Entries, -1, nil
+	case h.Version != Version:
+		return nil, 0, fmt.Errorf("mru: version %d: this berth reads versions 1 and %d", h.Version, Version)
+	case !complete || h.Entries != nil:
+		return nil, 0, errors.New("mru: damaged header line")
 	}
-	return d.Entries, nil
+	return nil, len(line) + 1, nil
+}
+
+// parseLines parses entry lines up to the last newline, and returns the
+// entries, how many bytes they took, and how many lines were not entries.
+func parseLines(b []byte) ([]Entry, int, int) {
+	var (
+		out []Entry
+		n   int
+		bad int
+	)
+	for {
+		line, rest, ok := bytes.Cut(b, []byte("\n"))
+		if !ok {
+			return out, n, bad // a torn last line, or nothing
+		}
+		n += len(line) + 1
+		b = rest
+		var e Entry
+		if err := json.Unmarshal(line, &e); err != nil || e.check() != nil {
+			bad++
+			continue
+		}
+		out = append(out, e)
+	}
+}
+
+func (e Entry) check() error {
+	if e.Protocol != "tcp" && e.Protocol != "udp" {
+		return fmt.Errorf("mru: entry protocol %q: want tcp or udp", e.Protocol)
+	}
+	if e.Port == 0 {
+		return errors.New("mru: entry port 0: want 1-65535")
+	}
+	return nil
 }
