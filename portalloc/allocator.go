@@ -5,8 +5,9 @@
 // An Allocator reserves ports in a SQLite state store shared by every berth
 // process of the user (package statestore), or, when that store cannot be
 // used, in the legacy MRU file (package mru). Either way a port is
-// bind-probed before it is handed out, inside the same store transaction that
-// records it, so no other berth process can choose it in between.
+// bind-probed before it is handed out; in the store, inside the same
+// transaction that records it, so no other berth process can choose it in
+// between.
 //
 // # Reservation lifecycle
 //
@@ -15,10 +16,33 @@
 // still holds), or when its owner exits: the next reservation that needs the
 // port, the background sweep, or statestore's Reap deletes it. Transfer gives
 // a reservation to another process, such as a child the caller started, so
-// the port stays reserved exactly as long as that process runs. Several
-// Allocators in one process share its identity: each releases on Close what
-// it reserved itself, but a Reserve of a key the process already holds,
-// from any of them, returns that reservation.
+// the port stays reserved exactly as long as that process runs.
+//
+// Several Allocators in one process share its identity, so the store has
+// one row for a port however many of them hold it: a Reserve of a key the
+// process already holds, from any Allocator, returns that reservation. Each
+// such Reserve, and each Set and Pool that uses the row, takes a hold of
+// it, counted process-wide per state store file; Release, Close, Set.Release
+// and a failed AllocateSet drop holds, and the row is deleted only when the
+// last hold in the process is dropped. So one Allocator's Close never frees
+// a port that another Allocator of the process still hands out. Transfer
+// refuses a row that anything else in the process holds too.
+//
+// # Fallback
+//
+// In ModeStateStoreWithFallback (the default) a store that cannot be used
+// (a damaged or foreign database, a newer schema, a file system that fails)
+// makes the Allocator serve from the MRU file, loudly: an error is logged
+// (to standard error when Config.Logger is the zero Logger), Stats counts
+// it and FallbackCause says why. A busy store (another process holds its
+// lock past the time a call can wait) or a call that runs out of time is
+// not such a reason: the call fails with an error wrapping
+// ErrStoreUnavailable and the context's error, and the next call tries the
+// store again. While the MRU file serves, it skips every port the store
+// holds as long as the database can still be read (readers need no lock);
+// when it cannot be read either, it serves blind, which is logged and
+// counted in Stats.Blind. Every StoreRetryInterval the next call tries the
+// store again, and the Allocator goes back to it once it works.
 //
 // # Beyond single ports
 //
@@ -87,15 +111,19 @@ func (r Reservation) String() string {
 // Allocator hands out ports. It is safe for concurrent use. Its zero value
 // is not usable: call New.
 type Allocator struct {
-	cfg   Config
-	log   logr.Logger
-	set   *portrange.Set
-	store *statestore.Store // nil in ModeMRU or when it could not be opened
-	mru   *mru.File
+	cfg    Config
+	log    logr.Logger
+	warn   logr.Logger // fallback warnings: cfg.Logger, or standard error
+	set    *portrange.Set
+	mru    *mru.File
+	dbPath string // the state store's database file
+	dbKey  string // dbPath as refKeys name it
 
-	fellBack     atomic.Bool // new allocations go to the MRU file
-	fallbackOnce sync.Once
-	fallbackErr  atomic.Pointer[error]
+	// store is nil in ModeMRU and while the store cannot be opened; a
+	// retry after a fallback replaces it.
+	store atomic.Pointer[statestore.Store]
+	fb    fallback
+	bg    sync.WaitGroup // closes of stores a retry replaced
 
 	rngMu sync.Mutex // guards rng
 	rng   *rand.Rand
@@ -103,18 +131,29 @@ type Allocator struct {
 	ctr counters
 
 	mu     sync.Mutex // guards held, pools and closed
-	held   map[heldKey]Reservation
+	held   map[heldKey]*holding
 	pools  []*Pool
 	closed bool
 }
 
+// heldKey names a reservation an Allocator holds. The backend is part of
+// it: a port the MRU file handed out during a fallback and a row of the
+// store are different things.
 type heldKey struct {
+	backend  string
 	protocol Protocol
 	addr     netip.Addr
 	port     uint16
 }
 
-func keyOf(r Reservation) heldKey { return heldKey{r.Protocol, r.Address, r.Port} }
+// holding is a reservation and how many holds of it the Allocator has:
+// its own Reserve calls and those of its sets and pools.
+type holding struct {
+	r Reservation
+	n int
+}
+
+func keyOf(r Reservation) heldKey { return heldKey{r.Backend, r.Protocol, r.Address, r.Port} }
 
 var ephemeralWarning sync.Once
 
@@ -123,10 +162,15 @@ var ephemeralWarning sync.Once
 const maxBusyWait = 5 * time.Second
 
 // New validates cfg and returns an Allocator. In the state-store modes it
-// opens (creating if needed) the store in cfg.StateDir. In
-// ModeStateStoreWithFallback a store that cannot be opened makes the
-// Allocator serve from the MRU file instead, logged once; in ModeStateStore
-// it is an error wrapping ErrStoreUnavailable.
+// opens (creating if needed) the store in cfg.StateDir, waiting at most
+// until ctx is done or cfg.Timeout has passed. A store that is busy (another
+// process holds its lock for longer) or that does not open in time is an
+// error wrapping ErrStoreUnavailable in every mode. A store that cannot be
+// used for another reason (a damaged or foreign file, a newer schema, a
+// directory that cannot be written) is an error wrapping
+// ErrStoreUnavailable in ModeStateStore; in ModeStateStoreWithFallback the
+// Allocator serves from the MRU file instead, loudly, and tries the store
+// again every StoreRetryInterval.
 func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -137,32 +181,34 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		return nil, err
 	}
 	a := &Allocator{
-		cfg:  cfg,
-		log:  cfg.Logger,
-		set:  set,
-		mru:  mru.New(filepath.Join(cfg.StateDir, MRUFile), mru.Options{Logger: cfg.Logger}),
-		rng:  rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		held: map[heldKey]Reservation{},
+		cfg:    cfg,
+		log:    cfg.Logger,
+		warn:   warnLogger(cfg),
+		set:    set,
+		mru:    mru.New(filepath.Join(cfg.StateDir, MRUFile), mru.Options{Logger: cfg.Logger}),
+		dbPath: filepath.Join(cfg.StateDir, DatabaseFile),
+		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		held:   map[heldKey]*holding{},
 	}
 	if cfg.Mode == ModeMRU {
-		a.fellBack.Store(true)
+		a.fb.active.Store(true)
 		return a, nil
 	}
-	// A store locked by something else for half the allocation timeout is
-	// a failure: in the fallback mode the MRU file then has the other half.
-	busy := min(cfg.Timeout/2, maxBusyWait)
-	store, err := statestore.Open(ctx, filepath.Join(cfg.StateDir, DatabaseFile), statestore.Options{Logger: cfg.Logger, BusyTimeout: busy})
+	octx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	store, err := a.openStore(octx)
+	a.dbKey = canonicalDB(a.dbPath) // after Open, which creates the directory
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
 		}
-		if cfg.Mode == ModeStateStore {
+		if cfg.Mode == ModeStateStore || isTransient(err) {
 			return nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
 		}
 		a.fallBack(err)
 		return a, nil
 	}
-	a.store = store
+	a.store.Store(store)
 	return a, nil
 }
 
@@ -193,34 +239,6 @@ func candidateSet(cfg Config) (*portrange.Set, error) {
 		return nil, fmt.Errorf("%w: Config.Range %s has no port left after exclusions and the OS ephemeral range; widen it, or set AllowEphemeralOverlap", ErrInvalidRequest, cfg.Range)
 	}
 	return set, nil
-}
-
-// fallBack switches new allocations to the MRU file, logging the first
-// cause.
-func (a *Allocator) fallBack(cause error) {
-	a.fallbackOnce.Do(func() {
-		a.fallbackErr.Store(&cause)
-		a.fellBack.Store(true)
-		a.ctr.fallbacks.Add(1)
-		a.log.Error(cause, "state store unavailable; allocating from the MRU file instead", "mru", a.mru.Path())
-	})
-}
-
-// Backend returns the backend that serves new allocations now.
-func (a *Allocator) Backend() string {
-	if a.fellBack.Load() {
-		return BackendMRU
-	}
-	return BackendStateStore
-}
-
-// FallbackCause returns why the Allocator fell back to the MRU file, or nil
-// if it has not (or was configured with ModeMRU).
-func (a *Allocator) FallbackCause() error {
-	if p := a.fallbackErr.Load(); p != nil {
-		return *p
-	}
-	return nil
 }
 
 // Config returns the configuration in effect, with defaults filled in.
@@ -263,6 +281,12 @@ func (a *Allocator) begin(ctx context.Context, req Request) (context.Context, co
 	return ctx, cancel, req, nil
 }
 
+func (a *Allocator) isClosed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closed
+}
+
 func probeKey(k statestore.Key) (bool, error) {
 	return probe.Available(string(k.Protocol), k.Addr, k.Port)
 }
@@ -280,7 +304,7 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (r Reservation, e
 	if req.Sticky && req.Label == "" {
 		return Reservation{}, fmt.Errorf("%w: a sticky request needs a Label to remember its port under", ErrInvalidRequest)
 	}
-	return a.allocate(ctx, req, a.set, probeFunc(req))
+	return a.allocate(ctx, req, a.set, probeFunc(req), "")
 }
 
 func probeFunc(req Request) func(uint16) (bool, error) {
@@ -290,19 +314,35 @@ func probeFunc(req Request) func(uint16) (bool, error) {
 }
 
 // allocateIn is allocate with the probe, on a set of ports of the range
-// (a pool's). The caller has run begin.
-func (a *Allocator) allocateIn(ctx context.Context, req Request, set *portrange.Set) (r Reservation, err error) {
+// (a pool's), held by via. The caller has run begin.
+func (a *Allocator) allocateIn(ctx context.Context, req Request, set *portrange.Set, via string) (r Reservation, err error) {
 	defer func() { a.ctr.count(false, err) }()
-	return a.allocate(ctx, req, set, probeFunc(req))
+	return a.allocate(ctx, req, set, probeFunc(req), via)
 }
 
 // allocate walks set for req and takes the first port that the backend has
 // free and bindable passes. bindable runs inside the store's write
-// transaction.
-func (a *Allocator) allocate(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error)) (Reservation, error) {
-	if !a.fellBack.Load() {
-		next, sticky := a.candidates(ctx, req, set)
-		r, err := a.store.Scan(ctx, statestore.ScanRequest{
+// transaction. via names the holder of the reference it takes (see refs).
+func (a *Allocator) allocate(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error), via string) (Reservation, error) {
+	a.retryStore(ctx)
+	if !a.fb.active.Load() {
+		if r, done, err := a.scanStore(ctx, req, set, bindable, via); done {
+			return r, err
+		}
+	}
+	return a.allocateMRU(ctx, req, set, bindable)
+}
+
+// scanStore allocates in the state store. done is false when the store
+// failed and the Allocator fell back: the MRU file is to serve.
+func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error), via string) (r Reservation, done bool, err error) {
+	for attempt := 0; ; attempt++ {
+		s := a.db()
+		if s == nil {
+			return Reservation{}, false, nil
+		}
+		next, sticky := a.candidates(ctx, s, req, set)
+		row, err := s.Scan(ctx, statestore.ScanRequest{
 			Protocol: statestore.Protocol(req.Protocol),
 			Addr:     req.Address,
 			Label:    req.Label,
@@ -310,15 +350,51 @@ func (a *Allocator) allocate(ctx context.Context, req Request, set *portrange.Se
 			Probe:    func(k statestore.Key) (bool, error) { return bindable(k.Port) },
 		})
 		if err == nil {
-			a.remember(ctx, req, sticky, r.Port)
-			return a.track(Reservation{Protocol: req.Protocol, Address: r.Addr, Port: r.Port, Label: req.Label, Backend: BackendStateStore})
+			a.remember(ctx, s, req, sticky, row.Port)
+			r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
+			// A scan never returns a row that existed: nobody else in the
+			// process can hold this one yet.
+			rk := a.refKeyOf(r)
+			refs.addNew(rk, a, via)
+			if !a.hold(r) {
+				if refs.forget(rk, a) == 0 {
+					_ = s.Release(context.WithoutCancel(ctx), row.Key, statestore.Owner{}) // reaping covers a failure
+				}
+				return Reservation{}, true, ErrClosed
+			}
+			return r, true, nil
 		}
-		if err := a.storeErr(ctx, err, req, 0); err != nil {
-			return Reservation{}, err
+		if attempt == 0 && a.replaced(s, err) {
+			continue
+		}
+		if err := a.storeErr(ctx, err, req); err != nil {
+			return Reservation{}, true, err
+		}
+		return Reservation{}, false, nil
+	}
+}
+
+// replaced reports whether err comes from a store that a retry after a
+// fallback has replaced since the call took it: the call goes on with the
+// new one.
+func (a *Allocator) replaced(s *statestore.Store, err error) bool {
+	cur := a.db()
+	return errors.Is(err, statestore.ErrClosed) && cur != nil && cur != s
+}
+
+// allocateMRU allocates from the MRU file, skipping every port the state
+// store holds while its database can be read.
+func (a *Allocator) allocateMRU(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error)) (Reservation, error) {
+	held, readable := a.readHeld(ctx)
+	it, _ := a.candidates(ctx, nil, Request{}, set)
+	next := func() (uint16, bool) {
+		for {
+			p, ok := it()
+			if !ok || len(held.Holders(statestore.Key{Protocol: statestore.Protocol(req.Protocol), Addr: req.Address, Port: p})) == 0 {
+				return p, ok
+			}
 		}
 	}
-	// The MRU backend, from the start or after a fallback: a fresh walk.
-	next, _ := a.candidates(ctx, Request{}, set)
 	port, err := a.mru.Allocate(ctx, mru.Request{
 		Protocol: string(req.Protocol),
 		Addr:     req.Address,
@@ -334,19 +410,26 @@ func (a *Allocator) allocate(ctx context.Context, req Request, set *portrange.Se
 	if err != nil {
 		return Reservation{}, a.mruErr(ctx, err, req)
 	}
-	return a.track(Reservation{Protocol: req.Protocol, Address: req.Address, Port: port, Label: req.Label, Backend: BackendMRU})
+	if !readable {
+		a.ctr.blind.Add(1)
+	}
+	r := Reservation{Protocol: req.Protocol, Address: req.Address, Port: port, Label: req.Label, Backend: BackendMRU}
+	if !a.hold(r) {
+		return Reservation{}, ErrClosed
+	}
+	return r, nil
 }
 
 // candidates returns the walk over the range, led by the sticky port of a
-// sticky request (0 when there is none).
-func (a *Allocator) candidates(ctx context.Context, req Request, set *portrange.Set) (func() (uint16, bool), uint16) {
+// sticky request (0 when there is none) as s remembers it.
+func (a *Allocator) candidates(ctx context.Context, s *statestore.Store, req Request, set *portrange.Set) (func() (uint16, bool), uint16) {
 	a.rngMu.Lock()
 	it := set.Candidates(a.rng)
 	a.rngMu.Unlock()
-	if !req.Sticky || a.store == nil {
+	if !req.Sticky || s == nil {
 		return it.Next, 0
 	}
-	p, ok, err := a.store.Recall(ctx, req.Label, statestore.Protocol(req.Protocol))
+	p, ok, err := s.Recall(ctx, req.Label, statestore.Protocol(req.Protocol))
 	switch {
 	case err != nil:
 		a.log.Error(err, "could not recall the sticky port; allocating afresh", "label", req.Label)
@@ -369,14 +452,14 @@ func (a *Allocator) candidates(ctx context.Context, req Request, set *portrange.
 
 // remember records a sticky request's port, and logs when it is not the
 // one it had before.
-func (a *Allocator) remember(ctx context.Context, req Request, sticky, got uint16) {
+func (a *Allocator) remember(ctx context.Context, s *statestore.Store, req Request, sticky, got uint16) {
 	if !req.Sticky {
 		return
 	}
 	if sticky != 0 && sticky != got {
 		a.log.Info("sticky port was not free (held or bound by another process); allocated another", "label", req.Label, "was", sticky, "now", got)
 	}
-	if err := a.store.Remember(ctx, req.Label, statestore.Protocol(req.Protocol), got); err != nil {
+	if err := s.Remember(ctx, req.Label, statestore.Protocol(req.Protocol), got); err != nil {
 		a.log.Error(err, "could not remember the sticky port", "label", req.Label)
 	}
 }
@@ -385,7 +468,10 @@ func (a *Allocator) remember(ctx context.Context, req Request, sticky, got uint1
 // configured range. It returns a *ConflictError (errors.Is ErrPortHeld) when
 // another process holds it, or when this process already holds a
 // conflicting reservation (such as its own wildcard on the port). Reserving
-// a port this process already holds on the same address returns it again.
+// a port this process already holds on the same address returns it again,
+// and takes another hold of it: the row stays until every Allocator, set
+// and pool of the process that holds it has released it (see the package
+// documentation).
 func (a *Allocator) Reserve(ctx context.Context, req Request, port uint16) (r Reservation, err error) {
 	defer func() { a.ctr.count(true, err) }()
 	if port == 0 {
@@ -396,18 +482,71 @@ func (a *Allocator) Reserve(ctx context.Context, req Request, port uint16) (r Re
 		return Reservation{}, err
 	}
 	defer cancel()
-	if !a.fellBack.Load() {
-		r, err := a.store.Reserve(ctx, statestore.Request{
-			Key:   statestore.Key{Protocol: statestore.Protocol(req.Protocol), Addr: req.Address, Port: port},
-			Label: req.Label,
-			Kind:  statestore.Static,
-			Probe: probeKey,
-		})
-		if err == nil {
-			return a.track(Reservation{Protocol: req.Protocol, Address: r.Addr, Port: r.Port, Label: r.Label, Backend: BackendStateStore})
+	return a.reserve(ctx, req, port, "")
+}
+
+// reserve is Reserve after begin, with the hold taken by via.
+func (a *Allocator) reserve(ctx context.Context, req Request, port uint16, via string) (Reservation, error) {
+	a.retryStore(ctx)
+	if !a.fb.active.Load() {
+		if r, done, err := a.reserveStore(ctx, req, port, via); done {
+			return r, err
 		}
-		if err := a.storeErr(ctx, err, req, port); err != nil {
-			return Reservation{}, err
+	}
+	return a.reserveMRU(ctx, req, port)
+}
+
+// reserveStore reserves in the state store. done is false when the store
+// failed and the Allocator fell back.
+func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, via string) (r Reservation, done bool, err error) {
+	key := statestore.Key{Protocol: statestore.Protocol(req.Protocol), Addr: req.Address, Port: port}
+	rk := refKey{store: a.dbKey, protocol: req.Protocol, addr: req.Address, port: port}
+	// The key's turn keeps a release by another holder of the process from
+	// deleting the row between the store returning it and the hold below.
+	e, err := refs.lock(ctx, rk)
+	if err != nil {
+		return Reservation{}, true, err
+	}
+	defer refs.unlock(rk, e)
+	for attempt := 0; ; attempt++ {
+		s := a.db()
+		if s == nil {
+			return Reservation{}, false, nil
+		}
+		row, err := s.Reserve(ctx, statestore.Request{Key: key, Label: req.Label, Kind: statestore.Static, Probe: probeKey})
+		if err == nil {
+			r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: row.Label, Backend: BackendStateStore}
+			refs.add(e, a, via)
+			if !a.hold(r) {
+				if _, left := refs.drop(e, a, via); left == 0 {
+					_ = s.Release(context.WithoutCancel(ctx), key, statestore.Owner{}) // reaping covers a failure
+				}
+				return Reservation{}, true, ErrClosed
+			}
+			return r, true, nil
+		}
+		if attempt == 0 && a.replaced(s, err) {
+			continue
+		}
+		if err := a.storeErr(ctx, err, req); err != nil {
+			return Reservation{}, true, err
+		}
+		return Reservation{}, false, nil
+	}
+}
+
+// reserveMRU reserves a port without the state store: it refuses a port
+// the store holds for a live process while the database can be read, and
+// one that cannot be bound.
+func (a *Allocator) reserveMRU(ctx context.Context, req Request, port uint16) (Reservation, error) {
+	held, readable := a.readHeld(ctx)
+	key := statestore.Key{Protocol: statestore.Protocol(req.Protocol), Addr: req.Address, Port: port}
+	if holders := held.Holders(key); len(holders) > 0 {
+		self, _ := statestore.Self() // without it no holder is this process
+		for _, h := range holders {
+			if h.Owner.Alive(ctx) {
+				return Reservation{}, fromStoreConflict(&statestore.ConflictError{Key: key, Holder: h, Self: h.Owner.Same(self)})
+			}
 		}
 	}
 	free, err := probe.Available(string(req.Protocol), req.Address, port)
@@ -421,23 +560,43 @@ func (a *Allocator) Reserve(ctx context.Context, req Request, port uint16) (r Re
 	if err := a.mru.Record(ctx, string(req.Protocol), port); err != nil {
 		a.log.Error(err, "could not record a reserved port in the MRU file", "port", port)
 	}
-	return a.track(Reservation{Protocol: req.Protocol, Address: req.Address, Port: port, Label: req.Label, Backend: BackendMRU})
+	if !readable {
+		a.ctr.blind.Add(1)
+	}
+	r := Reservation{Protocol: req.Protocol, Address: req.Address, Port: port, Label: req.Label, Backend: BackendMRU}
+	if !a.hold(r) {
+		return Reservation{}, ErrClosed
+	}
+	return r, nil
 }
 
 // storeErr translates a state store error. It returns nil when the caller
-// should go on with the MRU file (a storage failure in the fallback mode).
-func (a *Allocator) storeErr(ctx context.Context, err error, req Request, port uint16) error {
+// should go on with the MRU file: a failure of the store, not of the
+// request, in the fallback mode. A busy store and a call out of time are
+// never reasons to fall back: the store works, it only has to be waited
+// for, and the MRU file reserves nothing.
+func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error {
 	var ce *statestore.ConflictError
 	switch {
 	case errors.As(err, &ce):
 		return fromStoreConflict(ce)
 	case errors.Is(err, statestore.ErrExhausted):
 		return fmt.Errorf("portalloc: %s on %s in %s: %w", req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
-	case ctx.Err() != nil:
+	case errors.Is(ctx.Err(), context.Canceled):
+		return ctx.Err() // the caller gave up
+	case ctx.Err() != nil && !isTransient(err):
 		return ctx.Err()
+	case isTransient(err) || ctx.Err() != nil:
+		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+			err = fmt.Errorf("%w: %w", err, ctxErr)
+		}
+		return fmt.Errorf("portalloc: %w (gave up waiting; it is not damaged, and berth does not fall back for it): %w", ErrStoreUnavailable, err)
 	case errors.Is(err, statestore.ErrInvalid):
 		return fmt.Errorf("portalloc: %w: %w", ErrInvalidRequest, err)
-	case errors.Is(err, statestore.ErrStorage) || errors.Is(err, statestore.ErrClosed):
+	case errors.Is(err, statestore.ErrClosed) && a.isClosed():
+		return ErrClosed
+	case errors.Is(err, statestore.ErrStorage) || errors.Is(err, statestore.ErrClosed) ||
+		errors.Is(err, statestore.ErrDamaged) || errors.Is(err, statestore.ErrSchemaTooNew):
 		if a.cfg.Mode == ModeStateStore {
 			return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
 		}
@@ -467,41 +626,116 @@ func (a *Allocator) probeErr(err error, req Request) error {
 	return fmt.Errorf("portalloc: %w", err)
 }
 
-func (a *Allocator) track(r Reservation) (Reservation, error) {
+// hold records one more hold of r by the Allocator. It returns false when
+// the Allocator has been closed meanwhile.
+func (a *Allocator) hold(r Reservation) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.held[keyOf(r)] = r
+	if a.closed {
+		return false
+	}
+	k := keyOf(r)
+	if h := a.held[k]; h != nil {
+		h.n++
+	} else {
+		a.held[k] = &holding{r: r, n: 1}
+	}
 	a.log.V(1).Info("reserved port", "protocol", string(r.Protocol), "address", r.Address.String(), "port", r.Port, "label", r.Label, "backend", r.Backend)
+	return true
+}
+
+// unhold removes one hold of r, or all of them.
+func (a *Allocator) unhold(r Reservation, all bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := keyOf(r)
+	if h := a.held[k]; h != nil {
+		if h.n--; h.n <= 0 || all {
+			delete(a.held, k)
+		}
+	}
+}
+
+// adopt takes a hold, by via, of r: a row this process already has in the
+// store (an AllocateSet found it by its label).
+func (a *Allocator) adopt(ctx context.Context, r Reservation, via string) (Reservation, error) {
+	if r.Backend != BackendStateStore {
+		if !a.hold(r) {
+			return Reservation{}, ErrClosed
+		}
+		return r, nil
+	}
+	rk := a.refKeyOf(r)
+	e, err := refs.lock(ctx, rk)
+	if err != nil {
+		return Reservation{}, err
+	}
+	defer refs.unlock(rk, e)
+	refs.add(e, a, via)
+	if !a.hold(r) {
+		refs.drop(e, a, via)
+		return Reservation{}, ErrClosed
+	}
 	return r, nil
 }
 
 // Release gives r back. It never needs to fail the caller: the error it
 // returns is for logging, and a reservation that could not be released is
 // reaped once this process exits.
+//
+// It releases one hold of r by this Allocator. The row is deleted only when
+// no other hold of it remains in this process: another Reserve of the same
+// port, a set or pool of this or another Allocator. Releasing a reservation
+// this Allocator does not hold while another holder of the process does is
+// an error, and deletes nothing.
 func (a *Allocator) Release(ctx context.Context, r Reservation) error {
-	a.mu.Lock()
-	delete(a.held, keyOf(r))
-	closed := a.closed
-	a.mu.Unlock()
+	return a.release(ctx, r, "", false)
+}
+
+// release drops one hold of r by via. With keepRow it never deletes the
+// row: an AllocateSet that fails leaves rows that existed before it.
+func (a *Allocator) release(ctx context.Context, r Reservation, via string, keepRow bool) error {
 	switch r.Backend {
 	case BackendMRU:
 		// The MRU file keeps the port as recently handed out until it expires.
+		a.unhold(r, false)
 		return nil
 	case BackendStateStore:
-		if closed {
-			return ErrClosed
-		}
-		if a.store == nil {
-			return fmt.Errorf("%w: reservation %s is from a state store this Allocator does not have", ErrInvalidRequest, r)
-		}
-		err := a.store.Release(ctx, statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}, statestore.Owner{})
-		if err != nil {
-			return fmt.Errorf("portalloc: release %s: %w", r, err)
-		}
-		return nil
 	default:
 		return fmt.Errorf("%w: reservation backend %q: want %q or %q", ErrInvalidRequest, r.Backend, BackendStateStore, BackendMRU)
 	}
+	if a.isClosed() {
+		return ErrClosed
+	}
+	s := a.db()
+	if s == nil {
+		return fmt.Errorf("%w: reservation %s is from a state store this Allocator does not have", ErrInvalidRequest, r)
+	}
+	rk := a.refKeyOf(r)
+	e, err := refs.lock(ctx, rk)
+	if err != nil {
+		return fmt.Errorf("portalloc: release %s: %w", r, err)
+	}
+	defer refs.unlock(rk, e)
+	had, left := refs.drop(e, a, via)
+	if had > 0 {
+		a.unhold(r, false)
+	}
+	switch {
+	case left > 0 && had > 0:
+		a.log.V(1).Info("released a hold; the port stays reserved for the other holders in this process", "reservation", r.String(), "holds", left)
+		return nil
+	case left > 0:
+		return fmt.Errorf("portalloc: release %s: %w: this Allocator does not hold it; %s holds it and releases it", r, ErrInvalidRequest, refs.describe(e, a, via))
+	case keepRow:
+		return nil
+	}
+	// The last hold in this process, or a row nobody here tracks (made by
+	// an Allocator since closed, or handed to this process).
+	if err := s.Release(ctx, statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}, statestore.Owner{}); err != nil {
+		return fmt.Errorf("portalloc: release %s: %w", r, err)
+	}
+	return nil
 }
 
 // Transfer hands r to the running process pid, typically a child the caller
@@ -509,33 +743,51 @@ func (a *Allocator) Release(ctx context.Context, r Reservation) error {
 // process runs, even if the caller exits first, and Close no longer
 // releases it. Reservations of the MRU backend have no owner; for them
 // Transfer only stops this Allocator from tracking the port.
+//
+// A row is owned by the process, not by one Allocator: Transfer refuses,
+// with an error wrapping ErrInvalidRequest that names the other holders,
+// when anything else in this process holds r too (another Allocator, a set
+// or pool, or a second Reserve of the same port), since the transfer would
+// take the port from them.
 func (a *Allocator) Transfer(ctx context.Context, r Reservation, pid int) error {
-	a.mu.Lock()
-	closed := a.closed
-	a.mu.Unlock()
-	if closed {
+	return a.transfer(ctx, r, pid, "")
+}
+
+func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via string) error {
+	if a.isClosed() {
 		return ErrClosed
 	}
 	switch r.Backend {
 	case BackendMRU:
+		a.unhold(r, true)
+		return nil
 	case BackendStateStore:
-		if a.store == nil {
-			return fmt.Errorf("%w: reservation %s is from a state store this Allocator does not have", ErrInvalidRequest, r)
-		}
-		to, err := statestore.LookupOwner(ctx, pid)
-		if err != nil {
-			return fmt.Errorf("portalloc: transfer %s: %w: pid %d is not a running process: %w", r, ErrInvalidRequest, pid, err)
-		}
-		key := statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}
-		if err := a.store.Transfer(ctx, key, statestore.Owner{}, to); err != nil {
-			return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, err)
-		}
 	default:
 		return fmt.Errorf("%w: reservation backend %q: want %q or %q", ErrInvalidRequest, r.Backend, BackendStateStore, BackendMRU)
 	}
-	a.mu.Lock()
-	delete(a.held, keyOf(r))
-	a.mu.Unlock()
+	s := a.db()
+	if s == nil {
+		return fmt.Errorf("%w: reservation %s is from a state store this Allocator does not have", ErrInvalidRequest, r)
+	}
+	to, err := statestore.LookupOwner(ctx, pid)
+	if err != nil {
+		return fmt.Errorf("portalloc: transfer %s: %w: pid %d is not a running process: %w", r, ErrInvalidRequest, pid, err)
+	}
+	rk := a.refKeyOf(r)
+	e, err := refs.lock(ctx, rk)
+	if err != nil {
+		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, err)
+	}
+	defer refs.unlock(rk, e)
+	if mine, all := refs.count(e, a); all > 1 || all > mine {
+		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, sharedError(r, refs.describe(e, a, via)))
+	}
+	key := statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}
+	if err := s.Transfer(ctx, key, statestore.Owner{}, to); err != nil {
+		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, err)
+	}
+	refs.dropAll(e, a)
+	a.unhold(r, true)
 	return nil
 }
 
@@ -545,35 +797,38 @@ func (a *Allocator) Transfer(ctx context.Context, r Reservation, pid int) error 
 // background and whenever a dead owner's row stands in the way; Reap just
 // does it now. In the MRU backend there is nothing to reap.
 func (a *Allocator) Reap(ctx context.Context) (int, error) {
-	if a.store == nil {
+	s := a.db()
+	if s == nil {
 		return 0, nil
 	}
-	n, err := a.store.Reap(ctx)
+	n, err := s.Reap(ctx)
 	if err != nil {
 		return n, fmt.Errorf("portalloc: reap: %w", err)
 	}
 	return n, nil
 }
 
-// Held returns the reservations this Allocator holds: made by it and not yet
-// released or transferred.
+// Held returns the reservations this Allocator holds: made by it (or its
+// sets and pools) and not yet released or transferred, each once.
 func (a *Allocator) Held() []Reservation {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]Reservation, 0, len(a.held))
-	for _, r := range a.held {
-		out = append(out, r)
+	for _, h := range a.held {
+		out = append(out, h.r)
 	}
 	return out
 }
 
-// closeTimeout bounds the releases Close makes.
-const closeTimeout = 10 * time.Second
-
-// Close closes the Allocator's pools, releases every reservation it still
-// holds and closes the state store. Later calls return ErrClosed; Close itself is idempotent. Its
-// error is for logging: what it could not release is reaped once this
-// process exits.
+// Close closes the Allocator's pools, drops every hold it still has (the
+// rows no other holder of this process holds are released) and closes the
+// state store. Later calls return ErrClosed; Close itself is idempotent.
+//
+// Close is bounded: the pools and the releases share one deadline of
+// Config.Timeout, and closing the store then waits at most for a call still
+// in flight on it, which is bounded by the store's busy timeout. Its error
+// is for logging: what it could not release is reaped once this process
+// exits.
 func (a *Allocator) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -583,10 +838,12 @@ func (a *Allocator) Close() error {
 	pools := a.pools
 	a.pools = nil
 	a.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
+	defer cancel()
 	// Pools first, while their idle members can still be released.
 	var errs []error
 	for _, p := range pools {
-		if err := p.Close(); err != nil {
+		if err := p.close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -596,23 +853,39 @@ func (a *Allocator) Close() error {
 	a.held = nil
 	a.mu.Unlock()
 
-	if a.store == nil {
-		return errors.Join(errs...)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
-	for _, r := range held {
-		if r.Backend != BackendStateStore {
+	s := a.db()
+	for _, h := range held {
+		if h.r.Backend != BackendStateStore || s == nil {
 			continue
 		}
-		key := statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}
-		if err := a.store.Release(ctx, key, statestore.Owner{}); err != nil {
-			errs = append(errs, fmt.Errorf("release %s: %w", r, err))
+		if err := a.dropHolds(ctx, s, h.r); err != nil {
+			errs = append(errs, fmt.Errorf("release %s: %w", h.r, err))
 		}
 	}
-	errs = append(errs, a.store.Close())
+	a.bg.Wait() // stores replaced after a fallback: each Close is bounded
+	if s != nil {
+		errs = append(errs, s.Close())
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("portalloc: close: %w", err)
 	}
 	return nil
+}
+
+// dropHolds drops every hold of r by the Allocator, and releases the row if
+// nobody else in the process holds it.
+func (a *Allocator) dropHolds(ctx context.Context, s *statestore.Store, r Reservation) error {
+	rk := a.refKeyOf(r)
+	e, err := refs.lock(ctx, rk)
+	if err != nil {
+		// Out of time: forget the holds anyway, so that the others'
+		// counts stay right; the row is reaped after this process exits.
+		refs.forget(rk, a)
+		return err
+	}
+	defer refs.unlock(rk, e)
+	if refs.dropAll(e, a) > 0 {
+		return nil
+	}
+	return s.Release(ctx, statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}, statestore.Owner{})
 }

@@ -323,9 +323,10 @@ func TestContextAndTimeout(t *testing.T) {
 		t.Errorf("cancelled calls took %v", d)
 	}
 
-	short := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Timeout: time.Nanosecond})
-	if _, err := short.Allocate(context.Background(), portalloc.Request{}); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Allocate with a spent Timeout = %v; want DeadlineExceeded", err)
+	// Timeout bounds New's opening of the store as well.
+	_, err := portalloc.New(context.Background(), portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: t.TempDir(), Timeout: time.Nanosecond})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, portalloc.ErrStoreUnavailable) {
+		t.Errorf("New with a spent Timeout = %v; want ErrStoreUnavailable and DeadlineExceeded", err)
 	}
 }
 

@@ -23,8 +23,10 @@ const (
 	// failure is an error wrapping ErrStoreUnavailable.
 	ModeStateStore Mode = "statestore"
 	// ModeStateStoreWithFallback reserves in the state store and, when it
-	// cannot be opened or fails, falls back to the MRU allocator for the
-	// rest of the Allocator's life, logging the switch once.
+	// cannot be used (not merely busy), falls back to the MRU allocator,
+	// logging the switch; the MRU allocator still skips the ports the store
+	// holds while its database can be read. The store is tried again every
+	// StoreRetryInterval. See the package documentation.
 	ModeStateStoreWithFallback Mode = "statestore-with-fallback"
 	// ModeMRU uses the legacy MRU-file allocator only.
 	ModeMRU Mode = "mru"
@@ -93,10 +95,14 @@ type Config struct {
 	// is false (the zero value) the ephemeral range is cut out of Range,
 	// with a warning logged once per process.
 	AllowEphemeralOverlap bool
-	// Timeout bounds one Allocate or Reserve; zero: DefaultTimeout.
+	// Timeout bounds one Allocate or Reserve, New's opening of the store,
+	// and Close's releases; zero: DefaultTimeout.
 	Timeout time.Duration
-	// Logger receives the Allocator's log; zero: discard. Per-port detail
-	// is logged at V(1).
+	// Logger receives the Allocator's log; zero: discard, except for the
+	// warnings that the Allocator falls back to the MRU file or serves
+	// blind, which then go to standard error: a fallback weakens berth's
+	// guarantee and must not pass unseen. Per-port detail is logged at
+	// V(1).
 	Logger logr.Logger
 }
 

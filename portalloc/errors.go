@@ -19,8 +19,11 @@ var (
 	// ErrInvalidRequest: a request or configuration field is out of its
 	// accepted values; the message names the field and what is accepted.
 	ErrInvalidRequest = errors.New("invalid request")
-	// ErrStoreUnavailable: in ModeStateStore, the state store could not be
-	// opened or failed.
+	// ErrStoreUnavailable: the state store could not be used. In every
+	// mode a busy store (another process held its lock longer than the call
+	// could wait) or a call that ran out of time; in ModeStateStore also a
+	// store that could not be opened or failed, which in
+	// ModeStateStoreWithFallback makes the MRU file serve instead.
 	ErrStoreUnavailable = errors.New("state store unavailable")
 	// ErrClosed: the Allocator has been closed.
 	ErrClosed = errors.New("allocator closed")

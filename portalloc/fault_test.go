@@ -233,15 +233,25 @@ func startLocker(t *testing.T, dir string) io.Closer {
 }
 
 // TestFaultForeignLock: a program outside berth holds the write lock for
-// longer than the timeout.
+// longer than the timeout. The store is busy, not broken: both Allocators
+// fail with ErrStoreUnavailable and neither falls back to the MRU file,
+// which would hand out ports without reserving them.
 func TestFaultForeignLock(t *testing.T) {
 	dir := t.TempDir()
 	rig := newFaultRig(t, dir, time.Second)
 	locker := startLocker(t, dir)
 	start := time.Now()
-	rig.expect(t, "locked by another process")
+	for _, a := range []*portalloc.Allocator{rig.strict, rig.fb} {
+		r, err := a.Allocate(context.Background(), portalloc.Request{})
+		if !errors.Is(err, portalloc.ErrStoreUnavailable) || !errors.Is(err, statestore.ErrBusy) || !strings.Contains(err.Error(), "locked by another process") {
+			t.Errorf("Allocate on a locked store = %+v, %v; want ErrStoreUnavailable wrapping ErrBusy", r, err)
+		}
+	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("the calls took %v with a 1s timeout", d)
+	}
+	if rig.fb.Backend() != portalloc.BackendStateStore || rig.log.count("state store unavailable") != 0 {
+		t.Errorf("a busy store made the Allocator fall back: backend %s", rig.fb.Backend())
 	}
 	_ = locker.Close()
 	rig.expectHeldSurvives(t)

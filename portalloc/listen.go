@@ -68,7 +68,7 @@ func (a *Allocator) allocateBound(ctx context.Context, req Request, bind func(ne
 	defer cancel()
 	return a.allocate(ctx, req, a.set, func(p uint16) (bool, error) {
 		return bind(netip.AddrPortFrom(req.Address, p))
-	})
+	}, "")
 }
 
 // bindFailed sorts a bind error as the probe does: busy or forbidden means

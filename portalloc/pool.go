@@ -112,6 +112,7 @@ type member struct {
 // in this order, unavailable members, then the oldest, then by port.
 type Pool struct {
 	name string
+	via  string // the pool's name for its holds (see refs)
 	a    *Allocator
 
 	mu        sync.Mutex // guards the fields below
@@ -152,31 +153,37 @@ func (a *Allocator) NewPool(ctx context.Context, name string, spec PoolSpec) (*P
 	if name == "" {
 		return nil, fmt.Errorf("%w: pool name: empty", ErrInvalidRequest)
 	}
-	p := &Pool{name: name, a: a, inUse: map[Reservation]*member{},
+	p := &Pool{name: name, via: fmt.Sprintf("pool %q", name), a: a, inUse: map[Reservation]*member{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := p.setSpec(spec); err != nil {
 		return nil, err
 	}
 	for p.need() > 0 {
 		if err := p.refillOne(ctx); err != nil {
-			for _, m := range p.idle {
-				_ = a.Release(context.WithoutCancel(ctx), m.r)
-			}
+			p.releaseIdle(ctx)
 			return nil, err
 		}
 	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
-		for _, m := range p.idle {
-			_ = a.Release(context.WithoutCancel(ctx), m.r)
-		}
+		p.releaseIdle(ctx)
 		return nil, ErrClosed
 	}
 	a.pools = append(a.pools, p)
 	a.mu.Unlock()
 	go p.work() //nolint:contextcheck // the pool outlives NewPool's context; Close stops it
 	return p, nil
+}
+
+// releaseIdle releases the idle members of a pool that NewPool gives up on,
+// within Config.Timeout whatever became of ctx.
+func (p *Pool) releaseIdle(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.a.cfg.Timeout)
+	defer cancel()
+	for _, m := range p.idle {
+		_ = p.a.release(ctx, m.r, p.via, false) // reaping covers a failure
+	}
 }
 
 // setSpec validates spec and makes it current.
@@ -258,7 +265,7 @@ func (p *Pool) allocate(ctx context.Context) (*member, error) {
 		return nil, err
 	}
 	defer cancel()
-	r, err := p.a.allocateIn(ctx, req, set)
+	r, err := p.a.allocateIn(ctx, req, set, p.via)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +280,9 @@ func (p *Pool) refillOne(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		_ = p.a.Release(context.WithoutCancel(ctx), m.r)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.a.cfg.Timeout)
+		defer cancel()
+		_ = p.a.release(rctx, m.r, p.via, false) // reaping covers a failure
 		return ErrClosed
 	}
 	p.idle = append(p.idle, m)
@@ -315,7 +324,8 @@ func (p *Pool) Take(ctx context.Context) (Reservation, error) {
 }
 
 // Return gives a taken member back. A member of an older revision, or one
-// beyond the pool's size, is released instead of kept.
+// beyond the pool's size, is released instead of kept; that release waits
+// at most Config.Timeout.
 func (p *Pool) Return(r Reservation) error {
 	p.mu.Lock()
 	m, ok := p.inUse[r]
@@ -331,7 +341,9 @@ func (p *Pool) Return(r Reservation) error {
 	p.mu.Unlock()
 	p.nudge()
 	if !keep {
-		return p.a.Release(context.Background(), r)
+		ctx, cancel := context.WithTimeout(context.Background(), p.a.cfg.Timeout)
+		defer cancel()
+		return p.a.release(ctx, r, p.via, false)
 	}
 	return nil
 }
@@ -529,7 +541,7 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 	var errs []error
 	for _, m := range out {
 		info.Replaced = append(info.Replaced, m.r.Port)
-		_ = p.a.Release(ctx, m.r) // reaping covers a failed release
+		_ = p.a.release(ctx, m.r, p.via, false) // reaping covers a failed release
 		nm, err := p.allocate(ctx)
 		p.mu.Lock()
 		p.replacing--
@@ -553,8 +565,17 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 
 // Close stops the background work and releases every idle member. Members
 // in use stay reserved until returned (Return then releases them) or until
-// the Allocator closes.
+// the Allocator closes. It takes at most Config.Timeout.
 func (p *Pool) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), p.a.cfg.Timeout)
+	defer cancel()
+	return p.close(ctx)
+}
+
+// close is Close within ctx: it waits for the background work to stop and
+// releases the idle members until ctx is done. A worker still busy then
+// stops on its own, since stopping cancels what it waits for.
+func (p *Pool) close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -568,13 +589,19 @@ func (p *Pool) Close() error {
 	case <-p.done:
 	default:
 		close(p.stop)
-		<-p.done
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+		}
 	}
 	var errs []error
 	for _, m := range idle {
-		if err := p.a.Release(context.Background(), m.r); err != nil {
+		if err := p.a.release(ctx, m.r, p.via, false); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if ctx.Err() != nil {
+		errs = append(errs, fmt.Errorf("portalloc: close pool %q: %w", p.name, ctx.Err()))
 	}
 	return errors.Join(errs...)
 }

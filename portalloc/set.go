@@ -327,6 +327,7 @@ type Set struct {
 	Name    string
 	members []*Member
 	a       *Allocator
+	via     string // the set's name for its holds (see refs)
 	// held are the reservations the set still holds, by label.
 	held map[string]Reservation
 }
@@ -368,8 +369,13 @@ func label(set, group string, member int, port string) string {
 }
 
 // AllocateSet reserves every port of spec, or none: when one cannot be had,
-// those taken so far are released. Allocating a spec again from the same
-// process returns the ports the process already holds for it.
+// the holds taken so far are dropped, and rows this call created are
+// released. Rows that existed before the call (a fixed port this process
+// had already reserved, or the ports of an earlier allocation of the same
+// spec) are never released by a failed AllocateSet. Allocating a spec again
+// from the same process returns the ports the process already holds for it,
+// each with a hold of the new Set: a row stays reserved until every Set,
+// Allocator and pool of the process that holds it has released it.
 func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -377,12 +383,19 @@ func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error)
 	if need := spec.dynamicPorts(); need > a.set.Len() {
 		return nil, &SpecError{Field: "groups", Reason: fmt.Sprintf("the set needs %d ports from the range and %s has %d to hand out", need, a.cfg.Range, a.set.Len())}
 	}
-	existing, err := a.ownByLabel(ctx, spec.Name+"/")
+	existing, before, err := a.ownRows(ctx, spec.Name+"/")
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{Name: spec.Name, a: a, held: map[string]Reservation{}}
-	var taken []Reservation // new in this call: released if a later one fails
+	via := fmt.Sprintf("set %q", spec.Name)
+	s := &Set{Name: spec.Name, a: a, via: via, held: map[string]Reservation{}}
+	// taken are the holds of this call, dropped if a later port fails;
+	// existed says the row was there before the call and must stay.
+	type hold struct {
+		r       Reservation
+		existed bool
+	}
+	var taken []hold
 	obtain := func(g GroupSpec, p PortSpec, member int) (Reservation, error) {
 		req := Request{Protocol: p.Protocol, Address: p.Address, Label: label(spec.Name, g.Name, member, p.Name), Sticky: p.Sticky}
 		if req.Protocol == "" {
@@ -392,25 +405,26 @@ func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error)
 			req.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 		}
 		if r, ok := existing[req.Label]; ok && r.Protocol == req.Protocol && r.Address == req.Address.Unmap() && (p.Port == 0 || r.Port == p.Port) {
-			return a.track(r)
+			r, err := a.adopt(ctx, r, via)
+			if err == nil {
+				taken = append(taken, hold{r, true})
+			}
+			return r, err
 		}
-		var (
-			r   Reservation
-			err error
-		)
-		if p.Port != 0 {
-			r, err = a.Reserve(ctx, req, p.Port)
-		} else {
-			r, err = a.Allocate(ctx, req)
-		}
+		r, err := a.obtain(ctx, req, p.Port, via)
 		if err == nil {
-			taken = append(taken, r)
+			// A scan only ever creates rows; Reserve may return one this
+			// process had, which stays (when unsure, it is kept).
+			existed := p.Port != 0 && (before == nil || before[keyOf(r)])
+			taken = append(taken, hold{r, existed})
 		}
 		return r, err
 	}
 	fail := func(err error) (*Set, error) {
-		for _, r := range taken {
-			_ = a.Release(context.WithoutCancel(ctx), r) // for logging only: reaping covers a failure
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+		defer cancel()
+		for _, h := range taken {
+			_ = a.release(rctx, h.r, via, h.existed) // for logging only: reaping covers a failure
 		}
 		return nil, fmt.Errorf("portalloc: allocate set %q: %w", spec.Name, err)
 	}
@@ -463,46 +477,71 @@ func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error)
 	return s, nil
 }
 
-// ownByLabel returns this process's reservations whose label starts with
+// obtain reserves port for req, or allocates one when port is 0, with the
+// hold taken by via.
+func (a *Allocator) obtain(ctx context.Context, req Request, port uint16, via string) (r Reservation, err error) {
+	defer func() { a.ctr.count(port != 0, err) }()
+	ctx, cancel, req, err := a.begin(ctx, req)
+	if err != nil {
+		return Reservation{}, err
+	}
+	defer cancel()
+	if port != 0 {
+		return a.reserve(ctx, req, port, via)
+	}
+	return a.allocate(ctx, req, a.set, probeFunc(req), via)
+}
+
+// ownRows returns this process's reservations whose label starts with
 // prefix, from the store (so a new Allocator finds what an earlier one of
-// the same process holds) or, in the MRU backend, from this Allocator.
-func (a *Allocator) ownByLabel(ctx context.Context, prefix string) (map[string]Reservation, error) {
+// the same process holds) or, in the MRU backend, from this Allocator; and
+// the keys of every row this process has in the store, or nil when they
+// could not be read.
+func (a *Allocator) ownRows(ctx context.Context, prefix string) (map[string]Reservation, map[heldKey]bool, error) {
 	out := map[string]Reservation{}
-	if a.fellBack.Load() || a.store == nil {
+	s := a.db()
+	if a.fb.active.Load() || s == nil {
 		for _, r := range a.Held() {
 			if strings.HasPrefix(r.Label, prefix) {
 				out[r.Label] = r
 			}
 		}
-		return out, nil
+		return out, nil, nil
 	}
 	self, err := statestore.Self()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rows, err := a.store.List(ctx, statestore.Filter{OwnerPID: self.PID})
+	rows, err := s.List(ctx, statestore.Filter{OwnerPID: self.PID})
 	if err != nil {
-		if a.cfg.Mode == ModeStateStore {
-			return nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
+		if a.cfg.Mode == ModeStateStore || isTransient(err) {
+			return nil, nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
 		}
-		return out, nil // the allocations below fall back, and find nothing to reuse
+		return out, nil, nil // the allocations below fall back, and find nothing to reuse
 	}
+	before := map[heldKey]bool{}
 	for _, r := range rows {
-		if r.Owner.Same(self) && strings.HasPrefix(r.Label, prefix) {
-			out[r.Label] = Reservation{Protocol: Protocol(r.Protocol), Address: r.Addr, Port: r.Port, Label: r.Label, Backend: BackendStateStore}
+		if !r.Owner.Same(self) {
+			continue
+		}
+		res := Reservation{Protocol: Protocol(r.Protocol), Address: r.Addr, Port: r.Port, Label: r.Label, Backend: BackendStateStore}
+		before[keyOf(res)] = true
+		if strings.HasPrefix(r.Label, prefix) {
+			out[r.Label] = res
 		}
 	}
-	return out, nil
+	return out, before, nil
 }
 
 // Release releases every port the set still holds, on whichever backend
-// served it. It is a no-op (nil) when there is nothing left, and a row that
-// is already gone is not an error; other errors are for logging, since
-// reaping covers what a failed release leaves behind.
+// served it: it drops the set's hold, and a row no other holder of the
+// process holds is deleted. It is a no-op (nil) when there is nothing left,
+// and a row that is already gone is not an error; other errors are for
+// logging, since reaping covers what a failed release leaves behind.
 func (s *Set) Release(ctx context.Context) error {
 	var errs []error
 	for l, r := range s.held {
-		if err := s.a.Release(ctx, r); err != nil && !errors.Is(err, statestore.ErrNotFound) && !errors.Is(err, ErrClosed) {
+		if err := s.a.release(ctx, r, s.via, false); err != nil && !errors.Is(err, statestore.ErrNotFound) && !errors.Is(err, ErrClosed) {
 			errs = append(errs, err)
 		}
 		delete(s.held, l)
@@ -513,7 +552,8 @@ func (s *Set) Release(ctx context.Context) error {
 // Transfer hands m's member-scoped ports to the running process pid, the
 // child the caller started for m, so they stay reserved exactly as long as
 // it runs, even if the caller dies first. Group-scoped ports are shared by
-// all members and stay with the caller.
+// all members and stay with the caller. Like Allocator.Transfer it refuses
+// a port that something else in this process holds too.
 func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
 	for name, r := range m.Ports {
 		if m.Scopes[name] != ScopeMember {
@@ -522,7 +562,7 @@ func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
 		if _, ok := s.held[r.Label]; !ok {
 			continue // already handed over
 		}
-		if err := s.a.Transfer(ctx, r, pid); err != nil {
+		if err := s.a.transfer(ctx, r, pid, s.via); err != nil {
 			return err
 		}
 		delete(s.held, r.Label)

@@ -99,8 +99,15 @@ func TestAllocateSet(t *testing.T) {
 	if err := set.Release(ctx); err != nil {
 		t.Errorf("second Release = %v; want nil", err)
 	}
+	// again and other hold the rows too: they stay until the last lets go.
+	if got := rowsLabelled(t, a.Config().StateDir, "dev/"); len(got) != 5 {
+		t.Errorf("rows after one of three holding sets released: %v; want all 5", got)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Errorf("Release of again = %v", err)
+	}
 	if err := other.Release(ctx); err != nil {
-		t.Errorf("Release of rows already gone = %v; want nil", err)
+		t.Errorf("Release of the last holder = %v; want nil", err)
 	}
 	if got := rowsLabelled(t, a.Config().StateDir, "dev/"); len(got) != 0 {
 		t.Errorf("rows after Release: %v", got)

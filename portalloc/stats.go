@@ -34,8 +34,15 @@ type Stats struct {
 	ProbeFailures int64
 	// Reaped counts rows of exited owners this Allocator's store deleted.
 	Reaped int64
-	// Fallbacks counts switches to the MRU backend (0 or 1).
+	// Fallbacks counts switches from the state store to the MRU backend.
+	// After a fallback the Allocator tries the store again every
+	// StoreRetryInterval, so a store that heals and fails again counts
+	// again.
 	Fallbacks int64
+	// Blind counts ports the MRU backend handed out while the state store
+	// could not even be read, so without skipping the ports it holds: such
+	// a port may be one another process has reserved.
+	Blind int64
 }
 
 // counters are the Allocator's own counts; the store keeps the rest.
@@ -43,6 +50,7 @@ type counters struct {
 	alloc, allocErr  ScopeCounts // updated atomically
 	mruProbeFailures atomic.Int64
 	fallbacks        atomic.Int64
+	blind            atomic.Int64
 }
 
 func (c *counters) count(static bool, err error) {
@@ -79,9 +87,10 @@ func (a *Allocator) Stats() Stats {
 		},
 		ProbeFailures: a.ctr.mruProbeFailures.Load(),
 		Fallbacks:     a.ctr.fallbacks.Load(),
+		Blind:         a.ctr.blind.Load(),
 	}
-	if a.store != nil {
-		ss := a.store.Stats()
+	if s := a.db(); s != nil {
+		ss := s.Stats()
 		st.ProbeFailures += ss.ProbeFailures
 		st.Reaped = ss.Reaped
 	}
@@ -104,11 +113,12 @@ type Usage struct {
 // Stats it queries the store; in the MRU backend it reports only Ports.
 func (a *Allocator) Usage(ctx context.Context) (Usage, error) {
 	u := Usage{Ports: a.set.Len()}
-	if a.store == nil || a.fellBack.Load() {
+	s := a.db()
+	if s == nil || a.fb.active.Load() {
 		u.Available = u.Ports
 		return u, nil
 	}
-	ports, err := a.store.ReservedPorts(ctx, a.cfg.Range.First, a.cfg.Range.Last)
+	ports, err := s.ReservedPorts(ctx, a.cfg.Range.First, a.cfg.Range.Last)
 	if err != nil {
 		return Usage{}, fmt.Errorf("portalloc: usage: %w", err)
 	}

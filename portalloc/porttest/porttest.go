@@ -12,6 +12,12 @@
 // The Allocator behind the helpers is opened on first use and closed when
 // the last test using it has finished, so goroutine-leak checks such as
 // goleak.VerifyTestMain find nothing of it.
+//
+// When berth falls back to its MRU file (the state store cannot be used; see
+// package portalloc), a port is only remembered, not reserved, and another
+// test binary may be given it too. Each test that gets such a port says so
+// through t.Log, with the cause; set BERTH_MODE=statestore to make the
+// fallback fail the test instead.
 package porttest
 
 import (
@@ -28,7 +34,30 @@ var (
 	mu    sync.Mutex // guards alloc and users
 	alloc *portalloc.Allocator
 	users int
+
+	warned sync.Map // testing.TB -> true: tests told of a fallback
 )
+
+// noteBackend tells tb, once per test, that r comes from the MRU file.
+func noteBackend(tb testing.TB, a *portalloc.Allocator, r portalloc.Reservation) {
+	tb.Helper()
+	if r.Backend != portalloc.BackendMRU {
+		return
+	}
+	if _, dup := warned.LoadOrStore(tb, true); dup {
+		return
+	}
+	tb.Cleanup(func() { warned.Delete(tb) })
+	why := "BERTH_MODE=mru"
+	if cause := a.FallbackCause(); cause != nil {
+		why = "the state store is unavailable: " + cause.Error()
+	}
+	blind := "it still skips the ports the store holds"
+	if a.Stats().Blind > 0 {
+		blind = "the store cannot even be read, so ports it holds are not skipped"
+	}
+	tb.Logf("porttest: %s comes from berth's MRU file (%s); it is remembered, not reserved, so another test binary may be given it too (%s). Run berth doctor; BERTH_MODE=statestore makes this fail instead.", r, why, blind)
+}
 
 // allocator returns the shared Allocator and keeps it open until tb ends.
 func allocator(tb testing.TB) *portalloc.Allocator {
@@ -67,6 +96,7 @@ func get(tb testing.TB, protocol portalloc.Protocol, n int) []uint16 {
 		if err != nil {
 			tb.Fatalf("porttest: no free %s port for %s: %v", protocol, tb.Name(), err)
 		}
+		noteBackend(tb, a, r)
 		tb.Cleanup(func() { _ = a.Release(context.Background(), r) })
 		ports = append(ports, r.Port)
 	}
@@ -111,6 +141,7 @@ func Listener(tb testing.TB) net.Listener {
 	if err != nil {
 		tb.Fatalf("porttest: no free TCP port for %s: %v", tb.Name(), err)
 	}
+	noteBackend(tb, a, r)
 	tb.Cleanup(func() {
 		_ = ln.Close()
 		_ = a.Release(context.Background(), r)
@@ -127,6 +158,11 @@ func Set(tb testing.TB, spec portalloc.SetSpec) *portalloc.Set {
 	s, err := a.AllocateSet(context.Background(), spec)
 	if err != nil {
 		tb.Fatalf("porttest: cannot allocate set for %s: %v", tb.Name(), err)
+	}
+	for _, m := range s.Members() {
+		for _, r := range m.Ports {
+			noteBackend(tb, a, r)
+		}
 	}
 	tb.Cleanup(func() { _ = s.Release(context.Background()) })
 	return s

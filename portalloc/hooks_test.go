@@ -1,0 +1,10 @@
+package portalloc
+
+import "time"
+
+// SetStoreRetryInterval makes Allocators that fell back try the state store
+// again after d instead of StoreRetryInterval, until restore is called.
+func SetStoreRetryInterval(d time.Duration) (restore func()) {
+	old := storeRetryEvery.Swap(int64(d))
+	return func() { storeRetryEvery.Store(old) }
+}

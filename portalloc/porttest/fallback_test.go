@@ -1,0 +1,71 @@
+package porttest_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/porttest"
+)
+
+// logRecorder is a testing.TB that also keeps what is logged through it.
+type logRecorder struct {
+	testing.TB
+	mu   sync.Mutex
+	logs []string
+}
+
+func (r *logRecorder) Logf(format string, args ...any) {
+	r.TB.Helper()
+	r.mu.Lock()
+	r.logs = append(r.logs, fmt.Sprintf(format, args...))
+	r.mu.Unlock()
+	r.TB.Logf(format, args...)
+}
+
+func (r *logRecorder) Helper() {}
+
+func (r *logRecorder) logged(phrase string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.logs {
+		if strings.Contains(l, phrase) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFallbackIsLogged: when the state store cannot be used, a test that
+// gets a port from the MRU file is told so through its log, once, with the
+// cause.
+func TestFallbackIsLogged(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, portalloc.DatabaseFile), 0o700); err != nil {
+		t.Fatal(err) // a directory where the database should be
+	}
+	t.Setenv(portalloc.EnvStateDir, dir)
+	t.Setenv(portalloc.EnvMode, string(portalloc.ModeStateStoreWithFallback))
+	var rec *logRecorder
+	t.Run("inner", func(t *testing.T) {
+		rec = &logRecorder{TB: t}
+		porttest.Ports(rec, 2)
+		porttest.Port(rec)
+	})
+	if !rec.logged("comes from berth's MRU file") || !rec.logged("is a directory") {
+		t.Fatalf("the test's log = %q; want the fallback to the MRU file, with its cause", rec.logs)
+	}
+	n := 0
+	for _, l := range rec.logs {
+		if strings.HasPrefix(l, "porttest:") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the fallback was logged %d times in one test; want once: %q", n, rec.logs)
+	}
+}
