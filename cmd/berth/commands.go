@@ -99,12 +99,22 @@ func parsePort(what, s string) (uint16, error) {
 func dbPath(e *env) string { return filepath.Join(e.cfg.StateDir, portalloc.DatabaseFile) }
 
 // openStore opens the state store for reading or changing rows. It returns
-// nil and no error when there is no store yet.
+// nil and no error when there is no store yet. Its waits for a store that
+// another process keeps locked end with --timeout.
 func openStore(ctx context.Context, e *env) (*statestore.Store, error) {
 	if _, err := os.Stat(dbPath(e)); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	return statestore.Open(ctx, dbPath(e), statestore.Options{SweepInterval: -1})
+	return statestore.Open(ctx, dbPath(e), statestore.Options{SweepInterval: -1, BusyTimeout: e.cfg.Timeout, Logger: e.cfg.Logger})
+}
+
+// fallbackHint follows the warning the Allocator logged when it fell back:
+// what to run, and how to make it an error.
+func fallbackHint(e *env, a *portalloc.Allocator) {
+	if a.FallbackCause() == nil && a.Stats().Fallbacks == 0 {
+		return
+	}
+	fmt.Fprintf(e.stderr, "berth %s: warning: ports handed out from the MRU file are only remembered there, not reserved: another program may be given them too. Run 'berth doctor' for the cause and what to do; --strict (or BERTH_MODE=statestore) makes this an error.\n", e.name)
 }
 
 // owner returns the identity of --owner-pid, or of berth's parent process.
@@ -198,6 +208,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer func() { _ = a.Close() }() // releases whatever was not handed over
+	defer fallbackHint(e, a)
 	var rs []portalloc.Reservation
 	for range flagCount {
 		r, err := a.Allocate(ctx, req)
@@ -225,6 +236,7 @@ func runReserve(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer func() { _ = a.Close() }()
+	defer fallbackHint(e, a)
 	r, err := a.Reserve(ctx, req, port)
 	var ce *portalloc.ConflictError
 	if errors.As(err, &ce) && ce.HolderPID == own.PID && ce.HolderAddress == req.Address {
@@ -448,6 +460,9 @@ func runDoctor(ctx context.Context, e *env, args []string) error {
 	a, err := portalloc.New(ctx, e.cfg)
 	if err != nil {
 		line("mode", "%s: cannot serve: %v", modeOf(e.cfg), err)
+		if errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
+			line("to fix", "another process keeps the state store locked; berth waits for it (up to --timeout, now %v) rather than fall back. Stop or wait for that process", e.cfg.Timeout)
+		}
 		_ = tw.Flush()
 		return err
 	}
@@ -458,6 +473,12 @@ func runDoctor(ctx context.Context, e *env, args []string) error {
 		line("mode", "mru: the MRU file %s, as configured", filepath.Join(cfg.StateDir, portalloc.MRUFile))
 	case cause != nil:
 		line("mode", "%s: serving from the MRU file because the state store failed: %v", cfg.Mode, cause)
+		if held, err := statestore.ReadHeld(ctx, dbPath(e)); err != nil {
+			line("fallback", "ports from the MRU file are only remembered, not reserved, and the database cannot be read either (%v): the MRU file serves blind and may hand out ports other processes have reserved", err)
+		} else {
+			line("fallback", "ports from the MRU file are only remembered, not reserved; the database can still be read, so the %d reservations in it are skipped", held.Len())
+		}
+		line("to fix", "%s; berth goes back to the store by itself once it works. --strict or BERTH_MODE=statestore makes a fallback an error", fallbackAdvice(cause, dbPath(e)))
 	default:
 		line("mode", "%s: serving from the state store", cfg.Mode)
 	}
@@ -524,6 +545,18 @@ func runDoctor(ctx context.Context, e *env, args []string) error {
 		line("outside berth", "%d ports of the range are bound without a reservation: %v%s", len(outside), shown, more)
 	}
 	return tw.Flush()
+}
+
+// fallbackAdvice says what to do about the cause of a fallback.
+func fallbackAdvice(cause error, db string) string {
+	switch {
+	case errors.Is(cause, statestore.ErrSchemaTooNew):
+		return "a newer berth has upgraded " + db + ": upgrade this berth, or give it another state directory (--state-dir, BERTH_STATE_DIR)"
+	case errors.Is(cause, statestore.ErrDamaged):
+		return "move " + db + " aside (berth never overwrites it) to start a new store, or use another state directory (--state-dir, BERTH_STATE_DIR)"
+	default:
+		return "check that " + filepath.Dir(db) + " is writable and its file system not full"
+	}
 }
 
 func modeOf(cfg portalloc.Config) portalloc.Mode {

@@ -13,7 +13,15 @@
 // while that process runs and is reaped after it exits.
 //
 // Configuration comes from the BERTH_* variables of package portalloc and
-// the --state-dir, --range and --mode flags.
+// the --state-dir, --range, --mode, --strict and --timeout flags. Every
+// command gives up after --timeout (default $BERTH_TIMEOUT, else 30s),
+// including its waits for a state store that another process keeps locked;
+// a busy store is an error, never a reason to fall back.
+//
+// When the state store cannot be used, get and reserve hand out ports from
+// the MRU file instead and warn on standard error: such a port is only
+// remembered, not reserved. --strict (or BERTH_MODE=statestore) makes that
+// an error; berth doctor explains the cause and what to do.
 //
 // Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 port held or
 // range exhausted.
@@ -26,6 +34,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/berth-go/berth/portalloc"
 )
@@ -56,8 +68,9 @@ type command struct {
 
 // env is what every command runs with.
 type env struct {
+	name           string // the command's
 	stdout, stderr io.Writer
-	cfg            portalloc.Config
+	cfg            portalloc.Config // cfg.Timeout is --timeout
 	fs             *flag.FlagSet
 }
 
@@ -100,13 +113,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		topUsage(stderr)
 		return exitUsage
 	}
-	e := &env{stdout: stdout, stderr: stderr}
+	e := &env{name: c.name, stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("berth "+c.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var stateDir, rangeS, mode string
+	var (
+		stateDir, rangeS, mode string
+		strict                 bool
+		timeout                time.Duration
+	)
 	fs.StringVar(&stateDir, "state-dir", "", "state directory (default $BERTH_STATE_DIR, else the user cache dir/berth)")
 	fs.StringVar(&rangeS, "range", "", "port range FIRST-LAST for allocation (default $BERTH_PORT_RANGE, else 20000-32767)")
 	fs.StringVar(&mode, "mode", "", "statestore, statestore-with-fallback or mru (default $BERTH_MODE, else statestore-with-fallback)")
+	fs.BoolVar(&strict, "strict", false, "fail when the state store cannot be used instead of falling back to the MRU file (same as --mode statestore)")
+	fs.DurationVar(&timeout, "timeout", 0, "give up after this long, waits for a locked store included (default $BERTH_TIMEOUT, else 30s)")
 	if c.flags != nil {
 		c.flags(fs)
 	}
@@ -142,6 +161,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if mode != "" {
 		cfg.Mode = portalloc.Mode(mode)
 	}
+	if strict {
+		if mode != "" && cfg.Mode != portalloc.ModeStateStore {
+			fmt.Fprintf(stderr, "berth %s: --strict with --mode %s: --strict needs the state store; drop --mode or set it to statestore\n", c.name, mode)
+			return exitUsage
+		}
+		cfg.Mode = portalloc.ModeStateStore
+	}
+	switch {
+	case timeout < 0 || (timeout == 0 && flagSet(fs, "timeout")):
+		fmt.Fprintf(stderr, "berth %s: --timeout %v: want a positive duration such as 10s\n", c.name, timeout)
+		return exitUsage
+	case timeout > 0:
+		cfg.Timeout = timeout
+	case cfg.Timeout == 0:
+		cfg.Timeout = portalloc.DefaultTimeout
+	}
+	// Warnings (a fallback to the MRU file above all) go to stderr.
+	cfg.Logger = logr.New(&warnSink{w: stderr, prefix: "berth " + c.name + ": "})
 	if cfg.StateDir == "" {
 		if cfg.StateDir, err = portalloc.DefaultStateDir(); err != nil {
 			fmt.Fprintf(stderr, "berth %s: %v\n", c.name, err)
@@ -149,11 +186,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	e.cfg = cfg
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
 	err = c.run(ctx, e, pos)
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "berth %s: %v\n", c.name, err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		fmt.Fprintf(stderr, "berth %s: %v (gave up after --timeout %v)\n", c.name, err, cfg.Timeout)
+	} else {
+		fmt.Fprintf(stderr, "berth %s: %v\n", c.name, err)
+	}
 	var ue *usageError
 	switch {
 	case errors.As(err, &ue), errors.Is(err, portalloc.ErrInvalidRequest):
@@ -163,6 +206,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		return exitFailure
 	}
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// warnSink prints the Allocator's error-level log as warnings, one line
+// each, and drops the rest.
+type warnSink struct {
+	mu     sync.Mutex // guards writes to w
+	w      io.Writer
+	prefix string
+}
+
+func (s *warnSink) Init(logr.RuntimeInfo)          {}
+func (s *warnSink) Enabled(int) bool               { return false } // Info is not for the terminal
+func (s *warnSink) Info(int, string, ...any)       {}
+func (s *warnSink) WithValues(...any) logr.LogSink { return s }
+func (s *warnSink) WithName(string) logr.LogSink   { return s }
+func (s *warnSink) Error(err error, msg string, _ ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		msg += ": " + err.Error()
+	}
+	fmt.Fprintf(s.w, "%swarning: %s\n", s.prefix, msg)
 }
 
 // parseInterspersed parses flags that may come before or after the
