@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/statestore"
 )
 
 // The scripts in testdata/script run berth as a real program: testscript
@@ -57,6 +58,7 @@ func TestScripts(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("BERTH_STATE_DIR", env.WorkDir+"/state")
 			env.Setenv("NO_COLOR", "1")
+			env.Setenv("SCHEMA_VERSION", fmt.Sprint(statestore.SchemaVersion))
 			i, ok := block[filepath.Base(env.WorkDir)]
 			if !ok {
 				return fmt.Errorf("no block of ports for work directory %s", env.WorkDir)
