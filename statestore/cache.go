@@ -9,17 +9,31 @@ import (
 	"github.com/berth-go/berth/internal/netaddr"
 )
 
-// heldCache mirrors the table in memory so that a scan skips held ports
-// without a query each. It is exact inside a write transaction once fresh
-// has run: PRAGMA data_version changes exactly when another connection has
-// committed, and this connection's own writes are applied to it as they
-// happen. It is only ever a hint: a candidate it calls free is checked
-// against the table before it is granted.
+// heldCache is this connection's view of the table, by (protocol, port),
+// filled key by key as scans visit candidates, so that a scan skips held
+// ports without a query each. A key it knows is exact inside a write
+// transaction once fresh has run: PRAGMA data_version changes exactly when
+// another connection has committed, and the journal port_changes, which
+// triggers write in every transaction that changes a row, names the keys
+// whose rows changed; fresh forgets those keys, and the next visit reads
+// them again. Nothing ever reads the whole table, so what a call costs
+// follows the changes since the last call, not the size of the table.
+// This connection's own writes are applied as they happen. The view is
+// only ever a hint: a candidate it calls free is checked against the table
+// before it is granted.
 type heldCache struct {
 	valid   bool
-	version int64
-	rows    map[uint32][]Reservation // by cacheKey
+	behind  bool  // own writes whose rows are not applied: catch up from seq
+	version int64 // data_version when last brought up to date
+	seq     int64 // the journal entry up to which the view is exact
+	// rows holds the rows of every key the view knows, by cacheKey; a key
+	// with no rows is present with a nil slice.
+	rows map[uint32][]Reservation
 }
+
+// maxCatchUp is how many journal entries fresh applies key by key; beyond
+// it, forgetting every key is cheaper.
+const maxCatchUp = 4096
 
 func cacheKey(p Protocol, port uint16) uint32 {
 	k := uint32(port)
@@ -29,48 +43,102 @@ func cacheKey(p Protocol, port uint16) uint32 {
 	return k
 }
 
-// fresh brings the cache up to date. It must run inside a write transaction.
+// fresh brings the view up to date. It must run inside a write transaction.
 func (s *Store) fresh(ctx context.Context) error {
 	var v int64
 	if err := s.st.dataVersion.QueryRowContext(ctx).Scan(&v); err != nil {
 		return fmt.Errorf("read data version: %w", err)
 	}
 	c := &s.cache
-	if c.valid && c.version == v {
+	if c.valid && c.version == v && !c.behind {
 		return nil
 	}
-	c.valid = false
-	rows, err := s.st.all.QueryContext(ctx)
-	if err != nil {
-		return fmt.Errorf("load reservations: %w", err)
+	var first, last int64
+	if err := s.st.journalSpan.QueryRowContext(ctx).Scan(&first, &last); err != nil {
+		c.valid = false
+		return fmt.Errorf("read change journal: %w", err)
 	}
-	defer func() { _ = rows.Close() }()
-	m := make(map[uint32][]Reservation, max(len(c.rows), 64))
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
+	switch {
+	case c.valid && last == c.seq:
+	case c.valid && last > c.seq && first <= c.seq+1 && last-c.seq <= maxCatchUp:
+		if err := s.forgetChanged(ctx); err != nil {
+			c.valid = false
 			return err
 		}
-		k := cacheKey(r.Protocol, r.Port)
-		m[k] = append(m[k], r)
+	default:
+		// New, after a failed transaction, or too far behind: start empty.
+		c.rows = make(map[uint32][]Reservation, max(len(c.rows), 64))
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("load reservations: %w", err)
-	}
-	c.rows, c.version, c.valid = m, v, true
+	c.version, c.seq, c.valid, c.behind = v, last, true, false
 	return nil
 }
 
-// holders returns the cached rows that conflict with k.
-func (c *heldCache) holders(k Key) []Reservation {
-	rs := c.rows[cacheKey(k.Protocol, k.Port)]
-	var out []Reservation
-	for _, r := range rs {
+// forgetChanged drops the keys the journal names after the view's position.
+func (s *Store) forgetChanged(ctx context.Context) error {
+	rows, err := s.st.changes.QueryContext(ctx, s.cache.seq)
+	if err != nil {
+		return fmt.Errorf("read change journal: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var (
+			proto string
+			port  int64
+		)
+		if err := rows.Scan(&proto, &port); err != nil {
+			return fmt.Errorf("read change journal: %w", err)
+		}
+		if port >= 1 && port <= 65535 && Protocol(proto).valid() {
+			delete(s.cache.rows, cacheKey(Protocol(proto), uint16(port)))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read change journal: %w", err)
+	}
+	return nil
+}
+
+// holders returns the rows that conflict with k, from the view when it
+// knows k's port, else read from the table (inside the caller's
+// transaction) and remembered; fromTable says which.
+func (s *Store) holders(ctx context.Context, k Key) (out []Reservation, fromTable bool, err error) {
+	ck := cacheKey(k.Protocol, k.Port)
+	all, known := s.cache.rows[ck]
+	if !known {
+		if all, err = s.keyRows(ctx, k); err != nil {
+			return nil, false, err
+		}
+		if s.cache.valid {
+			s.cache.rows[ck] = all
+		}
+	}
+	for _, r := range all {
 		if netaddr.Conflicts(r.Addr, k.Addr) {
 			out = append(out, r)
 		}
 	}
-	return out
+	return out, !known, nil
+}
+
+// keyRows reads every row of one protocol and port.
+func (s *Store) keyRows(ctx context.Context, key Key) ([]Reservation, error) {
+	rows, err := s.st.conflicts.QueryContext(ctx, string(key.Protocol), int(key.Port))
+	if err != nil {
+		return nil, fmt.Errorf("load reservations of %s %d: %w", key.Protocol, key.Port, err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []Reservation
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load reservations of %s %d: %w", key.Protocol, key.Port, err)
+	}
+	return out, nil
 }
 
 func (c *heldCache) add(r Reservation) {
@@ -78,7 +146,9 @@ func (c *heldCache) add(r Reservation) {
 		return
 	}
 	k := cacheKey(r.Protocol, r.Port)
-	c.rows[k] = append(c.rows[k], r)
+	if rs, known := c.rows[k]; known {
+		c.rows[k] = append(rs, r)
+	}
 }
 
 func (c *heldCache) remove(key Key) {
@@ -86,23 +156,28 @@ func (c *heldCache) remove(key Key) {
 		return
 	}
 	k := cacheKey(key.Protocol, key.Port)
-	rs := c.rows[k]
+	rs, known := c.rows[k]
+	if !known {
+		return
+	}
 	for i, r := range rs {
 		if r.Addr == key.Addr {
 			rs = append(rs[:i:i], rs[i+1:]...)
 			break
 		}
 	}
-	if len(rs) == 0 {
-		delete(c.rows, k)
-	} else {
-		c.rows[k] = rs
-	}
+	c.rows[k] = rs
 }
 
-// invalidate drops the cache after a write whose effect on it is not known
-// row by row (bulk deletes, failed transactions).
+// invalidate drops the view after a failed transaction, whose effects on
+// it were applied and then rolled back.
 func (c *heldCache) invalidate() { c.valid = false }
+
+// stale marks the view behind a committed write of this connection whose
+// effect on it is not known row by row (bulk deletes, transfers): the next
+// fresh reads the journal even though data_version, which counts only
+// other connections' commits, has not moved.
+func (c *heldCache) stale() { c.behind = true }
 
 // scanRow reads one row in rowColumns order. A row that breaks the schema's
 // rules (possible only in a hand-edited file) is an error, never a panic.

@@ -57,7 +57,7 @@ func (s *Store) convertLegacyOwners(ctx context.Context) (converted, deleted int
 				converted += n
 			}
 		}
-		s.cache.invalidate()
+		s.cache.stale()
 		return nil
 	})
 	if err != nil {

@@ -5,7 +5,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"runtime"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -171,7 +174,20 @@ func TestOpenConvertsLegacyOwners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{"DELETE FROM schema_history WHERE version = 3", "UPDATE schema_migrations SET version = 2, dirty = 0"} {
+	// Undo every migration after 2 with its down file, newest first.
+	downs, _ := filepath.Glob("migrations/*.down.sql")
+	sort.Slice(downs, func(i, j int) bool { return atoi(filepath.Base(downs[i])) > atoi(filepath.Base(downs[j])) })
+	var qs []string
+	for _, f := range downs {
+		if v, _, _ := strings.Cut(filepath.Base(f), "_"); atoi(v) > 2 {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			qs = append(qs, string(b))
+		}
+	}
+	for _, q := range append(qs, "UPDATE schema_migrations SET version = 2, dirty = 0") {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)
 		}
@@ -187,4 +203,11 @@ func TestOpenConvertsLegacyOwners(t *testing.T) {
 	if len(rs) != 1 || rs[0].Port != 28101 || !rs[0].Owner.Same(want) {
 		t.Errorf("rows after Open = %+v; want only 28101, owned by %+v", rs, want)
 	}
+}
+
+// atoi reads the number a migration file's name starts with.
+func atoi(name string) int {
+	v, _, _ := strings.Cut(name, "_")
+	n, _ := strconv.Atoi(v)
+	return n
 }

@@ -123,7 +123,7 @@ type worker struct {
 	events *bufio.Scanner
 }
 
-func startWorker(t *testing.T, mode, db string, env ...string) *worker {
+func startWorker(t testing.TB, mode, db string, env ...string) *worker {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER="+mode, "BERTH_TEST_DB="+db)
@@ -157,7 +157,7 @@ func startWorker(t *testing.T, mode, db string, env ...string) *worker {
 
 // next returns the worker's next event; it fails the test when the worker
 // ends first.
-func (w *worker) next(t *testing.T) event {
+func (w *worker) next(t testing.TB) event {
 	t.Helper()
 	if !w.events.Scan() {
 		t.Fatalf("worker pid %d ended without an event (%v)", w.cmd.Process.Pid, w.events.Err())
@@ -170,7 +170,7 @@ func (w *worker) next(t *testing.T) event {
 }
 
 // until collects events up to and including the first of the given kind.
-func (w *worker) until(t *testing.T, kind string) []event {
+func (w *worker) until(t testing.TB, kind string) []event {
 	t.Helper()
 	var evs []event
 	for {
@@ -186,7 +186,7 @@ func (w *worker) until(t *testing.T, kind string) []event {
 }
 
 // kill SIGKILLs the worker and waits until the kernel has reaped it.
-func (w *worker) kill(t *testing.T) {
+func (w *worker) kill(t testing.TB) {
 	t.Helper()
 	if err := w.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)

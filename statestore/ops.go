@@ -40,7 +40,7 @@ func (s *Store) ReleaseOwner(ctx context.Context, own Owner) (int, error) {
 	} else if err := validOwner(own); err != nil {
 		return 0, err
 	}
-	n, err := s.exec(ctx, "release all of "+own.String(), func(int64) { s.cache.invalidate() }, s.st.deleteOwner, ownerArgs(own)...)
+	n, err := s.exec(ctx, "release all of "+own.String(), func(int64) { s.cache.stale() }, s.st.deleteOwner, ownerArgs(own)...)
 	return int(n), err
 }
 
@@ -61,7 +61,7 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 	packed, _ := netaddr.Pack(key.Addr)
 	args := append([]any{to.PID, to.Start, to.Scope, to.Name,
 		string(key.Protocol), int(key.Port), packed}, ownerArgs(from)...)
-	n, err := s.exec(ctx, "transfer "+key.String(), func(int64) { s.cache.invalidate() }, s.st.transfer, args...)
+	n, err := s.exec(ctx, "transfer "+key.String(), func(int64) { s.cache.stale() }, s.st.transfer, args...)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 			}
 			n++
 		}
-		s.cache.invalidate()
+		s.cache.stale()
 		return nil
 	})
 	if err != nil {
@@ -254,6 +254,9 @@ func (s *Store) sweep(every time.Duration) {
 		if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error(err, "background reaping sweep failed; it runs again", "in", every.String())
 		}
+		if err := s.pruneJournal(ctx); err != nil && ctx.Err() == nil {
+			s.log.V(1).Info("pruning the change journal failed; it runs again", "in", every.String(), "error", err.Error())
+		}
 		t.Reset(every)
 	}
 }
@@ -294,4 +297,15 @@ func (s *Store) ReservedPorts(ctx context.Context, first, last uint16) ([]uint16
 		return nil, storageErr("list ports", err)
 	}
 	return out, nil
+}
+
+// journalKeep is how many entries of the change journal pruning keeps: a
+// view that falls further behind (a Store idle through that many changes)
+// reads the whole table once.
+const journalKeep = 20000
+
+// pruneJournal deletes all but the newest journalKeep journal entries.
+func (s *Store) pruneJournal(ctx context.Context) error {
+	_, err := s.exec(ctx, "prune the change journal", nil, s.st.pruneJournal, journalKeep)
+	return err
 }

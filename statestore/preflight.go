@@ -20,6 +20,7 @@ var ourTables = map[string]bool{
 	"port_allocations":  true,
 	"schema_history":    true,
 	"sticky_ports":      true,
+	"port_changes":      true,
 	"schema_migrations": true, // golang-migrate's version table
 }
 

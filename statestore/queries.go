@@ -40,6 +40,16 @@ const (
 
 	qAll = "SELECT " + rowColumns + " FROM port_allocations"
 
+	// The change journal (see heldCache): its span, and the keys changed
+	// after a position, oldest first.
+	// Two subqueries: SQLite reads min() or max() of a key from one end of
+	// its B-tree only when the aggregate stands alone.
+	qJournalSpan = "SELECT coalesce((SELECT min(seq) FROM port_changes), 0), coalesce((SELECT max(seq) FROM port_changes), 0)"
+	qChanges     = "SELECT protocol, port FROM port_changes WHERE seq > ? ORDER BY seq"
+	// qPruneJournal keeps the newest journalKeep entries; a view further
+	// behind reads the whole table once.
+	qPruneJournal = "DELETE FROM port_changes WHERE seq <= (SELECT max(seq) FROM port_changes) - ?"
+
 	qOwners = "SELECT DISTINCT owner_pid, owner_start, owner_scope FROM port_allocations"
 
 	qRemember = "INSERT INTO sticky_ports (label, protocol, port, updated_at) VALUES (?, ?, ?, ?)" +
@@ -52,6 +62,7 @@ type statements struct {
 	conflicts, insert, deleteKey         *sql.Stmt
 	deleteOwned, deleteOwner, transfer   *sql.Stmt
 	all, remember, recall                *sql.Stmt
+	journalSpan, changes, pruneJournal   *sql.Stmt
 }
 
 func (st *statements) prepare(ctx context.Context, conn *sql.Conn) error {
@@ -65,6 +76,7 @@ func (st *statements) prepare(ctx context.Context, conn *sql.Conn) error {
 		{&st.deleteOwned, qDeleteOwned}, {&st.deleteOwner, qDeleteOwner},
 		{&st.transfer, qTransfer}, {&st.all, qAll},
 		{&st.remember, qRemember}, {&st.recall, qRecall},
+		{&st.journalSpan, qJournalSpan}, {&st.changes, qChanges}, {&st.pruneJournal, qPruneJournal},
 	} {
 		s, err := conn.PrepareContext(ctx, p.q) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
 
@@ -81,7 +93,7 @@ func (st *statements) close() error {
 	for _, s := range []*sql.Stmt{
 		st.begin, st.commit, st.rollback, st.dataVersion, st.conflicts, st.insert,
 		st.deleteKey, st.deleteOwned, st.deleteOwner, st.transfer, st.all,
-		st.remember, st.recall,
+		st.remember, st.recall, st.journalSpan, st.changes, st.pruneJournal,
 	} {
 		if s != nil {
 			errs = append(errs, s.Close())

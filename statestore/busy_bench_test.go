@@ -1,0 +1,113 @@
+package statestore_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/berth-go/berth/internal/netaddr"
+	"github.com/berth-go/berth/statestore"
+)
+
+func init() {
+	// churn reserves and releases one port after another until stdin
+	// closes: the other writer of a busy store.
+	extraWorkers["churn"] = func(ctx context.Context, db string, out *json.Encoder, _ func()) error {
+		s, err := statestore.Open(ctx, db, statestore.Options{SweepInterval: -1})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		stop := make(chan struct{})
+		go func() { _, _ = os.Stdin.Read(make([]byte, 1)); close(stop) }()
+		_ = out.Encode(event{Event: "ready"})
+		addr := netip.MustParseAddr("127.0.0.9")
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return nil
+			default:
+			}
+			key := statestore.Key{Protocol: statestore.TCP, Addr: addr, Port: uint16(50000 + i%1000)}
+			if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+				return err
+			}
+			if err := s.Release(ctx, key, statestore.Owner{}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// BenchmarkBusyStore is one Scan and Release of a port of a 2,000-port
+// range while another process commits one reservation after another, with
+// 0 to 100,000 rows of an idle live process in the table (UDP rows, out of
+// the scan's way: what they cost is only keeping the in-memory view exact).
+// The cost must not grow with the rows.
+func BenchmarkBusyStore(b *testing.B) {
+	for _, rows := range []int{0, 1000, 10000, 100000} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			ctx := context.Background()
+			s, path := open(b)
+			idle := exec.Command("sleep", "3600")
+			if err := idle.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = idle.Process.Kill(); _ = idle.Wait() })
+			o, err := statestore.LookupOwner(ctx, idle.Process.Pid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fillUDP(b, path, rows, o)
+			w := startWorker(b, "churn", path)
+			w.until(b, "ready")
+			port := 0
+			next := func() (uint16, bool) { port = (port + 1 + rand.IntN(7)) % 2000; return uint16(20000 + port), true }
+			b.ResetTimer()
+			for b.Loop() {
+				r, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: next})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Release(ctx, r.Key, statestore.Owner{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// fillUDP inserts n rows on udp ports of 127.0.0.2 and 127.0.0.3 owned by o.
+func fillUDP(b *testing.B, path string, n int, o statestore.Owner) {
+	b.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := db.Begin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stmt, err := tx.Prepare(`INSERT INTO port_allocations (protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at)
+		VALUES ('udp', ?, ?, ?, ?, ?, 'idle', '', 'dynamic', 0)`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stmt.Close()
+	for i := range n {
+		addr, _ := netaddr.Pack(netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i/65535)}))
+		if _, err := stmt.Exec(1+i%65535, addr, o.PID, o.Start, o.Scope); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+}
