@@ -254,6 +254,9 @@ func (s *Store) sweep(every time.Duration) {
 		if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error(err, "background reaping sweep failed; it runs again", "in", every.String())
 		}
+		if err := s.pruneSticky(ctx); err != nil && ctx.Err() == nil {
+			s.log.V(1).Info("forgetting old sticky ports failed; it runs again", "in", every.String(), "error", err.Error())
+		}
 		if err := s.pruneJournal(ctx); err != nil && ctx.Err() == nil {
 			s.log.V(1).Info("pruning the change journal failed; it runs again", "in", every.String(), "error", err.Error())
 		}

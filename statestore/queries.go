@@ -55,6 +55,9 @@ const (
 	qRemember = "INSERT INTO sticky_ports (label, protocol, port, updated_at) VALUES (?, ?, ?, ?)" +
 		" ON CONFLICT (label, protocol) DO UPDATE SET port = excluded.port, updated_at = excluded.updated_at"
 	qRecall = "SELECT port FROM sticky_ports WHERE label = ? AND protocol = ?"
+	// qPruneSticky keeps the ? most recently remembered sticky ports.
+	qPruneSticky = "DELETE FROM sticky_ports WHERE (label, protocol) IN" +
+		" (SELECT label, protocol FROM sticky_ports ORDER BY updated_at DESC LIMIT -1 OFFSET ?)"
 )
 
 type statements struct {
@@ -63,6 +66,7 @@ type statements struct {
 	deleteOwned, deleteOwner, transfer   *sql.Stmt
 	all, remember, recall                *sql.Stmt
 	journalSpan, changes, pruneJournal   *sql.Stmt
+	pruneSticky                          *sql.Stmt
 }
 
 func (st *statements) prepare(ctx context.Context, conn *sql.Conn) error {
@@ -77,6 +81,7 @@ func (st *statements) prepare(ctx context.Context, conn *sql.Conn) error {
 		{&st.transfer, qTransfer}, {&st.all, qAll},
 		{&st.remember, qRemember}, {&st.recall, qRecall},
 		{&st.journalSpan, qJournalSpan}, {&st.changes, qChanges}, {&st.pruneJournal, qPruneJournal},
+		{&st.pruneSticky, qPruneSticky},
 	} {
 		s, err := conn.PrepareContext(ctx, p.q) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
 
@@ -93,7 +98,7 @@ func (st *statements) close() error {
 	for _, s := range []*sql.Stmt{
 		st.begin, st.commit, st.rollback, st.dataVersion, st.conflicts, st.insert,
 		st.deleteKey, st.deleteOwned, st.deleteOwner, st.transfer, st.all,
-		st.remember, st.recall, st.journalSpan, st.changes, st.pruneJournal,
+		st.remember, st.recall, st.journalSpan, st.changes, st.pruneJournal, st.pruneSticky,
 	} {
 		if s != nil {
 			errs = append(errs, s.Close())

@@ -40,6 +40,9 @@ func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
 	if err != nil {
 		return Reservation{}, err
 	}
+	if err := CheckLabel(req.Label); err != nil {
+		return Reservation{}, err
+	}
 	var res Reservation
 	err = s.write(ctx, "reserve "+key.String(), func(tctx context.Context) error {
 		rows, err := s.conflictRows(tctx, key)
@@ -99,6 +102,9 @@ func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) 
 	}
 	key, own, kind, err := s.validate(Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, Dynamic)
 	if err != nil {
+		return Reservation{}, err
+	}
+	if err := CheckLabel(req.Label); err != nil {
 		return Reservation{}, err
 	}
 	batch := req.Batch

@@ -12,6 +12,9 @@ func (s *Store) Remember(ctx context.Context, label string, protocol Protocol, p
 	if label == "" {
 		return &FieldError{Field: "label", Value: "", Want: "a non-empty label to remember the port under"}
 	}
+	if err := CheckLabel(label); err != nil {
+		return err
+	}
 	if !protocol.valid() {
 		return &FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`}
 	}
@@ -19,6 +22,30 @@ func (s *Store) Remember(ctx context.Context, label string, protocol Protocol, p
 		return &FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535"}
 	}
 	_, err := s.exec(ctx, "remember "+label, nil, s.st.remember, label, string(protocol), int(port), s.now().UnixNano())
+	if err != nil {
+		return err
+	}
+	// Forget the least recently remembered labels beyond MaxSticky now and
+	// then (counting them reads the table); the sweep does it too.
+	if s.remembered.Add(1)%pruneStickyEvery == 0 {
+		return s.pruneSticky(ctx)
+	}
+	return nil
+}
+
+// MaxSticky is how many (label, protocol) pairs the store remembers ports
+// for. Beyond it, the least recently remembered are forgotten: their next
+// sticky request gets any free port.
+const MaxSticky = 10000
+
+// pruneStickyEvery is how many Remember calls of a Store pass between two
+// prunes.
+const pruneStickyEvery = 256
+
+// pruneSticky forgets the least recently remembered sticky ports beyond
+// MaxSticky.
+func (s *Store) pruneSticky(ctx context.Context) error {
+	_, err := s.exec(ctx, "forget old sticky ports", nil, s.st.pruneSticky, MaxSticky)
 	return err
 }
 

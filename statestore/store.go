@@ -86,6 +86,7 @@ type Store struct {
 	stop   chan struct{}  // closed by Close to end the background goroutines
 	wg     sync.WaitGroup // the sweep and the checkpointer
 
+	remembered    atomic.Int64 // Remember calls, to prune sticky ports now and then
 	reaped        atomic.Int64
 	probeFailures atomic.Int64
 }
