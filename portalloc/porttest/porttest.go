@@ -9,9 +9,12 @@
 //		...
 //	}
 //
-// The Allocator behind the helpers is opened on first use and closed when
-// the last test using it has finished, so goroutine-leak checks such as
-// goleak.VerifyTestMain find nothing of it.
+// The Allocator behind the helpers is opened on first use and kept open
+// while tests use it: a port costs one allocation, not the opening of a
+// store. It is closed 20 ms after the last test using it has finished,
+// unless another test starts using it first, so sequential tests share it.
+// Goroutine-leak checks such as goleak.VerifyTestMain retry for several
+// hundred milliseconds before they report, so they find nothing of it.
 //
 // When berth falls back to its MRU file (the state store cannot be used; see
 // package portalloc), a port is only remembered, not reserved, and another
@@ -24,19 +27,41 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/berth-go/berth/portalloc"
 )
 
 var (
-	mu    sync.Mutex // guards alloc and users
-	alloc *portalloc.Allocator
-	users int
+	mu       sync.Mutex // guards alloc, users and idle
+	alloc    *portalloc.Allocator
+	allocEnv string // the BERTH_* variables alloc was configured from
+	users    int
+	idle     *time.Timer // closes alloc once no test has used it for idleClose
 
 	warned sync.Map // testing.TB -> true: tests told of a fallback
 )
+
+// berthEnv returns the BERTH_* variables, sorted, as one string.
+func berthEnv() string {
+	var vs []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "BERTH_") {
+			vs = append(vs, kv)
+		}
+	}
+	slices.Sort(vs)
+	return strings.Join(vs, "\x00")
+}
+
+// idleClose is how long the shared Allocator stays open after the last
+// test using it has finished.
+const idleClose = 20 * time.Millisecond
 
 // noteBackend tells tb, once per test, that r comes from the MRU file.
 func noteBackend(tb testing.TB, a *portalloc.Allocator, r portalloc.Reservation) {
@@ -64,7 +89,19 @@ func allocator(tb testing.TB) *portalloc.Allocator {
 	tb.Helper()
 	mu.Lock()
 	defer mu.Unlock()
+	if idle != nil {
+		idle.Stop() // a test uses it again: keep it open
+		idle = nil
+	}
+	// The configuration comes from the BERTH_* variables, which a test may
+	// set (t.Setenv): an Allocator of another configuration is replaced.
+	env := berthEnv()
+	if alloc != nil && env != allocEnv && users == 0 {
+		_ = alloc.Close()
+		alloc = nil
+	}
 	if alloc == nil {
+		allocEnv = env
 		cfg, err := portalloc.ConfigFromEnv()
 		if err != nil {
 			tb.Fatalf("porttest: %v", err)
@@ -79,10 +116,22 @@ func allocator(tb testing.TB) *portalloc.Allocator {
 	tb.Cleanup(func() {
 		mu.Lock()
 		defer mu.Unlock()
-		if users--; users == 0 {
-			_ = alloc.Close() // what it could not release is reaped after the binary exits
-			alloc = nil
+		if users--; users > 0 {
+			return
 		}
+		a := alloc
+		var t *time.Timer
+		t = time.AfterFunc(idleClose, func() {
+			mu.Lock()
+			if idle != t || users > 0 { // used again meanwhile
+				mu.Unlock()
+				return
+			}
+			alloc, idle = nil, nil
+			mu.Unlock()
+			_ = a.Close() // what it could not release is reaped after the binary exits
+		})
+		idle = t
 	})
 	return alloc
 }
