@@ -49,8 +49,12 @@
 // AllocateSet reserves the named ports of groups of processes and gives each
 // member its environment; Listen binds a port inside the reserving
 // transaction and Handoff passes the socket to a child; NewPool keeps ports
-// reserved ahead of time for hot paths; Stats, Usage and Publish expose
-// metrics. Package porttest gives tests their ports.
+// reserved ahead of time for hot paths; Stats, Usage and Metrics expose
+// metrics, and package expvarmetrics publishes them through expvar. Package
+// porttest gives tests their ports.
+//
+// Importing portalloc (or porttest) has no side effects: it registers no
+// HTTP handler, flag or expvar variable.
 package portalloc
 
 import (
@@ -866,6 +870,7 @@ func (a *Allocator) Close() error {
 	if s != nil {
 		errs = append(errs, s.Close())
 	}
+	errs = append(errs, a.mru.Close()) // its lock file, kept open between calls
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("portalloc: close: %w", err)
 	}
