@@ -2,10 +2,7 @@ package portalloc_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"expvar"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -382,16 +379,9 @@ func TestStatsScript(t *testing.T) {
 		t.Errorf("fallback Stats() = %+v", st)
 	}
 
-	// Published through expvar.
-	name := fmt.Sprintf("berth_test_%d", time.Now().UnixNano()) // expvar names live as long as the process
-	must(a.Publish(name))
-	if err := a.Publish(name); !errors.Is(err, portalloc.ErrInvalidRequest) {
-		t.Errorf("Publish twice = %v; want ErrInvalidRequest", err)
-	}
-	var m portalloc.Metrics
-	must(json.Unmarshal([]byte(expvar.Get(name).String()), &m))
-	if m.Stats != want || m.Usage.Reserved != 2 {
-		t.Errorf("expvar %s = %+v", name, m)
+	// Metrics has both, as package expvarmetrics publishes them.
+	if m := a.Metrics(ctx); m.Stats != want || m.Usage.Reserved != 2 || m.UsageError != "" {
+		t.Errorf("Metrics() = %+v", m)
 	}
 }
 

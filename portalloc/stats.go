@@ -3,10 +3,8 @@ package portalloc
 import (
 	"context"
 	"errors"
-	"expvar"
 	"fmt"
 	"sync/atomic"
-	"time"
 )
 
 // ScopeCounts counts by the scope of an allocation, as Kubernetes' port
@@ -131,7 +129,8 @@ func (a *Allocator) Usage(ctx context.Context) (Usage, error) {
 	return u, nil
 }
 
-// Metrics is what Publish exposes: the counters and the range's usage.
+// Metrics is the counters and the range's usage together, as package
+// expvarmetrics publishes them.
 type Metrics struct {
 	Stats Stats `json:"stats"`
 	Usage Usage `json:"usage"`
@@ -148,23 +147,4 @@ func (a *Allocator) Metrics(ctx context.Context) Metrics {
 	}
 	m.Usage = u
 	return m
-}
-
-// metricsTimeout bounds the store query behind a published variable.
-const metricsTimeout = 2 * time.Second
-
-// Publish exposes the Allocator's Metrics as the expvar variable name, which
-// net/http/pprof-style handlers serve as JSON on /debug/vars. Nothing is
-// computed until the variable is read. It returns an error if the name is
-// taken, since expvar allows each name once per process.
-func (a *Allocator) Publish(name string) error {
-	if name == "" || expvar.Get(name) != nil {
-		return fmt.Errorf("%w: expvar name %q is empty or already published", ErrInvalidRequest, name)
-	}
-	expvar.Publish(name, expvar.Func(func() any {
-		ctx, cancel := context.WithTimeout(context.Background(), metricsTimeout)
-		defer cancel()
-		return a.Metrics(ctx)
-	}))
-	return nil
 }

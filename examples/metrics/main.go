@@ -1,7 +1,13 @@
 // Command metrics shows berth's allocator metrics as Prometheus scrapes
-// them, without Prometheus in the library: the Allocator publishes its
-// Metrics through expvar (JSON on /debug/vars), and a small adapter here
-// writes the same numbers in Prometheus' text format on /metrics.
+// them, without Prometheus in the library: package expvarmetrics publishes
+// the Allocator's Metrics through expvar (JSON on /debug/vars), and a small
+// adapter here writes the same numbers in Prometheus' text format on
+// /metrics.
+//
+// Publishing through expvar is opt-in: portalloc itself does not import
+// expvar, whose init registers /debug/vars on http.DefaultServeMux. This
+// program imports portalloc/expvarmetrics on purpose, and serves its own
+// mux rather than the default one.
 //
 //	go run ./examples/metrics            # runs a short scripted session and prints /metrics
 //	go run ./examples/metrics -serve :9100
@@ -24,6 +30,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 )
 
 func main() {
@@ -78,7 +85,7 @@ func run(ctx context.Context, serve string, out io.Writer) error {
 		return err
 	}
 	defer func() { _ = a.Close() }()
-	if err := a.Publish("berth"); err != nil { //nolint:contextcheck // expvar reads come later, each bounded by Publish itself
+	if err := expvarmetrics.Publish(a, "berth"); err != nil { //nolint:contextcheck // expvar reads come later, each bounded by Publish itself
 		return err
 	}
 	mux := http.NewServeMux()

@@ -1,0 +1,48 @@
+// Package expvarmetrics publishes an Allocator's metrics through expvar.
+//
+// It is a package of its own because importing expvar has a side effect:
+// its init registers GET /debug/vars on http.DefaultServeMux, which then
+// shows the process's command line and memory statistics to anyone who can
+// reach a server of the default mux. Package portalloc imports neither
+// expvar nor net/http, so only a program that imports this package on
+// purpose gets that handler.
+package expvarmetrics
+
+import (
+	"context"
+	"expvar"
+	"fmt"
+	"time"
+
+	"github.com/berth-go/berth/portalloc"
+)
+
+// Timeout bounds the store query behind a read of a published variable.
+const Timeout = 2 * time.Second
+
+// Publish exposes a's Metrics as the expvar variable name, which
+// expvar.Handler (and so /debug/vars on http.DefaultServeMux) serves as
+// JSON. Nothing is computed until the variable is read; each read queries
+// the store for Usage, bounded by Timeout. After a is closed the variable
+// still reads: Stats as they were, and UsageError saying the Allocator is
+// closed.
+//
+// expvar allows each name once per process and has no way to withdraw one,
+// so Publish returns an error wrapping portalloc.ErrInvalidRequest for a
+// nil Allocator, an empty name, or a name that is already published.
+func Publish(a *portalloc.Allocator, name string) error {
+	switch {
+	case a == nil:
+		return fmt.Errorf("expvarmetrics: %w: Allocator is nil", portalloc.ErrInvalidRequest)
+	case name == "":
+		return fmt.Errorf("expvarmetrics: %w: name is empty; want a variable name such as \"berth\"", portalloc.ErrInvalidRequest)
+	case expvar.Get(name) != nil:
+		return fmt.Errorf("expvarmetrics: %w: expvar name %q is already published; want a name of its own for each Allocator", portalloc.ErrInvalidRequest, name)
+	}
+	expvar.Publish(name, expvar.Func(func() any {
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+		defer cancel()
+		return a.Metrics(ctx)
+	}))
+	return nil
+}

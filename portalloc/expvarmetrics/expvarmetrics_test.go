@@ -1,0 +1,71 @@
+package expvarmetrics_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"expvar"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
+)
+
+// TestPublish: the variable reads as the Allocator's Metrics, on
+// expvar.Handler and on the /debug/vars that importing this package
+// registers; a name is published once.
+func TestPublish(t *testing.T) {
+	// A private store of the default range: nothing here allocates,
+	// probes or binds a port.
+	a, err := portalloc.New(context.Background(), portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	name := fmt.Sprintf("berth_test_%d", time.Now().UnixNano()) // expvar names live as long as the process
+	if err := expvarmetrics.Publish(a, name); err != nil {
+		t.Fatalf("Publish(a, %q) = %v; want nil", name, err)
+	}
+	for _, tc := range []struct {
+		what string
+		a    *portalloc.Allocator
+		name string
+	}{
+		{"the same name twice", a, name},
+		{"an empty name", a, ""},
+		{"a nil Allocator", nil, name + "_nil"},
+	} {
+		if err := expvarmetrics.Publish(tc.a, tc.name); !errors.Is(err, portalloc.ErrInvalidRequest) {
+			t.Errorf("Publish with %s = %v; want ErrInvalidRequest", tc.what, err)
+		}
+	}
+
+	var m portalloc.Metrics
+	if err := json.Unmarshal([]byte(expvar.Get(name).String()), &m); err != nil {
+		t.Fatal(err)
+	}
+	if want := a.Metrics(context.Background()); m != want || m.Stats.Backend != portalloc.BackendStateStore || m.Usage.Ports == 0 {
+		t.Errorf("expvar %s = %+v; want %+v, from the state store", name, m, want)
+	}
+
+	// Importing this package is what registers /debug/vars.
+	rec := httptest.NewRecorder()
+	http.DefaultServeMux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/vars", nil))
+	var vars map[string]json.RawMessage
+	if err := json.Unmarshal(rec.Body.Bytes(), &vars); err != nil || vars[name] == nil {
+		t.Errorf("GET /debug/vars = %d %.200s; want JSON with %q (%v)", rec.Code, rec.Body, name, err)
+	}
+
+	// After Close the variable still reads, and says why Usage is missing.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m = portalloc.Metrics{}
+	if err := json.Unmarshal([]byte(expvar.Get(name).String()), &m); err != nil || m.UsageError == "" {
+		t.Errorf("expvar %s after Close = %+v, %v; want a UsageError", name, m, err)
+	}
+}
