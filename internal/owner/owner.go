@@ -49,6 +49,14 @@
 // again, so every doubt (a process that cannot be inspected, a pid namespace
 // this process cannot see) counts as alive.
 //
+// An owner in another pid namespace (a container sharing the state
+// directory) cannot be checked from outside: its pid means nothing here.
+// Its rows are reaped from outside only when its namespace has no process
+// left at all (the container ended), which only root in the initial pid
+// namespace can see; otherwise they stay until released, or reaped by a
+// process inside that namespace (docker exec C berth reap, or nsenter -t
+// PID -p berth reap).
+//
 // The functions of this package are safe for concurrent use. Importing it
 // has no side effects.
 package owner
@@ -255,7 +263,13 @@ func judge(ctx context.Context, k kernel, id Identity) (verdict, reading) {
 		return dead, reading{} // another boot: every process of it has ended
 	}
 	if differ(sc.pidNS, mine.pidNS) {
-		return unknown, reading{} // another pid namespace: its pids mean nothing here
+		// Another pid namespace: its pids mean nothing here. Only when the
+		// namespace itself is gone (a container that ended) are its
+		// processes known to have ended.
+		if k.pidNSGone(sc.pidNS) {
+			return dead, reading{}
+		}
+		return unknown, reading{}
 	}
 	r, err := k.read(ctx, id.PID)
 	switch {
@@ -312,6 +326,9 @@ type kernel interface {
 	// StartedAt shows; false when the clocks cannot be read. Never used to
 	// tell current identities apart.
 	wallMillis(start int64) (int64, bool)
+	// pidNSGone reports whether the pid namespace ns certainly has no
+	// process left; false whenever that cannot be known.
+	pidNSGone(ns string) bool
 }
 
 // scope says where a pid and a start mean something. Empty parts are

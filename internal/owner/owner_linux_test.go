@@ -98,6 +98,7 @@ func TestScope(t *testing.T) {
 	ctx := context.Background()
 	me, _ := Self()
 	sc, _ := parseScope(me.Scope)
+	other := livePidNS(t)
 	tests := []struct {
 		name string
 		id   Identity
@@ -106,11 +107,11 @@ func TestScope(t *testing.T) {
 		{"another boot", Identity{PID: me.PID, Start: me.Start, Scope: scope{"00000000-0000-0000-0000-000000000000", sc.pidNS, sc.timeNS}.String()}, false},
 		// The pid means nothing here, so the identity must count as live
 		// even though no such pid exists.
-		{"another pid namespace", Identity{PID: 1 << 30, Start: 1, Scope: scope{sc.boot, "1", sc.timeNS}.String()}, true},
+		{"another pid namespace", Identity{PID: 1 << 30, Start: 1, Scope: scope{sc.boot, other, sc.timeNS}.String()}, true},
 		{"another time namespace, wrong start", Identity{PID: me.PID, Start: me.Start + 1, Scope: scope{sc.boot, sc.pidNS, "1"}.String()}, true},
 		{"another time namespace, pid gone", Identity{PID: 1 << 30, Start: 1, Scope: scope{sc.boot, sc.pidNS, "1"}.String()}, false},
 		{"legacy, another boot", Identity{PID: me.PID, Start: time.Now().UnixMilli(), Scope: "00000000-0000-0000-0000-000000000000/" + sc.pidNS}, false},
-		{"legacy, another pid namespace", Identity{PID: 1 << 30, Start: 1, Scope: sc.boot + "/1"}, true},
+		{"legacy, another pid namespace", Identity{PID: 1 << 30, Start: 1, Scope: sc.boot + "/" + other}, true},
 	}
 	for _, tt := range tests {
 		if got := Active(ctx, tt.id); got != tt.want {
@@ -222,7 +223,7 @@ func TestLegacy(t *testing.T) {
 	}
 
 	// Another pid namespace cannot be checked: alive, and left as it is.
-	other := Identity{PID: pid, Start: ms, Scope: sc.boot + "/1"}
+	other := Identity{PID: pid, Start: ms, Scope: sc.boot + "/" + livePidNS(t)}
 	if !Active(ctx, other) {
 		t.Error("Active(legacy identity of another pid namespace) = false; want true")
 	}
@@ -542,4 +543,57 @@ func TestClockStep(t *testing.T) {
 func bootSecond(t *testing.T) int64 {
 	t.Helper()
 	return (readClock(t, unix.CLOCK_REALTIME) - readClock(t, unix.CLOCK_BOOTTIME)) / 1e9
+}
+
+// TestEndedPidNamespace: an owner of another pid namespace counts as live
+// while any process of that namespace runs, and as dead once the namespace
+// has no process left (a container that ended), which root in the initial
+// pid namespace can see.
+func TestEndedPidNamespace(t *testing.T) {
+	ctx := context.Background()
+	if os.Geteuid() != 0 {
+		t.Skip("only root sees every process of every pid namespace; run the tests as root to include it")
+	}
+	if mine, _ := os.Readlink("/proc/self/ns/pid"); mine != "pid:["+initPidNS+"]" {
+		t.Skipf("this process is in pid namespace %s, not the initial one", mine)
+	}
+	cmd, err := startChild(t, func(c *exec.Cmd) {
+		c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	})
+	if err != nil {
+		t.Skipf("cannot start a child in a new pid namespace: %v", err)
+	}
+	ns := nsInode(os.DirFS("/proc"), strconv.Itoa(cmd.Process.Pid)+"/ns/pid")
+	me, _ := Self()
+	sc, _ := parseScope(me.Scope)
+	sc.pidNS = ns
+	// The child is pid 1 of its namespace; what it would record there.
+	inside := Identity{PID: 1, Start: field22(t, cmd.Process.Pid), Scope: sc.String()}
+	if !Active(ctx, inside) {
+		t.Error("Active(owner in a pid namespace that has a process) = false; want true")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if Active(ctx, inside) {
+		t.Error("Active(owner in a pid namespace with no process left) = true; want false")
+	}
+	sc.pidNS = "1" // no namespace has this inode
+	if Active(ctx, Identity{PID: 7, Start: 1, Scope: sc.String()}) {
+		t.Error("Active(owner in a pid namespace that does not exist) = true; want false")
+	}
+}
+
+// livePidNS returns the inode of a pid namespace other than this process's
+// that has a process for the rest of the test: a child's own namespace
+// where one can be made (root), else a made-up one, which a process that
+// is not root cannot tell from a live one.
+func livePidNS(t *testing.T) string {
+	t.Helper()
+	cmd, err := startChild(t, func(c *exec.Cmd) {
+		c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	})
+	if err != nil {
+		return "1"
+	}
+	return nsInode(os.DirFS("/proc"), strconv.Itoa(cmd.Process.Pid)+"/ns/pid")
 }

@@ -40,3 +40,6 @@ func (darwinKernel) scope() scope { return scope{} }
 
 // wallMillis returns start itself: macOS records the start on the wall clock.
 func (darwinKernel) wallMillis(start int64) (int64, bool) { return start, true }
+
+// pidNSGone: this OS has no pid namespaces to be gone.
+func (darwinKernel) pidNSGone(string) bool { return false }

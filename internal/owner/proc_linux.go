@@ -16,7 +16,7 @@ import (
 )
 
 // host reads the running kernel's /proc.
-var host = &procFS{fsys: os.DirFS("/proc")}
+var host = &procFS{fsys: os.DirFS("/proc"), root: os.Geteuid() == 0}
 
 // procFS is a kernel read from a /proc file system. Everything it reads goes
 // through fsys: /proc/PID/stat for starts and states, and the boot id and
@@ -29,6 +29,7 @@ type procFS struct {
 
 	once sync.Once // guards own
 	own  scope     // the calling process's scope, read once
+	root bool      // the caller is root: no process is hidden from it
 }
 
 func (p *procFS) read(_ context.Context, pid int) (reading, error) {
@@ -74,6 +75,62 @@ func nsInode(fsys fs.FS, name string) string {
 	_, l, _ = strings.Cut(l, "[")
 	l, _, _ = strings.Cut(l, "]")
 	return l
+}
+
+// initPidNS is the inode number of the initial pid namespace
+// (PROC_PID_INIT_INO): a process in it sees every process of the host.
+const initPidNS = "4026531836"
+
+// pidNSGone reports whether no process is left in pid namespace ns. It
+// can know only from the initial pid namespace, where every process of
+// the host is listed, and as root, whom neither hidepid nor ptrace rules
+// hide any process from; anywhere else, and whenever a process's namespace
+// cannot be read, it answers false, the safe side.
+func (p *procFS) pidNSGone(ns string) bool {
+	if p.scope().pidNS != initPidNS || !p.root {
+		return false
+	}
+	entries, err := fs.ReadDir(p.fsys, ".")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		l, err := fs.ReadLink(p.fsys, e.Name()+"/ns/pid")
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // exited while listed
+		case err != nil:
+			// Some processes keep their links from root too (another user
+			// namespace's init). One whose NSpid lists a single pid is in
+			// this, the initial, namespace, so not in ns.
+			if p.ownNamespaceOnly(e.Name()) {
+				continue
+			}
+			return false
+		}
+		if _, inode, _ := strings.Cut(l, "["); strings.TrimSuffix(inode, "]") == ns {
+			return false
+		}
+	}
+	return true
+}
+
+// ownNamespaceOnly reports whether process pid (a /proc entry name) is in
+// no pid namespace below the caller's: its status lists one pid in NSpid.
+func (p *procFS) ownNamespaceOnly(pid string) bool {
+	b, err := fs.ReadFile(p.fsys, pid+"/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			return len(strings.Fields(rest)) == 1
+		}
+	}
+	return false
 }
 
 // wallMillis places a start in clock ticks since boot on the wall clock as

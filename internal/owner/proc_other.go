@@ -40,3 +40,6 @@ func (psKernel) scope() scope { return scope{} }
 
 // wallMillis returns start itself: gopsutil gives starts in unix ms.
 func (psKernel) wallMillis(start int64) (int64, bool) { return start, true }
+
+// pidNSGone: this OS has no pid namespaces to be gone.
+func (psKernel) pidNSGone(string) bool { return false }

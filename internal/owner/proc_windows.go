@@ -48,3 +48,6 @@ func (windowsKernel) scope() scope { return scope{} }
 // wallMillis returns start itself: Windows records the start on the wall
 // clock.
 func (windowsKernel) wallMillis(start int64) (int64, bool) { return start, true }
+
+// pidNSGone: this OS has no pid namespaces to be gone.
+func (windowsKernel) pidNSGone(string) bool { return false }
