@@ -408,7 +408,8 @@ func newClock(t *testing.T) *clock {
 	defer cancel()
 	lock := flock.New(filepath.Join(os.TempDir(), "berth-clock-step.lock"))
 	if _, err := lock.TryLockContext(ctx, 20*time.Millisecond); err != nil {
-		t.Fatalf("wait for the clock-step lock: %v", err)
+		// A long torture run may hold it: skip rather than fail.
+		t.Skipf("another program has been stepping the clock for 2 minutes: %v", err)
 	}
 	unlock := lock.Unlock
 	c := &clock{t: t, mono0: readClock(t, unix.CLOCK_MONOTONIC), real0: readClock(t, unix.CLOCK_REALTIME)}
