@@ -1,0 +1,166 @@
+package statestore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-go/berth/internal/clocklock"
+	"github.com/berth-go/berth/statestore"
+)
+
+func init() {
+	// flockHolder takes the store's write lock the way a berth process
+	// does (the flock of <db>.lock) and holds it until stdin closes.
+	extraWorkers["flockholder"] = func(_ context.Context, db string, out *json.Encoder, wait func()) error {
+		fd, err := unix.Open(db+".lock", unix.O_RDWR|unix.O_CREAT, 0o600)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+			return err
+		}
+		_ = out.Encode(event{Event: "locked"})
+		wait()
+		return nil
+	}
+	// tryhold reserves tcp 127.0.0.1:BERTH_TEST_LO and says "done" (then
+	// holds it until stdin closes) or "refused".
+	extraWorkers["tryhold"] = func(ctx context.Context, db string, out *json.Encoder, wait func()) error {
+		s, err := statestore.Open(ctx, db, statestore.Options{SweepInterval: -1})
+		if err != nil {
+			return out.Encode(event{Event: "error", Error: err.Error()})
+		}
+		defer s.Close()
+		port, _ := strconv.Atoi(os.Getenv("BERTH_TEST_LO"))
+		key := statestore.Key{Protocol: statestore.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(port)}
+		if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+			if errors.Is(err, statestore.ErrHeld) {
+				return out.Encode(event{Event: "refused"})
+			}
+			return out.Encode(event{Event: "error", Error: err.Error()})
+		}
+		_ = out.Encode(event{Event: "done"})
+		wait()
+		return nil
+	}
+}
+
+// TestStoppedLockHolderNamed: when a process stopped with SIGSTOP holds the
+// write lock, a call gives up after BusyTimeout with ErrBusy and names the
+// holder's pid, saying it is stopped.
+func TestStoppedLockHolderNamed(t *testing.T) {
+	ctx := context.Background()
+	s, path := open(t)
+	w := startWorker(t, "flockholder", path)
+	w.until(t, "locked")
+	pid := w.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	s2, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1, BusyTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	_ = s
+	start := time.Now()
+	_, err = s2.Reserve(ctx, statestore.Request{Key: tcp(lo4, 30400)})
+	took := time.Since(start)
+	if !errors.Is(err, statestore.ErrBusy) {
+		t.Fatalf("Reserve under a stopped lock holder = %v; want ErrBusy", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("pid %d", pid)) || !strings.Contains(msg, "stopped") {
+		t.Errorf("error = %q; want it to name pid %d and say it is stopped", msg, pid)
+	}
+	if took > 5*time.Second {
+		t.Errorf("Reserve took %v with BusyTimeout 300ms", took)
+	}
+	// Continued, the holder lets go when told, and the store works.
+	_ = syscall.Kill(pid, syscall.SIGCONT)
+	_ = w.stdin.Close()
+	_ = w.cmd.Wait()
+	if _, err := s2.Reserve(ctx, statestore.Request{Key: tcp(lo4, 30400)}); err != nil {
+		t.Errorf("Reserve after the holder let go = %v", err)
+	}
+}
+
+// TestHolderSurvivesClockSteps: a live holder's reservation is never handed
+// to an intruder, whatever the wall clock does in between: +300 s, -300 s,
+// and 0.6 s steps across a second boundary. The clock is set back from the
+// monotonic clock after each step, and in a cleanup should the test fail.
+func TestHolderSurvivesClockSteps(t *testing.T) {
+	if unix.Geteuid() != 0 {
+		t.Skip("stepping the wall clock needs root; run the tests as root to include it")
+	}
+	lctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	unlock, err := clocklock.Lock(lctx)
+	if err != nil {
+		t.Skipf("another program has been stepping the clock for 2 minutes: %v", err)
+	}
+	defer func() { _ = unlock() }()
+	var real0, mono0 unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono0)
+	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &real0)
+	trueNow := func() int64 {
+		var m unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m)
+		return real0.Nano() + m.Nano() - mono0.Nano()
+	}
+	setClock := func(ns int64) error {
+		ts := unix.NsecToTimespec(ns)
+		return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
+	}
+	t.Cleanup(func() { _ = setClock(trueNow()) })
+
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	holder := startWorker(t, "tryhold", path, "BERTH_TEST_LO=30500")
+	holder.until(t, "done")
+	for _, step := range []time.Duration{300 * time.Second, -300 * time.Second, 600 * time.Millisecond, -600 * time.Millisecond} {
+		if step%time.Second != 0 {
+			// Step from just below (or above) a whole second, so the
+			// step crosses one.
+			frac := 550 * time.Millisecond
+			if step < 0 {
+				frac = 250 * time.Millisecond
+			}
+			now := time.Duration(trueNow() % int64(time.Second))
+			time.Sleep((frac - now + time.Second) % time.Second)
+		}
+		if err := setClock(trueNow() + int64(step)); err != nil {
+			if errors.Is(err, unix.EPERM) {
+				t.Skipf("stepping the wall clock: %v", err)
+			}
+			t.Fatal(err)
+		}
+		// The intruder is a fresh process, which reads every identity and
+		// liveness anew while the clock is off.
+		intruder := startWorker(t, "tryhold", path, "BERTH_TEST_LO=30500")
+		e := intruder.next(t)
+		_ = setClock(trueNow())
+		if e.Event != "refused" {
+			t.Fatalf("clock stepped %v: the intruder said %+v; want it refused port 30500, which a live process holds", step, e)
+		}
+		_ = intruder.cmd.Wait()
+	}
+	s := openAt(t, path)
+	rs, err := s.List(ctx, statestore.Filter{})
+	if err != nil || len(rs) != 1 || rs[0].Owner.PID != holder.cmd.Process.Pid {
+		t.Errorf("rows after the steps = %v, %v; want the holder's one row", rs, err)
+	}
+}
