@@ -29,21 +29,25 @@ func TestHostileFiles(t *testing.T) {
 		other bool   // needs root
 	}{
 		{"FIFO", func(t *testing.T, path string) {
+			t.Helper()
 			if err := syscall.Mkfifo(path, 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}, "not a regular file", false},
 		{"link to /dev/zero", func(t *testing.T, path string) {
+			t.Helper()
 			if err := os.Symlink("/dev/zero", path); err != nil {
 				t.Fatal(err)
 			}
 		}, "symbolic link", false},
 		{"directory", func(t *testing.T, path string) {
+			t.Helper()
 			if err := os.Mkdir(path, 0o700); err != nil {
 				t.Fatal(err)
 			}
 		}, "not a regular file", false},
 		{"link to a file elsewhere", func(t *testing.T, path string) {
+			t.Helper()
 			target := filepath.Join(t.TempDir(), "target")
 			if err := os.WriteFile(target, []byte("keep me"), 0o600); err != nil {
 				t.Fatal(err)
@@ -53,11 +57,13 @@ func TestHostileFiles(t *testing.T) {
 			}
 		}, "symbolic link", false},
 		{"lock file link", func(t *testing.T, path string) {
+			t.Helper()
 			if err := os.Symlink(filepath.Join(t.TempDir(), "planted"), path+".lock"); err != nil {
 				t.Fatal(err)
 			}
 		}, "symbolic link", false},
 		{"100 MB file", func(t *testing.T, path string) {
+			t.Helper()
 			f, err := os.Create(path)
 			if err != nil {
 				t.Fatal(err)
@@ -68,6 +74,7 @@ func TestHostileFiles(t *testing.T) {
 			}
 		}, "", false},
 		{"file of another user", func(t *testing.T, path string) {
+			t.Helper()
 			if err := os.WriteFile(path, []byte(`{"format":"berth-mru","version":2}`+"\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -76,6 +83,7 @@ func TestHostileFiles(t *testing.T) {
 			}
 		}, "owned by uid 54321", true},
 		{"file others may write", func(t *testing.T, path string) {
+			t.Helper()
 			if err := os.WriteFile(path, []byte(`{"format":"berth-mru","version":2}`+"\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}

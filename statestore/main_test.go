@@ -123,8 +123,9 @@ type worker struct {
 	events *bufio.Scanner
 }
 
-func startWorker(t testing.TB, mode, db string, env ...string) *worker {
-	t.Helper()
+func startWorker(tb testing.TB, mode, db string, env ...string) *worker {
+	tb.Helper()
+	t := tb
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER="+mode, "BERTH_TEST_DB="+db)
 	cmd.Env = append(cmd.Env, env...)
@@ -157,8 +158,9 @@ func startWorker(t testing.TB, mode, db string, env ...string) *worker {
 
 // next returns the worker's next event; it fails the test when the worker
 // ends first.
-func (w *worker) next(t testing.TB) event {
-	t.Helper()
+func (w *worker) next(tb testing.TB) event {
+	tb.Helper()
+	t := tb
 	if !w.events.Scan() {
 		t.Fatalf("worker pid %d ended without an event (%v)", w.cmd.Process.Pid, w.events.Err())
 	}
@@ -170,8 +172,9 @@ func (w *worker) next(t testing.TB) event {
 }
 
 // until collects events up to and including the first of the given kind.
-func (w *worker) until(t testing.TB, kind string) []event {
-	t.Helper()
+func (w *worker) until(tb testing.TB, kind string) []event {
+	tb.Helper()
+	t := tb
 	var evs []event
 	for {
 		e := w.next(t)
@@ -186,8 +189,9 @@ func (w *worker) until(t testing.TB, kind string) []event {
 }
 
 // kill SIGKILLs the worker and waits until the kernel has reaped it.
-func (w *worker) kill(t testing.TB) {
-	t.Helper()
+func (w *worker) kill(tb testing.TB) {
+	tb.Helper()
+	t := tb
 	if err := w.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

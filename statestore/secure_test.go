@@ -63,18 +63,22 @@ func TestUnsafeStateRefused(t *testing.T) {
 		reason string
 	}{
 		{"directory of another user", func(t *testing.T, dir string) string {
+			t.Helper()
 			chown(t, dir)
 			return filepath.Join(dir, "berth.db")
 		}, "owned by uid"},
 		{"directory others may write", func(t *testing.T, dir string) string {
+			t.Helper()
 			_ = os.Chmod(dir, 0o777)
 			return filepath.Join(dir, "berth.db")
 		}, "may be written"},
 		{"directory its group may write", func(t *testing.T, dir string) string {
+			t.Helper()
 			_ = os.Chmod(dir, 0o770)
 			return filepath.Join(dir, "berth.db")
 		}, "may be written"},
 		{"database swapped in by another user", func(t *testing.T, dir string) string {
+			t.Helper()
 			other := filepath.Join(t.TempDir(), "theirs.db")
 			if err := openAt(t, other).Close(); err != nil {
 				t.Fatal(err)
@@ -88,6 +92,7 @@ func TestUnsafeStateRefused(t *testing.T) {
 			return db
 		}, "owned by uid"},
 		{"database link to a root-owned empty file", func(t *testing.T, dir string) string {
+			t.Helper()
 			target := filepath.Join(t.TempDir(), "empty")
 			if err := os.WriteFile(target, nil, 0o600); err != nil {
 				t.Fatal(err)
@@ -98,6 +103,7 @@ func TestUnsafeStateRefused(t *testing.T) {
 			return target
 		}, "symbolic link"},
 		{"lock file link to elsewhere", func(t *testing.T, dir string) string {
+			t.Helper()
 			target := filepath.Join(t.TempDir(), "planted")
 			if err := os.Symlink(target, filepath.Join(dir, "berth.db.lock")); err != nil {
 				t.Fatal(err)
@@ -105,6 +111,7 @@ func TestUnsafeStateRefused(t *testing.T) {
 			return target
 		}, "symbolic link"},
 		{"migration lock link to elsewhere", func(t *testing.T, dir string) string {
+			t.Helper()
 			target := filepath.Join(t.TempDir(), "planted")
 			if err := os.Symlink(target, filepath.Join(dir, "berth.db.migrate.lock")); err != nil {
 				t.Fatal(err)
@@ -112,6 +119,7 @@ func TestUnsafeStateRefused(t *testing.T) {
 			return target
 		}, "symbolic link"},
 		{"WAL link to elsewhere", func(t *testing.T, dir string) string {
+			t.Helper()
 			target := filepath.Join(t.TempDir(), "planted")
 			if err := os.Symlink(target, filepath.Join(dir, "berth.db-wal")); err != nil {
 				t.Fatal(err)

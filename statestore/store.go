@@ -202,7 +202,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		go s.sweep(opts.SweepInterval) //nolint:contextcheck // the sweep outlives Open's context; Close stops it
 	}
 	s.wg.Add(1)
-	go s.checkpointer()
+	go s.checkpointer() //nolint:contextcheck // the checkpointer outlives Open's context; Close stops it
 	return s, nil
 }
 

@@ -36,7 +36,7 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(tctx context.Contex
 	// A panic in fn (a caller's probe, a bug) must not leave the shared
 	// connection inside the transaction: roll back, then let it go on.
 	finished := false
-	defer func() {
+	defer func() { //nolint:contextcheck // a rollback must run whatever became of ctx
 		if !finished {
 			if p := recover(); p != nil {
 				s.rollback() //nolint:contextcheck // a rollback must run whatever became of ctx

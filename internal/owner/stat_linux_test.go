@@ -63,7 +63,7 @@ func TestParseStat(t *testing.T) {
 func FuzzParseStat(f *testing.F) {
 	f.Fuzz(func(t *testing.T, comm string, state byte, start int64) {
 		_, _ = parseStat([]byte(comm))
-		if start < 0 || !('A' <= state && state <= 'Z' || 'a' <= state && state <= 'z') {
+		if start < 0 || (state < 'A' || state > 'Z') && (state < 'a' || state > 'z') {
 			return // the kernel writes neither
 		}
 		line := statLine(4242, comm, state, start)
