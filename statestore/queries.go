@@ -60,18 +60,22 @@ const (
 		" (SELECT label, protocol FROM sticky_ports ORDER BY updated_at DESC LIMIT -1 OFFSET ?)"
 )
 
+// statements are the store's statements, each prepared on its connection
+// the first time it is used and kept for the store's life: a call pays for
+// parsing only the statements it needs, once, and opening a store (every
+// berth get does) parses none of them.
 type statements struct {
-	begin, commit, rollback, dataVersion *sql.Stmt
-	conflicts, insert, deleteKey         *sql.Stmt
-	deleteOwned, deleteOwner, transfer   *sql.Stmt
-	all, remember, recall                *sql.Stmt
-	journalSpan, changes, pruneJournal   *sql.Stmt
-	pruneSticky                          *sql.Stmt
+	begin, commit, rollback, dataVersion *stmt
+	conflicts, insert, deleteKey         *stmt
+	deleteOwned, deleteOwner, transfer   *stmt
+	all, remember, recall                *stmt
+	journalSpan, changes, pruneJournal   *stmt
+	pruneSticky                          *stmt
 }
 
-func (st *statements) prepare(ctx context.Context, conn *sql.Conn) error {
+func (st *statements) prepare(conn *sql.Conn) {
 	for _, p := range []struct {
-		dst **sql.Stmt
+		dst **stmt
 		q   string
 	}{
 		{&st.begin, qBegin}, {&st.commit, qCommit}, {&st.rollback, qRollback},
@@ -83,26 +87,68 @@ func (st *statements) prepare(ctx context.Context, conn *sql.Conn) error {
 		{&st.journalSpan, qJournalSpan}, {&st.changes, qChanges}, {&st.pruneJournal, qPruneJournal},
 		{&st.pruneSticky, qPruneSticky},
 	} {
-		s, err := conn.PrepareContext(ctx, p.q) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
-
-		if err != nil {
-			return err
-		}
-		*p.dst = s
+		*p.dst = &stmt{conn: conn, q: p.q}
 	}
-	return nil
 }
 
 func (st *statements) close() error {
 	var errs []error
-	for _, s := range []*sql.Stmt{
+	for _, s := range []*stmt{
 		st.begin, st.commit, st.rollback, st.dataVersion, st.conflicts, st.insert,
 		st.deleteKey, st.deleteOwned, st.deleteOwner, st.transfer, st.all,
 		st.remember, st.recall, st.journalSpan, st.changes, st.pruneJournal, st.pruneSticky,
 	} {
-		if s != nil {
-			errs = append(errs, s.Close())
+		if s != nil && s.st != nil {
+			errs = append(errs, s.st.Close())
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// stmt is one statement, prepared on first use. Like the connection it
+// belongs to, it is used only with the store acquired.
+type stmt struct {
+	conn *sql.Conn
+	q    string
+	st   *sql.Stmt // nil until first used
+}
+
+func (s *stmt) get(ctx context.Context) (*sql.Stmt, error) {
+	if s.st == nil {
+		st, err := s.conn.PrepareContext(ctx, s.q) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
+		if err != nil {
+			return nil, err
+		}
+		s.st = st
+	}
+	return s.st, nil
+}
+
+// ExecContext runs the statement.
+func (s *stmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
+	st, err := s.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// QueryContext runs the statement and returns its rows.
+func (s *stmt) QueryContext(ctx context.Context, args ...any) (*sql.Rows, error) {
+	st, err := s.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// QueryRowContext runs the statement for one row. When the statement
+// cannot be prepared, the row carries that error, from running the query
+// unprepared.
+func (s *stmt) QueryRowContext(ctx context.Context, args ...any) *sql.Row {
+	st, err := s.get(ctx)
+	if err != nil {
+		return s.conn.QueryRowContext(ctx, s.q, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
 }

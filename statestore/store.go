@@ -183,10 +183,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		_ = s.closeDB()
 		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
 	}
-	if err := s.st.prepare(ctx, conn); err != nil {
-		_ = s.closeDB()
-		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
-	}
+	s.st.prepare(conn)
 	if found > 0 && found < ownerFormatVersion {
 		// The file was just migrated from a schema whose rows name owners
 		// by wall-clock start times: rewrite them once. A failure leaves

@@ -2,7 +2,6 @@ package statestore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -61,7 +60,7 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(tctx context.Contex
 // exec runs one autocommit write statement with the store acquired for
 // writing and returns the number of rows it changed. done, when not nil,
 // runs with the store still acquired, to bring the cache in line.
-func (s *Store) exec(ctx context.Context, op string, done func(n int64), stmt *sql.Stmt, args ...any) (int64, error) {
+func (s *Store) exec(ctx context.Context, op string, done func(n int64), stmt *stmt, args ...any) (int64, error) {
 	release, err := s.acquire(ctx, true)
 	if err != nil {
 		return 0, acquireErr(op, err)
