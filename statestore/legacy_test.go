@@ -104,7 +104,7 @@ func TestConvertLegacyOwners(t *testing.T) {
 		wantDeleted++
 		// Another pid namespace: cannot be checked, so it stays as it is.
 		otherNS = liveOwner
-		otherNS.Scope = otherNS.Scope[:strings.Index(otherNS.Scope, "/")] + "/1"
+		otherNS.Scope = otherNS.Scope[:strings.Index(otherNS.Scope, "/")] + "/" + livePidNS(t)
 		rows[28005] = otherNS
 	}
 	insertRows(t, path, rows)
