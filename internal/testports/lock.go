@@ -10,9 +10,12 @@ import (
 // Lock waits until no other process on this host holds r, then holds it
 // until unlock is called or the process exits. The ranges keep the packages
 // of one go test ./... apart; Lock keeps two runs at once apart too (say,
-// two developers' on one machine), which would otherwise share every range: a package's second test binary waits for the first
-// instead of racing it for the same ports. Where flock is not available
-// Lock returns at once.
+// two developers' on one machine), which would otherwise share every range:
+// a package's second test binary waits for the first instead of racing it
+// for the same ports. A program that binds ports across these ranges while
+// tests may run, such as a long torture run over 20000-32767, can take Lock
+// for each range of All it overlaps, in the order of All. Where flock is not
+// available Lock returns at once.
 func Lock(r Range) (unlock func(), err error) {
 	path := filepath.Join(os.TempDir(), "berth-testports-"+r.String()+".lock")
 	// Read-only is enough for flock, and lets another user's run share a
@@ -21,7 +24,12 @@ func Lock(r Range) (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("testports: lock %v: %w", r, err)
 	}
-	if err := lockFile(f); err != nil {
+	// A test binary that waits here says so: if it times out, its output
+	// names the lock.
+	waiting := func() {
+		fmt.Fprintf(os.Stderr, "testports: waiting for %v: another process on this host holds %s\n", r, path)
+	}
+	if err := lockFile(f, waiting); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("testports: lock %v: %w", r, err)
 	}

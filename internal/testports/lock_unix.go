@@ -9,9 +9,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func lockFile(f *os.File) error {
+// lockFile takes an exclusive flock on f, calling waiting first if another
+// process holds it.
+func lockFile(f *os.File, waiting func()) error {
+	fd := int(f.Fd())
+	if err := flock(fd, unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+		return err
+	}
+	waiting()
+	return flock(fd, unix.LOCK_EX)
+}
+
+func flock(fd, how int) error {
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		err := unix.Flock(fd, how)
 		if !errors.Is(err, unix.EINTR) {
 			return err
 		}
