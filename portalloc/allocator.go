@@ -28,6 +28,18 @@
 // a port that another Allocator of the process still hands out. Transfer
 // refuses a row that anything else in the process holds too.
 //
+// # After Close
+//
+// Close is idempotent: a second Close returns nil. Config, Stats, Metrics,
+// Backend, FallbackCause and Held stay readable after it (Held is then
+// empty, and Metrics reports no Usage). Every other method returns an error
+// wrapping ErrClosed: Allocate, Reserve, Listen, ListenPacket, AllocateSet,
+// NewPool, Release, Transfer, Reap and Usage, and of its pools Take,
+// Return and Update (Pool.Close is idempotent too). Set.Release returns nil
+// after Close, as it does when there is nothing left to release: Close has
+// already released what the set held. A call in flight when Close runs
+// either completes or returns an error wrapping ErrClosed.
+//
 // # Fallback
 //
 // In ModeStateStoreWithFallback (the default) a store that cannot be used
@@ -88,7 +100,9 @@ const (
 type Request struct {
 	Protocol Protocol   // zero: TCP
 	Address  netip.Addr // zero: 127.0.0.1; 0.0.0.0 and :: are the wildcards
-	Label    string     // the caller's name for the port, shown in listings
+	// Label is the caller's name for the port, shown in listings: at most
+	// MaxLabelLen bytes of printable UTF-8 (see MaxLabelLen); zero: none.
+	Label string
 	// Sticky asks Allocate for the port last handed out under Label (kept
 	// in the state store across restarts) when it is free and in the
 	// range; otherwise any free port, with the reason logged. It needs a
@@ -134,10 +148,11 @@ type Allocator struct {
 
 	ctr counters
 
-	mu     sync.Mutex // guards held, pools and closed
-	held   map[heldKey]*holding
-	pools  []*Pool
-	closed bool
+	mu        sync.Mutex // guards held, pools, poolNames and closed
+	held      map[heldKey]*holding
+	pools     []*Pool
+	poolNames map[string]bool // of the pools open or being made
+	closed    bool
 }
 
 // heldKey names a reservation an Allocator holds. The backend is part of
@@ -193,6 +208,8 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		dbPath: filepath.Join(cfg.StateDir, DatabaseFile),
 		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		held:   map[heldKey]*holding{},
+
+		poolNames: map[string]bool{},
 	}
 	if cfg.Mode == ModeMRU {
 		a.fb.active.Store(true)
@@ -249,6 +266,9 @@ func candidateSet(cfg Config) (*portrange.Set, error) {
 func (a *Allocator) Config() Config { return a.cfg }
 
 func (a *Allocator) normalize(req Request) (Request, error) {
+	if err := checkLabel(req.Label); err != nil {
+		return Request{}, err
+	}
 	switch req.Protocol {
 	case "":
 		req.Protocol = TCP
@@ -272,7 +292,7 @@ func (a *Allocator) begin(ctx context.Context, req Request) (context.Context, co
 	closed := a.closed
 	a.mu.Unlock()
 	if closed {
-		return nil, nil, Request{}, ErrClosed
+		return nil, nil, Request{}, fmt.Errorf("portalloc: %w", ErrClosed)
 	}
 	req, err := a.normalize(req)
 	if err != nil {
@@ -289,6 +309,15 @@ func (a *Allocator) isClosed() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.closed
+}
+
+// closedErr returns ErrClosed for an error of a store that Close closed
+// while the call ran, and err otherwise.
+func (a *Allocator) closedErr(err error) error {
+	if errors.Is(err, statestore.ErrClosed) && a.isClosed() {
+		return ErrClosed
+	}
+	return err
 }
 
 func probeKey(k statestore.Key) (bool, error) {
@@ -699,6 +728,9 @@ func (a *Allocator) Release(ctx context.Context, r Reservation) error {
 // release drops one hold of r by via. With keepRow it never deletes the
 // row: an AllocateSet that fails leaves rows that existed before it.
 func (a *Allocator) release(ctx context.Context, r Reservation, via string, keepRow bool) error {
+	if a.isClosed() {
+		return fmt.Errorf("portalloc: release %s: %w (Close has released everything the Allocator held)", r, ErrClosed)
+	}
 	switch r.Backend {
 	case BackendMRU:
 		// The MRU file keeps the port as recently handed out until it expires.
@@ -707,9 +739,6 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 	case BackendStateStore:
 	default:
 		return fmt.Errorf("%w: reservation backend %q: want %q or %q", ErrInvalidRequest, r.Backend, BackendStateStore, BackendMRU)
-	}
-	if a.isClosed() {
-		return ErrClosed
 	}
 	s := a.db()
 	if s == nil {
@@ -737,7 +766,7 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 	// The last hold in this process, or a row nobody here tracks (made by
 	// an Allocator since closed, or handed to this process).
 	if err := s.Release(ctx, statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}, statestore.Owner{}); err != nil {
-		return fmt.Errorf("portalloc: release %s: %w", r, err)
+		return fmt.Errorf("portalloc: release %s: %w", r, a.closedErr(err))
 	}
 	return nil
 }
@@ -759,7 +788,7 @@ func (a *Allocator) Transfer(ctx context.Context, r Reservation, pid int) error 
 
 func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via string) error {
 	if a.isClosed() {
-		return ErrClosed
+		return fmt.Errorf("portalloc: transfer %s: %w", r, ErrClosed)
 	}
 	switch r.Backend {
 	case BackendMRU:
@@ -788,7 +817,7 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 	}
 	key := statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}
 	if err := s.Transfer(ctx, key, statestore.Owner{}, to); err != nil {
-		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, err)
+		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, a.closedErr(err))
 	}
 	refs.dropAll(e, a)
 	a.unhold(r, true)
@@ -801,19 +830,23 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 // background and whenever a dead owner's row stands in the way; Reap just
 // does it now. In the MRU backend there is nothing to reap.
 func (a *Allocator) Reap(ctx context.Context) (int, error) {
+	if a.isClosed() {
+		return 0, fmt.Errorf("portalloc: reap: %w", ErrClosed)
+	}
 	s := a.db()
 	if s == nil {
 		return 0, nil
 	}
 	n, err := s.Reap(ctx)
 	if err != nil {
-		return n, fmt.Errorf("portalloc: reap: %w", err)
+		return n, fmt.Errorf("portalloc: reap: %w", a.closedErr(err))
 	}
 	return n, nil
 }
 
 // Held returns the reservations this Allocator holds: made by it (or its
-// sets and pools) and not yet released or transferred, each once.
+// sets and pools) and not yet released or transferred, each once. After
+// Close it returns none.
 func (a *Allocator) Held() []Reservation {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -826,7 +859,8 @@ func (a *Allocator) Held() []Reservation {
 
 // Close closes the Allocator's pools, drops every hold it still has (the
 // rows no other holder of this process holds are released) and closes the
-// state store. Later calls return ErrClosed; Close itself is idempotent.
+// state store. Later calls return errors wrapping ErrClosed (see "After
+// Close" in the package documentation); Close itself is idempotent.
 //
 // Close is bounded: the pools and the releases share one deadline of
 // Config.Timeout, and closing the store then waits at most for a call still

@@ -49,6 +49,9 @@ type Handoff struct {
 
 // Add adds a listener under name. The Handoff keeps a duplicate of its
 // descriptor until Close; the caller may close l once the child started.
+// The name goes into LISTEN_FDNAMES: 1 to MaxSocketNameLen printable ASCII
+// characters other than ':', each name once per Handoff. Other names are
+// refused with an error wrapping ErrInvalidRequest.
 func (h *Handoff) Add(name string, l net.Listener) error {
 	fl, ok := l.(interface{ File() (*os.File, error) })
 	if !ok {
@@ -67,8 +70,8 @@ func (h *Handoff) AddPacketConn(name string, c net.PacketConn) error {
 }
 
 func (h *Handoff) add(name string, file func() (*os.File, error)) error {
-	if name == "" || strings.ContainsAny(name, ":\x00") || len(name) > 255 {
-		return fmt.Errorf("%w: socket name %q: want 1-255 characters without ':'", ErrInvalidRequest, name)
+	if why := socketNameProblem(name); why != "" {
+		return fmt.Errorf("portalloc: %w: socket name %s: want %s; %s", ErrInvalidRequest, quoteShort(name), socketNameWant, why)
 	}
 	if slices.Contains(h.names, name) {
 		return fmt.Errorf("%w: socket name %q is handed off already; each socket needs a name of its own", ErrInvalidRequest, name)

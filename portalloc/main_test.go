@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,10 +32,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	// Held until the process exits; workers run under their parent's hold.
-	if _, err := testports.Lock(testports.Portalloc); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	// Held until the process exits; workers run under their parent's hold,
+	// and so do go test -fuzz's workers (fuzz targets bind no port).
+	if !slices.ContainsFunc(os.Args[1:], func(a string) bool { return strings.HasPrefix(a, "-test.fuzzworker") }) {
+		if _, err := testports.Lock(testports.Portalloc); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -149,31 +149,59 @@ type StepInfo struct {
 
 // NewPool reserves spec.Size ports labelled "pool:<name>" and keeps them
 // ready. It returns once the pool is full.
+//
+// The name is the pool's within the Allocator: a name that an open pool
+// of the Allocator has already is refused with an error wrapping
+// ErrInvalidRequest (two pools of one name would share a label and tell
+// their members apart by nothing). Once a pool is closed its name may be
+// used again. Names follow the rules of set names (see SetSpec).
 func (a *Allocator) NewPool(ctx context.Context, name string, spec PoolSpec) (*Pool, error) {
-	if name == "" {
-		return nil, fmt.Errorf("%w: pool name: empty", ErrInvalidRequest)
+	if err := checkName("pool name", name); err != nil {
+		return nil, err
 	}
+	a.mu.Lock()
+	switch {
+	case a.closed:
+		a.mu.Unlock()
+		return nil, fmt.Errorf("portalloc: new pool %q: %w", name, ErrClosed)
+	case a.poolNames[name]:
+		a.mu.Unlock()
+		return nil, fmt.Errorf("portalloc: new pool %q: %w: this Allocator has an open pool of that name; close it first or choose another name", name, ErrInvalidRequest)
+	}
+	a.poolNames[name] = true
+	a.mu.Unlock()
 	p := &Pool{name: name, via: fmt.Sprintf("pool %q", name), a: a, inUse: map[Reservation]*member{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	if err := p.setSpec(spec); err != nil {
+	fail := func(err error) (*Pool, error) {
+		p.releaseIdle(ctx)
+		a.forgetPool(p)
 		return nil, err
+	}
+	if err := p.setSpec(spec); err != nil {
+		return fail(err)
 	}
 	for p.need() > 0 {
 		if err := p.refillOne(ctx); err != nil {
-			p.releaseIdle(ctx)
-			return nil, err
+			return fail(err)
 		}
 	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
-		p.releaseIdle(ctx)
-		return nil, ErrClosed
+		return fail(fmt.Errorf("portalloc: new pool %q: %w", name, ErrClosed))
 	}
 	a.pools = append(a.pools, p)
 	a.mu.Unlock()
 	go p.work() //nolint:contextcheck // the pool outlives NewPool's context; Close stops it
 	return p, nil
+}
+
+// forgetPool frees p's name and drops it from the Allocator's pools.
+func (a *Allocator) forgetPool(p *Pool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.poolNames, p.name)
+	a.pools = slices.DeleteFunc(a.pools, func(q *Pool) bool { return q == p })
 }
 
 // releaseIdle releases the idle members of a pool that NewPool gives up on,
@@ -243,6 +271,9 @@ func (p *Pool) setSpec(spec PoolSpec) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("portalloc: update pool %q: %w", p.name, ErrClosed)
+	}
 	p.spec, p.set, p.rev, p.budget = spec, set, spec.revision(), budget
 	return nil
 }
@@ -296,7 +327,7 @@ func (p *Pool) Take(ctx context.Context) (Reservation, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return Reservation{}, ErrClosed
+		return Reservation{}, fmt.Errorf("portalloc: take from pool %q: %w", p.name, ErrClosed)
 	}
 	// Prefer members of the current revision, newest last in idle.
 	i := slices.IndexFunc(p.idle, func(m *member) bool { return m.revision == p.rev })
@@ -349,8 +380,15 @@ func (p *Pool) Return(r Reservation) error {
 }
 
 // Update makes spec current and starts a rolling update to it, if it
-// changes where members are allocated. Takes go on working meanwhile.
+// changes where members are allocated. Takes go on working meanwhile. After
+// Close it returns an error wrapping ErrClosed.
 func (p *Pool) Update(spec PoolSpec) error {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return fmt.Errorf("portalloc: update pool %q: %w", p.name, ErrClosed)
+	}
 	if err := p.setSpec(spec); err != nil {
 		return err
 	}
@@ -565,7 +603,9 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 
 // Close stops the background work and releases every idle member. Members
 // in use stay reserved until returned (Return then releases them) or until
-// the Allocator closes. It takes at most Config.Timeout.
+// the Allocator closes. It takes at most Config.Timeout. Close is
+// idempotent; after it Take and Update return errors wrapping ErrClosed,
+// and the pool's name may be used by a new pool.
 func (p *Pool) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.a.cfg.Timeout)
 	defer cancel()
@@ -585,6 +625,7 @@ func (p *Pool) close(ctx context.Context) error {
 	idle := p.idle
 	p.idle = nil
 	p.mu.Unlock()
+	p.a.forgetPool(p)
 	select {
 	case <-p.done:
 	default:

@@ -90,9 +90,55 @@ func (e *SpecError) Error() string { return fmt.Sprintf("set spec: %s: %s", e.Fi
 // Unwrap returns ErrInvalidRequest.
 func (e *SpecError) Unwrap() error { return ErrInvalidRequest }
 
-// ParseSetSpec parses and validates a JSON SetSpec. Unknown fields are
-// errors, so a misspelt key does not pass silently.
+// Limits of a SetSpec. ParseSetSpec, Validate and AllocateSet refuse a
+// spec beyond one of them with a *SpecError that names the limit. They
+// bound the work and memory a spec from a file can cost: parsing and
+// validating take time and memory linear in the spec's size, and an
+// allocated set holds at most MaxSetPorts reservations and MaxSetEnv
+// environment variables.
+const (
+	// MaxSetSpecSize is the largest JSON document ParseSetSpec reads, in
+	// bytes (1 MiB).
+	MaxSetSpecSize = 1 << 20
+	// MaxSetGroups is the most groups a set has.
+	MaxSetGroups = 10000
+	// MaxGroupMembers is the most members a group has.
+	MaxGroupMembers = 10000
+	// MaxGroupPorts is the most port entries (PortSpec) a group has.
+	MaxGroupPorts = 1000
+	// MaxGroupRefs is the most references (RefSpec) a group has.
+	MaxGroupRefs = 1000
+	// MaxSetPorts is the most ports a set reserves: a group-scoped port
+	// counts once, a member-scoped one once per member.
+	MaxSetPorts = 65535
+	// MaxSetEnv is the most environment variables of all members of a set
+	// together: each member has one per port and one per reference of its
+	// group.
+	MaxSetEnv = 1 << 20
+)
+
+// specLimits are the limits a validation applies; the benchmarks lift
+// them to show how validation grows beyond them.
+type specLimits struct {
+	size, groups, members, groupPorts, groupRefs, ports, env int
+}
+
+var setLimits = specLimits{
+	size: MaxSetSpecSize, groups: MaxSetGroups, members: MaxGroupMembers,
+	groupPorts: MaxGroupPorts, groupRefs: MaxGroupRefs, ports: MaxSetPorts, env: MaxSetEnv,
+}
+
+// ParseSetSpec parses and validates a JSON SetSpec of at most
+// MaxSetSpecSize bytes. Unknown fields are errors, so a misspelt key does
+// not pass silently. Errors are *SpecError, which wraps ErrInvalidRequest.
 func ParseSetSpec(data []byte) (SetSpec, error) {
+	return parseSetSpec(data, setLimits)
+}
+
+func parseSetSpec(data []byte, lim specLimits) (SetSpec, error) {
+	if len(data) > lim.size {
+		return SetSpec{}, &SpecError{Field: "(json)", Reason: fmt.Sprintf("%d bytes; want at most %d (MaxSetSpecSize, 1 MiB)", len(data), lim.size)}
+	}
 	var s SetSpec
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -102,128 +148,185 @@ func ParseSetSpec(data []byte) (SetSpec, error) {
 	if dec.More() {
 		return SetSpec{}, &SpecError{Field: "(json)", Reason: "more than one JSON value"}
 	}
-	if err := s.Validate(); err != nil {
+	if _, err := s.index(lim); err != nil {
 		return SetSpec{}, err
 	}
 	return s, nil
 }
 
-const maxMembers = 10000
-
-// Validate checks the spec on its own; AllocateSet also checks that the
-// range can hold it.
+// Validate checks the spec on its own, within the limits above;
+// AllocateSet also checks that the range can hold it. Errors are
+// *SpecError, which wraps ErrInvalidRequest.
 func (s SetSpec) Validate() error {
-	if err := checkName("name", s.Name); err != nil {
-		return err
+	_, err := s.index(setLimits)
+	return err
+}
+
+// specIndex is a validated spec's lookup tables, so that resolving a
+// reference costs two map lookups, whatever the size of the set: a
+// validation that searched the groups for each reference took time
+// quadratic in the number of groups.
+type specIndex struct {
+	groups map[string]int  // group index by name
+	ports  map[portKey]int // port index by group index and port name
+	refs   [][]portRef     // each group's references, resolved
+	need   int             // ports the set needs from the range
+}
+
+type portKey struct {
+	group int
+	name  string
+}
+
+// envKey names an environment variable of a group's members.
+type envKey struct {
+	group int
+	name  string
+}
+
+// index validates s within lim and returns its lookup tables. It runs in
+// time and memory linear in the size of s: every check is a pass over the
+// groups with map lookups, and field names for errors are made only for
+// the error returned.
+func (s SetSpec) index(lim specLimits) (*specIndex, error) {
+	if why := nameProblem(s.Name); why != "" {
+		return nil, &SpecError{Field: "name", Reason: nameReason(s.Name, why)}
 	}
-	if len(s.Groups) == 0 {
-		return &SpecError{Field: "groups", Reason: "empty; want at least one group"}
+	switch {
+	case len(s.Groups) == 0:
+		return nil, &SpecError{Field: "groups", Reason: "empty; want at least one group"}
+	case len(s.Groups) > lim.groups:
+		return nil, &SpecError{Field: "groups", Reason: fmt.Sprintf("%d groups; want at most %d (MaxSetGroups)", len(s.Groups), lim.groups)}
 	}
-	groups := map[string]int{}
+	// Size the tables once (capped: the counts are checked below).
+	nports, nrefs := 0, 0
+	for _, g := range s.Groups {
+		nports += min(len(g.Ports), lim.groupPorts)
+		nrefs += min(len(g.Refs), lim.groupRefs)
+	}
+	ix := &specIndex{
+		groups: make(map[string]int, len(s.Groups)),
+		ports:  make(map[portKey]int, nports),
+		refs:   make([][]portRef, len(s.Groups)),
+	}
+	// envs maps each group's variables to who sets them: a port's index,
+	// or -1-i for reference i.
+	envs := make(map[envKey]int, nports+nrefs)
+	envField := func(gi, who int) string {
+		if who >= 0 {
+			return fmt.Sprintf("groups[%d].ports[%d].env", gi, who)
+		}
+		return fmt.Sprintf("groups[%d].refs[%d].env", gi, -1-who)
+	}
+	useEnv := func(gi, who int, name string, explicit bool) error {
+		if explicit || who < 0 {
+			if why := envNameProblem(name); why != "" {
+				return &SpecError{Field: envField(gi, who), Reason: fmt.Sprintf("%s: want %s; %s", quoteShort(name), envNameWant, why)}
+			}
+		}
+		k := envKey{gi, name}
+		if prev, dup := envs[k]; dup {
+			return &SpecError{Field: envField(gi, who), Reason: fmt.Sprintf("duplicate environment variable %q (also set by %s)", name, envField(gi, prev))}
+		}
+		envs[k] = who
+		return nil
+	}
+	ports, env := 0, 0
 	for gi, g := range s.Groups {
-		gf := fmt.Sprintf("groups[%d]", gi)
-		if err := checkName(gf+".name", g.Name); err != nil {
-			return err
+		gf := func() string { return fmt.Sprintf("groups[%d]", gi) }
+		if why := nameProblem(g.Name); why != "" {
+			return nil, &SpecError{Field: gf() + ".name", Reason: nameReason(g.Name, why)}
 		}
-		if _, dup := groups[g.Name]; dup {
-			return &SpecError{Field: gf + ".name", Reason: fmt.Sprintf("duplicate group name %q", g.Name)}
+		if _, dup := ix.groups[g.Name]; dup {
+			return nil, &SpecError{Field: gf() + ".name", Reason: fmt.Sprintf("duplicate group name %q", g.Name)}
 		}
-		groups[g.Name] = gi
-		if g.Members < 0 || g.Members > maxMembers {
-			return &SpecError{Field: gf + ".members", Reason: fmt.Sprintf("%d; want 1 to %d (0 means 1)", g.Members, maxMembers)}
+		ix.groups[g.Name] = gi
+		switch {
+		case g.Members < 0 || g.Members > lim.members:
+			return nil, &SpecError{Field: gf() + ".members", Reason: fmt.Sprintf("%d; want 1 to %d (MaxGroupMembers; 0 means 1)", g.Members, lim.members)}
+		case len(g.Ports) == 0 && len(g.Refs) == 0:
+			return nil, &SpecError{Field: gf() + ".ports", Reason: "empty; want at least one port or ref"}
+		case len(g.Ports) > lim.groupPorts:
+			return nil, &SpecError{Field: gf() + ".ports", Reason: fmt.Sprintf("%d ports; want at most %d (MaxGroupPorts)", len(g.Ports), lim.groupPorts)}
+		case len(g.Refs) > lim.groupRefs:
+			return nil, &SpecError{Field: gf() + ".refs", Reason: fmt.Sprintf("%d refs; want at most %d (MaxGroupRefs)", len(g.Refs), lim.groupRefs)}
 		}
-		if len(g.Ports) == 0 && len(g.Refs) == 0 {
-			return &SpecError{Field: gf + ".ports", Reason: "empty; want at least one port or ref"}
-		}
-		ports := map[string]bool{}
-		envs := map[string]string{}
-		useEnv := func(field, name string) error {
-			if !validEnvName(name) {
-				return &SpecError{Field: field, Reason: fmt.Sprintf("%q is not a valid environment variable name; want letters, digits and '_', not starting with a digit", name)}
-			}
-			if prev, dup := envs[name]; dup {
-				return &SpecError{Field: field, Reason: fmt.Sprintf("duplicate environment variable %q (also set by %s)", name, prev)}
-			}
-			envs[name] = field
-			return nil
+		n := members(g)
+		if env += n * (len(g.Ports) + len(g.Refs)); env > lim.env {
+			return nil, &SpecError{Field: gf(), Reason: fmt.Sprintf("the set's members would have more than %d environment variables together (MaxSetEnv: one per port and ref of a member's group)", lim.env)}
 		}
 		for pi, p := range g.Ports {
-			pf := fmt.Sprintf("%s.ports[%d]", gf, pi)
-			if err := checkName(pf+".name", p.Name); err != nil {
-				return err
+			pf := func() string { return fmt.Sprintf("%s.ports[%d]", gf(), pi) }
+			if why := nameProblem(p.Name); why != "" {
+				return nil, &SpecError{Field: pf() + ".name", Reason: nameReason(p.Name, why)}
 			}
-			if ports[p.Name] {
-				return &SpecError{Field: pf + ".name", Reason: fmt.Sprintf("duplicate port name %q in group %q", p.Name, g.Name)}
+			pk := portKey{gi, p.Name}
+			if _, dup := ix.ports[pk]; dup {
+				return nil, &SpecError{Field: pf() + ".name", Reason: fmt.Sprintf("duplicate port name %q in group %q", p.Name, g.Name)}
 			}
-			ports[p.Name] = true
+			ix.ports[pk] = pi
 			switch p.Scope {
 			case "", ScopeMember, ScopeGroup:
 			default:
-				return &SpecError{Field: pf + ".scope", Reason: fmt.Sprintf("%q; want %q or %q", p.Scope, ScopeMember, ScopeGroup)}
+				return nil, &SpecError{Field: pf() + ".scope", Reason: fmt.Sprintf("%s; want %q or %q", quoteShort(string(p.Scope)), ScopeMember, ScopeGroup)}
 			}
 			switch p.Protocol {
 			case "", TCP, UDP:
 			default:
-				return &SpecError{Field: pf + ".protocol", Reason: fmt.Sprintf("%q; want \"tcp\" or \"udp\"", p.Protocol)}
+				return nil, &SpecError{Field: pf() + ".protocol", Reason: fmt.Sprintf("%s; want \"tcp\" or \"udp\"", quoteShort(string(p.Protocol)))}
 			}
 			if p.Address.IsValid() && p.Address.Zone() != "" {
-				return &SpecError{Field: pf + ".address", Reason: "zoned IPv6 addresses are not supported"}
+				return nil, &SpecError{Field: pf() + ".address", Reason: "zoned IPv6 addresses are not supported"}
 			}
-			if p.Port != 0 && scopeOf(p) == ScopeMember && members(g) > 1 {
-				return &SpecError{Field: pf + ".port", Reason: fmt.Sprintf("fixed port %d cannot be member-scoped in a group of %d members (they cannot all have it); make it group-scoped or leave it 0", p.Port, members(g))}
+			if p.Port != 0 && scopeOf(p) == ScopeMember && n > 1 {
+				return nil, &SpecError{Field: pf() + ".port", Reason: fmt.Sprintf("fixed port %d cannot be member-scoped in a group of %d members (they cannot all have it); make it group-scoped or leave it 0", p.Port, n)}
 			}
 			if p.Sticky && p.Port != 0 {
-				return &SpecError{Field: pf + ".sticky", Reason: "a fixed port is always the same; sticky is for allocated ports"}
+				return nil, &SpecError{Field: pf() + ".sticky", Reason: "a fixed port is always the same; sticky is for allocated ports"}
 			}
-			if err := useEnv(pf+".env", envName(g, p)); err != nil {
-				return err
+			k := n
+			if scopeOf(p) == ScopeGroup {
+				k = 1
+			}
+			if ports += k; ports > lim.ports {
+				return nil, &SpecError{Field: pf(), Reason: fmt.Sprintf("the set would reserve more than %d ports (MaxSetPorts: a group-scoped port counts once, a member-scoped one once per member)", lim.ports)}
+			}
+			if p.Port == 0 {
+				ix.need += k
+			}
+			if err := useEnv(gi, pi, envName(g, p), p.Env != ""); err != nil {
+				return nil, err
 			}
 		}
 		for ri, r := range g.Refs {
-			if err := useEnv(fmt.Sprintf("%s.refs[%d].env", gf, ri), r.Env); err != nil {
-				return err
+			if err := useEnv(gi, -1-ri, r.Env, true); err != nil {
+				return nil, err
 			}
 		}
 	}
 	// References point at ports, never at other references, so they cannot
-	// form cycles; they must name an existing port in the right form.
+	// form cycles; they must name an existing port in the right form. They
+	// may point at any group, so they are resolved once every group is
+	// indexed.
 	for gi, g := range s.Groups {
+		if len(g.Refs) == 0 {
+			continue
+		}
+		ix.refs[gi] = make([]portRef, len(g.Refs))
 		for ri, r := range g.Refs {
-			if _, err := s.resolveRef(r.To); err != nil {
-				return &SpecError{Field: fmt.Sprintf("groups[%d].refs[%d].to", gi, ri), Reason: err.Error()}
+			pr, err := s.resolveRef(ix, r.To)
+			if err != nil {
+				return nil, &SpecError{Field: fmt.Sprintf("groups[%d].refs[%d].to", gi, ri), Reason: err.Error()}
 			}
+			ix.refs[gi][ri] = pr
 		}
 	}
-	return nil
+	return ix, nil
 }
 
-func checkName(field, name string) error {
-	if name == "" {
-		return &SpecError{Field: field, Reason: "empty; want a name such as \"api\" or \"http\""}
-	}
-	if strings.ContainsAny(name, "./ \t\n") {
-		return &SpecError{Field: field, Reason: fmt.Sprintf("%q contains '.', '/' or space, which references and labels use as separators", name)}
-	}
-	if _, err := strconv.Atoi(name); err == nil {
-		return &SpecError{Field: field, Reason: fmt.Sprintf("%q is a number, which references read as a member index", name)}
-	}
-	return nil
-}
-
-func validEnvName(s string) bool {
-	if s == "" || (s[0] >= '0' && s[0] <= '9') {
-		return false
-	}
-	for _, c := range s {
-		if !isEnvChar(c) {
-			return false
-		}
-	}
-	return true
-}
-
-func isEnvChar(c rune) bool {
-	return c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+// nameReason is a SpecError's reason for a refused name.
+func nameReason(name, why string) string {
+	return fmt.Sprintf("%s: want %s; %s", quoteShort(name), nameWant, why)
 }
 
 func members(g GroupSpec) int { return max(g.Members, 1) }
@@ -261,42 +364,41 @@ type portRef struct {
 	member      int // -1 for group-scoped ports
 }
 
-func (s SetSpec) resolveRef(to string) (portRef, error) {
-	parts := strings.Split(to, ".")
-	if len(parts) != 2 && len(parts) != 3 {
-		return portRef{}, fmt.Errorf("%q: want \"group.port\" or \"group.member.port\"", to)
+// resolveRef resolves a reference with ix, in time independent of the
+// size of the set.
+func (s SetSpec) resolveRef(ix *specIndex, to string) (portRef, error) {
+	gname, rest, ok := strings.Cut(to, ".")
+	if !ok {
+		return portRef{}, fmt.Errorf("%s: want \"group.port\" or \"group.member.port\"", quoteShort(to))
 	}
-	var g *GroupSpec
-	for i := range s.Groups {
-		if s.Groups[i].Name == parts[0] {
-			g = &s.Groups[i]
-		}
+	mstr, name, three := strings.Cut(rest, ".")
+	if !three {
+		mstr, name = "", rest
+	} else if strings.Contains(name, ".") {
+		return portRef{}, fmt.Errorf("%s: want \"group.port\" or \"group.member.port\"", quoteShort(to))
 	}
-	if g == nil {
-		return portRef{}, fmt.Errorf("%q: no group %q in the set", to, parts[0])
+	gi, ok := ix.groups[gname]
+	if !ok {
+		return portRef{}, fmt.Errorf("%s: no group %s in the set", quoteShort(to), quoteShort(gname))
 	}
-	name := parts[len(parts)-1]
-	var p *PortSpec
-	for i := range g.Ports {
-		if g.Ports[i].Name == name {
-			p = &g.Ports[i]
-		}
+	g := &s.Groups[gi]
+	pi, ok := ix.ports[portKey{gi, name}]
+	if !ok {
+		return portRef{}, fmt.Errorf("%s: group %q has no port %s", quoteShort(to), g.Name, quoteShort(name))
 	}
-	if p == nil {
-		return portRef{}, fmt.Errorf("%q: group %q has no port %q", to, g.Name, name)
-	}
-	if len(parts) == 2 {
+	p := &g.Ports[pi]
+	if !three {
 		switch {
 		case scopeOf(*p) == ScopeGroup:
 			return portRef{g.Name, p.Name, -1}, nil
 		case members(*g) == 1:
 			return portRef{g.Name, p.Name, 0}, nil
 		}
-		return portRef{}, fmt.Errorf("%q: port %q is per member and group %q has %d members; name one, e.g. \"%s.0.%s\"", to, p.Name, g.Name, members(*g), g.Name, p.Name)
+		return portRef{}, fmt.Errorf("%s: port %q is per member and group %q has %d members; name one, e.g. \"%s.0.%s\"", quoteShort(to), p.Name, g.Name, members(*g), g.Name, p.Name)
 	}
-	m, err := strconv.Atoi(parts[1])
+	m, err := strconv.Atoi(mstr)
 	if err != nil || m < 0 || m >= members(*g) {
-		return portRef{}, fmt.Errorf("%q: member %q of group %q: want 0 to %d", to, parts[1], g.Name, members(*g)-1)
+		return portRef{}, fmt.Errorf("%s: member %s of group %q: want 0 to %d", quoteShort(to), quoteShort(mstr), g.Name, members(*g)-1)
 	}
 	if scopeOf(*p) == ScopeGroup {
 		return portRef{g.Name, p.Name, -1}, nil // the same port for every member
@@ -304,32 +406,21 @@ func (s SetSpec) resolveRef(to string) (portRef, error) {
 	return portRef{g.Name, p.Name, m}, nil
 }
 
-// dynamicPorts is how many ports of the range the spec needs.
-func (s SetSpec) dynamicPorts() int {
-	n := 0
-	for _, g := range s.Groups {
-		for _, p := range g.Ports {
-			switch {
-			case p.Port != 0:
-			case scopeOf(p) == ScopeGroup:
-				n++
-			default:
-				n += members(g)
-			}
-		}
-	}
-	return n
-}
-
 // Set is an allocated SetSpec. It is safe for concurrent use only for
 // reading; Release and Transfer must not run concurrently.
 type Set struct {
 	Name    string
 	members []*Member
+	byName  map[memberKey]*Member
 	a       *Allocator
 	via     string // the set's name for its holds (see refs)
 	// held are the reservations the set still holds, by label.
 	held map[string]Reservation
+}
+
+type memberKey struct {
+	group string
+	index int
 }
 
 // Member is one member of a group with its ports.
@@ -342,6 +433,7 @@ type Member struct {
 	// Scopes gives each port's scope, by name.
 	Scopes map[string]Scope
 	env    []string
+	set    *Set // the set the member belongs to
 }
 
 // Env returns the member's environment variables as KEY=VALUE strings, ready
@@ -351,14 +443,21 @@ func (m *Member) Env() []string { return append([]string(nil), m.env...) }
 // Members returns every member, in spec order.
 func (s *Set) Members() []*Member { return s.members }
 
-// Member returns member index of group, or nil.
-func (s *Set) Member(group string, index int) *Member {
-	for _, m := range s.members {
-		if m.Group == group && m.Index == index {
-			return m
-		}
+// Member returns member index of group. A group the set does not have, or
+// an index outside 0 to the group's members less one, is an error wrapping
+// ErrInvalidRequest that says what the set has; the member is then nil.
+func (s *Set) Member(group string, index int) (*Member, error) {
+	if m := s.byName[memberKey{group, index}]; m != nil {
+		return m, nil
 	}
-	return nil
+	n := 0
+	for i := 0; s.byName[memberKey{group, i}] != nil; i++ {
+		n = i + 1
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("portalloc: set %q: %w: no group %s", s.Name, ErrInvalidRequest, quoteShort(group))
+	}
+	return nil, fmt.Errorf("portalloc: set %q: %w: group %q has no member %d; want 0 to %d", s.Name, ErrInvalidRequest, group, index, n-1)
 }
 
 func label(set, group string, member int, port string) string {
@@ -377,18 +476,22 @@ func label(set, group string, member int, port string) string {
 // each with a hold of the new Set: a row stays reserved until every Set,
 // Allocator and pool of the process that holds it has released it.
 func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error) {
-	if err := spec.Validate(); err != nil {
+	if a.isClosed() {
+		return nil, fmt.Errorf("portalloc: allocate set: %w", ErrClosed)
+	}
+	ix, err := spec.index(setLimits)
+	if err != nil {
 		return nil, err
 	}
-	if need := spec.dynamicPorts(); need > a.set.Len() {
-		return nil, &SpecError{Field: "groups", Reason: fmt.Sprintf("the set needs %d ports from the range and %s has %d to hand out", need, a.cfg.Range, a.set.Len())}
+	if ix.need > a.set.Len() {
+		return nil, &SpecError{Field: "groups", Reason: fmt.Sprintf("the set needs %d ports from the range and %s has %d to hand out", ix.need, a.cfg.Range, a.set.Len())}
 	}
 	existing, before, err := a.ownRows(ctx, spec.Name+"/")
 	if err != nil {
 		return nil, err
 	}
 	via := fmt.Sprintf("set %q", spec.Name)
-	s := &Set{Name: spec.Name, a: a, via: via, held: map[string]Reservation{}}
+	s := &Set{Name: spec.Name, a: a, via: via, held: map[string]Reservation{}, byName: map[memberKey]*Member{}}
 	// taken are the holds of this call, dropped if a later port fails;
 	// existed says the row was there before the call and must stay.
 	type hold struct {
@@ -432,7 +535,9 @@ func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error)
 	for _, g := range spec.Groups {
 		var group []*Member
 		for i := range members(g) {
-			group = append(group, &Member{Group: g.Name, Index: i, Ports: map[string]Reservation{}, Scopes: map[string]Scope{}})
+			m := &Member{Group: g.Name, Index: i, Ports: map[string]Reservation{}, Scopes: map[string]Scope{}, set: s}
+			group = append(group, m)
+			s.byName[memberKey{g.Name, i}] = m
 		}
 		for _, p := range g.Ports {
 			if scopeOf(p) == ScopeGroup {
@@ -459,19 +564,18 @@ func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error)
 		}
 		s.members = append(s.members, group...)
 	}
-	// Environments, once every port is known.
-	groupSpec := map[string]GroupSpec{}
-	for _, g := range spec.Groups {
-		groupSpec[g.Name] = g
-	}
-	for _, m := range s.members {
-		g := groupSpec[m.Group]
-		for _, p := range g.Ports {
-			m.env = append(m.env, envName(g, p)+"="+strconv.Itoa(int(m.Ports[p.Name].Port)))
-		}
-		for _, ref := range g.Refs {
-			pr, _ := spec.resolveRef(ref.To) // validated above
-			m.env = append(m.env, ref.Env+"="+strconv.Itoa(int(byRef[pr].Port)))
+	// Environments, once every port is known; members are in spec order.
+	mi := 0
+	for gi, g := range spec.Groups {
+		for range members(g) {
+			m := s.members[mi]
+			mi++
+			for _, p := range g.Ports {
+				m.env = append(m.env, envName(g, p)+"="+strconv.Itoa(int(m.Ports[p.Name].Port)))
+			}
+			for ri, ref := range g.Refs {
+				m.env = append(m.env, ref.Env+"="+strconv.Itoa(int(byRef[ix.refs[gi][ri]].Port)))
+			}
 		}
 	}
 	return s, nil
@@ -554,7 +658,17 @@ func (s *Set) Release(ctx context.Context) error {
 // it runs, even if the caller dies first. Group-scoped ports are shared by
 // all members and stay with the caller. Like Allocator.Transfer it refuses
 // a port that something else in this process holds too.
+//
+// m must be a member of s, as Members or Member return it: a nil member or
+// one of another set is refused with an error wrapping ErrInvalidRequest,
+// and nothing is transferred.
 func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
+	switch {
+	case m == nil:
+		return fmt.Errorf("portalloc: set %q: transfer to pid %d: %w: member is nil; want one of the set's Members", s.Name, pid, ErrInvalidRequest)
+	case m.set != s:
+		return fmt.Errorf("portalloc: set %q: transfer %s member %d to pid %d: %w: the member belongs to another set; want one of this set's Members", s.Name, quoteShort(m.Group), m.Index, pid, ErrInvalidRequest)
+	}
 	for name, r := range m.Ports {
 		if m.Scopes[name] != ScopeMember {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,6 +29,16 @@ func apiWebSpec() portalloc.SetSpec {
 	}}
 }
 
+// member returns member i of group, failing the test if the set has none.
+func member(t *testing.T, s *portalloc.Set, group string, i int) *portalloc.Member {
+	t.Helper()
+	m, err := s.Member(group, i)
+	if err != nil {
+		t.Fatalf("Member(%q, %d) = %v", group, i, err)
+	}
+	return m
+}
+
 func envMap(env []string) map[string]string {
 	m := map[string]string{}
 	for _, kv := range env {
@@ -48,9 +59,9 @@ func TestAllocateSet(t *testing.T) {
 		t.Fatalf("%d members; want 4", n)
 	}
 	https := map[uint16]bool{}
-	grpc := set.Member("api", 0).Ports["grpc"].Port
+	grpc := member(t, set, "api", 0).Ports["grpc"].Port
 	for i := range 3 {
-		m := set.Member("api", i)
+		m := member(t, set, "api", i)
 		https[m.Ports["http"].Port] = true
 		if m.Ports["grpc"].Port != grpc {
 			t.Errorf("api.%d grpc = %d; want the shared %d", i, m.Ports["grpc"].Port, grpc)
@@ -63,9 +74,9 @@ func TestAllocateSet(t *testing.T) {
 	if len(https) != 3 || https[grpc] {
 		t.Errorf("api http ports %v and grpc %d; want 3 distinct http ports apart from grpc", https, grpc)
 	}
-	web := set.Member("web", 0)
+	web := member(t, set, "web", 0)
 	env := envMap(web.Env())
-	if env["API_GRPC"] != strconv.Itoa(int(grpc)) || env["API_PRIMARY_HTTP"] != strconv.Itoa(int(set.Member("api", 0).Ports["http"].Port)) {
+	if env["API_GRPC"] != strconv.Itoa(int(grpc)) || env["API_PRIMARY_HTTP"] != strconv.Itoa(int(member(t, set, "api", 0).Ports["http"].Port)) {
 		t.Errorf("web env = %v; want refs to api.grpc=%d and api.0.http", web.Env(), grpc)
 	}
 	if env["WEB_HTTP_PORT"] != strconv.Itoa(int(web.Ports["http"].Port)) {
@@ -84,12 +95,12 @@ func TestAllocateSet(t *testing.T) {
 
 	// Idempotent: again, and from a second Allocator of this process.
 	again, err := a.AllocateSet(ctx, apiWebSpec())
-	if err != nil || again.Member("api", 2).Ports["http"] != set.Member("api", 2).Ports["http"] {
+	if err != nil || member(t, again, "api", 2).Ports["http"] != member(t, set, "api", 2).Ports["http"] {
 		t.Errorf("AllocateSet again = %v; want the same ports", err)
 	}
 	b := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: a.Config().StateDir})
 	other, err := b.AllocateSet(ctx, apiWebSpec())
-	if err != nil || other.Member("web", 0).Ports["http"] != web.Ports["http"] {
+	if err != nil || member(t, other, "web", 0).Ports["http"] != web.Ports["http"] {
 		t.Errorf("AllocateSet from another Allocator = %v; want the same ports", err)
 	}
 
@@ -155,6 +166,30 @@ func TestAllocateSetAtomic(t *testing.T) {
 	}
 }
 
+func manyGroups(n int) []portalloc.GroupSpec {
+	gs := make([]portalloc.GroupSpec, n)
+	for i := range gs {
+		gs[i] = portalloc.GroupSpec{Name: fmt.Sprintf("g%d", i), Ports: []portalloc.PortSpec{{Name: "p"}}}
+	}
+	return gs
+}
+
+func manyPorts(n int) []portalloc.PortSpec {
+	ps := make([]portalloc.PortSpec, n)
+	for i := range ps {
+		ps[i] = portalloc.PortSpec{Name: fmt.Sprintf("p%d", i)}
+	}
+	return ps
+}
+
+func manyRefs(n int, to string) []portalloc.RefSpec {
+	rs := make([]portalloc.RefSpec, n)
+	for i := range rs {
+		rs[i] = portalloc.RefSpec{Env: fmt.Sprintf("R%d", i), To: to}
+	}
+	return rs
+}
+
 func TestSetSpecValidation(t *testing.T) {
 	port := func(name string) portalloc.PortSpec { return portalloc.PortSpec{Name: name} }
 	group := func(name string, ps ...portalloc.PortSpec) portalloc.GroupSpec {
@@ -171,7 +206,7 @@ func TestSetSpecValidation(t *testing.T) {
 		{"empty group name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("", port("p"))}}, "groups[0].name", "empty"},
 		{"duplicate group", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", port("p")), group("a", port("q"))}}, "groups[1].name", "duplicate group"},
 		{"dotted name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a.b", port("p"))}}, "groups[0].name", "'.'"},
-		{"numeric name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", port("0"))}}, "groups[0].ports[0].name", "is a number"},
+		{"numeric name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", port("0"))}}, "groups[0].ports[0].name", "starts with '0'"},
 		{"empty port name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", port(""))}}, "groups[0].ports[0].name", "empty"},
 		{"duplicate port", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", port("p"), port("p"))}}, "groups[0].ports[1].name", "duplicate port"},
 		{"no ports", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a")}}, "groups[0].ports", "at least one"},
@@ -180,12 +215,30 @@ func TestSetSpecValidation(t *testing.T) {
 		{"unknown protocol", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", portalloc.PortSpec{Name: "p", Protocol: "sctp"})}}, "groups[0].ports[0].protocol", `"sctp"`},
 		{"duplicate env", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", portalloc.PortSpec{Name: "p"}, portalloc.PortSpec{Name: "q", Env: "A_P_PORT"})}}, "groups[0].ports[1].env", "duplicate environment variable"},
 		{"env clashes with ref", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "a", Ports: []portalloc.PortSpec{port("p")}, Refs: []portalloc.RefSpec{{Env: "A_P_PORT", To: "a.p"}}}}}, "groups[0].refs[0].env", "duplicate environment variable"},
-		{"bad env name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", portalloc.PortSpec{Name: "p", Env: "1X"})}}, "groups[0].ports[0].env", "not a valid environment variable name"},
+		{"bad env name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", portalloc.PortSpec{Name: "p", Env: "1X"})}}, "groups[0].ports[0].env", "starts with a digit"},
 		{"fixed member port, 2 members", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "a", Members: 2, Ports: []portalloc.PortSpec{{Name: "p", Port: 25000}}}}}, "groups[0].ports[0].port", "cannot be member-scoped"},
 		{"malformed ref", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "a", Ports: []portalloc.PortSpec{port("p")}, Refs: []portalloc.RefSpec{{Env: "X", To: "a"}}}}}, "groups[0].refs[0].to", `want "group.port"`},
 		{"dangling group", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "a", Ports: []portalloc.PortSpec{port("p")}, Refs: []portalloc.RefSpec{{Env: "X", To: "b.p"}}}}}, "groups[0].refs[0].to", `no group "b"`},
 		{"dangling port", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "a", Ports: []portalloc.PortSpec{port("p")}, Refs: []portalloc.RefSpec{{Env: "X", To: "a.q"}}}}}, "groups[0].refs[0].to", `has no port "q"`},
 		{"dangling member", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "a", Members: 2, Ports: []portalloc.PortSpec{port("p")}, Refs: []portalloc.RefSpec{{Env: "X", To: "a.2.p"}}}}}, "groups[0].refs[0].to", "want 0 to 1"},
+		{"ESC in a set name", portalloc.SetSpec{Name: "s\x1b[31m", Groups: []portalloc.GroupSpec{group("a", port("p"))}}, "name", `'\x1b' at byte 1`},
+		{"newline in a group name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a\nb", port("p"))}}, "groups[0].name", `'\n' at byte 1`},
+		{"NUL in a port name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", port("p\x00"))}}, "groups[0].ports[0].name", `'\x00' at byte 1`},
+		{"invalid UTF-8 in a port name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", port("p\xff"))}}, "groups[0].ports[0].name", `"\xff" at byte 1`},
+		{"non-ASCII name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("caf\u00e9", port("p"))}}, "groups[0].name", `'é' at byte 3`},
+		{"name too long", portalloc.SetSpec{Name: strings.Repeat("n", portalloc.MaxNameLen+1), Groups: []portalloc.GroupSpec{group("a", port("p"))}}, "name", "it has 65 bytes"},
+		{"ESC in an env name", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", portalloc.PortSpec{Name: "p", Env: "X\x1b"})}}, "groups[0].ports[0].env", `'\x1b' at byte 1`},
+		{"env name too long", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "a", Ports: []portalloc.PortSpec{port("p")}, Refs: []portalloc.RefSpec{{Env: strings.Repeat("E", portalloc.MaxEnvNameLen+1), To: "a.p"}}}}}, "groups[0].refs[0].env", "it has 257 bytes"},
+		{"too many groups", portalloc.SetSpec{Name: "s", Groups: manyGroups(portalloc.MaxSetGroups + 1)}, "groups", "MaxSetGroups"},
+		{"too many members", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "a", Members: portalloc.MaxGroupMembers + 1, Ports: []portalloc.PortSpec{port("p")}}}}, "groups[0].members", "MaxGroupMembers"},
+		{"too many ports in a group", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("a", manyPorts(portalloc.MaxGroupPorts+1)...)}}, "groups[0].ports", "MaxGroupPorts"},
+		{"too many refs in a group", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "a", Ports: []portalloc.PortSpec{port("p")}, Refs: manyRefs(portalloc.MaxGroupRefs+1, "a.p")}}}, "groups[0].refs", "MaxGroupRefs"},
+		{"too many ports in the set", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{
+			{Name: "a", Members: 10000, Ports: manyPorts(6)}, {Name: "b", Members: 5536, Ports: []portalloc.PortSpec{port("p")}},
+		}}, "groups[1].ports[0]", "MaxSetPorts"},
+		{"too many variables", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{
+			{Name: "a", Members: 10000, Ports: []portalloc.PortSpec{{Name: "p", Scope: portalloc.ScopeGroup}}, Refs: manyRefs(200, "a.p")},
+		}}, "groups[0]", "MaxSetEnv"},
 		{"member port without index", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "a", Members: 2, Ports: []portalloc.PortSpec{port("p")}, Refs: []portalloc.RefSpec{{Env: "X", To: "a.p"}}}}}, "groups[0].refs[0].to", `"a.0.p"`},
 	}
 	for _, tt := range tests {

@@ -219,7 +219,7 @@ func TestFailedSetKeepsEarlierReservation(t *testing.T) {
 	if _, err := b.AllocateSet(ctx, bad); !errors.Is(err, portalloc.ErrPortHeld) {
 		t.Fatalf("AllocateSet of the grown spec = %v; want ErrPortHeld", err)
 	}
-	http := set.Member("g", 0).Ports["http"].Port
+	http := member(t, set, "g", 0).Ports["http"].Port
 	if got := otherProcessGets(t, dir, http); got != fmt.Sprint("held ", os.Getpid()) {
 		t.Errorf("after a failed AllocateSet reused it, another process got %q for the earlier set's port %d", got, http)
 	}

@@ -110,6 +110,9 @@ type Usage struct {
 // Usage reads from the store how much of the range is reserved. Unlike
 // Stats it queries the store; in the MRU backend it reports only Ports.
 func (a *Allocator) Usage(ctx context.Context) (Usage, error) {
+	if a.isClosed() {
+		return Usage{}, fmt.Errorf("portalloc: usage: %w", ErrClosed)
+	}
 	u := Usage{Ports: a.set.Len()}
 	s := a.db()
 	if s == nil || a.fb.active.Load() {
@@ -118,7 +121,7 @@ func (a *Allocator) Usage(ctx context.Context) (Usage, error) {
 	}
 	ports, err := s.ReservedPorts(ctx, a.cfg.Range.First, a.cfg.Range.Last)
 	if err != nil {
-		return Usage{}, fmt.Errorf("portalloc: usage: %w", err)
+		return Usage{}, fmt.Errorf("portalloc: usage: %w", a.closedErr(err))
 	}
 	for _, p := range ports {
 		if a.set.Contains(p) {

@@ -112,7 +112,7 @@ func TestListenerAndSet(t *testing.T) {
 		t.Error("the listener's port could be bound again")
 	}
 	s := porttest.Set(t, portalloc.SetSpec{Name: "web", Groups: []portalloc.GroupSpec{{Name: "app", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}}}}})
-	if a, b := s.Member("app", 0).Ports["http"].Port, s.Member("app", 1).Ports["http"].Port; a == b {
+	if a, b := s.Members()[0].Ports["http"].Port, s.Members()[1].Ports["http"].Port; a == b {
 		t.Errorf("both members got port %d", a)
 	}
 }

@@ -1,0 +1,198 @@
+package portalloc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/berth-go/berth/portalloc"
+)
+
+// misuse is one call that a caller gets wrong, and the sentinel its error
+// must wrap (nil: the call must succeed).
+type misuse struct {
+	name string
+	call func() error
+	want error
+}
+
+// misuseExtra are the cases of OS-specific files (Handoff is unix only).
+var misuseExtra []func(t *testing.T) []misuse
+
+// TestMisuse: every misuse of the API returns an error wrapping the
+// documented sentinel, and none panics. After Close every method but the
+// documented readers returns an error wrapping ErrClosed.
+func TestMisuse(t *testing.T) {
+	ctx := context.Background()
+	spec := func(name string) portalloc.SetSpec {
+		return portalloc.SetSpec{Name: name, Groups: []portalloc.GroupSpec{{Name: "g", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}}}}}
+	}
+	// A live Allocator with two sets and a pool.
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
+	one, err := a.AllocateSet(ctx, spec("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := a.AllocateSet(ctx, spec("two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	twoMember := two.Members()[0]
+	pool, err := a.NewPool(ctx, "hot", portalloc.PoolSpec{Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPool, err := a.NewPool(ctx, "closed", portalloc.PoolSpec{Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closedPool.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A closed Allocator, with what it handed out before Close.
+	c, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: t.TempDir(), Range: allocRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr, err := c.Allocate(ctx, portalloc.Request{Label: "before-close"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cset, err := c.AllocateSet(ctx, spec("closing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpool, err := c.NewPool(ctx, "closing", portalloc.PoolSpec{Size: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken, err := cpool.Take(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	port := freeRun(t, 1)
+	hostile := portalloc.Request{Label: "x\x1b]0;pwned\x07"}
+
+	cases := []misuse{
+		// Sets.
+		{"Set.Transfer of a nil member", func() error { return one.Transfer(ctx, nil, 1) }, portalloc.ErrInvalidRequest},
+		{"Set.Transfer of another set's member", func() error { return one.Transfer(ctx, twoMember, 1) }, portalloc.ErrInvalidRequest},
+		{"Set.Member of an unknown group", func() error { _, err := one.Member("nope", 0); return err }, portalloc.ErrInvalidRequest},
+		{"Set.Member of an index out of range", func() error { _, err := one.Member("g", 2); return err }, portalloc.ErrInvalidRequest},
+		{"Set.Member of a negative index", func() error { _, err := one.Member("g", -1); return err }, portalloc.ErrInvalidRequest},
+		{"Set.Member of a known member", func() error { _, err := one.Member("g", 1); return err }, nil},
+
+		// Pools.
+		{"NewPool with a name in use", func() error { _, err := a.NewPool(ctx, "hot", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
+		{"NewPool with an empty name", func() error { _, err := a.NewPool(ctx, "", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
+		{"NewPool with an ESC in its name", func() error { _, err := a.NewPool(ctx, "p\x1b[2J", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
+		{"Pool.Update after Pool.Close", func() error { return closedPool.Update(portalloc.PoolSpec{Size: 2}) }, portalloc.ErrClosed},
+		{"Pool.Take after Pool.Close", func() error { _, err := closedPool.Take(ctx); return err }, portalloc.ErrClosed},
+		{"Pool.Close twice", closedPool.Close, nil},
+		{"NewPool with the name of a closed pool", func() error {
+			p, err := a.NewPool(ctx, "closed", portalloc.PoolSpec{Size: 1})
+			if err == nil {
+				err = p.Close()
+			}
+			return err
+		}, nil},
+		{"Pool.Update of an open pool", func() error { return pool.Update(portalloc.PoolSpec{Size: 1, MaxUnavailable: "1"}) }, nil},
+
+		// Labels.
+		{"Allocate with a title-change label", func() error { _, err := a.Allocate(ctx, hostile); return err }, portalloc.ErrInvalidRequest},
+		{"Reserve with a NUL in the label", func() error {
+			_, err := a.Reserve(ctx, portalloc.Request{Label: "a\x00b"}, port)
+			return err
+		}, portalloc.ErrInvalidRequest},
+		{"Listen with invalid UTF-8 in the label", func() error {
+			_, l, err := a.Listen(ctx, portalloc.Request{Label: "bad\xff"})
+			if l != nil {
+				_ = l.Close()
+			}
+			return err
+		}, portalloc.ErrInvalidRequest},
+		{"Allocate with a 1 MiB label", func() error {
+			_, err := a.Allocate(ctx, portalloc.Request{Label: string(make([]byte, 1<<20))})
+			return err
+		}, portalloc.ErrInvalidRequest},
+
+		// After Allocator.Close.
+		{"Close twice", c.Close, nil},
+		{"Allocate after Close", func() error { _, err := c.Allocate(ctx, portalloc.Request{}); return err }, portalloc.ErrClosed},
+		{"Reserve after Close", func() error { _, err := c.Reserve(ctx, portalloc.Request{}, port); return err }, portalloc.ErrClosed},
+		{"Listen after Close", func() error { _, _, err := c.Listen(ctx, portalloc.Request{}); return err }, portalloc.ErrClosed},
+		{"ListenPacket after Close", func() error { _, _, err := c.ListenPacket(ctx, portalloc.Request{}); return err }, portalloc.ErrClosed},
+		{"AllocateSet after Close", func() error { _, err := c.AllocateSet(ctx, spec("late")); return err }, portalloc.ErrClosed},
+		{"NewPool after Close", func() error { _, err := c.NewPool(ctx, "late", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrClosed},
+		{"Release after Close", func() error { return c.Release(ctx, cr) }, portalloc.ErrClosed},
+		{"Transfer after Close", func() error { return c.Transfer(ctx, cr, 1) }, portalloc.ErrClosed},
+		{"Reap after Close", func() error { _, err := c.Reap(ctx); return err }, portalloc.ErrClosed},
+		{"Usage after Close", func() error { _, err := c.Usage(ctx); return err }, portalloc.ErrClosed},
+		{"Set.Transfer after Close", func() error { return cset.Transfer(ctx, cset.Members()[0], 1) }, portalloc.ErrClosed},
+		{"Set.Release after Close", func() error { return cset.Release(ctx) }, nil},
+		{"Pool.Take after Close", func() error { _, err := cpool.Take(ctx); return err }, portalloc.ErrClosed},
+		{"Pool.Update after Close", func() error { return cpool.Update(portalloc.PoolSpec{Size: 1}) }, portalloc.ErrClosed},
+		{"Pool.Return after Close", func() error { return cpool.Return(taken) }, portalloc.ErrClosed},
+		{"Pool.Close after Close", cpool.Close, nil},
+		{"Stats, Held, Metrics after Close", func() error {
+			if st := c.Stats(); st.Allocations.Dynamic == 0 {
+				return fmt.Errorf("Stats() = %+v; want the allocations made before Close", st)
+			}
+			if h := c.Held(); len(h) != 0 {
+				return fmt.Errorf("Held() = %v; want none", h)
+			}
+			if m := c.Metrics(ctx); m.UsageError == "" {
+				return fmt.Errorf("Metrics() = %+v; want a UsageError", m)
+			}
+			if c.Backend() != portalloc.BackendStateStore || c.FallbackCause() != nil || c.Config().StateDir == "" {
+				return errors.New("Backend, FallbackCause or Config changed with Close")
+			}
+			return nil
+		}, nil},
+	}
+	for _, extra := range misuseExtra {
+		cases = append(cases, extra(t)...)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						t.Fatalf("%s panicked: %v", tc.name, p)
+					}
+				}()
+				err = tc.call()
+			}()
+			switch {
+			case tc.want == nil && err != nil:
+				t.Errorf("%s = %v; want nil", tc.name, err)
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Errorf("%s = %v; want an error wrapping %q", tc.name, err, tc.want)
+			}
+		})
+	}
+
+	// What the refused transfers would have moved is still this process's.
+	for _, m := range []*portalloc.Member{one.Members()[0], twoMember} {
+		r := m.Ports["http"]
+		if got, err := a.Reserve(ctx, portalloc.Request{Address: r.Address}, r.Port); err != nil || got.Port != r.Port {
+			t.Errorf("Reserve(%d) after the refused transfers = %v, %v; want this process's reservation back", r.Port, got, err)
+		} else {
+			_ = a.Release(ctx, got)
+		}
+	}
+	// Close released what the closed Allocator held: another one can have it.
+	b := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: c.Config().StateDir})
+	if r, err := b.Reserve(ctx, portalloc.Request{Address: netip.MustParseAddr("127.0.0.1")}, cr.Port); err != nil {
+		t.Errorf("Reserve(%d) after Close = %v; want the port free", cr.Port, err)
+	} else {
+		_ = b.Release(ctx, r)
+	}
+}

@@ -1,0 +1,31 @@
+//go:build unix
+
+package portalloc_test
+
+import (
+	"net"
+	"testing"
+
+	"github.com/berth-go/berth/portalloc"
+)
+
+func init() {
+	misuseExtra = append(misuseExtra, func(t *testing.T) []misuse {
+		t.Helper()
+		l, err := net.Listen("tcp", "127.0.0.1:0") // bound by the OS's choice: no port of a range
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		var h portalloc.Handoff
+		t.Cleanup(func() { _ = h.Close() })
+		return []misuse{
+			{"Handoff.Apply(nil)", func() error { return h.Apply(nil) }, portalloc.ErrInvalidRequest},
+			{"Handoff.Add", func() error { return h.Add("web", l) }, nil},
+			{"Handoff.Add of a name twice", func() error { return h.Add("web", l) }, portalloc.ErrInvalidRequest},
+			{"Handoff.Add with ':' in the name", func() error { return h.Add("a:b", l) }, portalloc.ErrInvalidRequest},
+			{"Handoff.Add with an ESC in the name", func() error { return h.Add("a\x1b[31m", l) }, portalloc.ErrInvalidRequest},
+			{"Handoff.Add with an empty name", func() error { return h.Add("", l) }, portalloc.ErrInvalidRequest},
+		}
+	})
+}

@@ -1,0 +1,119 @@
+package portalloc
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/berth-go/berth/statestore"
+)
+
+// FuzzCheckLabel: the label validator never panics; every label it
+// accepts is within MaxLabelLen bytes of valid, printable UTF-8; every
+// refusal wraps ErrInvalidRequest, names Request.Label and is itself short
+// and printable, whatever it quotes. The set-name validator is held to its
+// own rule on the same input, and statestore.CheckLabel must agree with
+// the label validator on every input.
+func FuzzCheckLabel(f *testing.F) {
+	for _, s := range []string{
+		"", "api.http", "dev/api/0/http", "pool:hot", "ünïcödé ok", "with space",
+		"\x1b[31mred\x1b[0m", "\x1b]0;pwned\x07", "web\ntcp 127.0.0.1 8080 forged", "nul\x00byte",
+		"bad\xffutf8", "\u202eevil", "nbsp\u00a0", "\ufffd", "tab\t", "del\x7f", "c1\u009b",
+		strings.Repeat("a", MaxLabelLen), strings.Repeat("a", MaxLabelLen+1), strings.Repeat("é", 200),
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, label string) {
+		err := checkLabel(label)
+		if sErr := statestore.CheckLabel(label); (err == nil) != (sErr == nil) {
+			t.Fatalf("checkLabel(%q) = %v but statestore.CheckLabel = %v; want the same rule in both", label, err, sErr)
+		}
+		if err == nil {
+			if len(label) > MaxLabelLen || !utf8.ValidString(label) {
+				t.Fatalf("checkLabel(%q) = nil; want an error: %d bytes, valid UTF-8 %v", label, len(label), utf8.ValidString(label))
+			}
+			for _, r := range label {
+				if !unicode.IsPrint(r) || r == utf8.RuneError {
+					t.Fatalf("checkLabel(%q) = nil; want an error for %q", label, r)
+				}
+			}
+		} else {
+			if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "Request.Label") {
+				t.Fatalf("checkLabel(%q) = %v; want ErrInvalidRequest naming Request.Label", label, err)
+			}
+			printableMessage(t, err)
+		}
+
+		if err := checkName("pool name", label); err == nil {
+			if label == "" || len(label) > MaxNameLen || !isLetter(label[0]) ||
+				strings.ContainsFunc(label, func(r rune) bool {
+					return r > unicode.MaxASCII || !isLetter(byte(r)) && !isDigit(byte(r)) && r != '_' && r != '-'
+				}) {
+				t.Fatalf("checkName(%q) = nil; want an error", label)
+			}
+			if checkLabel("pool:"+label) != nil || checkLabel(label+"/"+label+"/9999/"+label) != nil {
+				t.Fatalf("name %q makes a label checkLabel refuses", label)
+			}
+		} else {
+			if !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("checkName(%q) = %v; want ErrInvalidRequest", label, err)
+			}
+			printableMessage(t, err)
+		}
+
+		if socketNameProblem(label) == "" {
+			if label == "" || len(label) > MaxSocketNameLen || strings.ContainsFunc(label, func(r rune) bool { return r < ' ' || r > '~' || r == ':' }) {
+				t.Fatalf("socket name %q accepted", label)
+			}
+		}
+	})
+}
+
+// printableMessage fails t when err's message could do something to a
+// terminal, or is long because its input was.
+func printableMessage(t *testing.T, err error) {
+	t.Helper()
+	msg := err.Error()
+	if len(msg) > 512 || !utf8.ValidString(msg) || strings.ContainsFunc(msg, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		t.Fatalf("error message %q is long or not printable", msg)
+	}
+}
+
+func TestCheckLabel(t *testing.T) {
+	tests := []struct {
+		label string
+		want  string // in the error; "" for none
+	}{
+		{"", ""},
+		{"api.http", ""},
+		{"dev/api/0/http", ""},
+		{"ünïcödé and spaces", ""},
+		{strings.Repeat("é", MaxLabelLen/2), ""},
+		{strings.Repeat("a", MaxLabelLen+1), "it has 257 bytes"},
+		{"\x1b[31mred", `'\x1b' at byte 0`},
+		{"x\x1b]0;pwned\x07", `'\x1b' at byte 1`},
+		{"web\nforged row", `'\n' at byte 3`},
+		{"nul\x00", `'\x00' at byte 3`},
+		{"bad\xff", `not UTF-8 ("\xff") at byte 3`},
+		{"\u202eevil", `'\u202e' at byte 0`},
+		{"del\x7f", `'\x7f' at byte 3`},
+		{"c1\u009b", `'\u009b' at byte 2`},
+		{"nb\u00a0sp", `'\u00a0' at byte 2`},
+		{"r\ufffd", "U+FFFD"},
+	}
+	for _, tt := range tests {
+		err := checkLabel(tt.label)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("checkLabel(%q) = %v; want nil", tt.label, err)
+		case tt.want != "" && (!errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("checkLabel(%q) = %v; want ErrInvalidRequest saying %s", tt.label, err, tt.want)
+		}
+	}
+	// A megabyte of label makes a short message.
+	if err := checkLabel(strings.Repeat("\x1b", 1<<20)); err == nil || len(err.Error()) > 512 {
+		t.Errorf("checkLabel(1 MiB) = %.600v; want a short error", err)
+	}
+}
