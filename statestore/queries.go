@@ -126,7 +126,7 @@ func (s *stmt) get(ctx context.Context) (*sql.Stmt, error) {
 
 // ExecContext runs the statement.
 func (s *stmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
-	st, err := s.get(ctx)
+	st, err := s.get(ctx) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (s *stmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error)
 
 // QueryContext runs the statement and returns its rows.
 func (s *stmt) QueryContext(ctx context.Context, args ...any) (*sql.Rows, error) {
-	st, err := s.get(ctx)
+	st, err := s.get(ctx) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func (s *stmt) QueryContext(ctx context.Context, args ...any) (*sql.Rows, error)
 // cannot be prepared, the row carries that error, from running the query
 // unprepared.
 func (s *stmt) QueryRowContext(ctx context.Context, args ...any) *sql.Row {
-	st, err := s.get(ctx)
+	st, err := s.get(ctx) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
 	if err != nil {
 		return s.conn.QueryRowContext(ctx, s.q, args...)
 	}
