@@ -65,7 +65,11 @@ func (e *ConflictError) Error() string {
 		return fmt.Sprintf("%s conflicts with this process's own reservation of %s%s; release that first or choose another port", want, holder, label)
 	default:
 		name := ""
-		if e.HolderName != "" {
+		switch {
+		case labelProblem(e.HolderName) != "":
+			// A name from a row of the store can hold anything.
+			name = " (" + quoteShort(e.HolderName) + ")"
+		case e.HolderName != "":
 			name = " (" + e.HolderName + ")"
 		}
 		return fmt.Sprintf("%s is held by pid %d%s through its reservation of %s%s; stop that process or choose another port", want, e.HolderPID, name, holder, label)

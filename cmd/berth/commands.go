@@ -21,6 +21,9 @@ import (
 func init() {
 	register(&command{
 		name: "ls", summary: "list reservations: who holds which port, and whether the holder still runs",
+		// The table shows at most maxLabelWidth characters of a label and
+		// maxNameWidth of a process name (see shown); --json shows them
+		// whole, escaped for the terminal (see jsonSafe).
 		example: "  berth ls --label api.http\n  berth ls --json | jq '.[] | select(.alive == false)'",
 		flags:   lsFlags, run: runLs,
 	})
@@ -158,9 +161,7 @@ func printPorts(e *env, rs []portalloc.Reservation, own statestore.Owner) error 
 		for i, r := range rs {
 			out[i] = portJSON{string(r.Protocol), r.Address.String(), r.Port, r.Label, r.Backend, own.PID}
 		}
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return writeJSON(e, out)
 	}
 	for _, r := range rs {
 		fmt.Fprintln(e.stdout, r.Port)
@@ -331,7 +332,7 @@ func runReap(ctx context.Context, e *env, args []string) error {
 	}
 	for _, r := range before {
 		if !still[r.Key] {
-			fmt.Fprintf(e.stdout, "reaped %s of pid %d (%s)%s\n", r.Key, r.Owner.PID, r.Owner.Name, labelSuffix(r.Label))
+			fmt.Fprintf(e.stdout, "reaped %s of pid %d (%s)%s\n", r.Key, r.Owner.PID, shown(r.Owner.Name, maxNameWidth), labelSuffix(r.Label))
 		}
 	}
 	fmt.Fprintf(e.stdout, "reaped %d reservations\n", n)
@@ -342,7 +343,18 @@ func labelSuffix(l string) string {
 	if l == "" {
 		return ""
 	}
-	return " label " + l
+	return " label " + shown(l, maxLabelWidth)
+}
+
+// writeJSON writes v as indented JSON, with every character a terminal
+// would act on escaped (see jsonSafe).
+func writeJSON(e *env, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = e.stdout.Write(append(jsonSafe(b), '\n'))
+	return err
 }
 
 // rowJSON is one reservation as ls prints it with --json.
@@ -399,9 +411,7 @@ func runLs(ctx context.Context, e *env, args []string) error {
 			out = append(out, rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, string(r.Kind),
 				r.Owner.PID, r.Owner.Name, started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx)})
 		}
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return writeJSON(e, out)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROTO\tADDRESS\tPORT\tLABEL\tKIND\tPID\tPROCESS\tAGE\tALIVE")
@@ -411,8 +421,8 @@ func runLs(ctx context.Context, e *env, args []string) error {
 		if !r.Owner.Alive(ctx) {
 			alive = colour(e.stdout, "31", "dead")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Protocol, r.Addr, r.Port, dash(r.Label), r.Kind,
-			r.Owner.PID, dash(truncate(r.Owner.Name, 16)), age(now.Sub(r.Created)), alive)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Protocol, r.Addr, r.Port, dash(shown(r.Label, maxLabelWidth)), r.Kind,
+			r.Owner.PID, dash(shown(r.Owner.Name, maxNameWidth)), age(now.Sub(r.Created)), alive)
 	}
 	return tw.Flush()
 }
@@ -422,13 +432,6 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
 }
 
 // age prints a duration the way ps does: the largest whole unit.
@@ -450,7 +453,9 @@ func runDoctor(ctx context.Context, e *env, args []string) error {
 		return usagef("doctor takes no arguments")
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	line := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
+	// Values come from paths, the environment and error messages, which
+	// can hold anything: they are printed escaped.
+	line := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(fmt.Sprintf(format, a...))) }
 
 	if fi, err := os.Stat(e.cfg.StateDir); err == nil {
 		line("state directory", "%s (mode %04o)", e.cfg.StateDir, fi.Mode().Perm())

@@ -23,6 +23,15 @@
 // remembered, not reserved. --strict (or BERTH_MODE=statestore) makes that
 // an error; berth doctor explains the cause and what to do.
 //
+// Labels and process names come from the state store, where a row written
+// by an older berth, another program or a hand can hold anything. ls and
+// reap print them escaped: one with a control character, invalid UTF-8 or
+// a leading '"' is shown quoted as Go quotes a string ("\x1b]0;pwned\a"),
+// and the table shows at most 64 characters of a label and 16 of a process
+// name, a longer one cut and ending in "…". ls --json prints them whole,
+// with every control and format character as a JSON \u escape. Errors and
+// doctor's report are printed escaped too.
+//
 // Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 port held or
 // range exhausted.
 package main
@@ -34,6 +43,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -146,7 +156,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := portalloc.ConfigFromEnv()
 	if err != nil {
-		fmt.Fprintf(stderr, "berth %s: %v\n", c.name, err)
+		printErr(stderr, "berth "+c.name+": ", err, "")
 		return exitUsage
 	}
 	if stateDir != "" {
@@ -154,7 +164,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if rangeS != "" {
 		if cfg.Range, err = portalloc.ParseRange(rangeS); err != nil {
-			fmt.Fprintf(stderr, "berth %s: --range: %v\n", c.name, err)
+			fmt.Fprintln(stderr, printable(fmt.Sprintf("berth %s: --range: %v", c.name, err)))
 			return exitUsage
 		}
 	}
@@ -163,7 +173,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if strict {
 		if mode != "" && cfg.Mode != portalloc.ModeStateStore {
-			fmt.Fprintf(stderr, "berth %s: --strict with --mode %s: --strict needs the state store; drop --mode or set it to statestore\n", c.name, mode)
+			fmt.Fprintln(stderr, printable(fmt.Sprintf("berth %s: --strict with --mode %s: --strict needs the state store; drop --mode or set it to statestore", c.name, mode)))
 			return exitUsage
 		}
 		cfg.Mode = portalloc.ModeStateStore
@@ -181,7 +191,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.Logger = logr.New(&warnSink{w: stderr, prefix: "berth " + c.name + ": "})
 	if cfg.StateDir == "" {
 		if cfg.StateDir, err = portalloc.DefaultStateDir(); err != nil {
-			fmt.Fprintf(stderr, "berth %s: %v\n", c.name, err)
+			fmt.Fprintln(stderr, printable(fmt.Sprintf("berth %s: %v", c.name, err)))
 			return exitFailure
 		}
 	}
@@ -193,9 +203,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		fmt.Fprintf(stderr, "berth %s: %v (gave up after --timeout %v)\n", c.name, err, cfg.Timeout)
+		printErr(stderr, "berth "+c.name+": ", err, fmt.Sprintf(" (gave up after --timeout %v)", cfg.Timeout))
 	} else {
-		fmt.Fprintf(stderr, "berth %s: %v\n", c.name, err)
+		printErr(stderr, "berth "+c.name+": ", err, "")
 	}
 	var ue *usageError
 	switch {
@@ -206,6 +216,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		return exitFailure
 	}
+}
+
+// printErr prints err on w, one line for each error it joins. An error
+// can quote what a row of the store holds (a process name, a label), so
+// each line is printed escaped (see printable).
+func printErr(w io.Writer, prefix string, err error, suffix string) {
+	msg := err.Error()
+	// An errors.Join: its message is its errors' on lines of their own.
+	if j, ok := err.(interface{ Unwrap() []error }); ok { //nolint:errorlint // only the outermost join is split into lines
+		errs := j.Unwrap()
+		lines := make([]string, len(errs))
+		for i, e := range errs {
+			lines[i] = e.Error()
+		}
+		if len(errs) > 1 && msg == strings.Join(lines, "\n") {
+			for _, e := range errs {
+				printErr(w, prefix, e, suffix)
+			}
+			return
+		}
+	}
+	fmt.Fprintf(w, "%s%s%s\n", prefix, printable(msg), suffix)
 }
 
 // flagSet reports whether the flag name was given on the command line.
@@ -234,7 +266,7 @@ func (s *warnSink) Error(err error, msg string, _ ...any) {
 	if err != nil {
 		msg += ": " + err.Error()
 	}
-	fmt.Fprintf(s.w, "%swarning: %s\n", s.prefix, msg)
+	fmt.Fprintf(s.w, "%swarning: %s\n", s.prefix, printable(msg))
 }
 
 // parseInterspersed parses flags that may come before or after the

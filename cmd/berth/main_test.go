@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
@@ -75,6 +77,7 @@ func TestScripts(t *testing.T) {
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"jsonrows": jsonRows,
+			"rawrow":   rawRow,
 		},
 	})
 }
@@ -101,6 +104,63 @@ func jsonRows(ts *testscript.TestScript, neg bool, args []string) {
 			}
 		}
 	}
+}
+
+// rawrow [-repeat N] PORT LABEL [NAME] inserts a row straight into the
+// state store of $BERTH_STATE_DIR (created first if need be), as an older
+// berth, another program or a hand with sqlite3 could: tcp 127.0.0.1:PORT,
+// labelled LABEL (repeated N times), owned by process NAME, pid 99999999,
+// which never runs (pid_max is at most 4194304), so the row is dead. LABEL
+// and NAME are Go string literals ("\x1b[31m"), so that any bytes can be
+// written. The row was created ten and a half days ago, so that its age
+// shows as "10d" even if a test elsewhere steps the clock meanwhile.
+func rawRow(ts *testscript.TestScript, neg bool, args []string) {
+	const usage = "usage: rawrow [-repeat N] PORT LABEL [NAME]"
+	if neg {
+		ts.Fatalf(usage)
+	}
+	repeat := 1
+	if len(args) > 2 && args[0] == "-repeat" {
+		n, err := strconv.Atoi(args[1])
+		if err != nil || n < 1 {
+			ts.Fatalf("%s: -repeat %q", usage, args[1])
+		}
+		repeat, args = n, args[2:]
+	}
+	if len(args) < 2 || len(args) > 3 {
+		ts.Fatalf(usage)
+	}
+	port, err := strconv.ParseUint(args[0], 10, 16)
+	if err != nil {
+		ts.Fatalf("%s: PORT %q", usage, args[0])
+	}
+	unquote := func(s string) string {
+		u, err := strconv.Unquote(s)
+		if err != nil {
+			ts.Fatalf("%s: %s is not a Go string literal: %v", usage, s, err)
+		}
+		return u
+	}
+	label := strings.Repeat(unquote(args[1]), repeat)
+	name := "sh"
+	if len(args) == 3 {
+		name = unquote(args[2])
+	}
+	self, err := statestore.Self()
+	ts.Check(err)
+	path := filepath.Join(ts.Getenv("BERTH_STATE_DIR"), portalloc.DatabaseFile)
+	ctx := context.Background()
+	st, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	ts.Check(err)
+	ts.Check(st.Close())
+	db, err := sql.Open("sqlite", path)
+	ts.Check(err)
+	defer db.Close()
+	_, err = db.ExecContext(ctx, `INSERT INTO port_allocations
+		(protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at)
+		VALUES ('tcp', ?, ?, 99999999, 1, ?, ?, ?, 'dynamic', ?)`,
+		port, []byte{127, 0, 0, 1}, self.Scope, name, label, time.Now().Add(-252*time.Hour).UnixNano())
+	ts.Check(err)
 }
 
 func cut(s string) (string, string, bool) {
