@@ -184,8 +184,9 @@ const maxBusyWait = 5 * time.Second
 // opens (creating if needed) the store in cfg.StateDir, waiting at most
 // until ctx is done or cfg.Timeout has passed. A store that is busy (another
 // process holds its lock for longer) or that does not open in time is an
-// error wrapping ErrStoreUnavailable in every mode. A store that cannot be
-// used for another reason (a damaged or foreign file, a newer schema, a
+// error wrapping ErrStoreUnavailable in every mode, and so is a state
+// directory berth refuses as unsafe (an error wrapping ErrUnsafe too: see
+// Config.StateDir). A store that cannot be used for another reason (a damaged or foreign file, a newer schema, a
 // directory that cannot be written) is an error wrapping
 // ErrStoreUnavailable in ModeStateStore; in ModeStateStoreWithFallback the
 // Allocator serves from the MRU file instead, loudly, and tries the store
@@ -223,7 +224,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
 		}
-		if cfg.Mode == ModeStateStore || isTransient(err) {
+		if cfg.Mode == ModeStateStore || isTransient(err) || errors.Is(err, ErrUnsafe) {
 			return nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
 		}
 		a.fallBack(err)
@@ -624,6 +625,8 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 			err = fmt.Errorf("%w: %w", err, ctxErr)
 		}
 		return fmt.Errorf("portalloc: %w (gave up waiting; it is not damaged, and berth does not fall back for it): %w", ErrStoreUnavailable, err)
+	case errors.Is(err, ErrUnsafe):
+		return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err) // to fix, never to fall back for
 	case errors.Is(err, statestore.ErrInvalid):
 		return fmt.Errorf("portalloc: %w: %w", ErrInvalidRequest, err)
 	case errors.Is(err, statestore.ErrClosed) && a.isClosed():

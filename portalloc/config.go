@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -83,8 +84,24 @@ type Config struct {
 	// Mode selects the backend; zero: ModeStateStoreWithFallback.
 	Mode Mode
 	// StateDir holds the state store (berth.db) and the MRU file
-	// (mru.json); zero: os.UserCacheDir()/berth. It is created with mode
-	// 0700, its files with 0600.
+	// (mru.json); zero: DefaultStateDir, os.UserCacheDir()/berth. It is
+	// created with mode 0700, its files with 0600.
+	//
+	// A process running as root never takes the default from another
+	// user's home: sudo keeps HOME (and XDG_CACHE_HOME), and a directory
+	// root created there would belong to root inside that user's home.
+	// When os.UserCacheDir()/berth lies under a directory another user
+	// owns, root uses its own cache directory instead, the home directory
+	// the password database gives uid 0 plus ".cache/berth" (such as
+	// /root/.cache/berth), and New logs that it did; when that cannot be
+	// had either, New refuses with an error wrapping ErrUnsafe that says to
+	// set BERTH_STATE_DIR.
+	//
+	// A StateDir (or a file of berth's in it) that belongs to another
+	// user, that others may write, or that is a symbolic link where berth
+	// creates its own file is refused with an error wrapping ErrUnsafe and
+	// ErrStoreUnavailable, in every mode: it is a refusal to fix, as the
+	// error says, not a fault to fall back to the MRU file for.
 	StateDir string
 	// Range is where Allocate picks ports; zero: DefaultRange.
 	Range Range
@@ -206,9 +223,12 @@ func (c Config) withDefaults() (Config, error) {
 		return Config{}, invalid("Timeout", c.Timeout.String(), "a positive duration, or zero for the default")
 	}
 	if c.StateDir == "" {
-		dir, err := DefaultStateDir()
+		dir, why, err := defaultStateDir()
 		if err != nil {
 			return Config{}, err
+		}
+		if why != "" {
+			c.Logger.Info(why, "stateDir", dir)
 		}
 		c.StateDir = dir
 	}
@@ -230,11 +250,46 @@ const (
 func EphemeralRange() (Range, error) { return portrange.Ephemeral() }
 
 // DefaultStateDir returns the state directory used when Config.StateDir is
-// empty: os.UserCacheDir()/berth.
+// empty: os.UserCacheDir()/berth, except for root when that lies in another
+// user's home (see Config.StateDir), where it is root's own cache
+// directory from the password database.
 func DefaultStateDir() (string, error) {
+	dir, _, err := defaultStateDir()
+	return dir, err
+}
+
+// defaultStateDir is DefaultStateDir, and why it is not
+// os.UserCacheDir()/berth when it is not.
+func defaultStateDir() (dir, why string, err error) {
 	base, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("portalloc: no default state directory (%w); set %s or Config.StateDir", err, EnvStateDir)
+		return "", "", fmt.Errorf("portalloc: no default state directory (%w); set %s or Config.StateDir", err, EnvStateDir)
 	}
-	return filepath.Join(base, "berth"), nil
+	dir = filepath.Join(base, "berth")
+	if geteuid() != 0 {
+		return dir, "", nil
+	}
+	uid, foreign := foreignOwner(dir)
+	if !foreign {
+		return dir, "", nil
+	}
+	refuse := func(reason string) (string, string, error) {
+		return "", "", fmt.Errorf("portalloc: %w: running as root, the default state directory %s is in a directory of uid %d (HOME or XDG_CACHE_HOME is another user's, as sudo keeps them), and berth never creates root's files there; %s: set %s or Config.StateDir to a directory of root's",
+			ErrUnsafe, dir, uid, reason, EnvStateDir)
+	}
+	root, err := lookupRoot()
+	if err != nil || root.HomeDir == "" || !filepath.IsAbs(root.HomeDir) {
+		return refuse(fmt.Sprintf("root's home directory cannot be read from the password database (%v)", err))
+	}
+	own := filepath.Join(root.HomeDir, ".cache", "berth")
+	if ouid, foreign := foreignOwner(own); foreign {
+		return refuse(fmt.Sprintf("root's own %s is in a directory of uid %d too", own, ouid))
+	}
+	return own, fmt.Sprintf("running as root with another user's cache directory %s (uid %d; sudo keeps HOME); using root's own state directory instead", base, uid), nil
 }
+
+// Inject the process's identity and the password database, for tests.
+var (
+	geteuid    = os.Geteuid
+	lookupRoot = func() (*user.User, error) { return user.LookupId("0") }
+)

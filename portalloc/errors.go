@@ -27,6 +27,15 @@ var (
 	ErrStoreUnavailable = errors.New("state store unavailable")
 	// ErrClosed: the Allocator has been closed.
 	ErrClosed = errors.New("allocator closed")
+	// ErrUnsafe: the state directory or a file of berth's in it belongs
+	// to another user, may be written by others, or is a symbolic link
+	// where berth creates its own file; or root's default state directory
+	// would be in another user's home (see Config.StateDir). The message
+	// says which and how to fix it. It is a refusal to fix, not a fault
+	// to work around: no mode falls back to the MRU file for it, and New
+	// returns an error wrapping both ErrUnsafe and ErrStoreUnavailable. It
+	// is the sentinel statestore.ErrUnsafe and mru.ErrUnsafe are.
+	ErrUnsafe = statestore.ErrUnsafe
 )
 
 // ConflictError reports a port that is held. errors.Is(err, ErrPortHeld)

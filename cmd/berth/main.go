@@ -49,6 +49,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/berth-go/berth/internal/safefs"
 	"github.com/berth-go/berth/portalloc"
 )
 
@@ -207,6 +208,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else {
 		printErr(stderr, "berth "+c.name+": ", err, "")
 	}
+	if fix := unsafeFix(err); fix != "" {
+		fmt.Fprintf(stderr, "berth %s: to fix: %s\n", c.name, printable(fix))
+	}
 	var ue *usageError
 	switch {
 	case errors.As(err, &ue), errors.Is(err, portalloc.ErrInvalidRequest):
@@ -238,6 +242,20 @@ func printErr(w io.Writer, prefix string, err error, suffix string) {
 		}
 	}
 	fmt.Fprintf(w, "%s%s%s\n", prefix, printable(msg), suffix)
+}
+
+// unsafeFix says what to do about a state directory berth refuses as
+// unsafe (another user's, writable by others, a symbolic link), or "" for
+// any other error. berth never falls back to the MRU file for it.
+func unsafeFix(err error) string {
+	if !errors.Is(err, portalloc.ErrUnsafe) {
+		return ""
+	}
+	var ue *safefs.UnsafeError
+	if errors.As(err, &ue) {
+		return ue.Fix + "; berth does not fall back to the MRU file for a directory it does not trust"
+	}
+	return "set --state-dir or " + portalloc.EnvStateDir + " to a directory of your own; berth does not fall back to the MRU file for a directory it does not trust"
 }
 
 // flagSet reports whether the flag name was given on the command line.
