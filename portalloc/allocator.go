@@ -37,8 +37,11 @@
 // NewPool, Release, Transfer, Reap and Usage, and of its pools Take,
 // Return and Update (Pool.Close is idempotent too). Set.Release returns nil
 // after Close, as it does when there is nothing left to release: Close has
-// already released what the set held. A call in flight when Close runs
-// either completes or returns an error wrapping ErrClosed.
+// already released what the set held. What only reads what a set or pool
+// already has stays valid too: Set.Members, Set.Member, Set.Manifest,
+// Set.WriteManifest, Member.Env, Pool.Status, Pool.Idle and Pool.Err. A
+// call in flight when Close runs either completes or returns an error
+// wrapping ErrClosed.
 //
 // # Fallback
 //
