@@ -40,6 +40,14 @@ func TestHostileFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "symbolic link", false},
+		{"device node", func(t *testing.T, path string) {
+			t.Helper()
+			// The null device's numbers (1, 3), made here as a node of the
+			// test's own.
+			if err := syscall.Mknod(path, syscall.S_IFCHR|0o600, 1<<8|3); err != nil {
+				t.Skipf("cannot make a device node: %v", err)
+			}
+		}, "not a regular file", true},
 		{"directory", func(t *testing.T, path string) {
 			t.Helper()
 			if err := os.Mkdir(path, 0o700); err != nil {
