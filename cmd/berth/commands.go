@@ -434,9 +434,13 @@ func dash(s string) string {
 	return s
 }
 
-// age prints a duration the way ps does: the largest whole unit.
+// age prints a duration the way ps does: the largest whole unit. A row
+// created "in the future" (the wall clock was stepped back since) shows 0s:
+// created_at is a wall-clock time, which steps move.
 func age(d time.Duration) string {
 	switch {
+	case d < 0:
+		return "0s"
 	case d < time.Minute:
 		return fmt.Sprintf("%ds", int(d.Seconds()))
 	case d < time.Hour:
