@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -251,13 +252,14 @@ func (s *Store) sweep(every time.Duration) {
 			return
 		case <-t.C:
 		}
-		if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil {
+		// Close ends a sweep in flight: ErrClosed or ctx's end is no failure.
+		if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 			s.log.Error(err, "background reaping sweep failed; it runs again", "in", every.String())
 		}
-		if err := s.pruneSticky(ctx); err != nil && ctx.Err() == nil {
+		if err := s.pruneSticky(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 			s.log.V(1).Info("forgetting old sticky ports failed; it runs again", "in", every.String(), "error", err.Error())
 		}
-		if err := s.pruneJournal(ctx); err != nil && ctx.Err() == nil {
+		if err := s.pruneJournal(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 			s.log.V(1).Info("pruning the change journal failed; it runs again", "in", every.String(), "error", err.Error())
 		}
 		t.Reset(every)
