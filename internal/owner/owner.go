@@ -169,10 +169,12 @@ func lookupIn(ctx context.Context, k kernel, pid int) (Identity, error) {
 // name returns the name of process pid, or "" when it cannot be read. A name
 // is for people; its absence changes nothing.
 func name(ctx context.Context, pid int) string {
-	p, err := process.NewProcessWithContext(ctx, int32(pid)) // validPID keeps pid within int32
-	if err != nil {
-		return ""
-	}
+	// Not process.NewProcess: it also reads the start time, and gopsutil
+	// derives that from the boot time, which it works out by probing for
+	// virtualisation and, in a container, from /proc/uptime: several
+	// milliseconds of a fresh process's first port, for a value berth
+	// reads from the kernel itself.
+	p := &process.Process{Pid: int32(pid)} // validPID keeps pid within int32
 	n, _ := p.NameWithContext(ctx)
 	return n
 }
