@@ -141,11 +141,23 @@ func churn(ctx context.Context) error {
 // BenchmarkContention runs processes that allocate and release on one
 // store for two seconds, and reports their combined operations per second,
 // the worst process's p99 and the slowest single call. An operation is one
-// Allocate+Release. procs=1 is the latency of one process alone.
+// Allocate+Release. procs=1 is the latency of one process alone; 16
+// processes on two cores show how the store shares out when processes
+// outnumber cores many times. listen is a bare listen and close in the same
+// run, to scale the latencies by.
 func BenchmarkContention(b *testing.B) {
-	for _, procs := range []int{1, 6} {
+	for _, procs := range []int{1, 6, 16} {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) { contention(b, procs) })
 	}
+	b.Run("listen", func(b *testing.B) {
+		for b.Loop() {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = l.Close()
+		}
+	})
 }
 
 func contention(b *testing.B, procs int) {
