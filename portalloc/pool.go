@@ -308,15 +308,25 @@ func (p *Pool) refillOne(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// While this member was being allocated, a Take may have allocated one
+	// on the spot and its Return filled the gap: then the pool is full and
+	// this one goes back.
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.a.cfg.Timeout)
-		defer cancel()
-		_ = p.a.release(rctx, m.r, p.via, false) // reaping covers a failure
+	closed := p.closed
+	keep := !closed && len(p.idle)+p.replacing < p.spec.Size
+	if keep {
+		p.idle = append(p.idle, m)
+	}
+	p.mu.Unlock()
+	if keep {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.a.cfg.Timeout)
+	defer cancel()
+	_ = p.a.release(rctx, m.r, p.via, false) // reaping covers a failure
+	if closed {
 		return ErrClosed
 	}
-	p.idle = append(p.idle, m)
 	return nil
 }
 

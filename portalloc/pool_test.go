@@ -411,3 +411,50 @@ func TestAllocatorCloseClosesPools(t *testing.T) {
 		t.Errorf("rows left after Close: %v", got)
 	}
 }
+
+// TestPoolNeverOverfills: takers that find the pool empty allocate on the
+// spot, and their Returns refill it while the pool's own refill is under
+// way; neither may leave more idle members than the pool's size (each one
+// a port reserved for nobody).
+func TestPoolNeverOverfills(t *testing.T) {
+	ctx := context.Background()
+	a, first, _ := poolRig(t)
+	const size = 2
+	p, err := a.NewPool(ctx, "busy", portalloc.PoolSpec{Size: size, Range: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := p.Take(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := p.Return(r); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	end := time.Now().Add(time.Second)
+	worst := 0
+	for time.Now().Before(end) {
+		worst = max(worst, p.Status().Idle)
+	}
+	close(stop)
+	wg.Wait()
+	if worst > size {
+		t.Errorf("the pool of %d held %d idle members at once", size, worst)
+	}
+}
