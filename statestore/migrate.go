@@ -118,7 +118,7 @@ func tooNew(path string, v uint) error {
 // either committed (each body records itself in schema_history) or left no
 // trace; migrateUp resolves it accordingly.
 func migrateUp(ctx context.Context, path string, st fileState, busy time.Duration, log logr.Logger) error {
-	db, err := sql.Open("sqlite", dsn(path, busy, false))
+	db, err := openDB(dsn(path, busy, false, true))
 	if err != nil {
 		return storageErr("migrate "+path, err)
 	}

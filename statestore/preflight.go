@@ -62,12 +62,23 @@ func inspect(ctx context.Context, path string, busy time.Duration) (fileState, e
 	}
 	// No journal_mode here: setting it rewrites the header of a database
 	// that is not ours.
-	db, err := sql.Open("sqlite", dsnBare(path)+fmt.Sprintf("?_pragma=busy_timeout(%d)", busy.Milliseconds()))
+	db, err := openDB(dsnBare(path)+fmt.Sprintf("?_pragma=busy_timeout(%d)", busy.Milliseconds()))
 	if err != nil {
 		return fileState{}, fmt.Errorf("statestore: %s: %w", path, err)
 	}
 	defer func() { _ = db.Close() }()
 	db.SetMaxOpenConns(1)
+	return inspectOn(ctx, path, db)
+}
+
+// querier is what inspectOn reads through: a *sql.DB or a *sql.Conn.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// inspectOn is inspect's look at a file that exists, through db.
+func inspectOn(ctx context.Context, path string, db querier) (fileState, error) {
 	names, err := tableNames(ctx, db)
 	if err != nil {
 		return fileState{}, classify(path, err)
@@ -123,7 +134,7 @@ func inspect(ctx context.Context, path string, busy time.Duration) (fileState, e
 	return st, nil
 }
 
-func tableNames(ctx context.Context, db *sql.DB) ([]string, error) {
+func tableNames(ctx context.Context, db querier) ([]string, error) {
 	rows, err := db.QueryContext(ctx, "SELECT name FROM sqlite_schema WHERE type = 'table'")
 	if err != nil {
 		return nil, err
@@ -181,7 +192,7 @@ func initFile(ctx context.Context, path string, busy time.Duration) error {
 	if err := f.Close(); err != nil {
 		return storageErr("create "+path, err)
 	}
-	db, err := sql.Open("sqlite", dsnBare(path)+fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=page_size(%d)", busy.Milliseconds(), pageSize))
+	db, err := openDB(dsnBare(path)+fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=page_size(%d)", busy.Milliseconds(), pageSize))
 	if err != nil {
 		return storageErr("create "+path, err)
 	}

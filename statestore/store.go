@@ -132,24 +132,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("statestore: %w", err)
 		}
 	}
-	found, err := prepareFile(ctx, path, opts.BusyTimeout, opts.Logger)
+	db, conn, found, err := openConn(ctx, path, opts.BusyTimeout, opts.Logger)
 	if err != nil {
 		return nil, err
-	}
-
-	db, err := sql.Open("sqlite", dsn(path, busySlice, false))
-	if err != nil {
-		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
-	}
-	// One connection: writers in this process take turns on it through
-	// sem, so they never see SQLITE_BUSY from each other.
-	db.SetMaxOpenConns(1)
-	db.SetConnMaxLifetime(0)
-	db.SetConnMaxIdleTime(0)
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
 	}
 	writeLock, err := filelock.Open(path + ".lock")
 	if err != nil {
@@ -157,7 +142,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
 	}
-	ckptDB, err := sql.Open("sqlite", dsn(path, busySlice, false))
+	ckptDB, err := openDB(dsn(path, busySlice, false, false))
 	if err != nil {
 		_ = writeLock.Close()
 		_ = conn.Close()
@@ -257,16 +242,89 @@ func (s *Store) closeDB() error {
 
 // dsn builds the driver's data source name. The path goes in as a file: URI
 // with the characters that would end or escape it encoded.
-func dsn(path string, busy time.Duration, readOnly bool) string {
+func dsn(path string, busy time.Duration, readOnly, setWAL bool) string {
 	if readOnly {
 		return dsnBare(path) + "?mode=ro&_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")"
 	}
-	return dsnBare(path) +
-		"?_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")" +
-		"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate" +
+	d := dsnBare(path) + "?_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")"
+	if setWAL {
+		// WAL mode is recorded in the file: a database that has it needs
+		// no setting, and setting it on one that is not berth's would
+		// rewrite that file's header.
+		d += "&_pragma=journal_mode(WAL)"
+	}
+	return d + "&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate" +
+		// The WAL file is kept when the last connection closes (see
+		// openDB); with a limit set, that connection, having checkpointed
+		// it, truncates it to nothing, so the next process neither reads
+		// old frames to rebuild its index nor copies them back again.
+		"&_pragma=journal_size_limit(" + fmt.Sprint(walSizeLimit) + ")" +
 		// Checkpoints run in the background (see checkpointer); this
 		// automatic one is only a backstop against a WAL that grows.
 		"&_pragma=wal_autocheckpoint(" + fmt.Sprint(backstopCheckpointPages) + ")"
+}
+
+// openConn opens the store's connection to path, with the file made ready
+// first. The usual file, one of the current schema, is inspected on that
+// connection itself, so a fresh process opens the database once: a second
+// connection would also be the last to close, which makes SQLite check the
+// WAL and, when another process left it unchecked, checkpoint it with two
+// fsyncs before the store's first call. Any other file (none yet, an older
+// schema, one to refuse) takes the careful path: prepareFile inspects it
+// under the migration lock and migrates it, and then the connection opens.
+func openConn(ctx context.Context, path string, busy time.Duration, log logr.Logger) (*sql.DB, *sql.Conn, uint, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+		db, conn, err := connect(ctx, path, busy, false)
+		if err != nil {
+			return nil, nil, 0, classify(path, err)
+		}
+		st, err := inspectOn(ctx, path, conn)
+		if err == nil && st.version > SchemaVersion {
+			err = tooNew(path, st.version)
+		}
+		if err == nil && st.current() {
+			if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", busySlice.Milliseconds())); err != nil {
+				_ = conn.Close()
+				_ = db.Close()
+				return nil, nil, 0, classify(path, err)
+			}
+			return db, conn, st.version, nil
+		}
+		_ = conn.Close()
+		_ = db.Close()
+		if err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	found, err := prepareFile(ctx, path, busy, log)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	db, conn, err := connect(ctx, path, busySlice, true)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("statestore: open %s: %w", path, err)
+	}
+	return db, conn, found, nil
+}
+
+// connect opens a database handle of one connection on path and takes that
+// connection.
+func connect(ctx context.Context, path string, busy time.Duration, setWAL bool) (*sql.DB, *sql.Conn, error) {
+	db, err := openDB(dsn(path, busy, false, setWAL))
+	if err != nil {
+		return nil, nil, err
+	}
+	// One connection: writers in this process take turns on it through
+	// sem, so they never see SQLITE_BUSY from each other.
+	db.SetMaxOpenConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	return db, conn, nil
 }
 
 const (
@@ -279,6 +337,9 @@ const (
 	// backstopCheckpointPages is the WAL size, in pages, at which SQLite
 	// checkpoints inside a commit anyway.
 	backstopCheckpointPages = 8192
+	// walSizeLimit is the size, in bytes, to which SQLite trims the WAL
+	// file when it starts it over after a checkpoint.
+	walSizeLimit = 1 << 20
 )
 
 // checkpointer copies the WAL back into the database file when nudged.

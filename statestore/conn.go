@@ -1,0 +1,49 @@
+package statestore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+
+	sqlite "modernc.org/sqlite"
+)
+
+// openDB returns a database handle on dsn whose connections keep the WAL
+// and shared-memory files when they close (SQLITE_FCNTL_PERSIST_WAL).
+//
+// By default the last connection to close a WAL database deletes both, and
+// the next process to open it creates them again, fsyncing the directory
+// and the WAL header before its first commit: with short-lived processes
+// (`berth get`, a test binary) that was every process, and it was most of
+// what a fresh process paid for its first port. Kept, the files are reused:
+// SQLite validates them by their checksums and salts (and rebuilds the
+// shared-memory index from the WAL when no other connection is open), so
+// a file left by a crash is read the same way as before.
+func openDB(dsn string) (*sql.DB, error) {
+	base, err := sqlite.NewConnector(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(persistWAL{base}), nil
+}
+
+// persistWAL is a connector whose connections keep the WAL files.
+type persistWAL struct{ driver.Connector }
+
+func (c persistWAL) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fc, ok := conn.(sqlite.FileControl)
+	if !ok {
+		_ = conn.Close()
+		return nil, fmt.Errorf("SQLite driver connection %T has no file control", conn)
+	}
+	if _, err := fc.FileControlPersistWAL("main", 1); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("keep WAL files: %w", err)
+	}
+	return conn, nil
+}
