@@ -5,7 +5,7 @@
 // that cannot get a port fails with a message that says why.
 //
 //	func TestServer(t *testing.T) {
-//		addr := fmt.Sprintf("127.0.0.1:%d", porttest.Port(t))
+//		addr := porttest.Addr(t) // "127.0.0.1:PORT"
 //		...
 //	}
 //
@@ -27,6 +27,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -136,57 +137,109 @@ func allocator(tb testing.TB) *portalloc.Allocator {
 	return alloc
 }
 
-func get(tb testing.TB, protocol portalloc.Protocol, n int) []uint16 {
+// Option changes the address a helper reserves its ports on.
+type Option func(*options)
+
+type options struct {
+	addr    string // as given to On
+	setAddr bool
+}
+
+// On makes a helper reserve (and, for Listener and PacketConn, bind) on
+// addr instead of 127.0.0.1: "::1" for IPv6 loopback, "0.0.0.0" or "::"
+// for a server that a container or another host must reach. A wildcard
+// reservation conflicts with every address of its port, by the rule of
+// package portalloc. An address that does not parse fails the test.
+func On(addr string) Option {
+	return func(o *options) { o.addr, o.setAddr = addr, true }
+}
+
+// request builds the portalloc request of a helper call.
+func request(tb testing.TB, protocol portalloc.Protocol, opts []Option) portalloc.Request {
 	tb.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	req := portalloc.Request{Protocol: protocol, Label: "test:" + tb.Name()}
+	if o.setAddr {
+		a, err := netip.ParseAddr(o.addr)
+		if err != nil {
+			tb.Fatalf("porttest: On(%q): not an IP address; want one such as 127.0.0.1, ::1, 0.0.0.0 or ::", o.addr)
+		}
+		req.Address = a
+	}
+	return req
+}
+
+func get(tb testing.TB, protocol portalloc.Protocol, n int, opts []Option) []portalloc.Reservation {
+	tb.Helper()
+	req := request(tb, protocol, opts)
 	a := allocator(tb)
-	ports := make([]uint16, 0, n)
+	rs := make([]portalloc.Reservation, 0, n)
 	for range n {
-		r, err := a.Allocate(context.Background(), portalloc.Request{Protocol: protocol, Label: "test:" + tb.Name()})
+		r, err := a.Allocate(context.Background(), req)
 		if err != nil {
 			tb.Fatalf("porttest: no free %s port for %s: %v", protocol, tb.Name(), err)
 		}
 		noteBackend(tb, a, r)
 		tb.Cleanup(func() { _ = a.Release(context.Background(), r) })
-		ports = append(ports, r.Port)
+		rs = append(rs, r)
 	}
-	return ports
+	return rs
 }
 
-// Port returns a free TCP port on 127.0.0.1, reserved until tb ends.
-func Port(tb testing.TB) uint16 {
+// Port returns a free TCP port on 127.0.0.1 (or the address of On),
+// reserved until tb ends.
+func Port(tb testing.TB, opts ...Option) int {
 	tb.Helper()
-	return get(tb, portalloc.TCP, 1)[0]
+	return int(get(tb, portalloc.TCP, 1, opts)[0].Port)
 }
 
-// Ports returns n distinct free TCP ports on 127.0.0.1, reserved until tb
-// ends.
-func Ports(tb testing.TB, n int) []uint16 {
+// Ports returns n distinct free TCP ports on 127.0.0.1 (or the address of
+// On), reserved until tb ends. Like Consul's freeport.GetN, but no other
+// test binary of the user gets them either.
+func Ports(tb testing.TB, n int, opts ...Option) []int {
 	tb.Helper()
 	if n < 0 {
 		tb.Fatalf("porttest: Ports(%d): want a count of 0 or more", n)
 	}
-	return get(tb, portalloc.TCP, n)
+	rs := get(tb, portalloc.TCP, n, opts)
+	ports := make([]int, len(rs))
+	for i, r := range rs {
+		ports[i] = int(r.Port)
+	}
+	return ports
 }
 
-// UDPPort returns a free UDP port on 127.0.0.1, reserved until tb ends.
-func UDPPort(tb testing.TB) uint16 {
+// UDPPort returns a free UDP port on 127.0.0.1 (or the address of On),
+// reserved until tb ends.
+func UDPPort(tb testing.TB, opts ...Option) int {
 	tb.Helper()
-	return get(tb, portalloc.UDP, 1)[0]
+	return int(get(tb, portalloc.UDP, 1, opts)[0].Port)
 }
 
-// Addr returns "127.0.0.1:PORT" for a free TCP port, reserved until tb ends.
-func Addr(tb testing.TB) string {
+// Addr returns "HOST:PORT" for a free TCP port on 127.0.0.1 (or the
+// address of On), reserved until tb ends.
+func Addr(tb testing.TB, opts ...Option) string {
 	tb.Helper()
-	return fmt.Sprintf("127.0.0.1:%d", Port(tb))
+	return get(tb, portalloc.TCP, 1, opts)[0].AddrPort().String()
 }
 
-// Listener returns a listener on a free TCP port of 127.0.0.1, bound in the
-// same transaction that reserved it; it is closed and released when tb
-// ends.
-func Listener(tb testing.TB) net.Listener {
+// Listener returns a listener on a free TCP port of 127.0.0.1 (or the
+// address of On), bound in the same transaction that reserved it; it is
+// closed and released when tb ends. It fits httptest:
+//
+//	srv := httptest.NewUnstartedServer(handler)
+//	srv.Listener.Close()
+//	srv.Listener = porttest.Listener(t)
+//	srv.Start()
+//	defer srv.Close()
+func Listener(tb testing.TB, opts ...Option) net.Listener {
 	tb.Helper()
+	req := request(tb, portalloc.TCP, opts)
 	a := allocator(tb)
-	r, ln, err := a.Listen(context.Background(), portalloc.Request{Label: "test:" + tb.Name()})
+	r, ln, err := a.Listen(context.Background(), req)
 	if err != nil {
 		tb.Fatalf("porttest: no free TCP port for %s: %v", tb.Name(), err)
 	}
@@ -196,6 +249,25 @@ func Listener(tb testing.TB) net.Listener {
 		_ = a.Release(context.Background(), r)
 	})
 	return ln
+}
+
+// PacketConn returns a UDP socket bound to a free port of 127.0.0.1 (or the
+// address of On) in the same transaction that reserved it; it is closed
+// and released when tb ends.
+func PacketConn(tb testing.TB, opts ...Option) net.PacketConn {
+	tb.Helper()
+	req := request(tb, portalloc.UDP, opts)
+	a := allocator(tb)
+	r, pc, err := a.ListenPacket(context.Background(), req)
+	if err != nil {
+		tb.Fatalf("porttest: no free UDP port for %s: %v", tb.Name(), err)
+	}
+	noteBackend(tb, a, r)
+	tb.Cleanup(func() {
+		_ = pc.Close()
+		_ = a.Release(context.Background(), r)
+	})
+	return pc
 }
 
 // Set allocates every port of spec for tb (see portalloc.AllocateSet) and

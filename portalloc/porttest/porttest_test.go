@@ -3,6 +3,7 @@ package porttest_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -72,21 +73,21 @@ func rows(t *testing.T) []statestore.Reservation {
 }
 
 func TestPortsAreFreeDistinctAndReleased(t *testing.T) {
-	var got []uint16
+	var got []int
 	t.Run("inner", func(t *testing.T) {
 		got = append(got, porttest.Port(t))
 		got = append(got, porttest.Ports(t, 3)...)
 		got = append(got, porttest.UDPPort(t))
-		seen := map[uint16]bool{}
+		seen := map[int]bool{}
 		for _, p := range got[:4] {
 			if seen[p] {
 				t.Fatalf("port %d handed out twice", p)
 			}
-			if !testports.Porttest.Contains(p) {
+			if !testports.Porttest.Contains(uint16(p)) {
 				t.Errorf("port %d; want one in %v, from BERTH_PORT_RANGE", p, testports.Porttest)
 			}
 			seen[p] = true
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(int(p)))
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 			if err != nil {
 				t.Fatalf("port %d is not bindable: %v", p, err)
 			}
@@ -198,5 +199,56 @@ func TestParallelBinaries(t *testing.T) {
 	}
 	if len(seen) != binaries*20 {
 		t.Errorf("%d distinct ports; want %d", len(seen), binaries*20)
+	}
+}
+
+// TestOnAndPacketConn: On moves a helper's reservation to another address,
+// and PacketConn returns a UDP socket already bound to its reserved port.
+func TestOnAndPacketConn(t *testing.T) {
+	wild := porttest.Port(t, porttest.On("0.0.0.0"))
+	var found bool
+	for _, r := range rows(t) {
+		if int(r.Port) == wild && r.Addr.String() == "0.0.0.0" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no reservation of 0.0.0.0:%d in %v", wild, rows(t))
+	}
+	// The wildcard holds the port on every address: no other test gets it.
+	a, err := portalloc.New(context.Background(), portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: stateDir, Range: portalloc.Range(testports.Porttest)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.Reserve(context.Background(), portalloc.Request{}, uint16(wild)); !errors.Is(err, portalloc.ErrPortHeld) {
+		t.Errorf("Reserve of 127.0.0.1:%d beside porttest's 0.0.0.0 reservation = %v; want ErrPortHeld", wild, err)
+	}
+
+	pc := porttest.PacketConn(t)
+	addr := pc.LocalAddr().(*net.UDPAddr)
+	if !addr.IP.IsLoopback() || !testports.Porttest.Contains(uint16(addr.Port)) {
+		t.Errorf("PacketConn bound to %v; want 127.0.0.1 and a port in %v", addr, testports.Porttest)
+	}
+	if _, err := net.ListenPacket("udp", addr.String()); err == nil {
+		t.Errorf("the PacketConn's port %v could be bound again", addr)
+	}
+	if got := porttest.Addr(t, porttest.On("::1")); !strings.HasPrefix(got, "[::1]:") {
+		t.Errorf(`Addr(On("::1")) = %q; want "[::1]:PORT"`, got)
+	}
+}
+
+// TestOnBadAddressFails: an address that does not parse fails the test with
+// a message that names it and says what is accepted.
+func TestOnBadAddressFails(t *testing.T) {
+	rec := &recorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		porttest.Port(rec, porttest.On("localhost"))
+	}()
+	<-done
+	if !strings.Contains(rec.msg, `On("localhost")`) || !strings.Contains(rec.msg, "0.0.0.0") {
+		t.Errorf("failure message = %q", rec.msg)
 	}
 }

@@ -1,0 +1,92 @@
+package porttest_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/berth-go/berth/portalloc/porttest"
+)
+
+// The helpers take the test's *testing.T (or *testing.B), so these examples
+// show test functions; TestHTTPTestServer runs the httptest one.
+
+// A port for a server the test starts itself, on 127.0.0.1.
+func ExamplePort() {
+	_ = func(t *testing.T) {
+		port := porttest.Port(t) // an int, like freeport.GetN's
+		_ = fmt.Sprintf("--port=%d", port)
+	}
+}
+
+// Several ports at once, for a cluster of servers started by the test.
+func ExamplePorts() {
+	_ = func(t *testing.T) {
+		for i, port := range porttest.Ports(t, 3) {
+			_ = fmt.Sprintf("node%d=127.0.0.1:%d", i, port)
+		}
+	}
+}
+
+// An httptest server on a port that no other test binary of the user is
+// given while the test runs.
+func ExampleListener() {
+	_ = func(t *testing.T) {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "hello")
+		}))
+		srv.Listener.Close()
+		srv.Listener = porttest.Listener(t)
+		srv.Start()
+		defer srv.Close()
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+	}
+}
+
+// A UDP socket already bound, for a DNS or StatsD test server.
+func ExamplePacketConn() {
+	_ = func(t *testing.T) {
+		pc := porttest.PacketConn(t)
+		_, _ = pc.WriteTo([]byte("ping"), pc.LocalAddr())
+	}
+}
+
+// A server a container must reach listens on the wildcard address.
+func ExampleOn() {
+	_ = func(t *testing.T) {
+		ln := porttest.Listener(t, porttest.On("0.0.0.0"))
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		_ = "http://host.docker.internal:" + port
+	}
+}
+
+// TestHTTPTestServer runs ExampleListener's pattern.
+func TestHTTPTestServer(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "hello")
+	}))
+	srv.Listener.Close()
+	srv.Listener = porttest.Listener(t)
+	srv.Start()
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if string(body) != "hello" {
+		t.Errorf("body %q; want hello", body)
+	}
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	if _, err := net.Listen("tcp", "127.0.0.1:"+port); err == nil {
+		t.Errorf("the server's port %s could be bound again", port)
+	}
+}
