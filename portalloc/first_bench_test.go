@@ -97,4 +97,3 @@ func BenchmarkFirstAllocate(b *testing.B) {
 	b.ReportMetric(l/1e3, "listen-µs")
 	b.ReportMetric(f/l, "first/listen")
 }
-
