@@ -79,6 +79,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -93,6 +94,28 @@ import (
 	"github.com/berth-go/berth/statestore"
 )
 
+// Order is the order in which Allocate tries the ports of its range.
+type Order string
+
+const (
+	// OrderRandom walks the range from a random port by a random stride,
+	// the ports above the range's static band first (see PoolSpec.Band).
+	// Allocators racing on one store start in different places, so they
+	// rarely want the same port: the default.
+	OrderRandom Order = "random"
+	// OrderLowest tries the lowest port of the range first, then the next,
+	// bands ignored: predictable ports for people who read them. Allocators
+	// racing on one store all want the same low ports; the store's write
+	// lock makes them take turns, so none is handed out twice, and each
+	// skips the ports the others hold from memory, without a probe.
+	OrderLowest Order = "lowest"
+)
+
+func (o Order) valid() bool { return o == OrderRandom || o == OrderLowest }
+
+// MaxPrefer is the most ports a Request.Prefer may list.
+const MaxPrefer = 1024
+
 // Backend names, as reported in Reservation.Backend.
 const (
 	BackendStateStore = "statestore"
@@ -103,6 +126,14 @@ const (
 type Request struct {
 	Protocol Protocol   // zero: TCP
 	Address  netip.Addr // zero: 127.0.0.1; 0.0.0.0 and :: are the wildcards
+	// Prefer lists ports for Allocate to try first, in this order, each
+	// with the full guarantee (free in the store, bind-probed); when none
+	// is free, Allocate goes on with the range as usual. Preferred ports
+	// may lie outside Config.Range (a dev server that should land on 3000
+	// when it can). At most MaxPrefer ports, none of them 0.
+	Prefer []uint16
+	// Order overrides Config.Order for this request.
+	Order Order
 	// Label is the caller's name for the port, shown in listings: at most
 	// MaxLabelLen bytes of printable UTF-8 (see MaxLabelLen); zero: none.
 	Label string
@@ -288,6 +319,18 @@ func (a *Allocator) normalize(req Request) (Request, error) {
 		return Request{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	req.Address = addr
+	switch {
+	case req.Order == "":
+		req.Order = a.cfg.Order
+	case !req.Order.valid():
+		return Request{}, fmt.Errorf("%w: Request.Order %q: want \"random\" or \"lowest\"", ErrInvalidRequest, req.Order)
+	}
+	if len(req.Prefer) > MaxPrefer {
+		return Request{}, fmt.Errorf("%w: Request.Prefer lists %d ports: want at most %d", ErrInvalidRequest, len(req.Prefer), MaxPrefer)
+	}
+	if i := slices.Index(req.Prefer, 0); i >= 0 {
+		return Request{}, fmt.Errorf("%w: Request.Prefer[%d] is 0: want ports from 1 to 65535", ErrInvalidRequest, i)
+	}
 	return req, nil
 }
 
@@ -423,7 +466,7 @@ func (a *Allocator) replaced(s *statestore.Store, err error) bool {
 // store holds while its database can be read.
 func (a *Allocator) allocateMRU(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error)) (Reservation, error) {
 	held, readable := a.readHeld(ctx)
-	it, _ := a.candidates(ctx, nil, Request{}, set)
+	it, _ := a.candidates(ctx, nil, req, set) // the MRU file remembers no sticky port
 	next := func() (uint16, bool) {
 		for {
 			p, ok := it()
@@ -457,25 +500,33 @@ func (a *Allocator) allocateMRU(ctx context.Context, req Request, set *portrange
 	return r, nil
 }
 
-// candidates returns the walk over the range, led by the sticky port of a
-// sticky request (0 when there is none) as s remembers it.
+// candidates returns the walk over the range in req's order, led by req's
+// preferred ports and, before them, the sticky port of a sticky request (0
+// when there is none) as s remembers it.
 func (a *Allocator) candidates(ctx context.Context, s *statestore.Store, req Request, set *portrange.Set) (func() (uint16, bool), uint16) {
-	a.rngMu.Lock()
-	it := set.Candidates(a.rng)
-	a.rngMu.Unlock()
-	if !req.Sticky || s == nil {
-		return it.Next, 0
+	var it *portrange.Iter
+	if req.Order == OrderLowest {
+		it = set.Lowest()
+	} else {
+		a.rngMu.Lock()
+		it = set.Candidates(a.rng)
+		a.rngMu.Unlock()
 	}
-	p, ok, err := s.Recall(ctx, req.Label, statestore.Protocol(req.Protocol))
-	switch {
-	case err != nil:
-		a.log.Error(err, "could not recall the sticky port; allocating afresh", "label", req.Label)
-		return it.Next, 0
-	case !ok:
-		return it.Next, 0
-	case !set.Contains(p):
-		a.log.Info("sticky port is outside the range now; allocating afresh", "label", req.Label, "port", p, "range", a.cfg.Range.String())
-		return it.Next, 0
+	next := it.Next
+	if len(req.Prefer) > 0 {
+		prefer := req.Prefer
+		next = func() (uint16, bool) {
+			if len(prefer) > 0 {
+				p := prefer[0]
+				prefer = prefer[1:]
+				return p, true
+			}
+			return it.Next()
+		}
+	}
+	p := a.stickyPort(ctx, s, req, set)
+	if p == 0 {
+		return next, 0
 	}
 	first := true
 	return func() (uint16, bool) {
@@ -483,8 +534,28 @@ func (a *Allocator) candidates(ctx context.Context, s *statestore.Store, req Req
 			first = false
 			return p, true
 		}
-		return it.Next()
+		return next()
 	}, p
+}
+
+// stickyPort returns the port a sticky request had last time as s
+// remembers it, when it is still in set; 0 otherwise.
+func (a *Allocator) stickyPort(ctx context.Context, s *statestore.Store, req Request, set *portrange.Set) uint16 {
+	if !req.Sticky || s == nil {
+		return 0
+	}
+	p, ok, err := s.Recall(ctx, req.Label, statestore.Protocol(req.Protocol))
+	switch {
+	case err != nil:
+		a.log.Error(err, "could not recall the sticky port; allocating afresh", "label", req.Label)
+		return 0
+	case !ok:
+		return 0
+	case !set.Contains(p):
+		a.log.Info("sticky port is outside the range now; allocating afresh", "label", req.Label, "port", p, "range", a.cfg.Range.String())
+		return 0
+	}
+	return p
 }
 
 // remember records a sticky request's port, and logs when it is not the

@@ -112,6 +112,9 @@ type Config struct {
 	// is false (the zero value) the ephemeral range is cut out of Range,
 	// with a warning logged once per process.
 	AllowEphemeralOverlap bool
+	// Order is the order in which Allocate tries the ports of Range when a
+	// Request does not set its own; zero: OrderRandom.
+	Order Order
 	// Timeout bounds one Allocate or Reserve, New's opening of the store,
 	// and Close's releases; zero: DefaultTimeout.
 	Timeout time.Duration
@@ -215,6 +218,12 @@ func (c Config) withDefaults() (Config, error) {
 		if err := x.Valid(); err != nil {
 			return Config{}, fmt.Errorf("%w: Config.Exclude[%d]: %w", ErrInvalidRequest, i, err)
 		}
+	}
+	switch {
+	case c.Order == "":
+		c.Order = OrderRandom
+	case !c.Order.valid():
+		return Config{}, invalid("Order", strconv.Quote(string(c.Order)), `"random" or "lowest"`)
 	}
 	switch {
 	case c.Timeout == 0:

@@ -245,6 +245,16 @@ func (s *Set) Candidates(rng *rand.Rand) *Iter {
 	return it
 }
 
+// Lowest returns an iterator over every port of the set, each once, from
+// the lowest up, bands ignored.
+func (s *Set) Lowest() *Iter {
+	it := &Iter{set: s}
+	if n := s.r.Size(); n > 0 {
+		it.bands[0] = walk{first: int(s.r.First), size: n, stride: 1, left: n}
+	}
+	return it
+}
+
 // Iter yields candidate ports. It is not safe for concurrent use.
 type Iter struct {
 	set   *Set

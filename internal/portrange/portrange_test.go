@@ -226,3 +226,34 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestLowestAscends: Lowest visits every port of the set once, in
+// increasing order, exclusions skipped.
+func TestLowestAscends(t *testing.T) {
+	for _, tc := range []struct {
+		r       Range
+		exclude []Range
+	}{
+		{Range{5, 5}, nil},
+		{Range{3000, 3099}, nil},
+		{Range{3000, 3099}, []Range{{3000, 3001}, {3050, 3060}}},
+		{Range{65530, 65535}, nil},
+		{Range{1, 65535}, []Range{{2, 65534}}},
+	} {
+		s := NewSet(tc.r, tc.exclude...)
+		it := s.Lowest()
+		var got []uint16
+		for p, ok := it.Next(); ok; p, ok = it.Next() {
+			if n := len(got); n > 0 && p <= got[n-1] {
+				t.Fatalf("range %v: %d after %d", tc.r, p, got[n-1])
+			}
+			if !s.Contains(p) {
+				t.Fatalf("range %v exclude %v: %d is not in the set", tc.r, tc.exclude, p)
+			}
+			got = append(got, p)
+		}
+		if len(got) != s.Len() {
+			t.Errorf("range %v exclude %v: %d ports; want %d", tc.r, tc.exclude, len(got), s.Len())
+		}
+	}
+}

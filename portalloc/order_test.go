@@ -1,0 +1,102 @@
+package portalloc_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/berth-go/berth/portalloc"
+)
+
+// TestPrefer: preferred ports are tried first, in order, each with the full
+// guarantee: one another process holds and one bound outside berth are
+// passed over; with none free, the range serves.
+func TestPrefer(t *testing.T) {
+	ctx := context.Background()
+	base := freeRun(t, 10)
+	dir := t.TempDir()
+	rng := portalloc.Range{First: base + 5, Last: base + 9}
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Range: rng, AllowEphemeralOverlap: true})
+
+	holdInWorker(t, dir, lo4, base)      // reserved by another process
+	defer listen(t, lo4, base+1).Close() // bound outside berth
+	r, err := a.Allocate(ctx, portalloc.Request{Prefer: []uint16{base, base + 1, base + 2, base + 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Port != base+2 {
+		t.Errorf("Allocate with Prefer %d..%d = %d; want %d, the first preferred port that is free", base, base+3, r.Port, base+2)
+	}
+	// Outside the range is allowed: the caller chose it.
+	r, err = a.Allocate(ctx, portalloc.Request{Prefer: []uint16{base + 3}})
+	if err != nil || r.Port != base+3 {
+		t.Errorf("Allocate with Prefer %d (outside the range) = %v, %v", base+3, r, err)
+	}
+	// Every preferred port taken: the range serves.
+	r, err = a.Allocate(ctx, portalloc.Request{Prefer: []uint16{base, base + 1, base + 2}})
+	if err != nil || !rng.Contains(r.Port) {
+		t.Errorf("Allocate with every preferred port taken = %v, %v; want a port of %v", r, err, rng)
+	}
+}
+
+// TestOrderLowest: lowest-first hands out the range from its first port
+// up, by Config or per Request, and skips what is held.
+func TestOrderLowest(t *testing.T) {
+	ctx := context.Background()
+	base := freeRun(t, 40)
+	rng := portalloc.Range{First: base, Last: base + 39}
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: rng, AllowEphemeralOverlap: true, Order: portalloc.OrderLowest})
+	for i := range uint16(3) {
+		r, err := a.Allocate(ctx, portalloc.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Port != base+i {
+			t.Errorf("allocation %d = %d; want %d", i, r.Port, base+i)
+		}
+	}
+	b := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: rng, AllowEphemeralOverlap: true})
+	r, err := b.Allocate(ctx, portalloc.Request{Order: portalloc.OrderLowest})
+	if err != nil || r.Port != base {
+		t.Errorf("Allocate with Request.Order lowest on an Allocator of its own = %v, %v; want %d", r, err, base)
+	}
+}
+
+func TestOrderAndPreferInvalid(t *testing.T) {
+	ctx := context.Background()
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
+	for _, tc := range []struct {
+		req  portalloc.Request
+		want string
+	}{
+		{portalloc.Request{Order: "fast"}, `Request.Order "fast": want "random" or "lowest"`},
+		{portalloc.Request{Prefer: []uint16{3000, 0}}, "Request.Prefer[1] is 0"},
+		{portalloc.Request{Prefer: make([]uint16, portalloc.MaxPrefer+1)}, "Request.Prefer lists 1025 ports: want at most 1024"},
+	} {
+		_, err := a.Allocate(ctx, tc.req)
+		if !errors.Is(err, portalloc.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Allocate(%+v) = %v; want ErrInvalidRequest saying %q", tc.req.Order, err, tc.want)
+		}
+	}
+	_, err := portalloc.New(ctx, portalloc.Config{StateDir: t.TempDir(), Order: "up"})
+	if !errors.Is(err, portalloc.ErrInvalidRequest) || !strings.Contains(err.Error(), `Config.Order "up": want "random" or "lowest"`) {
+		t.Errorf("New with Order up = %v", err)
+	}
+}
+
+// TestPreferAndOrderInMRUMode: the MRU file walks the same candidates.
+func TestPreferAndOrderInMRUMode(t *testing.T) {
+	ctx := context.Background()
+	base := freeRun(t, 10)
+	rng := portalloc.Range{First: base + 5, Last: base + 9}
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeMRU, Range: rng, AllowEphemeralOverlap: true, Order: portalloc.OrderLowest})
+	r, err := a.Allocate(ctx, portalloc.Request{Prefer: []uint16{base + 1}})
+	if err != nil || r.Port != base+1 || r.Backend != portalloc.BackendMRU {
+		t.Errorf("MRU Allocate with Prefer %d = %v, %v", base+1, r, err)
+	}
+	r, err = a.Allocate(ctx, portalloc.Request{})
+	if err != nil || r.Port != base+5 {
+		t.Errorf("MRU Allocate lowest-first = %v, %v; want %d", r, err, base+5)
+	}
+}
