@@ -51,7 +51,7 @@ func ExampleAllocator_AllocateSet() {
 		fmt.Println(err)
 		return
 	}
-	defer set.Release(ctx)
+	defer func() { _ = set.Release(ctx) }()
 
 	db := set.Members()[0].Ports["sql"].Port
 	for _, m := range set.Members() {
@@ -84,7 +84,7 @@ func ExampleAllocator_Listen() {
 		fmt.Println(err)
 		return
 	}
-	defer a.Release(ctx, r)
+	defer func() { _ = a.Release(ctx, r) }()
 	defer ln.Close()
 
 	fmt.Println(ln.Addr().String() == r.AddrPort().String())
@@ -106,7 +106,7 @@ func ExampleAllocator_ListenPacket() {
 		fmt.Println(err)
 		return
 	}
-	defer a.Release(ctx, r)
+	defer func() { _ = a.Release(ctx, r) }()
 	defer pc.Close()
 	fmt.Println(r.Protocol, pc.LocalAddr().String() == r.AddrPort().String())
 	// Output:
@@ -175,7 +175,7 @@ func ExampleAllocator_NewPool() {
 		fmt.Println(err)
 		return
 	}
-	defer p.Return(r)
+	defer func() { _ = p.Return(r) }()
 	fmt.Println("taken from the second half:", r.Port >= 29550)
 	// Output:
 	// taken from the first half: true

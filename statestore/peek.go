@@ -52,7 +52,7 @@ func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		busy = max(min(busy, time.Until(dl)), time.Millisecond)
 	}
-	db, err := openDB(dsnBare(path)+fmt.Sprintf("?mode=ro&_pragma=busy_timeout(%d)", busy.Milliseconds()))
+	db, err := openDB(dsnBare(path) + fmt.Sprintf("?mode=ro&_pragma=busy_timeout(%d)", busy.Milliseconds()))
 	if err != nil {
 		return HeldSet{}, fmt.Errorf("statestore: read %s: %w", path, err)
 	}

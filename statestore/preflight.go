@@ -62,7 +62,7 @@ func inspect(ctx context.Context, path string, busy time.Duration) (fileState, e
 	}
 	// No journal_mode here: setting it rewrites the header of a database
 	// that is not ours.
-	db, err := openDB(dsnBare(path)+fmt.Sprintf("?_pragma=busy_timeout(%d)", busy.Milliseconds()))
+	db, err := openDB(dsnBare(path) + fmt.Sprintf("?_pragma=busy_timeout(%d)", busy.Milliseconds()))
 	if err != nil {
 		return fileState{}, fmt.Errorf("statestore: %s: %w", path, err)
 	}
@@ -192,7 +192,7 @@ func initFile(ctx context.Context, path string, busy time.Duration) error {
 	if err := f.Close(); err != nil {
 		return storageErr("create "+path, err)
 	}
-	db, err := openDB(dsnBare(path)+fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=page_size(%d)", busy.Milliseconds(), pageSize))
+	db, err := openDB(dsnBare(path) + fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=page_size(%d)", busy.Milliseconds(), pageSize))
 	if err != nil {
 		return storageErr("create "+path, err)
 	}

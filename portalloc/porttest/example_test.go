@@ -16,25 +16,27 @@ import (
 
 // A port for a server the test starts itself, on 127.0.0.1.
 func ExamplePort() {
-	_ = func(t *testing.T) {
+	testServer := func(t *testing.T) { //nolint:thelper // a test function, not a helper
 		port := porttest.Port(t) // an int, like freeport.GetN's
 		_ = fmt.Sprintf("--port=%d", port)
 	}
+	_ = testServer // a test function: run it with go test
 }
 
 // Several ports at once, for a cluster of servers started by the test.
 func ExamplePorts() {
-	_ = func(t *testing.T) {
+	testCluster := func(t *testing.T) { //nolint:thelper // a test function, not a helper
 		for i, port := range porttest.Ports(t, 3) {
 			_ = fmt.Sprintf("node%d=127.0.0.1:%d", i, port)
 		}
 	}
+	_ = testCluster // a test function: run it with go test
 }
 
 // An httptest server on a port that no other test binary of the user is
 // given while the test runs.
 func ExampleListener() {
-	_ = func(t *testing.T) {
+	testHTTP := func(t *testing.T) { //nolint:thelper // a test function, not a helper
 		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			_, _ = io.WriteString(w, "hello")
 		}))
@@ -48,23 +50,26 @@ func ExampleListener() {
 		}
 		defer resp.Body.Close()
 	}
+	_ = testHTTP // a test function: run it with go test
 }
 
 // A UDP socket already bound, for a DNS or StatsD test server.
 func ExamplePacketConn() {
-	_ = func(t *testing.T) {
+	testUDP := func(t *testing.T) { //nolint:thelper // a test function, not a helper
 		pc := porttest.PacketConn(t)
 		_, _ = pc.WriteTo([]byte("ping"), pc.LocalAddr())
 	}
+	_ = testUDP // a test function: run it with go test
 }
 
 // A server a container must reach listens on the wildcard address.
 func ExampleOn() {
-	_ = func(t *testing.T) {
+	testContainer := func(t *testing.T) { //nolint:thelper // a test function, not a helper
 		ln := porttest.Listener(t, porttest.On("0.0.0.0"))
 		_, port, _ := net.SplitHostPort(ln.Addr().String())
 		_ = "http://host.docker.internal:" + port
 	}
+	_ = testContainer // a test function: run it with go test
 }
 
 // TestHTTPTestServer runs ExampleListener's pattern.
