@@ -101,22 +101,8 @@ func TestPoolRollingUpdate(t *testing.T) {
 	wg.Add(2)
 	go func() { // takes and returns throughout
 		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			r, err := p.Take(ctx)
-			if err != nil {
-				churnErr.Store(err)
-				return
-			}
-			if err := p.Return(r); err != nil {
-				churnErr.Store(err)
-				return
-			}
-			churned.Add(1)
+		if err := takeReturn(ctx, p, stop, &churned); err != nil {
+			churnErr.Store(err)
 		}
 	}()
 	go func() { // watches how many are out at once
@@ -429,21 +415,8 @@ func TestPoolNeverOverfills(t *testing.T) {
 	stop := make(chan struct{})
 	for range 4 {
 		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r, err := p.Take(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if err := p.Return(r); err != nil {
-					t.Error(err)
-					return
-				}
+			if err := takeReturn(ctx, p, stop, nil); err != nil {
+				t.Error(err)
 			}
 		})
 	}
@@ -456,5 +429,27 @@ func TestPoolNeverOverfills(t *testing.T) {
 	wg.Wait()
 	if worst > size {
 		t.Errorf("the pool of %d held %d idle members at once", size, worst)
+	}
+}
+
+// takeReturn takes a member and returns it, over and over, until stop is
+// closed or a call fails; rounds, when not nil, counts the rounds.
+func takeReturn(ctx context.Context, p *portalloc.Pool, stop <-chan struct{}, rounds *atomic.Int64) error {
+	for {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		r, err := p.Take(ctx)
+		if err != nil {
+			return err
+		}
+		if err := p.Return(r); err != nil {
+			return err
+		}
+		if rounds != nil {
+			rounds.Add(1)
+		}
 	}
 }
