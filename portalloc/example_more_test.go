@@ -207,3 +207,23 @@ func ExampleAllocator_Stats() {
 	// statestore 3 3
 	// 100 3 97
 }
+
+// A block of consecutive ports for software configured by a base port.
+func ExampleAllocator_AllocateBlock() {
+	a, done := exampleAllocator(29700)
+	defer done()
+	ctx := context.Background()
+
+	rs, err := a.AllocateBlock(ctx, portalloc.Request{Label: "node", Order: portalloc.OrderLowest}, 3)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, r := range rs {
+		fmt.Println(r.Port - rs[0].Port)
+	}
+	// Output:
+	// 0
+	// 1
+	// 2
+}

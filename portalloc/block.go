@@ -1,0 +1,117 @@
+package portalloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/berth-go/berth/statestore"
+)
+
+// MaxBlock is the most ports one AllocateBlock reserves.
+const MaxBlock = statestore.MaxBlock
+
+// AllocateBlock reserves n consecutive ports of the range, a base port and
+// the n-1 after it, for software configured by a base port (a node that
+// listens on base, base+1 and base+2; an RTP media range). Every port of
+// the block is free in the store and bind-probed, and the n reservations
+// are made in one transaction: all of them or none. Bases come in req's
+// order, preferred bases (Request.Prefer) first; a block lies wholly in
+// the range unless its base is a preferred one. The reservations are
+// returned in port order and are released one by one, like any others.
+//
+// It needs the state store: when the Allocator serves from the MRU file,
+// which remembers single ports only, it returns an error wrapping
+// ErrStoreUnavailable. With no free block it returns an error wrapping
+// ErrRangeExhausted.
+func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs []Reservation, err error) {
+	defer func() { a.ctr.count(false, err) }()
+	if n < 1 || n > MaxBlock {
+		return nil, fmt.Errorf("%w: block of %d ports: want 1 to %d", ErrInvalidRequest, n, MaxBlock)
+	}
+	ctx, cancel, req, err := a.begin(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	if req.Sticky {
+		return nil, fmt.Errorf("%w: a block cannot be sticky; give its base port in Request.Prefer instead", ErrInvalidRequest)
+	}
+	a.retryStore(ctx)
+	for attempt := 0; ; attempt++ {
+		s := a.db()
+		if s == nil || a.fb.active.Load() {
+			why := "Config.Mode is mru"
+			if cause := a.FallbackCause(); cause != nil {
+				why = cause.Error()
+			}
+			return nil, fmt.Errorf("portalloc: block of %d ports: %w (%s), and the MRU file serves single ports only", n, ErrStoreUnavailable, why)
+		}
+		next, _ := a.candidates(ctx, s, req, a.set)
+		whole := func() (uint16, bool) {
+			for {
+				base, ok := next()
+				if !ok || slices.Contains(req.Prefer, base) || a.blockInSet(base, n) {
+					return base, ok
+				}
+			}
+		}
+		probe := probeFunc(req)
+		rows, err := s.ScanBlock(ctx, statestore.ScanRequest{
+			Protocol: statestore.Protocol(req.Protocol),
+			Addr:     req.Address,
+			Label:    req.Label,
+			Next:     whole,
+			Probe:    func(k statestore.Key) (bool, error) { return probe(k.Port) },
+		}, n)
+		if err == nil {
+			return a.holdBlock(ctx, s, req, rows)
+		}
+		if attempt == 0 && a.replaced(s, err) {
+			continue
+		}
+		if errors.Is(err, statestore.ErrExhausted) {
+			return nil, fmt.Errorf("portalloc: block of %d %s ports on %s in %s: %w", n, req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
+		}
+		if serr := a.storeErr(ctx, err, req); serr != nil {
+			return nil, serr
+		}
+		return nil, fmt.Errorf("portalloc: block of %d ports: %w: %w", n, ErrStoreUnavailable, err)
+	}
+}
+
+// blockInSet reports whether base..base+n-1 all lie in the candidate set.
+func (a *Allocator) blockInSet(base uint16, n int) bool {
+	if int(base)+n-1 > 65535 {
+		return false
+	}
+	for i := range n {
+		if !a.set.Contains(base + uint16(i)) {
+			return false
+		}
+	}
+	return true
+}
+
+// holdBlock takes this Allocator's hold of each new row of a block; if the
+// Allocator closed meanwhile, the rows it could not hold are released.
+func (a *Allocator) holdBlock(ctx context.Context, s *statestore.Store, req Request, rows []statestore.Reservation) ([]Reservation, error) {
+	rs := make([]Reservation, len(rows))
+	for i, row := range rows {
+		rs[i] = Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
+		refs.addNew(a.refKeyOf(rs[i]), a, "")
+	}
+	for i, r := range rs {
+		if !a.hold(r) {
+			for _, r := range rs[i:] {
+				if refs.forget(a.refKeyOf(r), a) == 0 {
+					_ = s.Release(context.WithoutCancel(ctx), statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}, statestore.Owner{}) // reaping covers a failure
+				}
+			}
+			// rs[:i] were held before Close began: Close releases them.
+			return nil, ErrClosed
+		}
+	}
+	return rs, nil
+}
