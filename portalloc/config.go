@@ -1,8 +1,10 @@
 package portalloc
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -134,14 +136,22 @@ const (
 	EnvStateDir              = "BERTH_STATE_DIR"
 	EnvTimeout               = "BERTH_TIMEOUT"
 	EnvAllowEphemeralOverlap = "BERTH_ALLOW_EPHEMERAL_OVERLAP"
+	EnvLog                   = "BERTH_LOG"
 )
 
 // ConfigFromEnv returns a Config from the environment: BERTH_MODE,
 // BERTH_PORT_RANGE ("20000-32767"), BERTH_PORT_EXCLUDE ("22000-22100,25565"),
-// BERTH_STATE_DIR, BERTH_TIMEOUT (a Go duration such as "10s") and
-// BERTH_ALLOW_EPHEMERAL_OVERLAP (true or false). Unset or empty variables
-// leave their field at its zero value. Errors name the variable and wrap
-// ErrInvalidRequest.
+// BERTH_STATE_DIR, BERTH_TIMEOUT (a Go duration such as "10s"),
+// BERTH_ALLOW_EPHEMERAL_OVERLAP (true or false) and BERTH_LOG. Unset or
+// empty variables leave their field at its zero value. Errors name the
+// variable and wrap ErrInvalidRequest.
+//
+// BERTH_LOG sets Logger to an slog text handler on standard error (through
+// logr.FromSlogHandler) at one of three levels: "warn" (errors and the
+// fallback warnings only), "info" (also decisions worth knowing, such as a
+// sticky port that had to move or a range cut by the ephemeral range) or
+// "debug" (also each port reserved, and each row of an exited owner
+// reaped).
 func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
 
 func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
@@ -191,6 +201,20 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 			bad(EnvAllowEphemeralOverlap, v, `"true" or "false"`)
 		}
 		c.AllowEphemeralOverlap = b
+	}
+	if v := get(EnvLog); v != "" {
+		var level slog.Level
+		switch v {
+		case "debug":
+			level = slog.LevelDebug // logr's V(1) to V(4)
+		case "info":
+			level = slog.LevelInfo
+		case "warn":
+			level = slog.LevelWarn
+		default:
+			bad(EnvLog, v, `"debug", "info" or "warn"`)
+		}
+		c.Logger = logr.FromSlogHandler(debugLevels{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})})
 	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
@@ -302,3 +326,20 @@ var (
 	geteuid    = os.Geteuid
 	lookupRoot = func() (*user.User, error) { return user.LookupId("0") }
 )
+
+// debugLevels shows logr's verbosity levels, which logr.FromSlogHandler
+// makes slog levels -1 to -4 ("DEBUG+3"), all as DEBUG.
+type debugLevels struct{ slog.Handler }
+
+func (h debugLevels) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelInfo {
+		r.Level = slog.LevelDebug
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h debugLevels) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return debugLevels{h.Handler.WithAttrs(attrs)}
+}
+
+func (h debugLevels) WithGroup(name string) slog.Handler { return debugLevels{h.Handler.WithGroup(name)} }

@@ -188,8 +188,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case cfg.Timeout == 0:
 		cfg.Timeout = portalloc.DefaultTimeout
 	}
-	// Warnings (a fallback to the MRU file above all) go to stderr.
-	cfg.Logger = logr.New(&warnSink{w: stderr, prefix: "berth " + c.name + ": "})
+	// Warnings (a fallback to the MRU file above all) go to stderr, as
+	// lines of their own unless BERTH_LOG asked for slog's.
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = logr.New(&warnSink{w: stderr, prefix: "berth " + c.name + ": "})
+	}
 	if cfg.StateDir == "" {
 		if cfg.StateDir, err = portalloc.DefaultStateDir(); err != nil {
 			fmt.Fprintln(stderr, printable(fmt.Sprintf("berth %s: %v", c.name, err)))
