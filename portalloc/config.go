@@ -342,4 +342,6 @@ func (h debugLevels) WithAttrs(attrs []slog.Attr) slog.Handler {
 	return debugLevels{h.Handler.WithAttrs(attrs)}
 }
 
-func (h debugLevels) WithGroup(name string) slog.Handler { return debugLevels{h.Handler.WithGroup(name)} }
+func (h debugLevels) WithGroup(name string) slog.Handler {
+	return debugLevels{h.Handler.WithGroup(name)}
+}
