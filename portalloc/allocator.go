@@ -843,7 +843,7 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 	// The last hold in this process, or a row nobody here tracks (made by
 	// an Allocator since closed, or handed to this process).
 	if err := s.Release(ctx, statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}, statestore.Owner{}); err != nil {
-		return fmt.Errorf("portalloc: release %s: %w", r, a.closedErr(err))
+		return a.rowErr("release", r, err)
 	}
 	return nil
 }
@@ -894,7 +894,7 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 	}
 	key := statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}
 	if err := s.Transfer(ctx, key, statestore.Owner{}, to); err != nil {
-		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, a.closedErr(err))
+		return a.rowErr(fmt.Sprintf("transfer to pid %d of", pid), r, err)
 	}
 	refs.dropAll(e, a)
 	a.unhold(r, true)

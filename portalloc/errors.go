@@ -1,6 +1,7 @@
 package portalloc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -27,6 +28,10 @@ var (
 	ErrStoreUnavailable = errors.New("state store unavailable")
 	// ErrClosed: the Allocator has been closed.
 	ErrClosed = errors.New("allocator closed")
+	// ErrNotHeld: Release or Transfer of a reservation that this process
+	// does not hold in the store: released already, reaped, or transferred
+	// to another process.
+	ErrNotHeld = errors.New("not held by this process")
 	// ErrUnsafe: the state directory or a file of berth's in it belongs
 	// to another user, may be written by others, or is a symbolic link
 	// where berth creates its own file; or root's default state directory
@@ -100,4 +105,19 @@ func fromStoreConflict(ce *statestore.ConflictError) *ConflictError {
 		HolderLabel:   h.Label,
 		Self:          ce.Self,
 	}
+}
+
+// rowErr puts an error of the store's Release or Transfer of r into
+// portalloc's words: one prefix, and a portalloc sentinel to test for.
+func (a *Allocator) rowErr(op string, r Reservation, err error) error {
+	err = a.closedErr(err)
+	switch {
+	case errors.Is(err, ErrClosed):
+		return fmt.Errorf("portalloc: %s %s: %w", op, r, ErrClosed)
+	case errors.Is(err, statestore.ErrNotFound):
+		return fmt.Errorf("portalloc: %s %s: %w (released already, reaped, or transferred)", op, r, ErrNotHeld)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("portalloc: %s %s: %w", op, r, err)
+	}
+	return fmt.Errorf("portalloc: %s %s: %w: %w", op, r, ErrStoreUnavailable, err)
 }

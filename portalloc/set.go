@@ -645,7 +645,7 @@ func (a *Allocator) ownRows(ctx context.Context, prefix string) (map[string]Rese
 func (s *Set) Release(ctx context.Context) error {
 	var errs []error
 	for l, r := range s.held {
-		if err := s.a.release(ctx, r, s.via, false); err != nil && !errors.Is(err, statestore.ErrNotFound) && !errors.Is(err, ErrClosed) {
+		if err := s.a.release(ctx, r, s.via, false); err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrClosed) {
 			errs = append(errs, err)
 		}
 		delete(s.held, l)
