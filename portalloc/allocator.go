@@ -279,7 +279,7 @@ func candidateSet(cfg Config) (*portrange.Set, error) {
 		}
 		if cfg.Range.Overlaps(eph) {
 			ephemeralWarning.Do(func() {
-				cfg.Logger.Info("the port range overlaps the OS ephemeral range; leaving the overlap out (set AllowEphemeralOverlap to keep it)",
+				cfg.Logger.Info("the port range overlaps the OS ephemeral range; leaving the overlap out (set Config.AllowEphemeralOverlap or BERTH_ALLOW_EPHEMERAL_OVERLAP=true to keep it)",
 					"range", cfg.Range.String(), "ephemeral", eph.String())
 			})
 			exclude = append(exclude, eph)
@@ -292,7 +292,7 @@ func candidateSet(cfg Config) (*portrange.Set, error) {
 	exclude = append(exclude, reserved...)
 	set := portrange.NewSet(cfg.Range, exclude...)
 	if set.Len() == 0 {
-		return nil, fmt.Errorf("%w: Config.Range %s has no port left after exclusions and the OS ephemeral range; widen it, or set AllowEphemeralOverlap", ErrInvalidRequest, cfg.Range)
+		return nil, fmt.Errorf("%w: port range %s (Config.Range, BERTH_PORT_RANGE or --range) has no port left after exclusions and the OS ephemeral range; widen it, or set Config.AllowEphemeralOverlap (BERTH_ALLOW_EPHEMERAL_OVERLAP=true) to keep the overlap", ErrInvalidRequest, cfg.Range)
 	}
 	return set, nil
 }

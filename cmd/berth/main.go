@@ -170,7 +170,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if mode != "" {
-		cfg.Mode = portalloc.Mode(mode)
+		switch cfg.Mode = portalloc.Mode(mode); cfg.Mode {
+		case portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback, portalloc.ModeMRU:
+		default:
+			fmt.Fprintln(stderr, printable(fmt.Sprintf("berth %s: --mode %q: want %q, %q or %q", c.name, mode, portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback, portalloc.ModeMRU)))
+			return exitUsage
+		}
 	}
 	if strict {
 		if mode != "" && cfg.Mode != portalloc.ModeStateStore {
