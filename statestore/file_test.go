@@ -129,3 +129,39 @@ func TestNewerSchemaRefused(t *testing.T) {
 		t.Error("Open of a newer schema changed the file")
 	}
 }
+
+// TestOpenRestoresWAL: a store someone switched out of WAL mode (the
+// sqlite3 shell can) is switched back when it is opened.
+func TestOpenRestoresWAL(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mode := func(set string) string {
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var m string
+		if err := db.QueryRow("PRAGMA journal_mode" + set).Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if m := mode(" = DELETE"); m != "delete" {
+		t.Fatalf("journal mode set to %q; want delete", m)
+	}
+	s = openAt(t, path)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 40000)}); err != nil {
+		t.Fatal(err)
+	}
+	if m := mode(""); m != "wal" {
+		t.Errorf("journal mode after Open = %q; want wal", m)
+	}
+}

@@ -283,7 +283,7 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 			err = tooNew(path, st.version)
 		}
 		if err == nil && st.current() {
-			if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", busySlice.Milliseconds())); err != nil {
+			if err := settle(ctx, conn); err != nil {
 				_ = conn.Close()
 				_ = db.Close()
 				return nil, nil, 0, classify(path, err)
@@ -305,6 +305,23 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 		return nil, nil, 0, fmt.Errorf("statestore: open %s: %w", path, err)
 	}
 	return db, conn, found, nil
+}
+
+// settle readies a connection that inspected a berth database of the
+// current schema: WAL mode back on if someone turned it off (the sqlite3
+// shell can), and the store's short busy timeout.
+func settle(ctx context.Context, conn *sql.Conn) error {
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return err
+	}
+	if !strings.EqualFold(mode, "wal") {
+		if _, err := conn.ExecContext(ctx, "PRAGMA journal_mode = WAL"); err != nil {
+			return err
+		}
+	}
+	_, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", busySlice.Milliseconds()))
+	return err
 }
 
 // connect opens a database handle of one connection on path and takes that
