@@ -33,8 +33,8 @@
 // Close is idempotent: a second Close returns nil. Config, Stats, Metrics,
 // Backend, FallbackCause and Held stay readable after it (Held is then
 // empty, and Metrics reports no Usage). Every other method returns an error
-// wrapping ErrClosed: Allocate, Reserve, Listen, ListenPacket, AllocateSet,
-// NewPool, Release, Transfer, Reap and Usage, and of its pools Take,
+// wrapping ErrClosed: Allocate, AllocateBlock, Reserve, Listen,
+// ListenPacket, AllocateSet, NewPool, Release, Transfer, Reap and Usage, and of its pools Take,
 // Return and Update (Pool.Close is idempotent too). Set.Release returns nil
 // after Close, as it does when there is nothing left to release: Close has
 // already released what the set held. What only reads what a set or pool
@@ -58,6 +58,12 @@
 // when it cannot be read either, it serves blind, which is logged and
 // counted in Stats.Blind. Every StoreRetryInterval the next call tries the
 // store again, and the Allocator goes back to it once it works.
+//
+// # Which port
+//
+// Allocate walks the range in Config.Order (a random stride, or lowest
+// first), after the ports of Request.Prefer; AllocateBlock takes n
+// consecutive ports at once.
 //
 // # Beyond single ports
 //
