@@ -18,22 +18,12 @@ const MaxBlock = 1024
 // port order, or an error wrapping ErrExhausted when the candidates run out.
 // Rows of exited owners in the way are deleted, as Scan does.
 func (s *Store) ScanBlock(ctx context.Context, req ScanRequest, n int) ([]Reservation, error) {
-	if req.Next == nil {
-		return nil, &FieldError{Field: "next", Value: "nil", Want: "a candidate iterator"}
-	}
 	if n < 1 || n > MaxBlock {
 		return nil, &FieldError{Field: "n", Value: fmt.Sprint(n), Want: fmt.Sprintf("a block of 1 to %d ports", MaxBlock)}
 	}
-	key, own, kind, err := s.validate(Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, Dynamic)
+	key, own, kind, batch, err := s.checkScan(req)
 	if err != nil {
 		return nil, err
-	}
-	if err := CheckLabel(req.Label); err != nil {
-		return nil, err
-	}
-	batch := req.Batch
-	if batch <= 0 {
-		batch = 32
 	}
 	var (
 		res       []Reservation

@@ -97,19 +97,9 @@ type ScanRequest struct {
 // Next runs out first. Rows of exited owners in the way are deleted; a row
 // that cannot be deleted only costs its own candidate.
 func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) {
-	if req.Next == nil {
-		return Reservation{}, &FieldError{Field: "next", Value: "nil", Want: "a candidate iterator"}
-	}
-	key, own, kind, err := s.validate(Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, Dynamic)
+	key, own, kind, batch, err := s.checkScan(req)
 	if err != nil {
 		return Reservation{}, err
-	}
-	if err := CheckLabel(req.Label); err != nil {
-		return Reservation{}, err
-	}
-	batch := req.Batch
-	if batch <= 0 {
-		batch = 32
 	}
 	var (
 		res       Reservation
@@ -201,6 +191,27 @@ func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) 
 		return Reservation{}, fmt.Errorf("statestore: scan for %s on %s: %w", req.Protocol, key.Addr, ErrExhausted)
 	}
 	return res, nil
+}
+
+// checkScan validates what Scan and ScanBlock share of a request and
+// returns its normalised key (port 1: the scan sets it), owner and kind,
+// and the batch size.
+func (s *Store) checkScan(req ScanRequest) (Key, Owner, Kind, int, error) {
+	if req.Next == nil {
+		return Key{}, Owner{}, "", 0, &FieldError{Field: "next", Value: "nil", Want: "a candidate iterator"}
+	}
+	key, own, kind, err := s.validate(Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, Dynamic)
+	if err != nil {
+		return Key{}, Owner{}, "", 0, err
+	}
+	if err := CheckLabel(req.Label); err != nil {
+		return Key{}, Owner{}, "", 0, err
+	}
+	batch := req.Batch
+	if batch <= 0 {
+		batch = 32
+	}
+	return key, own, kind, batch, nil
 }
 
 // probe runs the caller's probe, if any, and counts a port found bound
