@@ -438,14 +438,7 @@ func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.S
 		if err == nil {
 			a.remember(ctx, s, req, sticky, row.Port)
 			r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
-			// A scan never returns a row that existed: nobody else in the
-			// process can hold this one yet.
-			rk := a.refKeyOf(r)
-			refs.addNew(rk, a, via)
-			if !a.hold(r) {
-				if refs.forget(rk, a) == 0 {
-					_ = s.Release(context.WithoutCancel(ctx), row.Key, statestore.Owner{}) // reaping covers a failure
-				}
+			if !a.holdNew(ctx, s, r, via) {
 				return Reservation{}, true, ErrClosed
 			}
 			return r, true, nil
@@ -458,6 +451,26 @@ func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.S
 		}
 		return Reservation{}, false, nil
 	}
+}
+
+// holdNew takes this Allocator's hold, on behalf of via, of a row a scan
+// has just inserted: nobody else in the process can hold it yet. When the
+// Allocator has closed meanwhile, it releases the row and reports false.
+func (a *Allocator) holdNew(ctx context.Context, s *statestore.Store, r Reservation, via string) bool {
+	rk := a.refKeyOf(r)
+	refs.addNew(rk, a, via)
+	if a.hold(r) {
+		return true
+	}
+	if refs.forget(rk, a) == 0 {
+		_ = s.Release(context.WithoutCancel(ctx), storeKey(r), statestore.Owner{}) // reaping covers a failure
+	}
+	return false
+}
+
+// storeKey is r's key in the state store.
+func storeKey(r Reservation) statestore.Key {
+	return statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}
 }
 
 // replaced reports whether err comes from a store that a retry after a
@@ -848,7 +861,7 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 	}
 	// The last hold in this process, or a row nobody here tracks (made by
 	// an Allocator since closed, or handed to this process).
-	if err := s.Release(ctx, statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}, statestore.Owner{}); err != nil {
+	if err := s.Release(ctx, storeKey(r), statestore.Owner{}); err != nil {
 		return a.rowErr("release", r, err)
 	}
 	return nil
@@ -898,7 +911,7 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 	if mine, all := refs.count(e, a); all > 1 || all > mine {
 		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, sharedError(r, refs.describe(e, a, via)))
 	}
-	key := statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}
+	key := storeKey(r)
 	if err := s.Transfer(ctx, key, statestore.Owner{}, to); err != nil {
 		return a.rowErr(fmt.Sprintf("transfer to pid %d of", pid), r, err)
 	}
@@ -1009,5 +1022,5 @@ func (a *Allocator) dropHolds(ctx context.Context, s *statestore.Store, r Reserv
 	if refs.dropAll(e, a) > 0 {
 		return nil
 	}
-	return s.Release(ctx, statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}, statestore.Owner{})
+	return s.Release(ctx, storeKey(r), statestore.Owner{})
 }

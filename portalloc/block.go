@@ -95,21 +95,18 @@ func (a *Allocator) blockInSet(base uint16, n int) bool {
 }
 
 // holdBlock takes this Allocator's hold of each new row of a block; if the
-// Allocator closed meanwhile, the rows it could not hold are released.
+// Allocator closed meanwhile, the rows it could not hold are released
+// (those held before Close began, Close releases).
 func (a *Allocator) holdBlock(ctx context.Context, s *statestore.Store, req Request, rows []statestore.Reservation) ([]Reservation, error) {
 	rs := make([]Reservation, len(rows))
 	for i, row := range rows {
 		rs[i] = Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
-		refs.addNew(a.refKeyOf(rs[i]), a, "")
 	}
 	for i, r := range rs {
-		if !a.hold(r) {
-			for _, r := range rs[i:] {
-				if refs.forget(a.refKeyOf(r), a) == 0 {
-					_ = s.Release(context.WithoutCancel(ctx), statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}, statestore.Owner{}) // reaping covers a failure
-				}
+		if !a.holdNew(ctx, s, r, "") {
+			for _, r := range rs[i+1:] {
+				_ = s.Release(context.WithoutCancel(ctx), storeKey(r), statestore.Owner{}) // reaping covers a failure
 			}
-			// rs[:i] were held before Close began: Close releases them.
 			return nil, ErrClosed
 		}
 	}
