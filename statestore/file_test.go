@@ -165,3 +165,71 @@ func TestOpenRestoresWAL(t *testing.T) {
 		t.Errorf("journal mode after Open = %q; want wal", m)
 	}
 }
+
+// TestCloseLeavesShortWAL: a store that wrote little leaves its WAL for the
+// next process (no checkpoint, so no fsync, on Close); one whose WAL has
+// grown past a size checkpoints it into the database file and empties it.
+// Either way every row is there for the next Open, and in a second process
+// that opens the file alone.
+func TestCloseLeavesShortWAL(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	walSize := func() int64 {
+		t.Helper()
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+
+	s := openAt(t, path)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 20000), Label: "short"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if walSize() == 0 {
+		t.Fatal("a store that made one reservation emptied its WAL on Close; want it left for the next process")
+	}
+	if got := countRows(t, path); got != 1 {
+		t.Fatalf("rows after the first Close = %d; want 1", got)
+	}
+
+	s = openAt(t, path)
+	for i := range 400 {
+		if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(20001+i)), Label: strings.Repeat("y", 200)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if walSize() == 0 {
+		t.Fatal("WAL is empty before Close")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := walSize(); n != 0 {
+		t.Errorf("WAL after a Close with 400 commits in it = %d bytes; want it checkpointed and emptied", n)
+	}
+	if got := countRows(t, path); got != 401 {
+		t.Errorf("rows after the second Close = %d; want 401", got)
+	}
+}
+
+// countRows counts the reservations in the store at path through a plain
+// SQLite connection of its own, as a process that opens the file after
+// berth's has closed it.
+func countRows(t *testing.T, path string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM port_allocations").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

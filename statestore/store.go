@@ -116,11 +116,18 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	self, err := Self()
-	if err != nil {
-		return nil, err
+	// The process's identity is read from the OS while the file opens: in
+	// a fresh process both are mostly first-time costs.
+	type selfResult struct {
+		o   Owner
+		err error
 	}
-	path, err = filepath.Abs(path)
+	selfc := make(chan selfResult, 1)
+	go func() {
+		o, err := Self()
+		selfc <- selfResult{o, err}
+	}()
+	path, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
 	}
@@ -136,6 +143,13 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	me := <-selfc
+	if me.err != nil {
+		_ = conn.Close()
+		_ = db.Close()
+		return nil, me.err
+	}
+	self := me.o
 	writeLock, err := filelock.Open(path + ".lock")
 	if err != nil {
 		_ = conn.Close()
@@ -227,10 +241,14 @@ func (s *Store) Close() error {
 func (s *Store) closeDB() error {
 	var errs []error
 	errs = append(errs, s.st.close())
+	guard := s.closeGuard() // before the store's own connections close
 	if s.conn != nil {
 		errs = append(errs, s.conn.Close())
 	}
 	errs = append(errs, s.db.Close(), s.ckptDB.Close())
+	if guard != nil {
+		errs = append(errs, guard.Close())
+	}
 	if s.writeLock != nil {
 		errs = append(errs, s.writeLock.Close())
 	}
@@ -238,6 +256,42 @@ func (s *Store) closeDB() error {
 		return fmt.Errorf("statestore: close: %w", err)
 	}
 	return nil
+}
+
+// closeGuard returns an open read-only handle on the store's file when the
+// WAL is small enough to leave for the next process, or nil.
+//
+// The last connection to close a WAL database checkpoints it, fsyncing the
+// WAL and the database file, and (with journal_size_limit set) truncates the
+// WAL; the next process to write then starts a new WAL, fsyncing its header
+// and the directory. For short-lived processes (`berth get`, a test binary)
+// those four fsyncs were most of what a port cost. SQLite skips the
+// checkpoint when another connection still has the file open, and a
+// read-only connection cannot checkpoint at all: closed after the store's
+// own connections, the guard leaves the WAL as it is, and the next process
+// appends to it with no fsync at all. The frames are as safe in the WAL as
+// in the database file (SQLite reads both, and a crash of any process loses
+// neither); only a power cut can lose the last of them, and it also ends
+// every owner those frames name. Once the WAL is past walKeepLimit the
+// store closes without a guard, so one process in many pays for the
+// checkpoint and a fresh process never reads back a long WAL.
+func (s *Store) closeGuard() *sql.DB {
+	fi, err := os.Stat(s.path + "-wal")
+	if err != nil || fi.Size() > walKeepLimit {
+		return nil
+	}
+	g, err := openDB(dsn(s.path, busySlice, true, false))
+	if err != nil {
+		return nil
+	}
+	// A connection holds its shared lock on the database file once it has
+	// read it.
+	var v int
+	if err := g.QueryRow("PRAGMA schema_version").Scan(&v); err != nil {
+		_ = g.Close()
+		return nil
+	}
+	return g
 }
 
 // dsn builds the driver's data source name. The path goes in as a file: URI
@@ -357,6 +411,10 @@ const (
 	// walSizeLimit is the size, in bytes, to which SQLite trims the WAL
 	// file when it starts it over after a checkpoint.
 	walSizeLimit = 1 << 20
+	// walKeepLimit is the WAL size, in bytes, up to which a closing store
+	// leaves the WAL for the next process (see closeGuard): about 30
+	// processes that allocate and release a port each.
+	walKeepLimit = 128 << 10
 )
 
 // checkpointer copies the WAL back into the database file when nudged.

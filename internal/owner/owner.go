@@ -71,7 +71,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shirou/gopsutil/v4/process"
 )
 
 // ErrNotRunning is returned by Lookup for a pid that has no live process,
@@ -164,19 +163,6 @@ func lookupIn(ctx context.Context, k kernel, pid int) (Identity, error) {
 		return Identity{}, fmt.Errorf("owner: pid %d has exited: %w", pid, ErrNotRunning)
 	}
 	return Identity{PID: pid, Start: r.start, Scope: k.scope().String(), Name: name(ctx, pid)}, nil
-}
-
-// name returns the name of process pid, or "" when it cannot be read. A name
-// is for people; its absence changes nothing.
-func name(ctx context.Context, pid int) string {
-	// Not process.NewProcess: it also reads the start time, and gopsutil
-	// derives that from the boot time, which it works out by probing for
-	// virtualisation and, in a container, from /proc/uptime: several
-	// milliseconds of a fresh process's first port, for a value berth
-	// reads from the kernel itself.
-	p := &process.Process{Pid: int32(pid)} // validPID keeps pid within int32
-	n, _ := p.NameWithContext(ctx)
-	return n
 }
 
 // Active reports whether the process that id names still runs. It is false

@@ -598,3 +598,42 @@ func livePidNS(t *testing.T) string {
 	}
 	return nsInode(os.DirFS("/proc"), strconv.Itoa(cmd.Process.Pid)+"/ns/pid")
 }
+
+// TestNameBeyondComm: the kernel cuts a process's comm to 15 bytes; the name
+// berth records is the program's full base name where the command line
+// gives it, and the comm where the command line names something else.
+func TestNameBeyondComm(t *testing.T) {
+	exe, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		file, arg0, want string
+	}{
+		{"short.test", "", "short.test"},
+		{"berth-owner-with-a-long-name.test", "", "berth-owner-with-a-long-name.test"},
+		{"berth-owner-with-a-long-name.test", "something-else-entirely", "berth-owner-wit"},
+	} {
+		path := filepath.Join(t.TempDir(), tc.file)
+		if err := os.WriteFile(path, exe, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := startChild(t, func(c *exec.Cmd) {
+			c.Path = path
+			c.Args[0] = path
+			if tc.arg0 != "" {
+				c.Args[0] = tc.arg0
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := Lookup(context.Background(), cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id.Name != tc.want {
+			t.Errorf("name of %s started as %q = %q; want %q", tc.file, cmd.Args[0], id.Name, tc.want)
+		}
+	}
+}
