@@ -70,7 +70,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
 )
 
 // ErrNotRunning is returned by Lookup for a pid that has no live process,
