@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/user"
@@ -214,7 +215,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		default:
 			bad(EnvLog, v, `"debug", "info" or "warn"`)
 		}
-		c.Logger = logr.FromSlogHandler(debugLevels{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})})
+		c.Logger = TextLogger(os.Stderr, level)
 	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
@@ -326,6 +327,19 @@ var (
 	geteuid    = os.Geteuid
 	lookupRoot = func() (*user.User, error) { return user.LookupId("0") }
 )
+
+// TextLogger returns a logger for Config.Logger that writes slog's text
+// format to w, from level on; BERTH_LOG sets one on standard error. berth
+// logs at three levels: warnings and errors (a fallback to the MRU file,
+// above all), info (decisions worth knowing, such as a sticky port that had
+// to move) and debug (each port reserved, each row of an exited owner
+// reaped: logr's V(1) and up, all shown as DEBUG). Programs that log with
+// slog already can instead hand berth their own handler:
+//
+//	cfg.Logger = logr.FromSlogHandler(slog.Default().Handler())
+func TextLogger(w io.Writer, level slog.Level) logr.Logger {
+	return logr.FromSlogHandler(debugLevels{slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})})
+}
 
 // debugLevels shows logr's verbosity levels, which logr.FromSlogHandler
 // makes slog levels -1 to -4 ("DEBUG+3"), all as DEBUG.

@@ -684,6 +684,22 @@ func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
 	return nil
 }
 
+// TransferAll hands every port the set still holds, group-scoped ones
+// included, to the running process pid: for a set whose members all run as
+// one process (berth run --set does this before it execs the command), or
+// a supervisor that outlives the caller. Like Transfer it refuses a port
+// that something else in this process holds too; ports handed over before
+// such an error stay with pid.
+func (s *Set) TransferAll(ctx context.Context, pid int) error {
+	for l, r := range s.held {
+		if err := s.a.transfer(ctx, r, pid, s.via); err != nil {
+			return err
+		}
+		delete(s.held, l)
+	}
+	return nil
+}
+
 // Manifest is the JSON form of an allocated set, for discovery tools.
 type Manifest struct {
 	Set     string           `json:"set"`

@@ -1,25 +1,34 @@
-// Command berth shows who holds which port and hands out ports to shell
-// scripts and Makefiles, through the same state store as berth's Go API.
+// Command berth hands out ports to shell scripts and Makefiles, runs
+// programs with ports of their own, and shows who holds which port, through
+// the same state store as berth's Go API.
 //
-//	berth ls                      reservations: who holds which port, alive or not
-//	berth get [--count N]         allocate ports for the calling shell, one per line
-//	berth reserve PORT            reserve a given port for the calling shell
-//	berth release PORT|--label L|--owner-pid PID
-//	berth reap                    delete reservations of exited processes
-//	berth doctor                  state store, mode, ranges and outside listeners
+//	berth run --port web -- COMMAND ARGS...   run COMMAND with a port in $WEB_PORT
+//	berth get [--count N | --block N]         allocate ports, one per line
+//	berth reserve PORT                        reserve a given port
+//	berth transfer PORT|--label L --to PID    hand ports to another process
+//	berth release PORT|--label L|--all        release ports
+//	berth ls                                  who holds which port, alive or not
+//	berth reap                                delete reservations of exited processes
+//	berth doctor                              state store, mode, ranges and outside listeners
+//	berth completion bash|zsh|fish|powershell shell completion
 //
-// A port that get or reserve hands out belongs to the parent process (the
-// shell that ran berth) unless --owner-pid names another: it stays reserved
-// while that process runs and is reaped after it exits.
+// A port belongs to a process: it stays reserved while that process runs
+// and is reaped after it exits. berth run execs COMMAND in its own place,
+// so COMMAND owns its ports for exactly as long as it runs. get and reserve
+// give their ports to berth's parent process (the shell that ran berth)
+// unless --owner names another; transfer hands them on, for example to a
+// daemon the script has just started.
 //
 // Configuration comes from the BERTH_* variables of package portalloc and
 // the --state-dir, --range, --mode, --strict and --timeout flags. Every
 // command gives up after --timeout (default $BERTH_TIMEOUT, else 30s),
 // including its waits for a state store that another process keeps locked;
-// a busy store is an error, never a reason to fall back.
+// a busy store is an error, never a reason to fall back. -v (info) and -vv
+// or --log-level debug (debug) log what berth does on standard error, as
+// BERTH_LOG does.
 //
-// When the state store cannot be used, get and reserve hand out ports from
-// the MRU file instead and warn on standard error: such a port is only
+// When the state store cannot be used, get, reserve and run hand out ports
+// from the MRU file instead and warn on standard error: such a port is only
 // remembered, not reserved. --strict (or BERTH_MODE=statestore) makes that
 // an error; berth doctor explains the cause and what to do.
 //
@@ -39,17 +48,14 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
-	"github.com/berth-go/berth/internal/safefs"
 	"github.com/berth-go/berth/portalloc"
 )
 
@@ -70,164 +76,160 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
 
-// command is one subcommand.
-type command struct {
-	name, args, summary, example string
-	run                          func(ctx context.Context, env *env, args []string) error
-	flags                        func(fs *flag.FlagSet)
-}
-
-// env is what every command runs with.
-type env struct {
-	name           string // the command's
+// app is one run of berth: its output and the flags every command shares.
+type app struct {
 	stdout, stderr io.Writer
-	cfg            portalloc.Config // cfg.Timeout is --timeout
-	fs             *flag.FlagSet
-}
-
-var commands []*command
-
-func register(c *command) { commands = append(commands, c) }
-
-func find(name string) *command {
-	for _, c := range commands {
-		if c.name == name {
-			return c
-		}
-	}
-	return nil
-}
-
-func topUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: berth COMMAND [flags] [args]")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Commands:")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'berth COMMAND --help' for a command's flags and an example.")
-	fmt.Fprintln(w, "Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted.")
+	global         globalFlags
+	cfg            portalloc.Config // set by configure; cfg.Timeout is --timeout
+	name           string           // the running command's, for messages
+	ran            bool             // a command's own code ran (its errors are not usage errors by default)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		topUsage(stdout)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
+	if len(args) > 0 && args[0] == placeArg {
+		return placeAndExec(args[1:], stderr)
 	}
-	c := find(args[0])
-	if c == nil {
-		fmt.Fprintf(stderr, "berth: unknown command %q\n\n", args[0])
-		topUsage(stderr)
-		return exitUsage
-	}
-	e := &env{name: c.name, stdout: stdout, stderr: stderr}
-	fs := flag.NewFlagSet("berth "+c.name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		stateDir, rangeS, mode string
-		strict                 bool
-		timeout                time.Duration
-	)
-	fs.StringVar(&stateDir, "state-dir", "", "state directory (default $BERTH_STATE_DIR, else the user cache dir/berth)")
-	fs.StringVar(&rangeS, "range", "", "port range FIRST-LAST for allocation (default $BERTH_PORT_RANGE, else 20000-32767)")
-	fs.StringVar(&mode, "mode", "", "statestore, statestore-with-fallback or mru (default $BERTH_MODE, else statestore-with-fallback)")
-	fs.BoolVar(&strict, "strict", false, "fail when the state store cannot be used instead of falling back to the MRU file (same as --mode statestore)")
-	fs.DurationVar(&timeout, "timeout", 0, "give up after this long, waits for a locked store included (default $BERTH_TIMEOUT, else 30s)")
-	if c.flags != nil {
-		c.flags(fs)
-	}
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "usage: berth %s [flags]%s\n\n%s\n\nExample:\n%s\n\nFlags:\n", c.name, c.args, c.summary, c.example)
-		fs.PrintDefaults()
-	}
-	e.fs = fs
-	pos, err := parseInterspersed(fs, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return exitOK
-	}
-	if err != nil {
-		return exitUsage // flag already printed the problem and the usage
-	}
-	cfg, err := portalloc.ConfigFromEnv()
-	if err != nil {
-		printErr(stderr, "berth "+c.name+": ", err, "")
-		return exitUsage
-	}
-	if stateDir != "" {
-		cfg.StateDir = stateDir
-	}
-	if rangeS != "" {
-		if cfg.Range, err = portalloc.ParseRange(rangeS); err != nil {
-			fmt.Fprintln(stderr, printable(fmt.Sprintf("berth %s: --range: %v", c.name, err)))
-			return exitUsage
-		}
-	}
-	if mode != "" {
-		switch cfg.Mode = portalloc.Mode(mode); cfg.Mode {
-		case portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback, portalloc.ModeMRU:
-		default:
-			fmt.Fprintln(stderr, printable(fmt.Sprintf("berth %s: --mode %q: want %q, %q or %q", c.name, mode, portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback, portalloc.ModeMRU)))
-			return exitUsage
-		}
-	}
-	if strict {
-		if mode != "" && cfg.Mode != portalloc.ModeStateStore {
-			fmt.Fprintln(stderr, printable(fmt.Sprintf("berth %s: --strict with --mode %s: --strict needs the state store; drop --mode or set it to statestore", c.name, mode)))
-			return exitUsage
-		}
-		cfg.Mode = portalloc.ModeStateStore
-	}
-	switch {
-	case timeout < 0 || (timeout == 0 && flagSet(fs, "timeout")):
-		fmt.Fprintf(stderr, "berth %s: --timeout %v: want a positive duration such as 10s\n", c.name, timeout)
-		return exitUsage
-	case timeout > 0:
-		cfg.Timeout = timeout
-	case cfg.Timeout == 0:
-		cfg.Timeout = portalloc.DefaultTimeout
-	}
-	// Warnings (a fallback to the MRU file above all) go to stderr, as
-	// lines of their own unless BERTH_LOG asked for slog's.
-	if cfg.Logger.GetSink() == nil {
-		cfg.Logger = logr.New(&warnSink{w: stderr, prefix: "berth " + c.name + ": "})
-	}
-	if cfg.StateDir == "" {
-		if cfg.StateDir, err = portalloc.DefaultStateDir(); err != nil {
-			fmt.Fprintln(stderr, printable(fmt.Sprintf("berth %s: %v", c.name, err)))
-			return exitFailure
-		}
-	}
-	e.cfg = cfg
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-	err = c.run(ctx, e, pos)
+	a := &app{stdout: stdout, stderr: stderr}
+	root := a.root()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
+	name := "berth"
+	if cmd != nil && cmd != root {
+		name = cmd.CommandPath()
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		printErr(stderr, "berth "+c.name+": ", err, fmt.Sprintf(" (gave up after --timeout %v)", cfg.Timeout))
+		printErr(stderr, name+": ", err, fmt.Sprintf(" (gave up after --timeout %v)", a.cfg.Timeout))
 	} else {
-		printErr(stderr, "berth "+c.name+": ", err, "")
+		printErr(stderr, name+": ", err, "")
 	}
 	if fix := unsafeFix(err); fix != "" {
-		fmt.Fprintf(stderr, "berth %s: to fix: %s\n", c.name, printable(fix))
+		fmt.Fprintf(stderr, "%s: to fix: %s\n", name, printable(fix))
 	}
 	var ue *usageError
 	switch {
-	case errors.As(err, &ue), errors.Is(err, portalloc.ErrInvalidRequest):
+	case errors.As(err, &ue), errors.Is(err, portalloc.ErrInvalidRequest), !a.ran:
+		if cmd != nil && !errors.Is(err, portalloc.ErrInvalidRequest) {
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		}
 		return exitUsage
 	case errors.Is(err, portalloc.ErrPortHeld), errors.Is(err, portalloc.ErrRangeExhausted):
 		return exitHeld
 	default:
 		return exitFailure
 	}
+}
+
+// root builds the command tree.
+func (a *app) root() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "berth",
+		Short: "Ports for programs, scripts and tests that are never handed out twice",
+		Long: `berth hands out TCP and UDP ports that no other program is given while their
+owner runs, and takes them back when it exits, crashed or not.
+
+A port belongs to a process. 'berth run' starts a program that owns its ports
+for exactly as long as it runs; 'berth get' and 'berth reserve' give theirs to
+the shell that ran berth (or to --owner), and 'berth transfer' hands them on.
+
+Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted.`,
+		Example: `  berth run --port web -- ./server --listen=:$WEB_PORT
+  PORT=$(berth get --label api)
+  berth ls`,
+		Version:       version(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// No command: the help, on standard output.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		// A word that is not a command: a usage error with suggestions.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			msg := fmt.Sprintf("unknown command %q", args[0])
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+			}
+			return &usageError{msg}
+		},
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+	}
+	root.SuggestionsMinimumDistance = 2
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(flagError)
+	a.global.add(root)
+	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.reapCmd(), a.doctorCmd())
+	return root
+}
+
+// action wraps a command's work: the configuration first (flags over
+// BERTH_* variables), then fn with --timeout's deadline.
+func (a *app) action(fn func(ctx context.Context, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		a.name = cmd.CommandPath()
+		if err := a.configure(cmd); err != nil {
+			return err
+		}
+		a.ran = true
+		ctx, cancel := context.WithTimeout(cmd.Context(), a.cfg.Timeout)
+		defer cancel()
+		return fn(ctx, args)
+	}
+}
+
+// flagError turns a flag the command does not know, or a bad flag value,
+// into a usage error, with the nearest flag name as a suggestion.
+func flagError(cmd *cobra.Command, err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
+		if s := nearestFlag(cmd, name); s != "" {
+			msg += fmt.Sprintf(" (did you mean --%s?)", s)
+		}
+	}
+	return &usageError{msg}
+}
+
+// nearestFlag returns the name of cmd's flag closest to name, or "" when
+// none is close (within two edits, or a prefix of it).
+func nearestFlag(cmd *cobra.Command, name string) string {
+	best, bestD := "", 3
+	visit := func(f string) {
+		d := editDistance(name, f)
+		if strings.HasPrefix(f, name) {
+			d = min(d, 1)
+		}
+		if d < bestD {
+			best, bestD = f, d
+		}
+	}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) { visit(f.Name) })
+	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) { visit(f.Name) })
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // printErr prints err on w, one line for each error it joins. An error
@@ -250,65 +252,6 @@ func printErr(w io.Writer, prefix string, err error, suffix string) {
 		}
 	}
 	fmt.Fprintf(w, "%s%s%s\n", prefix, printable(msg), suffix)
-}
-
-// unsafeFix says what to do about a state directory berth refuses as
-// unsafe (another user's, writable by others, a symbolic link), or "" for
-// any other error. berth never falls back to the MRU file for it.
-func unsafeFix(err error) string {
-	if !errors.Is(err, portalloc.ErrUnsafe) {
-		return ""
-	}
-	var ue *safefs.UnsafeError
-	if errors.As(err, &ue) {
-		return ue.Fix + "; berth does not fall back to the MRU file for a directory it does not trust"
-	}
-	return "set --state-dir or " + portalloc.EnvStateDir + " to a directory of your own; berth does not fall back to the MRU file for a directory it does not trust"
-}
-
-// flagSet reports whether the flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
-// warnSink prints the Allocator's error-level log as warnings, one line
-// each, and drops the rest.
-type warnSink struct {
-	mu     sync.Mutex // guards writes to w
-	w      io.Writer
-	prefix string
-}
-
-func (s *warnSink) Init(logr.RuntimeInfo)          {}
-func (s *warnSink) Enabled(int) bool               { return false } // Info is not for the terminal
-func (s *warnSink) Info(int, string, ...any)       {}
-func (s *warnSink) WithValues(...any) logr.LogSink { return s }
-func (s *warnSink) WithName(string) logr.LogSink   { return s }
-func (s *warnSink) Error(err error, msg string, _ ...any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		msg += ": " + err.Error()
-	}
-	fmt.Fprintf(s.w, "%swarning: %s\n", s.prefix, printable(msg))
-}
-
-// parseInterspersed parses flags that may come before or after the
-// positional arguments ("berth reserve 8080 --udp").
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
 }
 
 // colour wraps s in an ANSI colour when stdout is a terminal and NO_COLOR

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+
+	"github.com/berth-go/berth/internal/safefs"
+	"github.com/berth-go/berth/portalloc"
+)
+
+// globalFlags are the flags every command takes.
+type globalFlags struct {
+	stateDir, rangeS, mode, logLevel string
+	strict                           bool
+	timeout                          time.Duration
+	verbose                          int
+}
+
+func (g *globalFlags) add(root *cobra.Command) {
+	fs := root.PersistentFlags()
+	fs.StringVar(&g.stateDir, "state-dir", "", "state directory (default $BERTH_STATE_DIR, else the user cache dir/berth)")
+	fs.StringVar(&g.rangeS, "range", "", "port range FIRST-LAST that berth hands ports out of (default $BERTH_PORT_RANGE, else 20000-32767)")
+	fs.StringVar(&g.mode, "mode", "", "statestore, statestore-with-fallback or mru (default $BERTH_MODE, else statestore-with-fallback)")
+	fs.BoolVar(&g.strict, "strict", false, "fail when the state store cannot be used instead of falling back to the MRU file (same as --mode statestore)")
+	fs.DurationVar(&g.timeout, "timeout", 0, "give up after this long, waits for a locked store included (default $BERTH_TIMEOUT, else 30s)")
+	fs.CountVarP(&g.verbose, "verbose", "v", "log what berth does on standard error: -v info, -vv debug (as --log-level)")
+	fs.StringVar(&g.logLevel, "log-level", "", "log on standard error from this level: debug, info or warn (default $BERTH_LOG; without either, only warnings)")
+}
+
+// configure builds the configuration of the running command: BERTH_*
+// variables, then the flags over them. A value that came from a flag is
+// named by that flag in errors, one from a variable by the variable.
+func (a *app) configure(cmd *cobra.Command) error {
+	g := &a.global
+	cfg, err := portalloc.ConfigFromEnv()
+	if err != nil {
+		return err // names the variable
+	}
+	if g.stateDir != "" {
+		cfg.StateDir = g.stateDir
+	}
+	if g.rangeS != "" {
+		if cfg.Range, err = portalloc.ParseRange(g.rangeS); err != nil {
+			return usagef("--range: %v", err)
+		}
+	}
+	if g.mode != "" {
+		switch cfg.Mode = portalloc.Mode(g.mode); cfg.Mode {
+		case portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback, portalloc.ModeMRU:
+		default:
+			return usagef("--mode %q: want %q, %q or %q", g.mode, portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback, portalloc.ModeMRU)
+		}
+	}
+	if g.strict {
+		if g.mode != "" && cfg.Mode != portalloc.ModeStateStore {
+			return usagef("--strict with --mode %s: --strict needs the state store; drop --mode or set it to statestore", g.mode)
+		}
+		cfg.Mode = portalloc.ModeStateStore
+	}
+	switch {
+	case g.timeout < 0 || (g.timeout == 0 && cmd.Flags().Changed("timeout")):
+		return usagef("--timeout %v: want a positive duration such as 10s", g.timeout)
+	case g.timeout > 0:
+		cfg.Timeout = g.timeout
+	case cfg.Timeout == 0:
+		cfg.Timeout = portalloc.DefaultTimeout
+	}
+	level, err := g.level()
+	if err != nil {
+		return err
+	}
+	switch {
+	case level != nil:
+		cfg.Logger = portalloc.TextLogger(a.stderr, *level)
+	case cfg.Logger.GetSink() == nil:
+		// Warnings (a fallback to the MRU file above all) go to stderr,
+		// as lines of their own unless BERTH_LOG asked for slog's.
+		cfg.Logger = logr.New(&warnSink{w: a.stderr, prefix: a.name + ": "})
+	}
+	if cfg.StateDir == "" {
+		if cfg.StateDir, err = portalloc.DefaultStateDir(); err != nil {
+			return err
+		}
+	}
+	a.cfg = cfg
+	return nil
+}
+
+// level returns the log level -v or --log-level asks for, or nil.
+func (g *globalFlags) level() (*slog.Level, error) {
+	var l slog.Level
+	switch {
+	case g.logLevel != "" && g.verbose > 0:
+		return nil, usagef("-v with --log-level %s: give one of them", g.logLevel)
+	case g.logLevel != "":
+		switch strings.ToLower(g.logLevel) {
+		case "debug":
+			l = slog.LevelDebug
+		case "info":
+			l = slog.LevelInfo
+		case "warn":
+			l = slog.LevelWarn
+		default:
+			return nil, usagef("--log-level %q: want debug, info or warn", g.logLevel)
+		}
+	case g.verbose == 1:
+		l = slog.LevelInfo
+	case g.verbose > 1:
+		l = slog.LevelDebug
+	default:
+		return nil, nil
+	}
+	return &l, nil
+}
+
+// warnSink prints the Allocator's error-level log as warnings, one line
+// each, and drops the rest.
+type warnSink struct {
+	mu     sync.Mutex // guards writes to w
+	w      io.Writer
+	prefix string
+}
+
+func (s *warnSink) Init(logr.RuntimeInfo)          {}
+func (s *warnSink) Enabled(int) bool               { return false } // Info is not for the terminal
+func (s *warnSink) Info(int, string, ...any)       {}
+func (s *warnSink) WithValues(...any) logr.LogSink { return s }
+func (s *warnSink) WithName(string) logr.LogSink   { return s }
+func (s *warnSink) Error(err error, msg string, _ ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		msg += ": " + err.Error()
+	}
+	fmt.Fprintf(s.w, "%swarning: %s\n", s.prefix, printable(msg))
+}
+
+// unsafeFix says what to do about a state directory berth refuses as
+// unsafe (another user's, writable by others, a symbolic link), or "" for
+// any other error. berth never falls back to the MRU file for it.
+func unsafeFix(err error) string {
+	if !errors.Is(err, portalloc.ErrUnsafe) {
+		return ""
+	}
+	var ue *safefs.UnsafeError
+	if errors.As(err, &ue) {
+		return ue.Fix + "; berth does not fall back to the MRU file for a directory it does not trust"
+	}
+	return "set --state-dir or " + portalloc.EnvStateDir + " to a directory of your own; berth does not fall back to the MRU file for a directory it does not trust"
+}
+
+// version is berth's version as the build recorded it: the module version
+// (a release tag, or "(devel)" for a build from a checkout), the commit
+// where the build knows it, and the Go release.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "berth (version unknown)"
+	}
+	v := "berth " + bi.Main.Version
+	if v == "berth " {
+		v = "berth (devel)"
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = ", modified"
+			}
+		}
+	}
+	if rev != "" {
+		v += fmt.Sprintf(" (commit %.12s%s)", rev, dirty)
+	}
+	return v + " " + bi.GoVersion
+}

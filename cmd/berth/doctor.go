@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/statestore"
+)
+
+func (a *app) doctorCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "doctor",
+		Short:   "State directory, schema, mode in effect, ranges, and ports bound outside berth",
+		Example: "  berth doctor",
+		Args:    noArgs("doctor", ""),
+	}
+	cmd.RunE = a.action(func(ctx context.Context, _ []string) error { return a.runDoctor(ctx) })
+	return cmd
+}
+
+func (a *app) runDoctor(ctx context.Context) error {
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	// Values come from paths, the environment and error messages, which
+	// can hold anything: they are printed escaped.
+	line := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(fmt.Sprintf(format, a...))) }
+
+	if fi, err := os.Stat(a.cfg.StateDir); err == nil {
+		line("state directory", "%s (mode %04o)", a.cfg.StateDir, fi.Mode().Perm())
+	} else {
+		line("state directory", "%s (%v)", a.cfg.StateDir, err)
+	}
+	al, err := portalloc.New(ctx, a.cfg)
+	if err != nil {
+		line("mode", "%s: cannot serve: %v", modeOf(a.cfg), err)
+		if errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
+			line("to fix", "another process keeps the state store locked; berth waits for it (up to --timeout, now %v) rather than fall back. Stop or wait for that process", a.cfg.Timeout)
+		}
+		_ = tw.Flush()
+		return err
+	}
+	defer func() { _ = al.Close() }()
+	cfg := al.Config()
+	switch cause := al.FallbackCause(); {
+	case cfg.Mode == portalloc.ModeMRU:
+		line("mode", "mru: the MRU file %s, as configured", filepath.Join(cfg.StateDir, portalloc.MRUFile))
+	case cause != nil:
+		line("mode", "%s: serving from the MRU file because the state store failed: %v", cfg.Mode, cause)
+		if held, err := statestore.ReadHeld(ctx, a.dbPath()); err != nil {
+			line("fallback", "ports from the MRU file are only remembered, not reserved, and the database cannot be read either (%v): the MRU file serves blind and may hand out ports other processes have reserved", err)
+		} else {
+			line("fallback", "ports from the MRU file are only remembered, not reserved; the database can still be read, so the %d reservations in it are skipped", held.Len())
+		}
+		line("to fix", "%s; berth goes back to the store by itself once it works. --strict or BERTH_MODE=statestore makes a fallback an error", fallbackAdvice(cause, a.dbPath()))
+	default:
+		line("mode", "%s: serving from the state store", cfg.Mode)
+	}
+	if al.Backend() == portalloc.BackendStateStore {
+		line("database", "%s (schema version %d)", a.dbPath(), statestore.SchemaVersion)
+	}
+	u, err := al.Usage(ctx)
+	if err != nil {
+		return err
+	}
+	line("range", "%s: %d ports, %d can be handed out", cfg.Range, cfg.Range.Size(), u.Ports)
+	if len(cfg.Exclude) > 0 {
+		line("excluded", "%v", cfg.Exclude)
+	}
+	eph, ephErr := portalloc.EphemeralRange()
+	switch {
+	case ephErr != nil:
+		line("OS ephemeral", "%s (assumed: %v)", eph, ephErr)
+	case cfg.Range.Overlaps(eph) && cfg.AllowEphemeralOverlap:
+		line("OS ephemeral", "%s: overlaps the range, kept (allowed by configuration)", eph)
+	case cfg.Range.Overlaps(eph):
+		line("OS ephemeral", "%s: overlaps the range, left out of allocation", eph)
+	default:
+		line("OS ephemeral", "%s: no overlap", eph)
+	}
+	reserved := map[uint16]bool{}
+	if al.Backend() == portalloc.BackendStateStore {
+		s, err := a.openStore(ctx)
+		if err != nil {
+			return err
+		}
+		if s != nil {
+			defer func() { _ = s.Close() }()
+			rows, err := s.List(ctx, statestore.Filter{})
+			if err != nil {
+				return err
+			}
+			live, dead := 0, 0
+			for _, r := range rows {
+				reserved[r.Port] = true
+				if r.Owner.Alive(ctx) {
+					live++
+				} else {
+					dead++
+				}
+			}
+			hint := ""
+			if dead > 0 {
+				hint = " (berth reap removes the dead)"
+			}
+			line("reservations", "%d live, %d dead%s; %d of the range's ports available", live, dead, hint, u.Available)
+		}
+	}
+	outside := boundOutside(cfg.Range, reserved)
+	switch {
+	case len(outside) == 0:
+		line("outside berth", "no port of the range is bound by a process outside berth")
+	default:
+		shown := outside[:min(len(outside), 10)]
+		more := ""
+		if len(outside) > len(shown) {
+			more = fmt.Sprintf(" and %d more", len(outside)-len(shown))
+		}
+		line("outside berth", "%d ports of the range are bound without a reservation: %v%s", len(outside), shown, more)
+	}
+	return tw.Flush()
+}
+
+// fallbackAdvice says what to do about the cause of a fallback.
+func fallbackAdvice(cause error, db string) string {
+	switch {
+	case errors.Is(cause, statestore.ErrSchemaTooNew):
+		return "a newer berth has upgraded " + db + ": upgrade this berth, or give it another state directory (--state-dir, BERTH_STATE_DIR)"
+	case errors.Is(cause, statestore.ErrDamaged):
+		return "move " + db + " aside (berth never overwrites it) to start a new store, or use another state directory (--state-dir, BERTH_STATE_DIR)"
+	default:
+		return "check that " + filepath.Dir(db) + " is writable and its file system not full"
+	}
+}
+
+func modeOf(cfg portalloc.Config) portalloc.Mode {
+	if cfg.Mode == "" {
+		return portalloc.ModeStateStoreWithFallback
+	}
+	return cfg.Mode
+}
+
+// boundOutside returns the ports of r without a reservation that something
+// has bound, for TCP or UDP on any address: a dual-stack wildcard bind fails
+// on any of them.
+func boundOutside(r portalloc.Range, reserved map[uint16]bool) []uint16 {
+	var out []uint16
+	for p := int(r.First); p <= int(r.Last); p++ {
+		if reserved[uint16(p)] {
+			continue
+		}
+		hp := net.JoinHostPort("", strconv.Itoa(p))
+		l, err := net.Listen("tcp", hp)
+		if err == nil {
+			_ = l.Close()
+			c, uerr := net.ListenPacket("udp", hp)
+			if uerr == nil {
+				_ = c.Close()
+				continue
+			}
+		}
+		out = append(out, uint16(p))
+	}
+	return out
+}

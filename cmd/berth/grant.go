@@ -1,0 +1,486 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/statestore"
+)
+
+// ownerHelp explains --owner wherever it appears.
+const ownerHelp = `the process the ports belong to: "parent" (the default: berth's parent, the shell or make recipe that ran it) or a PID`
+
+// grantFlags are the flags of the commands that hand out ports.
+type grantFlags struct {
+	udp, json  bool
+	addr       string
+	label      string
+	owner      string
+	count      int
+	block      int
+	prefer     []uint
+	order      string
+	ownerPIDv1 int // --owner-pid, the older spelling of --owner PID
+}
+
+func (f *grantFlags) add(cmd *cobra.Command, allocate bool) {
+	fs := cmd.Flags()
+	fs.BoolVar(&f.udp, "udp", false, "UDP instead of TCP")
+	fs.StringVar(&f.addr, "addr", "127.0.0.1", "address the port is for; 0.0.0.0 and :: are the wildcards")
+	fs.StringVar(&f.label, "label", "", "a name for the port, shown by ls and used by release and transfer")
+	fs.BoolVar(&f.json, "json", false, "print JSON")
+	addOwner(cmd, &f.owner, &f.ownerPIDv1)
+	if allocate {
+		fs.IntVar(&f.count, "count", 1, "how many ports, one per line")
+		fs.IntVar(&f.block, "block", 0, "a contiguous block of this many ports: BASE to BASE+N-1, all reserved; prints BASE")
+		fs.UintSliceVar(&f.prefer, "prefer", nil, "ports to try first, in order, comma-separated (3000,3001); then the range")
+		fs.StringVar(&f.order, "order", "", "how to go through the range: random (the default) or lowest (lowest free port first)")
+	}
+}
+
+// addOwner adds --owner and its older spelling --owner-pid to cmd.
+func addOwner(cmd *cobra.Command, owner *string, pidV1 *int) {
+	cmd.Flags().StringVar(owner, "owner", "parent", ownerHelp)
+	cmd.Flags().IntVar(pidV1, "owner-pid", 0, "the older spelling of --owner PID")
+	_ = cmd.Flags().MarkHidden("owner-pid")
+}
+
+// ownerPID resolves --owner (or --owner-pid) to a pid.
+func ownerPID(cmd *cobra.Command, owner string, pidV1 int) (int, error) {
+	switch {
+	case cmd.Flags().Changed("owner-pid") && cmd.Flags().Changed("owner"):
+		return 0, usagef("--owner-pid with --owner: give --owner PID only")
+	case cmd.Flags().Changed("owner-pid"):
+		if pidV1 <= 0 {
+			return 0, usagef("--owner-pid %d: want a process id above 0", pidV1)
+		}
+		return pidV1, nil
+	case owner == "parent":
+		return os.Getppid(), nil
+	}
+	pid, err := strconv.Atoi(owner)
+	if err != nil || pid <= 0 {
+		return 0, usagef("--owner %q: want \"parent\" or a process id above 0", owner)
+	}
+	return pid, nil
+}
+
+// lookupOwner returns the identity of the running process pid; what names
+// it (flag) is named in the error.
+func lookupOwner(ctx context.Context, flag string, pid int) (statestore.Owner, error) {
+	o, err := statestore.LookupOwner(ctx, pid)
+	if err != nil {
+		return statestore.Owner{}, usagef("%s %d: not a running process", flag, pid)
+	}
+	return o, nil
+}
+
+// request reads the request flags.
+func (f *grantFlags) request() (portalloc.Request, error) {
+	addr, err := netip.ParseAddr(f.addr)
+	if err != nil {
+		return portalloc.Request{}, usagef("--addr %q: want an IP address such as 127.0.0.1, ::1, 0.0.0.0 or ::", f.addr)
+	}
+	req := portalloc.Request{Protocol: portalloc.TCP, Address: addr, Label: f.label}
+	if f.udp {
+		req.Protocol = portalloc.UDP
+	}
+	if len(f.prefer) > portalloc.MaxPrefer {
+		return portalloc.Request{}, usagef("--prefer lists %d ports: want at most %d", len(f.prefer), portalloc.MaxPrefer)
+	}
+	for _, p := range f.prefer {
+		if p == 0 || p > 65535 {
+			return portalloc.Request{}, usagef("--prefer %d: want ports from 1 to 65535", p)
+		}
+		req.Prefer = append(req.Prefer, uint16(p))
+	}
+	switch o := portalloc.Order(f.order); o {
+	case "", portalloc.OrderRandom, portalloc.OrderLowest:
+		req.Order = o
+	default:
+		return portalloc.Request{}, usagef("--order %q: want %q or %q", f.order, portalloc.OrderRandom, portalloc.OrderLowest)
+	}
+	return req, nil
+}
+
+// portJSON is one port as get and reserve print it with --json.
+type portJSON struct {
+	Protocol string `json:"protocol"`
+	Address  string `json:"address"`
+	Port     uint16 `json:"port"`
+	Label    string `json:"label,omitempty"`
+	Backend  string `json:"backend"`
+	OwnerPID int    `json:"owner_pid"`
+}
+
+func (a *app) printPorts(asJSON bool, rs []portalloc.Reservation, own statestore.Owner) error {
+	if asJSON {
+		out := make([]portJSON, len(rs))
+		for i, r := range rs {
+			out[i] = portJSON{string(r.Protocol), r.Address.String(), r.Port, r.Label, r.Backend, own.PID}
+		}
+		return a.writeJSON(out)
+	}
+	for _, r := range rs {
+		fmt.Fprintln(a.stdout, r.Port)
+	}
+	return nil
+}
+
+// fallbackHint follows the warning the Allocator logged when it fell back:
+// what to run, and how to make it an error.
+func (a *app) fallbackHint(al *portalloc.Allocator) {
+	if al.FallbackCause() == nil && al.Stats().Fallbacks == 0 {
+		return
+	}
+	fmt.Fprintf(a.stderr, "%s: warning: ports handed out from the MRU file are only remembered there, not reserved: another program may be given them too. Run 'berth doctor' for the cause and what to do; --strict (or BERTH_MODE=statestore) makes this an error.\n", a.name)
+}
+
+// handOver gives every reservation to own. In the MRU backend there is
+// nothing to hand over: the ports are only remembered as recently used.
+func handOver(ctx context.Context, al *portalloc.Allocator, rs []portalloc.Reservation, own statestore.Owner) error {
+	for _, r := range rs {
+		if err := al.Transfer(ctx, r, own.PID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// grantSetup reads the request flags and the owner, and opens an Allocator.
+func (a *app) grantSetup(ctx context.Context, cmd *cobra.Command, f *grantFlags) (portalloc.Request, statestore.Owner, *portalloc.Allocator, error) {
+	req, err := f.request()
+	if err != nil {
+		return portalloc.Request{}, statestore.Owner{}, nil, err
+	}
+	pid, err := ownerPID(cmd, f.owner, f.ownerPIDv1)
+	if err != nil {
+		return portalloc.Request{}, statestore.Owner{}, nil, err
+	}
+	own, err := lookupOwner(ctx, "--owner", pid)
+	if err != nil {
+		return portalloc.Request{}, statestore.Owner{}, nil, err
+	}
+	al, err := portalloc.New(ctx, a.cfg)
+	if err != nil {
+		return portalloc.Request{}, statestore.Owner{}, nil, err
+	}
+	return req, own, al, nil
+}
+
+func (a *app) getCmd() *cobra.Command {
+	var f grantFlags
+	cmd := &cobra.Command{
+		Use:   "get",
+		Short: "Allocate free ports and print them, one per line",
+		Long: `Allocate free ports and print them, one per line. They belong to --owner,
+by default the shell that ran berth: reserved while it runs, reaped after it
+exits. With --block N, berth reserves N contiguous ports and prints the first.
+
+In a script, mind which process owns the port: P=$(berth get) gives it to the
+script's shell, but a port taken on one line of a Makefile recipe belongs to
+that line's shell, which exits at once. 'berth run' avoids the question.`,
+		Example: `  PORT=$(berth get --label web)
+  berth get --count 3 --udp
+  berth get --prefer 3000,3001 --label dev-server
+  BASE=$(berth get --block 3)   # BASE, BASE+1 and BASE+2`,
+		Args: noArgs("get", "did you mean 'berth reserve PORT'?"),
+	}
+	f.add(cmd, true)
+	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
+		switch {
+		case f.count < 1:
+			return usagef("--count %d: want 1 or more", f.count)
+		case cmd.Flags().Changed("block") && (f.block < 1 || f.block > portalloc.MaxBlock):
+			return usagef("--block %d: want 1 to %d", f.block, portalloc.MaxBlock)
+		case cmd.Flags().Changed("block") && cmd.Flags().Changed("count"):
+			return usagef("--block with --count: give one of them")
+		}
+		req, own, al, err := a.grantSetup(ctx, cmd, &f)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = al.Close() }() // releases whatever was not handed over
+		defer a.fallbackHint(al)
+		var rs []portalloc.Reservation
+		if f.block > 0 {
+			if rs, err = al.AllocateBlock(ctx, req, f.block); err != nil {
+				return err
+			}
+		} else {
+			for range f.count {
+				r, err := al.Allocate(ctx, req)
+				if err != nil {
+					return err
+				}
+				rs = append(rs, r)
+			}
+		}
+		if err := handOver(ctx, al, rs, own); err != nil {
+			return err
+		}
+		if f.block > 0 && !f.json {
+			rs = rs[:1]
+		}
+		return a.printPorts(f.json, rs, own)
+	})
+	return cmd
+}
+
+func (a *app) reserveCmd() *cobra.Command {
+	var f grantFlags
+	cmd := &cobra.Command{
+		Use:   "reserve PORT",
+		Short: "Reserve a given port; exit 3 if another process holds it",
+		Long: `Reserve a given port for --owner, by default the shell that ran berth. If
+another live process holds it, berth says which and exits 3. Reserving a port
+the owner holds already is not an error.`,
+		Example: `  berth reserve 8080 --label api || echo "8080 is taken"`,
+		Args:    exactArgs(1, "PORT"),
+	}
+	f.add(cmd, false)
+	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
+		port, err := parsePort("port", args[0])
+		if err != nil {
+			return err
+		}
+		req, own, al, err := a.grantSetup(ctx, cmd, &f)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = al.Close() }()
+		defer a.fallbackHint(al)
+		r, err := al.Reserve(ctx, req, port)
+		var ce *portalloc.ConflictError
+		if errors.As(err, &ce) && ce.HolderPID == own.PID && ce.HolderAddress == req.Address {
+			// The owner holds exactly this already: reserving again is a no-op.
+			return a.printPorts(f.json, []portalloc.Reservation{{Protocol: req.Protocol, Address: req.Address, Port: port, Label: ce.HolderLabel, Backend: portalloc.BackendStateStore}}, own)
+		}
+		if errors.As(err, &ce) && ce.HolderPID == os.Getppid() {
+			return fmt.Errorf("%w; it is held by the shell that ran berth: to give it to pid %d, run 'berth transfer %d --to %d'", err, own.PID, port, own.PID)
+		}
+		if err != nil {
+			return err
+		}
+		if err := handOver(ctx, al, []portalloc.Reservation{r}, own); err != nil {
+			return err
+		}
+		return a.printPorts(f.json, []portalloc.Reservation{r}, own)
+	})
+	return cmd
+}
+
+// selectFlags pick the rows of one owner that release and transfer act on.
+type selectFlags struct {
+	label      string
+	owner      string
+	all        bool
+	ownerPIDv1 int
+}
+
+// rows returns the rows of the owner that match PORT (args) or --label,
+// or all of them with --all, and the owner.
+func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags, args []string) (*statestore.Store, []statestore.Reservation, statestore.Owner, error) {
+	var port uint16
+	switch {
+	case len(args) == 1:
+		p, err := parsePort("port", args[0])
+		if err != nil {
+			return nil, nil, statestore.Owner{}, err
+		}
+		port = p
+	case f.label == "" && !f.all && !cmd.Flags().Changed("owner") && !cmd.Flags().Changed("owner-pid"):
+		// --owner alone names every port of that owner.
+		return nil, nil, statestore.Owner{}, usagef("give a PORT, --label, --all, or --owner PID for every port of PID")
+	}
+	if f.all && (port != 0 || f.label != "") {
+		return nil, nil, statestore.Owner{}, usagef("--all with a PORT or --label: give one of them")
+	}
+	pid, err := ownerPID(cmd, f.owner, f.ownerPIDv1)
+	if err != nil {
+		return nil, nil, statestore.Owner{}, err
+	}
+	own, err := lookupOwner(ctx, "--owner", pid)
+	if err != nil {
+		return nil, nil, statestore.Owner{}, err
+	}
+	s, err := a.openStore(ctx)
+	if err != nil || s == nil {
+		return nil, nil, own, err
+	}
+	rows, err := s.List(ctx, statestore.Filter{Port: port, Label: f.label, OwnerPID: own.PID})
+	if err != nil {
+		_ = s.Close()
+		return nil, nil, own, err
+	}
+	mine := rows[:0]
+	for _, r := range rows {
+		if r.Owner.Same(own) { // not the pid's earlier process: that is for reap
+			mine = append(mine, r)
+		}
+	}
+	return s, mine, own, nil
+}
+
+func (a *app) releaseCmd() *cobra.Command {
+	var f selectFlags
+	cmd := &cobra.Command{
+		Use:   "release [PORT]",
+		Short: "Release ports of the calling shell (or --owner): a PORT, those with --label, or --all",
+		Long: `Release ports of --owner, by default the shell that ran berth: the given PORT
+(every protocol and address the owner holds it for), those labelled --label,
+or with --all every port the owner holds. Ports of exited processes need no
+release: berth reaps them.`,
+		Example: `  berth release 8080
+  berth release --label web
+  berth release --all --owner 4242`,
+		Args: maxArgs(1, "PORT"),
+	}
+	cmd.Flags().StringVar(&f.label, "label", "", "release the owner's ports with this label")
+	cmd.Flags().BoolVar(&f.all, "all", false, "release every port of the owner")
+	addOwner(cmd, &f.owner, &f.ownerPIDv1)
+	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
+		s, rows, own, err := a.selectRows(ctx, cmd, &f, args)
+		if err != nil {
+			return err
+		}
+		if s == nil {
+			fmt.Fprintf(a.stderr, "%s: nothing to release: there is no state store yet\n", a.name)
+			return nil
+		}
+		defer func() { _ = s.Close() }()
+		for _, r := range rows {
+			if err := s.Release(ctx, r.Key, own); err != nil && !errors.Is(err, statestore.ErrNotFound) {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "released %s\n", r.Key)
+		}
+		if len(rows) == 0 {
+			fmt.Fprintf(a.stderr, "%s: nothing to release for pid %d\n", a.name, own.PID)
+		}
+		return nil
+	})
+	return cmd
+}
+
+func (a *app) transferCmd() *cobra.Command {
+	var (
+		f  selectFlags
+		to int
+	)
+	cmd := &cobra.Command{
+		Use:   "transfer PORT|--label L|--all --to PID",
+		Short: "Hand ports of the calling shell (or --owner) to another running process",
+		Long: `Hand ports of --owner, by default the shell that ran berth, to the running
+process --to: from then on they stay reserved exactly as long as that process
+runs. This is how a script gives a daemon it has just started the port it
+allocated for it.`,
+		Example: `  PORT=$(berth get --label api)
+  ./api-server --port "$PORT" &
+  berth transfer "$PORT" --to $!`,
+		Args: maxArgs(1, "PORT"),
+	}
+	cmd.Flags().StringVar(&f.label, "label", "", "hand over the owner's ports with this label")
+	cmd.Flags().BoolVar(&f.all, "all", false, "hand over every port of the owner")
+	cmd.Flags().IntVar(&to, "to", 0, "the running process that gets the ports")
+	addOwner(cmd, &f.owner, &f.ownerPIDv1)
+	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
+		if to <= 0 {
+			return usagef("--to %d: want the process id of a running process", to)
+		}
+		dest, err := lookupOwner(ctx, "--to", to)
+		if err != nil {
+			return err
+		}
+		s, rows, own, err := a.selectRows(ctx, cmd, &f, args)
+		if err != nil {
+			return err
+		}
+		if s != nil {
+			defer func() { _ = s.Close() }()
+		}
+		if len(rows) == 0 {
+			return fmt.Errorf("%w: pid %d holds no port that matches; 'berth ls --owner %d' lists what it holds", portalloc.ErrNotHeld, own.PID, own.PID)
+		}
+		for _, r := range rows {
+			if err := s.Transfer(ctx, r.Key, own, dest); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "transferred %s to pid %d\n", r.Key, dest.PID)
+		}
+		return nil
+	})
+	return cmd
+}
+
+// parsePort parses a port argument or flag value.
+func parsePort(what, s string) (uint16, error) {
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 {
+		return 0, usagef("%s %q: want a number from 1 to 65535", what, s)
+	}
+	return uint16(n), nil
+}
+
+func (a *app) dbPath() string { return filepath.Join(a.cfg.StateDir, portalloc.DatabaseFile) }
+
+// openStore opens the state store for reading or changing rows. It returns
+// nil and no error when there is no store yet. Its waits for a store that
+// another process keeps locked end with --timeout.
+func (a *app) openStore(ctx context.Context) (*statestore.Store, error) {
+	if _, err := os.Stat(a.dbPath()); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return statestore.Open(ctx, a.dbPath(), statestore.Options{SweepInterval: -1, BusyTimeout: a.cfg.Timeout, Logger: a.cfg.Logger})
+}
+
+// noArgs accepts no positional arguments; hint follows the error.
+func noArgs(name, hint string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("%s takes no arguments, got %s", name, quoteArgs(args))
+		if hint != "" {
+			msg += " (" + hint + ")"
+		}
+		return &usageError{msg}
+	}
+}
+
+// exactArgs accepts exactly n positional arguments, named what.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s takes %s, got %d arguments", cmd.Name(), what, len(args))
+		}
+		return nil
+	}
+}
+
+// maxArgs accepts at most n positional arguments, named what.
+func maxArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
+			return usagef("%s takes at most %d %s, got %d arguments", cmd.Name(), n, what, len(args))
+		}
+		return nil
+	}
+}
+
+func quoteArgs(args []string) string {
+	q := make([]string, len(args))
+	for i, s := range args {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, " ")
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-go/berth/statestore"
+)
+
+// lsFlags are ls's filters and format.
+type lsFlags struct {
+	json        bool
+	port, label string
+	owner       int
+}
+
+func (a *app) lsCmd() *cobra.Command {
+	var f lsFlags
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List reservations: who holds which port, and whether the holder still runs",
+		// The table shows at most maxLabelWidth characters of a label and
+		// maxNameWidth of a process name (see shown); --json shows them
+		// whole, escaped for the terminal (see jsonSafe).
+		Example: "  berth ls --label api.http\n  berth ls --json | jq '.[] | select(.alive == false)'",
+		Args:    noArgs("ls", "filter with --port, --label, --owner"),
+	}
+	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
+	cmd.Flags().StringVar(&f.port, "port", "", "only this port")
+	cmd.Flags().StringVar(&f.label, "label", "", "only this label")
+	cmd.Flags().IntVar(&f.owner, "owner", 0, "only reservations of this process id")
+	cmd.Flags().IntVar(&f.owner, "owner-pid", 0, "the older spelling of --owner")
+	_ = cmd.Flags().MarkHidden("owner-pid")
+	cmd.RunE = a.action(func(ctx context.Context, _ []string) error { return a.runLs(ctx, &f) })
+	return cmd
+}
+
+func (a *app) reapCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "reap",
+		Short:   "Delete reservations whose process has exited, and print them",
+		Example: "  berth reap",
+		Args:    noArgs("reap", ""),
+	}
+	cmd.RunE = a.action(func(ctx context.Context, _ []string) error { return a.runReap(ctx) })
+	return cmd
+}
+
+func (a *app) runReap(ctx context.Context) error {
+	s, err := a.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	if s == nil {
+		fmt.Fprintln(a.stdout, "reaped 0 reservations")
+		return nil
+	}
+	defer func() { _ = s.Close() }()
+	before, err := s.List(ctx, statestore.Filter{})
+	if err != nil {
+		return err
+	}
+	n, err := s.Reap(ctx)
+	if err != nil {
+		return err
+	}
+	after, err := s.List(ctx, statestore.Filter{})
+	if err != nil {
+		return err
+	}
+	still := map[statestore.Key]bool{}
+	for _, r := range after {
+		still[r.Key] = true
+	}
+	for _, r := range before {
+		if !still[r.Key] {
+			fmt.Fprintf(a.stdout, "reaped %s of pid %d (%s)%s\n", r.Key, r.Owner.PID, shown(r.Owner.Name, maxNameWidth), labelSuffix(r.Label))
+		}
+	}
+	fmt.Fprintf(a.stdout, "reaped %d reservations\n", n)
+	return nil
+}
+
+func labelSuffix(l string) string {
+	if l == "" {
+		return ""
+	}
+	return " label " + shown(l, maxLabelWidth)
+}
+
+// writeJSON writes v as indented JSON, with every character a terminal
+// would act on escaped (see jsonSafe).
+func (a *app) writeJSON(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = a.stdout.Write(append(jsonSafe(b), '\n'))
+	return err
+}
+
+// rowJSON is one reservation as ls prints it with --json.
+type rowJSON struct {
+	Protocol  string `json:"protocol"`
+	Address   string `json:"address"`
+	Port      uint16 `json:"port"`
+	Label     string `json:"label"`
+	Kind      string `json:"kind"`
+	OwnerPID  int    `json:"owner_pid"`
+	OwnerName string `json:"owner_name"`
+	// OwnerStart is when the owner started by the wall clock as it reads
+	// now, for people; absent when it cannot be told (another boot).
+	OwnerStart *time.Time `json:"owner_start,omitempty"`
+	// OwnerStartKernel is the start as the kernel records it, the value
+	// berth compares (on Linux clock ticks since boot).
+	OwnerStartKernel int64     `json:"owner_start_kernel"`
+	Created          time.Time `json:"created"`
+	Alive            bool      `json:"alive"`
+}
+
+func (a *app) runLs(ctx context.Context, f *lsFlags) error {
+	var flt statestore.Filter
+	if f.port != "" {
+		p, err := parsePort("--port", f.port)
+		if err != nil {
+			return err
+		}
+		flt.Port = p
+	}
+	flt.Label, flt.OwnerPID = f.label, f.owner
+	var rows []statestore.Reservation
+	s, err := a.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	if s != nil {
+		defer func() { _ = s.Close() }()
+		if rows, err = s.List(ctx, flt); err != nil {
+			return err
+		}
+	}
+	if f.json {
+		out := make([]rowJSON, 0, len(rows))
+		for _, r := range rows {
+			var started *time.Time
+			if at, ok := r.Owner.StartedAt(); ok {
+				at = at.UTC()
+				started = &at
+			}
+			out = append(out, rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, string(r.Kind),
+				r.Owner.PID, r.Owner.Name, started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx)})
+		}
+		return a.writeJSON(out)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROTO\tADDRESS\tPORT\tLABEL\tKIND\tPID\tPROCESS\tAGE\tALIVE")
+	now := time.Now()
+	for _, r := range rows {
+		alive := "yes"
+		if !r.Owner.Alive(ctx) {
+			alive = colour(a.stdout, "31", "dead")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Protocol, r.Addr, r.Port, dash(shown(r.Label, maxLabelWidth)), r.Kind,
+			r.Owner.PID, dash(shown(r.Owner.Name, maxNameWidth)), age(now.Sub(r.Created)), alive)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// age prints a duration the way ps does: the largest whole unit. A row
+// created "in the future" (the wall clock was stepped back since) shows 0s:
+// created_at is a wall-clock time, which steps move.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	default:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+}
+
