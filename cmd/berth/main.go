@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return placeAndExec(args[1:], stderr)
 	}
 	a := &app{stdout: stdout, stderr: stderr}
-	root := a.root()
+	root := a.root() //nolint:contextcheck // commands get ctx through ExecuteContextC and cmd.Context()
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
