@@ -287,7 +287,13 @@ type selectFlags struct {
 	ownerPIDv1 int
 }
 
-// rows returns the rows of the owner that match PORT (args) or --label,
+func (f *selectFlags) add(cmd *cobra.Command, verb string) {
+	cmd.Flags().StringVar(&f.label, "label", "", verb+" the owner's ports with this label")
+	cmd.Flags().BoolVar(&f.all, "all", false, verb+" every port of the owner")
+	addOwner(cmd, &f.owner, &f.ownerPIDv1)
+}
+
+// selectRows returns the rows of the owner that match PORT (args) or --label,
 // or all of them with --all, and the owner.
 func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags, args []string) (*statestore.Store, []statestore.Reservation, statestore.Owner, error) {
 	var port uint16
@@ -345,9 +351,7 @@ release: berth reaps them.`,
   berth release --all --owner 4242`,
 		Args: maxArgs(1, "PORT"),
 	}
-	cmd.Flags().StringVar(&f.label, "label", "", "release the owner's ports with this label")
-	cmd.Flags().BoolVar(&f.all, "all", false, "release every port of the owner")
-	addOwner(cmd, &f.owner, &f.ownerPIDv1)
+	f.add(cmd, "release")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
 		s, rows, own, err := a.selectRows(ctx, cmd, &f, args)
 		if err != nil {
@@ -389,10 +393,8 @@ allocated for it.`,
   berth transfer "$PORT" --to $!`,
 		Args: maxArgs(1, "PORT"),
 	}
-	cmd.Flags().StringVar(&f.label, "label", "", "hand over the owner's ports with this label")
-	cmd.Flags().BoolVar(&f.all, "all", false, "hand over every port of the owner")
+	f.add(cmd, "hand over")
 	cmd.Flags().IntVar(&to, "to", 0, "the running process that gets the ports")
-	addOwner(cmd, &f.owner, &f.ownerPIDv1)
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
 		if to <= 0 {
 			return usagef("--to %d: want the process id of a running process", to)
