@@ -3,6 +3,7 @@ package portalloc_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -226,4 +227,12 @@ func ExampleAllocator_AllocateBlock() {
 	// 0
 	// 1
 	// 2
+}
+
+// Logging: berth's decisions on standard error in slog's text format, from
+// info on. A program that logs with slog already can pass its own handler
+// with logr.FromSlogHandler instead.
+func ExampleTextLogger() {
+	cfg := portalloc.Config{Logger: portalloc.TextLogger(os.Stderr, slog.LevelInfo)}
+	_ = cfg // portalloc.New(ctx, cfg)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/porttest"
 )
 
@@ -94,4 +95,37 @@ func TestHTTPTestServer(t *testing.T) {
 	if _, err := net.Listen("tcp", "127.0.0.1:"+port); err == nil {
 		t.Errorf("the server's port %s could be bound again", port)
 	}
+}
+
+// A UDP port, for a DNS or metrics server under test.
+func ExampleUDPPort() {
+	testDNS := func(t *testing.T) { //nolint:thelper // a test function, not a helper
+		port := porttest.UDPPort(t)
+		_ = fmt.Sprintf("--dns-port=%d", port)
+	}
+	_ = testDNS // a test function: run it with go test
+}
+
+// A "HOST:PORT" to hand to a server's listen flag.
+func ExampleAddr() {
+	testServer := func(t *testing.T) { //nolint:thelper // a test function, not a helper
+		addr := porttest.Addr(t)
+		_ = fmt.Sprintf("--listen=%s", addr)
+	}
+	_ = testServer // a test function: run it with go test
+}
+
+// The ports of a whole set of servers that must find each other, each
+// member's variables ready for its exec.Cmd.
+func ExampleSet() {
+	testStack := func(t *testing.T) { //nolint:thelper // a test function, not a helper
+		set := porttest.Set(t, portalloc.SetSpec{Name: "stack", Groups: []portalloc.GroupSpec{
+			{Name: "api", Ports: []portalloc.PortSpec{{Name: "http"}}},
+			{Name: "db", Ports: []portalloc.PortSpec{{Name: "sql"}}},
+		}})
+		for _, m := range set.Members() {
+			_ = m.Env() // API_HTTP_PORT=..., DB_SQL_PORT=...
+		}
+	}
+	_ = testStack // a test function: run it with go test
 }
