@@ -28,9 +28,11 @@ type PoolSpec struct {
 	// Range is where members are allocated; zero: the Allocator's range,
 	// or the band Band names. It must lie within the Allocator's range.
 	Range Range
-	// Band, instead of Range, names a band of the Allocator's range (see
-	// package portrange): "static", the low end that Reserve callers are
-	// expected to use, or "dynamic", the rest. Zero: no band.
+	// Band, instead of Range, names a band of the Allocator's range, as
+	// Kubernetes splits its service port range: "static", the low end, kept
+	// for callers that Reserve fixed ports (1/32 of the range, at least 16
+	// and at most 128 ports; none in a range of 16 ports or fewer), or
+	// "dynamic", the rest, where Allocate looks first. Zero: no band.
 	Band string
 	// Address and Protocol are the members'; zero: 127.0.0.1 and TCP.
 	Address  netip.Addr

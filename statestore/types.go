@@ -33,7 +33,10 @@ const (
 )
 
 // Key names what a reservation holds: a port of a protocol on an address.
-// Addresses are kept in normal form (see Normalize).
+// Addresses are kept in normal form: an IPv4-mapped IPv6 address
+// (::ffff:127.0.0.1) as its IPv4 address, so that one address has one key;
+// the zero address and addresses with an IPv6 zone are refused with a
+// *FieldError.
 type Key struct {
 	Protocol Protocol
 	Addr     netip.Addr
