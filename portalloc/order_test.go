@@ -3,6 +3,7 @@ package portalloc_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -98,5 +99,29 @@ func TestPreferAndOrderInMRUMode(t *testing.T) {
 	r, err = a.Allocate(ctx, portalloc.Request{})
 	if err != nil || r.Port != base+5 {
 		t.Errorf("MRU Allocate lowest-first = %v, %v; want %d", r, err, base+5)
+	}
+}
+
+// TestSetPrefer: a set spec's prefer list is tried in order, each member
+// of a member-scoped port taking the next free one, and order lowest takes
+// the range from its low end.
+func TestSetPrefer(t *testing.T) {
+	ctx := context.Background()
+	base := freeRun(t, 10)
+	rng := portalloc.Range{First: base + 5, Last: base + 9}
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: rng, AllowEphemeralOverlap: true})
+	set, err := a.AllocateSet(ctx, portalloc.SetSpec{Name: "prefer", Groups: []portalloc.GroupSpec{
+		{Name: "web", Members: 3, Ports: []portalloc.PortSpec{{Name: "http", Prefer: []uint16{base, base + 1}, Order: portalloc.OrderLowest}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint16
+	for _, m := range set.Members() {
+		got = append(got, m.Ports["http"].Port)
+	}
+	slices.Sort(got)
+	if want := []uint16{base, base + 1, base + 5}; !slices.Equal(got, want) {
+		t.Errorf("ports of the three members = %v; want %v (the two preferred, then the range's lowest)", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -69,6 +70,12 @@ type PortSpec struct {
 	// Sticky asks for the port this entry had last time (see
 	// Request.Sticky).
 	Sticky bool `json:"sticky,omitempty"`
+	// Prefer and Order are Request.Prefer and Request.Order for this
+	// port: ports to try first (the first free one is taken, each member
+	// of a member-scoped port taking the next), then the range in this
+	// order. Not with a fixed Port.
+	Prefer []uint16 `json:"prefer,omitempty"`
+	Order  Order    `json:"order,omitempty"`
 }
 
 // RefSpec sets Env to another port of the set: To is "group.port" for a
@@ -280,6 +287,20 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 			}
 			if p.Port != 0 && scopeOf(p) == ScopeMember && n > 1 {
 				return nil, &SpecError{Field: pf() + ".port", Reason: fmt.Sprintf("fixed port %d cannot be member-scoped in a group of %d members (they cannot all have it); make it group-scoped or leave it 0", p.Port, n)}
+			}
+			if p.Port != 0 && (len(p.Prefer) > 0 || p.Order != "") {
+				return nil, &SpecError{Field: pf() + ".prefer", Reason: "a fixed port is not chosen; prefer and order are for allocated ports"}
+			}
+			if len(p.Prefer) > MaxPrefer {
+				return nil, &SpecError{Field: pf() + ".prefer", Reason: fmt.Sprintf("%d ports; want at most %d (MaxPrefer)", len(p.Prefer), MaxPrefer)}
+			}
+			if slices.Contains(p.Prefer, 0) {
+				return nil, &SpecError{Field: pf() + ".prefer", Reason: "port 0 is not a port; want ports from 1 to 65535"}
+			}
+			switch p.Order {
+			case "", OrderRandom, OrderLowest:
+			default:
+				return nil, &SpecError{Field: pf() + ".order", Reason: fmt.Sprintf("%s; want %q or %q", quoteShort(string(p.Order)), OrderRandom, OrderLowest)}
 			}
 			if p.Sticky && p.Port != 0 {
 				return nil, &SpecError{Field: pf() + ".sticky", Reason: "a fixed port is always the same; sticky is for allocated ports"}
@@ -500,7 +521,7 @@ func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error)
 	}
 	var taken []hold
 	obtain := func(g GroupSpec, p PortSpec, member int) (Reservation, error) {
-		req := Request{Protocol: p.Protocol, Address: p.Address, Label: label(spec.Name, g.Name, member, p.Name), Sticky: p.Sticky}
+		req := Request{Protocol: p.Protocol, Address: p.Address, Label: label(spec.Name, g.Name, member, p.Name), Sticky: p.Sticky, Prefer: p.Prefer, Order: p.Order}
 		if req.Protocol == "" {
 			req.Protocol = TCP
 		}
