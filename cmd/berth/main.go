@@ -171,10 +171,10 @@ Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted.
 func (a *app) action(fn func(ctx context.Context, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		a.name = cmd.CommandPath()
+		a.ran = true // from here, errors are usage errors only if they say so
 		if err := a.configure(cmd); err != nil {
 			return err
 		}
-		a.ran = true
 		ctx, cancel := context.WithTimeout(cmd.Context(), a.cfg.Timeout)
 		defer cancel()
 		return fn(ctx, args)
