@@ -169,8 +169,8 @@ func TestOpenRestoresWAL(t *testing.T) {
 // TestCloseLeavesShortWAL: a store that wrote little leaves its WAL for the
 // next process (no checkpoint, so no fsync, on Close); one whose WAL has
 // grown past a size checkpoints it into the database file and empties it.
-// Either way every row is there for the next Open, and in a second process
-// that opens the file alone.
+// Either way every row is there for the next Open, and for a plain SQLite
+// connection that opens the file after the store has closed.
 func TestCloseLeavesShortWAL(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "berth.db")
@@ -218,8 +218,7 @@ func TestCloseLeavesShortWAL(t *testing.T) {
 }
 
 // countRows counts the reservations in the store at path through a plain
-// SQLite connection of its own, as a process that opens the file after
-// berth's has closed it.
+// SQLite connection of its own, opened after the store has closed.
 func countRows(t *testing.T, path string) int {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")

@@ -116,18 +116,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	// The process's identity is read from the OS while the file opens: in
-	// a fresh process both are mostly first-time costs.
-	type selfResult struct {
-		o   Owner
-		err error
+	self, err := Self()
+	if err != nil {
+		return nil, err
 	}
-	selfc := make(chan selfResult, 1)
-	go func() {
-		o, err := Self()
-		selfc <- selfResult{o, err}
-	}()
-	path, err := filepath.Abs(path)
+	path, err = filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
 	}
@@ -143,13 +136,6 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	me := <-selfc
-	if me.err != nil {
-		_ = conn.Close()
-		_ = db.Close()
-		return nil, me.err
-	}
-	self := me.o
 	writeLock, err := filelock.Open(path + ".lock")
 	if err != nil {
 		_ = conn.Close()

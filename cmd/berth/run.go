@@ -246,12 +246,19 @@ func bindFile(ctx context.Context, r portalloc.Reservation) (*os.File, error) {
 // withoutListenVars drops inherited socket-activation variables, which
 // would describe descriptors COMMAND does not have.
 func withoutListenVars(env []string) []string {
+	for _, name := range []string{"LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"} {
+		env = withoutVar(env, name)
+	}
+	return env
+}
+
+// withoutVar returns env without the variable name.
+func withoutVar(env []string, name string) []string {
 	out := env[:0:0]
 	for _, kv := range env {
-		if strings.HasPrefix(kv, "LISTEN_FDS=") || strings.HasPrefix(kv, "LISTEN_PID=") || strings.HasPrefix(kv, "LISTEN_FDNAMES=") {
-			continue
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
 		}
-		out = append(out, kv)
 	}
 	return out
 }

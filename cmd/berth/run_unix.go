@@ -106,14 +106,3 @@ func place(args []string) error {
 	path, argv := args[1+n], args[2+n:]
 	return fmt.Errorf("exec %s: %w", path, syscall.Exec(path, argv, env))
 }
-
-// withoutVar returns env without the variable name.
-func withoutVar(env []string, name string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, name+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
