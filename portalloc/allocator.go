@@ -277,13 +277,13 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 // candidateSet is the range less exclusions, the OS ephemeral range (unless
 // allowed) and the ports the OS reserves for itself.
 func candidateSet(cfg Config) (*portrange.Set, error) {
-	exclude := append([]Range(nil), cfg.Exclude...)
+	exclude := internalRanges(cfg.Exclude)
 	if !cfg.AllowEphemeralOverlap {
 		eph, err := portrange.Ephemeral()
 		if err != nil {
 			cfg.Logger.Info("could not read the OS ephemeral port range; assuming the IANA range", "range", eph.String(), "error", err.Error())
 		}
-		if cfg.Range.Overlaps(eph) {
+		if cfg.Range.Overlaps(Range(eph)) {
 			ephemeralWarning.Do(func() {
 				cfg.Logger.Info("the port range overlaps the OS ephemeral range; leaving the overlap out (set Config.AllowEphemeralOverlap or BERTH_ALLOW_EPHEMERAL_OVERLAP=true to keep it)",
 					"range", cfg.Range.String(), "ephemeral", eph.String())
@@ -296,7 +296,7 @@ func candidateSet(cfg Config) (*portrange.Set, error) {
 		cfg.Logger.Info("could not read the ports the OS reserves", "error", err.Error())
 	}
 	exclude = append(exclude, reserved...)
-	set := portrange.NewSet(cfg.Range, exclude...)
+	set := portrange.NewSet(portrange.Range(cfg.Range), exclude...)
 	if set.Len() == 0 {
 		return nil, fmt.Errorf("%w: port range %s (Config.Range, BERTH_PORT_RANGE or --range) has no port left after exclusions and the OS ephemeral range; widen it, or set Config.AllowEphemeralOverlap (BERTH_ALLOW_EPHEMERAL_OVERLAP=true) to keep the overlap", ErrInvalidRequest, cfg.Range)
 	}
@@ -429,7 +429,7 @@ func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.S
 		}
 		next, sticky := a.candidates(ctx, s, req, set)
 		row, err := s.Scan(ctx, statestore.ScanRequest{
-			Protocol: statestore.Protocol(req.Protocol),
+			Protocol: req.Protocol,
 			Addr:     req.Address,
 			Label:    req.Label,
 			Next:     next,
@@ -470,7 +470,7 @@ func (a *Allocator) holdNew(ctx context.Context, s *statestore.Store, r Reservat
 
 // storeKey is r's key in the state store.
 func storeKey(r Reservation) statestore.Key {
-	return statestore.Key{Protocol: statestore.Protocol(r.Protocol), Addr: r.Address, Port: r.Port}
+	return statestore.Key{Protocol: r.Protocol, Addr: r.Address, Port: r.Port}
 }
 
 // replaced reports whether err comes from a store that a retry after a
@@ -489,7 +489,7 @@ func (a *Allocator) allocateMRU(ctx context.Context, req Request, set *portrange
 	next := func() (uint16, bool) {
 		for {
 			p, ok := it()
-			if !ok || len(held.Holders(statestore.Key{Protocol: statestore.Protocol(req.Protocol), Addr: req.Address, Port: p})) == 0 {
+			if !ok || len(held.Holders(statestore.Key{Protocol: req.Protocol, Addr: req.Address, Port: p})) == 0 {
 				return p, ok
 			}
 		}
@@ -563,7 +563,7 @@ func (a *Allocator) stickyPort(ctx context.Context, s *statestore.Store, req Req
 	if !req.Sticky || s == nil {
 		return 0
 	}
-	p, ok, err := s.Recall(ctx, req.Label, statestore.Protocol(req.Protocol))
+	p, ok, err := s.Recall(ctx, req.Label, req.Protocol)
 	switch {
 	case err != nil:
 		a.log.Error(err, "could not recall the sticky port; allocating afresh", "label", req.Label)
@@ -586,7 +586,7 @@ func (a *Allocator) remember(ctx context.Context, s *statestore.Store, req Reque
 	if sticky != 0 && sticky != got {
 		a.log.Info("sticky port was not free (held or bound by another process); allocated another", "label", req.Label, "was", sticky, "now", got)
 	}
-	if err := s.Remember(ctx, req.Label, statestore.Protocol(req.Protocol), got); err != nil {
+	if err := s.Remember(ctx, req.Label, req.Protocol, got); err != nil {
 		a.log.Error(err, "could not remember the sticky port", "label", req.Label)
 	}
 }
@@ -626,7 +626,7 @@ func (a *Allocator) reserve(ctx context.Context, req Request, port uint16, via s
 // reserveStore reserves in the state store. done is false when the store
 // failed and the Allocator fell back.
 func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, via string) (r Reservation, done bool, err error) {
-	key := statestore.Key{Protocol: statestore.Protocol(req.Protocol), Addr: req.Address, Port: port}
+	key := statestore.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
 	rk := refKey{store: a.dbKey, protocol: req.Protocol, addr: req.Address, port: port}
 	// The key's turn keeps a release by another holder of the process from
 	// deleting the row between the store returning it and the hold below.
@@ -667,12 +667,12 @@ func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, 
 // one that cannot be bound.
 func (a *Allocator) reserveMRU(ctx context.Context, req Request, port uint16) (Reservation, error) {
 	held, readable := a.readHeld(ctx)
-	key := statestore.Key{Protocol: statestore.Protocol(req.Protocol), Addr: req.Address, Port: port}
+	key := statestore.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
 	if holders := held.Holders(key); len(holders) > 0 {
 		self, _ := statestore.Self() // without it no holder is this process
 		for _, h := range holders {
 			if h.Owner.Alive(ctx) {
-				return Reservation{}, fromStoreConflict(&statestore.ConflictError{Key: key, Holder: h, Self: h.Owner.Same(self)})
+				return Reservation{}, &ConflictError{Key: key, Holder: h, Self: h.Owner.Same(self)}
 			}
 		}
 	}
@@ -682,7 +682,7 @@ func (a *Allocator) reserveMRU(ctx context.Context, req Request, port uint16) (R
 	}
 	if !free {
 		a.ctr.mruProbeFailures.Add(1)
-		return Reservation{}, &ConflictError{Protocol: req.Protocol, Address: req.Address, Port: port}
+		return Reservation{}, &ConflictError{Key: key}
 	}
 	if err := a.mru.Record(ctx, string(req.Protocol), port); err != nil {
 		a.log.Error(err, "could not record a reserved port in the MRU file", "port", port)
@@ -703,10 +703,10 @@ func (a *Allocator) reserveMRU(ctx context.Context, req Request, port uint16) (R
 // never reasons to fall back: the store works, it only has to be waited
 // for, and the MRU file reserves nothing.
 func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error {
-	var ce *statestore.ConflictError
+	var ce *ConflictError
 	switch {
 	case errors.As(err, &ce):
-		return fromStoreConflict(ce)
+		return ce
 	case errors.Is(err, statestore.ErrExhausted):
 		return fmt.Errorf("portalloc: %s on %s in %s: %w", req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
 	case errors.Is(ctx.Err(), context.Canceled):

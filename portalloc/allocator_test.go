@@ -141,7 +141,7 @@ func TestWildcardsThroughAPI(t *testing.T) {
 		if !errors.Is(err, portalloc.ErrPortHeld) || !errors.As(err, &ce) {
 			t.Fatalf("Reserve(%s:%d) = %v; want ErrPortHeld", addr, port, err)
 		}
-		if ce.HolderPID != pid || ce.Self || ce.HolderAddress != any4 {
+		if ce.Holder.Owner.PID != pid || ce.Self || ce.Holder.Addr != any4 {
 			t.Errorf("conflict = %+v; want holder pid %d on 0.0.0.0", ce, pid)
 		}
 		if want := "held by pid " + strconv.Itoa(pid); !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "worker") {
@@ -473,7 +473,7 @@ func TestTransfer(t *testing.T) {
 	}
 	_, err = a.Reserve(ctx, portalloc.Request{}, r.Port)
 	var ce *portalloc.ConflictError
-	if !errors.As(err, &ce) || ce.HolderPID != pid {
+	if !errors.As(err, &ce) || ce.Holder.Owner.PID != pid {
 		t.Errorf("Reserve after Transfer = %v; want held by pid %d", err, pid)
 	}
 	if err := a.Transfer(ctx, r, 1<<30); !errors.Is(err, portalloc.ErrInvalidRequest) {

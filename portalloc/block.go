@@ -59,7 +59,7 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 		}
 		probe := probeFunc(req)
 		rows, err := s.ScanBlock(ctx, statestore.ScanRequest{
-			Protocol: statestore.Protocol(req.Protocol),
+			Protocol: req.Protocol,
 			Addr:     req.Address,
 			Label:    req.Label,
 			Next:     whole,

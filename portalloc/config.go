@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/berth-go/berth/internal/portrange"
+	"github.com/berth-go/berth/store"
 )
 
 // Mode selects the backend an Allocator reserves ports with.
@@ -40,46 +41,18 @@ func (m Mode) valid() bool {
 	return m == ModeStateStore || m == ModeStateStoreWithFallback || m == ModeMRU
 }
 
-// Protocol is the transport a port is allocated for.
-type Protocol string
+// Protocol is the transport a port is allocated for: TCP or UDP. It is
+// the type package store declares, under this name.
+type Protocol = store.Protocol
 
 // The protocols.
 const (
-	TCP Protocol = "tcp"
-	UDP Protocol = "udp"
+	TCP = store.TCP
+	UDP = store.UDP
 )
-
-// Range is the ports First through Last, both included.
-type Range = portrange.Range
-
-// DefaultRange is 20000-32767: below the Linux ephemeral range (32768-60999)
-// and the Windows and macOS dynamic range (49152-65535), so the OS never
-// hands one of its ports to an outgoing connection.
-var DefaultRange = Range{First: 20000, Last: 32767}
 
 // DefaultTimeout bounds one Allocate or Reserve when Config.Timeout is zero.
 const DefaultTimeout = 30 * time.Second
-
-// ParseRange parses "FIRST-LAST" (e.g. "20000-32767") or a single port
-// ("25565"). Ports run from 1 to 65535, FIRST <= LAST; no spaces or signs.
-// Errors wrap ErrInvalidRequest.
-func ParseRange(s string) (Range, error) {
-	r, err := portrange.Parse(s)
-	if err != nil {
-		return Range{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-	}
-	return r, nil
-}
-
-// ParseRanges parses a comma-separated list of ranges, such as
-// "22000-22100,25565". Errors wrap ErrInvalidRequest.
-func ParseRanges(s string) ([]Range, error) {
-	rs, err := portrange.ParseList(s)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-	}
-	return rs, nil
-}
 
 // Config configures an Allocator. The zero value of every field is a working
 // default; New parses and validates it once.
@@ -177,14 +150,14 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalidRequest, EnvPortRange, err))
 		}
-		c.Range = r
+		c.Range = Range(r)
 	}
 	if v := get(EnvPortExclude); v != "" {
 		rs, err := portrange.ParseList(v)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalidRequest, EnvPortExclude, err))
 		}
-		c.Exclude = rs
+		c.Exclude = ranges(rs)
 	}
 	if v := get(EnvStateDir); v != "" {
 		c.StateDir = v
@@ -277,11 +250,6 @@ const (
 	DatabaseFile = "berth.db" // the SQLite state store
 	MRUFile      = "mru.json" // the MRU fallback's record
 )
-
-// EphemeralRange returns the range the OS picks outgoing connections' local
-// ports from (read once per process), and an error if it had to assume the
-// IANA range 49152-65535.
-func EphemeralRange() (Range, error) { return portrange.Ephemeral() }
 
 // DefaultStateDir returns the state directory used when Config.StateDir is
 // empty: os.UserCacheDir()/berth, except for root when that lies in another

@@ -54,7 +54,7 @@ func TestReserveInMRUMode(t *testing.T) {
 	defer l.Close()
 	_, err := a.Reserve(ctx, portalloc.Request{}, base+1)
 	var ce *portalloc.ConflictError
-	if !errors.As(err, &ce) || ce.HolderPID != 0 {
+	if !errors.As(err, &ce) || ce.Holder.Owner.PID != 0 {
 		t.Fatalf("Reserve of a bound port in MRU mode = %v; want a ConflictError for a process outside berth", err)
 	}
 	r, err := a.Reserve(ctx, portalloc.Request{}, base)

@@ -4,22 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // Sentinel errors: every error an Allocator returns for one of these
-// conditions wraps the sentinel, for errors.Is.
+// conditions wraps the sentinel, for errors.Is. ErrRangeExhausted,
+// ErrPortHeld, ErrInvalidRequest and ErrUnsafe are the very sentinels of
+// package store (ErrExhausted, ErrHeld, ErrInvalid, ErrUnsafe), so an error
+// from a store tests the same.
 var (
 	// ErrRangeExhausted: no port of the range is free.
-	ErrRangeExhausted = errors.New("no free port in the range")
+	ErrRangeExhausted = store.ErrExhausted
 	// ErrPortHeld: the port is reserved by a live process or bound outside
 	// berth. The error is a *ConflictError with the detail.
-	ErrPortHeld = errors.New("port held")
+	ErrPortHeld = store.ErrHeld
 	// ErrInvalidRequest: a request or configuration field is out of its
 	// accepted values; the message names the field and what is accepted.
-	ErrInvalidRequest = errors.New("invalid request")
+	ErrInvalidRequest = store.ErrInvalid
 	// ErrStoreUnavailable: the state store could not be used. In every
 	// mode a busy store (another process held its lock longer than the call
 	// could wait) or a call that ran out of time; in ModeStateStore also a
@@ -40,72 +43,16 @@ var (
 	// to work around: no mode falls back to the MRU file for it, and New
 	// returns an error wrapping both ErrUnsafe and ErrStoreUnavailable. It
 	// is the sentinel statestore.ErrUnsafe and mru.ErrUnsafe are.
-	ErrUnsafe = statestore.ErrUnsafe
+	ErrUnsafe = store.ErrUnsafe
 )
 
-// ConflictError reports a port that is held. errors.Is(err, ErrPortHeld)
-// holds for it.
-type ConflictError struct {
-	Protocol Protocol
-	Address  netip.Addr
-	Port     uint16
-
-	// HolderPID is the process holding the port; 0 when the port is bound
-	// by a process outside berth.
-	HolderPID  int
-	HolderName string
-	// HolderAddress is the address of the holder's reservation, which
-	// differs from Address when a wildcard stands in the way.
-	HolderAddress netip.Addr
-	HolderLabel   string
-	// Self is true when the holder is this very process, e.g. its own
-	// wildcard reservation of the port.
-	Self bool
-}
-
-func (e *ConflictError) Error() string {
-	want := fmt.Sprintf("%s %s", e.Protocol, netip.AddrPortFrom(e.Address, e.Port))
-	holder := fmt.Sprintf("%s %s", e.Protocol, netip.AddrPortFrom(e.HolderAddress, e.Port))
-	label := ""
-	if e.HolderLabel != "" {
-		label = fmt.Sprintf(" (label %q)", e.HolderLabel)
-	}
-	switch {
-	case e.HolderPID == 0:
-		return fmt.Sprintf("%s is bound by a process outside berth; stop it or choose another port", want)
-	case e.Self && e.HolderAddress == e.Address:
-		return fmt.Sprintf("%s is already reserved by this process%s", want, label)
-	case e.Self:
-		return fmt.Sprintf("%s conflicts with this process's own reservation of %s%s; release that first or choose another port", want, holder, label)
-	default:
-		name := ""
-		switch {
-		case labelProblem(e.HolderName) != "":
-			// A name from a row of the store can hold anything.
-			name = " (" + quoteShort(e.HolderName) + ")"
-		case e.HolderName != "":
-			name = " (" + e.HolderName + ")"
-		}
-		return fmt.Sprintf("%s is held by pid %d%s through its reservation of %s%s; stop that process or choose another port", want, e.HolderPID, name, holder, label)
-	}
-}
-
-// Is reports whether target is ErrPortHeld.
-func (e *ConflictError) Is(target error) bool { return target == ErrPortHeld }
-
-func fromStoreConflict(ce *statestore.ConflictError) *ConflictError {
-	h := ce.Holder
-	return &ConflictError{
-		Protocol:      Protocol(ce.Key.Protocol),
-		Address:       ce.Key.Addr,
-		Port:          ce.Key.Port,
-		HolderPID:     h.Owner.PID,
-		HolderName:    h.Owner.Name,
-		HolderAddress: h.Addr,
-		HolderLabel:   h.Label,
-		Self:          ce.Self,
-	}
-}
+// ConflictError reports a port that is held: Key is what was asked for,
+// Holder the live reservation in the way (its Owner is the zero Owner when
+// a process outside berth has the port bound; its Key differs from Key
+// when a wildcard stands in the way), and Self says the holder is this
+// very process. errors.Is(err, ErrPortHeld) holds for it. It is the type
+// package store declares, under this name.
+type ConflictError = store.ConflictError
 
 // rowErr puts an error of the store's Release or Transfer of r into
 // portalloc's words: one prefix, and a portalloc sentinel to test for.

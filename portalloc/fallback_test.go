@@ -89,7 +89,7 @@ func TestFallbackSkipsPortsTheStoreHolds(t *testing.T) {
 
 	_, err := a.Reserve(ctx, portalloc.Request{}, held)
 	var ce *portalloc.ConflictError
-	if !errors.As(err, &ce) || ce.HolderPID != pid {
+	if !errors.As(err, &ce) || ce.Holder.Owner.PID != pid {
 		t.Errorf("Reserve(%d) in the fallback = %v; want ErrPortHeld naming pid %d, which holds it in the store", held, err, pid)
 	}
 	r, err := a.Allocate(ctx, portalloc.Request{})

@@ -230,9 +230,9 @@ func (p *Pool) setSpec(spec PoolSpec) error {
 	case spec.Band == "static" && static.Size() == 0:
 		return fmt.Errorf("%w: pool band \"static\": the range %s is too small to have one (17 ports or more)", ErrInvalidRequest, p.a.cfg.Range)
 	case spec.Band == "static":
-		spec.Range = static
+		spec.Range = Range(static)
 	case spec.Band == "dynamic":
-		spec.Range = dynamic
+		spec.Range = Range(dynamic)
 	case spec.Band != "":
 		return fmt.Errorf("%w: pool band %q: want \"static\" or \"dynamic\"", ErrInvalidRequest, spec.Band)
 	case spec.Range == (Range{}):
@@ -260,12 +260,12 @@ func (p *Pool) setSpec(spec PoolSpec) error {
 		return err
 	}
 	// The pool's own walk: the Allocator's set, narrowed to the pool's range.
-	var excl []Range
+	var excl []portrange.Range
 	if spec.Range.First > p.a.cfg.Range.First {
-		excl = append(excl, Range{First: p.a.cfg.Range.First, Last: spec.Range.First - 1})
+		excl = append(excl, portrange.Range{First: p.a.cfg.Range.First, Last: spec.Range.First - 1})
 	}
 	if spec.Range.Last < p.a.cfg.Range.Last {
-		excl = append(excl, Range{First: spec.Range.Last + 1, Last: p.a.cfg.Range.Last})
+		excl = append(excl, portrange.Range{First: spec.Range.Last + 1, Last: p.a.cfg.Range.Last})
 	}
 	set := p.a.set.Without(excl...)
 	if set.Len() < spec.Size {

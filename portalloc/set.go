@@ -649,7 +649,7 @@ func (a *Allocator) ownRows(ctx context.Context, prefix string) (map[string]Rese
 		if !r.Owner.Same(self) {
 			continue
 		}
-		res := Reservation{Protocol: Protocol(r.Protocol), Address: r.Addr, Port: r.Port, Label: r.Label, Backend: BackendStateStore}
+		res := Reservation{Protocol: r.Protocol, Address: r.Addr, Port: r.Port, Label: r.Label, Backend: BackendStateStore}
 		before[keyOf(res)] = true
 		if strings.HasPrefix(r.Label, prefix) {
 			out[r.Label] = res

@@ -202,7 +202,7 @@ func TestOrchestratorCrash(t *testing.T) {
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir})
 	_, err := a.Reserve(context.Background(), portalloc.Request{}, port)
 	var ce *portalloc.ConflictError
-	if !errors.As(err, &ce) || ce.HolderPID != child {
+	if !errors.As(err, &ce) || ce.Holder.Owner.PID != child {
 		t.Fatalf("Reserve(%d) after the orchestrator died = %v; want held by the child pid %d", port, err, child)
 	}
 	if err := syscall.Kill(child, syscall.SIGKILL); err != nil {

@@ -38,7 +38,7 @@ func tryReserve(ctx context.Context) error {
 	case err == nil:
 		fmt.Println("reserved")
 	case errors.As(err, &ce):
-		fmt.Println("held", ce.HolderPID)
+		fmt.Println("held", ce.Holder.Owner.PID)
 	default:
 		return err
 	}

@@ -88,7 +88,7 @@ func (s *Store) forgetChanged(ctx context.Context) error {
 		if err := rows.Scan(&proto, &port); err != nil {
 			return fmt.Errorf("read change journal: %w", err)
 		}
-		if port >= 1 && port <= 65535 && Protocol(proto).valid() {
+		if port >= 1 && port <= 65535 && Protocol(proto).Valid() {
 			delete(s.cache.rows, cacheKey(Protocol(proto), uint16(port)))
 		}
 	}

@@ -38,7 +38,7 @@ func (s *Store) convertLegacyOwners(ctx context.Context) (converted, deleted int
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			up, err := owner.Upgrade(tctx, o.identity())
+			up, err := owner.Upgrade(tctx, identity(o))
 			switch {
 			case errors.Is(err, owner.ErrNotRunning):
 				n, err := changed(s.st.deleteOwner.ExecContext(tctx, ownerArgs(o)...))
@@ -81,7 +81,7 @@ func (s *Store) legacyOwners(ctx context.Context) ([]Owner, error) {
 		if err := rows.Scan(&o.PID, &o.Start, &o.Scope); err != nil {
 			return nil, err
 		}
-		if owner.IsLegacy(o.identity()) {
+		if owner.IsLegacy(identity(o)) {
 			out = append(out, o)
 		}
 	}

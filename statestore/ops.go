@@ -89,7 +89,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Reservation, error) {
 		args  []any
 	)
 	if f.Protocol != "" {
-		if !f.Protocol.valid() {
+		if !f.Protocol.Valid() {
 			return nil, &FieldError{Field: "protocol", Value: string(f.Protocol), Want: `"tcp" or "udp"`}
 		}
 		where, args = append(where, "protocol = ?"), append(args, string(f.Protocol))

@@ -232,7 +232,7 @@ func (s *Store) probe(probe ProbeFunc, key Key) (bool, error) {
 }
 
 func (s *Store) validate(k Key, own Owner, kind, defKind Kind) (Key, Owner, Kind, error) {
-	key, err := k.normalize()
+	key, err := k.Normalize()
 	if err != nil {
 		return Key{}, Owner{}, "", err
 	}

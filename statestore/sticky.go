@@ -15,7 +15,7 @@ func (s *Store) Remember(ctx context.Context, label string, protocol Protocol, p
 	if err := CheckLabel(label); err != nil {
 		return err
 	}
-	if !protocol.valid() {
+	if !protocol.Valid() {
 		return &FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`}
 	}
 	if port == 0 {

@@ -261,11 +261,11 @@ the owner holds already is not an error.`,
 		defer a.fallbackHint(al)
 		r, err := al.Reserve(ctx, req, port)
 		var ce *portalloc.ConflictError
-		if errors.As(err, &ce) && ce.HolderPID == own.PID && ce.HolderAddress == req.Address {
+		if errors.As(err, &ce) && ce.Holder.Owner.PID == own.PID && ce.Holder.Addr == req.Address {
 			// The owner holds exactly this already: reserving again is a no-op.
-			return a.printPorts(f.json, []portalloc.Reservation{{Protocol: req.Protocol, Address: req.Address, Port: port, Label: ce.HolderLabel, Backend: portalloc.BackendStateStore}}, own)
+			return a.printPorts(f.json, []portalloc.Reservation{{Protocol: req.Protocol, Address: req.Address, Port: port, Label: ce.Holder.Label, Backend: portalloc.BackendStateStore}}, own)
 		}
-		if errors.As(err, &ce) && ce.HolderPID == os.Getppid() {
+		if errors.As(err, &ce) && ce.Holder.Owner.PID == os.Getppid() {
 			return fmt.Errorf("%w; it is held by the shell that ran berth: to give it to pid %d, run 'berth transfer %d --to %d'", err, own.PID, port, own.PID)
 		}
 		if err != nil {

@@ -1,0 +1,113 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/berth-go/berth/internal/safefs"
+)
+
+// Sentinel errors. Every error a store returns for one of these conditions
+// wraps the sentinel, so callers branch with errors.Is; portalloc's
+// sentinels of the same meaning are these very values.
+var (
+	// ErrInvalid: a request field is out of its accepted values. The error
+	// is a *FieldError (or, from portalloc, a message) that names the field.
+	ErrInvalid = errors.New("invalid request")
+	// ErrHeld: the port is reserved by a live owner or bound outside berth.
+	// The error is a *ConflictError.
+	ErrHeld = errors.New("port held")
+	// ErrExhausted: no candidate port was free.
+	ErrExhausted = errors.New("no free port in the range")
+	// ErrNotFound: no reservation matches.
+	ErrNotFound = errors.New("no such reservation")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("store closed")
+	// ErrDamaged: the file is not a berth database or is damaged. Open
+	// refuses it and leaves it untouched.
+	ErrDamaged = errors.New("not a usable berth database")
+	// ErrSchemaTooNew: the database was written by a newer berth.
+	ErrSchemaTooNew = errors.New("database schema is newer than this berth")
+	// ErrBusy: another process kept the store locked for longer than the
+	// call could wait. It is a transient condition, not damage: the store
+	// works once the holder lets go. Where the OS tells who holds the
+	// lock, the error names it.
+	ErrBusy = errors.New("state store locked by another process")
+	// ErrUnsafe: the state directory or one of berth's files in it is owned
+	// by another user, may be written by others, or is a symbolic link
+	// where berth creates its own file. The error says which and how to
+	// fix it; nothing was opened or created.
+	ErrUnsafe = safefs.ErrUnsafe
+	// ErrStorage is wrapped by every error that comes from the database or
+	// the file system rather than from the request: the store could not do
+	// its job. A caller with a fallback falls back on it.
+	ErrStorage = errors.New("state store failed")
+)
+
+// FieldError reports a request field whose value is not accepted.
+type FieldError struct {
+	Field string // the field, e.g. "protocol"
+	Value string // the value given
+	Want  string // what is accepted
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("%s %s: want %s", e.Field, strconv.Quote(e.Value), e.Want)
+}
+
+// Unwrap returns ErrInvalid.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// ConflictError reports a port that cannot be reserved because someone holds
+// it. errors.Is(err, ErrHeld) holds for it.
+type ConflictError struct {
+	Key Key // what was asked for
+	// Holder is the live reservation in the way. Its Owner is the zero
+	// Owner when the port is bound by a process outside berth. Its Key
+	// differs from Key when a wildcard stands in the way.
+	Holder Reservation
+	// Self is true when the holder is the very owner that asked, e.g. its
+	// own wildcard reservation standing in the way of a specific address.
+	Self bool
+}
+
+func (e *ConflictError) Error() string {
+	h := e.Holder
+	switch {
+	case h.Owner.PID == 0:
+		return fmt.Sprintf("%s is bound by a process outside berth; stop it or choose another port (ss -lnp 'sport = :%d' shows who)", e.Key, e.Key.Port)
+	case e.Self && h.Key == e.Key:
+		return fmt.Sprintf("%s is already reserved by this process%s", e.Key, labelled(h.Label))
+	case e.Self:
+		return fmt.Sprintf("%s conflicts with this process's own reservation of %s%s; release that first or choose another port", e.Key, h.Key, labelled(h.Label))
+	default:
+		return fmt.Sprintf("%s is held by %s through its reservation of %s%s; stop that process or choose another port", e.Key, holderName(h.Owner), h.Key, labelled(h.Label))
+	}
+}
+
+// holderName names o for a message. A name read from a row of the store can
+// hold anything, so one that is not plain printable text is quoted, and a
+// long one is cut, so that no terminal acts on it.
+func holderName(o Owner) string {
+	switch {
+	case o.Name == "":
+		return fmt.Sprintf("pid %d", o.PID)
+	case len(o.Name) > 64:
+		return fmt.Sprintf("pid %d (%s...)", o.PID, strconv.Quote(o.Name[:64]))
+	case strconv.CanBackquote(o.Name):
+		return fmt.Sprintf("pid %d (%s)", o.PID, o.Name)
+	default:
+		return fmt.Sprintf("pid %d (%s)", o.PID, strconv.Quote(o.Name))
+	}
+}
+
+func labelled(label string) string {
+	if label == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (label %q)", label)
+}
+
+// Is reports whether target is ErrHeld.
+func (e *ConflictError) Is(target error) bool { return target == ErrHeld }

@@ -1,0 +1,110 @@
+package store_test
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/berth-go/berth/store"
+)
+
+func TestKeyNormalize(t *testing.T) {
+	ok := []struct {
+		in   store.Key
+		want netip.Addr
+	}{
+		{store.Key{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: 1}, netip.MustParseAddr("127.0.0.1")},
+		{store.Key{Protocol: store.UDP, Addr: netip.MustParseAddr("::ffff:127.0.0.1"), Port: 65535}, netip.MustParseAddr("127.0.0.1")},
+		{store.Key{Protocol: store.TCP, Addr: netip.MustParseAddr("::"), Port: 80}, netip.MustParseAddr("::")},
+	}
+	for _, tc := range ok {
+		got, err := tc.in.Normalize()
+		if err != nil || got.Addr != tc.want {
+			t.Errorf("%v.Normalize() = %v, %v; want address %v", tc.in, got, err, tc.want)
+		}
+	}
+	bad := []struct {
+		in    store.Key
+		field string
+	}{
+		{store.Key{Protocol: "sctp", Addr: netip.MustParseAddr("127.0.0.1"), Port: 1}, "protocol"},
+		{store.Key{Protocol: "", Addr: netip.MustParseAddr("127.0.0.1"), Port: 1}, "protocol"},
+		{store.Key{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: 0}, "port"},
+		{store.Key{Protocol: store.TCP, Port: 1}, "address"},
+		{store.Key{Protocol: store.TCP, Addr: netip.MustParseAddr("fe80::1%eth0"), Port: 1}, "address"},
+	}
+	for _, tc := range bad {
+		_, err := tc.in.Normalize()
+		var fe *store.FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("%v.Normalize() = %v; want a *FieldError for %q wrapping ErrInvalid", tc.in, err, tc.field)
+		}
+	}
+}
+
+func TestKeyConflicts(t *testing.T) {
+	k := func(proto store.Protocol, addr string, port uint16) store.Key {
+		return store.Key{Protocol: proto, Addr: netip.MustParseAddr(addr), Port: port}
+	}
+	tests := []struct {
+		a, b store.Key
+		want bool
+	}{
+		{k(store.TCP, "127.0.0.1", 1), k(store.TCP, "127.0.0.1", 1), true},
+		{k(store.TCP, "127.0.0.1", 1), k(store.TCP, "127.0.0.2", 1), false},
+		{k(store.TCP, "0.0.0.0", 1), k(store.TCP, "127.0.0.2", 1), true},
+		{k(store.TCP, "::", 1), k(store.TCP, "127.0.0.2", 1), true},
+		{k(store.TCP, "::1", 1), k(store.TCP, "0.0.0.0", 1), true},
+		{k(store.TCP, "::1", 1), k(store.TCP, "127.0.0.1", 1), false},
+		{k(store.TCP, "::", 1), k(store.TCP, "::1", 1), true},
+		{k(store.TCP, "127.0.0.1", 1), k(store.UDP, "127.0.0.1", 1), false},
+		{k(store.TCP, "127.0.0.1", 1), k(store.TCP, "127.0.0.1", 2), false},
+	}
+	for _, tc := range tests {
+		if got := tc.a.Conflicts(tc.b); got != tc.want {
+			t.Errorf("%v.Conflicts(%v) = %v; want %v", tc.a, tc.b, got, tc.want)
+		}
+		if got := tc.b.Conflicts(tc.a); got != tc.want {
+			t.Errorf("%v.Conflicts(%v) = %v; want %v", tc.b, tc.a, got, tc.want)
+		}
+	}
+}
+
+func TestConflictError(t *testing.T) {
+	key := store.Key{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: 20001}
+	any4 := store.Key{Protocol: store.TCP, Addr: netip.MustParseAddr("0.0.0.0"), Port: 20001}
+	tests := []struct {
+		err  store.ConflictError
+		want []string
+		not  []string
+	}{
+		{store.ConflictError{Key: key}, []string{"tcp 127.0.0.1:20001 is bound by a process outside berth"}, nil},
+		{store.ConflictError{Key: key, Holder: store.Reservation{Key: key, Owner: store.Owner{PID: 7}, Label: "api"}, Self: true},
+			[]string{"already reserved by this process", `(label "api")`}, nil},
+		{store.ConflictError{Key: key, Holder: store.Reservation{Key: any4, Owner: store.Owner{PID: 7}}, Self: true},
+			[]string{"own reservation of tcp 0.0.0.0:20001"}, nil},
+		{store.ConflictError{Key: key, Holder: store.Reservation{Key: any4, Owner: store.Owner{PID: 42, Name: "web"}}},
+			[]string{"held by pid 42 (web) through its reservation of tcp 0.0.0.0:20001"}, nil},
+		{store.ConflictError{Key: key, Holder: store.Reservation{Key: key, Owner: store.Owner{PID: 42, Name: "x\x1b]0;pwned\x07"}, Label: "a\nb"}},
+			[]string{`pid 42 ("x\x1b]0;pwned\a")`, `(label "a\nb")`}, []string{"\x1b", "\n"}},
+		{store.ConflictError{Key: key, Holder: store.Reservation{Key: key, Owner: store.Owner{PID: 42, Name: strings.Repeat("n", 1000)}}},
+			[]string{"..."}, []string{strings.Repeat("n", 65)}},
+	}
+	for _, tc := range tests {
+		msg := tc.err.Error()
+		for _, w := range tc.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("Error() = %q; want it to contain %q", msg, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(msg, n) {
+				t.Errorf("Error() = %q; want no %q in it", msg, n)
+			}
+		}
+		if !errors.Is(&tc.err, store.ErrHeld) {
+			t.Errorf("errors.Is(%q, ErrHeld) = false; want true", msg)
+		}
+	}
+}
