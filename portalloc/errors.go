@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 
+	"github.com/berth-go/berth/mru"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -67,4 +69,62 @@ func (a *Allocator) rowErr(op string, r Reservation, err error) error {
 		return fmt.Errorf("portalloc: %s %s: %w", op, r, err)
 	}
 	return fmt.Errorf("portalloc: %s %s: %w: %w", op, r, ErrStoreUnavailable, err)
+}
+
+// storeErr translates a state store error. It returns nil when the caller
+// should go on with the MRU file: a failure of the store, not of the
+// request, in the fallback mode. A busy store and a call out of time are
+// never reasons to fall back: the store works, it only has to be waited
+// for, and the MRU file reserves nothing.
+func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error {
+	var ce *ConflictError
+	switch {
+	case errors.As(err, &ce):
+		return ce
+	case errors.Is(err, statestore.ErrExhausted):
+		return fmt.Errorf("portalloc: %s on %s in %s: %w", req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
+	case errors.Is(ctx.Err(), context.Canceled):
+		return ctx.Err() // the caller gave up
+	case ctx.Err() != nil && !isTransient(err):
+		return ctx.Err()
+	case isTransient(err) || ctx.Err() != nil:
+		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+			err = fmt.Errorf("%w: %w", err, ctxErr)
+		}
+		return fmt.Errorf("portalloc: %w (gave up waiting; it is not damaged, and berth does not fall back for it): %w", ErrStoreUnavailable, err)
+	case errors.Is(err, ErrUnsafe):
+		return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err) // to fix, never to fall back for
+	case errors.Is(err, statestore.ErrInvalid):
+		return fmt.Errorf("portalloc: %w: %w", ErrInvalidRequest, err)
+	case errors.Is(err, statestore.ErrClosed) && a.isClosed():
+		return ErrClosed
+	case errors.Is(err, statestore.ErrStorage) || errors.Is(err, statestore.ErrClosed) ||
+		errors.Is(err, statestore.ErrDamaged) || errors.Is(err, statestore.ErrSchemaTooNew):
+		if a.cfg.Mode == ModeStateStore {
+			return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
+		}
+		a.fallBack(err)
+		return nil
+	default:
+		// A probe error: says nothing about the store.
+		return a.probeErr(err, req)
+	}
+}
+
+func (a *Allocator) mruErr(ctx context.Context, err error, req Request) error {
+	switch {
+	case errors.Is(err, mru.ErrExhausted):
+		return fmt.Errorf("portalloc: %s on %s in %s: %w", req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	default:
+		return a.probeErr(err, req)
+	}
+}
+
+func (a *Allocator) probeErr(err error, req Request) error {
+	if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return fmt.Errorf("portalloc: %w: address %s is not an address of this host: %w", ErrInvalidRequest, req.Address, err)
+	}
+	return fmt.Errorf("portalloc: %w", err)
 }

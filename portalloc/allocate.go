@@ -1,0 +1,158 @@
+package portalloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/berth-go/berth/internal/portrange"
+	"github.com/berth-go/berth/internal/probe"
+	"github.com/berth-go/berth/mru"
+	"github.com/berth-go/berth/statestore"
+)
+
+func probeKey(k statestore.Key) (bool, error) {
+	return probe.Available(string(k.Protocol), k.Addr, k.Port)
+}
+
+// Allocate reserves a free port of the configured range for req and returns
+// it. The port has been bind-probed on req.Address. It returns an error
+// wrapping ErrRangeExhausted when no port is free.
+func (a *Allocator) Allocate(ctx context.Context, req Request) (r Reservation, err error) {
+	defer func() { a.ctr.count(false, err) }()
+	ctx, cancel, req, err := a.begin(ctx, req)
+	if err != nil {
+		return Reservation{}, err
+	}
+	defer cancel()
+	if req.Sticky && req.Label == "" {
+		return Reservation{}, fmt.Errorf("%w: a sticky request needs a Label to remember its port under", ErrInvalidRequest)
+	}
+	return a.allocate(ctx, req, a.set, probeFunc(req), "")
+}
+
+func probeFunc(req Request) func(uint16) (bool, error) {
+	return func(p uint16) (bool, error) {
+		return probe.Available(string(req.Protocol), req.Address, p)
+	}
+}
+
+// allocateIn is allocate with the probe, on a set of ports of the range
+// (a pool's), held by via. The caller has run begin.
+func (a *Allocator) allocateIn(ctx context.Context, req Request, set *portrange.Set, via string) (r Reservation, err error) {
+	defer func() { a.ctr.count(false, err) }()
+	return a.allocate(ctx, req, set, probeFunc(req), via)
+}
+
+// allocate walks set for req and takes the first port that the backend has
+// free and bindable passes. bindable runs inside the store's write
+// transaction. via names the holder of the reference it takes (see refs).
+func (a *Allocator) allocate(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error), via string) (Reservation, error) {
+	a.retryStore(ctx)
+	if !a.fb.active.Load() {
+		if r, done, err := a.scanStore(ctx, req, set, bindable, via); done {
+			return r, err
+		}
+	}
+	return a.allocateMRU(ctx, req, set, bindable)
+}
+
+// scanStore allocates in the state store. done is false when the store
+// failed and the Allocator fell back: the MRU file is to serve.
+func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error), via string) (r Reservation, done bool, err error) {
+	for attempt := 0; ; attempt++ {
+		s := a.db()
+		if s == nil {
+			return Reservation{}, false, nil
+		}
+		next, sticky := a.candidates(ctx, s, req, set)
+		row, err := s.Scan(ctx, statestore.ScanRequest{
+			Protocol: req.Protocol,
+			Addr:     req.Address,
+			Label:    req.Label,
+			Next:     next,
+			Probe:    func(k statestore.Key) (bool, error) { return bindable(k.Port) },
+		})
+		if err == nil {
+			a.remember(ctx, s, req, sticky, row.Port)
+			r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
+			if !a.holdNew(ctx, s, r, via) {
+				return Reservation{}, true, ErrClosed
+			}
+			return r, true, nil
+		}
+		if attempt == 0 && a.replaced(s, err) {
+			continue
+		}
+		if err := a.storeErr(ctx, err, req); err != nil {
+			return Reservation{}, true, err
+		}
+		return Reservation{}, false, nil
+	}
+}
+
+// holdNew takes this Allocator's hold, on behalf of via, of a row a scan
+// has just inserted: nobody else in the process can hold it yet. When the
+// Allocator has closed meanwhile, it releases the row and reports false.
+func (a *Allocator) holdNew(ctx context.Context, s *statestore.Store, r Reservation, via string) bool {
+	rk := a.refKeyOf(r)
+	refs.addNew(rk, a, via)
+	if a.hold(r) {
+		return true
+	}
+	if refs.forget(rk, a) == 0 {
+		_ = s.Release(context.WithoutCancel(ctx), storeKey(r), statestore.Owner{}) // reaping covers a failure
+	}
+	return false
+}
+
+// storeKey is r's key in the state store.
+func storeKey(r Reservation) statestore.Key {
+	return statestore.Key{Protocol: r.Protocol, Addr: r.Address, Port: r.Port}
+}
+
+// replaced reports whether err comes from a store that a retry after a
+// fallback has replaced since the call took it: the call goes on with the
+// new one.
+func (a *Allocator) replaced(s *statestore.Store, err error) bool {
+	cur := a.db()
+	return errors.Is(err, statestore.ErrClosed) && cur != nil && cur != s
+}
+
+// allocateMRU allocates from the MRU file, skipping every port the state
+// store holds while its database can be read.
+func (a *Allocator) allocateMRU(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error)) (Reservation, error) {
+	held, readable := a.readHeld(ctx)
+	it, _ := a.candidates(ctx, nil, req, set) // the MRU file remembers no sticky port
+	next := func() (uint16, bool) {
+		for {
+			p, ok := it()
+			if !ok || len(held.Holders(statestore.Key{Protocol: req.Protocol, Addr: req.Address, Port: p})) == 0 {
+				return p, ok
+			}
+		}
+	}
+	port, err := a.mru.Allocate(ctx, mru.Request{
+		Protocol: string(req.Protocol),
+		Addr:     req.Address,
+		Next:     next,
+		Probe: func(p uint16) (bool, error) {
+			free, err := bindable(p)
+			if err == nil && !free {
+				a.ctr.mruProbeFailures.Add(1)
+			}
+			return free, err
+		},
+	})
+	if err != nil {
+		return Reservation{}, a.mruErr(ctx, err, req)
+	}
+	if !readable {
+		a.ctr.blind.Add(1)
+	}
+	r := Reservation{Protocol: req.Protocol, Address: req.Address, Port: port, Label: req.Label, Backend: BackendMRU}
+	if !a.hold(r) {
+		return Reservation{}, ErrClosed
+	}
+	return r, nil
+}

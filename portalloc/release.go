@@ -1,0 +1,140 @@
+package portalloc
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/berth-go/berth/statestore"
+)
+
+// Release gives r back. It never needs to fail the caller: the error it
+// returns is for logging, and a reservation that could not be released is
+// reaped once this process exits.
+//
+// It releases one hold of r by this Allocator. The row is deleted only when
+// no other hold of it remains in this process: another Reserve of the same
+// port, a set or pool of this or another Allocator. Releasing a reservation
+// this Allocator does not hold while another holder of the process does is
+// an error, and deletes nothing.
+func (a *Allocator) Release(ctx context.Context, r Reservation) error {
+	return a.release(ctx, r, "", false)
+}
+
+// release drops one hold of r by via. With keepRow it never deletes the
+// row: an AllocateSet that fails leaves rows that existed before it.
+func (a *Allocator) release(ctx context.Context, r Reservation, via string, keepRow bool) error {
+	if a.isClosed() {
+		return fmt.Errorf("portalloc: release %s: %w (Close has released everything the Allocator held)", r, ErrClosed)
+	}
+	switch r.Backend {
+	case BackendMRU:
+		// The MRU file keeps the port as recently handed out until it expires.
+		a.unhold(r, false)
+		return nil
+	case BackendStateStore:
+	default:
+		return fmt.Errorf("%w: reservation backend %q: want %q or %q", ErrInvalidRequest, r.Backend, BackendStateStore, BackendMRU)
+	}
+	s := a.db()
+	if s == nil {
+		return fmt.Errorf("%w: reservation %s is from a state store this Allocator does not have", ErrInvalidRequest, r)
+	}
+	rk := a.refKeyOf(r)
+	e, err := refs.lock(ctx, rk)
+	if err != nil {
+		return fmt.Errorf("portalloc: release %s: %w", r, err)
+	}
+	defer refs.unlock(rk, e)
+	had, left := refs.drop(e, a, via)
+	if had > 0 {
+		a.unhold(r, false)
+	}
+	switch {
+	case left > 0 && had > 0:
+		a.log.V(1).Info("released a hold; the port stays reserved for the other holders in this process", "reservation", r.String(), "holds", left)
+		return nil
+	case left > 0:
+		return fmt.Errorf("portalloc: release %s: %w: this Allocator does not hold it; %s holds it and releases it", r, ErrInvalidRequest, refs.describe(e, a, via))
+	case keepRow:
+		return nil
+	}
+	// The last hold in this process, or a row nobody here tracks (made by
+	// an Allocator since closed, or handed to this process).
+	if err := s.Release(ctx, storeKey(r), statestore.Owner{}); err != nil {
+		return a.rowErr("release", r, err)
+	}
+	return nil
+}
+
+// Transfer hands r to the running process pid, typically a child the caller
+// has just started: the port then stays reserved exactly as long as that
+// process runs, even if the caller exits first, and Close no longer
+// releases it. Reservations of the MRU backend have no owner; for them
+// Transfer only stops this Allocator from tracking the port.
+//
+// A row is owned by the process, not by one Allocator: Transfer refuses,
+// with an error wrapping ErrInvalidRequest that names the other holders,
+// when anything else in this process holds r too (another Allocator, a set
+// or pool, or a second Reserve of the same port), since the transfer would
+// take the port from them.
+func (a *Allocator) Transfer(ctx context.Context, r Reservation, pid int) error {
+	return a.transfer(ctx, r, pid, "")
+}
+
+func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via string) error {
+	if a.isClosed() {
+		return fmt.Errorf("portalloc: transfer %s: %w", r, ErrClosed)
+	}
+	switch r.Backend {
+	case BackendMRU:
+		a.unhold(r, true)
+		return nil
+	case BackendStateStore:
+	default:
+		return fmt.Errorf("%w: reservation backend %q: want %q or %q", ErrInvalidRequest, r.Backend, BackendStateStore, BackendMRU)
+	}
+	s := a.db()
+	if s == nil {
+		return fmt.Errorf("%w: reservation %s is from a state store this Allocator does not have", ErrInvalidRequest, r)
+	}
+	to, err := statestore.LookupOwner(ctx, pid)
+	if err != nil {
+		return fmt.Errorf("portalloc: transfer %s: %w: pid %d is not a running process: %w", r, ErrInvalidRequest, pid, err)
+	}
+	rk := a.refKeyOf(r)
+	e, err := refs.lock(ctx, rk)
+	if err != nil {
+		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, err)
+	}
+	defer refs.unlock(rk, e)
+	if mine, all := refs.count(e, a); all > 1 || all > mine {
+		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, sharedError(r, refs.describe(e, a, via)))
+	}
+	key := storeKey(r)
+	if err := s.Transfer(ctx, key, statestore.Owner{}, to); err != nil {
+		return a.rowErr(fmt.Sprintf("transfer to pid %d of", pid), r, err)
+	}
+	refs.dropAll(e, a)
+	a.unhold(r, true)
+	return nil
+}
+
+// Reap deletes every reservation in the store whose owner has exited, for
+// example those of children that were handed ports and have stopped, and
+// returns how many it deleted. The store also reaps on its own, in the
+// background and whenever a dead owner's row stands in the way; Reap just
+// does it now. In the MRU backend there is nothing to reap.
+func (a *Allocator) Reap(ctx context.Context) (int, error) {
+	if a.isClosed() {
+		return 0, fmt.Errorf("portalloc: reap: %w", ErrClosed)
+	}
+	s := a.db()
+	if s == nil {
+		return 0, nil
+	}
+	n, err := s.Reap(ctx)
+	if err != nil {
+		return n, fmt.Errorf("portalloc: reap: %w", a.closedErr(err))
+	}
+	return n, nil
+}

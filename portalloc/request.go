@@ -1,0 +1,72 @@
+package portalloc
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Order is the order in which Allocate tries the ports of its range.
+type Order string
+
+const (
+	// OrderRandom walks the range from a random port by a random stride,
+	// the ports above the range's static band first (see PoolSpec.Band).
+	// Allocators racing on one store start in different places, so they
+	// rarely want the same port: the default.
+	OrderRandom Order = "random"
+	// OrderLowest tries the lowest port of the range first, then the next,
+	// bands ignored: predictable ports for people who read them. Allocators
+	// racing on one store all want the same low ports; the store's write
+	// lock makes them take turns, so none is handed out twice, and each
+	// skips the ports the others hold from memory, without a probe.
+	OrderLowest Order = "lowest"
+)
+
+func (o Order) valid() bool { return o == OrderRandom || o == OrderLowest }
+
+// MaxPrefer is the most ports a Request.Prefer may list.
+const MaxPrefer = 1024
+
+// Backend names, as reported in Reservation.Backend.
+const (
+	BackendStateStore = "statestore"
+	BackendMRU        = "mru"
+)
+
+// Request describes the port a caller wants.
+type Request struct {
+	Protocol Protocol   // zero: TCP
+	Address  netip.Addr // zero: 127.0.0.1; 0.0.0.0 and :: are the wildcards
+	// Prefer lists ports for Allocate to try first, in this order, each
+	// with the full guarantee (free in the store, bind-probed); when none
+	// is free, Allocate goes on with the range as usual. Preferred ports
+	// may lie outside Config.Range (a dev server that should land on 3000
+	// when it can). At most MaxPrefer ports, none of them 0.
+	Prefer []uint16
+	// Order overrides Config.Order for this request.
+	Order Order
+	// Label is the caller's name for the port, shown in listings: at most
+	// MaxLabelLen bytes of printable UTF-8 (see MaxLabelLen); zero: none.
+	Label string
+	// Sticky asks Allocate for the port last handed out under Label (kept
+	// in the state store across restarts) when it is free and in the
+	// range; otherwise any free port, with the reason logged. It needs a
+	// Label. The MRU backend remembers nothing and ignores it.
+	Sticky bool
+}
+
+// Reservation is a port handed out by an Allocator.
+type Reservation struct {
+	Protocol Protocol
+	Address  netip.Addr
+	Port     uint16
+	Label    string
+	Backend  string // BackendStateStore or BackendMRU
+}
+
+// AddrPort returns the reservation's address and port.
+func (r Reservation) AddrPort() netip.AddrPort { return netip.AddrPortFrom(r.Address, r.Port) }
+
+func (r Reservation) String() string {
+	return fmt.Sprintf("%s %s", r.Protocol, r.AddrPort())
+}

@@ -1,0 +1,423 @@
+package portalloc
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Scope says who shares a port of a port set.
+type Scope string
+
+// The scopes.
+const (
+	// ScopeMember: each member of the group gets a port of its own.
+	ScopeMember Scope = "member"
+	// ScopeGroup: one port shared by every member of the group, e.g. a
+	// proxy or leader port.
+	ScopeGroup Scope = "group"
+)
+
+// SetSpec describes the ports of a set of processes that must find each
+// other: groups of members (api with 3 replicas, db with 1), each with named
+// ports, and environment variables that carry other groups' ports.
+//
+// A spec can be written as Go values or loaded from JSON with ParseSetSpec;
+// its JSON field names are the lower-case ones shown in the struct tags.
+type SetSpec struct {
+	// Name distinguishes sets in listings and labels: each port is
+	// labelled "<set>/<group>/<member>/<port>" (member scope) or
+	// "<set>/<group>/<port>" (group scope).
+	Name   string      `json:"name"`
+	Groups []GroupSpec `json:"groups"`
+}
+
+// GroupSpec is one group of a set.
+type GroupSpec struct {
+	Name string `json:"name"`
+	// Members is the number of processes of the group; zero: 1.
+	Members int        `json:"members,omitempty"`
+	Ports   []PortSpec `json:"ports"`
+	// Refs sets environment variables of every member to ports of any
+	// group of the set, this one included.
+	Refs []RefSpec `json:"refs,omitempty"`
+}
+
+// PortSpec is one named port of a group.
+type PortSpec struct {
+	Name string `json:"name"`
+	// Scope is ScopeMember (the zero value) or ScopeGroup.
+	Scope    Scope    `json:"scope,omitempty"`
+	Protocol Protocol `json:"protocol,omitempty"` // zero: TCP
+	// Address is the address the port is for; zero: 127.0.0.1.
+	Address netip.Addr `json:"address,omitzero"`
+	// Port fixes the port number instead of allocating one; it is then
+	// reserved with Reserve. A member-scoped fixed port needs a group of
+	// one member.
+	Port uint16 `json:"port,omitempty"`
+	// Env overrides the variable name, "<GROUP>_<PORT>_PORT" by default
+	// (upper case, other characters than letters and digits as '_').
+	Env string `json:"env,omitempty"`
+	// Sticky asks for the port this entry had last time (see
+	// Request.Sticky).
+	Sticky bool `json:"sticky,omitempty"`
+	// Prefer and Order are Request.Prefer and Request.Order for this
+	// port: ports to try first (the first free one is taken, each member
+	// of a member-scoped port taking the next), then the range in this
+	// order. Not with a fixed Port.
+	Prefer []uint16 `json:"prefer,omitempty"`
+	Order  Order    `json:"order,omitempty"`
+}
+
+// RefSpec sets Env to another port of the set: To is "group.port" for a
+// group-scoped port (or a port of a group of one member), or
+// "group.N.port" for member N's port of a member-scoped one.
+type RefSpec struct {
+	Env string `json:"env"`
+	To  string `json:"to"`
+}
+
+// SpecError reports what is wrong with a SetSpec, naming the field.
+type SpecError struct {
+	Field  string // e.g. "groups[1].ports[0].name"
+	Reason string
+}
+
+func (e *SpecError) Error() string { return fmt.Sprintf("set spec: %s: %s", e.Field, e.Reason) }
+
+// Unwrap returns ErrInvalidRequest.
+func (e *SpecError) Unwrap() error { return ErrInvalidRequest }
+
+// Limits of a SetSpec. ParseSetSpec, Validate and AllocateSet refuse a
+// spec beyond one of them with a *SpecError that names the limit. They
+// bound the work and memory a spec from a file can cost: parsing and
+// validating take time and memory linear in the spec's size, and an
+// allocated set holds at most MaxSetPorts reservations and MaxSetEnv
+// environment variables.
+const (
+	// MaxSetSpecSize is the largest JSON document ParseSetSpec reads, in
+	// bytes (1 MiB).
+	MaxSetSpecSize = 1 << 20
+	// MaxSetGroups is the most groups a set has.
+	MaxSetGroups = 10000
+	// MaxGroupMembers is the most members a group has.
+	MaxGroupMembers = 10000
+	// MaxGroupPorts is the most port entries (PortSpec) a group has.
+	MaxGroupPorts = 1000
+	// MaxGroupRefs is the most references (RefSpec) a group has.
+	MaxGroupRefs = 1000
+	// MaxSetPorts is the most ports a set reserves: a group-scoped port
+	// counts once, a member-scoped one once per member.
+	MaxSetPorts = 65535
+	// MaxSetEnv is the most environment variables of all members of a set
+	// together: each member has one per port and one per reference of its
+	// group.
+	MaxSetEnv = 1 << 20
+)
+
+// specLimits are the limits a validation applies; the benchmarks lift
+// them to show how validation grows beyond them.
+type specLimits struct {
+	size, groups, members, groupPorts, groupRefs, ports, env int
+}
+
+var setLimits = specLimits{
+	size: MaxSetSpecSize, groups: MaxSetGroups, members: MaxGroupMembers,
+	groupPorts: MaxGroupPorts, groupRefs: MaxGroupRefs, ports: MaxSetPorts, env: MaxSetEnv,
+}
+
+// ParseSetSpec parses and validates a JSON SetSpec of at most
+// MaxSetSpecSize bytes. Unknown fields are errors, so a misspelt key does
+// not pass silently. Errors are *SpecError, which wraps ErrInvalidRequest.
+func ParseSetSpec(data []byte) (SetSpec, error) {
+	return parseSetSpec(data, setLimits)
+}
+
+func parseSetSpec(data []byte, lim specLimits) (SetSpec, error) {
+	if len(data) > lim.size {
+		return SetSpec{}, &SpecError{Field: "(json)", Reason: fmt.Sprintf("%d bytes; want at most %d (MaxSetSpecSize, 1 MiB)", len(data), lim.size)}
+	}
+	var s SetSpec
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return SetSpec{}, &SpecError{Field: "(json)", Reason: err.Error()}
+	}
+	if dec.More() {
+		return SetSpec{}, &SpecError{Field: "(json)", Reason: "more than one JSON value"}
+	}
+	if _, err := s.index(lim); err != nil {
+		return SetSpec{}, err
+	}
+	return s, nil
+}
+
+// Validate checks the spec on its own, within the limits above;
+// AllocateSet also checks that the range can hold it. Errors are
+// *SpecError, which wraps ErrInvalidRequest.
+func (s SetSpec) Validate() error {
+	_, err := s.index(setLimits)
+	return err
+}
+
+// specIndex is a validated spec's lookup tables, so that resolving a
+// reference costs two map lookups, whatever the size of the set: a
+// validation that searched the groups for each reference took time
+// quadratic in the number of groups.
+type specIndex struct {
+	groups map[string]int  // group index by name
+	ports  map[portKey]int // port index by group index and port name
+	refs   [][]portRef     // each group's references, resolved
+	need   int             // ports the set needs from the range
+}
+
+type portKey struct {
+	group int
+	name  string
+}
+
+// envKey names an environment variable of a group's members.
+type envKey struct {
+	group int
+	name  string
+}
+
+// index validates s within lim and returns its lookup tables. It runs in
+// time and memory linear in the size of s: every check is a pass over the
+// groups with map lookups, and field names for errors are made only for
+// the error returned.
+func (s SetSpec) index(lim specLimits) (*specIndex, error) {
+	if why := nameProblem(s.Name); why != "" {
+		return nil, &SpecError{Field: "name", Reason: nameReason(s.Name, why)}
+	}
+	switch {
+	case len(s.Groups) == 0:
+		return nil, &SpecError{Field: "groups", Reason: "empty; want at least one group"}
+	case len(s.Groups) > lim.groups:
+		return nil, &SpecError{Field: "groups", Reason: fmt.Sprintf("%d groups; want at most %d (MaxSetGroups)", len(s.Groups), lim.groups)}
+	}
+	// Size the tables once (capped: the counts are checked below).
+	nports, nrefs := 0, 0
+	for _, g := range s.Groups {
+		nports += min(len(g.Ports), lim.groupPorts)
+		nrefs += min(len(g.Refs), lim.groupRefs)
+	}
+	ix := &specIndex{
+		groups: make(map[string]int, len(s.Groups)),
+		ports:  make(map[portKey]int, nports),
+		refs:   make([][]portRef, len(s.Groups)),
+	}
+	// envs maps each group's variables to who sets them: a port's index,
+	// or -1-i for reference i.
+	envs := make(map[envKey]int, nports+nrefs)
+	envField := func(gi, who int) string {
+		if who >= 0 {
+			return fmt.Sprintf("groups[%d].ports[%d].env", gi, who)
+		}
+		return fmt.Sprintf("groups[%d].refs[%d].env", gi, -1-who)
+	}
+	useEnv := func(gi, who int, name string, explicit bool) error {
+		if explicit || who < 0 {
+			if why := envNameProblem(name); why != "" {
+				return &SpecError{Field: envField(gi, who), Reason: fmt.Sprintf("%s: want %s; %s", quoteShort(name), envNameWant, why)}
+			}
+		}
+		k := envKey{gi, name}
+		if prev, dup := envs[k]; dup {
+			return &SpecError{Field: envField(gi, who), Reason: fmt.Sprintf("duplicate environment variable %q (also set by %s)", name, envField(gi, prev))}
+		}
+		envs[k] = who
+		return nil
+	}
+	ports, env := 0, 0
+	for gi, g := range s.Groups {
+		gf := func() string { return fmt.Sprintf("groups[%d]", gi) }
+		if why := nameProblem(g.Name); why != "" {
+			return nil, &SpecError{Field: gf() + ".name", Reason: nameReason(g.Name, why)}
+		}
+		if _, dup := ix.groups[g.Name]; dup {
+			return nil, &SpecError{Field: gf() + ".name", Reason: fmt.Sprintf("duplicate group name %q", g.Name)}
+		}
+		ix.groups[g.Name] = gi
+		switch {
+		case g.Members < 0 || g.Members > lim.members:
+			return nil, &SpecError{Field: gf() + ".members", Reason: fmt.Sprintf("%d; want 1 to %d (MaxGroupMembers; 0 means 1)", g.Members, lim.members)}
+		case len(g.Ports) == 0 && len(g.Refs) == 0:
+			return nil, &SpecError{Field: gf() + ".ports", Reason: "empty; want at least one port or ref"}
+		case len(g.Ports) > lim.groupPorts:
+			return nil, &SpecError{Field: gf() + ".ports", Reason: fmt.Sprintf("%d ports; want at most %d (MaxGroupPorts)", len(g.Ports), lim.groupPorts)}
+		case len(g.Refs) > lim.groupRefs:
+			return nil, &SpecError{Field: gf() + ".refs", Reason: fmt.Sprintf("%d refs; want at most %d (MaxGroupRefs)", len(g.Refs), lim.groupRefs)}
+		}
+		n := members(g)
+		if env += n * (len(g.Ports) + len(g.Refs)); env > lim.env {
+			return nil, &SpecError{Field: gf(), Reason: fmt.Sprintf("the set's members would have more than %d environment variables together (MaxSetEnv: one per port and ref of a member's group)", lim.env)}
+		}
+		for pi, p := range g.Ports {
+			pf := func() string { return fmt.Sprintf("%s.ports[%d]", gf(), pi) }
+			if why := nameProblem(p.Name); why != "" {
+				return nil, &SpecError{Field: pf() + ".name", Reason: nameReason(p.Name, why)}
+			}
+			pk := portKey{gi, p.Name}
+			if _, dup := ix.ports[pk]; dup {
+				return nil, &SpecError{Field: pf() + ".name", Reason: fmt.Sprintf("duplicate port name %q in group %q", p.Name, g.Name)}
+			}
+			ix.ports[pk] = pi
+			switch p.Scope {
+			case "", ScopeMember, ScopeGroup:
+			default:
+				return nil, &SpecError{Field: pf() + ".scope", Reason: fmt.Sprintf("%s; want %q or %q", quoteShort(string(p.Scope)), ScopeMember, ScopeGroup)}
+			}
+			switch p.Protocol {
+			case "", TCP, UDP:
+			default:
+				return nil, &SpecError{Field: pf() + ".protocol", Reason: fmt.Sprintf("%s; want \"tcp\" or \"udp\"", quoteShort(string(p.Protocol)))}
+			}
+			if p.Address.IsValid() && p.Address.Zone() != "" {
+				return nil, &SpecError{Field: pf() + ".address", Reason: "zoned IPv6 addresses are not supported"}
+			}
+			if p.Port != 0 && scopeOf(p) == ScopeMember && n > 1 {
+				return nil, &SpecError{Field: pf() + ".port", Reason: fmt.Sprintf("fixed port %d cannot be member-scoped in a group of %d members (they cannot all have it); make it group-scoped or leave it 0", p.Port, n)}
+			}
+			if p.Port != 0 && (len(p.Prefer) > 0 || p.Order != "") {
+				return nil, &SpecError{Field: pf() + ".prefer", Reason: "a fixed port is not chosen; prefer and order are for allocated ports"}
+			}
+			if len(p.Prefer) > MaxPrefer {
+				return nil, &SpecError{Field: pf() + ".prefer", Reason: fmt.Sprintf("%d ports; want at most %d (MaxPrefer)", len(p.Prefer), MaxPrefer)}
+			}
+			if slices.Contains(p.Prefer, 0) {
+				return nil, &SpecError{Field: pf() + ".prefer", Reason: "port 0 is not a port; want ports from 1 to 65535"}
+			}
+			switch p.Order {
+			case "", OrderRandom, OrderLowest:
+			default:
+				return nil, &SpecError{Field: pf() + ".order", Reason: fmt.Sprintf("%s; want %q or %q", quoteShort(string(p.Order)), OrderRandom, OrderLowest)}
+			}
+			if p.Sticky && p.Port != 0 {
+				return nil, &SpecError{Field: pf() + ".sticky", Reason: "a fixed port is always the same; sticky is for allocated ports"}
+			}
+			k := n
+			if scopeOf(p) == ScopeGroup {
+				k = 1
+			}
+			if ports += k; ports > lim.ports {
+				return nil, &SpecError{Field: pf(), Reason: fmt.Sprintf("the set would reserve more than %d ports (MaxSetPorts: a group-scoped port counts once, a member-scoped one once per member)", lim.ports)}
+			}
+			if p.Port == 0 {
+				ix.need += k
+			}
+			if err := useEnv(gi, pi, envName(g, p), p.Env != ""); err != nil {
+				return nil, err
+			}
+		}
+		for ri, r := range g.Refs {
+			if err := useEnv(gi, -1-ri, r.Env, true); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// References point at ports, never at other references, so they cannot
+	// form cycles; they must name an existing port in the right form. They
+	// may point at any group, so they are resolved once every group is
+	// indexed.
+	for gi, g := range s.Groups {
+		if len(g.Refs) == 0 {
+			continue
+		}
+		ix.refs[gi] = make([]portRef, len(g.Refs))
+		for ri, r := range g.Refs {
+			pr, err := s.resolveRef(ix, r.To)
+			if err != nil {
+				return nil, &SpecError{Field: fmt.Sprintf("groups[%d].refs[%d].to", gi, ri), Reason: err.Error()}
+			}
+			ix.refs[gi][ri] = pr
+		}
+	}
+	return ix, nil
+}
+
+// nameReason is a SpecError's reason for a refused name.
+func nameReason(name, why string) string {
+	return fmt.Sprintf("%s: want %s; %s", quoteShort(name), nameWant, why)
+}
+
+func members(g GroupSpec) int { return max(g.Members, 1) }
+
+func scopeOf(p PortSpec) Scope {
+	if p.Scope == "" {
+		return ScopeMember
+	}
+	return p.Scope
+}
+
+// envName is the variable a port is exported as.
+func envName(g GroupSpec, p PortSpec) string {
+	if p.Env != "" {
+		return p.Env
+	}
+	up := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z':
+				return r - 'a' + 'A'
+			case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+				return r
+			}
+			return '_'
+		}, s)
+	}
+	return up(g.Name) + "_" + up(p.Name) + "_PORT"
+}
+
+// portRef is a resolved reference: a port of a group, and for member-scoped
+// ports the member.
+type portRef struct {
+	group, port string
+	member      int // -1 for group-scoped ports
+}
+
+// resolveRef resolves a reference with ix, in time independent of the
+// size of the set.
+func (s SetSpec) resolveRef(ix *specIndex, to string) (portRef, error) {
+	gname, rest, ok := strings.Cut(to, ".")
+	if !ok {
+		return portRef{}, fmt.Errorf("%s: want \"group.port\" or \"group.member.port\"", quoteShort(to))
+	}
+	mstr, name, three := strings.Cut(rest, ".")
+	if !three {
+		mstr, name = "", rest
+	} else if strings.Contains(name, ".") {
+		return portRef{}, fmt.Errorf("%s: want \"group.port\" or \"group.member.port\"", quoteShort(to))
+	}
+	gi, ok := ix.groups[gname]
+	if !ok {
+		return portRef{}, fmt.Errorf("%s: no group %s in the set", quoteShort(to), quoteShort(gname))
+	}
+	g := &s.Groups[gi]
+	pi, ok := ix.ports[portKey{gi, name}]
+	if !ok {
+		return portRef{}, fmt.Errorf("%s: group %q has no port %s", quoteShort(to), g.Name, quoteShort(name))
+	}
+	p := &g.Ports[pi]
+	if !three {
+		switch {
+		case scopeOf(*p) == ScopeGroup:
+			return portRef{g.Name, p.Name, -1}, nil
+		case members(*g) == 1:
+			return portRef{g.Name, p.Name, 0}, nil
+		}
+		return portRef{}, fmt.Errorf("%s: port %q is per member and group %q has %d members; name one, e.g. \"%s.0.%s\"", quoteShort(to), p.Name, g.Name, members(*g), g.Name, p.Name)
+	}
+	m, err := strconv.Atoi(mstr)
+	if err != nil || m < 0 || m >= members(*g) {
+		return portRef{}, fmt.Errorf("%s: member %s of group %q: want 0 to %d", quoteShort(to), quoteShort(mstr), g.Name, members(*g)-1)
+	}
+	if scopeOf(*p) == ScopeGroup {
+		return portRef{g.Name, p.Name, -1}, nil // the same port for every member
+	}
+	return portRef{g.Name, p.Name, m}, nil
+}
