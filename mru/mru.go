@@ -69,7 +69,7 @@ const (
 var header = []byte(`{"format":"berth-mru","version":2}` + "\n")
 
 // ErrExhausted is returned when no candidate port is free and not recent.
-var ErrExhausted = errors.New("mru: no free port that was not handed out recently")
+var ErrExhausted = errors.New("no free port that was not handed out recently")
 
 // ErrUnsafe is wrapped by the error for an MRU path or state directory that
 // berth refuses to open: not a regular file, a symbolic link, or owned or
@@ -179,10 +179,10 @@ const maxOSTries = 64
 // Window, records it, and returns it.
 func (f *File) Allocate(ctx context.Context, req Request) (uint16, error) {
 	if req.Protocol != "tcp" && req.Protocol != "udp" {
-		return 0, fmt.Errorf("mru: protocol %q: want tcp or udp", req.Protocol)
+		return 0, fmt.Errorf("protocol %q: want tcp or udp", req.Protocol)
 	}
 	if req.Next != nil && req.Probe == nil {
-		return 0, errors.New("mru: a candidate iterator needs a probe")
+		return 0, errors.New("a candidate iterator needs a probe")
 	}
 	var port uint16
 	err := f.update(ctx, func(recent func(string, uint16) bool, now time.Time) ([]Entry, error) {
@@ -204,7 +204,7 @@ func (f *File) Allocate(ctx context.Context, req Request) (uint16, error) {
 // caller asked for), so Allocate skips it for Window.
 func (f *File) Record(ctx context.Context, protocol string, port uint16) error {
 	if protocol != "tcp" && protocol != "udp" {
-		return fmt.Errorf("mru: protocol %q: want tcp or udp", protocol)
+		return fmt.Errorf("protocol %q: want tcp or udp", protocol)
 	}
 	return f.update(ctx, func(_ func(string, uint16) bool, now time.Time) ([]Entry, error) {
 		return []Entry{{Protocol: protocol, Port: port, At: now.UnixMilli()}}, nil
@@ -266,14 +266,14 @@ func osPort(protocol string, addr netip.Addr) (uint16, error) {
 	if protocol == "tcp" {
 		l, err := net.Listen("tcp", hp)
 		if err != nil {
-			return 0, fmt.Errorf("mru: %w", err)
+			return 0, fmt.Errorf("MRU file: %w", err)
 		}
 		defer func() { _ = l.Close() }()
 		return netip.MustParseAddrPort(l.Addr().String()).Port(), nil
 	}
 	c, err := net.ListenPacket("udp", hp)
 	if err != nil {
-		return 0, fmt.Errorf("mru: %w", err)
+		return 0, fmt.Errorf("MRU file: %w", err)
 	}
 	defer func() { _ = c.Close() }()
 	return netip.MustParseAddrPort(c.LocalAddr().String()).Port(), nil
@@ -290,13 +290,13 @@ func (f *File) update(ctx context.Context, fn func(recent func(string, uint16) b
 	defer func() { <-f.sem }()
 	if err := safefs.PrepareDir(filepath.Dir(f.path)); err != nil {
 		if errors.Is(err, safefs.ErrUnsafe) {
-			return fmt.Errorf("mru: %w", err)
+			return fmt.Errorf("MRU file: %w", err)
 		}
 		f.degrade(err)
 	}
 	for _, p := range []string{f.path, f.path + ".lock"} {
 		if err := safefs.CheckFile(p); err != nil {
-			return fmt.Errorf("mru: %w", err)
+			return fmt.Errorf("MRU file: %w", err)
 		}
 	}
 	unlock, err := f.lockFile(ctx)
@@ -331,7 +331,7 @@ func (f *File) lockFile(ctx context.Context) (func(), error) {
 		l, err := filelock.Open(f.path + ".lock")
 		if err != nil {
 			if errors.Is(err, syscall.ELOOP) {
-				return nil, fmt.Errorf("mru: %w", &safefs.UnsafeError{Path: f.path + ".lock", Why: "is a symbolic link where berth keeps its own file", Fix: "remove the link"})
+				return nil, fmt.Errorf("MRU file: %w", &safefs.UnsafeError{Path: f.path + ".lock", Why: "is a symbolic link where berth keeps its own file", Fix: "remove the link"})
 			}
 			f.degrade(err)
 			return func() {}, nil
@@ -384,7 +384,7 @@ func (f *File) refresh(now time.Time) error {
 	}
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
-			return fmt.Errorf("mru: %w", &safefs.UnsafeError{Path: f.path, Why: "is a symbolic link where berth keeps its own file", Fix: "remove the link; berth creates the file itself"})
+			return fmt.Errorf("MRU file: %w", &safefs.UnsafeError{Path: f.path, Why: "is a symbolic link where berth keeps its own file", Fix: "remove the link; berth creates the file itself"})
 		}
 		f.degrade(err)
 		f.view = view{valid: true, recent: map[key]int64{}}
@@ -393,10 +393,10 @@ func (f *File) refresh(now time.Time) error {
 	defer func() { _ = file.Close() }()
 	fi, err := file.Stat()
 	if err != nil {
-		return fmt.Errorf("mru: %w", err)
+		return fmt.Errorf("MRU file: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("mru: %w", &safefs.UnsafeError{Path: f.path, Why: fmt.Sprintf("is not a regular file (%s)", fi.Mode().Type()), Fix: "remove it; berth creates the file itself"})
+		return fmt.Errorf("MRU file: %w", &safefs.UnsafeError{Path: f.path, Why: fmt.Sprintf("is not a regular file (%s)", fi.Mode().Type()), Fix: "remove it; berth creates the file itself"})
 	}
 	if fi.Size() > MaxFileSize {
 		f.setAside(fmt.Errorf("file is %d bytes, more than the %d an MRU file may have", fi.Size(), MaxFileSize))
@@ -412,7 +412,7 @@ func (f *File) refresh(now time.Time) error {
 	}
 	buf := make([]byte, fi.Size()-v.end)
 	if _, err := file.ReadAt(buf, v.end); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("mru: read %s: %w", f.path, err)
+		return fmt.Errorf("MRU file: read %s: %w", f.path, err)
 	}
 	start := v.end
 	if start == 0 {
@@ -563,7 +563,7 @@ func Parse(b []byte) ([]Entry, error) {
 	}
 	rest, _, bad := parseLines(b[n:])
 	if bad > 0 {
-		return nil, fmt.Errorf("mru: %d lines are not entries", bad)
+		return nil, fmt.Errorf("MRU file: %d lines are not entries", bad)
 	}
 	return rest, nil
 }
@@ -575,15 +575,15 @@ func parseStart(b []byte) ([]Entry, int, error) {
 	line, _, complete := bytes.Cut(b, []byte("\n"))
 	var h v1File
 	if err := json.Unmarshal(line, &h); err != nil {
-		return nil, 0, fmt.Errorf("mru: not an MRU file: %w", err)
+		return nil, 0, fmt.Errorf("not an MRU file: %w", err)
 	}
 	if h.Format != formatName {
-		return nil, 0, fmt.Errorf("mru: format %q: want %q", h.Format, formatName)
+		return nil, 0, fmt.Errorf("MRU file: format %q: want %q", h.Format, formatName)
 	}
 	switch {
 	case h.Version == 1:
 		if err := json.Unmarshal(b, &h); err != nil {
-			return nil, 0, fmt.Errorf("mru: not an MRU file: %w", err)
+			return nil, 0, fmt.Errorf("not an MRU file: %w", err)
 		}
 		for _, e := range h.Entries {
 			if err := e.check(); err != nil {
@@ -592,9 +592,9 @@ func parseStart(b []byte) ([]Entry, int, error) {
 		}
 		return h.Entries, -1, nil
 	case h.Version != Version:
-		return nil, 0, fmt.Errorf("mru: version %d: this berth reads versions 1 and %d", h.Version, Version)
+		return nil, 0, fmt.Errorf("MRU file: version %d: this berth reads versions 1 and %d", h.Version, Version)
 	case !complete || h.Entries != nil:
-		return nil, 0, errors.New("mru: damaged header line")
+		return nil, 0, errors.New("MRU file: damaged header line")
 	}
 	return nil, len(line) + 1, nil
 }
@@ -625,10 +625,10 @@ func parseLines(b []byte) ([]Entry, int, int) {
 
 func (e Entry) check() error {
 	if e.Protocol != "tcp" && e.Protocol != "udp" {
-		return fmt.Errorf("mru: entry protocol %q: want tcp or udp", e.Protocol)
+		return fmt.Errorf("MRU file: entry protocol %q: want tcp or udp", e.Protocol)
 	}
 	if e.Port == 0 {
-		return errors.New("mru: entry port 0: want 1-65535")
+		return errors.New("MRU file: entry port 0: want 1-65535")
 	}
 	return nil
 }

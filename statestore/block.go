@@ -78,7 +78,7 @@ func (s *Store) ScanBlock(ctx context.Context, req ScanRequest, n int) ([]Reserv
 		}
 	}
 	if res == nil {
-		return nil, fmt.Errorf("statestore: scan for a block of %d %s ports on %s: %w", n, req.Protocol, key.Addr, ErrExhausted)
+		return nil, fmt.Errorf("scan for a block of %d %s ports on %s: %w", n, req.Protocol, key.Addr, ErrExhausted)
 	}
 	return res, nil
 }

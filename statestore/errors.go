@@ -56,7 +56,7 @@ type (
 
 func storageErr(op string, err error) error {
 	if errors.Is(err, ErrBusy) {
-		return fmt.Errorf("statestore: %s: %w", op, err) // waiting, not failing
+		return fmt.Errorf("%s: %w", op, err) // waiting, not failing
 	}
-	return fmt.Errorf("statestore: %s: %w: %w", op, ErrStorage, err)
+	return fmt.Errorf("%s: %w: %w", op, ErrStorage, err)
 }

@@ -69,14 +69,14 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 	ok, err := lock.TryLockContext(lctx, 5*time.Millisecond)
 	if !ok || err != nil {
 		if ctx.Err() != nil {
-			return 0, fmt.Errorf("statestore: migration lock %s: %w", lock.Path(), ctx.Err())
+			return 0, fmt.Errorf("migration lock %s: %w", lock.Path(), ctx.Err())
 		}
 		holder := "another process"
 		if h, found := filelock.HolderOf(lock.Path()); found {
 			holder = h.String()
 		}
 		if err == nil || errors.Is(err, context.DeadlineExceeded) {
-			return 0, fmt.Errorf("statestore: migration lock %s is held by %s (waited %v): %w", lock.Path(), holder, busy, ErrBusy)
+			return 0, fmt.Errorf("migration lock %s is held by %s (waited %v): %w", lock.Path(), holder, busy, ErrBusy)
 		}
 		return 0, storageErr("migration lock "+lock.Path(), err)
 	}
@@ -100,7 +100,7 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 }
 
 func tooNew(path string, v uint) error {
-	return fmt.Errorf("statestore: %s has schema version %d, this berth knows up to %d; upgrade berth or use another state directory: %w", path, v, SchemaVersion, ErrSchemaTooNew)
+	return fmt.Errorf("%s has schema version %d, this berth knows up to %d; upgrade berth or use another state directory: %w", path, v, SchemaVersion, ErrSchemaTooNew)
 }
 
 // migrateUp applies the embedded migrations. The caller holds the migration
@@ -132,7 +132,7 @@ func migrateUp(ctx context.Context, path string, st fileState, busy time.Duratio
 	defer func() { _ = drv.Close() }()
 	src, err := iofs.New(migrations, "migrations")
 	if err != nil {
-		return fmt.Errorf("statestore: migrate %s: %w", path, err)
+		return fmt.Errorf("migrate %s: %w", path, err)
 	}
 	defer func() { _ = src.Close() }()
 
@@ -146,7 +146,7 @@ func migrateUp(ctx context.Context, path string, st fileState, busy time.Duratio
 		}
 		log.Info("resolving a migration cut short", "path", path, "version", st.version, "now", from)
 		if err := setVersion(ctx, db, from); err != nil {
-			return fmt.Errorf("statestore: migrate %s: %w", path, classify(path, err))
+			return fmt.Errorf("migrate %s: %w", path, classify(path, err))
 		}
 	}
 	v := from
@@ -156,10 +156,10 @@ func migrateUp(ctx context.Context, path string, st fileState, busy time.Duratio
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("statestore: migrate %s: %w", path, err)
+			return fmt.Errorf("migrate %s: %w", path, err)
 		}
 		if err := applyMigration(ctx, db, src, next); err != nil {
-			return fmt.Errorf("statestore: migrate %s from version %d to %d: %w", path, v, next, classify(path, err))
+			return fmt.Errorf("migrate %s from version %d to %d: %w", path, v, next, classify(path, err))
 		}
 		v = next
 	}

@@ -28,7 +28,7 @@ func (s *Store) Release(ctx context.Context, key Key, own Owner) error {
 		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("statestore: release %s: %w for %s", key, ErrNotFound, own)
+		return fmt.Errorf("release %s: %w for %s", key, ErrNotFound, own)
 	}
 	return nil
 }
@@ -67,7 +67,7 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("statestore: transfer %s: %w for %s", key, ErrNotFound, from)
+		return fmt.Errorf("transfer %s: %w for %s", key, ErrNotFound, from)
 	}
 	return nil
 }

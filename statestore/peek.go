@@ -37,16 +37,16 @@ const maxPeekBusy = time.Second
 func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 	path, err := filepath.Abs(path) // the file: URI takes an absolute path
 	if err != nil {
-		return HeldSet{}, fmt.Errorf("statestore: read %s: %w", path, err)
+		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
 	}
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return HeldSet{}, nil
 	case err != nil:
-		return HeldSet{}, fmt.Errorf("statestore: read %s: %w", path, err)
+		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
 	case !fi.Mode().IsRegular():
-		return HeldSet{}, fmt.Errorf("statestore: read %s: not a regular file: %w", path, ErrDamaged)
+		return HeldSet{}, fmt.Errorf("read %s: not a regular file: %w", path, ErrDamaged)
 	}
 	busy := maxPeekBusy
 	if dl, ok := ctx.Deadline(); ok {
@@ -54,27 +54,27 @@ func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 	}
 	db, err := openDB(dsnBare(path) + fmt.Sprintf("?mode=ro&_pragma=busy_timeout(%d)", busy.Milliseconds()))
 	if err != nil {
-		return HeldSet{}, fmt.Errorf("statestore: read %s: %w", path, err)
+		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
 	}
 	defer func() { _ = db.Close() }()
 	db.SetMaxOpenConns(1)
 	rows, err := db.QueryContext(ctx, "SELECT "+rowColumns+" FROM port_allocations")
 	if err != nil {
-		return HeldSet{}, fmt.Errorf("statestore: read %s: %w", path, err)
+		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
 	}
 	defer func() { _ = rows.Close() }()
 	h := HeldSet{rows: map[uint32][]Reservation{}}
 	for rows.Next() {
 		r, err := scanRow(rows)
 		if err != nil {
-			return HeldSet{}, fmt.Errorf("statestore: read %s: %w", path, err)
+			return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
 		}
 		k := cacheKey(r.Protocol, r.Port)
 		h.rows[k] = append(h.rows[k], r)
 		h.n++
 	}
 	if err := rows.Err(); err != nil {
-		return HeldSet{}, fmt.Errorf("statestore: read %s: %w", path, err)
+		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
 	}
 	return h, nil
 }

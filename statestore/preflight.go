@@ -52,11 +52,11 @@ func inspect(ctx context.Context, path string, busy time.Duration) (fileState, e
 	case errors.Is(err, os.ErrNotExist):
 		return fileState{fresh: true}, nil
 	case err != nil:
-		return fileState{}, fmt.Errorf("statestore: %s: %w", path, err)
+		return fileState{}, fmt.Errorf("%s: %w", path, err)
 	case fi.IsDir():
-		return fileState{}, fmt.Errorf("statestore: %s is a directory, not a database file; remove it or set another state directory: %w", path, ErrDamaged)
+		return fileState{}, fmt.Errorf("%s is a directory, not a database file; remove it or set another state directory: %w", path, ErrDamaged)
 	case !fi.Mode().IsRegular():
-		return fileState{}, fmt.Errorf("statestore: %s is not a regular file: %w", path, ErrDamaged)
+		return fileState{}, fmt.Errorf("%s is not a regular file: %w", path, ErrDamaged)
 	case fi.Size() == 0:
 		return fileState{fresh: true}, nil
 	}
@@ -64,7 +64,7 @@ func inspect(ctx context.Context, path string, busy time.Duration) (fileState, e
 	// that is not ours.
 	db, err := openDB(dsnBare(path) + fmt.Sprintf("?_pragma=busy_timeout(%d)", busy.Milliseconds()))
 	if err != nil {
-		return fileState{}, fmt.Errorf("statestore: %s: %w", path, err)
+		return fileState{}, fmt.Errorf("%s: %w", path, err)
 	}
 	defer func() { _ = db.Close() }()
 	db.SetMaxOpenConns(1)
@@ -86,7 +86,7 @@ func inspectOn(ctx context.Context, path string, db querier) (fileState, error) 
 	st := fileState{applied: map[uint]bool{}}
 	for _, name := range names {
 		if !ourTables[name] {
-			return fileState{}, fmt.Errorf("statestore: %s is a SQLite database of another program (it has table %q); choose another path: %w", path, name, ErrDamaged)
+			return fileState{}, fmt.Errorf("%s is a SQLite database of another program (it has table %q); choose another path: %w", path, name, ErrDamaged)
 		}
 	}
 	if len(names) == 0 {
@@ -159,15 +159,15 @@ func classify(path string, err error) error {
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_NOTADB:
-			return fmt.Errorf("statestore: %s is not a SQLite database (or its header is damaged); move it aside to start a new store (berth never overwrites it): %w", path, ErrDamaged)
+			return fmt.Errorf("%s is not a SQLite database (or its header is damaged); move it aside to start a new store (berth never overwrites it): %w", path, ErrDamaged)
 		case sqlite3.SQLITE_CORRUPT:
-			return fmt.Errorf("statestore: %s is damaged or truncated (%s); move it aside to start a new store (berth never overwrites it): %w", path, se.Error(), ErrDamaged)
+			return fmt.Errorf("%s is damaged or truncated (%s); move it aside to start a new store (berth never overwrites it): %w", path, se.Error(), ErrDamaged)
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-			return fmt.Errorf("statestore: %s is locked by another process (%w): %w", path, err, ErrBusy)
+			return fmt.Errorf("%s is locked by another process (%w): %w", path, err, ErrBusy)
 		}
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("statestore: %s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	return storageErr("open "+path, err)
 }
@@ -184,7 +184,7 @@ const pageSize = 1024
 func initFile(ctx context.Context, path string, busy time.Duration) error {
 	f, err := safefs.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if errors.Is(err, safefs.ErrUnsafe) {
-		return fmt.Errorf("statestore: %w", err)
+		return err
 	}
 	if err != nil {
 		return storageErr("create "+path, err)

@@ -188,7 +188,7 @@ func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) 
 		}
 	}
 	if !found {
-		return Reservation{}, fmt.Errorf("statestore: scan for %s on %s: %w", req.Protocol, key.Addr, ErrExhausted)
+		return Reservation{}, fmt.Errorf("scan for %s on %s: %w", req.Protocol, key.Addr, ErrExhausted)
 	}
 	return res, nil
 }
@@ -222,7 +222,7 @@ func (s *Store) probe(probe ProbeFunc, key Key) (bool, error) {
 	}
 	free, err := probe(key)
 	if err != nil {
-		return false, fmt.Errorf("statestore: probe %s: %w", key, err)
+		return false, fmt.Errorf("probe %s: %w", key, err)
 	}
 	if !free {
 		s.probeFailures.Add(1)

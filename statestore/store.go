@@ -122,14 +122,14 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	path, err = filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	if err := safefs.PrepareDir(filepath.Dir(path)); err != nil {
-		return nil, fmt.Errorf("statestore: %w", err)
+		return nil, err
 	}
 	for _, f := range []string{path, path + "-wal", path + "-shm", path + ".lock", path + ".migrate.lock"} {
 		if err := safefs.CheckFile(f); err != nil {
-			return nil, fmt.Errorf("statestore: %w", err)
+			return nil, err
 		}
 	}
 	db, conn, found, err := openConn(ctx, path, opts.BusyTimeout, opts.Logger)
@@ -140,14 +140,14 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		_ = conn.Close()
 		_ = db.Close()
-		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	ckptDB, err := openDB(dsn(path, busySlice, false, false))
 	if err != nil {
 		_ = writeLock.Close()
 		_ = conn.Close()
 		_ = db.Close()
-		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	ckptDB.SetMaxOpenConns(1)
 	s := &Store{
@@ -166,7 +166,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if s.file, err = os.Stat(path); err != nil {
 		_ = s.closeDB()
-		return nil, fmt.Errorf("statestore: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	s.st.prepare(conn)
 	if found > 0 && found < ownerFormatVersion {
@@ -220,7 +220,7 @@ func (s *Store) Close() error {
 			s.sem <- struct{}{}
 			_ = s.closeDB()
 		}()
-		return fmt.Errorf("statestore: close: a call was still running after %v; the database closes when it returns", s.busy+closeGrace)
+		return fmt.Errorf("close: a call was still running after %v; the database closes when it returns", s.busy+closeGrace)
 	}
 }
 
@@ -239,7 +239,7 @@ func (s *Store) closeDB() error {
 		errs = append(errs, s.writeLock.Close())
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("statestore: close: %w", err)
+		return fmt.Errorf("close: %w", err)
 	}
 	return nil
 }
@@ -342,7 +342,7 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 	}
 	db, conn, err := connect(ctx, path, busySlice, true)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("statestore: open %s: %w", path, err)
+		return nil, nil, 0, fmt.Errorf("open %s: %w", path, err)
 	}
 	return db, conn, found, nil
 }
@@ -493,7 +493,7 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 	ok, err := s.writeLock.TryLock()
 	if err != nil {
 		s.putTurn()
-		return nil, fmt.Errorf("statestore: write lock %s: %w", s.writeLock.Path(), err)
+		return nil, fmt.Errorf("write lock %s: %w", s.writeLock.Path(), err)
 	}
 	if ok {
 		return func() {
@@ -529,7 +529,7 @@ func (s *Store) putTurn() { <-s.sem }
 func (s *Store) waitLock(ctx context.Context) (*filelock.File, error) {
 	lock, err := s.writeLock.Reopen()
 	if err != nil {
-		return nil, fmt.Errorf("statestore: write lock %s: %w", s.writeLock.Path(), err)
+		return nil, fmt.Errorf("write lock %s: %w", s.writeLock.Path(), err)
 	}
 	var (
 		mu        sync.Mutex // guards abandoned and the hand-over on done
@@ -571,15 +571,15 @@ func (s *Store) waitLock(ctx context.Context) (*filelock.File, error) {
 		holder = h.String()
 	}
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("statestore: write lock %s is held by %s: %w: %w", s.writeLock.Path(), holder, ErrBusy, why)
+		return nil, fmt.Errorf("write lock %s is held by %s: %w: %w", s.writeLock.Path(), holder, ErrBusy, why)
 	}
-	return nil, fmt.Errorf("statestore: write lock %s is held by %s (%w): %w", s.writeLock.Path(), holder, why, ErrBusy)
+	return nil, fmt.Errorf("write lock %s is held by %s (%w): %w", s.writeLock.Path(), holder, why, ErrBusy)
 }
 
 func (s *Store) locked(lock *filelock.File, err error) (*filelock.File, error) {
 	if err != nil {
 		_ = lock.Close()
-		return nil, fmt.Errorf("statestore: write lock %s: %w", s.writeLock.Path(), err)
+		return nil, fmt.Errorf("write lock %s: %w", s.writeLock.Path(), err)
 	}
 	return lock, nil
 }

@@ -46,7 +46,7 @@ func fromIdentity(id owner.Identity) Owner {
 func Self() (Owner, error) {
 	id, err := owner.Self()
 	if err != nil {
-		return Owner{}, fmt.Errorf("statestore: identify this process: %w", err)
+		return Owner{}, fmt.Errorf("identify this process: %w", err)
 	}
 	return fromIdentity(id), nil
 }
@@ -56,7 +56,7 @@ func Self() (Owner, error) {
 func LookupOwner(ctx context.Context, pid int) (Owner, error) {
 	id, err := owner.Lookup(ctx, pid)
 	if err != nil {
-		return Owner{}, fmt.Errorf("statestore: %w", err)
+		return Owner{}, err
 	}
 	return fromIdentity(id), nil
 }
