@@ -115,27 +115,27 @@ func (a *Allocator) normalize(req Request) (Request, error) {
 		req.Protocol = TCP
 	case TCP, UDP:
 	default:
-		return Request{}, fmt.Errorf("%w: protocol %q: want \"tcp\" or \"udp\"", ErrInvalidRequest, req.Protocol)
+		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Request.Protocol", Value: string(req.Protocol), Want: `"tcp" or "udp"`})
 	}
 	if !req.Address.IsValid() {
 		req.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
 	addr, err := netaddr.Normalize(req.Address)
 	if err != nil {
-		return Request{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Request.Address", Value: req.Address.String(), Want: "an IPv4 or IPv6 address without a zone, such as 127.0.0.1, ::1, 0.0.0.0 or ::"})
 	}
 	req.Address = addr
 	switch {
 	case req.Order == "":
 		req.Order = a.cfg.Order
 	case !req.Order.valid():
-		return Request{}, fmt.Errorf("%w: Request.Order %q: want \"random\" or \"lowest\"", ErrInvalidRequest, req.Order)
+		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Request.Order", Value: string(req.Order), Want: `"random" or "lowest"`})
 	}
 	if len(req.Prefer) > MaxPrefer {
-		return Request{}, fmt.Errorf("%w: Request.Prefer lists %d ports: want at most %d", ErrInvalidRequest, len(req.Prefer), MaxPrefer)
+		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Request.Prefer", Value: fmt.Sprintf("%d ports", len(req.Prefer)), Want: fmt.Sprintf("at most %d ports (MaxPrefer)", MaxPrefer)})
 	}
 	if i := slices.Index(req.Prefer, 0); i >= 0 {
-		return Request{}, fmt.Errorf("%w: Request.Prefer[%d] is 0: want ports from 1 to 65535", ErrInvalidRequest, i)
+		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: fmt.Sprintf("Request.Prefer[%d]", i), Value: "0", Want: "a port from 1 to 65535"})
 	}
 	return req, nil
 }

@@ -56,6 +56,14 @@ var (
 // package store declares, under this name.
 type ConflictError = store.ConflictError
 
+// FieldError reports a field of a Request, Config or spec whose value is
+// not accepted: Field names it as the caller wrote it (e.g.
+// "Request.Label"), Value is what was given and Want what is accepted.
+// errors.Is(err, ErrInvalidRequest) holds for it. A program that takes the
+// value from a flag or a variable can name that instead of Field. It is
+// the type package store declares, under this name.
+type FieldError = store.FieldError
+
 // rowErr puts an error of the store's Release or Transfer of r into
 // portalloc's words: one prefix, and a portalloc sentinel to test for.
 func (a *Allocator) rowErr(op string, r Reservation, err error) error {

@@ -68,7 +68,7 @@ var labelWant = fmt.Sprintf("at most %d bytes of printable UTF-8 (no control cha
 // checkLabel checks Request.Label. The error wraps ErrInvalidRequest.
 func checkLabel(label string) error {
 	if why := labelProblem(label); why != "" {
-		return fmt.Errorf("portalloc: %w: Request.Label %s: want %s; %s", ErrInvalidRequest, quoteShort(label), labelWant, why)
+		return fmt.Errorf("portalloc: %w", &FieldError{Field: "Request.Label", Value: label, Want: labelWant + "; " + why})
 	}
 	return nil
 }

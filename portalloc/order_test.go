@@ -72,12 +72,13 @@ func TestOrderAndPreferInvalid(t *testing.T) {
 		want string
 	}{
 		{portalloc.Request{Order: "fast"}, `Request.Order "fast": want "random" or "lowest"`},
-		{portalloc.Request{Prefer: []uint16{3000, 0}}, "Request.Prefer[1] is 0"},
-		{portalloc.Request{Prefer: make([]uint16, portalloc.MaxPrefer+1)}, "Request.Prefer lists 1025 ports: want at most 1024"},
+		{portalloc.Request{Prefer: []uint16{3000, 0}}, `Request.Prefer[1] "0": want a port from 1 to 65535`},
+		{portalloc.Request{Prefer: make([]uint16, portalloc.MaxPrefer+1)}, `Request.Prefer "1025 ports": want at most 1024 ports`},
 	} {
 		_, err := a.Allocate(ctx, tc.req)
-		if !errors.Is(err, portalloc.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Allocate(%+v) = %v; want ErrInvalidRequest saying %q", tc.req.Order, err, tc.want)
+		var fe *portalloc.FieldError
+		if !errors.Is(err, portalloc.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &fe) {
+			t.Errorf("Allocate(%+v) = %v; want a *FieldError (ErrInvalidRequest) saying %q", tc.req.Order, err, tc.want)
 		}
 	}
 	_, err := portalloc.New(ctx, portalloc.Config{StateDir: t.TempDir(), Order: "up"})

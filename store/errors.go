@@ -52,9 +52,18 @@ type FieldError struct {
 	Want  string // what is accepted
 }
 
+// Error quotes Value, and cuts it after 64 bytes, so that a value from a
+// file or a terminal can neither flood nor forge the message.
 func (e *FieldError) Error() string {
-	return fmt.Sprintf("%s %s: want %s", e.Field, strconv.Quote(e.Value), e.Want)
+	v := strconv.Quote(e.Value)
+	if len(e.Value) > maxQuoted {
+		v = strconv.Quote(e.Value[:maxQuoted]) + "..."
+	}
+	return fmt.Sprintf("%s %s: want %s", e.Field, v, e.Want)
 }
+
+// maxQuoted is the most bytes of a value an error message shows.
+const maxQuoted = 64
 
 // Unwrap returns ErrInvalid.
 func (e *FieldError) Unwrap() error { return ErrInvalid }

@@ -100,6 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cmd != nil && cmd != root {
 		name = cmd.CommandPath()
 	}
+	err = inUserWords(err)
 	if errors.Is(err, context.DeadlineExceeded) {
 		printErr(stderr, name+": ", err, fmt.Sprintf(" (gave up after --timeout %v)", a.cfg.Timeout))
 	} else {
