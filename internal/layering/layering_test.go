@@ -19,8 +19,6 @@ const module = "github.com/berth-go/berth/"
 // root: a package may import only packages of a lower rank.
 func layer(dir string) int {
 	switch {
-	case dir == "internal/torture":
-		return 3 // drives the public API from above, for its runner
 	case strings.HasPrefix(dir, "internal/"):
 		return 0
 	case dir == "statestore" || dir == "mru":
