@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -18,23 +17,28 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
 
+	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/mru"
 )
 
-// TestMain doubles as an appending worker: with BERTH_MRU_APPEND set it
-// records ports into that file one call at a time, printing each after
-// the call returned, until it is killed.
-func TestMain(m *testing.M) {
-	if path := os.Getenv("BERTH_MRU_APPEND"); path != "" {
-		f := mru.New(path, mru.Options{MaxEntries: 100000, Window: time.Hour})
+// The test binary doubles as an appending worker: in the role "append" it
+// records ports into the file BERTH_MRU_PATH one call at a time, printing
+// each after the call returned, until it is killed.
+func init() {
+	testproc.Register("append", func() int {
+		f := mru.New(os.Getenv("BERTH_MRU_PATH"), mru.Options{MaxEntries: 100000, Window: time.Hour})
 		for p := 1; ; p = p%65535 + 1 {
 			if err := f.Record(context.Background(), "tcp", uint16(p)); err != nil {
 				fmt.Println("error:", err)
-				os.Exit(1)
+				return 1
 			}
 			fmt.Println(p)
 		}
-	}
+	})
+}
+
+func TestMain(m *testing.M) {
+	testproc.MaybeRun()
 	goleak.VerifyTestMain(m)
 }
 
@@ -84,8 +88,8 @@ func TestKilledWhileAppending(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "mru.json")
 	for try := range 20 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "BERTH_MRU_APPEND="+path)
+		cmd := testproc.Command(t, "append")
+		cmd.Env = append(cmd.Env, "BERTH_MRU_PATH="+path)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

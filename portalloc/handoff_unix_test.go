@@ -8,11 +8,11 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
 )
 
@@ -65,8 +65,8 @@ func TestInheritedSocketsLeavesOtherDescriptors(t *testing.T) {
 	}
 	defer lf.Close()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=inherit", "LISTEN_FDS=2", "LISTEN_FDNAMES=config:web")
+	cmd := testproc.Command(t, "inherit")
+	cmd.Env = append(cmd.Env, "LISTEN_FDS=2", "LISTEN_FDNAMES=config:web")
 	cmd.ExtraFiles = []*os.File{plain, lf}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()

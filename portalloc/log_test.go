@@ -3,11 +3,10 @@ package portalloc_test
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
 )
 
@@ -41,8 +40,8 @@ func TestBerthLog(t *testing.T) {
 		{"warn", false, false},
 		{"loud", false, true},
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-		cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=logged",
+		cmd := testproc.Command(t, "logged")
+		cmd.Env = append(cmd.Env,
 			portalloc.EnvLog+"="+tc.level,
 			portalloc.EnvStateDir+"="+t.TempDir(),
 			portalloc.EnvMode+"=statestore",

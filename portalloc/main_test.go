@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -18,20 +19,26 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/internal/testports"
+	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
 )
 
-// The test binary doubles as a worker process, selected by
-// BERTH_TEST_WORKER. A "hold" worker reserves BERTH_TEST_ADDR:BERTH_TEST_PORT
+// The test binary doubles as a worker process: each worker mode is a
+// testproc role. A "hold" worker reserves BERTH_TEST_ADDR:BERTH_TEST_PORT
 // in BERTH_STATE_DIR, prints "ready" and holds it until stdin closes.
 func TestMain(m *testing.M) {
-	if mode := os.Getenv("BERTH_TEST_WORKER"); mode != "" {
-		if err := runWorker(mode); err != nil {
-			fmt.Println("error:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	// By now the init functions of every file have added their modes.
+	modes := append([]string{"hold", "fill", "churn", "locker", "sleeper"}, slices.Sorted(maps.Keys(workers))...)
+	for _, mode := range modes {
+		testproc.Register(mode, func() int {
+			if err := runWorker(mode); err != nil {
+				fmt.Println("error:", err)
+				return 1
+			}
+			return 0
+		})
 	}
+	testproc.MaybeRun()
 	// Held until the process exits; workers run under their parent's hold,
 	// and so do go test -fuzz's workers (fuzz targets bind no port).
 	if !slices.ContainsFunc(os.Args[1:], func(a string) bool { return strings.HasPrefix(a, "-test.fuzzworker") }) {
@@ -108,8 +115,8 @@ type proc struct {
 // environment. The worker is killed, if still running, when tb ends.
 func spawn(tb testing.TB, mode string, env ...string) *proc {
 	tb.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(append(os.Environ(), "BERTH_TEST_WORKER="+mode), env...)
+	cmd := testproc.Command(tb, mode)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
 )
@@ -57,8 +58,10 @@ func setWorker(ctx context.Context, mode string) error {
 	}
 	if mode == "orch" {
 		for _, m := range set.Members() {
+			// A worker has no testing.TB for testproc.Command: it names
+			// the child's role itself.
 			child := exec.Command(os.Args[0], "-test.run=^$")
-			child.Env = append(append(os.Environ(), "BERTH_TEST_WORKER=sleeper"), m.Env()...)
+			child.Env = append(append(os.Environ(), testproc.EnvRole+"=sleeper"), m.Env()...)
 			child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // outlives us
 			if err := child.Start(); err != nil {
 				return err
@@ -280,8 +283,7 @@ func handOffAndAsk(t *testing.T, h portalloc.Handoff) (int, string) {
 	if err := h.Add("http", ln); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=serve")
+	cmd := testproc.Command(t, "serve")
 	cmd.Stderr = os.Stderr
 	if err := h.Apply(cmd); err != nil {
 		t.Fatal(err)

@@ -6,31 +6,39 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/statestore"
 )
 
-// The test binary doubles as a worker process: with BERTH_TEST_WORKER set,
-// TestMain runs that worker instead of the tests. Workers print one JSON
-// line per event on stdout and wait for stdin to close before they exit, so
-// the parent decides how long their reservations live.
+// The test binary doubles as a worker process: each worker mode is a
+// testproc role, which TestMain runs instead of the tests. Workers print one
+// JSON line per event on stdout and wait for stdin to close before they
+// exit, so the parent decides how long their reservations live.
 func TestMain(m *testing.M) {
-	if mode := os.Getenv("BERTH_TEST_WORKER"); mode != "" {
-		if err := runWorker(mode); err != nil {
-			fmt.Fprintln(os.Stderr, "worker:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	// By now the init functions of every file have added their modes.
+	modes := append([]string{"open", "random", "hold", "locker"}, slices.Sorted(maps.Keys(extraWorkers))...)
+	for _, mode := range modes {
+		testproc.Register(mode, func() int {
+			if err := runWorker(mode); err != nil {
+				fmt.Fprintln(os.Stderr, "worker:", err)
+				return 1
+			}
+			return 0
+		})
 	}
+	testproc.MaybeRun()
 	goleak.VerifyTestMain(m)
 }
 
@@ -126,8 +134,8 @@ type worker struct {
 func startWorker(tb testing.TB, mode, db string, env ...string) *worker {
 	tb.Helper()
 	t := tb
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER="+mode, "BERTH_TEST_DB="+db)
+	cmd := testproc.Command(tb, mode)
+	cmd.Env = append(cmd.Env, "BERTH_TEST_DB="+db)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

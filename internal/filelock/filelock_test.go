@@ -2,36 +2,41 @@ package filelock_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/berth-go/berth/internal/filelock"
+	"github.com/berth-go/berth/internal/testproc"
 )
 
-// TestMain doubles as a lock-holding child: with BERTH_FILELOCK_HOLD set it
-// takes the lock, prints "locked", and holds it until stdin closes.
-func TestMain(m *testing.M) {
-	if path := os.Getenv("BERTH_FILELOCK_HOLD"); path != "" {
-		l, err := filelock.Open(path)
+// The test binary doubles as a lock-holding child: in the role "hold" it
+// takes the lock at BERTH_FILELOCK_PATH, prints "locked", and holds it
+// until stdin closes.
+func init() {
+	testproc.Register("hold", func() int {
+		l, err := filelock.Open(os.Getenv("BERTH_FILELOCK_PATH"))
 		if err != nil {
-			os.Exit(1)
+			return 1
 		}
 		if err := l.Lock(); err != nil {
-			os.Exit(1)
+			return 1
 		}
 		os.Stdout.WriteString("locked\n")
 		_, _ = os.Stdin.Read(make([]byte, 1))
-		os.Exit(0)
-	}
+		return 0
+	})
+}
+
+func TestMain(m *testing.M) {
+	testproc.MaybeRun()
 	os.Exit(m.Run())
 }
 
 func TestAcrossProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "BERTH_FILELOCK_HOLD="+path)
+	cmd := testproc.Command(t, "hold")
+	cmd.Env = append(cmd.Env, "BERTH_FILELOCK_PATH="+path)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {

@@ -19,8 +19,6 @@ const module = "github.com/berth-go/berth/"
 // root: a package may import only packages of a lower rank.
 func layer(dir string) int {
 	switch {
-	case dir == "internal/torture":
-		return 4 // drives the public API from above, for its runner
 	case strings.HasPrefix(dir, "internal/"):
 		return 0
 	case dir == "store":
@@ -30,7 +28,7 @@ func layer(dir string) int {
 	case strings.HasPrefix(dir, "portalloc"):
 		return 3
 	default: // cmd, examples
-		return 5
+		return 4
 	}
 }
 
@@ -38,6 +36,17 @@ func layer(dir string) int {
 // subpackages (portalloc/porttest builds on portalloc).
 func sameFamily(a, b string) bool {
 	return strings.HasPrefix(a, "portalloc") && strings.HasPrefix(b, "portalloc")
+}
+
+// testHelpers are the internal packages that serve tests only. The tests
+// of any package may import them, those of other internal packages
+// included: what must stay a leaf is the code a package ships, not its
+// tests. Being internal packages, they import no package of the module
+// themselves, so no arrow through them can point up; internal/testproc
+// imports only the standard library (TestTestprocImportsStandardLibrary).
+var testHelpers = map[string]bool{
+	"internal/testproc":  true,
+	"internal/testports": true,
 }
 
 func TestImportDirection(t *testing.T) {
@@ -68,8 +77,11 @@ func TestImportDirection(t *testing.T) {
 			if !ok || dep == rel {
 				continue
 			}
+			test := strings.HasSuffix(path, "_test.go")
 			if strings.HasPrefix(dep, "cmd/") || strings.HasPrefix(dep, "examples/") {
 				t.Errorf("%s imports %s: nothing imports cmd or examples", rel, p)
+			} else if test && testHelpers[dep] {
+				continue // test code may use them at every layer, internal/ included
 			} else if layer(dep) >= layer(rel) && !strings.HasPrefix(dep, rel+"/") && !sameFamily(dep, rel) {
 				t.Errorf("%s imports %s: imports flow cmd, examples -> portalloc -> statestore, mru -> store -> internal", rel, p)
 			}
@@ -81,5 +93,30 @@ func TestImportDirection(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("module root not found: %v", err)
+	}
+}
+
+// TestTestprocImportsStandardLibrary: internal/testproc, which the tests of
+// every layer import, imports nothing but the standard library.
+func TestTestprocImportsStandardLibrary(t *testing.T) {
+	files, err := filepath.Glob("../testproc/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in internal/testproc (%v)", err)
+	}
+	fset := token.NewFileSet()
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if first, _, _ := strings.Cut(p, "/"); strings.Contains(first, ".") {
+				t.Errorf("%s imports %s; internal/testproc imports only the standard library", filepath.Base(path), p)
+			}
+		}
 	}
 }

@@ -10,16 +10,22 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/berth-go/berth/internal/testproc"
 )
 
-// TestMain doubles as a child process: with BERTH_OWNER_CHILD=1 the test
-// binary waits until its standard input closes, so a test controls exactly
-// when its child ends.
-func TestMain(m *testing.M) {
-	if os.Getenv("BERTH_OWNER_CHILD") == "1" {
+// The test binary doubles as a child process: in the role "child" it
+// waits until its standard input closes, so a test controls exactly when
+// its child ends.
+func init() {
+	testproc.Register("child", func() int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(0)
-	}
+		return 0
+	})
+}
+
+func TestMain(m *testing.M) {
+	testproc.MaybeRun()
 	goleak.VerifyTestMain(m)
 }
 
@@ -28,8 +34,7 @@ func TestMain(m *testing.M) {
 // starts; an error starting it is returned rather than failing the test.
 func startChild(t *testing.T, setup ...func(*exec.Cmd)) (*exec.Cmd, error) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "BERTH_OWNER_CHILD=1")
+	cmd := testproc.Command(t, "child")
 	for _, f := range setup {
 		f(cmd)
 	}

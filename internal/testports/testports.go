@@ -16,7 +16,7 @@
 //	examples/orchestrator   24000-24499   the built binary and its services
 //	examples/gotest         24500-24999   porttest's per-user store, through BERTH_PORT_RANGE
 //	mru                     25000-25999   BenchmarkAllocate's bind probes
-//	internal/torture        26000-26063   the harness's own SmallRange
+//	cmd/torture             26000-26063   the harness's own SmallRange
 //	portalloc               27000-32767   Allocators above 29000, ports tests pick below
 //
 // All of them lie below the Linux ephemeral range (32768-60999), from which
@@ -76,6 +76,6 @@ var All = []struct {
 	{"examples/orchestrator", Orchestrator},
 	{"examples/gotest", Gotest},
 	{"mru", Mru},
-	{"internal/torture", Torture},
+	{"cmd/torture", Torture},
 	{"portalloc", Portalloc},
 }

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -79,6 +80,21 @@ func TestAllListsEveryRange(t *testing.T) {
 	})
 	if n != len(testports.All) {
 		t.Errorf("%d Range variables, %d entries in All", n, len(testports.All))
+	}
+}
+
+// TestAllNamesPackages: every entry of All names a package of the module,
+// so a package that moves takes its range along instead of leaving a stale
+// name behind.
+func TestAllNamesPackages(t *testing.T) {
+	for _, e := range testports.All {
+		files, err := filepath.Glob(filepath.Join("..", "..", filepath.FromSlash(e.Package), "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) == 0 {
+			t.Errorf("testports.All lists %s (%v), which has no Go files: update the entry where the package now lives", e.Package, e.Range)
+		}
 	}
 }
 

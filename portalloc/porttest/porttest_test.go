@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/internal/testports"
+	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/porttest"
 	"github.com/berth-go/berth/statestore"
@@ -29,9 +29,10 @@ import (
 var stateDir string
 
 func TestMain(m *testing.M) {
-	if os.Getenv("BERTH_TEST_WORKER") != "" {
-		os.Exit(m.Run()) // a worker uses its parent's store, from the environment
-	}
+	// A worker is this test binary running TestPortsWorker alone, on its
+	// parent's store, from the environment.
+	testproc.Register("ports", m.Run)
+	testproc.MaybeRun()
 	unlock, err := testports.Lock(testports.Porttest) // workers run under this hold
 	if err != nil {
 		panic(err)
@@ -162,7 +163,7 @@ func TestNoPortFailsClearly(t *testing.T) {
 // takes 20 ports through porttest, prints them and holds them until stdin
 // closes.
 func TestPortsWorker(t *testing.T) {
-	if os.Getenv("BERTH_TEST_WORKER") != "ports" {
+	if testproc.Role() != "ports" {
 		t.Skip("runs only as a worker process of TestParallelBinaries")
 	}
 	for _, p := range porttest.Ports(t, 20) {
@@ -179,8 +180,7 @@ func TestParallelBinaries(t *testing.T) {
 	seen := map[string]int{}
 	var outs []*bufio.Scanner
 	for range binaries { // all started before any is read
-		cmd := exec.Command(os.Args[0], "-test.run=^TestPortsWorker$")
-		cmd.Env = append(os.Environ(), "BERTH_TEST_WORKER=ports")
+		cmd := testproc.Command(t, "ports", "-test.run=^TestPortsWorker$")
 		stdin, _ := cmd.StdinPipe()
 		stdout, _ := cmd.StdoutPipe()
 		if err := cmd.Start(); err != nil {

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package torture
+package main
 
 import "os"
 

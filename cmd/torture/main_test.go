@@ -4,14 +4,13 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/internal/testports"
-	"github.com/berth-go/berth/internal/torture"
 	"github.com/berth-go/berth/portalloc"
 )
 
 // TestSmallRangeIsTorturesTestRange: the harness's default range, which its
 // own test runs on, is the range internal/testports keeps for it.
 func TestSmallRangeIsTorturesTestRange(t *testing.T) {
-	if want := portalloc.Range(testports.Torture); torture.SmallRange != want {
-		t.Errorf("torture.SmallRange = %v; want %v, internal/torture's range in internal/testports", torture.SmallRange, want)
+	if want := portalloc.Range(testports.Torture); SmallRange != want {
+		t.Errorf("SmallRange = %v; want %v, cmd/torture's range in internal/testports", SmallRange, want)
 	}
 }

@@ -1,27 +1,4 @@
-// Package torture proves berth's promise under load, crashes and
-// contention, with the operating system as the referee.
-//
-// A supervisor starts worker processes that share one state directory. Each
-// worker allocates, reserves, releases and hands ports to short-lived
-// children at random, and binds every grant at once, so a port handed out
-// twice fails the second bind in the kernel, not in berth's bookkeeping.
-// The supervisor SIGKILLs random workers and starts replacements. Every
-// process appends its events to a log of its own; afterwards Check reads
-// them all and proves that no two conflicting grants were live at the same
-// time, that every grant could be bound, and that the store keeps no row of
-// a dead process once reaped.
-//
-// Two modes add weather. Clock stepping moves the system's wall clock
-// (CLOCK_REALTIME) by 300 s either way and by fractions of a second across
-// second boundaries while the workers run, and sets the true time back at
-// the end: berth must not take a live owner for a dead one because the
-// clock moved. Freezing stops random workers with SIGSTOP for up to 3 s,
-// wherever they are (now and then inside the store's write lock), and
-// kills some while frozen: the others must go on, their waits bounded by
-// their timeout. Events are stamped with a clock no one steps, and the
-// checker also proves that some worker completed a call at least every
-// Timeout plus HangMargin.
-package torture
+package main
 
 import (
 	"context"

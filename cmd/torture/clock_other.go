@@ -1,6 +1,6 @@
 //go:build !linux
 
-package torture
+package main
 
 import (
 	"context"

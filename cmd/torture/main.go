@@ -1,0 +1,95 @@
+// Command torture proves berth's promise under load, crashes and
+// contention, with the operating system as the referee.
+//
+//	go run ./cmd/torture                      # 20 s on 64 ports, 6 workers
+//	go run ./cmd/torture -duration 10m -range 20000-32767
+//	sudo go run ./cmd/torture -clock-step     # steps the system clock: root only
+//	go run ./cmd/torture -freeze              # SIGSTOPs random workers
+//
+// A supervisor starts worker processes (this same binary) that share one
+// state directory. Each worker allocates, reserves, releases and hands
+// ports to short-lived children at random, and binds every grant at once,
+// so a port handed out twice fails the second bind in the kernel, not in
+// berth's bookkeeping. The supervisor SIGKILLs random workers and starts
+// replacements. Every process appends its events to a log of its own;
+// afterwards Check reads them all and proves that no two conflicting
+// grants were live at the same time, that every grant could be bound, and
+// that the store keeps no row of a dead process once reaped.
+//
+// Two modes add weather. -clock-step moves the system's wall clock
+// (CLOCK_REALTIME) by 300 s either way and by fractions of a second across
+// second boundaries while the workers run, and sets the true time back at
+// the end (also on an error or Ctrl-C; not if the harness itself is
+// SIGKILLed): berth must not take a live owner for a dead one because the
+// clock moved. -freeze stops random workers with SIGSTOP for up to 3 s,
+// wherever they are (now and then inside the store's write lock), and
+// kills some while frozen: the others must go on, their waits bounded by
+// their timeout. Events are stamped with a clock no one steps, and the
+// checker also proves that some worker completed a call at least every
+// -timeout plus HangMargin; a longer silence fails the run.
+//
+// It exits 1 when any invariant was violated, 2 on a bad flag or when
+// -clock-step lacks root.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/berth-go/berth/portalloc"
+)
+
+func main() {
+	MaybeRunRole() // workers and children are this same binary
+
+	var (
+		cfg     Config
+		rangeS  string
+		verbose bool
+	)
+	flag.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long the workers run")
+	flag.IntVar(&cfg.Workers, "workers", 6, "worker processes")
+	flag.StringVar(&rangeS, "range", SmallRange.String(), "port range FIRST-LAST")
+	flag.DurationVar(&cfg.KillEvery, "kill-every", 500*time.Millisecond, "SIGKILL a random worker this often (negative: never)")
+	flag.DurationVar(&cfg.Timeout, "timeout", 0, "bound of every portalloc call of the workers (default 10s, 1s with -freeze)")
+	flag.BoolVar(&cfg.ClockStep, "clock-step", false, "step the system clock (CLOCK_REALTIME) every 1-2 s while workers run; needs root")
+	flag.BoolVar(&cfg.Freeze, "freeze", false, "SIGSTOP a random worker about every second for 100ms-3s, then SIGCONT or SIGKILL it")
+	flag.StringVar(&cfg.Dir, "dir", "", "keep state and logs here (default: a temporary directory, removed)")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: random)")
+	flag.BoolVar(&verbose, "v", false, "print each kill, freeze and clock step")
+	flag.Parse()
+
+	r, err := portalloc.ParseRange(rangeS)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "torture: -range:", err)
+		os.Exit(2)
+	}
+	cfg.Range = r
+	if verbose {
+		cfg.Progress = os.Stderr
+	}
+	// Run sets a stepped clock back before it returns: let every signal
+	// that ends a terminal session end it through ctx instead.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	sum, err := Run(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, ErrNeedsRoot) {
+			fmt.Fprintln(os.Stderr, "torture: -clock-step:", strings.TrimPrefix(err.Error(), "torture: "))
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "torture:", err)
+		os.Exit(1)
+	}
+	sum.Print(os.Stdout)
+	if !sum.OK() {
+		os.Exit(1)
+	}
+}
