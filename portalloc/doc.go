@@ -69,7 +69,7 @@
 //
 // AllocateSet reserves the named ports of groups of processes and gives each
 // member its environment; Listen binds a port inside the reserving
-// transaction and Handoff passes the socket to a child; NewPool keeps ports
+// transaction and package listenfd (Unix) passes the socket to a child; NewPool keeps ports
 // reserved ahead of time for hot paths; Stats, Usage and Metrics expose
 // metrics, and package expvarmetrics publishes them through expvar. Package
 // porttest gives tests their ports.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/listenfd"
 )
 
 type inheritReport struct {
@@ -25,7 +26,7 @@ type inheritReport struct {
 
 func init() {
 	workers["inherit"] = func(context.Context) error {
-		in, err := portalloc.InheritedSockets()
+		in, err := listenfd.Inherit()
 		var rep inheritReport
 		for name, l := range in.Listeners {
 			rep.Listeners = append(rep.Listeners, name)
@@ -44,11 +45,11 @@ func init() {
 	}
 }
 
-// TestInheritedSocketsLeavesOtherDescriptors: with LISTEN_FDS set and no
+// TestInheritLeavesOtherDescriptors: with LISTEN_FDS set and no
 // LISTEN_PID, a descriptor in the range that is not a socket (here a plain
 // file at descriptor 3) is named in the error and left open, and the
 // sockets after it are taken.
-func TestInheritedSocketsLeavesOtherDescriptors(t *testing.T) {
+func TestInheritLeavesOtherDescriptors(t *testing.T) {
 	plain, err := os.CreateTemp(t.TempDir(), "plain")
 	if err != nil {
 		t.Fatal(err)
@@ -78,20 +79,20 @@ func TestInheritedSocketsLeavesOtherDescriptors(t *testing.T) {
 		t.Fatalf("worker said %q: %v", out, err)
 	}
 	if len(rep.Listeners) != 1 || rep.Listeners[0] != "web" || len(rep.Packets) != 0 {
-		t.Errorf("InheritedSockets took listeners %v, packet conns %v; want the listener web only", rep.Listeners, rep.Packets)
+		t.Errorf("Inherit took listeners %v, packet conns %v; want the listener web only", rep.Listeners, rep.Packets)
 	}
 	if !strings.Contains(rep.Error, "descriptor 3") || !strings.Contains(rep.Error, "not a socket") {
-		t.Errorf("InheritedSockets error = %q; want it to name descriptor 3 as not a socket", rep.Error)
+		t.Errorf("Inherit error = %q; want it to name descriptor 3 as not a socket", rep.Error)
 	}
 	if !rep.FD3Open {
-		t.Error("InheritedSockets closed descriptor 3, which it did not take")
+		t.Error("Inherit closed descriptor 3, which it did not take")
 	}
 }
 
 // TestHandoffMisuse: misuse of a Handoff is an ErrInvalidRequest, never a
 // panic.
 func TestHandoffMisuse(t *testing.T) {
-	var h portalloc.Handoff
+	var h listenfd.Handoff
 	defer h.Close()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // bound, or bound but not reserved: not even a program outside berth can
 // take it in between. Close the listener before releasing the reservation.
 //
-// A listener can be handed to a child process with a Handoff.
+// A listener can be handed to a child process with a listenfd.Handoff.
 func (a *Allocator) Listen(ctx context.Context, req Request) (Reservation, net.Listener, error) {
 	return listenBound(ctx, a, req, TCP, func(ap string) (net.Listener, error) { return net.Listen("tcp", ap) })
 }

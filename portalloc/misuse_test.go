@@ -18,7 +18,7 @@ type misuse struct {
 	want error
 }
 
-// misuseExtra are the cases of OS-specific files (Handoff is unix only).
+// misuseExtra are the cases of OS-specific files (listenfd.Handoff is unix only).
 var misuseExtra []func(t *testing.T) []misuse
 
 // TestMisuse: every misuse of the API returns an error wrapping the

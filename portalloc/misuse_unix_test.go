@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/listenfd"
 )
 
 func init() {
@@ -17,7 +18,7 @@ func init() {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = l.Close() })
-		var h portalloc.Handoff
+		var h listenfd.Handoff
 		t.Cleanup(func() { _ = h.Close() })
 		return []misuse{
 			{"Handoff.Apply(nil)", func() error { return h.Apply(nil) }, portalloc.ErrInvalidRequest},

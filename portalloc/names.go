@@ -37,10 +37,6 @@ const (
 	// digits and '_', not starting with a digit. Derived names,
 	// "<GROUP>_<PORT>_PORT", have at most 2*MaxNameLen+6 bytes.
 	MaxEnvNameLen = 256
-	// MaxSocketNameLen is the longest name of a socket passed by a
-	// Handoff, as systemd limits a name in LISTEN_FDNAMES: printable ASCII
-	// (space included) other than ':', its separator.
-	MaxSocketNameLen = 255
 )
 
 // labelProblem says what is wrong with a label, or "" when it may be used.
@@ -124,25 +120,6 @@ func envNameProblem(name string) string {
 }
 
 var envNameWant = fmt.Sprintf("an environment variable name: 1 to %d ASCII letters, digits and '_', not starting with a digit", MaxEnvNameLen)
-
-// socketNameProblem says what is wrong with a Handoff socket name, or ""
-// when it may be used.
-func socketNameProblem(name string) string {
-	switch {
-	case name == "":
-		return "it is empty"
-	case len(name) > MaxSocketNameLen:
-		return fmt.Sprintf("it has %d bytes", len(name))
-	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c < ' ' || c > '~' || c == ':' {
-			return fmt.Sprintf("it has %s at byte %d", quoteFirst(name[i:]), i)
-		}
-	}
-	return ""
-}
-
-var socketNameWant = fmt.Sprintf("1 to %d printable ASCII characters other than ':'", MaxSocketNameLen)
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 func isDigit(c byte) bool  { return c >= '0' && c <= '9' }

@@ -62,12 +62,6 @@ func FuzzCheckLabel(f *testing.F) {
 			}
 			printableMessage(t, err)
 		}
-
-		if socketNameProblem(label) == "" {
-			if label == "" || len(label) > MaxSocketNameLen || strings.ContainsFunc(label, func(r rune) bool { return r < ' ' || r > '~' || r == ':' }) {
-				t.Fatalf("socket name %q accepted", label)
-			}
-		}
 	})
 }
 

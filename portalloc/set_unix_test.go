@@ -25,6 +25,7 @@ import (
 
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/listenfd"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -227,8 +228,8 @@ func TestOrchestratorCrash(t *testing.T) {
 // serveInherited serves HTTP on the listener it was handed, without
 // binding anything itself, and says who it is.
 func serveInherited() error {
-	pid, fds := os.Getenv(portalloc.EnvListenPID), os.Getenv(portalloc.EnvListenFDs)
-	in, err := portalloc.InheritedSockets()
+	pid, fds := os.Getenv(listenfd.EnvListenPID), os.Getenv(listenfd.EnvListenFDs)
+	in, err := listenfd.Inherit()
 	if err != nil {
 		return err
 	}
@@ -237,9 +238,9 @@ func serveInherited() error {
 		return fmt.Errorf("no inherited listener named http (LISTEN_PID=%s)", pid)
 	}
 	return http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// InheritedSockets unset LISTEN_*, so this process's own children
+		// Inherit unset LISTEN_*, so this process's own children
 		// would not take the sockets for theirs.
-		fmt.Fprintf(w, "pid %d LISTEN_PID %s LISTEN_FDS %s now %q", os.Getpid(), pid, fds, os.Getenv(portalloc.EnvListenFDs))
+		fmt.Fprintf(w, "pid %d LISTEN_PID %s LISTEN_FDS %s now %q", os.Getpid(), pid, fds, os.Getenv(listenfd.EnvListenFDs))
 	}))
 }
 
@@ -248,7 +249,7 @@ func serveInherited() error {
 // Through the sh wrapper the child's pid stays the same and LISTEN_PID is
 // set to it.
 func TestListenerHandoff(t *testing.T) {
-	pid, body := handOffAndAsk(t, portalloc.Handoff{})
+	pid, body := handOffAndAsk(t, listenfd.Handoff{})
 	want := fmt.Sprintf("pid %d LISTEN_PID %d LISTEN_FDS 1 now \"\"", pid, pid)
 	if body != want {
 		t.Errorf("child said %q; want %q (the sh wrapper keeps the pid and sets LISTEN_PID)", body, want)
@@ -256,9 +257,9 @@ func TestListenerHandoff(t *testing.T) {
 }
 
 // TestListenerHandoffNoPIDWrapper: without the wrapper the child runs
-// directly with no LISTEN_PID, and InheritedSockets still takes the socket.
+// directly with no LISTEN_PID, and Inherit still takes the socket.
 func TestListenerHandoffNoPIDWrapper(t *testing.T) {
-	pid, body := handOffAndAsk(t, portalloc.Handoff{NoPIDWrapper: true})
+	pid, body := handOffAndAsk(t, listenfd.Handoff{NoPIDWrapper: true})
 	if want := fmt.Sprintf("pid %d LISTEN_PID  LISTEN_FDS 1 now \"\"", pid); body != want {
 		t.Errorf("child said %q; want %q", body, want)
 	}
@@ -267,7 +268,7 @@ func TestListenerHandoffNoPIDWrapper(t *testing.T) {
 // handOffAndAsk allocates a listening port, hands it to a "serve" child
 // through h, gives the child the reservation, and returns the child's pid
 // and its answer over HTTP.
-func handOffAndAsk(t *testing.T, h portalloc.Handoff) (int, string) {
+func handOffAndAsk(t *testing.T, h listenfd.Handoff) (int, string) {
 	t.Helper()
 	ctx := context.Background()
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
@@ -308,25 +309,25 @@ func handOffAndAsk(t *testing.T, h portalloc.Handoff) (int, string) {
 	return cmd.Process.Pid, string(body)
 }
 
-// TestInheritedSocketsGuards: sockets meant for another process, or a
+// TestInheritGuards: sockets meant for another process, or a
 // malformed count, are not taken; the variables are unset either way.
-func TestInheritedSocketsGuards(t *testing.T) {
-	t.Setenv(portalloc.EnvListenFDs, "1")
-	t.Setenv(portalloc.EnvListenPID, "1") // init's, not ours
-	t.Setenv(portalloc.EnvListenFDNames, "http")
-	in, err := portalloc.InheritedSockets()
+func TestInheritGuards(t *testing.T) {
+	t.Setenv(listenfd.EnvListenFDs, "1")
+	t.Setenv(listenfd.EnvListenPID, "1") // init's, not ours
+	t.Setenv(listenfd.EnvListenFDNames, "http")
+	in, err := listenfd.Inherit()
 	if err != nil || len(in.Listeners) != 0 || len(in.PacketConns) != 0 {
-		t.Errorf("InheritedSockets for another pid = %+v, %v; want nothing", in, err)
+		t.Errorf("Inherit for another pid = %+v, %v; want nothing", in, err)
 	}
-	for _, k := range []string{portalloc.EnvListenFDs, portalloc.EnvListenPID, portalloc.EnvListenFDNames} {
+	for _, k := range []string{listenfd.EnvListenFDs, listenfd.EnvListenPID, listenfd.EnvListenFDNames} {
 		if v, ok := os.LookupEnv(k); ok {
 			t.Errorf("%s=%q left set", k, v)
 		}
 	}
 	for _, bad := range []string{"x", "-1", "99999"} {
-		t.Setenv(portalloc.EnvListenFDs, bad)
-		if _, err := portalloc.InheritedSockets(); !errors.Is(err, portalloc.ErrInvalidRequest) {
-			t.Errorf("InheritedSockets with LISTEN_FDS=%q = %v; want ErrInvalidRequest", bad, err)
+		t.Setenv(listenfd.EnvListenFDs, bad)
+		if _, err := listenfd.Inherit(); !errors.Is(err, portalloc.ErrInvalidRequest) {
+			t.Errorf("Inherit with LISTEN_FDS=%q = %v; want ErrInvalidRequest", bad, err)
 		}
 	}
 }

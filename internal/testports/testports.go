@@ -17,6 +17,7 @@
 //	examples/gotest         24500-24999   porttest's per-user store, through BERTH_PORT_RANGE
 //	mru                     25000-25999   BenchmarkAllocate's bind probes
 //	cmd/torture             26000-26063   the harness's own SmallRange
+//	portalloc/listenfd      26100-26199   its example's Allocator
 //	portalloc               27000-32767   Allocators above 29000, ports tests pick below
 //
 // All of them lie below the Linux ephemeral range (32768-60999), from which
@@ -60,6 +61,7 @@ var (
 	Gotest       = Range{First: 24500, Last: 24999}
 	Mru          = Range{First: 25000, Last: 25999}
 	Torture      = Range{First: 26000, Last: 26063}
+	Listenfd     = Range{First: 26100, Last: 26199}
 	Portalloc    = Range{First: 27000, Last: 32767}
 )
 
@@ -77,5 +79,6 @@ var All = []struct {
 	{"examples/gotest", Gotest},
 	{"mru", Mru},
 	{"cmd/torture", Torture},
+	{"portalloc/listenfd", Listenfd},
 	{"portalloc", Portalloc},
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package portalloc
+package listenfd
 
 import (
 	"errors"
@@ -12,16 +12,42 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/berth-go/berth/portalloc"
 )
 
 // The systemd socket-activation variables a Handoff sets and
-// InheritedSockets reads. Sockets start at file descriptor 3.
+// Inherit reads. Sockets start at file descriptor 3.
 const (
 	EnvListenFDs     = "LISTEN_FDS"
 	EnvListenFDNames = "LISTEN_FDNAMES"
 	EnvListenPID     = "LISTEN_PID"
 	listenFDsStart   = 3
 )
+
+// MaxNameLen is the longest name of a socket passed by a Handoff, as
+// systemd limits a name in LISTEN_FDNAMES: printable ASCII (space
+// included) other than ':', its separator.
+const MaxNameLen = 255
+
+// nameProblem says what is wrong with a socket name, or "" when it may be
+// used.
+func nameProblem(name string) string {
+	switch {
+	case name == "":
+		return "it is empty"
+	case len(name) > MaxNameLen:
+		return fmt.Sprintf("it has %d bytes", len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < ' ' || c > '~' || c == ':' {
+			return fmt.Sprintf("it has %s at byte %d", strconv.QuoteToASCII(name[i:i+1]), i)
+		}
+	}
+	return ""
+}
+
+var nameWant = fmt.Sprintf("1 to %d printable ASCII characters other than ':'", MaxNameLen)
 
 // Handoff passes bound sockets to a child process the way systemd's socket
 // activation does: as file descriptors 3, 4, ... with LISTEN_FDS (how many)
@@ -35,7 +61,7 @@ const (
 // LISTEN_PID to its pid and then execs the command in its place, so the pid
 // stays the same: systemd-aware programs (sd_listen_fds) accept the sockets.
 // Set NoPIDWrapper to run the command directly without LISTEN_PID;
-// InheritedSockets accepts that.
+// Inherit accepts that.
 //
 // The zero Handoff is empty and ready to use. It is not safe for concurrent
 // use.
@@ -51,11 +77,11 @@ type Handoff struct {
 // descriptor until Close; the caller may close l once the child started.
 // The name goes into LISTEN_FDNAMES: 1 to MaxSocketNameLen printable ASCII
 // characters other than ':', each name once per Handoff. Other names are
-// refused with an error wrapping ErrInvalidRequest.
+// refused with an error wrapping portalloc.ErrInvalidRequest.
 func (h *Handoff) Add(name string, l net.Listener) error {
 	fl, ok := l.(interface{ File() (*os.File, error) })
 	if !ok {
-		return fmt.Errorf("%w: listener %q is a %T, which has no file descriptor to pass", ErrInvalidRequest, name, l)
+		return fmt.Errorf("%w: listener %q is a %T, which has no file descriptor to pass", portalloc.ErrInvalidRequest, name, l)
 	}
 	return h.add(name, fl.File)
 }
@@ -64,21 +90,21 @@ func (h *Handoff) Add(name string, l net.Listener) error {
 func (h *Handoff) AddPacketConn(name string, c net.PacketConn) error {
 	fc, ok := c.(interface{ File() (*os.File, error) })
 	if !ok {
-		return fmt.Errorf("%w: packet conn %q is a %T, which has no file descriptor to pass", ErrInvalidRequest, name, c)
+		return fmt.Errorf("%w: packet conn %q is a %T, which has no file descriptor to pass", portalloc.ErrInvalidRequest, name, c)
 	}
 	return h.add(name, fc.File)
 }
 
 func (h *Handoff) add(name string, file func() (*os.File, error)) error {
-	if why := socketNameProblem(name); why != "" {
-		return fmt.Errorf("portalloc: %w: socket name %s: want %s; %s", ErrInvalidRequest, quoteShort(name), socketNameWant, why)
+	if why := nameProblem(name); why != "" {
+		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "socket name", Value: name, Want: nameWant + "; " + why})
 	}
 	if slices.Contains(h.names, name) {
-		return fmt.Errorf("%w: socket name %q is handed off already; each socket needs a name of its own", ErrInvalidRequest, name)
+		return fmt.Errorf("%w: socket name %q is handed off already; each socket needs a name of its own", portalloc.ErrInvalidRequest, name)
 	}
 	f, err := file()
 	if err != nil {
-		return fmt.Errorf("portalloc: hand off %q: %w", name, err)
+		return fmt.Errorf("listenfd: hand off %q: %w", name, err)
 	}
 	h.names = append(h.names, name)
 	h.files = append(h.files, f)
@@ -89,13 +115,13 @@ func (h *Handoff) add(name string, file func() (*os.File, error)) error {
 // have no ExtraFiles of its own: the sockets must be descriptors 3 onward.
 func (h *Handoff) Apply(cmd *exec.Cmd) error {
 	if cmd == nil {
-		return fmt.Errorf("%w: Handoff.Apply: cmd is nil", ErrInvalidRequest)
+		return fmt.Errorf("%w: Handoff.Apply: cmd is nil", portalloc.ErrInvalidRequest)
 	}
 	if len(cmd.ExtraFiles) > 0 {
-		return fmt.Errorf("%w: cmd already has ExtraFiles; the handed-off sockets must start at descriptor 3", ErrInvalidRequest)
+		return fmt.Errorf("%w: cmd already has ExtraFiles; the handed-off sockets must start at descriptor 3", portalloc.ErrInvalidRequest)
 	}
 	if cmd.Process != nil {
-		return fmt.Errorf("%w: cmd has already started", ErrInvalidRequest)
+		return fmt.Errorf("%w: cmd has already started", portalloc.ErrInvalidRequest)
 	}
 	cmd.ExtraFiles = append(cmd.ExtraFiles, h.files...)
 	env := cmd.Env
@@ -144,7 +170,7 @@ type Inherited struct {
 	PacketConns map[string]net.PacketConn
 }
 
-// InheritedSockets returns the sockets this process was handed by a Handoff
+// Inherit returns the sockets this process was handed by a Handoff
 // (or by systemd), by the names in LISTEN_FDNAMES ("unknown" where a name is
 // missing; a name given twice gets "#2", "#3" ... after it), and unsets the
 // LISTEN_* variables so that its own children do not take them for theirs.
@@ -155,7 +181,7 @@ type Inherited struct {
 // sockets. Any other descriptor in the range (a file the runtime opened, a
 // connected socket) is left open and untouched, and named in the error,
 // which comes with the sockets that were taken.
-func InheritedSockets() (Inherited, error) {
+func Inherit() (Inherited, error) {
 	in := Inherited{Listeners: map[string]net.Listener{}, PacketConns: map[string]net.PacketConn{}}
 	defer func() {
 		for _, k := range []string{EnvListenFDs, EnvListenFDNames, EnvListenPID} {
@@ -171,7 +197,7 @@ func InheritedSockets() (Inherited, error) {
 	}
 	n, err := strconv.Atoi(nStr)
 	if err != nil || n < 0 || n > 1024 {
-		return in, fmt.Errorf("%w: %s=%q: want a count of descriptors from 0 to 1024", ErrInvalidRequest, EnvListenFDs, nStr)
+		return in, fmt.Errorf("%w: %s=%q: want a count of descriptors from 0 to 1024", portalloc.ErrInvalidRequest, EnvListenFDs, nStr)
 	}
 	names := strings.Split(os.Getenv(EnvListenFDNames), ":")
 	seen := map[string]int{}
@@ -196,7 +222,7 @@ func InheritedSockets() (Inherited, error) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return in, fmt.Errorf("portalloc: %s=%s: %w", EnvListenFDs, nStr, err)
+		return in, fmt.Errorf("listenfd: %s=%s: %w", EnvListenFDs, nStr, err)
 	}
 	return in, nil
 }
