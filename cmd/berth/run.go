@@ -76,8 +76,6 @@ func portFlagErr(s string, err error) error {
 	switch {
 	case strings.HasSuffix(se.Field, ".name"):
 		return usagef("--port %q: want NAME or NAME:udp; NAME %s", s, se.Reason)
-	case strings.HasSuffix(se.Field, ".address"):
-		return usagef("--addr: %s", se.Reason)
 	}
 	return usagef("--port %q: %s", s, se.Reason)
 }
@@ -126,9 +124,9 @@ COMMAND and its arguments, flags included.`,
 }
 
 func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
-	addr, err := netip.ParseAddr(f.addr)
+	addr, err := parseAddr(f.addr)
 	if err != nil {
-		return usagef("--addr %q: want an IP address such as 127.0.0.1, ::1, 0.0.0.0 or ::", f.addr)
+		return err
 	}
 	var ports *portalloc.SetSpec
 	if len(f.ports) > 0 {
