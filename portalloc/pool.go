@@ -41,6 +41,19 @@ type PoolSpec struct {
 	// replaces at once: an integer ("3") or a percentage of Size ("25%",
 	// rounded up), at least 1; zero: "25%".
 	MaxUnavailable string
+	// Prefer lists ports for members to take first, in this order, each
+	// with the full guarantee of Request.Prefer (free in the store,
+	// bind-probed): every member allocated, when the pool fills, refills,
+	// rolls to a new spec or a Take finds it empty, takes the first of them
+	// that is free, then a port of Range in Order. A preferred port held
+	// by another process or bound outside berth is passed over. Like
+	// Request.Prefer, they may lie outside Range. At most MaxPrefer ports,
+	// none of them 0; zero: none.
+	Prefer []uint16
+	// Order is the order in which members walk Range after Prefer:
+	// OrderRandom or OrderLowest (members from the low end up); zero: the
+	// Allocator's Config.Order.
+	Order Order
 }
 
 // ParseMaxUnavailable returns how many members of a pool of size may be
@@ -72,13 +85,17 @@ func ParseMaxUnavailable(s string, size int) (int, error) {
 	return max(n, 1), nil
 }
 
-// revision is a short hash of what makes a member: where it is allocated.
+// revision is a short hash of what makes a member: where it is allocated,
+// and which ports it takes first. s has its defaults filled in, so a spec
+// that spells out a default is the same revision as one that leaves it zero.
 func (s PoolSpec) revision() string {
 	canon, _ := json.Marshal(struct {
 		Range    string
 		Address  string
 		Protocol Protocol
-	}{s.Range.String(), s.Address.String(), s.Protocol})
+		Prefer   []uint16
+		Order    Order
+	}{s.Range.String(), s.Address.String(), s.Protocol, s.Prefer, s.Order})
 	sum := sha256.Sum256(canon)
 	return hex.EncodeToString(sum[:4])
 }
@@ -259,6 +276,24 @@ func (p *Pool) setSpec(spec PoolSpec) error {
 	if err != nil {
 		return err
 	}
+	switch {
+	case spec.Order == "":
+		spec.Order = p.a.cfg.Order
+	case !spec.Order.valid():
+		return fmt.Errorf("%w: PoolSpec.Order %q: want %q or %q", ErrInvalidRequest, spec.Order, OrderRandom, OrderLowest)
+	}
+	if len(spec.Prefer) > MaxPrefer {
+		return fmt.Errorf("%w: PoolSpec.Prefer lists %d ports: want at most %d (MaxPrefer)", ErrInvalidRequest, len(spec.Prefer), MaxPrefer)
+	}
+	if i := slices.Index(spec.Prefer, 0); i >= 0 {
+		return fmt.Errorf("%w: PoolSpec.Prefer[%d] is 0: want ports from 1 to 65535", ErrInvalidRequest, i)
+	}
+	// The pool's own copy, since the caller may reuse its slice; nil when
+	// empty, so that an empty list and none are one revision.
+	if len(spec.Prefer) == 0 {
+		spec.Prefer = nil
+	}
+	spec.Prefer = slices.Clone(spec.Prefer)
 	// The pool's own walk: the Allocator's set, narrowed to the pool's range.
 	var excl []portrange.Range
 	if spec.Range.First > p.a.cfg.Range.First {
@@ -292,7 +327,7 @@ func (p *Pool) allocate(ctx context.Context) (*member, error) {
 	p.mu.Lock()
 	spec, set, rev := p.spec, p.set, p.rev
 	p.mu.Unlock()
-	req := Request{Protocol: spec.Protocol, Address: spec.Address, Label: "pool:" + p.name}
+	req := Request{Protocol: spec.Protocol, Address: spec.Address, Label: "pool:" + p.name, Prefer: spec.Prefer, Order: spec.Order}
 	ctx, cancel, req, err := p.a.begin(ctx, req)
 	if err != nil {
 		return nil, err
@@ -392,8 +427,10 @@ func (p *Pool) Return(r Reservation) error {
 }
 
 // Update makes spec current and starts a rolling update to it, if it
-// changes where members are allocated. Takes go on working meanwhile. After
-// Close it returns an error wrapping ErrClosed.
+// changes where members are allocated: Range (or Band), Address, Protocol,
+// Prefer or Order. A change of Size or MaxUnavailable alone needs none.
+// Takes go on working meanwhile. After Close it returns an error wrapping
+// ErrClosed.
 func (p *Pool) Update(spec PoolSpec) error {
 	p.mu.Lock()
 	closed := p.closed

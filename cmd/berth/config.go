@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 
+	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/internal/safefs"
 	"github.com/berth-go/berth/portalloc"
 )
@@ -43,14 +45,18 @@ func (a *app) configure(cmd *cobra.Command) error {
 	g := &a.global
 	cfg, err := portalloc.ConfigFromEnv()
 	if err != nil {
-		return err // names the variable
+		return envError(err)
 	}
 	if g.stateDir != "" {
 		cfg.StateDir = g.stateDir
 	}
 	if g.rangeS != "" {
 		if cfg.Range, err = portalloc.ParseRange(g.rangeS); err != nil {
-			return usagef("--range: %v", err)
+			var pe *portrange.ParseError
+			if errors.As(err, &pe) {
+				return usagef("--range %q: %s", g.rangeS, pe.Reason)
+			}
+			return usagef("--range %q: %v", g.rangeS, err)
 		}
 	}
 	if g.mode != "" {
@@ -94,6 +100,37 @@ func (a *app) configure(cmd *cobra.Command) error {
 	a.cfg = cfg
 	return nil
 }
+
+// envError words an error of portalloc.ConfigFromEnv, one for each bad
+// variable, without the "invalid request: " that leads each of them: the
+// message names the variable, which is what the user has to fix. The
+// errors still wrap portalloc.ErrInvalidRequest.
+func envError(err error) error {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok { //nolint:errorlint // ConfigFromEnv joins one error per variable
+		errs = j.Unwrap()
+	}
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		msg := strings.TrimPrefix(e.Error(), portalloc.ErrInvalidRequest.Error()+": ")
+		// "BERTH_PORT_RANGE: port range "abc": why" names the value twice.
+		var pe *portrange.ParseError
+		if name, _, ok := strings.Cut(msg, ": "); ok && errors.As(e, &pe) && os.Getenv(name) == pe.Input {
+			msg = fmt.Sprintf("%s=%q: %s", name, pe.Input, pe.Reason)
+		}
+		out[i] = &reworded{msg: msg, err: e}
+	}
+	return errors.Join(out...)
+}
+
+// reworded is err with the message msg.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (e *reworded) Error() string { return e.msg }
+func (e *reworded) Unwrap() error { return e.err }
 
 // level returns the log level -v or --log-level asks for, or nil.
 func (g *globalFlags) level() (*slog.Level, error) {

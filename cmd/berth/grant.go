@@ -84,11 +84,23 @@ func lookupOwner(ctx context.Context, flag string, pid int) (statestore.Owner, e
 	return o, nil
 }
 
+// parseAddr parses the value of --addr.
+func parseAddr(s string) (netip.Addr, error) {
+	addr, err := netip.ParseAddr(s)
+	switch {
+	case err != nil:
+		return netip.Addr{}, usagef("--addr %q: want an IP address such as 127.0.0.1, ::1, 0.0.0.0 or ::", s)
+	case addr.Zone() != "":
+		return netip.Addr{}, usagef("--addr %q: want an address without a %%zone; berth does not support zoned IPv6 addresses", s)
+	}
+	return addr, nil
+}
+
 // request reads the request flags.
 func (f *grantFlags) request() (portalloc.Request, error) {
-	addr, err := netip.ParseAddr(f.addr)
+	addr, err := parseAddr(f.addr)
 	if err != nil {
-		return portalloc.Request{}, usagef("--addr %q: want an IP address such as 127.0.0.1, ::1, 0.0.0.0 or ::", f.addr)
+		return portalloc.Request{}, err
 	}
 	req := portalloc.Request{Protocol: portalloc.TCP, Address: addr, Label: f.label}
 	if f.udp {

@@ -132,6 +132,9 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 		}
 		flt.Port = p
 	}
+	if f.owner < 0 {
+		return usagef("--owner %d: want a process id above 0", f.owner)
+	}
 	flt.Label, flt.OwnerPID = f.label, f.owner
 	var rows []statestore.Reservation
 	s, err := a.openStore(ctx)

@@ -185,6 +185,12 @@ func (a *app) action(fn func(ctx context.Context, args []string) error) func(*co
 // flagError turns a flag the command does not know, or a bad flag value,
 // into a usage error, with the nearest flag name as a suggestion.
 func flagError(cmd *cobra.Command, err error) error {
+	var ive *pflag.InvalidValueError
+	if errors.As(err, &ive) {
+		// pflag's words name the flag but end in strconv's ("strconv.ParseInt:
+		// parsing "x": invalid syntax"): say what the flag takes instead.
+		return usagef("--%s %q: want %s", ive.GetFlag().Name, ive.GetValue(), flagWant(ive.GetFlag()))
+	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
 		if s := nearestFlag(cmd, name); s != "" {
@@ -192,6 +198,25 @@ func flagError(cmd *cobra.Command, err error) error {
 		}
 	}
 	return &usageError{msg}
+}
+
+// flagWant says what a flag of f's type takes, for a value pflag refused.
+func flagWant(f *pflag.Flag) string {
+	switch f.Name {
+	case "to", "owner", "owner-pid":
+		return "a process id above 0"
+	}
+	switch f.Value.Type() {
+	case "int":
+		return "a whole number"
+	case "uintSlice":
+		return "port numbers from 1 to 65535, comma-separated, such as 3000,3001"
+	case "duration":
+		return "a duration such as 10s or 1m30s"
+	case "bool":
+		return "true or false"
+	}
+	return "a value of type " + f.Value.Type()
 }
 
 // nearestFlag returns the name of cmd's flag closest to name, or "" when

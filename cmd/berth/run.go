@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -25,28 +24,60 @@ type runFlags struct {
 	addr   string
 }
 
-// portName is the rule for --port names: 1-64 bytes, a letter first.
-var portName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+// runSet is the name of the set berth run makes of its --port ports, one
+// group-scoped port each in the group runGroup, labelled
+// "run/port/NAME".
+const (
+	runSet   = "run"
+	runGroup = "port"
+)
 
-// runPort is one --port NAME[:udp].
-type runPort struct {
-	name, env string
-	protocol  portalloc.Protocol
+// portSpec turns the values of --port, NAME[:tcp|:udp], into a set spec of
+// one group. Each port is in $NAME_PORT (NAME upper-cased, '-' as '_'), as
+// berth run has always named them; portalloc checks the names.
+func portSpec(values []string, addr netip.Addr) (portalloc.SetSpec, error) {
+	g := portalloc.GroupSpec{Name: runGroup}
+	seen := map[string]string{} // --port value by variable
+	for _, s := range values {
+		name, proto, hasProto := strings.Cut(s, ":")
+		p := portalloc.PortSpec{Name: name, Scope: portalloc.ScopeGroup, Protocol: portalloc.TCP, Address: addr,
+			Env: strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_PORT"}
+		switch {
+		case !hasProto, proto == "tcp":
+		case proto == "udp":
+			p.Protocol = portalloc.UDP
+		default:
+			return portalloc.SetSpec{}, usagef("--port %q: want NAME, NAME:tcp or NAME:udp", s)
+		}
+		// Each port on its own first, so a bad name is reported as such
+		// rather than as a duplicate of another bad one.
+		one := portalloc.SetSpec{Name: runSet, Groups: []portalloc.GroupSpec{{Name: runGroup, Ports: []portalloc.PortSpec{p}}}}
+		if err := one.Validate(); err != nil {
+			return portalloc.SetSpec{}, portFlagErr(s, err)
+		}
+		switch prev, dup := seen[p.Env]; {
+		case dup && prev == s:
+			return portalloc.SetSpec{}, usagef("--port %q twice: two ports would both be $%s; give each a name of its own", s, p.Env)
+		case dup:
+			return portalloc.SetSpec{}, usagef("--port %q and --port %q would both be $%s; give each a name of its own", prev, s, p.Env)
+		}
+		seen[p.Env] = s
+		g.Ports = append(g.Ports, p)
+	}
+	return portalloc.SetSpec{Name: runSet, Groups: []portalloc.GroupSpec{g}}, nil
 }
 
-func parseRunPort(s string) (runPort, error) {
-	name, proto, hasProto := strings.Cut(s, ":")
-	p := runPort{name: name, protocol: portalloc.TCP}
-	switch {
-	case !portName.MatchString(name):
-		return runPort{}, usagef("--port %q: want NAME or NAME:udp, NAME 1 to 64 letters, digits, '_' or '-', a letter first", s)
-	case hasProto && proto == "udp":
-		p.protocol = portalloc.UDP
-	case hasProto && proto != "tcp":
-		return runPort{}, usagef("--port %q: want NAME, NAME:tcp or NAME:udp", s)
+// portFlagErr words what portalloc found wrong with the port of --port s.
+func portFlagErr(s string, err error) error {
+	var se *portalloc.SpecError
+	if !errors.As(err, &se) {
+		return err
 	}
-	p.env = strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_PORT"
-	return p, nil
+	switch {
+	case strings.HasSuffix(se.Field, ".name"):
+		return usagef("--port %q: want NAME or NAME:udp; NAME %s", s, se.Reason)
+	}
+	return usagef("--port %q: %s", s, se.Reason)
 }
 
 func (a *app) runCmd() *cobra.Command {
@@ -59,8 +90,10 @@ func (a *app) runCmd() *cobra.Command {
 it runs and they come back when it exits, crashed or not.
 
 --port web gives COMMAND WEB_PORT=<port> (the name upper-cased, '-' as '_');
---port dns:udp a UDP port in DNS_PORT. --set reserves every port of a set spec
-(the JSON of portalloc.SetSpec) and gives COMMAND every member's variables.
+--port dns:udp a UDP port in DNS_PORT. The --port ports are reserved all or
+none, as a set named "run": berth ls shows them as run/port/NAME. --set
+reserves every port of a set spec (the JSON of portalloc.SetSpec) and gives
+COMMAND every member's variables.
 
 With --listen, berth also binds each port and passes the sockets as systemd
 does (LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES; descriptors from 3, in the
@@ -91,22 +124,17 @@ COMMAND and its arguments, flags included.`,
 }
 
 func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
-	var ports []runPort
-	seen := map[string]bool{}
-	for _, s := range f.ports {
-		p, err := parseRunPort(s)
+	addr, err := parseAddr(f.addr)
+	if err != nil {
+		return err
+	}
+	var ports *portalloc.SetSpec
+	if len(f.ports) > 0 {
+		sp, err := portSpec(f.ports, addr)
 		if err != nil {
 			return err
 		}
-		if seen[p.env] {
-			return usagef("--port %q: two ports would both be $%s; give each a name of its own", s, p.env)
-		}
-		seen[p.env] = true
-		ports = append(ports, p)
-	}
-	addr, err := netip.ParseAddr(f.addr)
-	if err != nil {
-		return usagef("--addr %q: want an IP address such as 127.0.0.1, ::1, 0.0.0.0 or ::", f.addr)
+		ports = &sp
 	}
 	var spec *portalloc.SetSpec
 	if f.set != "" {
@@ -118,10 +146,17 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		if err != nil {
 			return usagef("--set %s: %v", f.set, err)
 		}
+		if ports != nil && sp.Name == runSet {
+			// Its ports would be taken for those of --port of the same names.
+			return usagef("--set %s: the set is named %q, as berth run names the set of its --port ports; rename it", f.set, runSet)
+		}
 		spec = &sp
 	}
-	if len(ports) == 0 && spec == nil {
+	if ports == nil && spec == nil {
 		return usagef("run needs --port or --set: which ports should COMMAND have?")
+	}
+	if f.listen && spec != nil {
+		return usagef("--listen with --set: berth run binds --port ports only; let the set's programs bind theirs")
 	}
 	path, err := exec.LookPath(args[0])
 	if err != nil {
@@ -136,23 +171,32 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	defer a.fallbackHint(al)
 	var (
 		env   []string
+		seen  = map[string]bool{} // variables of --port
 		rs    []portalloc.Reservation
 		names []string
+		sets  []*portalloc.Set
 	)
-	for _, p := range ports {
-		r, err := al.Allocate(ctx, portalloc.Request{Protocol: p.protocol, Address: addr, Label: p.name})
+	if ports != nil {
+		// All of them or none.
+		set, err := al.AllocateSet(ctx, *ports)
 		if err != nil {
 			return err
 		}
-		rs = append(rs, r)
-		names = append(names, p.name)
-		env = append(env, p.env+"="+strconv.Itoa(int(r.Port)))
+		sets = append(sets, set)
+		m := set.Members()[0]
+		for _, p := range ports.Groups[0].Ports {
+			rs = append(rs, m.Ports[p.Name])
+			names = append(names, p.Name)
+			seen[p.Env] = true
+		}
+		env = m.Env()
 	}
-	var set *portalloc.Set
 	if spec != nil {
-		if set, err = al.AllocateSet(ctx, *spec); err != nil {
+		set, err := al.AllocateSet(ctx, *spec)
+		if err != nil {
 			return err
 		}
+		sets = append(sets, set)
 		vars := map[string]string{}
 		for _, m := range set.Members() {
 			for _, kv := range m.Env() {
@@ -173,9 +217,6 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 
 	var files []*os.File
 	if f.listen {
-		if spec != nil {
-			return usagef("--listen with --set: berth run binds --port ports only; let the set's programs bind theirs")
-		}
 		for i, r := range rs {
 			file, err := bindFile(ctx, r)
 			if err != nil {
@@ -189,12 +230,7 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	// From here the ports are COMMAND's: this process's, which COMMAND
 	// becomes.
 	self := os.Getpid()
-	for _, r := range rs {
-		if err := al.Transfer(ctx, r, self); err != nil {
-			return err
-		}
-	}
-	if set != nil {
+	for _, set := range sets {
 		if err := set.TransferAll(ctx, self); err != nil {
 			return err
 		}
