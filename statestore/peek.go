@@ -83,7 +83,7 @@ func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 func (h HeldSet) Len() int { return h.n }
 
 // Holders returns the reservations of the set that conflict with k under
-// the conflict rule of package netaddr: same protocol and port, and equal
+// the conflict rule of package store: same protocol and port, and equal
 // addresses or either one a wildcard. k's address is normalised first; an
 // address that cannot be normalised conflicts with nothing.
 func (h HeldSet) Holders(k Key) []Reservation {

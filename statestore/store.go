@@ -11,7 +11,7 @@
 // starts in the background, or by Reap.
 //
 // Two reservations of one protocol and port conflict under the rule of
-// package netaddr: equal addresses, or either address a wildcard.
+// package store: equal addresses, or either address a wildcard.
 //
 // # Concurrency
 //
