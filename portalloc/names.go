@@ -1,12 +1,12 @@
 package portalloc
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
-	"unicode"
 	"unicode/utf8"
 
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // Limits on the strings callers give berth. Labels and names end up in the
@@ -22,7 +22,7 @@ const (
 	// mark of bytes that were not UTF-8. A terminal that shows such a
 	// label shows what it says, never a forged row or a colour change.
 	// The state store holds labels to the same rule.
-	MaxLabelLen = statestore.MaxLabelLen
+	MaxLabelLen = store.MaxLabelLen
 	// MaxNameLen is the longest set, group, port or pool name, in bytes.
 	// A name is 1 to MaxNameLen ASCII letters, digits, '_' and '-',
 	// starting with a letter: names are joined with '/' and '.' into
@@ -39,32 +39,14 @@ const (
 	MaxEnvNameLen = 256
 )
 
-// labelProblem says what is wrong with a label, or "" when it may be used.
-func labelProblem(label string) string {
-	if len(label) > MaxLabelLen {
-		return fmt.Sprintf("it has %d bytes", len(label))
-	}
-	for i, r := range label {
-		if r == utf8.RuneError {
-			if _, size := utf8.DecodeRuneInString(label[i:]); size == 1 {
-				return fmt.Sprintf("it has a byte that is not UTF-8 (%s) at byte %d", quoteFirst(label[i:]), i)
-			}
-			return fmt.Sprintf("it has U+FFFD, the replacement character, at byte %d", i)
-		}
-		if !unicode.IsPrint(r) {
-			return fmt.Sprintf("it has %s at byte %d", quoteFirst(label[i:]), i)
-		}
-	}
-	return ""
-}
-
-// labelWant is what a label may be, for error messages.
-var labelWant = fmt.Sprintf("at most %d bytes of printable UTF-8 (no control characters)", MaxLabelLen)
-
-// checkLabel checks Request.Label. The error wraps ErrInvalidRequest.
+// checkLabel checks Request.Label by the one label rule of package store.
+// The error is a *FieldError naming Request.Label.
 func checkLabel(label string) error {
-	if why := labelProblem(label); why != "" {
-		return fmt.Errorf("portalloc: %w", &FieldError{Field: "Request.Label", Value: label, Want: labelWant + "; " + why})
+	var fe *FieldError
+	if err := store.CheckLabel(label); errors.As(err, &fe) {
+		named := *fe
+		named.Field = "Request.Label"
+		return fmt.Errorf("portalloc: %w", &named)
 	}
 	return nil
 }
