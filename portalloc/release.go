@@ -26,18 +26,14 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 	if a.isClosed() {
 		return fmt.Errorf("portalloc: release %s: %w (Close has released everything the Allocator held)", r, ErrClosed)
 	}
-	switch r.Backend {
-	case BackendMRU:
+	s, err := a.rowStore(r)
+	if err != nil {
+		return err
+	}
+	if s == nil {
 		// The MRU file keeps the port as recently handed out until it expires.
 		a.unhold(r, false)
 		return nil
-	case BackendStateStore:
-	default:
-		return fmt.Errorf("%w: reservation backend %q: want %q or %q", ErrInvalidRequest, r.Backend, BackendStateStore, BackendMRU)
-	}
-	s := a.db()
-	if s == nil {
-		return fmt.Errorf("%w: reservation %s is from a state store this Allocator does not have", ErrInvalidRequest, r)
 	}
 	rk := a.refKeyOf(r)
 	e, err := refs.lock(ctx, rk)
@@ -85,17 +81,13 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 	if a.isClosed() {
 		return fmt.Errorf("portalloc: transfer %s: %w", r, ErrClosed)
 	}
-	switch r.Backend {
-	case BackendMRU:
+	s, err := a.rowStore(r)
+	if err != nil {
+		return err
+	}
+	if s == nil { // an MRU reservation has no owner to change
 		a.unhold(r, true)
 		return nil
-	case BackendStateStore:
-	default:
-		return fmt.Errorf("%w: reservation backend %q: want %q or %q", ErrInvalidRequest, r.Backend, BackendStateStore, BackendMRU)
-	}
-	s := a.db()
-	if s == nil {
-		return fmt.Errorf("%w: reservation %s is from a state store this Allocator does not have", ErrInvalidRequest, r)
 	}
 	to, err := statestore.LookupOwner(ctx, pid)
 	if err != nil {
@@ -137,4 +129,22 @@ func (a *Allocator) Reap(ctx context.Context) (int, error) {
 		return n, fmt.Errorf("portalloc: reap: %w", a.closedErr(err))
 	}
 	return n, nil
+}
+
+// rowStore returns the state store that holds r's row, or nil for a
+// reservation of the MRU file. A reservation of neither backend, or of a
+// store this Allocator does not have open, is an ErrInvalidRequest.
+func (a *Allocator) rowStore(r Reservation) (*statestore.Store, error) {
+	switch r.Backend {
+	case BackendMRU:
+		return nil, nil
+	case BackendStateStore:
+	default:
+		return nil, fmt.Errorf("%w: reservation backend %q: want %q or %q", ErrInvalidRequest, r.Backend, BackendStateStore, BackendMRU)
+	}
+	s := a.db()
+	if s == nil {
+		return nil, fmt.Errorf("%w: reservation %s is from a state store this Allocator does not have", ErrInvalidRequest, r)
+	}
+	return s, nil
 }
