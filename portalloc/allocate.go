@@ -59,12 +59,8 @@ func (a *Allocator) allocate(ctx context.Context, req Request, set *portrange.Se
 
 // scanStore allocates in the state store. done is false when the store
 // failed and the Allocator fell back: the MRU file is to serve.
-func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error), via string) (r Reservation, done bool, err error) {
-	for attempt := 0; ; attempt++ {
-		s := a.db()
-		if s == nil {
-			return Reservation{}, false, nil
-		}
+func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error), via string) (Reservation, bool, error) {
+	return inStore(ctx, a, req, func(s *statestore.Store) (Reservation, error) {
 		next, sticky := a.candidates(ctx, s, req, set)
 		row, err := s.Scan(ctx, statestore.ScanRequest{
 			Protocol: req.Protocol,
@@ -73,21 +69,42 @@ func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.S
 			Next:     next,
 			Probe:    func(k statestore.Key) (bool, error) { return bindable(k.Port) },
 		})
-		if err == nil {
-			a.remember(ctx, s, req, sticky, row.Port)
-			r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
-			if !a.holdNew(ctx, s, r, via) {
-				return Reservation{}, true, ErrClosed
-			}
-			return r, true, nil
+		if err != nil {
+			return Reservation{}, err
 		}
-		if attempt == 0 && a.replaced(s, err) {
+		a.remember(ctx, s, req, sticky, row.Port)
+		r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
+		if !a.holdNew(ctx, s, r, via) {
+			return Reservation{}, ErrClosed
+		}
+		return r, nil
+	})
+}
+
+// inStore runs op on the Allocator's state store, and once more when a
+// retry after a fallback replaced that store while op ran. done is false
+// when there is no store or it failed and the Allocator fell back: the MRU
+// file is to serve. An error of op wrapping ErrClosed (the Allocator
+// closed) is returned as it is; storeErr translates the others.
+func inStore[T any](ctx context.Context, a *Allocator, req Request, op func(*statestore.Store) (T, error)) (v T, done bool, err error) {
+	for attempt := 0; ; attempt++ {
+		s := a.db()
+		if s == nil {
+			return v, false, nil
+		}
+		got, err := op(s)
+		switch {
+		case err == nil:
+			return got, true, nil
+		case errors.Is(err, ErrClosed):
+			return v, true, err
+		case attempt == 0 && a.replaced(s, err):
 			continue
 		}
 		if err := a.storeErr(ctx, err, req); err != nil {
-			return Reservation{}, true, err
+			return v, true, err
 		}
-		return Reservation{}, false, nil
+		return v, false, nil
 	}
 }
 

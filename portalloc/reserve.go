@@ -42,7 +42,7 @@ func (a *Allocator) reserve(ctx context.Context, req Request, port uint16, via s
 
 // reserveStore reserves in the state store. done is false when the store
 // failed and the Allocator fell back.
-func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, via string) (r Reservation, done bool, err error) {
+func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, via string) (Reservation, bool, error) {
 	key := statestore.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
 	rk := refKey{store: a.dbKey, protocol: req.Protocol, addr: req.Address, port: port}
 	// The key's turn keeps a release by another holder of the process from
@@ -52,31 +52,21 @@ func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, 
 		return Reservation{}, true, err
 	}
 	defer refs.unlock(rk, e)
-	for attempt := 0; ; attempt++ {
-		s := a.db()
-		if s == nil {
-			return Reservation{}, false, nil
-		}
+	return inStore(ctx, a, req, func(s *statestore.Store) (Reservation, error) {
 		row, err := s.Reserve(ctx, statestore.Request{Key: key, Label: req.Label, Kind: statestore.Static, Probe: probeKey})
-		if err == nil {
-			r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: row.Label, Backend: BackendStateStore}
-			refs.add(e, a, via)
-			if !a.hold(r) {
-				if _, left := refs.drop(e, a, via); left == 0 {
-					_ = s.Release(context.WithoutCancel(ctx), key, statestore.Owner{}) // reaping covers a failure
-				}
-				return Reservation{}, true, ErrClosed
+		if err != nil {
+			return Reservation{}, err
+		}
+		r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: row.Label, Backend: BackendStateStore}
+		refs.add(e, a, via)
+		if !a.hold(r) {
+			if _, left := refs.drop(e, a, via); left == 0 {
+				_ = s.Release(context.WithoutCancel(ctx), key, statestore.Owner{}) // reaping covers a failure
 			}
-			return r, true, nil
+			return Reservation{}, ErrClosed
 		}
-		if attempt == 0 && a.replaced(s, err) {
-			continue
-		}
-		if err := a.storeErr(ctx, err, req); err != nil {
-			return Reservation{}, true, err
-		}
-		return Reservation{}, false, nil
-	}
+		return r, nil
+	})
 }
 
 // reserveMRU reserves a port without the state store: it refuses a port
