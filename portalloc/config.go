@@ -117,8 +117,10 @@ const (
 // BERTH_PORT_RANGE ("20000-32767"), BERTH_PORT_EXCLUDE ("22000-22100,25565"),
 // BERTH_STATE_DIR, BERTH_TIMEOUT (a Go duration such as "10s"),
 // BERTH_ALLOW_EPHEMERAL_OVERLAP (true or false) and BERTH_LOG. Unset or
-// empty variables leave their field at its zero value. Errors name the
-// variable and wrap ErrInvalidRequest.
+// empty variables leave their field at its zero value. The error joins
+// one error for each variable refused (errors.Join): a *RangeError for the
+// two range variables, a *FieldError for the others, each naming the
+// variable in its Field and wrapping ErrInvalidRequest.
 //
 // BERTH_LOG sets Logger to an slog text handler on standard error (through
 // logr.FromSlogHandler) at one of three levels: "warn" (errors and the
@@ -138,7 +140,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		return v
 	}
 	bad := func(name, value, want string) {
-		errs = append(errs, fmt.Errorf("%w: %s=%q: want %s", ErrInvalidRequest, name, value, want))
+		errs = append(errs, &FieldError{Field: name, Value: value, Want: want})
 	}
 	if v := get(EnvMode); v != "" {
 		if c.Mode = Mode(v); !c.Mode.valid() {
@@ -148,14 +150,14 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if v := get(EnvPortRange); v != "" {
 		r, err := portrange.Parse(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalidRequest, EnvPortRange, err))
+			errs = append(errs, rangeErr(EnvPortRange, err))
 		}
 		c.Range = Range(r)
 	}
 	if v := get(EnvPortExclude); v != "" {
 		rs, err := portrange.ParseList(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalidRequest, EnvPortExclude, err))
+			errs = append(errs, rangeErr(EnvPortExclude, err))
 		}
 		c.Exclude = ranges(rs)
 	}
@@ -210,11 +212,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Range == (Range{}) {
 		c.Range = DefaultRange
 	} else if err := c.Range.Valid(); err != nil {
-		return Config{}, fmt.Errorf("%w: Config.Range: %w", ErrInvalidRequest, err)
+		return Config{}, rangeErr("Config.Range", portrange.Range(c.Range).Valid())
 	}
 	for i, x := range c.Exclude {
 		if err := x.Valid(); err != nil {
-			return Config{}, fmt.Errorf("%w: Config.Exclude[%d]: %w", ErrInvalidRequest, i, err)
+			return Config{}, rangeErr(fmt.Sprintf("Config.Exclude[%d]", i), portrange.Range(x).Valid())
 		}
 	}
 	switch {

@@ -82,7 +82,7 @@ func ExampleParseRange() {
 	fmt.Println(err)
 	// Output:
 	// 20000 32767 12768 <nil>
-	// invalid request: port range "30000-20000": first port is above the last; write it as FIRST-LAST with FIRST <= LAST
+	// port range "30000-20000": first port is above the last; write it as FIRST-LAST with FIRST <= LAST
 }
 
 func ExampleConfigFromEnv() {
@@ -99,5 +99,5 @@ func ExampleConfigFromEnv() {
 	fmt.Println(err)
 	// Output:
 	// statestore 21000-21999 <nil>
-	// invalid request: BERTH_MODE="fast": want "statestore", "statestore-with-fallback" or "mru"
+	// BERTH_MODE "fast": want "statestore", "statestore-with-fallback" or "mru"
 }

@@ -50,7 +50,7 @@ func TestBerthLog(t *testing.T) {
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if tc.wantError {
-			if err == nil || !strings.Contains(string(out), `BERTH_LOG="loud": want "debug", "info" or "warn"`) {
+			if err == nil || !strings.Contains(string(out), `BERTH_LOG "loud": want "debug", "info" or "warn"`) {
 				t.Errorf("BERTH_LOG=%s: %v, output %q", tc.level, err, out)
 			}
 			continue

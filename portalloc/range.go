@@ -1,6 +1,7 @@
 package portalloc
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/berth-go/berth/internal/portrange"
@@ -32,33 +33,64 @@ func (r Range) Overlaps(o Range) bool { return portrange.Range(r).Overlaps(portr
 func (r Range) String() string { return portrange.Range(r).String() }
 
 // Valid returns nil for a non-empty range of ports 1-65535, FIRST <= LAST,
-// and otherwise an error that says what is wrong, wrapping
-// ErrInvalidRequest.
-func (r Range) Valid() error {
-	if err := portrange.Range(r).Valid(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+// and otherwise a *RangeError that says what is wrong.
+func (r Range) Valid() error { return rangeErr("", portrange.Range(r).Valid()) }
+
+// RangeError reports a port range, or a list of them, that is not
+// accepted. Field names where the text came from: a variable such as
+// BERTH_PORT_RANGE, a field such as Config.Range, or "" for the argument of
+// ParseRange, ParseRanges or Valid. Input is the text as given, Reason what
+// is wrong and what is accepted. errors.Is(err, ErrInvalidRequest) holds
+// for it.
+type RangeError struct {
+	Field  string
+	Input  string
+	Reason string
+}
+
+func (e *RangeError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("port range %q: %s", e.Input, e.Reason)
 	}
-	return nil
+	return fmt.Sprintf("%s %q: %s", e.Field, e.Input, e.Reason)
+}
+
+// Unwrap returns ErrInvalidRequest.
+func (e *RangeError) Unwrap() error { return ErrInvalidRequest }
+
+// rangeErr puts an error of package portrange into a *RangeError for
+// field; nil stays nil.
+func rangeErr(field string, err error) error {
+	var pe *portrange.ParseError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pe):
+		return &RangeError{Field: field, Input: pe.Input, Reason: pe.Reason}
+	default:
+		return fmt.Errorf("%w: %s: %w", ErrInvalidRequest, field, err)
+	}
 }
 
 // ParseRange parses "FIRST-LAST" (e.g. "20000-32767") or a single port
 // ("25565"). Ports run from 1 to 65535, FIRST <= LAST; no spaces or signs.
-// Errors wrap ErrInvalidRequest.
+// The error is a *RangeError.
 func ParseRange(s string) (Range, error) {
 	r, err := portrange.Parse(s)
 	if err != nil {
-		return Range{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return Range{}, rangeErr("", err)
 	}
 	return Range(r), nil
 }
 
 // ParseRanges parses a comma-separated list of ranges, such as
-// "22000-22100,25565". The empty string is the empty list. Errors wrap
-// ErrInvalidRequest.
+// "22000-22100,25565". The empty string is the empty list. The error is
+// a *RangeError whose Input is the whole list and whose Reason names the
+// item.
 func ParseRanges(s string) ([]Range, error) {
 	rs, err := portrange.ParseList(s)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return nil, rangeErr("", err)
 	}
 	return ranges(rs), nil
 }

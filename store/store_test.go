@@ -108,3 +108,15 @@ func TestConflictError(t *testing.T) {
 		}
 	}
 }
+
+func TestFieldErrorCutsLongValues(t *testing.T) {
+	err := &store.FieldError{Field: "label", Value: strings.Repeat("x", 1<<20), Want: "something shorter"}
+	msg := err.Error()
+	if len(msg) > 200 || !strings.Contains(msg, `"`+strings.Repeat("x", 64)+`"...`) {
+		t.Errorf("Error() of a 1 MiB value = %d bytes (%.100q...); want the first 64 bytes quoted and cut", len(msg), msg)
+	}
+	short := &store.FieldError{Field: "label", Value: "a\x1bb", Want: "printable"}
+	if got, want := short.Error(), `label "a\x1bb": want printable`; got != want {
+		t.Errorf("Error() = %q; want %q", got, want)
+	}
+}

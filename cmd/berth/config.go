@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 
-	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/internal/safefs"
 	"github.com/berth-go/berth/portalloc"
 )
@@ -52,9 +50,9 @@ func (a *app) configure(cmd *cobra.Command) error {
 	}
 	if g.rangeS != "" {
 		if cfg.Range, err = portalloc.ParseRange(g.rangeS); err != nil {
-			var pe *portrange.ParseError
-			if errors.As(err, &pe) {
-				return usagef("--range %q: %s", g.rangeS, pe.Reason)
+			var re *portalloc.RangeError
+			if errors.As(err, &re) {
+				return usagef("--range %q: %s", g.rangeS, re.Reason)
 			}
 			return usagef("--range %q: %v", g.rangeS, err)
 		}
@@ -101,10 +99,9 @@ func (a *app) configure(cmd *cobra.Command) error {
 	return nil
 }
 
-// envError words an error of portalloc.ConfigFromEnv, one for each bad
-// variable, without the "invalid request: " that leads each of them: the
-// message names the variable, which is what the user has to fix. The
-// errors still wrap portalloc.ErrInvalidRequest.
+// envError words an error of portalloc.ConfigFromEnv as VARIABLE="value":
+// what is wrong, one line for each bad variable. The errors still wrap
+// portalloc.ErrInvalidRequest.
 func envError(err error) error {
 	errs := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok { //nolint:errorlint // ConfigFromEnv joins one error per variable
@@ -112,13 +109,18 @@ func envError(err error) error {
 	}
 	out := make([]error, len(errs))
 	for i, e := range errs {
-		msg := strings.TrimPrefix(e.Error(), portalloc.ErrInvalidRequest.Error()+": ")
-		// "BERTH_PORT_RANGE: port range "abc": why" names the value twice.
-		var pe *portrange.ParseError
-		if name, _, ok := strings.Cut(msg, ": "); ok && errors.As(e, &pe) && os.Getenv(name) == pe.Input {
-			msg = fmt.Sprintf("%s=%q: %s", name, pe.Input, pe.Reason)
+		var (
+			fe *portalloc.FieldError
+			re *portalloc.RangeError
+		)
+		switch {
+		case errors.As(e, &fe):
+			out[i] = &reworded{msg: fmt.Sprintf("%s=%q: want %s", fe.Field, fe.Value, fe.Want), err: e}
+		case errors.As(e, &re):
+			out[i] = &reworded{msg: fmt.Sprintf("%s=%q: %s", re.Field, re.Input, re.Reason), err: e}
+		default:
+			out[i] = e
 		}
-		out[i] = &reworded{msg: msg, err: e}
 	}
 	return errors.Join(out...)
 }

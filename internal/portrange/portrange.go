@@ -138,7 +138,8 @@ func ParseList(s string) ([]Range, error) {
 		if err != nil {
 			var pe *ParseError
 			if errors.As(err, &pe) {
-				pe.Reason = fmt.Sprintf("in list %q: %s", s, pe.Reason)
+				pe.Reason = fmt.Sprintf("item %q: %s", pe.Input, pe.Reason)
+				pe.Input = s
 			}
 			return nil, err
 		}
