@@ -164,6 +164,13 @@ func (a *Allocator) allocateMRU(ctx context.Context, req Request, set *portrange
 	if err != nil {
 		return Reservation{}, a.mruErr(ctx, err, req)
 	}
+	return a.holdMRU(req, port, readable)
+}
+
+// holdMRU holds a port the MRU file has just handed out for req, counting
+// it in Stats.Blind when the state store could not be read to skip the
+// ports it holds.
+func (a *Allocator) holdMRU(req Request, port uint16, readable bool) (Reservation, error) {
 	if !readable {
 		a.ctr.blind.Add(1)
 	}

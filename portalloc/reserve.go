@@ -94,12 +94,5 @@ func (a *Allocator) reserveMRU(ctx context.Context, req Request, port uint16) (R
 	if err := a.mru.Record(ctx, string(req.Protocol), port); err != nil {
 		a.log.Error(err, "could not record a reserved port in the MRU file", "port", port)
 	}
-	if !readable {
-		a.ctr.blind.Add(1)
-	}
-	r := Reservation{Protocol: req.Protocol, Address: req.Address, Port: port, Label: req.Label, Backend: BackendMRU}
-	if !a.hold(r) {
-		return Reservation{}, ErrClosed
-	}
-	return r, nil
+	return a.holdMRU(req, port, readable)
 }
