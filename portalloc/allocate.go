@@ -8,10 +8,10 @@ import (
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/internal/probe"
 	"github.com/berth-go/berth/mru"
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
-func probeKey(k statestore.Key) (bool, error) {
+func probeKey(k store.Key) (bool, error) {
 	return probe.Available(string(k.Protocol), k.Addr, k.Port)
 }
 
@@ -60,14 +60,14 @@ func (a *Allocator) allocate(ctx context.Context, req Request, set *portrange.Se
 // scanStore allocates in the state store. done is false when the store
 // failed and the Allocator fell back: the MRU file is to serve.
 func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error), via string) (Reservation, bool, error) {
-	return inStore(ctx, a, req, func(s *statestore.Store) (Reservation, error) {
+	return inStore(ctx, a, req, func(s store.Store) (Reservation, error) {
 		next, sticky := a.candidates(ctx, s, req, set)
-		row, err := s.Scan(ctx, statestore.ScanRequest{
+		row, err := s.Scan(ctx, store.ScanRequest{
 			Protocol: req.Protocol,
 			Addr:     req.Address,
 			Label:    req.Label,
 			Next:     next,
-			Probe:    func(k statestore.Key) (bool, error) { return bindable(k.Port) },
+			Probe:    func(k store.Key) (bool, error) { return bindable(k.Port) },
 		})
 		if err != nil {
 			return Reservation{}, err
@@ -86,7 +86,7 @@ func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.S
 // when there is no store or it failed and the Allocator fell back: the MRU
 // file is to serve. An error of op wrapping ErrClosed (the Allocator
 // closed) is returned as it is; storeErr translates the others.
-func inStore[T any](ctx context.Context, a *Allocator, req Request, op func(*statestore.Store) (T, error)) (v T, done bool, err error) {
+func inStore[T any](ctx context.Context, a *Allocator, req Request, op func(store.Store) (T, error)) (v T, done bool, err error) {
 	for attempt := 0; ; attempt++ {
 		s := a.db()
 		if s == nil {
@@ -111,29 +111,29 @@ func inStore[T any](ctx context.Context, a *Allocator, req Request, op func(*sta
 // holdNew takes this Allocator's hold, on behalf of via, of a row a scan
 // has just inserted: nobody else in the process can hold it yet. When the
 // Allocator has closed meanwhile, it releases the row and reports false.
-func (a *Allocator) holdNew(ctx context.Context, s *statestore.Store, r Reservation, via string) bool {
+func (a *Allocator) holdNew(ctx context.Context, s store.Store, r Reservation, via string) bool {
 	rk := a.refKeyOf(r)
 	refs.addNew(rk, a, via)
 	if a.hold(r) {
 		return true
 	}
 	if refs.forget(rk, a) == 0 {
-		_ = s.Release(context.WithoutCancel(ctx), storeKey(r), statestore.Owner{}) // reaping covers a failure
+		_ = s.Release(context.WithoutCancel(ctx), storeKey(r), store.Owner{}) // reaping covers a failure
 	}
 	return false
 }
 
 // storeKey is r's key in the state store.
-func storeKey(r Reservation) statestore.Key {
-	return statestore.Key{Protocol: r.Protocol, Addr: r.Address, Port: r.Port}
+func storeKey(r Reservation) store.Key {
+	return store.Key{Protocol: r.Protocol, Addr: r.Address, Port: r.Port}
 }
 
 // replaced reports whether err comes from a store that a retry after a
 // fallback has replaced since the call took it: the call goes on with the
 // new one.
-func (a *Allocator) replaced(s *statestore.Store, err error) bool {
+func (a *Allocator) replaced(s store.Store, err error) bool {
 	cur := a.db()
-	return errors.Is(err, statestore.ErrClosed) && cur != nil && cur != s
+	return errors.Is(err, store.ErrClosed) && cur != nil && cur != s
 }
 
 // allocateMRU allocates from the MRU file, skipping every port the state
@@ -144,7 +144,7 @@ func (a *Allocator) allocateMRU(ctx context.Context, req Request, set *portrange
 	next := func() (uint16, bool) {
 		for {
 			p, ok := it()
-			if !ok || len(held.Holders(statestore.Key{Protocol: req.Protocol, Addr: req.Address, Port: p})) == 0 {
+			if !ok || len(held.Holders(store.Key{Protocol: req.Protocol, Addr: req.Address, Port: p})) == 0 {
 				return p, ok
 			}
 		}

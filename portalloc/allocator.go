@@ -17,7 +17,7 @@ import (
 	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/mru"
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // Allocator hands out ports. It is safe for concurrent use. Its zero value
@@ -33,7 +33,7 @@ type Allocator struct {
 
 	// store is nil in ModeMRU and while the store cannot be opened; a
 	// retry after a fallback replaces it.
-	store atomic.Pointer[statestore.Store]
+	store atomic.Pointer[backing]
 	fb    fallback
 	bg    sync.WaitGroup // closes of stores a retry replaced
 
@@ -87,7 +87,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	}
 	octx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	store, err := a.openStore(octx)
+	opened, err := a.openStore(octx)
 	a.dbKey = canonicalDB(a.dbPath) // after Open, which creates the directory
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		a.fallBack(err)
 		return a, nil
 	}
-	a.store.Store(store)
+	a.store.Store(&backing{opened})
 	return a, nil
 }
 
@@ -167,7 +167,7 @@ func (a *Allocator) isClosed() bool {
 // closedErr returns ErrClosed for an error of a store that Close closed
 // while the call ran, and err otherwise.
 func (a *Allocator) closedErr(err error) error {
-	if errors.Is(err, statestore.ErrClosed) && a.isClosed() {
+	if errors.Is(err, store.ErrClosed) && a.isClosed() {
 		return ErrClosed
 	}
 	return err

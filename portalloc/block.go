@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // MaxBlock is the most ports one AllocateBlock reserves.
@@ -58,12 +59,12 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 			}
 		}
 		probe := probeFunc(req)
-		rows, err := s.ScanBlock(ctx, statestore.ScanRequest{
+		rows, err := s.ScanBlock(ctx, store.ScanRequest{
 			Protocol: req.Protocol,
 			Addr:     req.Address,
 			Label:    req.Label,
 			Next:     whole,
-			Probe:    func(k statestore.Key) (bool, error) { return probe(k.Port) },
+			Probe:    func(k store.Key) (bool, error) { return probe(k.Port) },
 		}, n)
 		if err == nil {
 			return a.holdBlock(ctx, s, req, rows)
@@ -71,7 +72,7 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 		if attempt == 0 && a.replaced(s, err) {
 			continue
 		}
-		if errors.Is(err, statestore.ErrExhausted) {
+		if errors.Is(err, store.ErrExhausted) {
 			return nil, fmt.Errorf("portalloc: block of %d %s ports on %s in %s: %w", n, req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
 		}
 		if serr := a.storeErr(ctx, err, req); serr != nil {
@@ -97,7 +98,7 @@ func (a *Allocator) blockInSet(base uint16, n int) bool {
 // holdBlock takes this Allocator's hold of each new row of a block; if the
 // Allocator closed meanwhile, the rows it could not hold are released
 // (those held before Close began, Close releases).
-func (a *Allocator) holdBlock(ctx context.Context, s *statestore.Store, req Request, rows []statestore.Reservation) ([]Reservation, error) {
+func (a *Allocator) holdBlock(ctx context.Context, s store.Store, req Request, rows []store.Reservation) ([]Reservation, error) {
 	rs := make([]Reservation, len(rows))
 	for i, row := range rows {
 		rs[i] = Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
@@ -105,7 +106,7 @@ func (a *Allocator) holdBlock(ctx context.Context, s *statestore.Store, req Requ
 	for i, r := range rs {
 		if !a.holdNew(ctx, s, r, "") {
 			for _, r := range rs[i+1:] {
-				_ = s.Release(context.WithoutCancel(ctx), storeKey(r), statestore.Owner{}) // reaping covers a failure
+				_ = s.Release(context.WithoutCancel(ctx), storeKey(r), store.Owner{}) // reaping covers a failure
 			}
 			return nil, ErrClosed
 		}

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/berth-go/berth/internal/portrange"
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 var ephemeralWarning sync.Once
@@ -43,7 +43,7 @@ func candidateSet(cfg Config) (*portrange.Set, error) {
 // candidates returns the walk over the range in req's order, led by req's
 // preferred ports and, before them, the sticky port of a sticky request (0
 // when there is none) as s remembers it.
-func (a *Allocator) candidates(ctx context.Context, s *statestore.Store, req Request, set *portrange.Set) (func() (uint16, bool), uint16) {
+func (a *Allocator) candidates(ctx context.Context, s store.Store, req Request, set *portrange.Set) (func() (uint16, bool), uint16) {
 	var it *portrange.Iter
 	if req.Order == OrderLowest {
 		it = set.Lowest()
@@ -80,7 +80,7 @@ func (a *Allocator) candidates(ctx context.Context, s *statestore.Store, req Req
 
 // stickyPort returns the port a sticky request had last time as s
 // remembers it, when it is still in set; 0 otherwise.
-func (a *Allocator) stickyPort(ctx context.Context, s *statestore.Store, req Request, set *portrange.Set) uint16 {
+func (a *Allocator) stickyPort(ctx context.Context, s store.Store, req Request, set *portrange.Set) uint16 {
 	if !req.Sticky || s == nil {
 		return 0
 	}
@@ -100,7 +100,7 @@ func (a *Allocator) stickyPort(ctx context.Context, s *statestore.Store, req Req
 
 // remember records a sticky request's port, and logs when it is not the
 // one it had before.
-func (a *Allocator) remember(ctx context.Context, s *statestore.Store, req Request, sticky, got uint16) {
+func (a *Allocator) remember(ctx context.Context, s store.Store, req Request, sticky, got uint16) {
 	if !req.Sticky {
 		return
 	}

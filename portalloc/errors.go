@@ -7,7 +7,6 @@ import (
 	"syscall"
 
 	"github.com/berth-go/berth/mru"
-	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
 
@@ -71,7 +70,7 @@ func (a *Allocator) rowErr(op string, r Reservation, err error) error {
 	switch {
 	case errors.Is(err, ErrClosed):
 		return fmt.Errorf("portalloc: %s %s: %w", op, r, ErrClosed)
-	case errors.Is(err, statestore.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("portalloc: %s %s: %w (released already, reaped, or transferred)", op, r, ErrNotHeld)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("portalloc: %s %s: %w", op, r, err)
@@ -89,7 +88,7 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 	switch {
 	case errors.As(err, &ce):
 		return ce
-	case errors.Is(err, statestore.ErrExhausted):
+	case errors.Is(err, store.ErrExhausted):
 		return fmt.Errorf("portalloc: %s on %s in %s: %w", req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
 	case errors.Is(ctx.Err(), context.Canceled):
 		return ctx.Err() // the caller gave up
@@ -102,12 +101,12 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 		return fmt.Errorf("portalloc: %w (gave up waiting; it is not damaged, and berth does not fall back for it): %w", ErrStoreUnavailable, err)
 	case errors.Is(err, ErrUnsafe):
 		return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err) // to fix, never to fall back for
-	case errors.Is(err, statestore.ErrInvalid):
+	case errors.Is(err, store.ErrInvalid):
 		return fmt.Errorf("portalloc: %w: %w", ErrInvalidRequest, err)
-	case errors.Is(err, statestore.ErrClosed) && a.isClosed():
+	case errors.Is(err, store.ErrClosed) && a.isClosed():
 		return ErrClosed
-	case errors.Is(err, statestore.ErrStorage) || errors.Is(err, statestore.ErrClosed) ||
-		errors.Is(err, statestore.ErrDamaged) || errors.Is(err, statestore.ErrSchemaTooNew):
+	case errors.Is(err, store.ErrStorage) || errors.Is(err, store.ErrClosed) ||
+		errors.Is(err, store.ErrDamaged) || errors.Is(err, store.ErrSchemaTooNew):
 		if a.cfg.Mode == ModeStateStore {
 			return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // StoreRetryInterval is how long an Allocator in
@@ -52,7 +53,7 @@ type fallback struct {
 // back: the MRU file would serve while the store still works, and the MRU
 // file does not reserve anything.
 func isTransient(err error) bool {
-	return errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, store.ErrBusy) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // fallBack switches new allocations to the MRU file, loudly, until
@@ -90,8 +91,16 @@ func (a *Allocator) FallbackCause() error {
 	return a.fb.cause
 }
 
-// db returns the state store, or nil.
-func (a *Allocator) db() *statestore.Store { return a.store.Load() }
+// backing is the Allocator's store, boxed for an atomic pointer.
+type backing struct{ s store.Store }
+
+// db returns the store, or nil.
+func (a *Allocator) db() store.Store {
+	if b := a.store.Load(); b != nil {
+		return b.s
+	}
+	return nil
+}
 
 // openStore opens the state store with the Allocator's options, giving up
 // when ctx is done. Open honours ctx between its steps, but a step inside
@@ -172,7 +181,7 @@ func (a *Allocator) retryStore(ctx context.Context) {
 		_ = s.Close()
 		return
 	}
-	old := a.store.Swap(s)
+	old := a.store.Swap(&backing{s})
 	a.mu.Unlock()
 	if old != nil {
 		// A call that took the old store before the fallback may still run
@@ -180,7 +189,7 @@ func (a *Allocator) retryStore(ctx context.Context) {
 		a.bg.Add(1)
 		go func() {
 			defer a.bg.Done()
-			_ = old.Close()
+			_ = old.s.Close()
 		}()
 	}
 	a.fb.active.Store(false)
@@ -237,7 +246,7 @@ func (a *Allocator) readHeldWithin(ctx context.Context) (statestore.HeldSet, err
 			return r.held, r.err
 		default:
 		}
-		return statestore.HeldSet{}, fmt.Errorf("statestore: read %s: %w", a.dbPath, ctx.Err())
+		return statestore.HeldSet{}, fmt.Errorf("read %s: %w", a.dbPath, ctx.Err())
 	}
 }
 

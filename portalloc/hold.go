@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/netip"
 
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // heldKey names a reservation an Allocator holds. The backend is part of
@@ -94,7 +94,7 @@ func (a *Allocator) Held() []Reservation {
 
 // dropHolds drops every hold of r by the Allocator, and releases the row if
 // nobody else in the process holds it.
-func (a *Allocator) dropHolds(ctx context.Context, s *statestore.Store, r Reservation) error {
+func (a *Allocator) dropHolds(ctx context.Context, s store.Store, r Reservation) error {
 	rk := a.refKeyOf(r)
 	e, err := refs.lock(ctx, rk)
 	if err != nil {
@@ -107,5 +107,5 @@ func (a *Allocator) dropHolds(ctx context.Context, s *statestore.Store, r Reserv
 	if refs.dropAll(e, a) > 0 {
 		return nil
 	}
-	return s.Release(ctx, storeKey(r), statestore.Owner{})
+	return s.Release(ctx, storeKey(r), store.Owner{})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // Release gives r back. It never needs to fail the caller: the error it
@@ -56,7 +57,7 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 	}
 	// The last hold in this process, or a row nobody here tracks (made by
 	// an Allocator since closed, or handed to this process).
-	if err := s.Release(ctx, storeKey(r), statestore.Owner{}); err != nil {
+	if err := s.Release(ctx, storeKey(r), store.Owner{}); err != nil {
 		return a.rowErr("release", r, err)
 	}
 	return nil
@@ -103,7 +104,7 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, sharedError(r, refs.describe(e, a, via)))
 	}
 	key := storeKey(r)
-	if err := s.Transfer(ctx, key, statestore.Owner{}, to); err != nil {
+	if err := s.Transfer(ctx, key, store.Owner{}, to); err != nil {
 		return a.rowErr(fmt.Sprintf("transfer to pid %d of", pid), r, err)
 	}
 	refs.dropAll(e, a)
@@ -134,7 +135,7 @@ func (a *Allocator) Reap(ctx context.Context) (int, error) {
 // rowStore returns the state store that holds r's row, or nil for a
 // reservation of the MRU file. A reservation of neither backend, or of a
 // store this Allocator does not have open, is an ErrInvalidRequest.
-func (a *Allocator) rowStore(r Reservation) (*statestore.Store, error) {
+func (a *Allocator) rowStore(r Reservation) (store.Store, error) {
 	switch r.Backend {
 	case BackendMRU:
 		return nil, nil

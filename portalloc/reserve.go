@@ -6,6 +6,7 @@ import (
 
 	"github.com/berth-go/berth/internal/probe"
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // Reserve reserves the given port for req, whether or not it lies in the
@@ -43,7 +44,7 @@ func (a *Allocator) reserve(ctx context.Context, req Request, port uint16, via s
 // reserveStore reserves in the state store. done is false when the store
 // failed and the Allocator fell back.
 func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, via string) (Reservation, bool, error) {
-	key := statestore.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
+	key := store.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
 	rk := refKey{store: a.dbKey, protocol: req.Protocol, addr: req.Address, port: port}
 	// The key's turn keeps a release by another holder of the process from
 	// deleting the row between the store returning it and the hold below.
@@ -52,8 +53,8 @@ func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, 
 		return Reservation{}, true, err
 	}
 	defer refs.unlock(rk, e)
-	return inStore(ctx, a, req, func(s *statestore.Store) (Reservation, error) {
-		row, err := s.Reserve(ctx, statestore.Request{Key: key, Label: req.Label, Kind: statestore.Static, Probe: probeKey})
+	return inStore(ctx, a, req, func(s store.Store) (Reservation, error) {
+		row, err := s.Reserve(ctx, store.Request{Key: key, Label: req.Label, Kind: store.Static, Probe: probeKey})
 		if err != nil {
 			return Reservation{}, err
 		}
@@ -61,7 +62,7 @@ func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, 
 		refs.add(e, a, via)
 		if !a.hold(r) {
 			if _, left := refs.drop(e, a, via); left == 0 {
-				_ = s.Release(context.WithoutCancel(ctx), key, statestore.Owner{}) // reaping covers a failure
+				_ = s.Release(context.WithoutCancel(ctx), key, store.Owner{}) // reaping covers a failure
 			}
 			return Reservation{}, ErrClosed
 		}
@@ -74,7 +75,7 @@ func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, 
 // one that cannot be bound.
 func (a *Allocator) reserveMRU(ctx context.Context, req Request, port uint16) (Reservation, error) {
 	held, readable := a.readHeld(ctx)
-	key := statestore.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
+	key := store.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
 	if holders := held.Holders(key); len(holders) > 0 {
 		self, _ := statestore.Self() // without it no holder is this process
 		for _, h := range holders {

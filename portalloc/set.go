@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // Set is an allocated SetSpec. It is safe for concurrent use only for
@@ -221,7 +222,7 @@ func (a *Allocator) ownRows(ctx context.Context, prefix string) (map[string]Rese
 	if err != nil {
 		return nil, nil, err
 	}
-	rows, err := s.List(ctx, statestore.Filter{OwnerPID: self.PID})
+	rows, err := s.List(ctx, store.Filter{OwnerPID: self.PID})
 	if err != nil {
 		if a.cfg.Mode == ModeStateStore || isTransient(err) {
 			return nil, nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)

@@ -72,14 +72,6 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 	return nil
 }
 
-// Filter selects rows for List. Zero fields match everything.
-type Filter struct {
-	Protocol Protocol
-	Port     uint16
-	Label    string
-	OwnerPID int
-}
-
 // List returns the reservations that match f, ordered by protocol, port and
 // address. Rows of exited owners are included until they are reaped: use
 // Owner.Alive to tell them apart.
@@ -264,12 +256,6 @@ func (s *Store) sweep(every time.Duration) {
 		}
 		t.Reset(every)
 	}
-}
-
-// Stats are counters of one Store since Open.
-type Stats struct {
-	Reaped        int64 // rows of exited owners deleted
-	ProbeFailures int64 // candidates that were free in the table but bound outside berth
 }
 
 // Stats returns the store's counters. It is cheap and takes no lock.

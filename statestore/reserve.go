@@ -4,29 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/berth-go/berth/internal/netaddr"
 )
-
-// ProbeFunc tells whether key's port can be bound right now. It runs inside
-// the write transaction that records the reservation, so no other berth
-// process can choose the port between the probe and the insert.
-type ProbeFunc func(key Key) (bool, error)
-
-// Request asks Reserve for one key.
-type Request struct {
-	Key
-	// Owner is the process the reservation belongs to; zero: this process.
-	Owner Owner
-	Label string
-	// Kind is recorded with the row; zero: Static.
-	Kind Kind
-	// Probe, when not nil, must report the port bindable for the
-	// reservation to be made.
-	Probe ProbeFunc
-}
 
 // Reserve reserves req.Key for req.Owner.
 //
@@ -68,28 +49,6 @@ func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
 		return err
 	})
 	return res, err
-}
-
-// ScanRequest asks Scan for the first free port among candidates.
-type ScanRequest struct {
-	Protocol Protocol
-	Addr     netip.Addr
-	// Owner is the process the reservation belongs to; zero: this process.
-	Owner Owner
-	Label string
-	// Kind is recorded with the row; zero: Dynamic.
-	Kind Kind
-	// Next yields the candidate ports in the order to try them, and false
-	// when there are no more.
-	Next func() (port uint16, ok bool)
-	// Probe, when not nil, must report a candidate bindable for it to be
-	// taken.
-	Probe ProbeFunc
-	// Batch is how many candidates one write transaction checks against
-	// the table before it commits and lets other processes in; zero: 32.
-	// Candidates that the in-memory view shows held cost nothing and do
-	// not count.
-	Batch int
 }
 
 // Scan reserves the first candidate that no live reservation conflicts with
