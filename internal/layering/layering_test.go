@@ -21,8 +21,8 @@ func layer(dir string) int {
 	switch {
 	case strings.HasPrefix(dir, "internal/"):
 		return 0
-	case dir == "store":
-		return 1 // the types every store and the dispatcher share
+	case dir == "store" || strings.HasPrefix(dir, "store/"):
+		return 1 // the boundary every store implements, and its conformance suite
 	case dir == "statestore" || dir == "mru":
 		return 2
 	case strings.HasPrefix(dir, "portalloc"):
@@ -32,10 +32,16 @@ func layer(dir string) int {
 	}
 }
 
-// sameFamily reports whether a and b are portalloc and one of its
-// subpackages (portalloc/porttest builds on portalloc).
+// sameFamily reports whether a and b are a package and one of its
+// subpackages (portalloc/porttest builds on portalloc, store/storetest on
+// store).
 func sameFamily(a, b string) bool {
-	return strings.HasPrefix(a, "portalloc") && strings.HasPrefix(b, "portalloc")
+	for _, top := range []string{"portalloc", "store"} {
+		if (a == top || strings.HasPrefix(a, top+"/")) && (b == top || strings.HasPrefix(b, top+"/")) {
+			return true
+		}
+	}
+	return false
 }
 
 // testHelpers are the internal packages that serve tests only. The tests

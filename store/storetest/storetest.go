@@ -1,0 +1,469 @@
+// Package storetest checks that an implementation of store.Store keeps the
+// promises every berth store makes, in the manner of testing/fstest: a
+// store's own tests call Run with a function that opens a fresh, empty
+// store, and Run checks the conflict rule, owners, reaping, scans, blocks,
+// sticky ports and concurrency against it.
+//
+// The owners Run uses are real processes: this test process, and child
+// processes it starts (sleep) and, for dead owners, kills. Run skips the
+// cases that need them where the system has no sleep command. No port is
+// bound: Run's probes are functions of its own.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-go/berth/internal/owner"
+	"github.com/berth-go/berth/store"
+)
+
+// Run runs the conformance suite. open returns a new, empty store for one
+// subtest; Run closes it. Ports are numbers from 40000 up: Run binds
+// nothing.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	t.Helper()
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"ConflictMatrix", testConflictMatrix},
+		{"SameOwnerReReserve", testSameOwner},
+		{"DeadOwnerReaped", testDeadOwner},
+		{"OwnerCheckedRelease", testRelease},
+		{"OwnerCheckedTransfer", testTransfer},
+		{"ScanFillAndExhaustion", testScanFill},
+		{"ScanProbe", testScanProbe},
+		{"BlockAllOrNone", testBlock},
+		{"Sticky", testSticky},
+		{"ListAndReservedPorts", testList},
+		{"InvalidKeys", testInvalid},
+		{"ConcurrentScans", testConcurrentScans},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close() = %v", err)
+				}
+			})
+			c.fn(t, s)
+		})
+	}
+}
+
+var addrs = []string{"127.0.0.1", "127.0.0.2", "0.0.0.0", "::1", "::"}
+
+func key(p store.Protocol, addr string, port uint16) store.Key {
+	return store.Key{Protocol: p, Addr: netip.MustParseAddr(addr), Port: port}
+}
+
+func self(t *testing.T) store.Owner {
+	t.Helper()
+	id, err := owner.Self()
+	if err != nil {
+		t.Fatalf("identify this process: %v", err)
+	}
+	return fromIdentity(id)
+}
+
+func fromIdentity(id owner.Identity) store.Owner {
+	return store.Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name}
+}
+
+// child starts a process that sleeps until the test ends and returns its
+// identity and a function that kills it and waits for it to be gone.
+func child(t *testing.T) (store.Owner, func()) {
+	t.Helper()
+	path, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skipf("no sleep command to start owner processes with: %v", err)
+	}
+	cmd := exec.Command(path, "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start an owner process: %v", err)
+	}
+	var once sync.Once
+	kill := func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(kill)
+	id, err := owner.Lookup(context.Background(), cmd.Process.Pid)
+	if err != nil {
+		t.Fatalf("identify owner process %d: %v", cmd.Process.Pid, err)
+	}
+	return fromIdentity(id), kill
+}
+
+// testConflictMatrix: for every protocol and pair of addresses, a second
+// owner is refused exactly when the keys conflict, with a *ConflictError
+// naming the holder; otherwise both hold their keys at once.
+func testConflictMatrix(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	other, _ := child(t)
+	port := uint16(40000)
+	for _, p := range []store.Protocol{store.TCP, store.UDP} {
+		for _, a := range addrs {
+			for _, b := range addrs {
+				port++
+				held := key(p, a, port)
+				if _, err := s.Reserve(ctx, store.Request{Key: held, Owner: other, Label: "holder"}); err != nil {
+					t.Fatalf("Reserve(%v) for the holder = %v", held, err)
+				}
+				want := key(p, b, port)
+				_, err := s.Reserve(ctx, store.Request{Key: want})
+				var ce *store.ConflictError
+				switch {
+				case held.Conflicts(want):
+					if !errors.As(err, &ce) || !errors.Is(err, store.ErrHeld) || ce.Holder.Owner.PID != other.PID || ce.Holder.Key != held || ce.Self {
+						t.Errorf("Reserve(%v) with %v held by pid %d = %v; want a *ConflictError naming that holder", want, held, other.PID, err)
+					}
+				case err != nil:
+					t.Errorf("Reserve(%v) with %v held = %v; want it granted (no conflict)", want, held, err)
+				}
+				// The other protocol never conflicts.
+				otherProto := store.UDP
+				if p == store.UDP {
+					otherProto = store.TCP
+				}
+				if _, err := s.Reserve(ctx, store.Request{Key: key(otherProto, a, port)}); err != nil {
+					t.Errorf("Reserve(%v) with %v held = %v; want it granted (other protocol)", key(otherProto, a, port), held, err)
+				}
+			}
+		}
+	}
+}
+
+// testSameOwner: an owner that reserves exactly what it holds gets its row
+// back, without a probe; its own wildcard in the way of a specific address
+// is a conflict that says Self.
+func testSameOwner(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	k := key(store.TCP, "127.0.0.1", 41000)
+	first, err := s.Reserve(ctx, store.Request{Key: k, Label: "api"})
+	if err != nil {
+		t.Fatalf("Reserve(%v) = %v", k, err)
+	}
+	probed := false
+	again, err := s.Reserve(ctx, store.Request{Key: k, Label: "api", Probe: func(store.Key) (bool, error) { probed = true; return false, nil }})
+	if err != nil || again.Key != first.Key || again.Owner.PID != first.Owner.PID || probed {
+		t.Errorf("second Reserve(%v) by its owner = %+v, %v (probed %v); want the same row, no probe", k, again, err, probed)
+	}
+	wild := key(store.TCP, "0.0.0.0", 41001)
+	if _, err := s.Reserve(ctx, store.Request{Key: wild}); err != nil {
+		t.Fatalf("Reserve(%v) = %v", wild, err)
+	}
+	_, err = s.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 41001)})
+	var ce *store.ConflictError
+	if !errors.As(err, &ce) || !ce.Self {
+		t.Errorf("Reserve under this process's own wildcard = %v; want a *ConflictError with Self", err)
+	}
+}
+
+// testDeadOwner: a row whose owner has exited stands in nobody's way: a
+// Reserve of a conflicting key deletes it, and Reap deletes the others.
+func testDeadOwner(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	gone, kill := child(t)
+	k1, k2 := key(store.TCP, "127.0.0.1", 42000), key(store.UDP, "0.0.0.0", 42001)
+	for _, k := range []store.Key{k1, k2} {
+		if _, err := s.Reserve(ctx, store.Request{Key: k, Owner: gone}); err != nil {
+			t.Fatalf("Reserve(%v) for pid %d = %v", k, gone.PID, err)
+		}
+	}
+	kill()
+	if gone.Alive(ctx) {
+		t.Fatalf("pid %d is still alive after it was killed", gone.PID)
+	}
+	r, err := s.Reserve(ctx, store.Request{Key: key(store.TCP, "0.0.0.0", 42000)})
+	if err != nil || r.Owner.PID == gone.PID {
+		t.Errorf("Reserve over a dead owner's row = %+v, %v; want it granted to this process", r, err)
+	}
+	// The row left of the dead owner goes now, unless a background sweep
+	// of the store took it first.
+	n, err := s.Reap(ctx)
+	if err != nil || n > 1 {
+		t.Errorf("Reap() = %d, %v; want at most the one row left of the dead owner", n, err)
+	}
+	rows, err := s.List(ctx, store.Filter{OwnerPID: gone.PID})
+	if err != nil || len(rows) != 0 {
+		t.Errorf("List of the dead owner's rows = %v, %v; want none", rows, err)
+	}
+}
+
+// testRelease: Release deletes only the named owner's row.
+func testRelease(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	other, _ := child(t)
+	k := key(store.TCP, "127.0.0.1", 43000)
+	if _, err := s.Reserve(ctx, store.Request{Key: k, Owner: other}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, k, store.Owner{}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Release(%v) by a process that does not hold it = %v; want ErrNotFound", k, err)
+	}
+	if rows, _ := s.List(ctx, store.Filter{Port: k.Port}); len(rows) != 1 {
+		t.Fatalf("after a refused Release, List = %v; want the row still there", rows)
+	}
+	if err := s.Release(ctx, k, other); err != nil {
+		t.Errorf("Release(%v) by its owner = %v", k, err)
+	}
+	if err := s.Release(ctx, k, other); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("second Release(%v) = %v; want ErrNotFound", k, err)
+	}
+	if rows, _ := s.List(ctx, store.Filter{Port: k.Port}); len(rows) != 0 {
+		t.Errorf("after Release, List = %v; want nothing", rows)
+	}
+}
+
+// testTransfer: Transfer moves only the named owner's row, to a live
+// owner, who can then release it.
+func testTransfer(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	to, _ := child(t)
+	k := key(store.UDP, "::1", 44000)
+	if err := s.Transfer(ctx, k, store.Owner{}, to); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Transfer of a row nobody holds = %v; want ErrNotFound", err)
+	}
+	if _, err := s.Reserve(ctx, store.Request{Key: k, Label: "handed"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Transfer(ctx, k, to, self(t)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Transfer from an owner that does not hold the row = %v; want ErrNotFound", err)
+	}
+	if err := s.Transfer(ctx, k, store.Owner{}, to); err != nil {
+		t.Fatalf("Transfer(%v) to pid %d = %v", k, to.PID, err)
+	}
+	rows, err := s.List(ctx, store.Filter{Port: k.Port})
+	if err != nil || len(rows) != 1 || !rows[0].Owner.Same(to) || rows[0].Label != "handed" {
+		t.Errorf("after Transfer, List = %+v, %v; want the row owned by pid %d with its label", rows, err, to.PID)
+	}
+	if err := s.Release(ctx, k, store.Owner{}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Release by the old owner after Transfer = %v; want ErrNotFound", err)
+	}
+	if err := s.Release(ctx, k, to); err != nil {
+		t.Errorf("Release by the new owner = %v", err)
+	}
+}
+
+func candidates(ports ...uint16) func() (uint16, bool) {
+	i := 0
+	return func() (uint16, bool) {
+		if i == len(ports) {
+			return 0, false
+		}
+		i++
+		return ports[i-1], true
+	}
+}
+
+// testScanFill: repeated scans over the same candidates hand out each
+// free one once, pass over one a live owner holds, then run out with
+// ErrExhausted and leave no row behind.
+func testScanFill(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	other, _ := child(t)
+	ports := []uint16{45000, 45001, 45002, 45003, 45004}
+	if _, err := s.Reserve(ctx, store.Request{Key: key(store.TCP, "0.0.0.0", 45002), Owner: other}); err != nil {
+		t.Fatal(err)
+	}
+	var got []uint16
+	for range len(ports) - 1 {
+		r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Label: "fill", Next: candidates(ports...)})
+		if err != nil {
+			t.Fatalf("Scan %d = %v; want a port", len(got), err)
+		}
+		if r.Kind != store.Dynamic || r.Label != "fill" {
+			t.Errorf("Scan row = %+v; want kind dynamic, label fill", r)
+		}
+		got = append(got, r.Port)
+	}
+	slices.Sort(got)
+	if want := []uint16{45000, 45001, 45003, 45004}; !slices.Equal(got, want) {
+		t.Errorf("scans gave %v; want %v (45002 is held by another owner)", got, want)
+	}
+	_, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Next: candidates(ports...)})
+	if !errors.Is(err, store.ErrExhausted) {
+		t.Errorf("Scan with every candidate held = %v; want ErrExhausted", err)
+	}
+	if rows, _ := s.List(ctx, store.Filter{}); len(rows) != len(ports) {
+		t.Errorf("List after the scans = %d rows; want %d", len(rows), len(ports))
+	}
+}
+
+// testScanProbe: a candidate the probe refuses is passed over; a probe
+// error ends the scan with that error and no row.
+func testScanProbe(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	var probed []uint16
+	r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.UDP, Addr: netip.MustParseAddr("127.0.0.1"), Next: candidates(46000, 46001),
+		Probe: func(k store.Key) (bool, error) { probed = append(probed, k.Port); return k.Port != 46000, nil }})
+	if err != nil || r.Port != 46001 || !slices.Equal(probed, []uint16{46000, 46001}) {
+		t.Errorf("Scan with 46000 unbindable = %+v, %v, probed %v; want 46001 after probing both", r, err, probed)
+	}
+	boom := errors.New("probe failed")
+	_, err = s.Scan(ctx, store.ScanRequest{Protocol: store.UDP, Addr: netip.MustParseAddr("127.0.0.1"), Next: candidates(46002),
+		Probe: func(store.Key) (bool, error) { return false, boom }})
+	if !errors.Is(err, boom) {
+		t.Errorf("Scan with a failing probe = %v; want the probe's error", err)
+	}
+	if rows, _ := s.List(ctx, store.Filter{Port: 46002}); len(rows) != 0 {
+		t.Errorf("a failed probe left %v; want no row", rows)
+	}
+	_, err = s.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 46003), Probe: func(store.Key) (bool, error) { return false, nil }})
+	var ce *store.ConflictError
+	if !errors.As(err, &ce) || ce.Holder.Owner.PID != 0 {
+		t.Errorf("Reserve of a port the probe finds bound = %v; want a *ConflictError with no berth holder", err)
+	}
+}
+
+// testBlock: a block is n consecutive free ports, all reserved or none; a
+// held port inside a candidate block moves the block past it.
+func testBlock(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	other, _ := child(t)
+	if _, err := s.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 47002), Owner: other}); err != nil {
+		t.Fatal(err)
+	}
+	req := func(bases ...uint16) store.ScanRequest {
+		return store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Label: "block", Next: candidates(bases...)}
+	}
+	rows, err := s.ScanBlock(ctx, req(47000, 47003), 3)
+	if err != nil || len(rows) != 3 || rows[0].Port != 47003 || rows[2].Port != 47005 {
+		t.Errorf("ScanBlock(3) with 47002 held = %+v, %v; want 47003-47005", rows, err)
+	}
+	_, err = s.ScanBlock(ctx, req(47000, 47001), 3)
+	if !errors.Is(err, store.ErrExhausted) {
+		t.Errorf("ScanBlock with no free block = %v; want ErrExhausted", err)
+	}
+	if got, _ := s.List(ctx, store.Filter{Label: "block"}); len(got) != 3 {
+		t.Errorf("after a failed ScanBlock, %d block rows; want the 3 of the first block only", len(got))
+	}
+}
+
+// testSticky: Remember and Recall keep the last port per label and
+// protocol.
+func testSticky(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if _, ok, err := s.Recall(ctx, "db", store.TCP); ok || err != nil {
+		t.Errorf("Recall of a label never remembered = %v, %v; want false, nil", ok, err)
+	}
+	for _, p := range []uint16{48000, 48001} {
+		if err := s.Remember(ctx, "db", store.TCP, p); err != nil {
+			t.Fatalf("Remember(db, %d) = %v", p, err)
+		}
+	}
+	if p, ok, err := s.Recall(ctx, "db", store.TCP); p != 48001 || !ok || err != nil {
+		t.Errorf("Recall(db, tcp) = %d, %v, %v; want the last, 48001", p, ok, err)
+	}
+	if _, ok, _ := s.Recall(ctx, "db", store.UDP); ok {
+		t.Error("Recall(db, udp) found tcp's port; want protocols apart")
+	}
+}
+
+// testList: List filters by protocol, port, label and owner;
+// ReservedPorts names each port in a span once.
+func testList(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	other, _ := child(t)
+	for _, r := range []store.Request{
+		{Key: key(store.TCP, "127.0.0.1", 49000), Label: "a"},
+		{Key: key(store.UDP, "127.0.0.1", 49000), Label: "b"},
+		{Key: key(store.TCP, "::1", 49002), Label: "a", Owner: other},
+	} {
+		if _, err := s.Reserve(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		f    store.Filter
+		want int
+	}{
+		{store.Filter{}, 3},
+		{store.Filter{Protocol: store.TCP}, 2},
+		{store.Filter{Port: 49000}, 2},
+		{store.Filter{Label: "a"}, 2},
+		{store.Filter{OwnerPID: other.PID}, 1},
+	} {
+		if rows, err := s.List(ctx, tc.f); err != nil || len(rows) != tc.want {
+			t.Errorf("List(%+v) = %d rows, %v; want %d", tc.f, len(rows), err, tc.want)
+		}
+	}
+	ports, err := s.ReservedPorts(ctx, 49000, 49001)
+	if err != nil || !slices.Equal(ports, []uint16{49000}) {
+		t.Errorf("ReservedPorts(49000, 49001) = %v, %v; want [49000]", ports, err)
+	}
+}
+
+// testInvalid: keys out of their accepted values are refused with a
+// *FieldError, and nothing is stored.
+func testInvalid(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for _, k := range []store.Key{
+		{Protocol: "sctp", Addr: netip.MustParseAddr("127.0.0.1"), Port: 1},
+		{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: 0},
+		{Protocol: store.TCP, Port: 1},
+		{Protocol: store.TCP, Addr: netip.MustParseAddr("fe80::1%eth0"), Port: 1},
+	} {
+		_, err := s.Reserve(ctx, store.Request{Key: k})
+		var fe *store.FieldError
+		if !errors.As(err, &fe) || !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("Reserve(%v) = %v; want a *FieldError", k, err)
+		}
+	}
+	if _, err := s.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 1), Label: "x\x1b]0;t\a"}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Reserve with a label holding escapes = %v; want ErrInvalid", err)
+	}
+	if rows, _ := s.List(ctx, store.Filter{}); len(rows) != 0 {
+		t.Errorf("refused requests stored %v", rows)
+	}
+}
+
+// testConcurrentScans: goroutines scanning the same candidates at once
+// never get the same port, and together get every free one.
+func testConcurrentScans(t *testing.T, s store.Store) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = 16
+	ports := make([]uint16, n)
+	for i := range ports {
+		ports[i] = 50000 + uint16(i)
+	}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		got []uint16
+	)
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("0.0.0.0"), Next: candidates(ports...)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			got = append(got, r.Port)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent Scan = %v", err)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, ports) {
+		t.Errorf("%d concurrent scans got %v; want each of %v once", n, got, ports)
+	}
+}
