@@ -58,7 +58,7 @@ func createExtension(dsn string) error {
 // testDB returns a DSN for a schema of this test's own, and a connection
 // to it for checks in raw SQL. It skips the test when BERTH_TEST_POSTGRES
 // is not set.
-func testDB(t testing.TB) (string, *pgx.Conn) {
+func testDB(t *testing.T) (string, *pgx.Conn) {
 	t.Helper()
 	base := os.Getenv(envDSN)
 	if base == "" {
@@ -90,7 +90,7 @@ func testDB(t testing.TB) (string, *pgx.Conn) {
 
 // withParam adds a parameter to a URL or key=value DSN; pgx sends what it
 // does not know as a run-time parameter, such as search_path.
-func withParam(t testing.TB, dsn, name, value string) string {
+func withParam(t *testing.T, dsn, name, value string) string {
 	t.Helper()
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
@@ -106,7 +106,7 @@ func withParam(t testing.TB, dsn, name, value string) string {
 }
 
 // open opens a Store on dsn for host, closed when the test ends.
-func open(t testing.TB, dsn, host string) *pgstore.Store {
+func open(t *testing.T, dsn, host string) *pgstore.Store {
 	t.Helper()
 	s, err := pgstore.Open(context.Background(), dsn, pgstore.Options{Host: host, SweepInterval: -1})
 	if err != nil {
@@ -118,7 +118,7 @@ func open(t testing.TB, dsn, host string) *pgstore.Store {
 
 // child starts a process of this host and returns its identity and a
 // function that ends it and waits for it to be gone.
-func child(t testing.TB) (store.Owner, func()) {
+func child(t *testing.T) (store.Owner, func()) {
 	t.Helper()
 	cmd := testproc.Command(t, "sleep")
 	stdin, err := cmd.StdinPipe()

@@ -160,7 +160,10 @@ func resolveDirty(ctx context.Context, db *sql.DB, m *migrate.Migrate, src sourc
 	var applied bool
 	err := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM berth_schema_history WHERE version = $1)", int64(v)).Scan(&applied)
 	var pgErr *pgconn.PgError
-	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable) {
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable {
+		err = nil // no history: the body left no trace
+	}
+	if err != nil {
 		return err
 	}
 	to := int(v)
