@@ -25,10 +25,14 @@
 // # Failures
 //
 // An error from the server, a lost connection or a server that does not
-// answer within Options.Timeout wraps store.ErrStorage. A call cut short
-// by its context returns the context's error; a reservation whose insert
-// had already committed stays, owned by the caller, until released or
-// reaped.
+// answer within Options.Timeout (a network partition looks like that)
+// wraps store.ErrStorage; the pool opens new connections for the calls
+// after it. A call cut short by its context returns the context's error.
+// Either way an insert the server had already received may still commit:
+// that reservation stays, owned by the caller, until released or reaped,
+// so a caller that retries elsewhere wastes a port but never shares one.
+// Reservations already granted are unaffected by a partition: they are
+// rows, and the processes holding the ports go on.
 package pgstore
 
 import (
