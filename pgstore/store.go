@@ -55,6 +55,10 @@ import (
 // Options tune a Store. The zero value of every field is a working default.
 type Options struct {
 	// Host is this host's stable name in the fleet; zero: the hostname.
+	// It must name one machine: a Store judges the owners of its host's
+	// rows by this machine's process table, so two machines under one
+	// name would take each other's owners for exited (another boot) and
+	// hand their ports out again.
 	Host string
 	// Logger receives the store's log; zero: discard.
 	Logger logr.Logger
