@@ -58,44 +58,44 @@ func createExtension(dsn string) error {
 // testDB returns a DSN for a schema of this test's own, and a connection
 // to it for checks in raw SQL. It skips the test when BERTH_TEST_POSTGRES
 // is not set.
-func testDB(t *testing.T) (string, *pgx.Conn) {
-	t.Helper()
+func testDB(tb testing.TB) (string, *pgx.Conn) {
+	tb.Helper()
 	base := os.Getenv(envDSN)
 	if base == "" {
-		t.Skipf("set %s to a PostgreSQL DSN to run the pgstore tests, e.g. %s='host=/tmp/pgsock dbname=postgres user=postgres' (bash .ci/postgres start prints one)", envDSN, envDSN)
+		tb.Skipf("set %s to a PostgreSQL DSN to run the pgstore tests, e.g. %s='host=/tmp/pgsock dbname=postgres user=postgres' (bash .ci/postgres start prints one)", envDSN, envDSN)
 	}
 	ctx := context.Background()
 	schema := fmt.Sprintf("berth_test_%d", rand.Uint64()>>1)
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
-		t.Fatalf("connect to %s: %v", envDSN, err)
+		tb.Fatalf("connect to %s: %v", envDSN, err)
 	}
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if _, err := admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
+			tb.Errorf("drop schema %s: %v", schema, err)
 		}
 		_ = admin.Close(ctx)
 	})
-	dsn := withParam(t, base, "search_path", schema)
+	dsn := withParam(tb, base, "search_path", schema)
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = conn.Close(ctx) })
+	tb.Cleanup(func() { _ = conn.Close(ctx) })
 	return dsn, conn
 }
 
 // withParam adds a parameter to a URL or key=value DSN; pgx sends what it
 // does not know as a run-time parameter, such as search_path.
-func withParam(t *testing.T, dsn, name, value string) string {
-	t.Helper()
+func withParam(tb testing.TB, dsn, name, value string) string {
+	tb.Helper()
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		q := u.Query()
 		q.Set(name, value)
@@ -106,31 +106,31 @@ func withParam(t *testing.T, dsn, name, value string) string {
 }
 
 // open opens a Store on dsn for host, closed when the test ends.
-func open(t *testing.T, dsn, host string) *pgstore.Store {
-	t.Helper()
+func open(tb testing.TB, dsn, host string) *pgstore.Store {
+	tb.Helper()
 	s, err := pgstore.Open(context.Background(), dsn, pgstore.Options{Host: host, SweepInterval: -1})
 	if err != nil {
-		t.Fatalf("Open: %v", err)
+		tb.Fatalf("Open: %v", err)
 	}
-	t.Cleanup(func() { _ = s.Close() })
+	tb.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
 // child starts a process of this host and returns its identity and a
 // function that ends it and waits for it to be gone.
-func child(t *testing.T) (store.Owner, func()) {
-	t.Helper()
-	cmd := testproc.Command(t, "sleep")
+func child(tb testing.TB) (store.Owner, func()) {
+	tb.Helper()
+	cmd := testproc.Command(tb, "sleep")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	id, err := owner.Lookup(context.Background(), cmd.Process.Pid)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	done := false
 	stop := func() {
@@ -141,6 +141,6 @@ func child(t *testing.T) (store.Owner, func()) {
 		_ = stdin.Close()
 		_ = cmd.Wait()
 	}
-	t.Cleanup(stop)
+	tb.Cleanup(stop)
 	return store.Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name}, stop
 }
