@@ -1,5 +1,5 @@
 // Package layering_test fails when an import arrow points the wrong way:
-// cmd and examples -> portalloc -> statestore, mru -> store -> internal.
+// cmd and examples -> portalloc -> statestore, pgstore, mru -> store -> internal.
 package layering_test
 
 import (
@@ -23,7 +23,7 @@ func layer(dir string) int {
 		return 0
 	case dir == "store" || strings.HasPrefix(dir, "store/"):
 		return 1 // the boundary every store implements, and its conformance suite
-	case dir == "statestore" || dir == "mru":
+	case dir == "statestore" || dir == "pgstore" || dir == "mru":
 		return 2
 	case strings.HasPrefix(dir, "portalloc"):
 		return 3

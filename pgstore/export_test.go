@@ -1,0 +1,7 @@
+package pgstore
+
+// The hot lookups, for the plan tests.
+const (
+	QHolders = qHolders
+	QScan    = qScan
+)

@@ -1,0 +1,146 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/berth-go/berth/internal/owner"
+	"github.com/berth-go/berth/internal/testproc"
+	"github.com/berth-go/berth/pgstore"
+	"github.com/berth-go/berth/store"
+)
+
+// envDSN names the PostgreSQL database the tests use; each test works in
+// a schema of its own there, dropped when it ends.
+const envDSN = "BERTH_TEST_POSTGRES"
+
+// The test binary doubles as an owner process: in the role "sleep" it
+// waits for its stdin to close and exits.
+func TestMain(m *testing.M) {
+	testproc.Register("sleep", func() int {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 0
+	})
+	testproc.MaybeRun()
+	if dsn := os.Getenv(envDSN); dsn != "" {
+		// btree_gist is one per database: create it once, before tests
+		// whose migrations in schemas of their own would race to.
+		if err := createExtension(dsn); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", envDSN, err)
+			os.Exit(1)
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func createExtension(dsn string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	_, err = conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS btree_gist")
+	return err
+}
+
+// testDB returns a DSN for a schema of this test's own, and a connection
+// to it for checks in raw SQL. It skips the test when BERTH_TEST_POSTGRES
+// is not set.
+func testDB(tb testing.TB) (string, *pgx.Conn) {
+	tb.Helper()
+	base := os.Getenv(envDSN)
+	if base == "" {
+		tb.Skipf("set %s to a PostgreSQL DSN to run the pgstore tests, e.g. %s='host=/tmp/pgsock dbname=postgres user=postgres' (bash .ci/postgres start prints one)", envDSN, envDSN)
+	}
+	ctx := context.Background()
+	schema := fmt.Sprintf("berth_test_%d", rand.Uint64()>>1)
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		tb.Fatalf("connect to %s: %v", envDSN, err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if _, err := admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+		}
+		_ = admin.Close(ctx)
+	})
+	dsn := withParam(tb, base, "search_path", schema)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = conn.Close(ctx) })
+	return dsn, conn
+}
+
+// withParam adds a parameter to a URL or key=value DSN; pgx sends what it
+// does not know as a run-time parameter, such as search_path.
+func withParam(tb testing.TB, dsn, name, value string) string {
+	tb.Helper()
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		q := u.Query()
+		q.Set(name, value)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return dsn + " " + name + "=" + value
+}
+
+// open opens a Store on dsn for host, closed when the test ends.
+func open(tb testing.TB, dsn, host string) *pgstore.Store {
+	tb.Helper()
+	s, err := pgstore.Open(context.Background(), dsn, pgstore.Options{Host: host, SweepInterval: -1})
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// child starts a process of this host and returns its identity and a
+// function that ends it and waits for it to be gone.
+func child(tb testing.TB) (store.Owner, func()) {
+	tb.Helper()
+	cmd := testproc.Command(tb, "sleep")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	id, err := owner.Lookup(context.Background(), cmd.Process.Pid)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done := false
+	stop := func() {
+		if done {
+			return
+		}
+		done = true
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	}
+	tb.Cleanup(stop)
+	return store.Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name}, stop
+}

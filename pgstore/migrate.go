@@ -1,0 +1,187 @@
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/golang-migrate/migrate/v4"
+	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/berth-go/berth/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// SchemaVersion is the schema version this berth writes.
+var SchemaVersion = latestMigration()
+
+// migrationsTable is golang-migrate's version table. Its default name,
+// schema_migrations, is shared by every program that uses golang-migrate:
+// berth's own name keeps a database or schema shared with one of them
+// working for both.
+const migrationsTable = "berth_schema_migrations"
+
+func latestMigration() uint {
+	var latest uint
+	entries, _ := fs.ReadDir(migrations, "migrations") // embedded: cannot fail
+	for _, e := range entries {
+		v, _, ok := strings.Cut(e.Name(), "_")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseUint(v, 10, 32); err == nil && uint(n) > latest {
+			latest = uint(n)
+		}
+	}
+	return latest
+}
+
+// schemaVersion reads the berth schema version of the database conn is
+// connected to: 0 for none.
+func schemaVersion(ctx context.Context, conn *pgx.Conn) (v uint, dirty bool, err error) {
+	var n int64
+	err = conn.QueryRow(ctx, "SELECT version, dirty FROM "+migrationsTable+" LIMIT 1").Scan(&n, &dirty)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable, errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
+	case n < 0:
+		return 0, dirty, nil
+	}
+	return uint(n), dirty, nil
+}
+
+func tooNew(v uint) error {
+	return fmt.Errorf("open: the database has berth schema version %d, this berth knows up to %d; upgrade berth or use another database: %w", v, SchemaVersion, store.ErrSchemaTooNew)
+}
+
+// migrateUp brings the berth schema of the database cfg names to
+// SchemaVersion. A database that is current, the common case, costs one
+// query and takes no lock. Otherwise golang-migrate's pgx driver applies
+// the embedded migrations under a session advisory lock, so concurrent
+// Opens apply each migration once; each waits for the lock at most
+// timeout (at least a minute: a migration may take a while) or until ctx
+// ends.
+//
+// golang-migrate marks a version dirty while it runs its body. PostgreSQL
+// runs each body, one multi-statement query, as one transaction that also
+// records itself in berth_schema_history, so a dirty mark left by a crash
+// is resolved from that table: the body committed or left no trace.
+func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, log logr.Logger) error {
+	wait := max(timeout, time.Minute)
+	if d, ok := ctx.Deadline(); ok {
+		wait = time.Until(d)
+	}
+	cctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return migrateErr(ctx, "open: connect", err)
+	}
+	v, dirty, err := schemaVersion(cctx, conn)
+	_ = conn.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return migrateErr(ctx, "open: read the schema version", err)
+	}
+	if v > SchemaVersion {
+		return tooNew(v)
+	}
+	if v == SchemaVersion && !dirty {
+		return nil
+	}
+
+	mcfg := cfg.Copy()
+	if mcfg.RuntimeParams == nil {
+		mcfg.RuntimeParams = map[string]string{}
+	}
+	// pg_advisory_lock takes no context; lock_timeout ends its wait.
+	mcfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
+	db := stdlib.OpenDB(*mcfg)
+	drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{MigrationsTable: migrationsTable})
+	if err != nil {
+		_ = db.Close()
+		return migrateErr(ctx, "open: migrate", err)
+	}
+	src, err := iofs.New(migrations, "migrations")
+	if err != nil {
+		_ = drv.Close()
+		return fmt.Errorf("open: migrate: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
+	if err != nil {
+		_ = src.Close()
+		_ = drv.Close()
+		return migrateErr(ctx, "open: migrate", err)
+	}
+	m.LockTimeout = wait
+	defer func() { _, _ = m.Close() }()
+
+	if dirty {
+		if err := resolveDirty(cctx, db, m, src, v, log); err != nil {
+			return migrateErr(ctx, "open: migrate", err)
+		}
+	}
+	err = m.Up()
+	if err == nil || errors.Is(err, migrate.ErrNoChange) {
+		if err == nil {
+			log.Info("migrated berth's PostgreSQL schema", "to", SchemaVersion)
+		}
+		return nil
+	}
+	// Another berth, a newer one, may have migrated past this one's
+	// versions while this one waited for the lock.
+	if now, _, verr := m.Version(); verr == nil && now > SchemaVersion {
+		return tooNew(now)
+	}
+	return migrateErr(ctx, "open: migrate", err)
+}
+
+// resolveDirty clears golang-migrate's dirty mark on version v: v stays
+// when its body committed (it recorded itself in berth_schema_history),
+// else the version before it does.
+func resolveDirty(ctx context.Context, db *sql.DB, m *migrate.Migrate, src source.Driver, v uint, log logr.Logger) error {
+	var applied bool
+	err := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM berth_schema_history WHERE version = $1)", int64(v)).Scan(&applied)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable {
+		err = nil // no history: the body left no trace
+	}
+	if err != nil {
+		return err
+	}
+	to := int(v)
+	if !applied {
+		to = -1 // golang-migrate's "no version"
+		if prev, err := src.Prev(v); err == nil {
+			to = int(prev)
+		}
+	}
+	log.Info("resolving a migration cut short", "version", v, "now", to)
+	return m.Force(to)
+}
+
+// migrateErr wraps a migration's error: the context's error when ctx
+// ended, else one wrapping store.ErrStorage.
+func migrateErr(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", op, ctx.Err())
+	}
+	return fmt.Errorf("%s: %w: %w", op, store.ErrStorage, err)
+}

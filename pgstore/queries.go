@@ -1,0 +1,96 @@
+package pgstore
+
+// The store's SQL. Every statement names this host by host_no ($1): a
+// Store reads and writes only its own host's rows, and sees another
+// host's rows only where they conflict, which the exclusion constraint
+// (see migrations/1_berth.up.sql) decides with host_span.
+const (
+	// rowColumns are the columns scanRow reads.
+	rowColumns = "host_no, protocol, port, host(address), owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at"
+
+	// The host's lease, always set from the server's clock. Registering
+	// never shortens a lease another Store of the host holds.
+	qRegisterHost = "INSERT INTO berth_hosts (host_id, expires_at) VALUES ($1, now() + $2::bigint * interval '1 millisecond')" +
+		" ON CONFLICT (host_id) DO UPDATE SET expires_at = greatest(berth_hosts.expires_at, excluded.expires_at)" +
+		" RETURNING host_no"
+	qRenewHost = "UPDATE berth_hosts SET expires_at = greatest(expires_at, now() + $2::bigint * interval '1 millisecond') WHERE host_no = $1"
+
+	// qInsert grants a key in one round trip when nothing conflicts; when
+	// something does, the exclusion constraint turns the insert into no
+	// row at all.
+	qInsert = "INSERT INTO berth_port_allocations" +
+		" (host_no, protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind)" +
+		" VALUES ($1, $2, $3, $4::inet, $5, $6, $7, $8, $9, $10)" +
+		" ON CONFLICT DO NOTHING RETURNING created_at"
+
+	// qHolders reads the rows that conflict with an address on any of
+	// some ports: the exclusion constraint's own test, served by its
+	// index.
+	qHolders = "SELECT " + rowColumns + " FROM berth_port_allocations" +
+		" WHERE host_span && int4range($1, $1, '[]') AND protocol = $2 AND port = ANY($3::int[])" +
+		" AND addr_span && berth_addr_span($4::inet)" +
+		" ORDER BY port, address"
+
+	// qScan grants the first of the candidates $5, in their order, that
+	// no row conflicts with, in one round trip. When it grants none
+	// (every candidate held, or a race lost) the same result holds the
+	// candidates' holders instead, so the caller can judge them without
+	// another round trip. The first column tells which a row is.
+	qScan = "WITH free AS (" +
+		" SELECT c.port FROM unnest($5::int[]) WITH ORDINALITY AS c(port, ord)" +
+		" WHERE NOT EXISTS (SELECT 1 FROM berth_port_allocations p" +
+		"  WHERE p.host_span && int4range($1, $1, '[]') AND p.protocol = $2 AND p.port = c.port" +
+		"  AND p.addr_span && berth_addr_span($3::inet))" +
+		" ORDER BY c.ord LIMIT 1)," +
+		" ins AS (" +
+		" INSERT INTO berth_port_allocations" +
+		" (host_no, protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind)" +
+		" SELECT $1, $2, free.port, $3::inet, $6, $7, $8, $9, $10, $4 FROM free" +
+		" ON CONFLICT DO NOTHING RETURNING " + rowColumns + ")" +
+		" SELECT true, * FROM ins" +
+		" UNION ALL" +
+		" SELECT false, " + rowColumns + " FROM berth_port_allocations" +
+		" WHERE NOT EXISTS (SELECT 1 FROM ins)" +
+		" AND host_span && int4range($1, $1, '[]') AND protocol = $2 AND port = ANY($5::int[])" +
+		" AND addr_span && berth_addr_span($3::inet)"
+
+	// qBlock grants the ports $5 to $6 in one statement, so in one
+	// transaction: one conflict anywhere fails it (exclusion_violation)
+	// and none of the block stays.
+	qBlock = "INSERT INTO berth_port_allocations" +
+		" (host_no, protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind)" +
+		" SELECT $1, $2, g.port, $3::inet, $7, $8, $9, $10, $11, $4 FROM generate_series($5::int, $6::int) AS g(port)" +
+		" RETURNING " + rowColumns
+
+	// ownerMatch: owners match exactly (see store.Owner); the name is for
+	// people and is not compared.
+	ownerMatch = "owner_pid = $5 AND owner_start = $6 AND owner_scope = $7"
+	keyMatch   = "host_no = $1 AND protocol = $2 AND port = $3 AND address = $4::inet"
+
+	// qDeleteOwned is Release, and the compare-and-delete of a dead
+	// holder's row: it deletes nothing when the row has changed hands.
+	qDeleteOwned = "DELETE FROM berth_port_allocations WHERE " + keyMatch + " AND " + ownerMatch
+	// qDeleteBlock deletes a block whose probe failed.
+	qDeleteBlock = "DELETE FROM berth_port_allocations WHERE host_no = $1 AND protocol = $2 AND port BETWEEN $3 AND $4" +
+		" AND address = $8::inet AND " + ownerMatch
+
+	qTransfer = "UPDATE berth_port_allocations SET owner_pid = $8, owner_start = $9, owner_scope = $10, owner_name = $11" +
+		" WHERE " + keyMatch + " AND " + ownerMatch
+
+	qDeleteOwner = "DELETE FROM berth_port_allocations WHERE host_no = $1 AND owner_pid = $2 AND owner_start = $3 AND owner_scope = $4"
+
+	qOwners = "SELECT DISTINCT owner_pid, owner_start, owner_scope FROM berth_port_allocations WHERE host_no = $1"
+	// qReapOwners deletes the rows of the listed owners, exited all.
+	qReapOwners = "DELETE FROM berth_port_allocations p" +
+		" USING unnest($2::int[], $3::bigint[], $4::text[]) AS d(pid, start, scope)" +
+		" WHERE p.host_no = $1 AND p.owner_pid = d.pid AND p.owner_start = d.start AND p.owner_scope = d.scope"
+
+	qReservedPorts = "SELECT DISTINCT port FROM berth_port_allocations WHERE host_no = $1 AND port BETWEEN $2 AND $3 ORDER BY port"
+
+	qRemember = "INSERT INTO berth_sticky_ports (host_no, label, protocol, port) VALUES ($1, $2, $3, $4)" +
+		" ON CONFLICT (host_no, label, protocol) DO UPDATE SET port = excluded.port, updated_at = now()"
+	qRecall = "SELECT port FROM berth_sticky_ports WHERE host_no = $1 AND label = $2 AND protocol = $3"
+	// qPruneSticky keeps the host's $2 most recently remembered ports.
+	qPruneSticky = "DELETE FROM berth_sticky_ports WHERE host_no = $1 AND (label, protocol) IN" +
+		" (SELECT label, protocol FROM berth_sticky_ports WHERE host_no = $1 ORDER BY updated_at DESC OFFSET $2)"
+)

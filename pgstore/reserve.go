@@ -1,0 +1,573 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/berth-go/berth/store"
+)
+
+// maxAttempts bounds how often one call tries a key again after clearing
+// rows of exited owners from its way or losing a race for it.
+const maxAttempts = 16
+
+// MaxBlock is the most ports ScanBlock reserves in one block.
+const MaxBlock = 1024
+
+// row is a reservation row with the host it is on.
+type row struct {
+	hostNo int32
+	store.Reservation
+}
+
+// Reserve reserves req.Key on this host for req.Owner (zero: this
+// process).
+//
+// The common case, a free key, is one round trip: an insert that the
+// exclusion constraint turns into nothing when a row is in the way. Then
+// the rows in the way are read: when req.Owner holds exactly req.Key
+// already, its row is returned and no probe runs; rows of this host's
+// exited owners are deleted (and counted as reaped) and the insert is
+// tried again; any other holder is a *store.ConflictError naming it. The
+// probe, when given, runs after the row is in: nobody else can be granted
+// the key meanwhile, and a failed probe deletes the row again.
+func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservation, error) {
+	key, own, kind, err := s.validate(req.Key, req.Owner, req.Kind, store.Static)
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	if err := store.CheckLabel(req.Label); err != nil {
+		return store.Reservation{}, err
+	}
+	op := "reserve " + key.String()
+	memo := map[ownerKey]bool{}
+	for range maxAttempts {
+		created, ok, err := s.insertOne(ctx, op, key, own, req.Label, kind)
+		if err != nil {
+			return store.Reservation{}, err
+		}
+		if ok {
+			if err := s.probeOrUndo(ctx, op, req.Probe, key, own, key.Port); err != nil {
+				return store.Reservation{}, err
+			}
+			return store.Reservation{Key: key, Owner: own, Label: req.Label, Kind: kind, Created: created}, nil
+		}
+		rows, err := s.holders(ctx, op, key, []int32{int32(key.Port)})
+		if err != nil {
+			return store.Reservation{}, err
+		}
+		for _, r := range rows {
+			if r.hostNo == s.hostNo && r.Key == key && r.Owner.Same(own) {
+				return r.Reservation, nil
+			}
+		}
+		// No rows: the holder left between the two statements.
+		if err := s.clearDead(ctx, op, key, own, rows, memo); err != nil {
+			return store.Reservation{}, err
+		}
+	}
+	return store.Reservation{}, fmt.Errorf("%s: %w: the port changed hands %d times while this call tried; try again", op, store.ErrBusy, maxAttempts)
+}
+
+// Scan reserves on this host the first of req's candidates that no row
+// holds and that passes the probe, or returns an error wrapping
+// store.ErrExhausted when Next runs out first.
+//
+// Candidates go to the server req.Batch at a time (zero: 32): one round
+// trip grants the first of a batch that no row conflicts with, or, when
+// every one is held, returns their holders. Only then are the holders
+// judged: rows of this host's exited owners are deleted and their ports
+// tried again, ports of live holders are skipped. So a candidate that only
+// a dead owner's row holds may be passed over for a later free one in the
+// same batch; the sweep, Reap and Reserve delete such rows.
+func (s *Store) Scan(ctx context.Context, req store.ScanRequest) (store.Reservation, error) {
+	key, own, kind, batch, err := s.checkScan(req)
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	op := fmt.Sprintf("scan for %s on %s", key.Protocol, key.Addr)
+	var (
+		pending   []int32
+		tries     = map[int32]int{}
+		exhausted bool
+		memo      = map[ownerKey]bool{}
+	)
+	for {
+		if err := ctx.Err(); err != nil {
+			return store.Reservation{}, err
+		}
+		for !exhausted && len(pending) < batch {
+			p, ok := req.Next()
+			if !ok {
+				exhausted = true
+				break
+			}
+			if p != 0 {
+				pending = append(pending, int32(p))
+			}
+		}
+		if len(pending) == 0 {
+			return store.Reservation{}, fmt.Errorf("%s: %w", op, store.ErrExhausted)
+		}
+		got, held, err := s.scanOnce(ctx, op, key, own, req.Label, kind, pending)
+		if err != nil {
+			return store.Reservation{}, err
+		}
+		if got != nil {
+			key.Port = got.Port
+			err := s.probeOrUndo(ctx, op, req.Probe, key, own, key.Port)
+			var ce *store.ConflictError
+			switch {
+			case err == nil:
+				return got.Reservation, nil
+			case errors.As(err, &ce) && ce.Holder.Owner.IsZero():
+				pending = without(pending, int32(got.Port)) // bound outside berth
+				continue
+			default:
+				return store.Reservation{}, err
+			}
+		}
+		byPort := map[int32][]row{}
+		for _, r := range held {
+			byPort[int32(r.Port)] = append(byPort[int32(r.Port)], r)
+		}
+		next := pending[:0]
+		for _, p := range pending {
+			tries[p]++
+			if tries[p] > maxAttempts {
+				continue // it keeps changing hands: leave it
+			}
+			rows := byPort[p]
+			if len(rows) == 0 {
+				next = append(next, p) // a race lost or a row just released: again
+				continue
+			}
+			k := key
+			k.Port = uint16(p)
+			err := s.clearDead(ctx, op, k, own, rows, memo)
+			switch {
+			case err == nil:
+				next = append(next, p) // its dead rows are gone: again
+			case errors.Is(err, store.ErrHeld):
+			case ctx.Err() != nil:
+				return store.Reservation{}, err
+			default:
+				// Another candidate will do; the row waits for the sweep.
+				s.log.Error(err, "could not reap a row in the way", "key", k.String())
+			}
+		}
+		pending = next
+	}
+}
+
+// scanOnce runs qScan on candidates: the row granted, or none and the
+// candidates' holders.
+func (s *Store) scanOnce(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, candidates []int32) (*row, []row, error) {
+	if err := s.open(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", op, err)
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(cctx, qScan, s.hostNo, string(key.Protocol), key.Addr.String(), string(kind),
+		candidates, own.PID, own.Start, own.Scope, own.Name, label)
+	if err != nil {
+		return nil, nil, s.fail(ctx, op, err)
+	}
+	defer rows.Close()
+	var (
+		got  *row
+		held []row
+	)
+	for rows.Next() {
+		var granted bool
+		r, err := scanRow(rows, &granted)
+		if err != nil {
+			return nil, nil, s.fail(ctx, op, err)
+		}
+		if granted {
+			got = &r
+		} else {
+			held = append(held, r)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		if isExclusion(err) {
+			return nil, nil, nil // a race lost to a concurrent insert: again
+		}
+		return nil, nil, s.fail(ctx, op, err)
+	}
+	return got, held, nil
+}
+
+// ScanBlock reserves on this host n consecutive ports, base to base+n-1,
+// for the first candidate base whose ports no live reservation conflicts
+// with and whose every port passes the probe: all of them or none. A base
+// whose block would pass port 65535 is skipped. It returns the
+// reservations in port order, or an error wrapping store.ErrExhausted
+// when the candidates run out.
+//
+// The n rows go in with one statement, which the exclusion constraint
+// fails as a whole when any of them conflicts: one round trip for a free
+// block. Then the block's holders are read; rows of this host's exited
+// owners are deleted and the block tried again. The probe runs after the
+// rows are in, and a failure deletes the whole block.
+func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]store.Reservation, error) {
+	if n < 1 || n > MaxBlock {
+		return nil, &store.FieldError{Field: "n", Value: fmt.Sprint(n), Want: fmt.Sprintf("a block of 1 to %d ports", MaxBlock)}
+	}
+	key, own, kind, _, err := s.checkScan(req)
+	if err != nil {
+		return nil, err
+	}
+	op := fmt.Sprintf("scan for a block of %d %s ports on %s", n, key.Protocol, key.Addr)
+	memo := map[ownerKey]bool{}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		base, ok := req.Next()
+		if !ok {
+			return nil, fmt.Errorf("%s: %w", op, store.ErrExhausted)
+		}
+		if base == 0 || int(base)+n-1 > 65535 {
+			continue
+		}
+		last := base + uint16(n-1)
+		ports := make([]int32, n)
+		for i := range ports {
+			ports[i] = int32(base) + int32(i)
+		}
+	attempts:
+		for range maxAttempts {
+			rs, err := s.insertBlock(ctx, op, key, own, req.Label, kind, base, last)
+			if err != nil {
+				return nil, err
+			}
+			if rs != nil {
+				if err := s.probeBlock(ctx, op, req.Probe, key, own, base, last); err != nil {
+					if errors.Is(err, store.ErrHeld) {
+						break attempts // bound outside berth: the next base
+					}
+					return nil, err
+				}
+				return rs, nil
+			}
+			rows, err := s.holders(ctx, op, key, ports)
+			if err != nil {
+				return nil, err
+			}
+			k := key
+			k.Port = base
+			if err := s.clearDead(ctx, op, k, own, rows, memo); err != nil {
+				if errors.Is(err, store.ErrHeld) {
+					break attempts
+				}
+				if ctx.Err() != nil {
+					return nil, err
+				}
+				s.log.Error(err, "could not reap a row in the way", "key", k.String())
+				break attempts
+			}
+		}
+	}
+}
+
+// insertBlock inserts the block base..last in one statement: the rows, or
+// nil when the exclusion constraint refused the block.
+func (s *Store) insertBlock(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, base, last uint16) ([]store.Reservation, error) {
+	if err := s.open(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(cctx, qBlock, s.hostNo, string(key.Protocol), key.Addr.String(), string(kind),
+		int32(base), int32(last), own.PID, own.Start, own.Scope, own.Name, label)
+	if err != nil {
+		return nil, s.fail(ctx, op, err)
+	}
+	defer rows.Close()
+	var out []store.Reservation
+	for rows.Next() {
+		r, err := scanRow(rows, nil)
+		if err != nil {
+			return nil, s.fail(ctx, op, err)
+		}
+		out = append(out, r.Reservation)
+	}
+	if err := rows.Err(); err != nil {
+		if isExclusion(err) {
+			return nil, nil
+		}
+		return nil, s.fail(ctx, op, err)
+	}
+	return out, nil
+}
+
+// probeBlock probes every port of a block just inserted, and deletes the
+// block when one fails.
+func (s *Store) probeBlock(ctx context.Context, op string, probe store.ProbeFunc, key store.Key, own store.Owner, base, last uint16) (err error) {
+	if probe == nil {
+		return nil
+	}
+	undo := func() {
+		if _, derr := s.exec(context.WithoutCancel(ctx), op+": delete the block after its probe", qDeleteBlock,
+			s.hostNo, string(key.Protocol), int32(base), int32(last), own.PID, own.Start, own.Scope, key.Addr.String()); derr != nil {
+			s.log.Error(derr, "could not delete a block whose probe failed; its owner holds it until released", "first", base, "last", last)
+			err = errors.Join(err, derr)
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			undo()
+			panic(p)
+		}
+	}()
+	for port := int(base); port <= int(last); port++ {
+		k := key
+		k.Port = uint16(port)
+		free, perr := probe(k)
+		if perr != nil {
+			err = fmt.Errorf("probe %s: %w", k, perr)
+			undo()
+			return err
+		}
+		if !free {
+			s.probeFailures.Add(1)
+			s.log.V(1).Info("port bound outside berth", "key", k.String())
+			err = &store.ConflictError{Key: k}
+			undo()
+			return err
+		}
+	}
+	return nil
+}
+
+// probeOrUndo runs probe, when not nil, on key (port: its port) just
+// inserted for own, and deletes the row again when the probe fails, errs
+// or panics (the panic goes on). A port bound outside berth is a
+// *store.ConflictError whose holder is the zero Reservation.
+func (s *Store) probeOrUndo(ctx context.Context, op string, probe store.ProbeFunc, key store.Key, own store.Owner, port uint16) (err error) {
+	if probe == nil {
+		return nil
+	}
+	key.Port = port
+	undo := func() {
+		if _, derr := s.exec(context.WithoutCancel(ctx), op+": delete the row after its probe", qDeleteOwned, s.keyArgs(key, own)...); derr != nil {
+			s.log.Error(derr, "could not delete a row whose probe failed; its owner holds it until released", "key", key.String())
+			err = errors.Join(err, derr)
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			undo()
+			panic(p)
+		}
+	}()
+	free, perr := probe(key)
+	switch {
+	case perr != nil:
+		err = fmt.Errorf("probe %s: %w", key, perr)
+	case !free:
+		s.probeFailures.Add(1)
+		s.log.V(1).Info("port bound outside berth", "key", key.String())
+		err = &store.ConflictError{Key: key}
+	default:
+		return nil
+	}
+	undo()
+	return err
+}
+
+// insertOne runs qInsert: the row's creation time and true, or false when
+// a row is in the way.
+func (s *Store) insertOne(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind) (time.Time, bool, error) {
+	if err := s.open(); err != nil {
+		return time.Time{}, false, fmt.Errorf("%s: %w", op, err)
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	var created time.Time
+	err := s.pool.QueryRow(cctx, qInsert, append(s.keyArgs(key, own), own.Name, label, string(kind))...).Scan(&created)
+	switch {
+	case err == nil:
+		return created, true, nil
+	case errors.Is(err, pgx.ErrNoRows), isExclusion(err):
+		return time.Time{}, false, nil
+	default:
+		return time.Time{}, false, s.fail(ctx, op, err)
+	}
+}
+
+// keyArgs are the arguments $1 to $7 of keyMatch and ownerMatch.
+func (s *Store) keyArgs(key store.Key, own store.Owner) []any {
+	return []any{s.hostNo, string(key.Protocol), int32(key.Port), key.Addr.String(), own.PID, own.Start, own.Scope}
+}
+
+// holders reads the rows that conflict with key's address on any of
+// ports, on this host or spanning it.
+func (s *Store) holders(ctx context.Context, op string, key store.Key, ports []int32) ([]row, error) {
+	if err := s.open(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(cctx, qHolders, s.hostNo, string(key.Protocol), ports, key.Addr.String())
+	if err != nil {
+		return nil, s.fail(ctx, op, err)
+	}
+	defer rows.Close()
+	var out []row
+	for rows.Next() {
+		r, err := scanRow(rows, nil)
+		if err != nil {
+			return nil, s.fail(ctx, op, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(ctx, op, err)
+	}
+	return out, nil
+}
+
+// ownerKey is what identifies an owner.
+type ownerKey struct {
+	pid   int
+	start int64
+	scope string
+}
+
+// alive judges a holder: a row of another host is taken for live (its
+// processes cannot be seen from here); one of this host as the SQLite
+// store judges it. memo keeps the verdicts of one call.
+func (s *Store) alive(ctx context.Context, r row, memo map[ownerKey]bool) bool {
+	if r.hostNo != s.hostNo {
+		return true
+	}
+	k := ownerKey{r.Owner.PID, r.Owner.Start, r.Owner.Scope}
+	if v, ok := memo[k]; ok {
+		return v
+	}
+	v := r.Owner.Alive(ctx)
+	memo[k] = v
+	return v
+}
+
+// clearDead deletes the rows in key's way whose owners have exited, each
+// by compare-and-delete on its owner. When a live owner holds one, it
+// deletes nothing and returns a *store.ConflictError naming it.
+func (s *Store) clearDead(ctx context.Context, op string, key store.Key, own store.Owner, rows []row, memo map[ownerKey]bool) error {
+	for _, r := range rows {
+		if s.alive(ctx, r, memo) {
+			return &store.ConflictError{Key: key, Holder: r.Reservation, Self: r.hostNo == s.hostNo && r.Owner.Same(own)}
+		}
+	}
+	for _, r := range rows {
+		n, err := s.exec(ctx, "reap "+r.String(), qDeleteOwned, s.keyArgs(r.Key, r.Owner)...)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			s.reaped.Add(n)
+			s.log.V(1).Info("reaped reservation of exited owner", "key", r.String(), "owner", r.Owner.String())
+		}
+	}
+	return nil
+}
+
+// scanRow reads a row of rowColumns, after a leading granted column when
+// granted is not nil.
+func scanRow(rows pgx.Rows, granted *bool) (row, error) {
+	var (
+		r           row
+		proto, addr string
+		port        int32
+		kind        string
+	)
+	dst := []any{&r.hostNo, &proto, &port, &addr, &r.Owner.PID, &r.Owner.Start, &r.Owner.Scope, &r.Owner.Name, &r.Label, &kind, &r.Created}
+	if granted != nil {
+		dst = append([]any{granted}, dst...)
+	}
+	if err := rows.Scan(dst...); err != nil {
+		return row{}, err
+	}
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return row{}, fmt.Errorf("row of port %d has address %q: %w", port, addr, err)
+	}
+	r.Key = store.Key{Protocol: store.Protocol(proto), Addr: a.Unmap(), Port: uint16(port)}
+	r.Kind = store.Kind(kind)
+	return r, nil
+}
+
+// isExclusion reports whether err is the exclusion constraint refusing a
+// row.
+func isExclusion(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ExclusionViolation
+}
+
+func without(ports []int32, p int32) []int32 {
+	out := ports[:0]
+	for _, q := range ports {
+		if q != p {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// checkScan validates what Scan and ScanBlock share of a request and
+// returns its normalised key (port 1: the scan sets it), owner and kind,
+// and the batch size.
+func (s *Store) checkScan(req store.ScanRequest) (store.Key, store.Owner, store.Kind, int, error) {
+	if req.Next == nil {
+		return store.Key{}, store.Owner{}, "", 0, &store.FieldError{Field: "next", Value: "nil", Want: "a candidate iterator"}
+	}
+	key, own, kind, err := s.validate(store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, store.Dynamic)
+	if err != nil {
+		return store.Key{}, store.Owner{}, "", 0, err
+	}
+	if err := store.CheckLabel(req.Label); err != nil {
+		return store.Key{}, store.Owner{}, "", 0, err
+	}
+	batch := req.Batch
+	if batch <= 0 {
+		batch = 32
+	}
+	return key, own, kind, batch, nil
+}
+
+func (s *Store) validate(k store.Key, own store.Owner, kind, defKind store.Kind) (store.Key, store.Owner, store.Kind, error) {
+	key, err := k.Normalize()
+	if err != nil {
+		return store.Key{}, store.Owner{}, "", err
+	}
+	if own.IsZero() {
+		own = s.self
+	} else if err := validOwner(own); err != nil {
+		return store.Key{}, store.Owner{}, "", err
+	}
+	switch kind {
+	case "":
+		kind = defKind
+	case store.Dynamic, store.Static:
+	default:
+		return store.Key{}, store.Owner{}, "", &store.FieldError{Field: "kind", Value: string(kind), Want: `"dynamic" or "static"`}
+	}
+	return key, own, kind, nil
+}
+
+func validOwner(o store.Owner) error {
+	if o.PID <= 0 || o.PID > 1<<31-1 || (o.Start == 0 && o.Scope == "") {
+		return &store.FieldError{Field: "owner", Value: fmt.Sprintf("pid %d start %d", o.PID, o.Start), Want: "a live process identity from statestore.Self or statestore.LookupOwner"}
+	}
+	return nil
+}

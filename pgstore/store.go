@@ -1,0 +1,294 @@
+// Package pgstore keeps berth's port reservations in PostgreSQL, so that
+// the berth processes of many hosts share one store: the first part of
+// berth's fleet mode. A Store implements store.Store for one host, named
+// by Options.Host; the rows of every host live in the same tables.
+//
+// # The conflict rule in the database
+//
+// Every reservation row carries its host, and the table's exclusion
+// constraint enforces package store's conflict rule by itself: no two rows
+// of one host, protocol and port whose addresses conflict (equal, or
+// either a wildcard). The ranges the constraint compares are generated
+// from the row's own host and address, so no writer, berth or a buggy
+// script, can store a double grant: the database refuses it.
+//
+// # Owners and hosts
+//
+// An owner is a process of the Store's host. A row of this host whose
+// owner has exited is deleted when it stands in the way of a reservation,
+// by Reap, and by the background sweep; its liveness is judged exactly as
+// the SQLite store judges it (store.Owner.Alive). A row of another host is
+// never judged here: it stays until that host releases or reaps it.
+// Each host has a lease row whose expiry is set from the server's clock,
+// renewed in the background; nothing reads it yet.
+//
+// # Failures
+//
+// An error from the server, a lost connection or a server that does not
+// answer within Options.Timeout (a network partition looks like that)
+// wraps store.ErrStorage; the pool opens new connections for the calls
+// after it. A call cut short by its context returns the context's error.
+// Either way an insert the server had already received may still commit:
+// that reservation stays, owned by the caller, until released or reaped,
+// so a caller that retries elsewhere wastes a port but never shares one.
+// Reservations already granted are unaffected by a partition: they are
+// rows, and the processes holding the ports go on.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/berth-go/berth/internal/owner"
+	"github.com/berth-go/berth/store"
+)
+
+// Options tune a Store. The zero value of every field is a working default.
+type Options struct {
+	// Host is this host's stable name in the fleet; zero: the hostname.
+	// It must name one machine: a Store judges the owners of its host's
+	// rows by this machine's process table, so two machines under one
+	// name would take each other's owners for exited (another boot) and
+	// hand their ports out again.
+	Host string
+	// Logger receives the store's log; zero: discard.
+	Logger logr.Logger
+	// Timeout bounds each round trip to the server; a server that does
+	// not answer in time fails the call with store.ErrStorage. Zero: 10s.
+	Timeout time.Duration
+	// SweepInterval is the period of the background reaping sweep of this
+	// host's rows, which also runs right after Open; zero: 1 minute;
+	// negative: no sweep.
+	SweepInterval time.Duration
+	// LeaseTTL is how long the host's lease lasts past each renewal; the
+	// store renews it every third of it. Zero: 30s; negative: no renewal
+	// after Open.
+	LeaseTTL time.Duration
+}
+
+// Store is an open PostgreSQL store for one host. Its zero value is not
+// usable; call Open. It is safe for concurrent use.
+type Store struct {
+	pool    *pgxpool.Pool
+	log     logr.Logger
+	self    store.Owner
+	host    string
+	hostNo  int32
+	timeout time.Duration
+	ttl     time.Duration
+
+	closed atomic.Bool
+	stop   chan struct{}  // closed by Close to end the background goroutine
+	wg     sync.WaitGroup // the background goroutine
+
+	remembered    atomic.Int64 // Remember calls, to prune sticky ports now and then
+	reaped        atomic.Int64
+	probeFailures atomic.Int64
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the PostgreSQL database dsn names (a postgres:// URL or
+// a key=value string; a unix socket directory works as host), brings
+// berth's tables up to date and registers this host. The migrations are
+// embedded; concurrent Opens apply them once, serialised by an advisory
+// lock. A database whose berth schema is newer than this berth's is
+// refused with an error wrapping store.ErrSchemaTooNew.
+//
+// The role needs to create tables, and the btree_gist extension must be
+// available (in Debian's postgresql-contrib; it is a trusted extension,
+// so a database owner may create it).
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = time.Minute
+	}
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = 30 * time.Second
+	}
+	if opts.Host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("open: name this host: %w; set Options.Host", err)
+		}
+		opts.Host = h
+	}
+	if err := checkHost(opts.Host); err != nil {
+		return nil, err
+	}
+	id, err := owner.Self()
+	if err != nil {
+		return nil, fmt.Errorf("open: identify this process: %w", err)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgconn's message hides a password the DSN holds.
+		return nil, fmt.Errorf("open: dsn: %w: %w", store.ErrInvalid, err)
+	}
+	s := &Store{
+		log:     opts.Logger,
+		self:    store.Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name},
+		host:    opts.Host,
+		timeout: opts.Timeout,
+		ttl:     opts.LeaseTTL,
+		stop:    make(chan struct{}),
+	}
+	if err := migrateUp(ctx, cfg.ConnConfig, opts.Timeout, opts.Logger); err != nil {
+		return nil, err
+	}
+	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return nil, s.fail(ctx, "open", err)
+	}
+	ttl := opts.LeaseTTL
+	if ttl < 0 {
+		ttl = 30 * time.Second // the lease Open takes; nothing renews it
+	}
+	cctx, cancel := s.call(ctx)
+	err = s.pool.QueryRow(cctx, qRegisterHost, s.host, ttl.Milliseconds()).Scan(&s.hostNo)
+	cancel()
+	if err != nil {
+		s.pool.Close()
+		return nil, s.fail(ctx, "open: register host "+strconv.Quote(s.host), err)
+	}
+	if opts.SweepInterval > 0 || opts.LeaseTTL > 0 {
+		s.wg.Add(1)
+		go s.background(opts.SweepInterval, opts.LeaseTTL) //nolint:contextcheck // it outlives Open's context; Close stops it
+	}
+	return s, nil
+}
+
+// checkHost validates a host name as the hosts table takes it.
+func checkHost(h string) error {
+	if len(h) > 255 {
+		return &store.FieldError{Field: "host", Value: h, Want: "a host name of at most 255 bytes"}
+	}
+	for _, r := range h {
+		if r < 0x20 || r == 0x7f {
+			return &store.FieldError{Field: "host", Value: h, Want: "a host name without control characters"}
+		}
+	}
+	return nil
+}
+
+// Host returns the name of the host this store acts for.
+func (s *Store) Host() string { return s.host }
+
+// Close stops the background sweep and lease renewal and closes the
+// connections. It does not release reservations: they belong to their
+// owners. Close is idempotent.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	close(s.stop)
+	s.wg.Wait()
+	s.pool.Close() // waits for the connections in use to come back
+	return nil
+}
+
+// background renews the host's lease every third of ttl and reaps this
+// host's rows of exited owners every sweep, until Close.
+func (s *Store) background(sweep, ttl time.Duration) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.stop
+		cancel()
+	}()
+	never := make(<-chan time.Time)
+	renewC, sweepC := never, never
+	if ttl > 0 {
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		renewC = t.C
+	}
+	var sweepT *time.Timer
+	if sweep > 0 {
+		sweepT = time.NewTimer(0)
+		defer sweepT.Stop()
+		sweepC = sweepT.C
+	}
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-renewC:
+			if err := s.renew(ctx, ttl); err != nil && ctx.Err() == nil {
+				s.log.Error(err, "renewing this host's lease failed; it is tried again", "host", s.host, "in", (ttl / 3).String())
+			}
+		case <-sweepC:
+			if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrClosed) {
+				s.log.Error(err, "background reaping sweep failed; it runs again", "in", sweep.String())
+			}
+			sweepT.Reset(sweep)
+		}
+	}
+}
+
+// renew extends the host's lease to ttl from now by the server's clock.
+func (s *Store) renew(ctx context.Context, ttl time.Duration) error {
+	_, err := s.exec(ctx, "renew lease of "+s.host, qRenewHost, s.hostNo, ttl.Milliseconds())
+	return err
+}
+
+// Stats returns the store's counters. It is cheap and takes no lock.
+func (s *Store) Stats() store.Stats {
+	return store.Stats{Reaped: s.reaped.Load(), ProbeFailures: s.probeFailures.Load()}
+}
+
+// call returns the context for one round trip: ctx bounded by the store's
+// Timeout.
+func (s *Store) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// fail turns an error of a round trip into the store's error: the
+// caller's context's error when that context ended, ErrClosed after Close,
+// else an error wrapping store.ErrStorage.
+func (s *Store) fail(ctx context.Context, op string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: %w", op, ctx.Err())
+	case s.closed.Load():
+		return fmt.Errorf("%s: %w", op, store.ErrClosed)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w: the PostgreSQL server did not answer within %v", op, store.ErrStorage, s.timeout)
+	default:
+		return fmt.Errorf("%s: %w: %w", op, store.ErrStorage, err)
+	}
+}
+
+// open fails with ErrClosed once the store is closed.
+func (s *Store) open() error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// exec runs one statement in one round trip and returns the rows it
+// affected.
+func (s *Store) exec(ctx context.Context, op, q string, args ...any) (int64, error) {
+	if err := s.open(); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	tag, err := s.pool.Exec(cctx, q, args...)
+	if err != nil {
+		return 0, s.fail(ctx, op, err)
+	}
+	return tag.RowsAffected(), nil
+}
