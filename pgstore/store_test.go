@@ -44,49 +44,6 @@ func TestSkipsWithoutServer(t *testing.T) {
 	testDB(t)
 }
 
-// TestConflictMatrix: for every pair of protocols and addresses, the
-// second of two owners is refused exactly when store.Key.Conflicts says
-// so, and the refusal names the first.
-func TestConflictMatrix(t *testing.T) {
-	dsn, _ := testDB(t)
-	s := open(t, dsn, "h1")
-	other, _ := child(t)
-	ctx := context.Background()
-	addrs := []string{"127.0.0.1", "127.0.0.2", "0.0.0.0", "::1", "::", "fe80::1", "10.1.2.3"}
-	protos := []store.Protocol{store.TCP, store.UDP}
-	const port = 41000
-	for _, pa := range protos {
-		for _, pb := range protos {
-			for _, a := range addrs {
-				for _, b := range addrs {
-					ka, kb := key(pa, a, port), key(pb, b, port)
-					if _, err := s.Reserve(ctx, store.Request{Key: ka, Label: "first"}); err != nil {
-						t.Fatalf("Reserve(%s) = %v; want nil", ka, err)
-					}
-					_, err := s.Reserve(ctx, store.Request{Key: kb, Owner: other})
-					want := ka.Conflicts(kb)
-					var ce *store.ConflictError
-					switch {
-					case want && !errors.As(err, &ce):
-						t.Errorf("after %s, Reserve(%s) by another owner = %v; want a *ConflictError", ka, kb, err)
-					case want && (ce.Holder.Key != ka || ce.Holder.Label != "first" || ce.Self):
-						t.Errorf("after %s, Reserve(%s) conflict names %+v (self %v); want the holder of %s", ka, kb, ce.Holder, ce.Self, ka)
-					case !want && err != nil:
-						t.Errorf("after %s, Reserve(%s) by another owner = %v; want nil", ka, kb, err)
-					case !want:
-						if err := s.Release(ctx, kb, other); err != nil {
-							t.Fatal(err)
-						}
-					}
-					if err := s.Release(ctx, ka, store.Owner{}); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-		}
-	}
-}
-
 // TestExclusionRefusesRawInsert: the database, not berth's code, refuses a
 // conflicting row, and an address in a second spelling.
 func TestExclusionRefusesRawInsert(t *testing.T) {
