@@ -59,7 +59,9 @@ type Allocator struct {
 // directory that cannot be written) is an error wrapping
 // ErrStoreUnavailable in ModeStateStore; in ModeStateStoreWithFallback the
 // Allocator serves from the MRU file instead, loudly, and tries the store
-// again every StoreRetryInterval.
+// again every StoreRetryInterval. With a Config.Store, New opens that
+// PostgreSQL database instead, and any failure to is an error wrapping
+// ErrStoreUnavailable: a fleet's store never falls back.
 func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -76,6 +78,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		set:    set,
 		mru:    mru.New(filepath.Join(cfg.StateDir, MRUFile), mru.Options{Logger: cfg.Logger}),
 		dbPath: filepath.Join(cfg.StateDir, DatabaseFile),
+		dbKey:  "postgres " + cfg.Host + " " + cfg.Store, // replaced below for the SQLite file
 		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		held:   map[heldKey]*holding{},
 
@@ -88,7 +91,11 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	octx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	opened, err := a.openStore(octx)
-	a.dbKey = canonicalDB(a.dbPath) // after Open, which creates the directory
+	if cfg.Store == "" {
+		a.dbKey = canonicalDB(a.dbPath) // after Open, which creates the directory
+	} else {
+		a.dbPath = "PostgreSQL store " + redactDSN(cfg.Store) // what messages call the store
+	}
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr

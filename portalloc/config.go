@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -79,6 +81,21 @@ type Config struct {
 	// ErrStoreUnavailable, in every mode: it is a refusal to fix, as the
 	// error says, not a fault to fall back to the MRU file for.
 	StateDir string
+	// Store names a PostgreSQL database to keep the reservations in
+	// instead of the SQLite store in StateDir, so that the hosts of a
+	// fleet share one range without ever granting a port twice on one
+	// host: a connection string ("postgres://user@db.example/berth",
+	// "host=/run/postgresql dbname=berth") or the absolute path of the
+	// directory of the server's unix socket. Zero: the SQLite store. With
+	// a Store, berth never falls back to the MRU file (its grants would be
+	// invisible to the other hosts): a store that cannot be used is an
+	// error wrapping ErrStoreUnavailable, and Mode may not be ModeMRU.
+	// StateDir still holds nothing of the reservations then.
+	Store string
+	// Host is this host's name in the fleet a Store is shared by; zero:
+	// the hostname. It must name one machine. Without a Store it is not
+	// used.
+	Host string
 	// Range is where Allocate picks ports; zero: DefaultRange.
 	Range Range
 	// Exclude lists ports Allocate never hands out. Reserve may still take
@@ -111,12 +128,15 @@ const (
 	EnvTimeout               = "BERTH_TIMEOUT"
 	EnvAllowEphemeralOverlap = "BERTH_ALLOW_EPHEMERAL_OVERLAP"
 	EnvLog                   = "BERTH_LOG"
+	EnvStore                 = "BERTH_STORE"
+	EnvHost                  = "BERTH_HOST"
 )
 
 // ConfigFromEnv returns a Config from the environment: BERTH_MODE,
 // BERTH_PORT_RANGE ("20000-32767"), BERTH_PORT_EXCLUDE ("22000-22100,25565"),
 // BERTH_STATE_DIR, BERTH_TIMEOUT (a Go duration such as "10s"),
-// BERTH_ALLOW_EPHEMERAL_OVERLAP (true or false) and BERTH_LOG. Unset or
+// BERTH_ALLOW_EPHEMERAL_OVERLAP (true or false), BERTH_STORE and
+// BERTH_HOST (see Config.Store and Config.Host) and BERTH_LOG. Unset or
 // empty variables leave their field at its zero value. The error joins
 // one error for each variable refused (errors.Join): a *RangeError for the
 // two range variables, a *FieldError for the others, each naming the
@@ -164,6 +184,13 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if v := get(EnvStateDir); v != "" {
 		c.StateDir = v
 	}
+	if v := get(EnvStore); v != "" {
+		if _, err := storeDSN(v); err != nil {
+			bad(EnvStore, v, storeWant)
+		}
+		c.Store = v
+	}
+	c.Host = get(EnvHost)
 	if v := get(EnvTimeout); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -217,6 +244,17 @@ func (c Config) withDefaults() (Config, error) {
 	for i, x := range c.Exclude {
 		if err := x.Valid(); err != nil {
 			return Config{}, rangeErr(fmt.Sprintf("Config.Exclude[%d]", i), portrange.Range(x).Valid())
+		}
+	}
+	if c.Store != "" {
+		if _, err := storeDSN(c.Store); err != nil {
+			return Config{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Config.Store", Value: c.Store, Want: storeWant})
+		}
+		switch c.Mode {
+		case ModeMRU:
+			return Config{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Config.Mode", Value: string(c.Mode), Want: `"statestore" with a Config.Store: the MRU file cannot share a fleet's reservations`})
+		case ModeStateStoreWithFallback:
+			c.Mode = ModeStateStore // a fleet's store never falls back
 		}
 	}
 	switch {
@@ -329,3 +367,32 @@ func (h debugLevels) WithAttrs(attrs []slog.Attr) slog.Handler {
 func (h debugLevels) WithGroup(name string) slog.Handler {
 	return debugLevels{h.Handler.WithGroup(name)}
 }
+
+// storeWant says what Config.Store accepts, for error messages.
+const storeWant = `a PostgreSQL connection string ("postgres://..." or "host=... dbname=...") or the absolute path of the directory of its unix socket`
+
+// storeDSN returns the pgx connection string that Config.Store s names.
+func storeDSN(s string) (string, error) {
+	switch {
+	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
+		return s, nil
+	case strings.Contains(s, "="):
+		return s, nil // key=value pairs, as libpq takes them
+	case filepath.IsAbs(s):
+		// The socket directory, quoted as libpq quotes a value; the
+		// database is the one named like the user.
+		return "host='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'", nil
+	}
+	return "", errors.New("not a connection string")
+}
+
+// redactDSN returns the connection string s with its password hidden, for
+// messages and logs.
+func redactDSN(s string) string {
+	if u, err := url.Parse(s); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		return u.Redacted()
+	}
+	return passwordPair.ReplaceAllString(s, "password=xxxxx")
+}
+
+var passwordPair = regexp.MustCompile(`password\s*=\s*('(\\.|[^'])*'|\S+)`)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -108,17 +109,14 @@ func (a *Allocator) db() store.Store {
 // was stopped in the middle of writing retries for up to ten seconds. So
 // Open runs aside; when ctx ends first, openStore returns and the store, if
 // Open still makes one, is closed when it does.
-func (a *Allocator) openStore(ctx context.Context) (*statestore.Store, error) {
-	// A store locked by something else for half the allocation timeout
-	// is busy: the caller gets an error wrapping ErrStoreUnavailable.
-	busy := min(a.cfg.Timeout/2, maxBusyWait)
+func (a *Allocator) openStore(ctx context.Context) (store.Store, error) {
 	type opened struct {
-		s   *statestore.Store
+		s   store.Store
 		err error
 	}
 	done := make(chan opened, 1)
 	go func() {
-		s, err := statestore.Open(ctx, a.dbPath, statestore.Options{Logger: a.cfg.Logger, BusyTimeout: busy})
+		s, err := a.open(ctx)
 		done <- opened{s, err}
 	}()
 	select {
@@ -135,8 +133,32 @@ func (a *Allocator) openStore(ctx context.Context) (*statestore.Store, error) {
 				_ = o.s.Close()
 			}
 		}()
-		return nil, fmt.Errorf("statestore: open %s: %w", a.dbPath, ctx.Err())
+		return nil, fmt.Errorf("open %s: %w", a.dbPath, ctx.Err())
 	}
+}
+
+// open opens the store Config names: the PostgreSQL database of
+// Config.Store, or the SQLite file in the state directory.
+func (a *Allocator) open(ctx context.Context) (store.Store, error) {
+	if a.cfg.Store != "" {
+		dsn, err := storeDSN(a.cfg.Store)
+		if err != nil {
+			return nil, err
+		}
+		s, err := pgstore.Open(ctx, dsn, pgstore.Options{Host: a.cfg.Host, Logger: a.cfg.Logger, Timeout: a.cfg.Timeout})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	// A store locked by something else for half the allocation timeout
+	// is busy: the caller gets an error wrapping ErrStoreUnavailable.
+	busy := min(a.cfg.Timeout/2, maxBusyWait)
+	s, err := statestore.Open(ctx, a.dbPath, statestore.Options{Logger: a.cfg.Logger, BusyTimeout: busy})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // retryStore tries the state store again when the Allocator has fallen back
