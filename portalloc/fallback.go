@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -95,6 +94,11 @@ func (a *Allocator) FallbackCause() error {
 // backing is the Allocator's store, boxed for an atomic pointer.
 type backing struct{ s store.Store }
 
+// Database names the store the Allocator reserves in, for people to read:
+// the SQLite file's path, or the PostgreSQL connection string of
+// Config.Store with its password hidden.
+func (a *Allocator) Database() string { return a.dbPath }
+
 // db returns the store, or nil.
 func (a *Allocator) db() store.Store {
 	if b := a.store.Load(); b != nil {
@@ -137,28 +141,9 @@ func (a *Allocator) openStore(ctx context.Context) (store.Store, error) {
 	}
 }
 
-// open opens the store Config names: the PostgreSQL database of
-// Config.Store, or the SQLite file in the state directory.
+// open opens the store the Allocator's Config names.
 func (a *Allocator) open(ctx context.Context) (store.Store, error) {
-	if a.cfg.Store != "" {
-		dsn, err := storeDSN(a.cfg.Store)
-		if err != nil {
-			return nil, err
-		}
-		s, err := pgstore.Open(ctx, dsn, pgstore.Options{Host: a.cfg.Host, Logger: a.cfg.Logger, Timeout: a.cfg.Timeout})
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
-	}
-	// A store locked by something else for half the allocation timeout
-	// is busy: the caller gets an error wrapping ErrStoreUnavailable.
-	busy := min(a.cfg.Timeout/2, maxBusyWait)
-	s, err := statestore.Open(ctx, a.dbPath, statestore.Options{Logger: a.cfg.Logger, BusyTimeout: busy})
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return openBacking(ctx, a.cfg, false)
 }
 
 // retryStore tries the state store again when the Allocator has fallen back

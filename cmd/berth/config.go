@@ -20,6 +20,7 @@ import (
 // globalFlags are the flags every command takes.
 type globalFlags struct {
 	stateDir, rangeS, mode, logLevel string
+	store, host                      string
 	strict                           bool
 	timeout                          time.Duration
 	verbose                          int
@@ -28,6 +29,8 @@ type globalFlags struct {
 func (g *globalFlags) add(root *cobra.Command) {
 	fs := root.PersistentFlags()
 	fs.StringVar(&g.stateDir, "state-dir", "", "state directory (default $BERTH_STATE_DIR, else the user cache dir/berth)")
+	fs.StringVar(&g.store, "store", "", "a PostgreSQL database shared by a fleet of hosts, instead of the SQLite store in the state directory: postgres://..., host=... dbname=..., or its unix socket directory (default $BERTH_STORE)")
+	fs.StringVar(&g.host, "host", "", "this host's name in the fleet --store is shared by (default $BERTH_HOST, else the hostname)")
 	fs.StringVar(&g.rangeS, "range", "", "port range FIRST-LAST that berth hands ports out of (default $BERTH_PORT_RANGE, else 20000-32767)")
 	fs.StringVar(&g.mode, "mode", "", "statestore, statestore-with-fallback or mru (default $BERTH_MODE, else statestore-with-fallback)")
 	fs.BoolVar(&g.strict, "strict", false, "fail when the state store cannot be used instead of falling back to the MRU file (same as --mode statestore)")
@@ -47,6 +50,12 @@ func (a *app) configure(cmd *cobra.Command) error {
 	}
 	if g.stateDir != "" {
 		cfg.StateDir = g.stateDir
+	}
+	if g.store != "" {
+		cfg.Store = g.store
+	}
+	if g.host != "" {
+		cfg.Host = g.host
 	}
 	if g.rangeS != "" {
 		if cfg.Range, err = portalloc.ParseRange(g.rangeS); err != nil {

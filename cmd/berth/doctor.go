@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
 )
@@ -63,8 +64,12 @@ func (a *app) runDoctor(ctx context.Context) error {
 	default:
 		line("mode", "%s: serving from the state store", cfg.Mode)
 	}
-	if al.Backend() == portalloc.BackendStateStore {
-		line("database", "%s (schema version %d)", a.dbPath(), statestore.SchemaVersion)
+	switch {
+	case al.Backend() != portalloc.BackendStateStore:
+	case cfg.Store != "":
+		line("database", "%s (schema version %d), shared by a fleet; this host is %q", al.Database(), pgstore.SchemaVersion, hostName(cfg.Host))
+	default:
+		line("database", "%s (schema version %d)", al.Database(), statestore.SchemaVersion)
 	}
 	u, err := al.Usage(ctx)
 	if err != nil {
@@ -169,4 +174,17 @@ func boundOutside(r portalloc.Range, reserved map[uint16]bool) []uint16 {
 		out = append(out, uint16(p))
 	}
 	return out
+}
+
+// hostName is the name a fleet store knows this host by: host, or else the
+// hostname, as pgstore defaults it.
+func hostName(host string) string {
+	if host != "" {
+		return host
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		return "(unknown: " + err.Error() + ")"
+	}
+	return name
 }

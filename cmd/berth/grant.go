@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // ownerHelp explains --owner wherever it appears.
@@ -307,7 +308,7 @@ func (f *selectFlags) add(cmd *cobra.Command, verb string) {
 
 // selectRows returns the rows of the owner that match PORT (args) or --label,
 // or all of them with --all, and the owner.
-func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags, args []string) (*statestore.Store, []statestore.Reservation, statestore.Owner, error) {
+func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags, args []string) (store.Store, []statestore.Reservation, statestore.Owner, error) {
 	var port uint16
 	switch {
 	case len(args) == 1:
@@ -450,11 +451,13 @@ func (a *app) dbPath() string { return filepath.Join(a.cfg.StateDir, portalloc.D
 // openStore opens the state store for reading or changing rows. It returns
 // nil and no error when there is no store yet. Its waits for a store that
 // another process keeps locked end with --timeout.
-func (a *app) openStore(ctx context.Context) (*statestore.Store, error) {
-	if _, err := os.Stat(a.dbPath()); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+func (a *app) openStore(ctx context.Context) (store.Store, error) {
+	if a.cfg.Store == "" {
+		if _, err := os.Stat(a.dbPath()); errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
 	}
-	return statestore.Open(ctx, a.dbPath(), statestore.Options{SweepInterval: -1, BusyTimeout: a.cfg.Timeout, Logger: a.cfg.Logger})
+	return portalloc.OpenStore(ctx, a.cfg)
 }
 
 // noArgs accepts no positional arguments; hint follows the error.

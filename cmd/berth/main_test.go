@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/berth-go/berth/internal/testports"
@@ -73,7 +75,21 @@ func TestScripts(t *testing.T) {
 			for j := range portVars {
 				env.Setenv(fmt.Sprintf("PORT%d", j), strconv.Itoa(first+blockSize-portVars+j))
 			}
+			if base := os.Getenv("BERTH_TEST_POSTGRES"); base != "" {
+				dsn, err := fleetSchema(env, base)
+				if err != nil {
+					return err
+				}
+				env.Setenv("FLEET_STORE", dsn)
+			}
 			return nil
+		},
+		// [fleet]: a PostgreSQL server is at hand (BERTH_TEST_POSTGRES).
+		Condition: func(cond string) (bool, error) {
+			if cond != "fleet" {
+				return false, fmt.Errorf("unknown condition %q", cond)
+			}
+			return os.Getenv("BERTH_TEST_POSTGRES") != "", nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"jsonrows": jsonRows,
@@ -170,4 +186,24 @@ func cut(s string) (string, string, bool) {
 		}
 	}
 	return s, "", false
+}
+
+// fleetSchema makes a schema of the script's own on the server base names,
+// dropped when the script ends, and returns a DSN that works in it.
+func fleetSchema(env *testscript.Env, base string) (string, error) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return "", fmt.Errorf("BERTH_TEST_POSTGRES: %w", err)
+	}
+	schema := fmt.Sprintf("berth_cli_%d", rand.Uint64()>>1)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		_ = conn.Close(ctx)
+		return "", err
+	}
+	env.Defer(func() {
+		_, _ = conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+		_ = conn.Close(ctx)
+	})
+	return base + " search_path=" + schema, nil
 }

@@ -15,6 +15,7 @@ var requestFlags = map[string]string{
 	"Request.Protocol": "--udp",
 	"Request.Order":    "--order",
 	"Request.Prefer":   "--prefer",
+	"Config.Store":     "--store",
 }
 
 // inUserWords puts an error of portalloc into the words of berth's users:
