@@ -13,6 +13,7 @@ import (
 // schema of its own.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
+		t.Helper()
 		dsn, _ := testDB(t)
 		s, err := pgstore.Open(context.Background(), dsn, pgstore.Options{Host: "conformance"})
 		if err != nil {

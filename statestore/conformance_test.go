@@ -13,6 +13,7 @@ import (
 // TestConformance runs the suite every berth store passes.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
+		t.Helper()
 		s, err := statestore.Open(context.Background(), filepath.Join(t.TempDir(), "berth.db"), statestore.Options{})
 		if err != nil {
 			t.Fatal(err)

@@ -131,7 +131,7 @@ func testConflictMatrix(t *testing.T, s store.Store) {
 				heldNormal, _ := held.Normalize()
 				switch {
 				case heldNormal.Conflicts(normal):
-					if !errors.As(err, &ce) || !errors.Is(err, store.ErrHeld) || ce.Holder.Owner.PID != other.PID || !ce.Holder.Key.Conflicts(normal) || ce.Holder.Label != "holder" || ce.Self {
+					if !errors.As(err, &ce) || !errors.Is(err, store.ErrHeld) || ce.Holder.Owner.PID != other.PID || !ce.Holder.Conflicts(normal) || ce.Holder.Label != "holder" || ce.Self {
 						t.Errorf("Reserve(%v) with %v held by pid %d = %v; want a *ConflictError naming that holder", want, held, other.PID, err)
 					}
 				case err != nil:
