@@ -64,9 +64,6 @@ const (
 // defaultGrace is Options.Grace's zero value.
 const defaultGrace = 24 * time.Hour
 
-// errLostRows is what the log says a returning host lost.
-var errLostRows = errors.New("reservations of this host were deleted by another host while its lease had lapsed or after it was retired; their ports may be handed out again while their owners still use them")
-
 // claim registers the host or renews its lease to ttl from now, by the
 // server's clock, and reports what it lost meanwhile (see noteReturn).
 func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
@@ -110,8 +107,8 @@ func (s *Store) noteReturn(lost int64, retired, lapsed bool) {
 	switch {
 	case lost > 0:
 		s.lost.Add(lost)
-		s.log.Error(errLostRows, "this host's lease lapsed or the host was retired; its reservations were deleted by another host",
-			"host", s.host, "rows", lost, "retired", retired)
+		err := fmt.Errorf("%d reservations of host %q were deleted by another host; their owners may still use those ports, which can be handed out again", lost, s.host)
+		s.log.Error(err, "this host's lease lapsed or the host was retired", "host", s.host, "rows", lost, "retired", retired)
 	case retired:
 		s.log.Info("this host had been retired; it holds a fresh lease now", "host", s.host)
 	case lapsed:

@@ -160,7 +160,7 @@ func TestRetireHost(t *testing.T) {
 	if got := a.Stats().LostRows; got != 3 {
 		t.Errorf("host-a's Stats().LostRows after renewal = %d; want 3", got)
 	}
-	if got := logA.find("deleted by another host", `"rows"=3`, `"retired"=true`); len(got) != 1 {
+	if got := logA.find("were deleted by another host", `"rows"=3`, `"retired"=true`); len(got) != 1 {
 		t.Errorf("host-a's log of its loss = %q; want one error line; whole log: %q", got, logA.lines)
 	}
 	if err := a.Renew(ctx, time.Minute); err != nil {
@@ -195,7 +195,7 @@ func TestReopenAfterRetirement(t *testing.T) {
 	if got := again.Stats().LostRows; got != 2 {
 		t.Errorf("reopened host-a's Stats().LostRows = %d; want 2", got)
 	}
-	if got := log.find("deleted by another host", `"rows"=2`); len(got) != 1 {
+	if got := log.find("were deleted by another host", `"rows"=2`); len(got) != 1 {
 		t.Errorf("reopened host-a's log = %q; want one line reporting 2 rows", log.lines)
 	}
 	reserveN(t, again, 56100, 2)
@@ -258,7 +258,7 @@ func TestGraceReaping(t *testing.T) {
 			if got := old.Stats().LostRows; got != 3 {
 				t.Errorf("old's Stats().LostRows = %d; want 3", got)
 			}
-			if got := logOld.find("deleted by another host", `"rows"=3`, `"retired"=false`); len(got) != 1 {
+			if got := logOld.find("were deleted by another host", `"rows"=3`, `"retired"=false`); len(got) != 1 {
 				t.Errorf("old's log = %q; want one line reporting 3 rows", logOld.lines)
 			}
 			if err := recent.Renew(ctx, time.Minute); err != nil {
