@@ -1,7 +1,16 @@
 package pgstore
 
+import (
+	"context"
+	"time"
+)
+
 // The hot lookups, for the plan tests.
 const (
 	QHolders = qHolders
 	QScan    = qScan
 )
+
+// Renew renews the host's lease to ttl from now, as the background
+// goroutine does.
+func (s *Store) Renew(ctx context.Context, ttl time.Duration) error { return s.renew(ctx, ttl) }

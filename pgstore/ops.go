@@ -121,11 +121,25 @@ func (s *Store) List(ctx context.Context, f store.Filter) ([]store.Reservation, 
 	return out, nil
 }
 
-// Reap deletes this host's reservations whose owners have exited and
-// returns how many it deleted: one round trip reads the host's owners,
-// liveness is judged here, and one more deletes the rows of the dead. A
-// dead owner never comes back, so no recheck is needed between the two.
+// Reap deletes this host's reservations whose owners have exited, and the
+// reservations of other hosts whose lease ended more than Options.Grace
+// ago by the server's clock, and returns how many it deleted.
+//
+// For this host, one round trip reads the host's owners, liveness is
+// judged here, and one more deletes the rows of the dead. A dead owner
+// never comes back, so no recheck is needed between the two. Other hosts'
+// rows go in one transaction (see reapLapsed).
 func (s *Store) Reap(ctx context.Context) (int, error) {
+	n, err := s.reapOwn(ctx)
+	if err != nil {
+		return n, err
+	}
+	m, err := s.reapLapsed(ctx)
+	return n + int(m), err
+}
+
+// reapOwn deletes this host's reservations whose owners have exited.
+func (s *Store) reapOwn(ctx context.Context) (int, error) {
 	if err := s.open(); err != nil {
 		return 0, fmt.Errorf("reap: %w", err)
 	}

@@ -8,13 +8,6 @@ const (
 	// rowColumns are the columns scanRow reads.
 	rowColumns = "host_no, protocol, port, host(address), owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at"
 
-	// The host's lease, always set from the server's clock. Registering
-	// never shortens a lease another Store of the host holds.
-	qRegisterHost = "INSERT INTO berth_hosts (host_id, expires_at) VALUES ($1, now() + $2::bigint * interval '1 millisecond')" +
-		" ON CONFLICT (host_id) DO UPDATE SET expires_at = greatest(berth_hosts.expires_at, excluded.expires_at)" +
-		" RETURNING host_no"
-	qRenewHost = "UPDATE berth_hosts SET expires_at = greatest(expires_at, now() + $2::bigint * interval '1 millisecond') WHERE host_no = $1"
-
 	// qInsert grants a key in one round trip when nothing conflicts; when
 	// something does, the exclusion constraint turns the insert into no
 	// row at all.

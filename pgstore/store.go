@@ -17,10 +17,29 @@
 // An owner is a process of the Store's host. A row of this host whose
 // owner has exited is deleted when it stands in the way of a reservation,
 // by Reap, and by the background sweep; its liveness is judged exactly as
-// the SQLite store judges it (store.Owner.Alive). A row of another host is
-// never judged here: it stays until that host releases or reaps it.
-// Each host has a lease row whose expiry is set from the server's clock,
-// renewed in the background; nothing reads it yet.
+// the SQLite store judges it (store.Owner.Alive). The processes of another
+// host cannot be seen from here, so its rows are never judged one by one.
+//
+// Each host holds a lease in berth_hosts, set and renewed (every third of
+// Options.LeaseTTL) from the server's clock: every lease comparison is
+// made in SQL against now(), never against the clock of a client. A
+// lapsed lease makes a host unknown, not dead: a partitioned host keeps
+// its sockets, and the children of an exited orchestrator keep the ports
+// transferred to them. So another host's rows are deleted only
+//
+//   - by RetireHost (berth host retire), for a host that is gone for good,
+//     or
+//   - by the Reap and background sweep of another host, once the host's
+//     lease ended more than Options.Grace (default a day) ago.
+//
+// Stale rows cost capacity; wrong deletions cost correctness, hence the
+// long default. A host whose berth processes are all short commands has a
+// lease only while one runs: its rows go Grace after its last command.
+//
+// The host's row counts the rows deleted either way. A host that comes
+// back learns the count when it next opens a Store or renews its lease:
+// the Store logs an error and adds it to Stats.LostRows, and the host
+// carries on with a fresh lease (a retired host included).
 //
 // # Failures
 //
@@ -73,6 +92,10 @@ type Options struct {
 	// store renews it every third of it. Zero: 30s; negative: no renewal
 	// after Open.
 	LeaseTTL time.Duration
+	// Grace is how long after another host's lease ended, by the
+	// server's clock, this store's Reap and sweep delete that host's rows;
+	// zero: 24h; negative: never (only RetireHost deletes them).
+	Grace time.Duration
 }
 
 // Store is an open PostgreSQL store for one host. Its zero value is not
@@ -85,6 +108,7 @@ type Store struct {
 	hostNo  int32
 	timeout time.Duration
 	ttl     time.Duration
+	grace   time.Duration // negative: no grace reaping
 
 	closed atomic.Bool
 	stop   chan struct{}  // closed by Close to end the background goroutine
@@ -93,6 +117,7 @@ type Store struct {
 	remembered    atomic.Int64 // Remember calls, to prune sticky ports now and then
 	reaped        atomic.Int64
 	probeFailures atomic.Int64
+	lost          atomic.Int64 // rows of this host other hosts deleted, reported since Open
 }
 
 var _ store.Store = (*Store)(nil)
@@ -116,6 +141,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = 30 * time.Second
+	}
+	if opts.Grace == 0 {
+		opts.Grace = defaultGrace
 	}
 	if opts.Host == "" {
 		h, err := os.Hostname()
@@ -142,6 +170,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		host:    opts.Host,
 		timeout: opts.Timeout,
 		ttl:     opts.LeaseTTL,
+		grace:   opts.Grace,
 		stop:    make(chan struct{}),
 	}
 	if err := migrateUp(ctx, cfg.ConnConfig, opts.Timeout, opts.Logger); err != nil {
@@ -154,12 +183,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if ttl < 0 {
 		ttl = 30 * time.Second // the lease Open takes; nothing renews it
 	}
-	cctx, cancel := s.call(ctx)
-	err = s.pool.QueryRow(cctx, qRegisterHost, s.host, ttl.Milliseconds()).Scan(&s.hostNo)
-	cancel()
-	if err != nil {
+	if err := s.claim(ctx, "open: register host "+strconv.Quote(s.host), ttl); err != nil {
 		s.pool.Close()
-		return nil, s.fail(ctx, "open: register host "+strconv.Quote(s.host), err)
+		return nil, err
 	}
 	if opts.SweepInterval > 0 || opts.LeaseTTL > 0 {
 		s.wg.Add(1)
@@ -197,8 +223,9 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// background renews the host's lease every third of ttl and reaps this
-// host's rows of exited owners every sweep, until Close.
+// background renews the host's lease every third of ttl and reaps every
+// sweep (this host's rows of exited owners, other hosts' rows past their
+// grace), until Close.
 func (s *Store) background(sweep, ttl time.Duration) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -237,15 +264,15 @@ func (s *Store) background(sweep, ttl time.Duration) {
 	}
 }
 
-// renew extends the host's lease to ttl from now by the server's clock.
+// renew extends the host's lease to ttl from now by the server's clock,
+// and reports rows other hosts deleted meanwhile.
 func (s *Store) renew(ctx context.Context, ttl time.Duration) error {
-	_, err := s.exec(ctx, "renew lease of "+s.host, qRenewHost, s.hostNo, ttl.Milliseconds())
-	return err
+	return s.claim(ctx, "renew lease of "+strconv.Quote(s.host), ttl)
 }
 
 // Stats returns the store's counters. It is cheap and takes no lock.
 func (s *Store) Stats() store.Stats {
-	return store.Stats{Reaped: s.reaped.Load(), ProbeFailures: s.probeFailures.Load()}
+	return store.Stats{Reaped: s.reaped.Load(), ProbeFailures: s.probeFailures.Load(), LostRows: s.lost.Load()}
 }
 
 // call returns the context for one round trip: ctx bounded by the store's

@@ -57,6 +57,12 @@ type Filter struct {
 type Stats struct {
 	Reaped        int64 // rows of exited owners deleted
 	ProbeFailures int64 // candidates that were free in the table but bound outside berth
+	// LostRows are rows of this host that another host deleted (a fleet
+	// store, after this host's lease lapsed or it was retired), reported
+	// when this host renewed its lease or opened the store. Their owners
+	// may still use the ports, which can be handed out again. A store of
+	// one host reports 0.
+	LostRows int64
 }
 
 // Store is what berth's dispatcher, portalloc, asks of a store of

@@ -10,6 +10,7 @@
 //	berth ls                                  who holds which port, alive or not
 //	berth reap                                delete reservations of exited processes
 //	berth doctor                              state store, mode, ranges and outside listeners
+//	berth host retire NAME                    delete a decommissioned host's reservations (--store)
 //	berth completion bash|zsh|fish|powershell shell completion
 //
 // A port belongs to a process: it stays reserved while that process runs
@@ -163,7 +164,7 @@ Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted.
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(flagError)
 	a.global.add(root)
-	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.reapCmd(), a.doctorCmd())
+	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.reapCmd(), a.doctorCmd(), a.hostCmd())
 	return root
 }
 

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+// retirer is what berth host retire asks of a store: a fleet's
+// PostgreSQL store (pgstore.Store) has it, the SQLite store has not.
+type retirer interface {
+	Host() string
+	RetireHost(ctx context.Context, host string) (int, error)
+}
+
+func (a *app) hostCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "host",
+		Short: "Manage the hosts of a fleet that shares a --store",
+		Args:  noArgs("host", "try 'berth host retire NAME'"),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	retire := &cobra.Command{
+		Use:   "retire NAME",
+		Short: "Delete every reservation of a host that is gone for good",
+		Long: `Delete every reservation, and every remembered port, of the host NAME in the
+fleet's --store, for a host that has been decommissioned: its ports count
+as held until then (or until its lease has lapsed for the store's grace
+period). Run it from another host of the fleet.
+
+Should NAME come back after all, the first berth on it reports how many of
+its reservations were deleted, and it goes on with a fresh lease.`,
+		Example: `  berth host retire --store "$BERTH_STORE" node-17`,
+		Args:    exactArgs(1, "a host NAME"),
+	}
+	retire.RunE = a.action(func(ctx context.Context, args []string) error { return a.runRetire(ctx, args[0]) })
+	cmd.AddCommand(retire)
+	return cmd
+}
+
+func (a *app) runRetire(ctx context.Context, name string) error {
+	if a.cfg.Store == "" {
+		return usagef("berth host retire needs --store (a fleet's PostgreSQL store)")
+	}
+	s, err := a.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = s.Close() }()
+	r, ok := s.(retirer)
+	if !ok {
+		return usagef("berth host retire needs --store (a fleet's PostgreSQL store)")
+	}
+	if name == r.Host() {
+		return usagef("%q is this host's own name (--host, else $BERTH_HOST, else the hostname); retire a host from another host of the fleet", name)
+	}
+	n, err := r.RetireHost(ctx, name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "retired host %s: deleted %d reservations\n", printable(name), n)
+	return nil
+}

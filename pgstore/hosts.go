@@ -1,0 +1,224 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/berth-go/berth/store"
+)
+
+// Host leases. Every time below is the server's: each statement compares
+// with now() in SQL and takes durations as milliseconds, so a client whose
+// clock is off, or whose session runs in another time zone, decides
+// nothing differently. No lease decision reads the Go clock.
+const (
+	// qRegisterHost adds host $1 with a lease of $2 ms; qClaimHost
+	// renews it when the host is known already.
+	qRegisterHost = "INSERT INTO berth_hosts (host_id, expires_at) VALUES ($1, now() + $2::bigint * interval '1 millisecond')" +
+		" ON CONFLICT (host_id) DO NOTHING"
+	// qClaimHost renews host $1's lease to $2 ms from now, never shortening
+	// a lease another Store of the host holds, and reads and resets what
+	// other hosts left for it: the rows they deleted (lost_rows), whether
+	// it was retired, and whether its lease had lapsed. The subquery locks
+	// the host's row and reads its newest version before the update, so a
+	// grace reaping or retirement that runs meanwhile is counted either in
+	// what this statement returns or in the next claim, never lost.
+	qClaimHost = "UPDATE berth_hosts h SET expires_at = greatest(h.expires_at, now() + $2::bigint * interval '1 millisecond')," +
+		" retired_at = NULL, lost_rows = 0" +
+		" FROM (SELECT host_no, lost_rows, retired_at IS NOT NULL AS retired, expires_at < now() AS lapsed" +
+		" FROM berth_hosts WHERE host_id = $1 FOR UPDATE) old" +
+		" WHERE h.host_no = old.host_no" +
+		" RETURNING h.host_no, old.lost_rows, old.retired, old.lapsed"
+
+	// qLapsedHosts locks the other hosts ($1 is this one) that hold rows
+	// and whose lease ended more than $2 ms ago. FOR UPDATE rechecks the
+	// lease on the newest row version: a host that renewed meanwhile is
+	// left alone, and the lock holds off its inserts (their foreign key
+	// check) and renewals until the transaction ends.
+	qLapsedHosts = "SELECT host_no FROM berth_hosts h" +
+		" WHERE host_no <> $1 AND expires_at + $2::bigint * interval '1 millisecond' < now()" +
+		" AND EXISTS (SELECT 1 FROM berth_port_allocations p WHERE p.host_no = h.host_no)" +
+		" ORDER BY host_no FOR UPDATE"
+	// qReapHosts deletes the rows of the hosts $1, locked by qLapsedHosts,
+	// and adds their number to each host's lost_rows.
+	qReapHosts = "WITH gone AS (DELETE FROM berth_port_allocations WHERE host_no = ANY($1::int[]) RETURNING host_no)," +
+		" n AS (SELECT host_no, count(*) AS n FROM gone GROUP BY host_no)" +
+		" UPDATE berth_hosts h SET lost_rows = h.lost_rows + n.n FROM n WHERE h.host_no = n.host_no" +
+		" RETURNING h.host_id, n.n"
+
+	// qLockHost locks host $1's row for its retirement.
+	qLockHost = "SELECT host_no FROM berth_hosts WHERE host_id = $1 FOR UPDATE"
+	// qRetireHost deletes every row and sticky port of host $1 and marks
+	// it retired, adding the rows to its lost_rows.
+	qRetireHost = "WITH gone AS (DELETE FROM berth_port_allocations WHERE host_no = $1 RETURNING 1)," +
+		" sticky AS (DELETE FROM berth_sticky_ports WHERE host_no = $1)" +
+		" UPDATE berth_hosts SET retired_at = now(), lost_rows = lost_rows + (SELECT count(*) FROM gone)" +
+		" WHERE host_no = $1 RETURNING (SELECT count(*) FROM gone)"
+)
+
+// defaultGrace is Options.Grace's zero value.
+const defaultGrace = 24 * time.Hour
+
+// claim registers the host or renews its lease to ttl from now, by the
+// server's clock, and reports what it lost meanwhile (see noteReturn).
+func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
+	if err := s.open(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var (
+		hostNo          int32
+		lost            int64
+		retired, lapsed bool
+	)
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	err := s.pool.QueryRow(cctx, qClaimHost, s.host, ttl.Milliseconds()).Scan(&hostNo, &lost, &retired, &lapsed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// A new host (or one whose row was deleted by hand): register it.
+		if _, err = s.pool.Exec(cctx, qRegisterHost, s.host, ttl.Milliseconds()); err == nil {
+			err = s.pool.QueryRow(cctx, qClaimHost, s.host, ttl.Milliseconds()).Scan(&hostNo, &lost, &retired, &lapsed)
+		}
+	}
+	if err != nil {
+		return s.fail(ctx, op, err)
+	}
+	switch {
+	case s.hostNo == 0:
+		s.hostNo = hostNo // Open: no other goroutine reads it yet
+	case hostNo != s.hostNo:
+		// The host's row was deleted by hand and registered anew: this
+		// Store's statements name a host number no row has any more.
+		return fmt.Errorf("%s: %w: host %q has a new number in berth_hosts (its row was deleted); reopen the store", op, store.ErrStorage, s.host)
+	}
+	s.noteReturn(lost, retired, lapsed)
+	return nil
+}
+
+// noteReturn logs and counts what a claim found: rows other hosts deleted
+// (an error: owners on this host may still use those ports), a
+// retirement, or a lease that lapsed without loss (normal for a host whose
+// only berth processes are short commands).
+func (s *Store) noteReturn(lost int64, retired, lapsed bool) {
+	switch {
+	case lost > 0:
+		s.lost.Add(lost)
+		err := fmt.Errorf("%d reservations of host %q were deleted by another host; their owners may still use those ports, which can be handed out again", lost, s.host)
+		s.log.Error(err, "this host's lease lapsed or the host was retired", "host", s.host, "rows", lost, "retired", retired)
+	case retired:
+		s.log.Info("this host had been retired; it holds a fresh lease now", "host", s.host)
+	case lapsed:
+		s.log.V(1).Info("this host's lease had lapsed; renewed, no reservations were lost", "host", s.host)
+	}
+}
+
+// RetireHost deletes every reservation and remembered port of another
+// host of the fleet, and returns how many reservations it deleted: for a
+// host that is gone for good, called by whatever decommissions hosts
+// (berth host retire). It runs in one transaction that locks the host's
+// row, so none of that host's inserts slips past it.
+//
+// The host is marked retired and its count of lost reservations grows by
+// the rows deleted; should it come back after all, its next Open or lease
+// renewal reports them (see Stats.LostRows) and it carries on with a fresh
+// lease. Retiring this Store's own host is refused (store.ErrInvalid); an
+// unknown host is an error wrapping store.ErrNotFound.
+func (s *Store) RetireHost(ctx context.Context, host string) (int, error) {
+	op := "retire host " + strconv.Quote(host)
+	if host == "" {
+		return 0, &store.FieldError{Field: "host", Value: host, Want: "the name of a host of the fleet"}
+	}
+	if err := checkHost(host); err != nil {
+		return 0, err
+	}
+	if host == s.host {
+		return 0, &store.FieldError{Field: "host", Value: host,
+			Want: "another host than this store's own (" + strconv.Quote(s.host) + "); retire a host from another one"}
+	}
+	if err := s.open(); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	var n int64
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	err := pgx.BeginFunc(cctx, s.pool, func(tx pgx.Tx) error {
+		var hostNo int32
+		if err := tx.QueryRow(cctx, qLockHost, host).Scan(&hostNo); err != nil {
+			return err
+		}
+		return tx.QueryRow(cctx, qRetireHost, hostNo).Scan(&n)
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, &UnknownHostError{Host: host}
+	case err != nil:
+		return 0, s.fail(ctx, op, err)
+	}
+	s.log.Info("retired a host; its reservations are deleted", "host", host, "rows", n)
+	return int(n), nil
+}
+
+// UnknownHostError reports a host name no Store has registered in the
+// database. It wraps store.ErrNotFound.
+type UnknownHostError struct {
+	Host string
+}
+
+func (e *UnknownHostError) Error() string {
+	return fmt.Sprintf("no host %q has used this store: check the name (berth doctor --host NAME on that host shows it)", e.Host)
+}
+
+func (e *UnknownHostError) Unwrap() error { return store.ErrNotFound }
+
+// reapLapsed deletes the rows of other hosts whose lease ended more than
+// the grace period ago, by the server's clock, in one transaction, and
+// returns how many. Such a host is presumed gone; should it come back, it
+// learns how many rows it lost (see claim).
+func (s *Store) reapLapsed(ctx context.Context) (int64, error) {
+	if s.grace < 0 {
+		return 0, nil
+	}
+	type reaped struct {
+		host string
+		n    int64
+	}
+	var got []reaped
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	err := pgx.BeginFunc(cctx, s.pool, func(tx pgx.Tx) error {
+		got = got[:0] // BeginFunc runs this once; reset anyway
+		rows, err := tx.Query(cctx, qLapsedHosts, s.hostNo, s.grace.Milliseconds())
+		if err != nil {
+			return err
+		}
+		hosts, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil || len(hosts) == 0 {
+			return err
+		}
+		rows, err = tx.Query(cctx, qReapHosts, hosts)
+		if err != nil {
+			return err
+		}
+		got, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (reaped, error) {
+			var x reaped
+			err := r.Scan(&x.host, &x.n)
+			return x, err
+		})
+		return err
+	})
+	if err != nil {
+		return 0, s.fail(ctx, "reap hosts whose lease lapsed", err)
+	}
+	var total int64
+	for _, x := range got {
+		total += x.n
+		s.log.Info("deleted the reservations of a host whose lease lapsed longer ago than the grace period",
+			"host", x.host, "rows", x.n, "grace", s.grace.String())
+	}
+	s.reaped.Add(total)
+	return total, nil
+}
