@@ -74,7 +74,7 @@ func ForTest(tb testing.TB, n int) []NS {
 	tb.Helper()
 	nss, remove, err := AddN(context.Background(), prefixForTest(), n)
 	if errors.Is(err, ErrUnsupported) {
-		tb.Skipf("%v: %v (run the test as root on Linux)", ErrUnsupported, err)
+		tb.Skipf("%v (run the test as root on Linux)", err)
 	}
 	if err != nil {
 		tb.Fatal(err)
