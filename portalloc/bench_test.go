@@ -16,6 +16,8 @@ import (
 
 // BenchmarkAllocateRelease compares one Allocate+Release of each backend
 // with a bare net.Listen("tcp", "127.0.0.1:0")+Close in the same run.
+// postgres is a fleet's store (Config.Store) on the server
+// BERTH_TEST_POSTGRES names, skipped without it.
 func BenchmarkAllocateRelease(b *testing.B) {
 	for _, mode := range []portalloc.Mode{portalloc.ModeStateStore, portalloc.ModeMRU} {
 		b.Run(string(mode), func(b *testing.B) {
@@ -28,6 +30,14 @@ func BenchmarkAllocateRelease(b *testing.B) {
 			allocateRelease(b, a)
 		})
 	}
+	b.Run("postgres", func(b *testing.B) {
+		a, err := portalloc.New(context.Background(), portalloc.Config{Store: fleetDSN(b), Host: "bench", Range: allocRange})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer a.Close()
+		allocateRelease(b, a)
+	})
 	b.Run("listen", benchListen)
 }
 
@@ -118,7 +128,9 @@ func churn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: os.Getenv("BERTH_STATE_DIR"), Range: allocRange})
+	// With BERTH_TEST_STORE: a host (BERTH_TEST_HOST) of a fleet's store.
+	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: os.Getenv("BERTH_STATE_DIR"), Range: allocRange,
+		Store: os.Getenv("BERTH_TEST_STORE"), Host: os.Getenv("BERTH_TEST_HOST")})
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 
 // fleetDSN returns a connection string to a schema of this test's own on
 // the server BERTH_TEST_POSTGRES names, or skips the test.
-func fleetDSN(t *testing.T) string {
+func fleetDSN(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv("BERTH_TEST_POSTGRES")
 	if base == "" || strings.Contains(base, "://") {

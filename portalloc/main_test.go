@@ -117,6 +117,13 @@ func spawn(tb testing.TB, mode string, env ...string) *proc {
 	tb.Helper()
 	cmd := testproc.Command(tb, mode)
 	cmd.Env = append(cmd.Env, env...)
+	return start(tb, cmd)
+}
+
+// start starts a worker cmd made by testproc.Command, possibly rewrapped
+// (to run in a network namespace), and stops it when tb ends.
+func start(tb testing.TB, cmd *exec.Cmd) *proc {
+	tb.Helper()
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 // claim is the time a process held a key: from its grant until it released
 // it, was killed, or (for a handoff) the child it was given to exited.
 type claim struct {
+	host       string // the fleet host; "" on one machine
 	proto      string
 	addr       netip.Addr
 	port       uint16
@@ -28,7 +29,11 @@ type claim struct {
 }
 
 func (c claim) String() string {
-	return fmt.Sprintf("%s %s by %s (pid %d)", c.proto, netip.AddrPortFrom(c.addr, c.port), c.proc, c.pid)
+	on := ""
+	if c.host != "" {
+		on = " on " + c.host
+	}
+	return fmt.Sprintf("%s %s%s by %s (pid %d)", c.proto, netip.AddrPortFrom(c.addr, c.port), on, c.proc, c.pid)
 }
 
 // maxViolations bounds the violation messages a Report keeps; the count
@@ -47,6 +52,10 @@ type Report struct {
 	// them all.
 	Violations     []string
 	ViolationCount int
+	// CrossHost counts pairs of claims that would conflict on one host but
+	// were held at once on two: allowed, and the proof that the hosts
+	// shared the range.
+	CrossHost int
 	// Latencies of Allocate calls (granted or exhausted), sorted.
 	Latencies []time.Duration
 
@@ -220,7 +229,7 @@ func Check(dir string) (Report, error) {
 				if err != nil {
 					return rep, fmt.Errorf("log of %s: %w", proc, err)
 				}
-				c := &claim{proto: e.Proto, addr: a, port: e.Port, proc: proc, pid: e.PID, start: e.T, end: math.MaxInt64}
+				c := &claim{host: e.Host, proto: e.Proto, addr: a, port: e.Port, proc: proc, pid: e.PID, start: e.T, end: math.MaxInt64}
 				claims = append(claims, c)
 				grants = append(grants, e.T)
 				open[key] = c
@@ -282,7 +291,7 @@ func Check(dir string) (Report, error) {
 	for _, f := range failed {
 		violate("%s%s", f.msg, heldBy(claims, f.e, base))
 	}
-	overlaps(claims, violate, base)
+	rep.CrossHost = overlaps(claims, violate, base)
 	slices.Sort(rep.Latencies)
 	progress(&rep, calls, grants, frozen, base, stop)
 	return rep, nil
@@ -360,7 +369,7 @@ func heldBy(claims []*claim, e Event, base int64) string {
 	}
 	var by []string
 	for _, c := range claims {
-		if c.proto != e.Proto || c.port != e.Port || c.proc == e.Proc || c.child == e.Proc ||
+		if c.host != e.Host || c.proto != e.Proto || c.port != e.Port || c.proc == e.Proc || c.child == e.Proc ||
 			c.start > e.T || c.end <= e.T || !netaddr.Conflicts(a, c.addr) {
 			continue
 		}
@@ -372,9 +381,10 @@ func heldBy(claims []*claim, e Event, base int64) string {
 	return " (held by " + strings.Join(by, ", ") + ")"
 }
 
-// overlaps reports a violation for every two claims of one protocol and
-// port whose addresses conflict and whose times overlap.
-func overlaps(claims []*claim, violate func(string, ...any), base int64) {
+// overlaps reports a violation for every two claims of one host, protocol
+// and port whose addresses conflict and whose times overlap, and returns
+// how many such pairs were of two hosts.
+func overlaps(claims []*claim, violate func(string, ...any), base int64) (crossHost int) {
 	groups := map[string][]*claim{}
 	for _, c := range claims {
 		k := c.proto + fmt.Sprint(c.port)
@@ -387,12 +397,17 @@ func overlaps(claims []*claim, violate func(string, ...any), base int64) {
 				if b.start >= a.end {
 					break
 				}
-				if netaddr.Conflicts(a.addr, b.addr) {
+				switch {
+				case !netaddr.Conflicts(a.addr, b.addr):
+				case a.host != b.host:
+					crossHost++
+				default:
 					violate("double grant: %s from %s until %s overlaps %s from %s", a, stamp(a.start, base), stamp(a.end, base), b, stamp(b.start, base))
 				}
 			}
 		}
 	}
+	return crossHost
 }
 
 func compare(a, b int64) int {

@@ -21,8 +21,12 @@ type Event struct {
 	// Proc names the process the event is about, uniquely within a run:
 	// "w7" is the seventh worker, "w7.3" its third child. Pids are not
 	// enough: a long run starts more processes than the kernel has pids.
-	Proc  string `json:"proc"`
-	PID   int    `json:"pid"`
+	Proc string `json:"proc"`
+	PID  int    `json:"pid"`
+	// Host is the fleet host (Config.Host) of a worker or child of a run
+	// across hosts; empty in a run on one machine and for the supervisor.
+	// A key is held per host: the checker compares claims of one host.
+	Host  string `json:"host,omitempty"`
 	Proto string `json:"proto,omitempty"`
 	Addr  string `json:"addr,omitempty"`
 	Port  uint16 `json:"port,omitempty"`
@@ -75,6 +79,7 @@ type eventLog struct {
 	f    *os.File
 	proc string
 	pid  int
+	host string // the process's fleet host, from envHost
 }
 
 // openLog opens the log of process proc in dir/logs.
@@ -83,7 +88,7 @@ func openLog(dir, proc string) (*eventLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("torture: event log: %w", err)
 	}
-	return &eventLog{f: f, proc: proc, pid: os.Getpid()}, nil
+	return &eventLog{f: f, proc: proc, pid: os.Getpid(), host: os.Getenv(envHost)}, nil
 }
 
 func (l *eventLog) add(e Event) {
@@ -91,7 +96,7 @@ func (l *eventLog) add(e Event) {
 		e.T = monotonic()
 	}
 	if e.Proc == "" {
-		e.Proc, e.PID = l.proc, l.pid
+		e.Proc, e.PID, e.Host = l.proc, l.pid, l.host
 	}
 	b, err := json.Marshal(e)
 	if err != nil {

@@ -5,6 +5,7 @@
 //	go run ./cmd/torture -duration 10m -range 20000-32767
 //	sudo go run ./cmd/torture -clock-step     # steps the system clock: root only
 //	go run ./cmd/torture -freeze              # SIGSTOPs random workers
+//	sudo go run ./cmd/torture -store "$DSN" -hosts 3 -workers 2   # a fleet: root only
 //
 // A supervisor starts worker processes (this same binary) that share one
 // state directory. Each worker allocates, reserves, releases and hands
@@ -28,8 +29,17 @@
 // checker also proves that some worker completed a call at least every
 // -timeout plus HangMargin; a longer silence fails the run.
 //
+// With -store the workers keep their reservations in PostgreSQL, in a
+// schema the run makes and drops. -hosts N makes that a fleet: N network
+// namespaces stand in for N hosts (Config.Host host-1..N), each with its
+// own loopback and port space and all reaching the server through its unix
+// socket; -workers workers run on each, bind every grant in their own
+// namespace, and are SIGKILLed as before. The checker then keys every
+// grant by host, protocol, address and port: two hosts may hold one port
+// at once (the summary counts it), one host never.
+//
 // It exits 1 when any invariant was violated, 2 on a bad flag or when
-// -clock-step lacks root.
+// -clock-step or -hosts lacks root.
 package main
 
 import (
@@ -43,6 +53,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/berth-go/berth/internal/netns"
 	"github.com/berth-go/berth/portalloc"
 )
 
@@ -61,6 +72,8 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 0, "bound of every portalloc call of the workers (default 10s, 1s with -freeze)")
 	flag.BoolVar(&cfg.ClockStep, "clock-step", false, "step the system clock (CLOCK_REALTIME) every 1-2 s while workers run; needs root")
 	flag.BoolVar(&cfg.Freeze, "freeze", false, "SIGSTOP a random worker about every second for 100ms-3s, then SIGCONT or SIGKILL it")
+	flag.StringVar(&cfg.Store, "store", "", "keep the reservations in this PostgreSQL database (a connection string), in a schema of the run's own")
+	flag.IntVar(&cfg.Hosts, "hosts", 0, "with -store: run -workers workers on each of this many hosts, network namespaces named host-1..N; needs root")
 	flag.StringVar(&cfg.Dir, "dir", "", "keep state and logs here (default: a temporary directory, removed)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: random)")
 	flag.BoolVar(&verbose, "v", false, "print each kill, freeze and clock step")
@@ -83,6 +96,10 @@ func main() {
 	if err != nil {
 		if errors.Is(err, ErrNeedsRoot) {
 			fmt.Fprintln(os.Stderr, "torture: -clock-step:", strings.TrimPrefix(err.Error(), "torture: "))
+			os.Exit(2)
+		}
+		if errors.Is(err, netns.ErrUnsupported) || errors.Is(err, errHostsNeedStore) {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
 		fmt.Fprintln(os.Stderr, "torture:", err)

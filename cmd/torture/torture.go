@@ -16,13 +16,14 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/berth-go/berth/internal/netns"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
 )
 
 // Config is one torture run. Zero fields take the defaults shown.
 type Config struct {
-	Workers   int             // worker processes at any time; zero: 6
+	Workers   int             // worker processes at any time (on each host of Hosts); zero: 6
 	Duration  time.Duration   // how long workers run; zero: 20s
 	Range     portalloc.Range // zero: 26000-26063, 64 ports, small enough to run full
 	KillEvery time.Duration   // a random worker is SIGKILLed this often; zero: 500ms; negative: never
@@ -43,11 +44,27 @@ type Config struct {
 	// to 3 s, then lets it go on (SIGCONT) or, one time in four, SIGKILLs
 	// it while frozen. At most half the workers are frozen at once.
 	Freeze bool
-	Dir    string // the run's state and logs; zero: a new temporary directory, removed afterwards
-	Seed   uint64 // zero: random
+	// Store is a PostgreSQL connection string: the workers keep their
+	// reservations there (Config.Store), in a schema the run makes for
+	// itself and drops at the end, instead of in a SQLite file under Dir.
+	// Zero: the SQLite file. A server reached over its unix socket serves
+	// workers in every namespace of Hosts.
+	Store string
+	// Hosts, with a Store, runs the workers on that many hosts of one
+	// fleet: network namespaces of their own (see internal/netns), whose
+	// Config.Host is host-1 through host-N; Workers workers run on each,
+	// and every grant is bound in its host's namespace. Linux only; it
+	// needs root (ErrNeedsRoot). Zero: the workers run on this machine,
+	// which is host-1 of the store when there is one.
+	Hosts int
+	Dir   string // the run's state and logs; zero: a new temporary directory, removed afterwards
+	Seed  uint64 // zero: random
 	// Progress, when not nil, receives a line per kill, freeze and step.
 	Progress io.Writer
 }
+
+// errHostsNeedStore: a run across hosts with nothing for them to share.
+var errHostsNeedStore = errors.New("torture: -hosts needs -store: the hosts share their reservations through a PostgreSQL store")
 
 // HangMargin is how much longer than its timeout a call may take before
 // the run counts it as overrun, and how much longer than the timeout all
@@ -104,6 +121,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if cfg.Freeze && !canFreeze {
 		return Summary{}, errNoFreeze
 	}
+	if cfg.Hosts < 0 || (cfg.Hosts > 0 && cfg.Store == "") {
+		return Summary{}, errHostsNeedStore
+	}
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
 	}
@@ -123,12 +143,33 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	// The kernel is the referee only if no one else binds the range: two
 	// runs on one range (a go test ./... next to a run by hand) would fail
-	// each other's binds. They take turns.
-	unlock, err := lockRange(ctx, cfg.Range, cfg.Progress)
-	if err != nil {
-		return Summary{}, err
+	// each other's binds. They take turns. Workers in namespaces of the
+	// run's own bind where no one else does.
+	if cfg.Hosts == 0 {
+		unlock, err := lockRange(ctx, cfg.Range, cfg.Progress)
+		if err != nil {
+			return Summary{}, err
+		}
+		defer func() { _ = unlock() }()
 	}
-	defer func() { _ = unlock() }()
+	var hosts []netns.NS
+	if cfg.Store != "" {
+		dsn, drop, err := runSchema(ctx, cfg.Store)
+		if err != nil {
+			return Summary{}, err
+		}
+		defer func() { _ = drop() }()
+		cfg.Store = dsn
+		var remove func() error
+		if hosts, remove, err = makeHosts(ctx, cfg.Hosts); err != nil {
+			return Summary{}, err
+		}
+		defer func() {
+			if rerr := remove(); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("torture: %w", rerr))
+			}
+		}()
+	}
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "berth-torture-")
 		if err != nil {
@@ -146,13 +187,15 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	defer func() { _ = log.close() }()
 
-	sup := &supervisor{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), clock: clock}
+	sup := &supervisor{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), clock: clock, hosts: hosts}
 	start := time.Now() // time.Since on it reads Go's monotonic clock: steps do not move it
 	log.add(Event{Kind: KindStart, DurNS: int64(cfg.Timeout)})
-	for range cfg.Workers {
-		if err := sup.start(); err != nil {
-			sup.stopAll()
-			return Summary{}, err
+	for h := range max(1, len(hosts)) {
+		for range cfg.Workers {
+			if err := sup.start(h); err != nil {
+				sup.stopAll()
+				return Summary{}, err
+			}
 		}
 	}
 	err = sup.loop(ctx, start.Add(cfg.Duration))
@@ -224,10 +267,11 @@ type supervisor struct {
 	log         *eventLog
 	rng         *rand.Rand
 	clock       *clockStepper // nil unless cfg.ClockStep
+	hosts       []netns.NS    // the fleet's hosts with Hosts; none without
 	workers     []*workerProc
-	frozen      []frozenWorker     // workers stopped by SIGSTOP, a subset of workers
-	started     int                // workers started, for their names
-	killed      []statestore.Owner // identities of the workers killed
+	frozen      []frozenWorker // workers stopped by SIGSTOP, a subset of workers
+	started     int            // workers started, for their names
+	killed      []killedWorker // identities of the workers killed
 	reapedAtEnd int
 }
 
@@ -235,6 +279,15 @@ type workerProc struct {
 	cmd   *exec.Cmd
 	stdin io.Closer
 	name  string
+	host  int // index in supervisor.hosts
+}
+
+// killedWorker is a worker the supervisor killed: its identity, to find
+// its rows after a Reap (pid and start time, since the pid will be
+// reused), and its host's index.
+type killedWorker struct {
+	owner statestore.Owner
+	host  int
 }
 
 // frozenWorker is a worker stopped until a time.
@@ -243,7 +296,8 @@ type frozenWorker struct {
 	until time.Time
 }
 
-func (s *supervisor) start() error {
+// start starts a worker on the host of index h (0 without hosts).
+func (s *supervisor) start(h int) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -251,9 +305,15 @@ func (s *supervisor) start() error {
 	s.started++
 	name := fmt.Sprintf("w%d", s.started)
 	cmd := exec.Command(self)
+	if len(s.hosts) > 0 {
+		cmd = s.hosts[h].Command(self)
+	}
 	cmd.Env = append(os.Environ(), envRole+"=worker", envDir+"="+s.cfg.Dir, envProc+"="+name,
 		envRange+"="+s.cfg.Range.String(), envSeed+"="+strconv.FormatUint(s.rng.Uint64(), 10),
 		envTimeout+"="+s.cfg.Timeout.String())
+	if s.cfg.Store != "" {
+		cmd.Env = append(cmd.Env, envStore+"="+s.cfg.Store, envHost+"="+hostName(h))
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -262,7 +322,7 @@ func (s *supervisor) start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("torture: start worker: %w", err)
 	}
-	s.workers = append(s.workers, &workerProc{cmd: cmd, stdin: stdin, name: name})
+	s.workers = append(s.workers, &workerProc{cmd: cmd, stdin: stdin, name: name, host: h})
 	return nil
 }
 
@@ -354,7 +414,7 @@ func (s *supervisor) kill(ctx context.Context, w *workerProc) error {
 	}
 	_ = w.cmd.Wait()
 	if idErr == nil {
-		s.killed = append(s.killed, id)
+		s.killed = append(s.killed, killedWorker{owner: id, host: w.host})
 	}
 	_ = w.stdin.Close()
 	s.workers = slices.DeleteFunc(s.workers, func(x *workerProc) bool { return x == w })
@@ -367,7 +427,8 @@ func (s *supervisor) kill(ctx context.Context, w *workerProc) error {
 		}
 		fmt.Fprintf(s.cfg.Progress, "%s %s (pid %d)\n", how, w.name, pid)
 	}
-	return s.start()
+	return s.start(w.host) // on the host it was on
+
 }
 
 // stepClock steps the wall clock once and logs the step.
@@ -506,11 +567,34 @@ func (s *supervisor) stopAll() {
 // normally quick.
 func (s *supervisor) stopWait() time.Duration { return 20*time.Second + 2*s.cfg.Timeout }
 
-// checkStore reaps and lists the table. It returns the rows owned by
-// killed workers (which must have been reaped); with all set, every row
-// left counts, since no process of the run is alive.
+// checkStore reaps and lists the table, of every host with a Store. It
+// returns the rows owned by killed workers (which must have been reaped);
+// with all set, every row left counts, since no process of the run is
+// alive.
 func (s *supervisor) checkStore(ctx context.Context, all bool) ([]string, error) {
-	st, err := statestore.Open(ctx, filepath.Join(s.cfg.Dir, "state", "berth.db"), statestore.Options{SweepInterval: -1})
+	if all {
+		s.reapedAtEnd = 0
+	}
+	var left []string
+	for h := range max(1, len(s.hosts)) {
+		l, err := s.checkHost(ctx, h, all)
+		if err != nil {
+			return nil, err
+		}
+		left = append(left, l...)
+	}
+	return left, nil
+}
+
+// checkHost is checkStore for the host of index h.
+func (s *supervisor) checkHost(ctx context.Context, h int, all bool) ([]string, error) {
+	cfg := portalloc.Config{StateDir: filepath.Join(s.cfg.Dir, "state"), Timeout: s.cfg.Timeout}
+	where := ""
+	if s.cfg.Store != "" {
+		cfg.Store, cfg.Host = s.cfg.Store, hostName(h)
+		where = " on " + cfg.Host
+	}
+	st, err := portalloc.OpenStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -520,7 +604,7 @@ func (s *supervisor) checkStore(ctx context.Context, all bool) ([]string, error)
 		return nil, err
 	}
 	if all {
-		s.reapedAtEnd = n
+		s.reapedAtEnd += n
 	}
 	rows, err := st.List(ctx, statestore.Filter{})
 	if err != nil {
@@ -528,8 +612,8 @@ func (s *supervisor) checkStore(ctx context.Context, all bool) ([]string, error)
 	}
 	var left []string
 	for _, r := range rows {
-		if all || slices.ContainsFunc(s.killed, r.Owner.Same) {
-			left = append(left, fmt.Sprintf("%s of pid %d left after Reap", r.Key, r.Owner.PID))
+		if all || slices.ContainsFunc(s.killed, func(k killedWorker) bool { return k.host == h && r.Owner.Same(k.owner) }) {
+			left = append(left, fmt.Sprintf("%s of pid %d%s left after Reap", r.Key, r.Owner.PID, where))
 		}
 	}
 	return left, nil
@@ -545,8 +629,15 @@ func (s Summary) Print(w io.Writer) {
 	if s.Freeze {
 		modes += ", freezing"
 	}
-	fmt.Fprintf(w, "berth torture: %d workers, %v, range %s (%d ports), kill every %v, timeout %v%s, seed %d\n",
-		s.Workers, s.Duration, s.Range, s.Range.Size(), s.KillEvery, s.Timeout, modes, s.Seed)
+	workers := fmt.Sprintf("%d workers", s.Workers)
+	switch {
+	case s.Hosts > 0:
+		workers = fmt.Sprintf("%d hosts of %d workers on PostgreSQL", s.Hosts, s.Workers)
+	case s.Store != "":
+		workers += " on PostgreSQL"
+	}
+	fmt.Fprintf(w, "berth torture: %s, %v, range %s (%d ports), kill every %v, timeout %v%s, seed %d\n",
+		workers, s.Duration, s.Range, s.Range.Size(), s.KillEvery, s.Timeout, modes, s.Seed)
 	fmt.Fprintf(w, "grants          %d (%.0f/s): %d allocated, %d reserved, %d handed to children\n",
 		s.Grants, float64(s.Grants)/secs, s.Allocations, s.Reservations, s.Handoffs)
 	fmt.Fprintf(w, "range exhausted %d times\n", s.Exhausted)
@@ -571,6 +662,9 @@ func (s Summary) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "rows reaped     %d by workers, %d by the final reap\n", s.ReapedByWorkers, s.ReapedAtEnd)
 	fmt.Fprintf(w, "bind failures   %d\n", s.BindFailures)
+	if s.Hosts > 1 {
+		fmt.Fprintf(w, "shared ports    %d times two hosts held one key at once (allowed: ports are per host)\n", s.CrossHost)
+	}
 	if n := len(s.Latencies); n > 0 {
 		fmt.Fprintf(w, "allocate        p50 %v  p99 %v  max %v  (n=%d)\n",
 			Percentile(s.Latencies, 50).Round(time.Microsecond), Percentile(s.Latencies, 99).Round(time.Microsecond),

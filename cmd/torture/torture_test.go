@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berth-go/berth/internal/netns"
 	"github.com/berth-go/berth/portalloc"
 )
 
@@ -89,6 +90,15 @@ func TestCheckFindsViolations(t *testing.T) {
 			"supervisor.jsonl": {{T: 20, Kind: KindKill, Proc: "w1", PID: 7}},
 			"w9.jsonl":         {{T: 30, Kind: KindGrant, Proc: "w9", PID: 7, Proto: "tcp", Addr: "127.0.0.1", Port: 26000}},
 		}, ""},
+		{"one key on two hosts at once", map[string][]Event{
+			"w1.jsonl": {{T: 10, Kind: KindGrant, Proc: "w1", Host: "host-1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000}},
+			"w2.jsonl": {{T: 30, Kind: KindGrant, Proc: "w2", Host: "host-2", Proto: "tcp", Addr: "0.0.0.0", Port: 26000}},
+		}, ""},
+		{"one key twice on one host of several", map[string][]Event{
+			"w1.jsonl": {{T: 10, Kind: KindGrant, Proc: "w1", Host: "host-2", Proto: "tcp", Addr: "::", Port: 26000}},
+			"w2.jsonl": {{T: 20, Kind: KindGrant, Proc: "w2", Host: "host-1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000}},
+			"w3.jsonl": {{T: 30, Kind: KindGrant, Proc: "w3", Host: "host-2", Proto: "tcp", Addr: "127.0.0.1", Port: 26000}},
+		}, "double grant"},
 		{"a failed bind", map[string][]Event{
 			"worker-1.jsonl": {grant(10, "w1", "127.0.0.1", 26000), {T: 11, Kind: KindBind, Proc: "w1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Err: "address already in use"}},
 		}, "could not bind"},
@@ -130,6 +140,31 @@ func TestRun(t *testing.T) {
 	if sum.Kills == 0 || sum.Handoffs == 0 || sum.Allocations == 0 || sum.Reservations == 0 {
 		t.Errorf("the run did not exercise everything: %d kills, %d handoffs, %d allocations, %d reservations",
 			sum.Kills, sum.Handoffs, sum.Allocations, sum.Reservations)
+	}
+}
+
+// TestRunHosts runs the harness across three network-namespace hosts
+// sharing one PostgreSQL store, with kills: no two live holders of a key
+// on one host, and the hosts did hold the same keys at once.
+func TestRunHosts(t *testing.T) {
+	dsn := os.Getenv("BERTH_TEST_POSTGRES")
+	if dsn == "" {
+		t.Skip("set BERTH_TEST_POSTGRES to a PostgreSQL DSN reachable over a unix socket to run the harness across hosts (bash .ci/postgres start prints one)")
+	}
+	netns.ForTest(t, 1) // skips unless namespaces can be made here
+	sum, err := Run(context.Background(), Config{Store: dsn, Hosts: 3, Workers: 2, Duration: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	sum.Print(&b)
+	t.Log("\n" + b.String())
+	if !sum.OK() {
+		t.Fatal("the run violated an invariant")
+	}
+	if sum.Kills == 0 || sum.Handoffs == 0 || sum.CrossHost == 0 {
+		t.Errorf("the run did not exercise everything: %d kills, %d handoffs, %d keys held on two hosts at once",
+			sum.Kills, sum.Handoffs, sum.CrossHost)
 	}
 }
 

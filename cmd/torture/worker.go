@@ -28,6 +28,8 @@ const (
 	envChild   = "BERTH_TORTURE_CHILD"   // a child's key and lifetime: proto,addr,port,ms
 	envProc    = "BERTH_TORTURE_PROC"    // the process's name in the logs
 	envTimeout = "BERTH_TORTURE_TIMEOUT" // bound of every portalloc call, a Go duration
+	envStore   = "BERTH_TORTURE_STORE"   // the run's PostgreSQL connection string, if any
+	envHost    = "BERTH_TORTURE_HOST"    // the worker's fleet host (Config.Host), with a store
 )
 
 // MaybeRunRole runs this process as a worker or child of a torture run when
@@ -98,6 +100,7 @@ func runWorker() error {
 
 	a, err := open(ctx, log, portalloc.Config{
 		Mode: portalloc.ModeStateStore, StateDir: filepath.Join(dir, "state"),
+		Store: os.Getenv(envStore), Host: os.Getenv(envHost),
 		Range: r, AllowEphemeralOverlap: true, Timeout: timeout,
 	})
 	if err != nil {

@@ -18,6 +18,7 @@
 //	mru                     25000-25999   BenchmarkAllocate's bind probes
 //	cmd/torture             26000-26063   the harness's own SmallRange
 //	portalloc/listenfd      26100-26199   its example's Allocator
+//	examples/fleet          26200-26299   run's bind probes, through BERTH_PORT_RANGE
 //	portalloc               27000-32767   Allocators above 29000, ports tests pick below
 //
 // All of them lie below the Linux ephemeral range (32768-60999), from which
@@ -62,6 +63,7 @@ var (
 	Mru          = Range{First: 25000, Last: 25999}
 	Torture      = Range{First: 26000, Last: 26063}
 	Listenfd     = Range{First: 26100, Last: 26199}
+	Fleet        = Range{First: 26200, Last: 26299}
 	Portalloc    = Range{First: 27000, Last: 32767}
 )
 
@@ -80,5 +82,6 @@ var All = []struct {
 	{"mru", Mru},
 	{"cmd/torture", Torture},
 	{"portalloc/listenfd", Listenfd},
+	{"examples/fleet", Fleet},
 	{"portalloc", Portalloc},
 }

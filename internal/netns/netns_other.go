@@ -1,0 +1,20 @@
+//go:build !linux
+
+package netns
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+)
+
+func ipPath() string { return "ip" }
+
+// Add fails: network namespaces are Linux's.
+func Add(ctx context.Context, name string) (NS, error) {
+	return NS{}, fmt.Errorf("%w: %s has none", ErrUnsupported, runtime.GOOS)
+}
+
+func del(name string) error { return nil }
+
+func prefixForTest() string { return "berth-test" }
