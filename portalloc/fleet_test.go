@@ -17,22 +17,22 @@ import (
 
 // fleetDSN returns a connection string to a schema of this test's own on
 // the server BERTH_TEST_POSTGRES names, or skips the test.
-func fleetDSN(t testing.TB) string {
-	t.Helper()
+func fleetDSN(tb testing.TB) string {
+	tb.Helper()
 	base := os.Getenv("BERTH_TEST_POSTGRES")
 	if base == "" || strings.Contains(base, "://") {
-		t.Skip("set BERTH_TEST_POSTGRES to a key=value PostgreSQL DSN to run the fleet-store tests (bash .ci/postgres start prints one)")
+		tb.Skip("set BERTH_TEST_POSTGRES to a key=value PostgreSQL DSN to run the fleet-store tests (bash .ci/postgres start prints one)")
 	}
 	ctx := context.Background()
 	schema := fmt.Sprintf("berth_portalloc_%d", rand.Uint64()>>1)
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
-		t.Fatalf("connect to BERTH_TEST_POSTGRES: %v", err)
+		tb.Fatalf("connect to BERTH_TEST_POSTGRES: %v", err)
 	}
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_, _ = admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
 		_ = admin.Close(ctx)
 	})

@@ -45,9 +45,11 @@ func runSchema(ctx context.Context, dsn string) (string, func() error, error) {
 		_ = conn.Close(ctx)
 		return "", nil, fmt.Errorf("torture: -store: %w", err)
 	}
+	// The schema goes even when ctx has ended: the run is over then.
+	after := context.WithoutCancel(ctx)
 	drop := func() error {
-		defer func() { _ = conn.Close(context.Background()) }()
-		_, err := conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		defer func() { _ = conn.Close(after) }()
+		_, err := conn.Exec(after, "DROP SCHEMA "+schema+" CASCADE")
 		return err
 	}
 	return withSearchPath(dsn, schema), drop, nil

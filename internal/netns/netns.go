@@ -53,7 +53,7 @@ func AddN(ctx context.Context, prefix string, n int) (nss []NS, remove func() er
 	remove = func() error {
 		var errs []error
 		for _, ns := range nss {
-			errs = append(errs, del(ns.Name))
+			errs = append(errs, del(ctx, ns.Name))
 		}
 		return errors.Join(errs...)
 	}

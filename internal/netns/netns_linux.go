@@ -41,14 +41,15 @@ func Add(ctx context.Context, name string) (NS, error) {
 		return NS{}, fmt.Errorf("%w: %w", ErrUnsupported, err)
 	}
 	if err := runIP(ctx, "-n", name, "link", "set", "lo", "up"); err != nil {
-		return NS{}, errors.Join(fmt.Errorf("netns: %s: %w", name, err), del(name))
+		return NS{}, errors.Join(fmt.Errorf("netns: %s: %w", name, err), del(ctx, name))
 	}
 	return NS{Name: name}, nil
 }
 
-// del deletes the namespace name.
-func del(name string) error {
-	if err := runIP(context.Background(), "netns", "delete", name); err != nil {
+// del deletes the namespace name, even when ctx has ended: what was made
+// is cleaned up.
+func del(ctx context.Context, name string) error {
+	if err := runIP(context.WithoutCancel(ctx), "netns", "delete", name); err != nil {
 		return fmt.Errorf("netns: %w", err)
 	}
 	return nil

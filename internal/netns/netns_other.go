@@ -15,6 +15,6 @@ func Add(ctx context.Context, name string) (NS, error) {
 	return NS{}, fmt.Errorf("%w: %s has none", ErrUnsupported, runtime.GOOS)
 }
 
-func del(name string) error { return nil }
+func del(context.Context, string) error { return nil }
 
 func prefixForTest() string { return "berth-test" }
