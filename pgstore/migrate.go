@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
@@ -134,11 +135,20 @@ func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, 
 	defer func() { _, _ = m.Close() }()
 
 	if dirty {
-		if err := resolveDirty(cctx, db, m, src, v, log); err != nil {
+		if err := resolveDirty(cctx, db, drv, src, log); err != nil {
 			return migrateErr(ctx, "open: migrate", err)
 		}
 	}
 	err = m.Up()
+	var de migrate.ErrDirty
+	if errors.As(err, &de) {
+		// A berth that was migrating died while this one waited for the
+		// lock: resolve its mark, under the lock, and go on.
+		if err := resolveDirty(cctx, db, drv, src, log); err != nil {
+			return migrateErr(ctx, "open: migrate", err)
+		}
+		err = m.Up()
+	}
 	if err == nil || errors.Is(err, migrate.ErrNoChange) {
 		if err == nil {
 			log.Info("migrated berth's PostgreSQL schema", "to", SchemaVersion)
@@ -153,12 +163,28 @@ func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, 
 	return migrateErr(ctx, "open: migrate", err)
 }
 
-// resolveDirty clears golang-migrate's dirty mark on version v: v stays
-// when its body committed (it recorded itself in berth_schema_history),
-// else the version before it does.
-func resolveDirty(ctx context.Context, db *sql.DB, m *migrate.Migrate, src source.Driver, v uint, log logr.Logger) error {
+// resolveDirty clears golang-migrate's dirty mark, if there still is one
+// once it holds the migration lock: the marked version stays when its body
+// committed (it recorded itself in berth_schema_history), else the version
+// before it does. The mark is read and cleared under the lock, so a
+// migration another berth is running right now (its version marked dirty
+// until its body commits) is never taken for one cut short.
+func resolveDirty(ctx context.Context, db *sql.DB, drv database.Driver, src source.Driver, log logr.Logger) (err error) {
+	if err := drv.Lock(); err != nil {
+		return err
+	}
+	defer func() {
+		if uerr := drv.Unlock(); err == nil {
+			err = uerr
+		}
+	}()
+	cur, dirty, err := drv.Version()
+	if err != nil || !dirty || cur < 0 {
+		return err
+	}
+	v := uint(cur)
 	var applied bool
-	err := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM berth_schema_history WHERE version = $1)", int64(v)).Scan(&applied)
+	err = db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM berth_schema_history WHERE version = $1)", int64(v)).Scan(&applied)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable {
 		err = nil // no history: the body left no trace
@@ -168,13 +194,13 @@ func resolveDirty(ctx context.Context, db *sql.DB, m *migrate.Migrate, src sourc
 	}
 	to := int(v)
 	if !applied {
-		to = -1 // golang-migrate's "no version"
+		to = database.NilVersion
 		if prev, err := src.Prev(v); err == nil {
 			to = int(prev)
 		}
 	}
 	log.Info("resolving a migration cut short", "version", v, "now", to)
-	return m.Force(to)
+	return drv.SetVersion(to, false)
 }
 
 // migrateErr wraps a migration's error: the context's error when ctx

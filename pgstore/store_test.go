@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/berth-go/berth/pgstore"
@@ -650,5 +652,93 @@ func TestInvalid(t *testing.T) {
 	rows, _ := s.List(ctx, store.Filter{Port: 55000})
 	if len(rows) != 1 || rows[0].Addr != netip.MustParseAddr("127.0.0.1") {
 		t.Errorf("List = %v; want the row on 127.0.0.1", rows)
+	}
+}
+
+// TestOpenWhileAnotherMigrates: a berth that opens the store while
+// another one holds the migration lock waits for it, and then carries on
+// whatever the other left: the migration done, or the latest version
+// marked dirty with its body never run (the other was killed mid-way),
+// which it resolves under the lock and migrates itself, once.
+func TestOpenWhileAnotherMigrates(t *testing.T) {
+	latest := pgstore.SchemaVersion
+	body, err := fs.ReadFile(os.DirFS("migrations"), fmt.Sprintf("%d_host_leases.up.sql", latest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		other []string // what the other berth does while it holds the lock
+	}{
+		{"finished", []string{fmt.Sprintf("UPDATE berth_schema_migrations SET version = %d, dirty = true", latest), string(body), "UPDATE berth_schema_migrations SET dirty = false"}},
+		{"killed", []string{fmt.Sprintf("UPDATE berth_schema_migrations SET version = %d, dirty = true", latest)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn, conn := testDB(t)
+			ctx := context.Background()
+			_ = open(t, dsn, "h1").Close()
+			// Back to the version before the latest, clean.
+			for _, q := range []string{
+				fmt.Sprintf("DELETE FROM berth_schema_history WHERE version = %d", latest),
+				"DROP INDEX berth_hosts_expires_at",
+				"ALTER TABLE berth_hosts DROP COLUMN retired_at, DROP COLUMN lost_rows",
+				fmt.Sprintf("UPDATE berth_schema_migrations SET version = %d, dirty = false", latest-1),
+			} {
+				if _, err := conn.Exec(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			var db, schema string
+			if err := conn.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&db, &schema); err != nil {
+				t.Fatal(err)
+			}
+			lockID, err := database.GenerateAdvisoryLockId(db, schema, "berth_schema_migrations")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
+				t.Fatal(err)
+			}
+			opened := make(chan error, 1)
+			go func() {
+				s, err := pgstore.Open(ctx, dsn, pgstore.Options{Host: "h2", SweepInterval: -1})
+				if err == nil {
+					err = s.Close()
+				}
+				opened <- err
+			}()
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				var waiting int
+				if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&waiting); err != nil {
+					t.Fatal(err)
+				}
+				if waiting > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("Open never waited for the migration lock")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			for _, q := range tc.other {
+				if _, err := conn.Exec(ctx, q); err != nil {
+					t.Fatalf("the other berth: %v", err)
+				}
+			}
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", lockID); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-opened; err != nil {
+				t.Fatalf("Open while another berth migrated = %v", err)
+			}
+			var v int64
+			var dirty, cols bool
+			if err := conn.QueryRow(ctx, "SELECT version, dirty FROM berth_schema_migrations").Scan(&v, &dirty); err != nil || v != int64(latest) || dirty {
+				t.Errorf("schema version after Open = %d (dirty %v), %v; want %d clean", v, dirty, err, latest)
+			}
+			if err := conn.QueryRow(ctx, "SELECT count(*) = 2 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'berth_hosts' AND column_name IN ('retired_at', 'lost_rows')").Scan(&cols); err != nil || !cols {
+				t.Errorf("the latest migration's columns after Open: %v, %v; want both there", cols, err)
+			}
+		})
 	}
 }
