@@ -42,20 +42,23 @@ const (
 	// check) and renewals until the transaction ends.
 	qLapsedHosts = "SELECT host_no FROM berth_hosts h" +
 		" WHERE host_no <> $1 AND expires_at + $2::bigint * interval '1 millisecond' < now()" +
-		" AND EXISTS (SELECT 1 FROM berth_port_allocations p WHERE p.host_no = h.host_no)" +
+		" AND EXISTS (SELECT 1 FROM berth_port_allocations p WHERE p.host_no = h.host_no AND p.owner_kind = 'process')" +
 		" ORDER BY host_no FOR UPDATE"
-	// qReapHosts deletes the rows of the hosts $1, locked by qLapsedHosts,
-	// and adds their number to each host's lost_rows.
-	qReapHosts = "WITH gone AS (DELETE FROM berth_port_allocations WHERE host_no = ANY($1::int[]) RETURNING host_no)," +
+	// qReapHosts deletes the process rows of the hosts $1, locked by
+	// qLapsedHosts, and adds their number to each host's lost_rows. Lease
+	// rows narrowed to those hosts go by their own lease.
+	qReapHosts = "WITH gone AS (DELETE FROM berth_port_allocations WHERE host_no = ANY($1::int[]) AND owner_kind = 'process' RETURNING host_no)," +
 		" n AS (SELECT host_no, count(*) AS n FROM gone GROUP BY host_no)" +
 		" UPDATE berth_hosts h SET lost_rows = h.lost_rows + n.n FROM n WHERE h.host_no = n.host_no" +
 		" RETURNING h.host_id, n.n"
 
 	// qLockHost locks host $1's row for its retirement.
 	qLockHost = "SELECT host_no FROM berth_hosts WHERE host_id = $1 FOR UPDATE"
-	// qRetireHost deletes every row and sticky port of host $1 and marks
-	// it retired, adding the rows to its lost_rows.
-	qRetireHost = "WITH gone AS (DELETE FROM berth_port_allocations WHERE host_no = $1 RETURNING 1)," +
+	// qRetireHost deletes every process row and sticky port of host $1
+	// and marks it retired, adding the rows to its lost_rows. Lease rows
+	// narrowed to it stay until their holder releases them or the lease
+	// runs out.
+	qRetireHost = "WITH gone AS (DELETE FROM berth_port_allocations WHERE host_no = $1 AND owner_kind = 'process' RETURNING 1)," +
 		" sticky AS (DELETE FROM berth_sticky_ports WHERE host_no = $1)" +
 		" UPDATE berth_hosts SET retired_at = now(), lost_rows = lost_rows + (SELECT count(*) FROM gone)" +
 		" WHERE host_no = $1 RETURNING (SELECT count(*) FROM gone)"

@@ -73,8 +73,12 @@ func (s *Store) Transfer(ctx context.Context, key store.Key, from, to store.Owne
 // List returns this host's reservations that match f, ordered by
 // protocol, port and address (IPv4 before IPv6). Rows of exited owners are
 // included until they are reaped: use Owner.Alive to tell them apart.
+//
+// List shows the rows of processes only, as store.Store promises: lease
+// rows, fleet-wide or narrowed to this host, are listed by Leases. Their
+// ports are taken all the same (see ReservedPorts).
 func (s *Store) List(ctx context.Context, f store.Filter) ([]store.Reservation, error) {
-	where := []string{"host_no = $1"}
+	where := []string{"host_no = $1", "owner_kind = 'process'"}
 	args := []any{s.hostNo}
 	add := func(cond string, v any) {
 		args = append(args, v)
@@ -121,9 +125,11 @@ func (s *Store) List(ctx context.Context, f store.Filter) ([]store.Reservation, 
 	return out, nil
 }
 
-// Reap deletes this host's reservations whose owners have exited, and the
+// Reap deletes this host's reservations whose owners have exited, the
 // reservations of other hosts whose lease ended more than Options.Grace
-// ago by the server's clock, and returns how many it deleted.
+// ago by the server's clock, and the lease rows of any host or of the
+// whole fleet whose lease has run out (see ReserveFleet), and returns how
+// many it deleted.
 //
 // For this host, one round trip reads the host's owners, liveness is
 // judged here, and one more deletes the rows of the dead. A dead owner
@@ -135,7 +141,11 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 		return n, err
 	}
 	m, err := s.reapLapsed(ctx)
-	return n + int(m), err
+	if err != nil {
+		return n + int(m), err
+	}
+	l, err := s.reapLeases(ctx)
+	return n + int(m) + int(l), err
 }
 
 // reapOwn deletes this host's reservations whose owners have exited.
@@ -187,7 +197,7 @@ func (s *Store) reapOwn(ctx context.Context) (int, error) {
 
 // ReservedPorts returns the distinct ports from first to last that have
 // at least one reservation on this host, of any protocol, address or
-// owner.
+// owner, fleet-wide reservations included.
 func (s *Store) ReservedPorts(ctx context.Context, first, last uint16) ([]uint16, error) {
 	if err := s.open(); err != nil {
 		return nil, fmt.Errorf("list ports: %w", err)

@@ -444,11 +444,13 @@ type ownerKey struct {
 	scope string
 }
 
-// alive judges a holder: a row of another host is taken for live (its
-// processes cannot be seen from here); one of this host as the SQLite
-// store judges it. memo keeps the verdicts of one call.
+// alive judges a holder: a row of another host or of the whole fleet is
+// taken for live (its processes cannot be seen from here), and so is a
+// lease row (its lease is the reaper's to judge, by the server's clock);
+// one of this host's processes as the SQLite store judges it. memo keeps
+// the verdicts of one call.
 func (s *Store) alive(ctx context.Context, r row, memo map[ownerKey]bool) bool {
-	if r.hostNo != s.hostNo {
+	if r.hostNo != s.hostNo || r.Owner.Scope == store.LeaseScope {
 		return true
 	}
 	k := ownerKey{r.Owner.PID, r.Owner.Start, r.Owner.Scope}

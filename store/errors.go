@@ -73,7 +73,8 @@ func (e *FieldError) Unwrap() error { return ErrInvalid }
 type ConflictError struct {
 	Key Key // what was asked for
 	// Holder is the live reservation in the way. Its Owner is the zero
-	// Owner when the port is bound by a process outside berth. Its Key
+	// Owner when the port is bound by a process outside berth, and has
+	// Scope LeaseScope when a lease holds it. Its Key
 	// differs from Key when a wildcard stands in the way.
 	Holder Reservation
 	// Self is true when the holder is the very owner that asked, e.g. its
@@ -84,6 +85,8 @@ type ConflictError struct {
 func (e *ConflictError) Error() string {
 	h := e.Holder
 	switch {
+	case h.Owner.Scope == LeaseScope:
+		return fmt.Sprintf("%s is held by lease %s through its reservation of %s%s; its holder's controller releases it, else it is free once the lease runs out", e.Key, leaseName(h.Owner.Name), h.Key, labelled(h.Label))
 	case h.Owner.PID == 0:
 		return fmt.Sprintf("%s is bound by a process outside berth; stop it or choose another port (ss -lnp 'sport = :%d' shows who)", e.Key, e.Key.Port)
 	case e.Self && h.Key == e.Key:
@@ -109,6 +112,15 @@ func holderName(o Owner) string {
 	default:
 		return fmt.Sprintf("pid %d (%s)", o.PID, strconv.Quote(o.Name))
 	}
+}
+
+// leaseName quotes a lease holder's name for a message, cut like
+// holderName's.
+func leaseName(name string) string {
+	if len(name) > 64 {
+		return strconv.Quote(name[:64]) + "..."
+	}
+	return strconv.Quote(name)
 }
 
 func labelled(label string) string {

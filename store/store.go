@@ -107,6 +107,13 @@ type Owner struct {
 	Name  string // process name, for people reading listings
 }
 
+// LeaseScope is the Scope of an Owner that is no process but a named
+// holder of a renewable lease, such as a pod of an orchestrator (pgstore's
+// fleet-wide reservations): Name names the holder, PID and Start are 0.
+// Such an owner is released by its holder's controller or when its lease
+// runs out, never judged by a process table.
+const LeaseScope = "lease"
+
 // IsZero reports whether o names no process.
 func (o Owner) IsZero() bool { return o.identity().IsZero() }
 
