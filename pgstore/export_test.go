@@ -9,6 +9,8 @@ import (
 const (
 	QHolders = qHolders
 	QScan    = qScan
+	// QFleetReserve is ReserveFleet's statement.
+	QFleetReserve = qFleetReserve
 )
 
 // Renew renews the host's lease to ttl from now, as the background

@@ -9,10 +9,10 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// TestHotLookupsUseTheConstraintIndex: the conflict lookups of Reserve and
-// Scan can be served by the exclusion constraint's GiST index. Sequential
-// scans are turned off, so the test asks whether the index applies, not
-// whether the planner prefers it on a tiny table.
+// TestHotLookupsUseTheConstraintIndex: the conflict lookups of Reserve,
+// Scan and ReserveFleet can be served by the exclusion constraint's GiST
+// index. Sequential scans are turned off, so the test asks whether the
+// index applies, not whether the planner prefers it on a tiny table.
 func TestHotLookupsUseTheConstraintIndex(t *testing.T) {
 	dsn, conn := testDB(t)
 	s := open(t, dsn, "h1")
@@ -30,6 +30,7 @@ func TestHotLookupsUseTheConstraintIndex(t *testing.T) {
 	}{
 		{"holders", pgstore.QHolders, []any{int32(1), "tcp", []int32{57000, 57001}, "127.0.0.1"}},
 		{"scan", pgstore.QScan, []any{int32(1), "tcp", "127.0.0.1", "dynamic", []int32{57000, 57001}, 1, int64(1), "", "", ""}},
+		{"fleet", pgstore.QFleetReserve, []any{"tcp", "0.0.0.0", int32(57000), int32(57100), "pod/default/web-0", int64(60000), ""}},
 	} {
 		rows, err := conn.Query(ctx, "EXPLAIN "+c.q, c.args...)
 		if err != nil {
