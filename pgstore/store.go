@@ -14,7 +14,8 @@
 //
 // # Owners and hosts
 //
-// An owner is a process of the Store's host. A row of this host whose
+// An owner is a process of the Store's host (for other owners see
+// Fleet-wide reservations below). A row of this host whose
 // owner has exited is deleted when it stands in the way of a reservation,
 // by Reap, and by the background sweep; its liveness is judged exactly as
 // the SQLite store judges it (store.Owner.Alive). The processes of another
@@ -40,6 +41,19 @@
 // back learns the count when it next opens a Store or renews its lease:
 // the Store logs an error and adds it to Stats.LostRows, and the host
 // carries on with a fresh lease (a retired host included).
+//
+// # Fleet-wide reservations
+//
+// An owner whose host is not known yet (a pod not yet scheduled), or that
+// is no process at all (a pod, a job), holds a port under a renewable
+// lease instead: ReserveFleet draws it from a band of the caller's own as
+// a row of no host, which the exclusion constraint keeps taken on every
+// host; NarrowFleet makes it a row of one host once that is known. The
+// holder's controller renews the lease (RenewFleet) and releases the port
+// (ReleaseFleet); a lease that runs out, by the server's clock, is deleted
+// by the Reap and the sweep of any host. Lease rows are not judged by any
+// process table, and neither RetireHost nor grace reaping deletes them.
+// List shows process rows only; Leases lists the lease rows of the fleet.
 //
 // # Failures
 //

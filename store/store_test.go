@@ -90,6 +90,10 @@ func TestConflictError(t *testing.T) {
 			[]string{`pid 42 ("x\x1b]0;pwned\a")`, `(label "a\nb")`}, []string{"\x1b", "\n"}},
 		{store.ConflictError{Key: key, Holder: store.Reservation{Key: key, Owner: store.Owner{PID: 42, Name: strings.Repeat("n", 1000)}}},
 			[]string{"..."}, []string{strings.Repeat("n", 65)}},
+		{store.ConflictError{Key: key, Holder: store.Reservation{Key: any4, Owner: store.Owner{Scope: store.LeaseScope, Name: "pod/default/web-0"}}},
+			[]string{`held by lease "pod/default/web-0" through its reservation of tcp 0.0.0.0:20001`}, []string{"outside berth", "pid 0"}},
+		{store.ConflictError{Key: key, Holder: store.Reservation{Key: key, Owner: store.Owner{Scope: store.LeaseScope, Name: "p\x1b" + strings.Repeat("n", 1000)}}},
+			[]string{`lease "p\x1b`, "..."}, []string{strings.Repeat("n", 65), "\x1b"}},
 	}
 	for _, tc := range tests {
 		msg := tc.err.Error()
