@@ -177,35 +177,52 @@ func contention(b *testing.B, procs int) {
 		for i := range ps {
 			ps[i] = spawn(b, "churn", "BERTH_STATE_DIR="+dir, "BERTH_TEST_DURATION="+duration.String()).ready(b)
 		}
-		for _, p := range ps {
-			_, _ = p.stdin.Write([]byte{1})
-		}
-		var (
-			ops, errs int
-			worstP99  time.Duration
-			slowest   time.Duration
-		)
-		for _, p := range ps {
-			var rep churnReport
-			if err := json.NewDecoder(p.out).Decode(&rep); err != nil {
-				b.Fatal(err)
-			}
-			_ = p.cmd.Wait()
-			ops += rep.Ops
-			errs += rep.Errors
-			slices.Sort(rep.Latencies)
-			if n := len(rep.Latencies); n > 0 {
-				worstP99 = max(worstP99, time.Duration(rep.Latencies[n*99/100]))
-				slowest = max(slowest, time.Duration(rep.Latencies[n-1]))
-			}
-		}
-		if errs > 0 {
-			b.Errorf("%d of %d operations failed", errs, ops)
-		}
-		b.ReportMetric(float64(ops)/duration.Seconds(), "ops/s")
-		b.ReportMetric(float64(worstP99.Microseconds())/1000, "p99-ms")
-		b.ReportMetric(float64(slowest.Microseconds())/1000, "max-ms")
+		churned := runChurn(b, ps)
+		churned.report(b, duration)
 	}
+}
+
+// churned sums the reports of churn processes.
+type churned struct {
+	ops, errs         int
+	worstP99, slowest time.Duration
+}
+
+// runChurn starts the ready churn processes ps, waits for their reports and
+// sums them.
+func runChurn(b *testing.B, ps []*proc) churned {
+	b.Helper()
+	for _, p := range ps {
+		_, _ = p.stdin.Write([]byte{1})
+	}
+	var c churned
+	for _, p := range ps {
+		var rep churnReport
+		if err := json.NewDecoder(p.out).Decode(&rep); err != nil {
+			b.Fatal(err)
+		}
+		_ = p.cmd.Wait()
+		c.ops += rep.Ops
+		c.errs += rep.Errors
+		slices.Sort(rep.Latencies)
+		if n := len(rep.Latencies); n > 0 {
+			c.worstP99 = max(c.worstP99, time.Duration(rep.Latencies[n*99/100]))
+			c.slowest = max(c.slowest, time.Duration(rep.Latencies[n-1]))
+		}
+	}
+	return c
+}
+
+// report fails b on errors and reports the rate, the worst p99 and the
+// slowest call over duration.
+func (c churned) report(b *testing.B, duration time.Duration) {
+	b.Helper()
+	if c.errs > 0 {
+		b.Errorf("%d of %d operations failed", c.errs, c.ops)
+	}
+	b.ReportMetric(float64(c.ops)/duration.Seconds(), "ops/s")
+	b.ReportMetric(float64(c.worstP99.Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(c.slowest.Microseconds())/1000, "max-ms")
 }
 
 // BenchmarkPool compares Take+Return on a warm pool with Allocate+Release

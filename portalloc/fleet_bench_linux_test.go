@@ -2,11 +2,9 @@ package portalloc_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,36 +41,10 @@ func BenchmarkFleetContention(b *testing.B) {
 			}
 		}
 		cpu0 := serverCPU(b, dsn)
-		for _, p := range ps {
-			_, _ = p.stdin.Write([]byte{1})
-		}
-		var (
-			ops, errs int
-			worstP99  time.Duration
-			slowest   time.Duration
-		)
-		for _, p := range ps {
-			var rep churnReport
-			if err := json.NewDecoder(p.out).Decode(&rep); err != nil {
-				b.Fatal(err)
-			}
-			_ = p.cmd.Wait()
-			ops += rep.Ops
-			errs += rep.Errors
-			slices.Sort(rep.Latencies)
-			if n := len(rep.Latencies); n > 0 {
-				worstP99 = max(worstP99, time.Duration(rep.Latencies[n*99/100]))
-				slowest = max(slowest, time.Duration(rep.Latencies[n-1]))
-			}
-		}
+		churned := runChurn(b, ps)
 		cpu := serverCPU(b, dsn) - cpu0
-		if errs > 0 {
-			b.Errorf("%d of %d operations failed", errs, ops)
-		}
-		b.ReportMetric(float64(ops)/duration.Seconds(), "ops/s")
-		b.ReportMetric(float64(worstP99.Microseconds())/1000, "p99-ms")
-		b.ReportMetric(float64(slowest.Microseconds())/1000, "max-ms")
-		b.ReportMetric(float64(cpu.Microseconds())/float64(max(ops, 1)), "server-cpu-µs/op")
+		churned.report(b, duration)
+		b.ReportMetric(float64(cpu.Microseconds())/float64(max(churned.ops, 1)), "server-cpu-µs/op")
 	}
 }
 
