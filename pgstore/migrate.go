@@ -6,9 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -22,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	migfiles "github.com/berth-go/berth/internal/migrations"
 	"github.com/berth-go/berth/store"
 )
 
@@ -37,20 +36,7 @@ var SchemaVersion = latestMigration()
 // working for both.
 const migrationsTable = "berth_schema_migrations"
 
-func latestMigration() uint {
-	var latest uint
-	entries, _ := fs.ReadDir(migrations, "migrations") // embedded: cannot fail
-	for _, e := range entries {
-		v, _, ok := strings.Cut(e.Name(), "_")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseUint(v, 10, 32); err == nil && uint(n) > latest {
-			latest = uint(n)
-		}
-	}
-	return latest
-}
+func latestMigration() uint { return migfiles.Latest(migrations, "migrations") }
 
 // schemaVersion reads the berth schema version of the database conn is
 // connected to: 0 for none.

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -19,6 +17,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 
 	"github.com/berth-go/berth/internal/filelock"
+	migfiles "github.com/berth-go/berth/internal/migrations"
 )
 
 //go:embed migrations/*.sql
@@ -27,20 +26,7 @@ var migrations embed.FS
 // SchemaVersion is the schema version this berth writes.
 var SchemaVersion = latestMigration()
 
-func latestMigration() uint {
-	var latest uint
-	entries, _ := fs.ReadDir(migrations, "migrations") // embedded: cannot fail
-	for _, e := range entries {
-		v, _, ok := strings.Cut(e.Name(), "_")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseUint(v, 10, 32); err == nil && uint(n) > latest {
-			latest = uint(n)
-		}
-	}
-	return latest
-}
+func latestMigration() uint { return migfiles.Latest(migrations, "migrations") }
 
 // prepareFile checks the file at path and brings its schema to
 // SchemaVersion, exactly once however many processes open a fresh file
