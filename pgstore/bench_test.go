@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/store"
+	"github.com/berth-go/berth/store/storetest"
 )
 
 // BenchmarkReserveRelease: a free port granted and given back, one round
@@ -42,7 +43,7 @@ func BenchmarkScanHalfHeld(b *testing.B) {
 		}
 	}
 	for b.Loop() {
-		r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Next: candidates(ports...)})
+		r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Next: storetest.Candidates(ports...)})
 		if err != nil {
 			b.Fatal(err)
 		}

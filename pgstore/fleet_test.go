@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/store"
+	"github.com/berth-go/berth/store/storetest"
 )
 
 // reserveFleet reserves a fleet-wide tcp port of first..last for holder.
@@ -61,7 +62,7 @@ func TestFleetPortBlocksEveryHost(t *testing.T) {
 			_, err := s.Reserve(ctx, store.Request{Key: key(store.TCP, addr, 59000)})
 			wantLeaseConflict(t, s.Host()+": Reserve tcp "+addr, err, "pod/default/web-0")
 		}
-		got, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: r.Addr, Next: candidates(59000, 59001)})
+		got, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: r.Addr, Next: storetest.Candidates(59000, 59001)})
 		if err != nil || got.Port != 59001 {
 			t.Errorf("%s: Scan(59000, 59001) = %v, %v; want 59001", s.Host(), got.Port, err)
 		}

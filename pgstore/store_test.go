@@ -16,22 +16,11 @@ import (
 
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/store"
+	"github.com/berth-go/berth/store/storetest"
 )
 
 func key(p store.Protocol, addr string, port uint16) store.Key {
 	return store.Key{Protocol: p, Addr: netip.MustParseAddr(addr), Port: port}
-}
-
-// candidates yields ports in order.
-func candidates(ports ...uint16) func() (uint16, bool) {
-	return func() (uint16, bool) {
-		if len(ports) == 0 {
-			return 0, false
-		}
-		p := ports[0]
-		ports = ports[1:]
-		return p, true
-	}
 }
 
 func TestSkipsWithoutServer(t *testing.T) {
@@ -258,25 +247,25 @@ func TestScan(t *testing.T) {
 	bound := func(k store.Key) (bool, error) { return k.Port != 47002, nil }
 	req := store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Probe: bound, Batch: 2}
 
-	req.Next = candidates(47000, 47001, 47002)
+	req.Next = storetest.Candidates(47000, 47001, 47002)
 	if _, err := s.Scan(ctx, req); !errors.Is(err, store.ErrExhausted) {
 		t.Errorf("Scan over held and bound ports = %v; want ErrExhausted", err)
 	}
 	if got := s.Stats().ProbeFailures; got != 1 {
 		t.Errorf("Stats().ProbeFailures = %d; want 1", got)
 	}
-	req.Next = candidates(47000, 47002, 47001, 47004, 47003)
+	req.Next = storetest.Candidates(47000, 47002, 47001, 47004, 47003)
 	r, err := s.Scan(ctx, req)
 	if err != nil || r.Port != 47004 || r.Kind != store.Dynamic {
 		t.Errorf("Scan = %+v, %v; want 47004 (the first free candidate), dynamic", r, err)
 	}
 	// The same port again for another address is fine; for this one not.
-	req.Next = candidates(47004)
+	req.Next = storetest.Candidates(47004)
 	req.Addr = netip.MustParseAddr("::1")
 	if r, err := s.Scan(ctx, req); err != nil || r.Port != 47004 {
 		t.Errorf("Scan on ::1 = %+v, %v; want 47004", r, err)
 	}
-	req.Next = candidates(47004)
+	req.Next = storetest.Candidates(47004)
 	if _, err := s.Scan(ctx, req); !errors.Is(err, store.ErrExhausted) {
 		t.Errorf("Scan of a port this owner holds = %v; want ErrExhausted", err)
 	}
@@ -288,7 +277,7 @@ func TestScan(t *testing.T) {
 		}
 		many = append(many, p)
 	}
-	req = store.ScanRequest{Protocol: store.UDP, Addr: netip.MustParseAddr("10.0.0.1"), Next: candidates(many...)}
+	req = store.ScanRequest{Protocol: store.UDP, Addr: netip.MustParseAddr("10.0.0.1"), Next: storetest.Candidates(many...)}
 	if _, err := s.Scan(ctx, req); !errors.Is(err, store.ErrExhausted) {
 		t.Errorf("Scan of 100 held ports = %v; want ErrExhausted", err)
 	}
@@ -307,7 +296,7 @@ func TestScanReapsWhenAllHeld(t *testing.T) {
 		}
 	}
 	stop()
-	r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Next: candidates(48000, 48001)})
+	r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Next: storetest.Candidates(48000, 48001)})
 	if err != nil || r.Port != 48000 {
 		t.Errorf("Scan over exited owners' rows = %+v, %v; want 48000", r, err)
 	}
@@ -326,7 +315,7 @@ func TestScanBlockAllOrNone(t *testing.T) {
 	}
 	req := store.ScanRequest{
 		Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"),
-		Next:  candidates(65534, 49000, 49010, 49020),
+		Next:  storetest.Candidates(65534, 49000, 49010, 49020),
 		Probe: func(k store.Key) (bool, error) { return k.Port != 49012, nil },
 	}
 	rs, err := s.ScanBlock(ctx, req, 4)
@@ -344,7 +333,7 @@ func TestScanBlockAllOrNone(t *testing.T) {
 	if len(mine) != 4 {
 		t.Errorf("rows after ScanBlock = %v; want the block's 4 and nothing of the refused blocks", mine)
 	}
-	req.Next = candidates(49000, 49001)
+	req.Next = storetest.Candidates(49000, 49001)
 	req.Probe = nil
 	if _, err := s.ScanBlock(ctx, req, 3); !errors.Is(err, store.ErrExhausted) {
 		t.Errorf("ScanBlock over a held port = %v; want ErrExhausted", err)
@@ -504,7 +493,7 @@ func TestRaceForOnePort(t *testing.T) {
 	for i := range racers {
 		wg.Go(func() {
 			r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("10.9.9.9"), Owner: owners[i],
-				Next: candidates(52200, 52201, 52202, 52203)})
+				Next: storetest.Candidates(52200, 52201, 52202, 52203)})
 			if err == nil {
 				got <- r
 			} else if !errors.Is(err, store.ErrExhausted) {

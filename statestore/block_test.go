@@ -7,19 +7,8 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store/storetest"
 )
-
-// candidates yields ports in order.
-func candidates(ports ...uint16) func() (uint16, bool) {
-	return func() (uint16, bool) {
-		if len(ports) == 0 {
-			return 0, false
-		}
-		p := ports[0]
-		ports = ports[1:]
-		return p, true
-	}
-}
 
 // TestScanBlock: a block is n consecutive ports, all free of live holders
 // and all passing the probe, reserved together; a base with any port taken
@@ -53,7 +42,7 @@ func TestScanBlock(t *testing.T) {
 		{[]uint16{40030}, 40030},        // 40031's owner is dead: reaped
 		{[]uint16{40040, 40050}, 40050}, // 40041 fails the probe
 	} {
-		rs, err := s.ScanBlock(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Label: "block", Next: candidates(tc.next...), Probe: bound}, 3)
+		rs, err := s.ScanBlock(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Label: "block", Next: storetest.Candidates(tc.next...), Probe: bound}, 3)
 		if err != nil {
 			t.Fatalf("ScanBlock(%v): %v", tc.next, err)
 		}
@@ -73,7 +62,7 @@ func TestScanBlock(t *testing.T) {
 	before := len(list(t, s))
 	// Every candidate's block has a taken port, or passes 65535: nothing
 	// of any of them is reserved.
-	_, err = s.ScanBlock(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: candidates(40009, 40039, 65534), Probe: bound}, 3)
+	_, err = s.ScanBlock(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: storetest.Candidates(40009, 40039, 65534), Probe: bound}, 3)
 	if !errors.Is(err, statestore.ErrExhausted) {
 		t.Errorf("ScanBlock with no free block = %v; want ErrExhausted", err)
 	}
@@ -81,7 +70,7 @@ func TestScanBlock(t *testing.T) {
 		t.Errorf("%d rows after a failed block scan; want %d", after, before)
 	}
 	var fe *statestore.FieldError
-	if _, err := s.ScanBlock(ctx, statestore.ScanRequest{Next: candidates(40100)}, 0); !errors.As(err, &fe) {
+	if _, err := s.ScanBlock(ctx, statestore.ScanRequest{Next: storetest.Candidates(40100)}, 0); !errors.As(err, &fe) {
 		t.Errorf("ScanBlock of 0 ports = %v; want a FieldError", err)
 	}
 }

@@ -262,14 +262,16 @@ func testTransfer(t *testing.T, s store.Store) {
 	}
 }
 
-func candidates(ports ...uint16) func() (uint16, bool) {
-	i := 0
+// Candidates returns a ScanRequest.Next that yields ports in order, then
+// reports there are no more.
+func Candidates(ports ...uint16) func() (uint16, bool) {
 	return func() (uint16, bool) {
-		if i == len(ports) {
+		if len(ports) == 0 {
 			return 0, false
 		}
-		i++
-		return ports[i-1], true
+		p := ports[0]
+		ports = ports[1:]
+		return p, true
 	}
 }
 
@@ -285,7 +287,7 @@ func testScanFill(t *testing.T, s store.Store) {
 	}
 	var got []uint16
 	for range len(ports) - 1 {
-		r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Label: "fill", Next: candidates(ports...)})
+		r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Label: "fill", Next: Candidates(ports...)})
 		if err != nil {
 			t.Fatalf("Scan %d = %v; want a port", len(got), err)
 		}
@@ -298,7 +300,7 @@ func testScanFill(t *testing.T, s store.Store) {
 	if want := []uint16{45000, 45001, 45003, 45004}; !slices.Equal(got, want) {
 		t.Errorf("scans gave %v; want %v (45002 is held by another owner)", got, want)
 	}
-	_, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Next: candidates(ports...)})
+	_, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Next: Candidates(ports...)})
 	if !errors.Is(err, store.ErrExhausted) {
 		t.Errorf("Scan with every candidate held = %v; want ErrExhausted", err)
 	}
@@ -312,13 +314,13 @@ func testScanFill(t *testing.T, s store.Store) {
 func testScanProbe(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	var probed []uint16
-	r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.UDP, Addr: netip.MustParseAddr("127.0.0.1"), Next: candidates(46000, 46001),
+	r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.UDP, Addr: netip.MustParseAddr("127.0.0.1"), Next: Candidates(46000, 46001),
 		Probe: func(k store.Key) (bool, error) { probed = append(probed, k.Port); return k.Port != 46000, nil }})
 	if err != nil || r.Port != 46001 || !slices.Equal(probed, []uint16{46000, 46001}) {
 		t.Errorf("Scan with 46000 unbindable = %+v, %v, probed %v; want 46001 after probing both", r, err, probed)
 	}
 	boom := errors.New("probe failed")
-	_, err = s.Scan(ctx, store.ScanRequest{Protocol: store.UDP, Addr: netip.MustParseAddr("127.0.0.1"), Next: candidates(46002),
+	_, err = s.Scan(ctx, store.ScanRequest{Protocol: store.UDP, Addr: netip.MustParseAddr("127.0.0.1"), Next: Candidates(46002),
 		Probe: func(store.Key) (bool, error) { return false, boom }})
 	if !errors.Is(err, boom) {
 		t.Errorf("Scan with a failing probe = %v; want the probe's error", err)
@@ -342,7 +344,7 @@ func testBlock(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	req := func(bases ...uint16) store.ScanRequest {
-		return store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Label: "block", Next: candidates(bases...)}
+		return store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Label: "block", Next: Candidates(bases...)}
 	}
 	rows, err := s.ScanBlock(ctx, req(47000, 47003), 3)
 	if err != nil || len(rows) != 3 || rows[0].Port != 47003 || rows[2].Port != 47005 {
@@ -453,7 +455,7 @@ func testConcurrentScans(t *testing.T, s store.Store) {
 	errs := make(chan error, n)
 	for range n {
 		wg.Go(func() {
-			r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("0.0.0.0"), Next: candidates(ports...)})
+			r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("0.0.0.0"), Next: Candidates(ports...)})
 			if err != nil {
 				errs <- err
 				return
