@@ -11,29 +11,29 @@ import (
 
 // heldCache is this connection's view of the table, by (protocol, port),
 // filled key by key as scans visit candidates, so that a scan skips held
-// ports without a query each. A key it knows is exact inside a write
-// transaction once fresh has run: PRAGMA data_version changes exactly when
-// another connection has committed, and the journal port_changes, which
-// triggers write in every transaction that changes a row, names the keys
-// whose rows changed; fresh forgets those keys, and the next visit reads
-// them again. Nothing ever reads the whole table, so what a call costs
-// follows the changes since the last call, not the size of the table.
-// This connection's own writes are applied as they happen. The view is
-// only ever a hint: a candidate it calls free is checked against the table
-// before it is granted.
+// ports without a query each. An entry is exact while no other connection
+// has committed since it was read: PRAGMA data_version changes exactly
+// when one has, and fresh, which runs at the start of every scanning
+// transaction, then opens a new generation, in which every older entry
+// counts as unknown and is read again, by its primary key, when a scan
+// next visits it. Nothing ever reads the whole table, so what a call costs
+// follows the keys it visits, not the size of the table or the number of
+// other writers. This connection's own writes are applied as they happen.
+// The view is only ever a hint: a candidate it calls free is checked
+// against the table before it is granted.
 type heldCache struct {
-	valid   bool
-	behind  bool  // own writes whose rows are not applied: catch up from seq
-	version int64 // data_version when last brought up to date
-	seq     int64 // the journal entry up to which the view is exact
-	// rows holds the rows of every key the view knows, by cacheKey; a key
-	// with no rows is present with a nil slice.
-	rows map[uint32][]Reservation
+	valid   bool   // version is known; false when new and after a failed transaction
+	version int64  // data_version at which generation gen began
+	gen     uint64 // entries of this generation are exact
+	// rows holds the rows of the keys the view has read, by cacheKey; only
+	// keys that had rows when read are kept.
+	rows map[uint32]viewEntry
 }
 
-// maxCatchUp is how many journal entries fresh applies key by key; beyond
-// it, forgetting every key is cheaper.
-const maxCatchUp = 4096
+type viewEntry struct {
+	gen  uint64
+	rows []Reservation
+}
 
 func cacheKey(p Protocol, port uint16) uint32 {
 	k := uint32(port)
@@ -47,55 +47,28 @@ func cacheKey(p Protocol, port uint16) uint32 {
 func (s *Store) fresh(ctx context.Context) error {
 	var v int64
 	if err := s.st.dataVersion.QueryRowContext(ctx).Scan(&v); err != nil {
+		s.cache.valid = false
 		return fmt.Errorf("read data version: %w", err)
 	}
 	c := &s.cache
-	if c.valid && c.version == v && !c.behind {
+	if c.valid && c.version == v {
 		return nil
 	}
-	var first, last int64
-	if err := s.st.journalSpan.QueryRowContext(ctx).Scan(&first, &last); err != nil {
-		c.valid = false
-		return fmt.Errorf("read change journal: %w", err)
+	if c.rows == nil {
+		c.rows = make(map[uint32]viewEntry, 64)
 	}
-	switch {
-	case c.valid && last == c.seq:
-	case c.valid && last > c.seq && first <= c.seq+1 && last-c.seq <= maxCatchUp:
-		if err := s.forgetChanged(ctx); err != nil {
-			c.valid = false
-			return err
-		}
-	default:
-		// New, after a failed transaction, or too far behind: start empty.
-		c.rows = make(map[uint32][]Reservation, max(len(c.rows), 64))
-	}
-	c.version, c.seq, c.valid, c.behind = v, last, true, false
+	c.gen++
+	c.version, c.valid = v, true
 	return nil
 }
 
-// forgetChanged drops the keys the journal names after the view's position.
-func (s *Store) forgetChanged(ctx context.Context) error {
-	rows, err := s.st.changes.QueryContext(ctx, s.cache.seq)
-	if err != nil {
-		return fmt.Errorf("read change journal: %w", err)
+// entry returns k's rows when the view knows them exactly.
+func (c *heldCache) entry(k uint32) ([]Reservation, bool) {
+	e, ok := c.rows[k]
+	if !ok || !c.valid || e.gen != c.gen {
+		return nil, false
 	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var (
-			proto string
-			port  int64
-		)
-		if err := rows.Scan(&proto, &port); err != nil {
-			return fmt.Errorf("read change journal: %w", err)
-		}
-		if port >= 1 && port <= 65535 && Protocol(proto).Valid() {
-			delete(s.cache.rows, cacheKey(Protocol(proto), uint16(port)))
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read change journal: %w", err)
-	}
-	return nil
+	return e.rows, true
 }
 
 // holders returns the rows that conflict with k, from the view when it
@@ -103,13 +76,17 @@ func (s *Store) forgetChanged(ctx context.Context) error {
 // transaction) and remembered; fromTable says which.
 func (s *Store) holders(ctx context.Context, k Key) (out []Reservation, fromTable bool, err error) {
 	ck := cacheKey(k.Protocol, k.Port)
-	all, known := s.cache.rows[ck]
+	all, known := s.cache.entry(ck)
 	if !known {
 		if all, err = s.keyRows(ctx, k); err != nil {
 			return nil, false, err
 		}
-		if s.cache.valid {
-			s.cache.rows[ck] = all
+		switch {
+		case !s.cache.valid:
+		case len(all) > 0:
+			s.cache.rows[ck] = viewEntry{gen: s.cache.gen, rows: all}
+		default:
+			delete(s.cache.rows, ck)
 		}
 	}
 	for _, r := range all {
@@ -142,21 +119,15 @@ func (s *Store) keyRows(ctx context.Context, key Key) ([]Reservation, error) {
 }
 
 func (c *heldCache) add(r Reservation) {
-	if !c.valid {
-		return
-	}
 	k := cacheKey(r.Protocol, r.Port)
-	if rs, known := c.rows[k]; known {
-		c.rows[k] = append(rs, r)
+	if rs, known := c.entry(k); known {
+		c.rows[k] = viewEntry{gen: c.gen, rows: append(rs, r)}
 	}
 }
 
 func (c *heldCache) remove(key Key) {
-	if !c.valid {
-		return
-	}
 	k := cacheKey(key.Protocol, key.Port)
-	rs, known := c.rows[k]
+	rs, known := c.entry(k)
 	if !known {
 		return
 	}
@@ -166,18 +137,22 @@ func (c *heldCache) remove(key Key) {
 			break
 		}
 	}
-	c.rows[k] = rs
+	if len(rs) == 0 {
+		delete(c.rows, k)
+		return
+	}
+	c.rows[k] = viewEntry{gen: c.gen, rows: rs}
 }
 
 // invalidate drops the view after a failed transaction, whose effects on
 // it were applied and then rolled back.
 func (c *heldCache) invalidate() { c.valid = false }
 
-// stale marks the view behind a committed write of this connection whose
-// effect on it is not known row by row (bulk deletes, transfers): the next
-// fresh reads the journal even though data_version, which counts only
-// other connections' commits, has not moved.
-func (c *heldCache) stale() { c.behind = true }
+// stale forgets the view after a committed write of this connection whose
+// effect on it is not applied row by row (bulk deletes, transfers):
+// data_version, which counts only other connections' commits, does not
+// move for it, so the generation moves on here.
+func (c *heldCache) stale() { c.gen++ }
 
 // scanRow reads one row in rowColumns order. A row that breaks the schema's
 // rules (possible only in a hand-edited file) is an error, never a panic.

@@ -251,9 +251,6 @@ func (s *Store) sweep(every time.Duration) {
 		if err := s.pruneSticky(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 			s.log.V(1).Info("forgetting old sticky ports failed; it runs again", "in", every.String(), "error", err.Error())
 		}
-		if err := s.pruneJournal(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
-			s.log.V(1).Info("pruning the change journal failed; it runs again", "in", every.String(), "error", err.Error())
-		}
 		t.Reset(every)
 	}
 }
@@ -288,15 +285,4 @@ func (s *Store) ReservedPorts(ctx context.Context, first, last uint16) ([]uint16
 		return nil, storageErr("list ports", err)
 	}
 	return out, nil
-}
-
-// journalKeep is how many entries of the change journal pruning keeps: a
-// view that falls further behind (a Store idle through that many changes)
-// reads the whole table once.
-const journalKeep = 20000
-
-// pruneJournal deletes all but the newest journalKeep journal entries.
-func (s *Store) pruneJournal(ctx context.Context) error {
-	_, err := s.exec(ctx, "prune the change journal", nil, s.st.pruneJournal, journalKeep)
-	return err
 }

@@ -20,7 +20,7 @@ var ourTables = map[string]bool{
 	"port_allocations":  true,
 	"schema_history":    true,
 	"sticky_ports":      true,
-	"port_changes":      true,
+	"port_changes":      true, // the change journal of schema version 4
 	"schema_migrations": true, // golang-migrate's version table
 }
 

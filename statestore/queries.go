@@ -40,16 +40,6 @@ const (
 
 	qAll = "SELECT " + rowColumns + " FROM port_allocations"
 
-	// The change journal (see heldCache): its span, and the keys changed
-	// after a position, oldest first.
-	// Two subqueries: SQLite reads min() or max() of a key from one end of
-	// its B-tree only when the aggregate stands alone.
-	qJournalSpan = "SELECT coalesce((SELECT min(seq) FROM port_changes), 0), coalesce((SELECT max(seq) FROM port_changes), 0)"
-	qChanges     = "SELECT protocol, port FROM port_changes WHERE seq > ? ORDER BY seq"
-	// qPruneJournal keeps the newest journalKeep entries; a view further
-	// behind reads the whole table once.
-	qPruneJournal = "DELETE FROM port_changes WHERE seq <= (SELECT max(seq) FROM port_changes) - ?"
-
 	qOwners = "SELECT DISTINCT owner_pid, owner_start, owner_scope FROM port_allocations"
 
 	qRemember = "INSERT INTO sticky_ports (label, protocol, port, updated_at) VALUES (?, ?, ?, ?)" +
@@ -68,9 +58,7 @@ type statements struct {
 	begin, commit, rollback, dataVersion *stmt
 	conflicts, insert, deleteKey         *stmt
 	deleteOwned, deleteOwner, transfer   *stmt
-	all, remember, recall                *stmt
-	journalSpan, changes, pruneJournal   *stmt
-	pruneSticky                          *stmt
+	all, remember, recall, pruneSticky   *stmt
 }
 
 func (st *statements) prepare(conn *sql.Conn) {
@@ -84,7 +72,6 @@ func (st *statements) prepare(conn *sql.Conn) {
 		{&st.deleteOwned, qDeleteOwned}, {&st.deleteOwner, qDeleteOwner},
 		{&st.transfer, qTransfer}, {&st.all, qAll},
 		{&st.remember, qRemember}, {&st.recall, qRecall},
-		{&st.journalSpan, qJournalSpan}, {&st.changes, qChanges}, {&st.pruneJournal, qPruneJournal},
 		{&st.pruneSticky, qPruneSticky},
 	} {
 		*p.dst = &stmt{conn: conn, q: p.q}
@@ -96,7 +83,7 @@ func (st *statements) close() error {
 	for _, s := range []*stmt{
 		st.begin, st.commit, st.rollback, st.dataVersion, st.conflicts, st.insert,
 		st.deleteKey, st.deleteOwned, st.deleteOwner, st.transfer, st.all,
-		st.remember, st.recall, st.journalSpan, st.changes, st.pruneJournal, st.pruneSticky,
+		st.remember, st.recall, st.pruneSticky,
 	} {
 		if s != nil && s.st != nil {
 			errs = append(errs, s.st.Close())
