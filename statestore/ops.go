@@ -222,7 +222,14 @@ func (s *Store) owners(ctx context.Context) ([]Owner, error) {
 	return out, nil
 }
 
-// sweep reaps once right away and then every interval until Close.
+// firstSweep is how long after Open the first sweep runs at the latest. A
+// process that lives less (`berth get`, a short test binary) never sweeps:
+// its first port would otherwise wait for a pass over the whole table, and
+// the rows in its way are reaped as it meets them anyway.
+const firstSweep = time.Second
+
+// sweep reaps after min(every, firstSweep) and then every interval until
+// Close.
 func (s *Store) sweep(every time.Duration) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -236,7 +243,7 @@ func (s *Store) sweep(every time.Duration) {
 		case <-ctx.Done():
 		}
 	}()
-	t := time.NewTimer(0)
+	t := time.NewTimer(min(every, firstSweep))
 	defer t.Stop()
 	for {
 		select {

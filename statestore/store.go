@@ -50,7 +50,8 @@ type Options struct {
 	// process outside berth's own locking holds; zero: 5s.
 	BusyTimeout time.Duration
 	// SweepInterval is the period of the background reaping sweep, which
-	// also runs once right after Open; zero: 1 minute; negative: no sweep.
+	// first runs SweepInterval or a second after Open, whichever is
+	// sooner; zero: 1 minute; negative: no sweep.
 	SweepInterval time.Duration
 	// Now is the clock for created_at; zero: time.Now.
 	Now func() time.Time
