@@ -384,6 +384,43 @@ func TestBackgroundSweep(t *testing.T) {
 	}
 }
 
+// TestFirstSweepWaits checks that a store does not sweep the moment it
+// opens, when a short-lived process is taking its first port, and does
+// sweep once it has lived a second.
+func TestFirstSweepWaits(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	seed := openAt(t, path)
+	for i := range 3 {
+		if _, err := seed.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(27100+i)), Owner: deadOwner(t, time.Duration(i)*time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opened := time.Now()
+	s, err := statestore.Open(ctx, path, statestore.Options{}) // the default interval: a minute
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 27200)}); err != nil {
+		t.Fatal(err)
+	}
+	// A sweep at Open would be done well within 300 ms; the first one is
+	// due at a second (a stalled machine that reads the counter later
+	// proves nothing either way).
+	time.Sleep(time.Until(opened.Add(300 * time.Millisecond)))
+	if n := s.Stats().Reaped; n != 0 && time.Since(opened) < 900*time.Millisecond {
+		t.Errorf("reaped %d rows %v after Open; want the sweep to wait a second", n, time.Since(opened).Round(time.Millisecond))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Stats().Reaped < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("first sweep reaped %d rows in 10s; want 3", s.Stats().Reaped)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func itoa(n int) string { return strconv.Itoa(n) }
 
 func TestRememberRecall(t *testing.T) {
