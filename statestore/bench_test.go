@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -59,6 +60,15 @@ func BenchmarkReap10k(b *testing.B) {
 // table, owned by owner(i).
 func fill(b *testing.B, path string, n int, owner func(i int) statestore.Owner) {
 	b.Helper()
+	fillRows(b, path, n, func(i int) (statestore.Key, statestore.Owner) {
+		return statestore.Key{Protocol: statestore.TCP, Addr: lo4, Port: uint16(20000 + i)}, owner(i)
+	})
+}
+
+// fillRows inserts n rows straight into the table in one transaction, the
+// i-th with the key and owner row(i) gives.
+func fillRows(b *testing.B, path string, n int, row func(i int) (statestore.Key, statestore.Owner)) {
+	b.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		b.Fatal(err)
@@ -68,11 +78,16 @@ func fill(b *testing.B, path string, n int, owner func(i int) statestore.Owner) 
 	if err != nil {
 		b.Fatal(err)
 	}
+	stmt, err := tx.Prepare(`INSERT INTO port_allocations (protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, 'bench', '', 'dynamic', 0)`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stmt.Close()
 	for i := range n {
-		o := owner(i)
-		if _, err := tx.Exec(`INSERT INTO port_allocations (protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at)
-			VALUES ('tcp', ?, X'7f000001', ?, ?, ?, 'bench', '', 'dynamic', 0)`,
-			20000+i, o.PID, o.Start, o.Scope); err != nil {
+		k, o := row(i)
+		addr, _ := netaddr.Pack(k.Addr)
+		if _, err := stmt.Exec(string(k.Protocol), int(k.Port), addr, o.PID, o.Start, o.Scope); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,7 +2,6 @@ package statestore_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -83,31 +81,44 @@ func BenchmarkBusyStore(b *testing.B) {
 	}
 }
 
-// fillUDP inserts n rows on udp ports of 127.0.0.2 and 127.0.0.3 owned by o.
-func fillUDP(b *testing.B, path string, n int, o statestore.Owner) {
-	b.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+// BenchmarkBusyStoreFull is BenchmarkBusyStore with 90% of the scanned
+// ports held by the idle process, in the scan's way: the worst case of a
+// view that another writer keeps making stale, where every held candidate
+// a scan visits is read again by its key.
+func BenchmarkBusyStoreFull(b *testing.B) {
+	ctx := context.Background()
+	s, path := open(b)
+	idle := exec.Command("sleep", "3600")
+	if err := idle.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = idle.Process.Kill(); _ = idle.Wait() })
+	o, err := statestore.LookupOwner(ctx, idle.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer db.Close()
-	tx, err := db.Begin()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stmt, err := tx.Prepare(`INSERT INTO port_allocations (protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at)
-		VALUES ('udp', ?, ?, ?, ?, ?, 'idle', '', 'dynamic', 0)`)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stmt.Close()
-	for i := range n {
-		addr, _ := netaddr.Pack(netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i/65535)}))
-		if _, err := stmt.Exec(1+i%65535, addr, o.PID, o.Start, o.Scope); err != nil {
+	// Every port of 20000-21999 but each tenth, on the scan's address.
+	fillRows(b, path, 1800, func(i int) (statestore.Key, statestore.Owner) { return tcp(lo4, uint16(20000+i/9*10+i%9+1)), o })
+	w := startWorker(b, "churn", path)
+	w.until(b, "ready")
+	port := 0
+	next := func() (uint16, bool) { port = (port + 1 + rand.IntN(7)) % 2000; return uint16(20000 + port), true }
+	b.ResetTimer()
+	for b.Loop() {
+		r, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: next})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Release(ctx, r.Key, statestore.Owner{}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		b.Fatal(err)
-	}
+}
+
+// fillUDP inserts n rows on udp ports of 127.0.0.2 and 127.0.0.3 owned by o.
+func fillUDP(b *testing.B, path string, n int, o statestore.Owner) {
+	b.Helper()
+	fillRows(b, path, n, func(i int) (statestore.Key, statestore.Owner) {
+		return statestore.Key{Protocol: statestore.UDP, Addr: netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i/65535)}), Port: uint16(1 + i%65535)}, o
+	})
 }
