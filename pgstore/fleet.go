@@ -70,6 +70,11 @@ const (
 	// whose lease has run out.
 	qReapLeases = "DELETE FROM berth_port_allocations WHERE owner_kind = 'lease' AND lease_expires < now()"
 
+	// qSetLockTimeout bounds how long a set's transaction waits for a
+	// port another transaction holds uncommitted: far longer than a set
+	// of free ports takes to commit, far shorter than the deadlock check.
+	qSetLockTimeout = "SET LOCAL lock_timeout = '100ms'"
+
 	qLeases = "SELECT p.protocol, p.port, host(p.address), p.holder, p.label, coalesce(h.host_id, ''), p.lease_expires, p.created_at" +
 		" FROM berth_port_allocations p LEFT JOIN berth_hosts h USING (host_no)" +
 		" WHERE p.owner_kind = 'lease' ORDER BY p.holder, p.protocol, p.port, p.address"
@@ -217,8 +222,10 @@ const MaxFleetSet = 1024
 // store.ErrExhausted that names the request; as with ReserveFleet, lapsed
 // leases are reaped once before that is decided. A set that loses races
 // to concurrent reservations (another transaction took a port between
-// this one's look and its insert) is tried again, whole, up to a bound;
-// past it the error wraps store.ErrBusy. One round trip per port, plus
+// this one's look and its insert, or kept one uncommitted for longer
+// than 100ms, as two sets that want each other's next port do) is tried
+// again, whole, from other random ports, up to a bound; past it the
+// error wraps store.ErrBusy. One round trip per port, plus
 // BEGIN and COMMIT, when nothing is in the way.
 func (s *Store) ReserveFleetSet(ctx context.Context, reqs []FleetRequest) ([]FleetReservation, error) {
 	if len(reqs) == 0 || len(reqs) > MaxFleetSet {
@@ -279,6 +286,9 @@ func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, r
 	out := make([]FleetReservation, len(reqs))
 	full := -1
 	err := pgx.BeginFunc(cctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(cctx, qSetLockTimeout); err != nil {
+			return err
+		}
 		for i, req := range reqs {
 			key := keys[i]
 			granted := false
@@ -314,9 +324,12 @@ func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, r
 		return out, -1, nil
 	case errors.Is(err, errSetFull):
 		return nil, full, nil
-	case errors.Is(err, errSetRace), isExclusion(err), isDeadlock(err):
-		// Two sets that took each other's next port wait for each other:
-		// the server aborts one of them, which starts again.
+	case errors.Is(err, errSetRace), isExclusion(err), isLockWait(err):
+		// A port another transaction inserted but has not committed is
+		// waited for; two sets that took each other's next port would
+		// wait for each other until the server's deadlock check (a
+		// second by default). lock_timeout cuts such waits short, and the
+		// set starts again from other random ports.
 		return nil, len(reqs), nil
 	}
 	return nil, 0, s.fail(ctx, op, err)
@@ -329,11 +342,12 @@ var (
 	errSetRace = errors.New("lost the race for a port of the set")
 )
 
-// isDeadlock reports whether err is the server aborting a transaction
-// that waited for another one that waited for it.
-func isDeadlock(err error) bool {
+// isLockWait reports whether err is a set's transaction that waited too
+// long for another one: lock_timeout ran out, or the server found the two
+// waiting for each other.
+func isLockWait(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DeadlockDetected
+	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.DeadlockDetected)
 }
 
 // fleetOnce runs qFleetReserve: the port granted and true; a port that was

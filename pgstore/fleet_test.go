@@ -479,7 +479,7 @@ func TestFleetSetsConcurrent(t *testing.T) {
 		openWith(t, dsn, pgstore.Options{Host: "host-a"}),
 		openWith(t, dsn, pgstore.Options{Host: "host-b"}),
 	}
-	const sets, size = 6, 3
+	const sets, size = 8, 3
 	var (
 		wg  sync.WaitGroup
 		mu  sync.Mutex // guards got
