@@ -286,7 +286,8 @@ func (a *Allocator) fleetErr(op, typ string, err error) error {
 		return nil
 	case errors.As(err, &fe):
 		named := *fe
-		if f, ok := fleetFields[fe.Field]; ok && typ != "" {
+		// RenewFleet's ttl is a parameter of its own, not a field.
+		if f, ok := fleetFields[fe.Field]; ok && typ != "" && (fe.Field != "ttl" || typ != "FleetReservation") {
 			named.Field = typ + "." + f
 		}
 		return fmt.Errorf("portalloc: %s: %w", op, &named)
