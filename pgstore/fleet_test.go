@@ -16,11 +16,14 @@ import (
 	"github.com/berth-go/berth/store/storetest"
 )
 
-// reserveFleet reserves a fleet-wide tcp port of first..last for holder.
+// reserveFleet reserves a fleet-wide tcp port of first..last for holder,
+// under a lease of an hour: other programs' tests step this machine's
+// clock (see internal/clocklock), by minutes at times, and a shorter lease
+// could run out, and be reaped, in the middle of a test.
 func reserveFleet(tb testing.TB, s *pgstore.Store, holder string, first, last uint16) pgstore.FleetReservation {
 	tb.Helper()
 	r, err := s.ReserveFleet(context.Background(), pgstore.FleetRequest{
-		Protocol: store.TCP, Band: pgstore.Band{First: first, Last: last}, Holder: holder, Label: "fleet", TTL: time.Minute})
+		Protocol: store.TCP, Band: pgstore.Band{First: first, Last: last}, Holder: holder, Label: "fleet", TTL: time.Hour})
 	if err != nil {
 		tb.Fatalf("ReserveFleet(%s, %d-%d) = %v", holder, first, last, err)
 	}
@@ -379,7 +382,7 @@ func TestFleetStartSpread(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r, err := s.ReserveFleet(ctx, pgstore.FleetRequest{
-				Protocol: store.TCP, Band: pgstore.Band{First: 50000, Last: 50999}, Holder: "job/spread-" + string(rune('a'+i))})
+				Protocol: store.TCP, Band: pgstore.Band{First: 50000, Last: 50999}, Holder: "job/spread-" + string(rune('a'+i)), TTL: time.Hour})
 			if err != nil {
 				t.Errorf("ReserveFleet #%d = %v", i, err)
 				return
@@ -404,7 +407,7 @@ func fleetSet(holder string, n int, first, last uint16) []pgstore.FleetRequest {
 	reqs := make([]pgstore.FleetRequest, n)
 	for i := range reqs {
 		reqs[i] = pgstore.FleetRequest{Protocol: store.TCP, Band: pgstore.Band{First: first, Last: last}, Holder: holder,
-			Label: holder + "/" + string(rune('a'+i)), TTL: time.Minute}
+			Label: holder + "/" + string(rune('a'+i)), TTL: time.Hour}
 	}
 	return reqs
 }

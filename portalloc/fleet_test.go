@@ -183,7 +183,7 @@ func TestFleetReservations(t *testing.T) {
 	ctl := newAllocator(t, hostA)
 	b := newAllocator(t, hostB)
 
-	r, err := ctl.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-0", Label: "web", TTL: time.Minute})
+	r, err := ctl.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-0", Label: "web", TTL: time.Hour})
 	if err != nil || r.Port < base || r.Port > base+1 || r.Host != "" || r.Addr.String() != "0.0.0.0" {
 		t.Fatalf("ReserveFleet = %+v, %v; want a port of %d-%d on 0.0.0.0, fleet-wide", r, err, base, base+1)
 	}
@@ -197,15 +197,19 @@ func TestFleetReservations(t *testing.T) {
 	if err := ctl.RenewFleet(ctx, other, time.Minute); !errors.Is(err, portalloc.ErrNotHeld) {
 		t.Errorf("RenewFleet by another holder = %v; want ErrNotHeld", err)
 	}
-	if err := b.RenewFleet(ctx, r, 2*time.Minute); err != nil {
+	if err := b.RenewFleet(ctx, r, 2*time.Hour); err != nil {
 		t.Errorf("RenewFleet from another host's Allocator = %v", err)
+	}
+	var tfe *portalloc.FieldError
+	if err := b.RenewFleet(ctx, r, -time.Second); !errors.As(err, &tfe) || tfe.Field != "ttl" {
+		t.Errorf("RenewFleet(-1s) = %v; want a *FieldError for ttl", err)
 	}
 	_, err = ctl.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: ""})
 	var fe *portalloc.FieldError
 	if !errors.As(err, &fe) || fe.Field != "FleetRequest.Holder" || !strings.HasPrefix(err.Error(), "portalloc: reserve fleet-wide: FleetRequest.Holder") {
 		t.Errorf("ReserveFleet without a holder = %v; want a *FieldError for FleetRequest.Holder", err)
 	}
-	if _, err := ctl.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-1"}); err != nil {
+	if _, err := ctl.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-1", TTL: time.Hour}); err != nil {
 		t.Fatalf("ReserveFleet of the band's other port = %v", err)
 	}
 	_, err = ctl.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-2"})
@@ -250,7 +254,8 @@ func TestFleetSet(t *testing.T) {
 		{Name: "api", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}}},
 		{Name: "lb", Ports: []portalloc.PortSpec{{Name: "admin", Scope: portalloc.ScopeGroup}}},
 	}}
-	req := portalloc.FleetSetRequest{Spec: spec, Band: portalloc.Band{First: base, Last: base + 1}, Holder: "job/shop"}
+	// Leases of an hour: other programs' tests step this machine's clock.
+	req := portalloc.FleetSetRequest{Spec: spec, Band: portalloc.Band{First: base, Last: base + 1}, Holder: "job/shop", TTL: time.Hour}
 	if _, err := a.ReserveFleetSet(ctx, req); !errors.Is(err, portalloc.ErrRangeExhausted) {
 		t.Errorf("ReserveFleetSet of 3 ports on a band of 2 = %v; want ErrRangeExhausted", err)
 	}
