@@ -158,9 +158,9 @@ func fleetSetRequests(req FleetSetRequest) ([]pgstore.FleetRequest, error) {
 			field := fmt.Sprintf("groups[%d].ports[%d]", gi, pi)
 			switch {
 			case len(p.Prefer) > 0:
-				return nil, &SpecError{Field: field + ".prefer", Reason: "a fleet-wide set draws its ports from FleetSetRequest.Band; prefer is for a host's range"}
+				return nil, &SpecError{Field: field + ".prefer", Reason: "a fleet-wide set draws its ports from the request's band; prefer is for a host's range"}
 			case p.Order != "":
-				return nil, &SpecError{Field: field + ".order", Reason: "a fleet-wide set draws its ports from FleetSetRequest.Band; order is for a host's range"}
+				return nil, &SpecError{Field: field + ".order", Reason: "a fleet-wide set draws its ports from the request's band; order is for a host's range"}
 			case p.Sticky:
 				return nil, &SpecError{Field: field + ".sticky", Reason: "a fleet-wide set has no host to remember its ports on; sticky is for a host's range"}
 			}
