@@ -16,3 +16,7 @@ const (
 // Renew renews the host's lease to ttl from now, as the background
 // goroutine does.
 func (s *Store) Renew(ctx context.Context, ttl time.Duration) error { return s.renew(ctx, ttl) }
+
+// SetFleetStart makes ReserveFleet start its search of a band of n ports
+// at offset f(n) instead of a random one. Call it before any other call.
+func (s *Store) SetFleetStart(f func(n int) int) { s.fleetStart = f }

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/berth-go/berth/store"
 )
@@ -21,16 +25,20 @@ import (
 // its host once that is known. Every lease time is the server's: set as
 // now() + ttl and compared with now() in SQL, never with a client's clock.
 const (
-	// qFleetReserve grants the first port of the band $3..$4 that no row
-	// of any host holds for an address conflicting with $2, as a row of no
-	// host held by $5 until $6 ms from now. It returns one row when the
-	// band had a free port: its created_at and lease_expires are NULL when
-	// the insert lost a race for it. No row: the band is exhausted.
+	// qFleetReserve grants the first port of the band $3..$4, going up
+	// from $3 + $8 and wrapping round to $3, that no row of any host holds
+	// for an address conflicting with $2, as a row of no host held by $5
+	// until $6 ms from now. The walk visits every port of the band once,
+	// so "no row" means exactly that the band is exhausted; the offset $8
+	// (0 to the band's size less one) only says where it starts. It
+	// returns one row when the band had a free port: its created_at and
+	// lease_expires are NULL when the insert lost a race for it.
 	qFleetReserve = "WITH free AS (" +
-		" SELECT c.port FROM generate_series($3::int, $4::int) AS c(port)" +
+		" SELECT c.port FROM generate_series(0, $4::int - $3::int) AS g(i)," +
+		"  LATERAL (SELECT $3::int + ($8::int + g.i) % ($4::int - $3::int + 1) AS port) AS c" +
 		" WHERE NOT EXISTS (SELECT 1 FROM berth_port_allocations p" +
 		"  WHERE p.protocol = $1 AND p.port = c.port AND p.addr_span && berth_addr_span($2::inet))" +
-		" ORDER BY c.port LIMIT 1)," +
+		" ORDER BY g.i LIMIT 1)," +
 		" ins AS (INSERT INTO berth_port_allocations" +
 		" (host_no, protocol, port, address, owner_kind, holder, lease_expires, label, kind)" +
 		" SELECT NULL, $1, free.port, $2::inet, 'lease', $5, now() + $6::bigint * interval '1 millisecond', $7, 'dynamic'" +
@@ -62,6 +70,11 @@ const (
 	// whose lease has run out.
 	qReapLeases = "DELETE FROM berth_port_allocations WHERE owner_kind = 'lease' AND lease_expires < now()"
 
+	// qSetLockTimeout bounds how long a set's transaction waits for a
+	// port another transaction holds uncommitted: far longer than a set
+	// of free ports takes to commit, far shorter than the deadlock check.
+	qSetLockTimeout = "SET LOCAL lock_timeout = '100ms'"
+
 	qLeases = "SELECT p.protocol, p.port, host(p.address), p.holder, p.label, coalesce(h.host_id, ''), p.lease_expires, p.created_at" +
 		" FROM berth_port_allocations p LEFT JOIN berth_hosts h USING (host_no)" +
 		" WHERE p.owner_kind = 'lease' ORDER BY p.holder, p.protocol, p.port, p.address"
@@ -86,8 +99,8 @@ type FleetRequest struct {
 	// and IPv6: "this port on whatever host, whatever address", the usual
 	// meaning of a fleet-wide port.
 	Addr netip.Addr
-	// Band is where the port is drawn from, lowest first: a band of the
-	// caller's own for fleet-wide ports, apart from the ranges hosts
+	// Band is where the port is drawn from, from a random port of it
+	// onwards (see ReserveFleet): a band of the caller's own for fleet-wide ports, apart from the ranges hosts
 	// hand out to processes, so that per-host grants rarely stand in the
 	// way (a port any host holds is skipped). Required.
 	Band Band
@@ -114,10 +127,16 @@ type FleetReservation struct {
 	Created time.Time
 }
 
-// ReserveFleet reserves for req.Holder, under a lease of req.TTL, the
-// lowest port of req.Band that is free on every host: a row of no host,
+// ReserveFleet reserves for req.Holder, under a lease of req.TTL, a port
+// of req.Band that is free on every host: a row of no host,
 // which the exclusion constraint keeps out of every host's way and every
-// host's out of its way. No process of any host can reserve the port
+// host's out of its way. The search starts at a random port of the band
+// and goes up, wrapping round to its first port, so controllers that
+// reserve at the same moment rarely want the same port (all starting at
+// the lowest, each but one would lose the race for it and try again); it
+// is still one round trip, and it still visits every port of the band,
+// so a band with no free port is told apart exactly. No process of any
+// host can reserve the port
 // while the row lasts; a process Reserve or Scan that meets it gets a
 // *store.ConflictError whose holder has Scope store.LeaseScope.
 //
@@ -126,24 +145,7 @@ type FleetReservation struct {
 // it. A band with no port free everywhere is an error wrapping
 // store.ErrExhausted. The Store's own host plays no part.
 func (s *Store) ReserveFleet(ctx context.Context, req FleetRequest) (FleetReservation, error) {
-	if req.Addr == (netip.Addr{}) {
-		req.Addr = netip.IPv4Unspecified()
-	}
-	key, err := store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}.Normalize()
-	if err != nil {
-		return FleetReservation{}, err
-	}
-	if req.Band.First == 0 || req.Band.Last < req.Band.First {
-		return FleetReservation{}, &store.FieldError{Field: "band", Value: fmt.Sprintf("%d-%d", req.Band.First, req.Band.Last),
-			Want: "a band of ports First to Last, 1 <= First <= Last <= 65535"}
-	}
-	if err := checkHolder(req.Holder); err != nil {
-		return FleetReservation{}, err
-	}
-	if err := store.CheckLabel(req.Label); err != nil {
-		return FleetReservation{}, err
-	}
-	ttl, err := leaseTTL(req.TTL)
+	key, ttl, err := checkFleet(&req)
 	if err != nil {
 		return FleetReservation{}, err
 	}
@@ -176,6 +178,178 @@ func (s *Store) ReserveFleet(ctx context.Context, req FleetRequest) (FleetReserv
 	return FleetReservation{}, fmt.Errorf("%s: %w: lost the race for a port %d times; try again", op, store.ErrBusy, maxAttempts)
 }
 
+// checkFleet validates req, filling in its default address, and returns
+// its key (port 1: the search sets it) and lease.
+func checkFleet(req *FleetRequest) (store.Key, time.Duration, error) {
+	if req.Addr == (netip.Addr{}) {
+		req.Addr = netip.IPv4Unspecified()
+	}
+	key, err := store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}.Normalize()
+	if err != nil {
+		return store.Key{}, 0, err
+	}
+	if req.Band.First == 0 || req.Band.Last < req.Band.First {
+		return store.Key{}, 0, &store.FieldError{Field: "band", Value: fmt.Sprintf("%d-%d", req.Band.First, req.Band.Last),
+			Want: "a band of ports First to Last, 1 <= First <= Last <= 65535"}
+	}
+	if err := checkHolder(req.Holder); err != nil {
+		return store.Key{}, 0, err
+	}
+	if err := store.CheckLabel(req.Label); err != nil {
+		return store.Key{}, 0, err
+	}
+	ttl, err := leaseTTL(req.TTL)
+	if err != nil {
+		return store.Key{}, 0, err
+	}
+	return key, ttl, nil
+}
+
+// MaxFleetSet is the most ports ReserveFleetSet reserves in one set.
+const MaxFleetSet = 1024
+
+// ReserveFleetSet reserves a port for each of reqs, all of them or none:
+// the ports of a set of named ports for one holder (every request's
+// Holder must be the same), each drawn as ReserveFleet draws one, from
+// its own request's Band, Protocol and Addr, under its own TTL. The ports
+// are granted in one transaction: when one of them cannot be had, the
+// transaction rolls back and no row of the set is left behind. Ports are
+// distinct wherever they would conflict (two requests of one protocol on
+// one band get two ports). It returns the reservations in the order of
+// reqs.
+//
+// A band with no port free for some request is an error wrapping
+// store.ErrExhausted that names the request; as with ReserveFleet, lapsed
+// leases are reaped once before that is decided. A set that loses races
+// to concurrent reservations (another transaction took a port between
+// this one's look and its insert, or kept one uncommitted for longer
+// than 100ms, as two sets that want each other's next port do) is tried
+// again, whole, from other random ports, up to a bound; past it the
+// error wraps store.ErrBusy. One round trip per port, plus
+// BEGIN and COMMIT, when nothing is in the way.
+func (s *Store) ReserveFleetSet(ctx context.Context, reqs []FleetRequest) ([]FleetReservation, error) {
+	if len(reqs) == 0 || len(reqs) > MaxFleetSet {
+		return nil, &store.FieldError{Field: "set", Value: fmt.Sprintf("%d ports", len(reqs)), Want: fmt.Sprintf("1 to %d ports (MaxFleetSet)", MaxFleetSet)}
+	}
+	reqs = slices.Clone(reqs)
+	keys := make([]store.Key, len(reqs))
+	ttls := make([]time.Duration, len(reqs))
+	for i := range reqs {
+		var err error
+		if keys[i], ttls[i], err = checkFleet(&reqs[i]); err != nil {
+			return nil, fmt.Errorf("port %d of the set: %w", i, err)
+		}
+		if reqs[i].Holder != reqs[0].Holder {
+			return nil, &store.FieldError{Field: fmt.Sprintf("holder of port %d of the set", i), Value: reqs[i].Holder,
+				Want: strconv.Quote(reqs[0].Holder) + ", the holder of the set's first port: a set has one holder"}
+		}
+	}
+	op := fmt.Sprintf("reserve a fleet-wide set of %d ports for %s", len(reqs), strconv.Quote(reqs[0].Holder))
+	reaped := false
+	for range maxAttempts {
+		out, full, err := s.fleetSetOnce(ctx, op, keys, reqs, ttls)
+		switch {
+		case err != nil:
+			return nil, err
+		case full < 0:
+			return out, nil
+		case out == nil && full == len(reqs):
+			continue // a race lost: the whole set again
+		case !reaped:
+			reaped = true
+			n, err := s.reapLeases(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if n > 0 {
+				continue
+			}
+		}
+		r := reqs[full]
+		return nil, fmt.Errorf("%s: %w: no port of the band %d-%d is free on every host for port %d of the set (%s on %s, label %s); nothing was reserved: widen the band or release fleet-wide reservations",
+			op, store.ErrExhausted, r.Band.First, r.Band.Last, full, keys[full].Protocol, keys[full].Addr, strconv.Quote(r.Label))
+	}
+	return nil, fmt.Errorf("%s: %w: lost the race for its ports %d times; nothing was reserved; try again", op, store.ErrBusy, maxAttempts)
+}
+
+// fleetSetOnce tries to grant the set in one transaction. It returns the
+// reservations and -1; or nil and the index of the first request whose
+// band had no free port (the transaction rolled back); or nil and
+// len(reqs) when a race was lost and the whole set should be tried again.
+func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, reqs []FleetRequest, ttls []time.Duration) ([]FleetReservation, int, error) {
+	if err := s.open(); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", op, err)
+	}
+	// One deadline for the transaction: a port per round trip.
+	cctx, cancel := context.WithTimeout(ctx, s.timeout*time.Duration(min(len(reqs), 10)+2))
+	defer cancel()
+	out := make([]FleetReservation, len(reqs))
+	full := -1
+	err := pgx.BeginFunc(cctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(cctx, qSetLockTimeout); err != nil {
+			return err
+		}
+		for i, req := range reqs {
+			key := keys[i]
+			granted := false
+			for range maxAttempts {
+				var (
+					port             int32
+					created, expires *time.Time
+				)
+				err := tx.QueryRow(cctx, qFleetReserve, string(key.Protocol), key.Addr.String(), int32(req.Band.First), int32(req.Band.Last),
+					req.Holder, ttls[i].Milliseconds(), req.Label, s.bandStart(req.Band)).Scan(&port, &created, &expires)
+				switch {
+				case errors.Is(err, pgx.ErrNoRows):
+					full = i
+					return errSetFull
+				case err != nil:
+					return err
+				case created == nil || expires == nil:
+					continue // a port committed by another meanwhile: look again
+				}
+				key.Port = uint16(port)
+				out[i] = FleetReservation{Key: key, Holder: req.Holder, Label: req.Label, Created: *created, Expires: *expires}
+				granted = true
+				break
+			}
+			if !granted {
+				return errSetRace
+			}
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return out, -1, nil
+	case errors.Is(err, errSetFull):
+		return nil, full, nil
+	case errors.Is(err, errSetRace), isExclusion(err), isLockWait(err):
+		// A port another transaction inserted but has not committed is
+		// waited for; two sets that took each other's next port would
+		// wait for each other until the server's deadlock check (a
+		// second by default). lock_timeout cuts such waits short, and the
+		// set starts again from other random ports.
+		return nil, len(reqs), nil
+	}
+	return nil, 0, s.fail(ctx, op, err)
+}
+
+// errSetFull and errSetRace roll a set's transaction back: a band had no
+// free port, or a port was lost to other transactions too often.
+var (
+	errSetFull = errors.New("a band of the set has no free port")
+	errSetRace = errors.New("lost the race for a port of the set")
+)
+
+// isLockWait reports whether err is a set's transaction that waited too
+// long for another one: lock_timeout ran out, or the server found the two
+// waiting for each other.
+func isLockWait(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.DeadlockDetected)
+}
+
 // fleetOnce runs qFleetReserve: the port granted and true; a port that was
 // free but lost to a concurrent insert and false; or port 0 when the band
 // has no free port.
@@ -190,7 +364,7 @@ func (s *Store) fleetOnce(ctx context.Context, op string, key store.Key, req Fle
 		created, expires *time.Time
 	)
 	err := s.pool.QueryRow(cctx, qFleetReserve, string(key.Protocol), key.Addr.String(), int32(req.Band.First), int32(req.Band.Last),
-		req.Holder, ttl.Milliseconds(), req.Label).Scan(&port, &created, &expires)
+		req.Holder, ttl.Milliseconds(), req.Label, s.bandStart(req.Band)).Scan(&port, &created, &expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, time.Time{}, time.Time{}, false, nil
@@ -357,6 +531,16 @@ func (s *Store) reapLeases(ctx context.Context) (int64, error) {
 		s.log.Info("deleted reservations whose lease ran out", "rows", n)
 	}
 	return n, nil
+}
+
+// bandStart returns where a search of band starts: an offset from its
+// first port, drawn at random (or by Store.fleetStart, in tests).
+func (s *Store) bandStart(band Band) int32 {
+	n := int(band.Last) - int(band.First) + 1
+	if s.fleetStart != nil {
+		return int32(s.fleetStart(n) % n)
+	}
+	return int32(rand.IntN(n))
 }
 
 // checkLease validates what RenewFleet, ReleaseFleet and NarrowFleet

@@ -16,11 +16,14 @@ import (
 	"github.com/berth-go/berth/store/storetest"
 )
 
-// reserveFleet reserves a fleet-wide tcp port of first..last for holder.
+// reserveFleet reserves a fleet-wide tcp port of first..last for holder,
+// under a lease of an hour: other programs' tests step this machine's
+// clock (see internal/clocklock), by minutes at times, and a shorter lease
+// could run out, and be reaped, in the middle of a test.
 func reserveFleet(tb testing.TB, s *pgstore.Store, holder string, first, last uint16) pgstore.FleetReservation {
 	tb.Helper()
 	r, err := s.ReserveFleet(context.Background(), pgstore.FleetRequest{
-		Protocol: store.TCP, Band: pgstore.Band{First: first, Last: last}, Holder: holder, Label: "fleet", TTL: time.Minute})
+		Protocol: store.TCP, Band: pgstore.Band{First: first, Last: last}, Holder: holder, Label: "fleet", TTL: time.Hour})
 	if err != nil {
 		tb.Fatalf("ReserveFleet(%s, %d-%d) = %v", holder, first, last, err)
 	}
@@ -50,7 +53,7 @@ func TestFleetPortBlocksEveryHost(t *testing.T) {
 	ctx := context.Background()
 	a := openWith(t, dsn, pgstore.Options{Host: "host-a"})
 	b := openWith(t, dsn, pgstore.Options{Host: "host-b"})
-	r := reserveFleet(t, a, "pod/default/web-0", 59000, 59009)
+	r := reserveFleet(t, a, "pod/default/web-0", 59000, 59000)
 	if r.Port != 59000 || r.Addr.String() != "0.0.0.0" || r.Host != "" || r.Holder != "pod/default/web-0" {
 		t.Fatalf("ReserveFleet = %+v; want port 59000 on 0.0.0.0, no host", r)
 	}
@@ -325,6 +328,197 @@ func TestFleetRowsInSQL(t *testing.T) {
 	var n int
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM berth_port_allocations WHERE port = 59500").Scan(&n); err != nil || n != 1 {
 		t.Errorf("rows of port 59500 = %d, %v; want the fleet-wide one", n, err)
+	}
+}
+
+// TestFleetStartWraps: the search starts where the store says and wraps
+// round to the band's first port, and a band whose every port is held
+// is exhausted wherever the search starts.
+func TestFleetStartWraps(t *testing.T) {
+	dsn, _ := testDB(t)
+	ctx := context.Background()
+	a := openWith(t, dsn, pgstore.Options{Host: "host-a"})
+	b := openWith(t, dsn, pgstore.Options{Host: "host-b"})
+	a.SetFleetStart(func(n int) int { return 5 })
+	if r := reserveFleet(t, a, "job/first", 59600, 59609); r.Port != 59605 {
+		t.Errorf("ReserveFleet from offset 5 = %d; want 59605", r.Port)
+	}
+	for p := uint16(59606); p <= 59609; p++ {
+		if _, err := b.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", p)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []uint16
+	for i := range 5 {
+		got = append(got, reserveFleet(t, a, "job/wrap-"+string(rune('a'+i)), 59600, 59609).Port)
+	}
+	if want := []uint16{59600, 59601, 59602, 59603, 59604}; !slices.Equal(got, want) {
+		t.Errorf("ReserveFleet from offset 5 past the held ports = %v; want %v (wrapped round)", got, want)
+	}
+	for _, start := range []int{0, 5, 9, 12} {
+		a.SetFleetStart(func(n int) int { return start })
+		_, err := a.ReserveFleet(ctx, pgstore.FleetRequest{Protocol: store.TCP, Band: pgstore.Band{First: 59600, Last: 59609}, Holder: "job/late"})
+		if !errors.Is(err, store.ErrExhausted) {
+			t.Errorf("ReserveFleet from offset %d on a full band = %v; want store.ErrExhausted", start, err)
+		}
+	}
+}
+
+// TestFleetStartSpread: controllers reserving at the same moment start
+// at random ports of the band, not all at its lowest. (Starting at the
+// lowest, the eight would get exactly the band's first eight ports.)
+func TestFleetStartSpread(t *testing.T) {
+	dsn, _ := testDB(t)
+	ctx := context.Background()
+	s := openWith(t, dsn, pgstore.Options{Host: "host-a"})
+	const n = 8
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex // guards got
+		got []uint16
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.ReserveFleet(ctx, pgstore.FleetRequest{
+				Protocol: store.TCP, Band: pgstore.Band{First: 50000, Last: 50999}, Holder: "job/spread-" + string(rune('a'+i)), TTL: time.Hour})
+			if err != nil {
+				t.Errorf("ReserveFleet #%d = %v", i, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, r.Port)
+		}()
+	}
+	wg.Wait()
+	slices.Sort(got)
+	if len(slices.Compact(slices.Clone(got))) != n {
+		t.Fatalf("ports granted = %v; want %d distinct", got, n)
+	}
+	if got[n-1] == 50000+n-1 {
+		t.Errorf("ports granted = %v; want them spread over 50000-50999, not the band's lowest %d", got, n)
+	}
+}
+
+// fleetSet is a set of n tcp requests on first..last for holder.
+func fleetSet(holder string, n int, first, last uint16) []pgstore.FleetRequest {
+	reqs := make([]pgstore.FleetRequest, n)
+	for i := range reqs {
+		reqs[i] = pgstore.FleetRequest{Protocol: store.TCP, Band: pgstore.Band{First: first, Last: last}, Holder: holder,
+			Label: holder + "/" + string(rune('a'+i)), TTL: time.Hour}
+	}
+	return reqs
+}
+
+// TestFleetSetAllOrNone: a set the band cannot hold leaves no row behind;
+// one it can hold gets distinct ports, all under the holder's lease.
+func TestFleetSetAllOrNone(t *testing.T) {
+	dsn, conn := testDB(t)
+	ctx := context.Background()
+	a := openWith(t, dsn, pgstore.Options{Host: "host-a"})
+	b := openWith(t, dsn, pgstore.Options{Host: "host-b"})
+	if _, err := b.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 59702)}); err != nil {
+		t.Fatal(err)
+	}
+	// 59700-59703 less b's 59702: three ports for a set of four.
+	_, err := a.ReserveFleetSet(ctx, fleetSet("pod/default/big", 4, 59700, 59703))
+	if !errors.Is(err, store.ErrExhausted) || !strings.Contains(err.Error(), "port 3 of the set") {
+		t.Errorf("ReserveFleetSet of 4 on 3 free ports = %v; want store.ErrExhausted naming port 3", err)
+	}
+	var rows int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM berth_port_allocations WHERE owner_kind = 'lease'").Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("lease rows after the failed set = %d, %v; want none left behind", rows, err)
+	}
+	// One request of another band that is full fails the set too.
+	reqs := fleetSet("pod/default/mixed", 2, 59700, 59703)
+	reqs = append(reqs, pgstore.FleetRequest{Protocol: store.TCP, Band: pgstore.Band{First: 59702, Last: 59702}, Holder: "pod/default/mixed"})
+	if _, err := a.ReserveFleetSet(ctx, reqs); !errors.Is(err, store.ErrExhausted) {
+		t.Errorf("ReserveFleetSet with a held fixed port = %v; want store.ErrExhausted", err)
+	}
+	if leases, err := a.Leases(ctx); err != nil || len(leases) != 0 {
+		t.Errorf("Leases after the failed sets = %v, %v; want none", leases, err)
+	}
+
+	got, err := a.ReserveFleetSet(ctx, fleetSet("pod/default/web", 3, 59700, 59703))
+	if err != nil || len(got) != 3 {
+		t.Fatalf("ReserveFleetSet of 3 = %+v, %v", got, err)
+	}
+	var ports []uint16
+	for i, r := range got {
+		if r.Holder != "pod/default/web" || r.Label != "pod/default/web/"+string(rune('a'+i)) || r.Host != "" || !r.Expires.After(r.Created) {
+			t.Errorf("set port %d = %+v; want the holder's, labelled in request order, fleet-wide, under a lease", i, r)
+		}
+		ports = append(ports, r.Port)
+	}
+	slices.Sort(ports)
+	if want := []uint16{59700, 59701, 59703}; !slices.Equal(ports, want) {
+		t.Errorf("set ports = %v; want %v", ports, want)
+	}
+	for _, r := range got {
+		if err := a.RenewFleet(ctx, r.Key, "pod/default/web", time.Hour); err != nil {
+			t.Errorf("RenewFleet(%v) of a set's port = %v", r.Key, err)
+		}
+	}
+
+	for _, bad := range [][]pgstore.FleetRequest{
+		nil,
+		append(fleetSet("pod/default/x", 1, 59700, 59703), fleetSet("pod/default/y", 1, 59700, 59703)...), // two holders
+		{{Protocol: store.TCP, Band: pgstore.Band{First: 59703, Last: 59700}, Holder: "x"}},               // reversed band
+	} {
+		if _, err := a.ReserveFleetSet(ctx, bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("ReserveFleetSet(%+v) = %v; want store.ErrInvalid", bad, err)
+		}
+	}
+}
+
+// TestFleetSetsConcurrent: sets reserved at once from two hosts never
+// share a port, and together fill the band exactly.
+func TestFleetSetsConcurrent(t *testing.T) {
+	dsn, _ := testDB(t)
+	ctx := context.Background()
+	stock := []*pgstore.Store{
+		openWith(t, dsn, pgstore.Options{Host: "host-a"}),
+		openWith(t, dsn, pgstore.Options{Host: "host-b"}),
+	}
+	const sets, size = 8, 3
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex // guards got
+		got = map[uint16]string{}
+	)
+	for i := range sets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			holder := "job/set-" + string(rune('a'+i))
+			rs, err := stock[i%2].ReserveFleetSet(ctx, fleetSet(holder, size, 59800, 59800+sets*size-1))
+			if err != nil {
+				t.Errorf("ReserveFleetSet(%s) = %v", holder, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range rs {
+				if prev, dup := got[r.Port]; dup {
+					t.Errorf("port %d granted to %s and %s", r.Port, prev, holder)
+				}
+				got[r.Port] = holder
+			}
+		}()
+	}
+	wg.Wait()
+	if len(got) != sets*size {
+		t.Errorf("%d ports granted; want %d, each once", len(got), sets*size)
+	}
+	_, err := stock[0].ReserveFleetSet(ctx, fleetSet("job/late", 1, 59800, 59800+sets*size-1))
+	if !errors.Is(err, store.ErrExhausted) {
+		t.Errorf("ReserveFleetSet on a full band = %v; want store.ErrExhausted", err)
+	}
+	leases, err := stock[1].Leases(ctx)
+	if err != nil || len(leases) != sets*size {
+		t.Errorf("Leases = %d, %v; want %d", len(leases), err, sets*size)
 	}
 }
 

@@ -30,7 +30,7 @@ func TestHotLookupsUseTheConstraintIndex(t *testing.T) {
 	}{
 		{"holders", pgstore.QHolders, []any{int32(1), "tcp", []int32{57000, 57001}, "127.0.0.1"}},
 		{"scan", pgstore.QScan, []any{int32(1), "tcp", "127.0.0.1", "dynamic", []int32{57000, 57001}, 1, int64(1), "", "", ""}},
-		{"fleet", pgstore.QFleetReserve, []any{"tcp", "0.0.0.0", int32(57000), int32(57100), "pod/default/web-0", int64(60000), ""}},
+		{"fleet", pgstore.QFleetReserve, []any{"tcp", "0.0.0.0", int32(57000), int32(57100), "pod/default/web-0", int64(60000), "", int32(50)}},
 	} {
 		rows, err := conn.Query(ctx, "EXPLAIN "+c.q, c.args...)
 		if err != nil {

@@ -48,9 +48,12 @@
 // is no process at all (a pod, a job), holds a port under a renewable
 // lease instead: ReserveFleet draws it from a band of the caller's own as
 // a row of no host, which the exclusion constraint keeps taken on every
-// host; NarrowFleet makes it a row of one host once that is known. The
-// holder's controller renews the lease (RenewFleet) and releases the port
-// (ReleaseFleet); a lease that runs out, by the server's clock, is deleted
+// host, starting its search at a random port of the band so that
+// controllers reserving at once rarely want the same port; ReserveFleetSet
+// draws the several ports of a set for one holder in one transaction, all
+// of them or none. NarrowFleet makes a row one of a host once that is
+// known. The holder's controller renews the lease (RenewFleet) and
+// releases the port (ReleaseFleet); a lease that runs out, by the server's clock, is deleted
 // by the Reap and the sweep of any host. Lease rows are not judged by any
 // process table, and neither RetireHost nor grace reaping deletes them.
 // List shows process rows only; Leases lists the lease rows of the fleet.
@@ -132,6 +135,10 @@ type Store struct {
 	reaped        atomic.Int64
 	probeFailures atomic.Int64
 	lost          atomic.Int64 // rows of this host other hosts deleted, reported since Open
+
+	// fleetStart, when set (by tests, before any call), picks the offset
+	// in a band of n ports where ReserveFleet's search starts; nil: random.
+	fleetStart func(n int) int
 }
 
 var _ store.Store = (*Store)(nil)

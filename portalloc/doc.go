@@ -74,6 +74,21 @@
 // metrics, and package expvarmetrics publishes them through expvar. Package
 // porttest gives tests their ports.
 //
+// # Fleet-wide reservations
+//
+// With a Config.Store the hosts of a fleet share one PostgreSQL store
+// (package pgstore), and an Allocator also serves owners that are not
+// processes of a host: a pod not yet scheduled, a job. ReserveFleet
+// reserves a port of a band of the caller's own that is free on every
+// host, for a named holder under a lease on the server's clock;
+// ReserveFleetSet reserves the ports of a SetSpec so, all or none. The
+// holder's controller renews the leases (RenewFleet), gives a reservation
+// its host once that is known (NarrowFleet) and releases it (ReleaseFleet);
+// FleetLeases lists them. Such a reservation is the holder's, not the
+// process's: Close leaves it, and a lease that runs out is reaped by any
+// host. On the SQLite store these calls return a *FieldError for
+// Config.Store.
+//
 // Importing portalloc (or porttest) has no side effects: it registers no
 // HTTP handler, flag or expvar variable.
 package portalloc

@@ -16,7 +16,8 @@ import (
 // package store (ErrExhausted, ErrHeld, ErrInvalid, ErrUnsafe), so an error
 // from a store tests the same.
 var (
-	// ErrRangeExhausted: no port of the range is free.
+	// ErrRangeExhausted: no port of the range is free (for ReserveFleet
+	// and ReserveFleetSet: of the band, on every host).
 	ErrRangeExhausted = store.ErrExhausted
 	// ErrPortHeld: the port is reserved by a live process or bound outside
 	// berth. The error is a *ConflictError with the detail.
@@ -34,7 +35,9 @@ var (
 	ErrClosed = errors.New("allocator closed")
 	// ErrNotHeld: Release or Transfer of a reservation that this process
 	// does not hold in the store: released already, reaped, or transferred
-	// to another process.
+	// to another process. For RenewFleet, ReleaseFleet and NarrowFleet:
+	// no such fleet-wide reservation of the holder's (released, its lease
+	// ran out and was reaped, or it is another holder's).
 	ErrNotHeld = errors.New("not held by this process")
 	// ErrUnsafe: the state directory or a file of berth's in it belongs
 	// to another user, may be written by others, or is a symbolic link

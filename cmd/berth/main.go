@@ -11,6 +11,8 @@
 //	berth reap                                delete reservations of exited processes
 //	berth doctor                              state store, mode, ranges and outside listeners
 //	berth host retire NAME                    delete a decommissioned host's reservations (--store)
+//	berth fleet reserve|renew|narrow|release  ports free on every host, held by a named --holder (--store)
+//	berth fleet ls                            the fleet's reservations held under a lease
 //	berth completion bash|zsh|fish|powershell shell completion
 //
 // A port belongs to a process: it stays reserved while that process runs
@@ -164,7 +166,7 @@ Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted.
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(flagError)
 	a.global.add(root)
-	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.reapCmd(), a.doctorCmd(), a.hostCmd())
+	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.reapCmd(), a.doctorCmd(), a.hostCmd(), a.fleetCmd())
 	return root
 }
 

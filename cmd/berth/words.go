@@ -7,8 +7,8 @@ import (
 	"github.com/berth-go/berth/portalloc"
 )
 
-// requestFlags names the flag each field of a portalloc.Request comes from
-// on berth's command line.
+// requestFlags names the flag each field of a portalloc.Request (or of the
+// fleet-wide requests) comes from on berth's command line.
 var requestFlags = map[string]string{
 	"Request.Label":    "--label",
 	"Request.Address":  "--addr",
@@ -16,6 +16,19 @@ var requestFlags = map[string]string{
 	"Request.Order":    "--order",
 	"Request.Prefer":   "--prefer",
 	"Config.Store":     "--store",
+
+	"FleetRequest.Holder":     "--holder",
+	"FleetRequest.Band":       "--band",
+	"FleetRequest.TTL":        "--ttl",
+	"FleetRequest.Label":      "--label",
+	"FleetRequest.Addr":       "--addr",
+	"FleetRequest.Protocol":   "--udp",
+	"FleetSetRequest.Holder":  "--holder",
+	"FleetSetRequest.Band":    "--band",
+	"FleetSetRequest.TTL":     "--ttl",
+	"FleetReservation.Holder": "--holder",
+	"FleetReservation.Addr":   "--addr",
+	"ttl":                     "--ttl",
 }
 
 // inUserWords puts an error of portalloc into the words of berth's users:

@@ -9,7 +9,7 @@
 // range below, and no two ranges overlap (see TestDisjoint):
 //
 //	package                 range         what binds there
-//	cmd/berth               21000-21999   testscripts: a block of 100 ports per script
+//	cmd/berth               21000-21999   testscripts: a block of 71 ports per script
 //	portalloc/porttest      22000-22999   porttest's own store and its worker binaries
 //	examples/quickstart     23000-23499   run, through BERTH_PORT_RANGE
 //	examples/metrics        23500-23999   run, through BERTH_PORT_RANGE
