@@ -60,6 +60,9 @@ func TestSelfScope(t *testing.T) {
 	if want := strings.TrimSpace(string(b)); sc.boot != want {
 		t.Errorf("boot id in Self().Scope = %q; want %q", sc.boot, want)
 	}
+	if got, want := BootID(), strings.TrimSpace(string(b)); got != want || got == "" {
+		t.Errorf("BootID() = %q; want %q, /proc/sys/kernel/random/boot_id", got, want)
+	}
 	link, _ := os.Readlink("/proc/self/ns/pid")
 	if want := "pid:[" + sc.pidNS + "]"; link != want {
 		t.Errorf("pid namespace in Self().Scope = %q; /proc/self/ns/pid is %q", sc.pidNS, link)
