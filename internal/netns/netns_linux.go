@@ -6,7 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // ipPath finds ip once: root's PATH has /usr/sbin, a test's may not.
@@ -58,3 +63,62 @@ func del(ctx context.Context, name string) error {
 // prefixForTest names a test's namespaces after this process, so that the
 // test binaries of one go test ./... run never meet.
 func prefixForTest() string { return fmt.Sprintf("berth-test-%d", os.Getpid()) }
+
+// Do runs f on an OS thread of this process switched into ns, and
+// switches the thread back before it returns. A socket f opens stays in
+// ns: this is how one process binds a port in the namespaces of several
+// hosts. The process itself, its other threads and what /proc/PID/ns/net
+// shows stay where they were.
+func (ns NS) Do(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// The goroutine never unlocks its thread when it could not switch
+		// it back: the runtime then ends the thread with the goroutine.
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("netns: %w", err)
+			return
+		}
+		defer func() { _ = orig.Close() }()
+		target, err := os.Open("/run/netns/" + ns.Name)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("netns: %w", err)
+			return
+		}
+		defer func() { _ = target.Close() }()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("netns: enter %s: %w", ns.Name, err)
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("netns: leave %s: %w", ns.Name, err))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// Pids returns the processes whose network namespace is ns (as "ip netns
+// pids" lists them): the programs started in it and their children.
+func (ns NS) Pids(ctx context.Context) ([]int, error) {
+	out, err := exec.CommandContext(ctx, ipPath(), "netns", "pids", ns.Name).Output()
+	if err != nil {
+		return nil, fmt.Errorf("netns: ip netns pids %s: %w", ns.Name, err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("netns: ip netns pids %s: %q is no pid", ns.Name, f)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
