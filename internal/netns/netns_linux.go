@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -121,4 +123,46 @@ func (ns NS) Pids(ctx context.Context) ([]int, error) {
 		pids = append(pids, pid)
 	}
 	return pids, nil
+}
+
+// KillAll SIGKILLs every process in ns that keep does not report, and
+// again those that appear meanwhile (children of the killed), until none
+// is left or ctx ends; it returns how many it signalled. Each process is
+// signalled through a pidfd after checking, on that pidfd's process, that
+// it is still in ns: a pid reused meanwhile by a process elsewhere is
+// never signalled. A process that exits as a zombie no longer counts.
+func (ns NS) KillAll(ctx context.Context, keep func(pid int) bool) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/run/netns/"+ns.Name, &st); err != nil {
+		return 0, fmt.Errorf("netns: %s: %w", ns.Name, err)
+	}
+	want := fmt.Sprintf("net:[%d]", st.Ino)
+	killed := 0
+	for {
+		pids, err := ns.Pids(ctx)
+		if err != nil {
+			return killed, err
+		}
+		pids = slices.DeleteFunc(pids, func(pid int) bool { return keep != nil && keep(pid) })
+		if len(pids) == 0 {
+			return killed, nil
+		}
+		for _, pid := range pids {
+			fd, err := unix.PidfdOpen(pid, 0)
+			if err != nil {
+				continue // gone already
+			}
+			if link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil && link == want {
+				if unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil {
+					killed++
+				}
+			}
+			_ = unix.Close(fd)
+		}
+		select {
+		case <-ctx.Done():
+			return killed, fmt.Errorf("netns: kill the processes of %s: %w", ns.Name, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

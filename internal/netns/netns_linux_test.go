@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -165,5 +166,44 @@ func TestPids(t *testing.T) {
 	}
 	if pids, err := nss[1].Pids(ctx); err != nil || slices.Contains(pids, cmd.Process.Pid) {
 		t.Errorf("Pids of %s = %v, %v; want no %d", nss[1].Name, pids, err, cmd.Process.Pid)
+	}
+}
+
+// TestKillAll: every process of a namespace, a child started there and
+// its own child, is killed, and none of another namespace.
+func TestKillAll(t *testing.T) {
+	nss := netns.ForTest(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	victim := nss[0].Command("sh", "-c", "sleep 30 & sleep 30; true")
+	other := nss[1].Command("sleep", "30")
+	for _, c := range []*exec.Cmd{victim, other} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	waited := make(chan error, 1)
+	go func() { waited <- victim.Wait() }()
+	for { // until the shell has started its child
+		pids, err := nss[0].Pids(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pids) >= 3 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	n, err := nss[0].KillAll(ctx, nil)
+	if err != nil || n < 3 {
+		t.Errorf("KillAll = %d, %v; want the shell and its two sleeps", n, err)
+	}
+	<-waited
+	if pids, err := nss[0].Pids(ctx); err != nil || len(pids) != 0 {
+		t.Errorf("Pids after KillAll = %v, %v; want none", pids, err)
+	}
+	if pids, err := nss[1].Pids(ctx); err != nil || !slices.Contains(pids, other.Process.Pid) {
+		t.Errorf("Pids of the other namespace after KillAll = %v, %v; want %d still there", pids, err, other.Process.Pid)
 	}
 }

@@ -28,3 +28,8 @@ func (ns NS) Do(func() error) error {
 func (ns NS) Pids(context.Context) ([]int, error) {
 	return nil, fmt.Errorf("%w: %s has none", ErrUnsupported, runtime.GOOS)
 }
+
+// KillAll fails: network namespaces are Linux's.
+func (ns NS) KillAll(context.Context, func(int) bool) (int, error) {
+	return 0, fmt.Errorf("%w: %s has none", ErrUnsupported, runtime.GOOS)
+}
