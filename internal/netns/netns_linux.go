@@ -130,39 +130,71 @@ func (ns NS) Pids(ctx context.Context) ([]int, error) {
 // is left or ctx ends; it returns how many it signalled. Each process is
 // signalled through a pidfd after checking, on that pidfd's process, that
 // it is still in ns: a pid reused meanwhile by a process elsewhere is
-// never signalled. A process that exits as a zombie no longer counts.
+// never signalled. KillAll returns once every process it signalled has
+// exited entirely, its sockets closed: a process leaves the namespace's
+// list while it exits, before its last thread has closed its files.
 func (ns NS) KillAll(ctx context.Context, keep func(pid int) bool) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat("/run/netns/"+ns.Name, &st); err != nil {
 		return 0, fmt.Errorf("netns: %s: %w", ns.Name, err)
 	}
 	want := fmt.Sprintf("net:[%d]", st.Ino)
-	killed := 0
+	var dying []int // pidfds of the processes signalled
+	defer func() {
+		for _, fd := range dying {
+			_ = unix.Close(fd)
+		}
+	}()
 	for {
 		pids, err := ns.Pids(ctx)
 		if err != nil {
-			return killed, err
+			return len(dying), err
 		}
 		pids = slices.DeleteFunc(pids, func(pid int) bool { return keep != nil && keep(pid) })
 		if len(pids) == 0 {
-			return killed, nil
+			break
 		}
 		for _, pid := range pids {
 			fd, err := unix.PidfdOpen(pid, 0)
 			if err != nil {
 				continue // gone already
 			}
-			if link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil && link == want {
-				if unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil {
-					killed++
-				}
+			if link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil && link == want &&
+				unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil {
+				dying = append(dying, fd)
+				continue
 			}
 			_ = unix.Close(fd)
 		}
-		select {
-		case <-ctx.Done():
-			return killed, fmt.Errorf("netns: kill the processes of %s: %w", ns.Name, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
+		if err := pause(ctx, ns); err != nil {
+			return len(dying), err
 		}
+	}
+	// A pidfd turns readable once its process has exited, every thread.
+	for _, fd := range dying {
+		for {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(fds, 10)
+			if err != nil && !errors.Is(err, unix.EINTR) {
+				return len(dying), fmt.Errorf("netns: wait for the processes of %s: %w", ns.Name, err)
+			}
+			if n > 0 {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return len(dying), fmt.Errorf("netns: wait for the processes of %s: %w", ns.Name, err)
+			}
+		}
+	}
+	return len(dying), nil
+}
+
+// pause waits a little for processes to die, or fails when ctx ends.
+func pause(ctx context.Context, ns NS) error {
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("netns: kill the processes of %s: %w", ns.Name, ctx.Err())
+	case <-time.After(10 * time.Millisecond):
+		return nil
 	}
 }
