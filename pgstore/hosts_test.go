@@ -439,9 +439,17 @@ func TestHostNameOfTwoMachines(t *testing.T) {
 	reserveN(t, a, 56203, 1)
 
 	// Its lease lapses (it crashed, or reboots): the new boot takes over.
+	// A row of a process of an earlier boot of the machine is dead.
 	expire(t, conn, "web-1", "1 second")
+	if _, err := conn.Exec(ctx, "INSERT INTO berth_port_allocations (host_no, protocol, port, address, owner_pid, owner_start, owner_scope, kind)"+
+		" SELECT host_no, 'tcp', 56220, '127.0.0.1', 4242, 1, '00000000-0000-0000-0000-000000000000/k1//', 'dynamic' FROM berth_hosts WHERE host_id = 'web-1'"); err != nil {
+		t.Fatal(err)
+	}
 	var log logBuf
 	b = openWith(t, dsn, pgstore.Options{Host: "web-1", BootID: "boot-b", Logger: log.logger()})
+	if n, err := b.Reap(ctx); err != nil || n != 1 || rowsOf(t, conn, "web-1") != 4 {
+		t.Errorf("the new boot's Reap = %d, %v, leaving %d rows; want the earlier boot's row reaped and this process's 4 kept", n, err, rowsOf(t, conn, "web-1"))
+	}
 	if got := bootOf(t, conn, "web-1"); got != "boot-b" {
 		t.Errorf("boot id of web-1 after the takeover = %q; want boot-b", got)
 	}
