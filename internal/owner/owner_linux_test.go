@@ -86,7 +86,11 @@ func TestZombie(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Not waited for: the child stays a zombie until the test's cleanup.
-	waitFor(t, func() bool { return statFields(t, pid)[0] == "Z" }, "the killed child to become a zombie")
+	// Its first thread shows Z before its other threads have exited.
+	waitFor(t, func() bool {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		return statFields(t, pid)[0] == "Z" && len(tasks) == 1
+	}, "the killed child to become a zombie, every thread exited")
 	if Active(ctx, id) {
 		t.Error("Active(zombie) = true; want false")
 	}
