@@ -83,7 +83,7 @@ func main() {
 	flag.StringVar(&cfg.Store, "store", "", "keep the reservations in this PostgreSQL database (a connection string), in a schema of the run's own")
 	flag.IntVar(&cfg.Hosts, "hosts", 0, "with -store: run -workers workers on each of this many hosts, network namespaces named host-1..N; needs root")
 	flag.DurationVar(&cfg.RetireEvery, "retire-every", 5*time.Second, "with 2 -hosts or more: kill every process of a random host, retire it from another, and restart it this often (negative: never)")
-	flag.IntVar(&cfg.FleetWorkers, "fleet-workers", 1, "with -hosts: workers that hold fleet-wide ports and bind each on every host (negative: none)")
+	flag.IntVar(&cfg.FleetWorkers, "fleet-workers", 0, "with -hosts: workers that hold fleet-wide ports and bind each on every host (default 1, none with -clock-step; negative: none)")
 	flag.StringVar(&cfg.Dir, "dir", "", "keep state and logs here (default: a temporary directory, removed)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: random)")
 	flag.BoolVar(&verbose, "v", false, "print each kill, freeze and clock step")

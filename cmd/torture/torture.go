@@ -67,8 +67,9 @@ type Config struct {
 	// FleetWorkers, with Hosts, runs that many fleet workers besides the
 	// hosts' workers: each holds fleet-wide ports of Range
 	// (pgstore.ReserveFleet, rows of no host), binds each in every host's
-	// namespace, and is SIGKILLed at random like the others. Zero: 1;
-	// negative: none.
+	// namespace, and is SIGKILLed at random like the others. Zero: 1,
+	// none with ClockStep (a step of the server's clock ends their
+	// leases); negative: none.
 	FleetWorkers int
 	Dir          string // the run's state and logs; zero: a new temporary directory, removed afterwards
 	Seed         uint64 // zero: random
@@ -151,6 +152,11 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	switch {
 	case cfg.Hosts == 0 || cfg.FleetWorkers < 0:
 		cfg.FleetWorkers = 0
+	case cfg.FleetWorkers == 0 && cfg.ClockStep:
+		// A fleet-wide lease follows the server's clock, which the steps
+		// move by 300 s: a step forward ends every lease on the spot, as
+		// it would on a real server, and a host may then have the port
+		// while the fleet worker still binds it. Only on request.
 	case cfg.FleetWorkers == 0:
 		cfg.FleetWorkers = 1
 	}
