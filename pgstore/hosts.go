@@ -21,19 +21,29 @@ const (
 	// renews it when the host is known already.
 	qRegisterHost = "INSERT INTO berth_hosts (host_id, expires_at) VALUES ($1, now() + $2::bigint * interval '1 millisecond')" +
 		" ON CONFLICT (host_id) DO NOTHING"
-	// qClaimHost renews host $1's lease to $2 ms from now, never shortening
-	// a lease another Store of the host holds, and reads and resets what
-	// other hosts left for it: the rows they deleted (lost_rows), whether
-	// it was retired, and whether its lease had lapsed. The subquery locks
-	// the host's row and reads its newest version before the update, so a
-	// grace reaping or retirement that runs meanwhile is counted either in
-	// what this statement returns or in the next claim, never lost.
-	qClaimHost = "UPDATE berth_hosts h SET expires_at = greatest(h.expires_at, now() + $2::bigint * interval '1 millisecond')," +
-		" retired_at = NULL, lost_rows = 0" +
-		" FROM (SELECT host_no, lost_rows, retired_at IS NOT NULL AS retired, expires_at < now() AS lapsed" +
-		" FROM berth_hosts WHERE host_id = $1 FOR UPDATE) old" +
-		" WHERE h.host_no = old.host_no" +
-		" RETURNING h.host_no, old.lost_rows, old.retired, old.lapsed"
+	// qClaimHost renews host $1's lease to $2 ms from now for the boot $3,
+	// never shortening a lease another Store of the host holds, and reads
+	// and resets what other hosts left for it: the rows they deleted
+	// (lost_rows), whether it was retired, and whether its lease had
+	// lapsed. The first CTE locks the host's row and reads its newest
+	// version before the update, so a grace reaping or retirement that
+	// runs meanwhile is counted either in what this statement returns or
+	// in the next claim, never lost.
+	//
+	// A lease that is live, not retired, and held by another boot ($3 and
+	// the row's boot both known) belongs to another machine under the same
+	// name: then nothing changes (taken is true), and the statement
+	// returns that boot and how many ms its lease has left. Two machines
+	// claiming at once are serialised by the row lock: the second sees the
+	// first's lease.
+	qClaimHost = "WITH old AS (SELECT host_no, lost_rows, retired_at IS NOT NULL AS retired, expires_at < now() AS lapsed, boot_id," +
+		" (retired_at IS NULL AND expires_at >= now() AND boot_id <> '' AND $3::text <> '' AND boot_id <> $3::text) AS taken," +
+		" greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint AS left_ms" +
+		" FROM berth_hosts WHERE host_id = $1 FOR UPDATE)," +
+		" renewed AS (UPDATE berth_hosts h SET expires_at = greatest(h.expires_at, now() + $2::bigint * interval '1 millisecond')," +
+		" retired_at = NULL, lost_rows = 0, boot_id = CASE WHEN $3::text = '' THEN h.boot_id ELSE $3::text END" +
+		" FROM old WHERE h.host_no = old.host_no AND NOT old.taken RETURNING h.host_no)" +
+		" SELECT host_no, lost_rows, retired, lapsed, taken, boot_id, left_ms FROM old"
 
 	// qLapsedHosts locks the other hosts ($1 is this one) that hold rows
 	// and whose lease ended more than $2 ms ago. FOR UPDATE rechecks the
@@ -74,21 +84,36 @@ func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	var (
-		hostNo          int32
-		lost            int64
-		retired, lapsed bool
+		hostNo                 int32
+		lost, leftMS           int64
+		retired, lapsed, taken bool
+		boot                   string
 	)
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	err := s.pool.QueryRow(cctx, qClaimHost, s.host, ttl.Milliseconds()).Scan(&hostNo, &lost, &retired, &lapsed)
+	scan := func() error {
+		return s.pool.QueryRow(cctx, qClaimHost, s.host, ttl.Milliseconds(), s.bootID).
+			Scan(&hostNo, &lost, &retired, &lapsed, &taken, &boot, &leftMS)
+	}
+	err := scan()
 	if errors.Is(err, pgx.ErrNoRows) {
 		// A new host (or one whose row was deleted by hand): register it.
 		if _, err = s.pool.Exec(cctx, qRegisterHost, s.host, ttl.Milliseconds()); err == nil {
-			err = s.pool.QueryRow(cctx, qClaimHost, s.host, ttl.Milliseconds()).Scan(&hostNo, &lost, &retired, &lapsed)
+			err = scan()
 		}
 	}
 	if err != nil {
 		return s.fail(ctx, op, err)
+	}
+	if taken {
+		// Another machine holds the name: touching nothing, this Store
+		// neither reaps that machine's rows nor extends its lease.
+		return fmt.Errorf("%s: %w", op, &HostInUseError{Host: s.host, BootID: boot, Left: time.Duration(leftMS) * time.Millisecond})
+	}
+	if lapsed && boot != "" && boot != s.bootID && s.bootID != "" {
+		// The usual case is a reboot: the rows of the old boot are judged
+		// dead by their owners' boot id and reaped.
+		s.log.Info("this host's lapsed lease was held by another boot; this boot takes it over", "host", s.host, "previous", boot, "boot", s.bootID)
 	}
 	switch {
 	case s.hostNo == 0:
@@ -164,6 +189,30 @@ func (s *Store) RetireHost(ctx context.Context, host string) (int, error) {
 	s.log.Info("retired a host; its reservations are deleted", "host", host, "rows", n)
 	return int(n), nil
 }
+
+// HostInUseError reports that the host name a Store was opened under is
+// held, under a live lease, by another boot: most likely another machine
+// configured with the same name. Two machines under one name would take
+// each other's processes for exited and hand out ports still in use, so
+// the Store refuses instead. It wraps store.ErrInvalid.
+type HostInUseError struct {
+	// Host is the name in use.
+	Host string
+	// BootID is the boot id of the machine that holds the lease.
+	BootID string
+	// Left is how long that lease still runs, by the server's clock, as
+	// of the refusal.
+	Left time.Duration
+}
+
+func (e *HostInUseError) Error() string {
+	return fmt.Sprintf("host %q is in use by another machine (boot id %s), whose lease on the name runs %v more: "+
+		"give this machine a host name of its own (--host or BERTH_HOST; Options.Host); "+
+		"if it is this machine before a reboot, the name is free once that lease has run out",
+		e.Host, e.BootID, e.Left.Round(time.Second))
+}
+
+func (e *HostInUseError) Unwrap() error { return store.ErrInvalid }
 
 // UnknownHostError reports a host name no Store has registered in the
 // database. It wraps store.ErrNotFound.

@@ -377,3 +377,117 @@ func TestRetireRacesGrants(t *testing.T) {
 		t.Log("the retirements ran before or after every grant; the race was not exercised this time")
 	}
 }
+
+// bootOf reads the boot id recorded with host's lease.
+func bootOf(tb testing.TB, conn *pgx.Conn, host string) string {
+	tb.Helper()
+	var boot string
+	if err := conn.QueryRow(context.Background(), "SELECT boot_id FROM berth_hosts WHERE host_id = $1", host).Scan(&boot); err != nil {
+		tb.Fatal(err)
+	}
+	return boot
+}
+
+// TestHostNameOfTwoMachines: a second machine (another boot id) opening
+// a store under a host name whose lease is live is refused with an error
+// that names the host and says what to do, and changes nothing: the first
+// machine keeps its rows and its lease. Once that lease has lapsed, a new
+// boot (a reboot) takes the name over; the first boot, should it still
+// run, is then refused at its renewal.
+func TestHostNameOfTwoMachines(t *testing.T) {
+	dsn, conn := testDB(t)
+	ctx := context.Background()
+	a := openWith(t, dsn, pgstore.Options{Host: "web-1", BootID: "boot-a"})
+	reserveN(t, a, 56200, 3)
+	if got := bootOf(t, conn, "web-1"); got != "boot-a" {
+		t.Fatalf("boot id of web-1 after Open = %q; want boot-a", got)
+	}
+	var before time.Time
+	if err := conn.QueryRow(ctx, "SELECT expires_at FROM berth_hosts WHERE host_id = 'web-1'").Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+
+	b, err := pgstore.Open(ctx, dsn, pgstore.Options{Host: "web-1", BootID: "boot-b", SweepInterval: -1, LeaseTTL: -1})
+	if err == nil {
+		_ = b.Close()
+		t.Fatal("Open of web-1 by another boot while its lease is live succeeded; want it refused")
+	}
+	var inUse *pgstore.HostInUseError
+	if !errors.As(err, &inUse) || !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("Open of web-1 by another boot = %v; want a *HostInUseError wrapping ErrInvalid", err)
+	}
+	if inUse.Host != "web-1" || inUse.BootID != "boot-a" || inUse.Left <= 0 || inUse.Left > 30*time.Second {
+		t.Errorf("HostInUseError = %+v; want host web-1, boot-a, up to 30s left", *inUse)
+	}
+	for _, want := range []string{`"web-1"`, "another machine", "--host", "BERTH_HOST"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Open's error %q does not say %q", err, want)
+		}
+	}
+	var after time.Time
+	if err := conn.QueryRow(ctx, "SELECT expires_at FROM berth_hosts WHERE host_id = 'web-1'").Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if got := bootOf(t, conn, "web-1"); got != "boot-a" || !after.Equal(before) || rowsOf(t, conn, "web-1") != 3 {
+		t.Errorf("after the refusal: boot %q, lease %v (was %v), %d rows; want boot-a's lease and 3 rows untouched",
+			got, after, before, rowsOf(t, conn, "web-1"))
+	}
+	// The first machine carries on.
+	if err := a.Renew(ctx, time.Minute); err != nil {
+		t.Fatalf("web-1's own renewal after the refusal: %v", err)
+	}
+	reserveN(t, a, 56203, 1)
+
+	// Its lease lapses (it crashed, or reboots): the new boot takes over.
+	// A row of a process of an earlier boot of the machine is dead.
+	expire(t, conn, "web-1", "1 second")
+	if _, err := conn.Exec(ctx, "INSERT INTO berth_port_allocations (host_no, protocol, port, address, owner_pid, owner_start, owner_scope, kind)"+
+		" SELECT host_no, 'tcp', 56220, '127.0.0.1', 4242, 1, '00000000-0000-0000-0000-000000000000/k1//', 'dynamic' FROM berth_hosts WHERE host_id = 'web-1'"); err != nil {
+		t.Fatal(err)
+	}
+	var log logBuf
+	b = openWith(t, dsn, pgstore.Options{Host: "web-1", BootID: "boot-b", Logger: log.logger()})
+	if n, err := b.Reap(ctx); err != nil || n != 1 || rowsOf(t, conn, "web-1") != 4 {
+		t.Errorf("the new boot's Reap = %d, %v, leaving %d rows; want the earlier boot's row reaped and this process's 4 kept", n, err, rowsOf(t, conn, "web-1"))
+	}
+	if got := bootOf(t, conn, "web-1"); got != "boot-b" {
+		t.Errorf("boot id of web-1 after the takeover = %q; want boot-b", got)
+	}
+	if got := log.find("held by another boot", `"previous"="boot-a"`); len(got) != 1 {
+		t.Errorf("the new boot's log = %q; want one line naming the previous boot", log.lines)
+	}
+	reserveN(t, b, 56210, 1)
+	// The old boot, had it survived, now meets the new one's lease.
+	if err := a.Renew(ctx, time.Minute); !errors.As(err, &inUse) || inUse.BootID != "boot-b" {
+		t.Errorf("the old boot's renewal after the takeover = %v; want a *HostInUseError naming boot-b", err)
+	}
+	if got := bootOf(t, conn, "web-1"); got != "boot-b" {
+		t.Errorf("boot id of web-1 after the old boot's renewal = %q; want still boot-b", got)
+	}
+}
+
+// TestHostNameFreeWithoutBoot: a lease with no recorded boot (a host
+// registered before berth recorded boots, or by NarrowFleet) and a
+// retired host's lease leave the name to any boot.
+func TestHostNameFreeWithoutBoot(t *testing.T) {
+	dsn, conn := testDB(t)
+	ctx := context.Background()
+	openWith(t, dsn, pgstore.Options{Host: "old-berth", BootID: "boot-a"})
+	if _, err := conn.Exec(ctx, "UPDATE berth_hosts SET boot_id = '' WHERE host_id = 'old-berth'"); err != nil {
+		t.Fatal(err)
+	}
+	openWith(t, dsn, pgstore.Options{Host: "old-berth", BootID: "boot-b"})
+	if got := bootOf(t, conn, "old-berth"); got != "boot-b" {
+		t.Errorf("boot id of a host with no boot recorded, after another boot's Open = %q; want boot-b", got)
+	}
+
+	openWith(t, dsn, pgstore.Options{Host: "gone", BootID: "boot-a"})
+	c := openWith(t, dsn, pgstore.Options{Host: "admin", BootID: "boot-c"})
+	if _, err := c.RetireHost(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	openWith(t, dsn, pgstore.Options{Host: "gone", BootID: "boot-b"})
+	if got := bootOf(t, conn, "gone"); got != "boot-b" {
+		t.Errorf("boot id of a retired host after another boot's Open = %q; want boot-b", got)
+	}
+}

@@ -37,6 +37,14 @@
 // long default. A host whose berth processes are all short commands has a
 // lease only while one runs: its rows go Grace after its last command.
 //
+// The lease records the boot id of the machine that holds it. Open under
+// a name whose lease is live and held by another boot fails with a
+// *HostInUseError and changes nothing: it is most likely a second machine
+// configured with the same name, which would otherwise take the first
+// one's processes for exited and hand their ports out again. Once that
+// lease has run out (or the host was retired), a new boot takes the name
+// over: a reboot, whose first Store deletes the old boot's rows.
+//
 // The host's row counts the rows deleted either way. A host that comes
 // back learns the count when it next opens a Store or renews its lease:
 // the Store logs an error and adds it to Stats.LostRows, and the host
@@ -94,7 +102,8 @@ type Options struct {
 	// It must name one machine: a Store judges the owners of its host's
 	// rows by this machine's process table, so two machines under one
 	// name would take each other's owners for exited (another boot) and
-	// hand their ports out again.
+	// hand their ports out again. Open therefore refuses a name whose
+	// lease another boot holds (see BootID).
 	Host string
 	// Logger receives the store's log; zero: discard.
 	Logger logr.Logger
@@ -113,6 +122,15 @@ type Options struct {
 	// server's clock, this store's Reap and sweep delete that host's rows;
 	// zero: 24h; negative: never (only RetireHost deletes them).
 	Grace time.Duration
+	// BootID identifies this machine's current boot; it is recorded with
+	// the host's lease, so that a machine whose Host is already held
+	// under a live lease by another boot (another machine configured with
+	// the same name) is refused with a *HostInUseError instead of taking
+	// the other machine's processes for exited. Zero: this machine's boot
+	// id (Linux /proc/sys/kernel/random/boot_id), or none where the system
+	// has none, which turns the check off. Tests set it to play two
+	// machines from one.
+	BootID string
 }
 
 // Store is an open PostgreSQL store for one host. Its zero value is not
@@ -123,6 +141,7 @@ type Store struct {
 	self    store.Owner
 	host    string
 	hostNo  int32
+	bootID  string // Options.BootID, recorded with the host's lease
 	timeout time.Duration
 	ttl     time.Duration
 	grace   time.Duration // negative: no grace reaping
@@ -176,6 +195,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err := checkHost(opts.Host); err != nil {
 		return nil, err
 	}
+	if opts.BootID == "" {
+		opts.BootID = owner.BootID()
+	}
+	if len(opts.BootID) > 255 {
+		return nil, &store.FieldError{Field: "boot id", Value: opts.BootID, Want: "a boot id of at most 255 bytes"}
+	}
 	id, err := owner.Self()
 	if err != nil {
 		return nil, fmt.Errorf("open: identify this process: %w", err)
@@ -189,6 +214,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		log:     opts.Logger,
 		self:    store.Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name},
 		host:    opts.Host,
+		bootID:  opts.BootID,
 		timeout: opts.Timeout,
 		ttl:     opts.LeaseTTL,
 		grace:   opts.Grace,

@@ -18,7 +18,8 @@ import (
 // claim is the time a process held a key: from its grant until it released
 // it, was killed, or (for a handoff) the child it was given to exited.
 type claim struct {
-	host       string // the fleet host; "" on one machine
+	host       string // the fleet host; "" on one machine and for fleet-wide claims
+	fleet      bool   // a fleet-wide grant: held on every host
 	proto      string
 	addr       netip.Addr
 	port       uint16
@@ -30,7 +31,10 @@ type claim struct {
 
 func (c claim) String() string {
 	on := ""
-	if c.host != "" {
+	switch {
+	case c.fleet:
+		on = " fleet-wide"
+	case c.host != "":
 		on = " on " + c.host
 	}
 	return fmt.Sprintf("%s %s%s by %s (pid %d)", c.proto, netip.AddrPortFrom(c.addr, c.port), on, c.proc, c.pid)
@@ -46,8 +50,24 @@ type Report struct {
 	Exhausted                                   int
 	Kills                                       int
 	BindFailures                                int
-	Errors                                      []string
-	ReapedByWorkers                             int64
+	// FleetGrants counts fleet-wide grants (also in Grants), FleetBinds
+	// their binds, one per host, and FleetExhausted the times a fleet
+	// worker found no port free on every host.
+	FleetGrants, FleetBinds, FleetExhausted int
+	// LeaseRefusals counts the Reserve calls of hosts' workers refused
+	// because a fleet-wide lease held the port.
+	LeaseRefusals int
+	// ProbeFailures counts the workers' bind probes that failed: ports
+	// the store let a worker claim but that something had bound. The
+	// probe keeps such a port from being granted; across hosts, where
+	// only the run binds, each is a double grant of the store's.
+	ProbeFailures int64
+	// Retirements counts hosts retired while the workers ran, and
+	// RetiredRows the rows the retirements deleted.
+	Retirements     int
+	RetiredRows     int64
+	Errors          []string
+	ReapedByWorkers int64
 	// Violations describes the first violations; ViolationCount counts
 	// them all.
 	Violations     []string
@@ -127,7 +147,9 @@ func overlap(spans []span, a, b int64) time.Duration {
 }
 
 // Check reads every log under dir/logs and checks that no two claims that
-// conflict under the address rule overlap in time, that every grant was
+// conflict under the address rule overlap in time on one host (a
+// fleet-wide claim is on every host; a retirement ends every claim of its
+// host, whose processes were killed before it), that every grant was
 // bindable by its grantee, and that the workers kept completing calls
 // (judged when the supervisor logged the call timeout). Events of all
 // processes are ordered by their monotonic stamps, which clock steps do not
@@ -143,6 +165,7 @@ func Check(dir string) (Report, error) {
 		kills     = map[string]int64{}
 		childExit = map[string]int64{}
 		reaped    = map[string]int64{}
+		retires   []Event
 		// From the supervisor's log, in its order.
 		base, stop  int64 = math.MaxInt64, math.MaxInt64 // the run's start and end
 		haveStart   bool
@@ -205,6 +228,10 @@ func Check(dir string) (Report, error) {
 				unfreeze(e.Proc, e.T)
 				kills[e.Proc] = e.T
 				rep.Kills++
+			case KindRetire:
+				retires = append(retires, e)
+				rep.Retirements++
+				rep.RetiredRows += e.Reaped
 			case KindChildExit:
 				childExit[e.Proc] = e.T
 			case KindChildBind:
@@ -229,12 +256,14 @@ func Check(dir string) (Report, error) {
 				if err != nil {
 					return rep, fmt.Errorf("log of %s: %w", proc, err)
 				}
-				c := &claim{host: e.Host, proto: e.Proto, addr: a, port: e.Port, proc: proc, pid: e.PID, start: e.T, end: math.MaxInt64}
+				c := &claim{host: e.Host, fleet: e.Fleet, proto: e.Proto, addr: a, port: e.Port, proc: proc, pid: e.PID, start: e.T, end: math.MaxInt64}
 				claims = append(claims, c)
 				grants = append(grants, e.T)
 				open[key] = c
 				rep.Grants++
 				switch {
+				case e.Fleet:
+					rep.FleetGrants++
 				case e.Handoff:
 					rep.Handoffs++
 				case e.Static:
@@ -245,6 +274,9 @@ func Check(dir string) (Report, error) {
 				}
 				reaped[proc] = max(reaped[proc], e.Reaped)
 			case KindBind:
+				if e.Fleet && e.Err == "" {
+					rep.FleetBinds++
+				}
 				if e.Err != "" {
 					rep.BindFailures++
 					failed = append(failed, bindFailure{e, fmt.Sprintf("%s (pid %d) could not bind %s it was granted: %s", proc, e.PID, key, e.Err)})
@@ -259,7 +291,15 @@ func Check(dir string) (Report, error) {
 					c.child = e.Child
 					delete(open, key)
 				}
+			case KindLeaseHeld:
+				rep.LeaseRefusals++
+			case KindProbe:
+				rep.ProbeFailures += e.Probes
 			case KindExhausted:
+				if e.Fleet {
+					rep.FleetExhausted++
+					break
+				}
 				rep.Exhausted++
 				rep.Latencies = append(rep.Latencies, time.Duration(e.DurNS))
 			case KindError:
@@ -279,6 +319,14 @@ func Check(dir string) (Report, error) {
 		if c.child != "" {
 			if t, ok := childExit[c.child]; ok {
 				c.end = t
+			}
+		}
+		// A retirement ends the claims of its host made before it: every
+		// process there, children included, was killed first. A child
+		// killed so logs no exit.
+		for _, r := range retires {
+			if !c.fleet && c.host == r.Host && c.start < r.T {
+				c.end = min(c.end, r.T)
 			}
 		}
 	}
@@ -369,7 +417,7 @@ func heldBy(claims []*claim, e Event, base int64) string {
 	}
 	var by []string
 	for _, c := range claims {
-		if c.host != e.Host || c.proto != e.Proto || c.port != e.Port || c.proc == e.Proc || c.child == e.Proc ||
+		if (c.host != e.Host && !c.fleet) || c.proto != e.Proto || c.port != e.Port || c.proc == e.Proc || c.child == e.Proc ||
 			c.start > e.T || c.end <= e.T || !netaddr.Conflicts(a, c.addr) {
 			continue
 		}
@@ -383,7 +431,8 @@ func heldBy(claims []*claim, e Event, base int64) string {
 
 // overlaps reports a violation for every two claims of one host, protocol
 // and port whose addresses conflict and whose times overlap, and returns
-// how many such pairs were of two hosts.
+// how many such pairs were of two hosts. A fleet-wide claim is on every
+// host.
 func overlaps(claims []*claim, violate func(string, ...any), base int64) (crossHost int) {
 	groups := map[string][]*claim{}
 	for _, c := range claims {
@@ -399,7 +448,7 @@ func overlaps(claims []*claim, violate func(string, ...any), base int64) (crossH
 				}
 				switch {
 				case !netaddr.Conflicts(a.addr, b.addr):
-				case a.host != b.host:
+				case a.host != b.host && !a.fleet && !b.fleet:
 					crossHost++
 				default:
 					violate("double grant: %s from %s until %s overlaps %s from %s", a, stamp(a.start, base), stamp(a.end, base), b, stamp(b.start, base))

@@ -34,13 +34,23 @@ type Event struct {
 	Static bool `json:"static,omitempty"`
 	// Handoff marks a grant that is meant for a child, not bound by the
 	// worker itself.
-	Handoff bool   `json:"handoff,omitempty"`
-	Child   string `json:"child,omitempty"` // the Proc a grant was handed to
-	Err     string `json:"err,omitempty"`
+	Handoff bool `json:"handoff,omitempty"`
+	// Fleet marks a fleet worker's events: a fleet-wide grant (a lease
+	// row of no host), which is held on every host at once, its release,
+	// and its binds, one per host (Host names it).
+	Fleet bool   `json:"fleet,omitempty"`
+	Child string `json:"child,omitempty"` // the Proc a grant was handed to
+	Err   string `json:"err,omitempty"`
 	// DurNS is how long the call took (grant, exhausted, call), the
 	// workers' call timeout (start), or the step (clock-step).
-	DurNS  int64 `json:"dur_ns,omitempty"`
+	DurNS int64 `json:"dur_ns,omitempty"`
+	// Reaped is how many rows a worker's store has reaped so far (grant,
+	// exit), or the rows a retirement deleted (retire).
 	Reaped int64 `json:"reaped,omitempty"`
+	// Probes is how many of a worker's bind probes failed during the call
+	// a probe-failed event follows: candidates the store let it claim
+	// but that something had bound.
+	Probes int64 `json:"probes,omitempty"`
 	// Op names the portalloc call a call event is about: allocate,
 	// reserve, release, transfer.
 	Op string `json:"op,omitempty"`
@@ -58,10 +68,12 @@ const (
 	KindChildBind = "child-bind" // a child bound its port (Err set on failure)
 	KindChildExit = "child-exit" // a child closed its socket and exits
 	KindExhausted = "exhausted"  // Allocate found the range full
+	KindLeaseHeld = "lease-held" // Reserve was refused a port a fleet-wide lease holds
 	KindError     = "error"      // an unexpected error
 	KindKill      = "kill"       // the supervisor is about to SIGKILL Proc
 	KindExit      = "exit"       // a worker released everything and exits
 	KindCall      = "call"       // a worker's portalloc call returned (Op, DurNS, Timeout)
+	KindProbe     = "probe"      // bind probes of the worker's last call failed (Probes)
 
 	// Written by the supervisor.
 	KindStart     = "start"      // the workers are starting; DurNS is their call timeout
@@ -70,6 +82,9 @@ const (
 	KindFreeze    = "freeze"     // Proc is about to get SIGSTOP
 	KindThaw      = "thaw"       // Proc got SIGCONT
 	KindStuck     = "stuck"      // Proc did not exit in time once told to stop
+	// KindRetire: Host was retired from another host (RetireHost), after
+	// every process on it had been killed; every claim on it ends here.
+	KindRetire = "retire"
 )
 
 // eventLog appends events to a file, one write per event, so a SIGKILL
@@ -96,7 +111,10 @@ func (l *eventLog) add(e Event) {
 		e.T = monotonic()
 	}
 	if e.Proc == "" {
-		e.Proc, e.PID, e.Host = l.proc, l.pid, l.host
+		e.Proc, e.PID = l.proc, l.pid
+		if e.Host == "" { // a fleet worker's binds name their host
+			e.Host = l.host
+		}
 	}
 	b, err := json.Marshal(e)
 	if err != nil {

@@ -7,10 +7,12 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/berth-go/berth/internal/netns"
+	"github.com/berth-go/berth/pgstore"
 )
 
 // hostName is the fleet name (Config.Host) of the host of index i.
@@ -68,4 +70,19 @@ func withSearchPath(dsn, schema string) string {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// retireHost retires host from the host by, through pgstore's public
+// API (what berth host retire calls), and returns the rows it deleted.
+func retireHost(ctx context.Context, dsn, by, host string, timeout time.Duration) (int, error) {
+	st, err := pgstore.Open(ctx, dsn, pgstore.Options{Host: by, Timeout: timeout, SweepInterval: -1, LeaseTTL: -1})
+	if err != nil {
+		return 0, fmt.Errorf("torture: retire %s: %w", host, err)
+	}
+	defer func() { _ = st.Close() }()
+	n, err := st.RetireHost(ctx, host)
+	if err != nil {
+		return 0, fmt.Errorf("torture: retire %s: %w", host, err)
+	}
+	return n, nil
 }

@@ -38,6 +38,14 @@
 // grant by host, protocol, address and port: two hosts may hold one port
 // at once (the summary counts it), one host never.
 //
+// Across 2 hosts or more, every -retire-every one host is taken down: all
+// its processes are SIGKILLed, another host retires it through pgstore's
+// RetireHost (berth host retire), and fresh workers start there; the
+// checker ends every claim of a retired host at its retirement. Besides,
+// -fleet-workers processes hold fleet-wide ports (pgstore.ReserveFleet,
+// rows of no host) and bind each on every host while the hosts' workers
+// go on: the store must keep those ports off every host.
+//
 // It exits 1 when any invariant was violated, 2 on a bad flag or when
 // -clock-step or -hosts lacks root.
 package main
@@ -74,6 +82,8 @@ func main() {
 	flag.BoolVar(&cfg.Freeze, "freeze", false, "SIGSTOP a random worker about every second for 100ms-3s, then SIGCONT or SIGKILL it")
 	flag.StringVar(&cfg.Store, "store", "", "keep the reservations in this PostgreSQL database (a connection string), in a schema of the run's own")
 	flag.IntVar(&cfg.Hosts, "hosts", 0, "with -store: run -workers workers on each of this many hosts, network namespaces named host-1..N; needs root")
+	flag.DurationVar(&cfg.RetireEvery, "retire-every", 5*time.Second, "with 2 -hosts or more: kill every process of a random host, retire it from another, and restart it this often (negative: never)")
+	flag.IntVar(&cfg.FleetWorkers, "fleet-workers", 0, "with -hosts: workers that hold fleet-wide ports and bind each on every host (default 1, none with -clock-step; negative: none)")
 	flag.StringVar(&cfg.Dir, "dir", "", "keep state and logs here (default: a temporary directory, removed)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: random)")
 	flag.BoolVar(&verbose, "v", false, "print each kill, freeze and clock step")

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -57,8 +58,21 @@ type Config struct {
 	// needs root (ErrNeedsRoot). Zero: the workers run on this machine,
 	// which is host-1 of the store when there is one.
 	Hosts int
-	Dir   string // the run's state and logs; zero: a new temporary directory, removed afterwards
-	Seed  uint64 // zero: random
+	// RetireEvery, with 2 Hosts or more, takes a random host down this
+	// often: it SIGKILLs every process on it (its workers and their
+	// children), retires it from another host with RetireHost, then
+	// starts fresh workers there, which find its rows gone. Zero: 5s;
+	// negative: never.
+	RetireEvery time.Duration
+	// FleetWorkers, with Hosts, runs that many fleet workers besides the
+	// hosts' workers: each holds fleet-wide ports of Range
+	// (pgstore.ReserveFleet, rows of no host), binds each in every host's
+	// namespace, and is SIGKILLed at random like the others. Zero: 1,
+	// none with ClockStep (a step of the server's clock ends their
+	// leases); negative: none.
+	FleetWorkers int
+	Dir          string // the run's state and logs; zero: a new temporary directory, removed afterwards
+	Seed         uint64 // zero: random
 	// Progress, when not nil, receives a line per kill, freeze and step.
 	Progress io.Writer
 }
@@ -126,6 +140,25 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
+	}
+	switch {
+	case cfg.Hosts < 2:
+		cfg.RetireEvery = 0
+	case cfg.RetireEvery == 0:
+		cfg.RetireEvery = 5 * time.Second
+	case cfg.RetireEvery < 0:
+		cfg.RetireEvery = 0
+	}
+	switch {
+	case cfg.Hosts == 0 || cfg.FleetWorkers < 0:
+		cfg.FleetWorkers = 0
+	case cfg.FleetWorkers == 0 && cfg.ClockStep:
+		// A fleet-wide lease follows the server's clock, which the steps
+		// move by 300 s: a step forward ends every lease on the spot, as
+		// it would on a real server, and a host may then have the port
+		// while the fleet worker still binds it. Only on request.
+	case cfg.FleetWorkers == 0:
+		cfg.FleetWorkers = 1
 	}
 	var clock *clockStepper
 	if cfg.ClockStep {
@@ -198,6 +231,12 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 			}
 		}
 	}
+	for range cfg.FleetWorkers {
+		if err := sup.start(fleetHost); err != nil {
+			sup.stopAll()
+			return Summary{}, err
+		}
+	}
 	err = sup.loop(ctx, start.Add(cfg.Duration))
 	if endErr := sup.endLoop(); err == nil {
 		err = endErr
@@ -220,6 +259,12 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	rep, err := Check(cfg.Dir)
 	if err != nil {
 		return Summary{}, err
+	}
+	if cfg.Hosts > 0 && rep.ProbeFailures > 0 {
+		// In namespaces of the run's own only the run binds: the store
+		// let a worker claim a port that a holder it knew of had bound.
+		rep.ViolationCount++
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d bind probes failed: the store let workers claim ports a holder had bound (berth's probe kept them from being granted)", rep.ProbeFailures))
 	}
 	sum.Report = rep
 	// The workers have gone and their children (which outlive killed
@@ -279,8 +324,11 @@ type workerProc struct {
 	cmd   *exec.Cmd
 	stdin io.Closer
 	name  string
-	host  int // index in supervisor.hosts
+	host  int // index in supervisor.hosts; fleetHost for a fleet worker
 }
+
+// fleetHost is the host index of a fleet worker, which runs on no host.
+const fleetHost = -1
 
 // killedWorker is a worker the supervisor killed: its identity, to find
 // its rows after a Reap (pid and start time, since the pid will be
@@ -296,7 +344,8 @@ type frozenWorker struct {
 	until time.Time
 }
 
-// start starts a worker on the host of index h (0 without hosts).
+// start starts a worker on the host of index h (0 without hosts), or a
+// fleet worker (h is fleetHost) in this process's namespace.
 func (s *supervisor) start(h int) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -304,14 +353,25 @@ func (s *supervisor) start(h int) error {
 	}
 	s.started++
 	name := fmt.Sprintf("w%d", s.started)
+	role := "worker"
 	cmd := exec.Command(self)
-	if len(s.hosts) > 0 {
+	if len(s.hosts) > 0 && h != fleetHost {
 		cmd = s.hosts[h].Command(self)
 	}
-	cmd.Env = append(os.Environ(), envRole+"=worker", envDir+"="+s.cfg.Dir, envProc+"="+name,
+	if h == fleetHost {
+		role, name = "fleet", fmt.Sprintf("f%d", s.started)
+	}
+	cmd.Env = append(os.Environ(), envRole+"="+role, envDir+"="+s.cfg.Dir, envProc+"="+name,
 		envRange+"="+s.cfg.Range.String(), envSeed+"="+strconv.FormatUint(s.rng.Uint64(), 10),
 		envTimeout+"="+s.cfg.Timeout.String())
-	if s.cfg.Store != "" {
+	switch {
+	case h == fleetHost:
+		names := make([]string, len(s.hosts))
+		for i, ns := range s.hosts {
+			names[i] = ns.Name
+		}
+		cmd.Env = append(cmd.Env, envStore+"="+s.cfg.Store, envNetns+"="+strings.Join(names, ","))
+	case s.cfg.Store != "":
 		cmd.Env = append(cmd.Env, envStore+"="+s.cfg.Store, envHost+"="+hostName(h))
 	}
 	cmd.Stderr = os.Stderr
@@ -332,10 +392,13 @@ func (s *supervisor) start(h int) error {
 // when their time is up (Freeze). Every time here is read from Go's
 // monotonic clock, which the steps do not move.
 func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
-	var nextKill, nextStep, nextFreeze time.Time // zero: never
+	var nextKill, nextStep, nextFreeze, nextRetire time.Time // zero: never
 	now := time.Now()
 	if s.cfg.KillEvery > 0 {
 		nextKill = now.Add(s.cfg.KillEvery)
+	}
+	if s.cfg.RetireEvery > 0 {
+		nextRetire = now.Add(s.cfg.RetireEvery)
 	}
 	if s.clock != nil {
 		nextStep = now.Add(s.stepGap())
@@ -347,7 +410,7 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 	defer timer.Stop()
 	for {
 		due := deadline
-		for _, t := range []time.Time{nextKill, nextStep, nextFreeze} {
+		for _, t := range []time.Time{nextKill, nextStep, nextFreeze, nextRetire} {
 			if !t.IsZero() && t.Before(due) {
 				due = t
 			}
@@ -378,6 +441,12 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 				return err
 			}
 		}
+		if !nextRetire.IsZero() && !now.Before(nextRetire) {
+			nextRetire = now.Add(s.cfg.RetireEvery)
+			if err := s.retire(ctx); err != nil {
+				return err
+			}
+		}
 		if !nextStep.IsZero() && !now.Before(nextStep) {
 			nextStep = now.Add(s.stepGap())
 			if err := s.stepClock(); err != nil {
@@ -403,6 +472,14 @@ func (s *supervisor) freezeGap() time.Duration {
 
 // kill SIGKILLs w, frozen or not, and starts a replacement.
 func (s *supervisor) kill(ctx context.Context, w *workerProc) error {
+	if err := s.killOnly(ctx, w); err != nil {
+		return err
+	}
+	return s.start(w.host) // on the host it was on
+}
+
+// killOnly SIGKILLs w, frozen or not, and waits for it.
+func (s *supervisor) killOnly(ctx context.Context, w *workerProc) error {
 	pid := w.cmd.Process.Pid
 	// Its identity, to find its rows after a Reap: pid and start time,
 	// since the pid will be reused.
@@ -427,8 +504,53 @@ func (s *supervisor) kill(ctx context.Context, w *workerProc) error {
 		}
 		fmt.Fprintf(s.cfg.Progress, "%s %s (pid %d)\n", how, w.name, pid)
 	}
-	return s.start(w.host) // on the host it was on
+	return nil
+}
 
+// retire takes a random host down and brings it back: it SIGKILLs the
+// host's workers, then every other process in its namespace (their
+// children), retires it from another random host through
+// pgstore.RetireHost, logs the retirement, and starts fresh workers
+// there. The fleet workers, whose sockets on the host live in
+// namespaces of their own processes, go on: their fleet-wide rows are no
+// host's, and retirement leaves them.
+func (s *supervisor) retire(ctx context.Context) error {
+	v := s.rng.IntN(len(s.hosts))
+	by := (v + 1 + s.rng.IntN(len(s.hosts)-1)) % len(s.hosts)
+	for _, w := range slices.Clone(s.workers) {
+		if w.host == v {
+			if err := s.killOnly(ctx, w); err != nil {
+				return err
+			}
+		}
+	}
+	// Only the workers' children are left there; the fleet workers, never
+	// in a host's namespace but for the instant of a bind, are spared.
+	fleet := map[int]bool{}
+	for _, w := range s.workers {
+		if w.host == fleetHost {
+			fleet[w.cmd.Process.Pid] = true
+		}
+	}
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.hosts[v].KillAll(kctx, func(pid int) bool { return fleet[pid] }); err != nil {
+		return fmt.Errorf("torture: take %s down: %w", hostName(v), err)
+	}
+	n, err := retireHost(ctx, s.cfg.Store, hostName(by), hostName(v), s.cfg.Timeout)
+	if err != nil {
+		return err
+	}
+	s.log.add(Event{Kind: KindRetire, Host: hostName(v), Reaped: int64(n)})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "retired %s from %s: %d rows deleted\n", hostName(v), hostName(by), n)
+	}
+	for range s.cfg.Workers {
+		if err := s.start(v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stepClock steps the wall clock once and logs the step.
@@ -638,10 +760,22 @@ func (s Summary) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "berth torture: %s, %v, range %s (%d ports), kill every %v, timeout %v%s, seed %d\n",
 		workers, s.Duration, s.Range, s.Range.Size(), s.KillEvery, s.Timeout, modes, s.Seed)
-	fmt.Fprintf(w, "grants          %d (%.0f/s): %d allocated, %d reserved, %d handed to children\n",
-		s.Grants, float64(s.Grants)/secs, s.Allocations, s.Reservations, s.Handoffs)
+	fleet := ""
+	if s.FleetWorkers > 0 {
+		fleet = fmt.Sprintf(", %d fleet-wide", s.FleetGrants)
+	}
+	fmt.Fprintf(w, "grants          %d (%.0f/s): %d allocated, %d reserved, %d handed to children%s\n",
+		s.Grants, float64(s.Grants)/secs, s.Allocations, s.Reservations, s.Handoffs, fleet)
 	fmt.Fprintf(w, "range exhausted %d times\n", s.Exhausted)
 	fmt.Fprintf(w, "kills           %d\n", s.Kills)
+	if s.RetireEvery > 0 {
+		fmt.Fprintf(w, "retirements     %d every %v (every process of the host killed first), %d rows deleted\n",
+			s.Retirements, s.RetireEvery, s.RetiredRows)
+	}
+	if s.FleetWorkers > 0 {
+		fmt.Fprintf(w, "fleet-wide      %d grants to %d fleet workers, %d binds (each grant on all %d hosts), band exhausted %d times; hosts' workers refused a fleet-wide port %d times\n",
+			s.FleetGrants, s.FleetWorkers, s.FleetBinds, s.Hosts, s.FleetExhausted, s.LeaseRefusals)
+	}
 	if s.ClockStep {
 		fmt.Fprintf(w, "clock steps     %d (%d of %v either way, %d across a second boundary); true time set back\n",
 			s.ClockSteps, s.BigClockSteps, bigStep, s.ClockSteps-s.BigClockSteps)
@@ -662,6 +796,7 @@ func (s Summary) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "rows reaped     %d by workers, %d by the final reap\n", s.ReapedByWorkers, s.ReapedAtEnd)
 	fmt.Fprintf(w, "bind failures   %d\n", s.BindFailures)
+	fmt.Fprintf(w, "probe failures  %d\n", s.ProbeFailures)
 	if s.Hosts > 1 {
 		fmt.Fprintf(w, "shared ports    %d times two hosts held one key at once (allowed: ports are per host)\n", s.CrossHost)
 	}

@@ -47,6 +47,10 @@ func grant(t int64, proc string, addr string, port uint16) Event {
 	return Event{T: t, Kind: KindGrant, Proc: proc, Proto: "tcp", Addr: addr, Port: port}
 }
 
+func hostGrant(t int64, proc, host, addr string, port uint16) Event {
+	return Event{T: t, Kind: KindGrant, Proc: proc, Host: host, Proto: "tcp", Addr: addr, Port: port}
+}
+
 func release(t int64, proc string, addr string, port uint16) Event {
 	return Event{T: t, Kind: KindRelease, Proc: proc, Proto: "tcp", Addr: addr, Port: port}
 }
@@ -99,6 +103,53 @@ func TestCheckFindsViolations(t *testing.T) {
 			"w2.jsonl": {{T: 20, Kind: KindGrant, Proc: "w2", Host: "host-1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000}},
 			"w3.jsonl": {{T: 30, Kind: KindGrant, Proc: "w3", Host: "host-2", Proto: "tcp", Addr: "127.0.0.1", Port: 26000}},
 		}, "double grant"},
+		{"a retirement ends the claims of its host", map[string][]Event{
+			"w1.jsonl": {hostGrant(10, "w1", "host-2", "::", 26000),
+				{T: 12, Kind: KindGrant, Proc: "w1", Host: "host-2", Proto: "tcp", Addr: "127.0.0.1", Port: 26001, Handoff: true},
+				{T: 13, Kind: KindTransfer, Proc: "w1", Host: "host-2", Proto: "tcp", Addr: "127.0.0.1", Port: 26001, Child: "w1.1"}},
+			"supervisor.jsonl": {{T: 15, Kind: KindKill, Proc: "w1"}, {T: 20, Kind: KindRetire, Host: "host-2", Reaped: 2}},
+			"w5.jsonl":         {hostGrant(30, "w5", "host-2", "127.0.0.1", 26000), hostGrant(31, "w5", "host-2", "127.0.0.1", 26001)},
+		}, ""},
+		{"a retirement ends only the claims of its host", map[string][]Event{
+			"w1.jsonl":         {hostGrant(10, "w1", "host-1", "::", 26000)},
+			"supervisor.jsonl": {{T: 20, Kind: KindRetire, Host: "host-2"}},
+			"w5.jsonl":         {hostGrant(30, "w5", "host-1", "127.0.0.1", 26000)},
+		}, "double grant"},
+		{"a retirement ends no claim made after it", map[string][]Event{
+			"supervisor.jsonl": {{T: 5, Kind: KindRetire, Host: "host-2"}},
+			"w5.jsonl":         {hostGrant(10, "w5", "host-2", "0.0.0.0", 26000)},
+			"w6.jsonl":         {hostGrant(30, "w6", "host-2", "127.0.0.1", 26000)},
+		}, "double grant"},
+		{"a child the retirement killed held its port until then", map[string][]Event{
+			"w1.jsonl": {{T: 10, Kind: KindGrant, Proc: "w1", Host: "host-2", Proto: "tcp", Addr: "127.0.0.1", Port: 26001, Handoff: true},
+				{T: 11, Kind: KindTransfer, Proc: "w1", Host: "host-2", Proto: "tcp", Addr: "127.0.0.1", Port: 26001, Child: "w1.1"}},
+			"supervisor.jsonl": {{T: 12, Kind: KindKill, Proc: "w1"}, {T: 40, Kind: KindRetire, Host: "host-2"}},
+			"w5.jsonl":         {hostGrant(30, "w5", "host-2", "127.0.0.1", 26001)},
+		}, "double grant"},
+		{"a fleet-wide grant is held on every host", map[string][]Event{
+			"f1.jsonl": {{T: 10, Kind: KindGrant, Proc: "f1", Fleet: true, Proto: "tcp", Addr: "0.0.0.0", Port: 26000}},
+			"w5.jsonl": {hostGrant(30, "w5", "host-3", "::1", 26000)},
+		}, "double grant"},
+		{"a retirement does not end a fleet-wide grant", map[string][]Event{
+			"f1.jsonl":         {{T: 10, Kind: KindGrant, Proc: "f1", Fleet: true, Proto: "tcp", Addr: "0.0.0.0", Port: 26000}},
+			"supervisor.jsonl": {{T: 20, Kind: KindRetire, Host: "host-3"}},
+			"w5.jsonl":         {hostGrant(30, "w5", "host-3", "::1", 26000)},
+		}, "double grant"},
+		{"a released fleet-wide grant", map[string][]Event{
+			"f1.jsonl": {{T: 10, Kind: KindGrant, Proc: "f1", Fleet: true, Proto: "tcp", Addr: "0.0.0.0", Port: 26000},
+				{T: 20, Kind: KindRelease, Proc: "f1", Fleet: true, Proto: "tcp", Addr: "0.0.0.0", Port: 26000}},
+			"w5.jsonl": {hostGrant(30, "w5", "host-3", "::1", 26000)},
+		}, ""},
+		{"two fleet-wide grants of one port", map[string][]Event{
+			"f1.jsonl": {{T: 10, Kind: KindGrant, Proc: "f1", Fleet: true, Proto: "udp", Addr: "::1", Port: 26000}},
+			"f2.jsonl": {{T: 30, Kind: KindGrant, Proc: "f2", Fleet: true, Proto: "udp", Addr: "::", Port: 26000}},
+		}, "double grant"},
+		{"a fleet-wide grant that one host could not bind", map[string][]Event{
+			"f1.jsonl": {{T: 10, Kind: KindGrant, Proc: "f1", Fleet: true, Proto: "tcp", Addr: "0.0.0.0", Port: 26000},
+				{T: 11, Kind: KindBind, Proc: "f1", Fleet: true, Host: "host-1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000},
+				{T: 12, Kind: KindBind, Proc: "f1", Fleet: true, Host: "host-2", Proto: "tcp", Addr: "0.0.0.0", Port: 26000, Err: "address already in use"},
+				{T: 13, Kind: KindRelease, Proc: "f1", Fleet: true, Proto: "tcp", Addr: "0.0.0.0", Port: 26000}},
+		}, "could not bind"},
 		{"a failed bind", map[string][]Event{
 			"worker-1.jsonl": {grant(10, "w1", "127.0.0.1", 26000), {T: 11, Kind: KindBind, Proc: "w1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Err: "address already in use"}},
 		}, "could not bind"},
@@ -144,15 +195,19 @@ func TestRun(t *testing.T) {
 }
 
 // TestRunHosts runs the harness across three network-namespace hosts
-// sharing one PostgreSQL store, with kills: no two live holders of a key
-// on one host, and the hosts did hold the same keys at once.
+// sharing one PostgreSQL store, with kills, host retirements and a fleet
+// worker binding fleet-wide ports on every host: no two live holders of a
+// key on one host, and the hosts did hold the same keys at once. Then it
+// plants double grants in the run's own logs, one on a host and one
+// against a fleet-wide grant, and checks that the checker finds each.
 func TestRunHosts(t *testing.T) {
 	dsn := os.Getenv("BERTH_TEST_POSTGRES")
 	if dsn == "" {
 		t.Skip("set BERTH_TEST_POSTGRES to a PostgreSQL DSN reachable over a unix socket to run the harness across hosts (bash .ci/postgres start prints one)")
 	}
 	netns.ForTest(t, 1) // skips unless namespaces can be made here
-	sum, err := Run(context.Background(), Config{Store: dsn, Hosts: 3, Workers: 2, Duration: 10 * time.Second})
+	dir := t.TempDir()
+	sum, err := Run(context.Background(), Config{Store: dsn, Hosts: 3, Workers: 2, Duration: 10 * time.Second, RetireEvery: 2 * time.Second, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,9 +217,77 @@ func TestRunHosts(t *testing.T) {
 	if !sum.OK() {
 		t.Fatal("the run violated an invariant")
 	}
-	if sum.Kills == 0 || sum.Handoffs == 0 || sum.CrossHost == 0 {
-		t.Errorf("the run did not exercise everything: %d kills, %d handoffs, %d keys held on two hosts at once",
-			sum.Kills, sum.Handoffs, sum.CrossHost)
+	if sum.Kills == 0 || sum.Handoffs == 0 || sum.CrossHost == 0 || sum.Retirements < 2 || sum.RetiredRows == 0 ||
+		sum.FleetGrants == 0 || sum.FleetBinds < sum.FleetGrants {
+		t.Errorf("the run did not exercise everything: %d kills, %d handoffs, %d keys held on two hosts at once, "+
+			"%d retirements deleting %d rows, %d fleet-wide grants bound %d times",
+			sum.Kills, sum.Handoffs, sum.CrossHost, sum.Retirements, sum.RetiredRows, sum.FleetGrants, sum.FleetBinds)
+	}
+
+	evs := map[string][]Event{}
+	files, err := filepath.Glob(filepath.Join(dir, "logs", "*.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if evs[f], err = readLog(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name  string
+		pick  func(e Event) bool
+		host  string // the planted grant's host; "" the picked grant's
+		wantS string // in the violation
+	}{
+		{"a second holder on one host", func(e Event) bool { return e.Host == "host-2" && !e.Handoff && !e.Fleet }, "", "on host-2 by planted"},
+		{"a host's holder of a fleet-wide port", func(e Event) bool { return e.Fleet }, "host-3", "fleet-wide by f"},
+	} {
+		t.Run("planted "+tt.name, func(t *testing.T) {
+			var g *Event
+			for _, l := range evs {
+				for i := range l {
+					if l[i].Kind == KindGrant && tt.pick(l[i]) {
+						g = &l[i]
+						break
+					}
+				}
+				if g != nil {
+					break
+				}
+			}
+			if g == nil {
+				t.Fatal("the run logged no grant to plant a double grant against")
+			}
+			host := tt.host
+			if host == "" {
+				host = g.Host
+			}
+			// Held from just after the real grant, for a nanosecond: only
+			// the real claim overlaps it.
+			p := filepath.Join(dir, "logs", "planted.jsonl")
+			planted := []Event{
+				{T: g.T + 1, Kind: KindGrant, Proc: "planted", PID: 1, Host: host, Proto: g.Proto, Addr: g.Addr, Port: g.Port},
+				{T: g.T + 2, Kind: KindRelease, Proc: "planted", PID: 1, Host: host, Proto: g.Proto, Addr: g.Addr, Port: g.Port},
+			}
+			var data []byte
+			for _, e := range planted {
+				line, _ := json.Marshal(e)
+				data = append(append(data, line...), '\n')
+			}
+			if err := os.WriteFile(p, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = os.Remove(p) }()
+			rep, err := Check(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.ViolationCount != sum.ViolationCount+1 || len(rep.Violations) == 0 ||
+				!strings.Contains(rep.Violations[0], "double grant") || !strings.Contains(rep.Violations[0], tt.wantS) {
+				t.Errorf("violations with a double grant planted against %+v = %d %q; want one more, naming it", *g, rep.ViolationCount, rep.Violations)
+			}
+		})
 	}
 }
 

@@ -17,11 +17,12 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // Environment of the processes the supervisor starts.
 const (
-	envRole    = "BERTH_TORTURE_ROLE" // "worker" or "child"
+	envRole    = "BERTH_TORTURE_ROLE" // "worker", "fleet" or "child"
 	envDir     = "BERTH_TORTURE_DIR"  // the run's directory
 	envRange   = "BERTH_TORTURE_RANGE"
 	envSeed    = "BERTH_TORTURE_SEED"
@@ -44,6 +45,8 @@ func MaybeRunRole() {
 		err = runWorker()
 	case "child":
 		err = runChild()
+	case "fleet":
+		err = runFleetWorker()
 	default:
 		err = fmt.Errorf("unknown role %q", os.Getenv(envRole))
 	}
@@ -145,6 +148,7 @@ type worker struct {
 	nchild  int // children started, for their names
 	timeout time.Duration
 	held    map[portalloc.Reservation]held
+	probes  int64 // the allocator's probe failures logged so far
 }
 
 // call runs one portalloc call bounded by the run's timeout (Allocate and
@@ -160,6 +164,10 @@ func (w *worker) call(ctx context.Context, op string, f func(ctx context.Context
 		e.Timeout, e.Err = true, err.Error()
 	}
 	w.log.add(e)
+	if n := w.a.Stats().ProbeFailures; n > w.probes {
+		w.log.add(Event{Kind: KindProbe, Op: op, Probes: n - w.probes})
+		w.probes = n
+	}
 	return err
 }
 
@@ -222,7 +230,14 @@ func (w *worker) grant(ctx context.Context, static bool) {
 	case errors.Is(err, portalloc.ErrRangeExhausted):
 		w.log.add(Event{Kind: KindExhausted, DurNS: int64(dur)})
 		return
-	case errors.Is(err, portalloc.ErrPortHeld), ctx.Err() != nil, timedOut(err):
+	case errors.Is(err, portalloc.ErrPortHeld):
+		var ce *portalloc.ConflictError
+		if errors.As(err, &ce) && ce.Holder.Owner.Scope == store.LeaseScope {
+			// A fleet-wide port: the store kept it off this host.
+			w.log.add(Event{Kind: KindLeaseHeld, Proto: string(req.Protocol), Addr: req.Address.String(), Port: ce.Key.Port})
+		}
+		return
+	case ctx.Err() != nil, timedOut(err):
 		return
 	default:
 		w.log.add(Event{Kind: KindError, Err: err.Error()})

@@ -130,6 +130,12 @@ var self = sync.OnceValues(func() (Identity, error) {
 // Self returns the identity of the calling process. It is read once.
 func Self() (Identity, error) { return self() }
 
+// BootID returns the id of the running boot of this machine, as the
+// kernel gives it (/proc/sys/kernel/random/boot_id on Linux): it changes
+// at every boot and differs between machines. It is "" where the system
+// has none or it cannot be read.
+func BootID() string { return host.scope().boot }
+
 // Lookup returns the identity of the live process pid. It returns an error
 // wrapping ErrNotRunning when there is none, or when it has exited and waits
 // for its parent (a zombie).

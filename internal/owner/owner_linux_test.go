@@ -1,10 +1,13 @@
 package owner
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +23,8 @@ import (
 	"github.com/gofrs/flock"
 	"github.com/shirou/gopsutil/v4/process"
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-go/berth/internal/testproc"
 )
 
 // statFields returns the fields of /proc/PID/stat after the command name,
@@ -60,6 +65,9 @@ func TestSelfScope(t *testing.T) {
 	if want := strings.TrimSpace(string(b)); sc.boot != want {
 		t.Errorf("boot id in Self().Scope = %q; want %q", sc.boot, want)
 	}
+	if got, want := BootID(), strings.TrimSpace(string(b)); got != want || got == "" {
+		t.Errorf("BootID() = %q; want %q, /proc/sys/kernel/random/boot_id", got, want)
+	}
 	link, _ := os.Readlink("/proc/self/ns/pid")
 	if want := "pid:[" + sc.pidNS + "]"; link != want {
 		t.Errorf("pid namespace in Self().Scope = %q; /proc/self/ns/pid is %q", sc.pidNS, link)
@@ -78,7 +86,11 @@ func TestZombie(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Not waited for: the child stays a zombie until the test's cleanup.
-	waitFor(t, func() bool { return statFields(t, pid)[0] == "Z" }, "the killed child to become a zombie")
+	// Its first thread shows Z before its other threads have exited.
+	waitFor(t, func() bool {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		return statFields(t, pid)[0] == "Z" && len(tasks) == 1
+	}, "the killed child to become a zombie, every thread exited")
 	if Active(ctx, id) {
 		t.Error("Active(zombie) = true; want false")
 	}
@@ -321,7 +333,7 @@ func TestStartIsStatField22(t *testing.T) {
 	pidDir := func(n string) bool { _, err := strconv.Atoi(n); return err == nil }
 	for _, n := range g.names {
 		dir, file, _ := strings.Cut(n, "/")
-		ok := pidDir(dir) && file == "stat" ||
+		ok := pidDir(dir) && (file == "stat" || file == "task") ||
 			n == "sys/kernel/random/boot_id" || n == "self/ns/pid" || n == "self/ns/time"
 		if !ok {
 			t.Errorf("read /proc/%s; want only /proc/PID/stat, the boot id and namespace links", n)
@@ -339,6 +351,7 @@ func fakeProc(stats map[int]string) *procFS {
 	}
 	for pid, line := range stats {
 		m[strconv.Itoa(pid)+"/stat"] = &fstest.MapFile{Data: []byte(line)}
+		m[strconv.Itoa(pid)+"/task/"+strconv.Itoa(pid)+"/stat"] = &fstest.MapFile{Data: []byte(line)}
 	}
 	return &procFS{fsys: m}
 }
@@ -357,7 +370,10 @@ func TestJudge(t *testing.T) {
 		1043: statLine(1043, "zombie", 'Z', 6000),
 		1044: "garbage",
 		1045: statLine(1046, "liar", 'S', 7000),
+		1047: statLine(1047, "exiting", 'Z', 8000),
 	})
+	// 1047's first thread has exited; another is still on its way out.
+	k.fsys.(fstest.MapFS)["1047/task/1048/stat"] = &fstest.MapFile{Data: []byte(statLine(1048, "exiting", 'R', 8000))}
 	here := scope{"B", "11", "22"}.String()
 	tests := []struct {
 		name string
@@ -367,6 +383,7 @@ func TestJudge(t *testing.T) {
 		{"running", Identity{PID: 1042, Start: 5000, Scope: here}, live},
 		{"pid reused", Identity{PID: 1042, Start: 5001, Scope: here}, dead},
 		{"zombie", Identity{PID: 1043, Start: 6000, Scope: here}, dead},
+		{"first thread exited, another still exiting", Identity{PID: 1047, Start: 8000, Scope: here}, live},
 		{"unparsable stat", Identity{PID: 1044, Start: 1, Scope: here}, unknown},
 		{"stat of another pid", Identity{PID: 1045, Start: 7000, Scope: here}, unknown},
 		{"another boot", Identity{PID: 1042, Start: 5000, Scope: scope{"C", "11", "22"}.String()}, dead},
@@ -635,5 +652,71 @@ func TestNameBeyondComm(t *testing.T) {
 		if id.Name != tc.want {
 			t.Errorf("name of %s started as %q = %q; want %q", tc.file, cmd.Args[0], id.Name, tc.want)
 		}
+	}
+}
+
+// The test binary doubles as a process that holds a port: in the role
+// "holder" it listens on a port of 127.0.0.1, prints it, and keeps a few
+// threads busy until it is killed.
+func init() {
+	testproc.Register("holder", func() int {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		defer l.Close()
+		for range 4 {
+			go func() {
+				for {
+					time.Sleep(time.Microsecond)
+				}
+			}()
+		}
+		fmt.Println(l.Addr())
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 0
+	})
+}
+
+// TestKilledHoldsPortUntilGone: a killed multi-threaded process, whose
+// first thread shows Z while the others still exit, is not judged exited
+// before its port is free. Judged by its first thread alone it was, in
+// about 4 kills of 10 here, while the port was still bound.
+func TestKilledHoldsPortUntilGone(t *testing.T) {
+	ctx := context.Background()
+	for i := range 50 {
+		cmd := testproc.Command(t, "holder")
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		addr := strings.TrimSpace(line)
+		id, err := Lookup(ctx, cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		// Not waited for yet: it stays a zombie, as the killed owner of a
+		// reservation does until its parent reaps it.
+		waitFor(t, func() bool { return !Active(ctx, id) }, "the killed holder to be judged exited")
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("kill %d: bind %s once its holder was judged exited: %v", i, addr, err)
+		} else {
+			_ = l.Close()
+		}
+		_ = stdin.Close()
+		_ = cmd.Wait()
 	}
 }

@@ -50,8 +50,21 @@ func (p *procFS) read(_ context.Context, pid int) (reading, error) {
 	if st.pid != pid {
 		return reading{}, fmt.Errorf("%s/stat is of pid %d", strconv.Itoa(pid), st.pid)
 	}
-	// Z: exited, waiting for its parent; X: being torn down.
-	return reading{start: st.start, exited: st.state == 'Z' || st.state == 'X'}, nil
+	// Z: exited, waiting for its parent; X: being torn down. But a
+	// process's first thread shows Z as soon as it has exited itself,
+	// while its other threads are still on their way out: the last of
+	// them closes the process's files, its sockets among them. Killed, a
+	// multi-threaded process (any Go program) holds its ports for that
+	// while, and a port handed on then is still bound.
+	exited := st.state == 'X' || st.state == 'Z' && !p.threadsLeft(pid)
+	return reading{start: st.start, exited: exited}, nil
+}
+
+// threadsLeft reports whether pid has threads besides its first one, as
+// /proc/PID/task lists them; false when that cannot be read.
+func (p *procFS) threadsLeft(pid int) bool {
+	ents, err := fs.ReadDir(p.fsys, strconv.Itoa(pid)+"/task")
+	return err == nil && len(ents) > 1
 }
 
 func (p *procFS) scope() scope {

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-go/berth/internal/netns"
+	"github.com/berth-go/berth/pgstore"
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/store"
+)
+
+// A fleet worker holds fleet-wide ports (pgstore.ReserveFleet: rows of no
+// host, held under a lease) and binds each in the namespace of every host
+// of the run, while the hosts' workers go on: a port the store handed to
+// a host's worker while a fleet worker held it fails one of the two binds.
+const (
+	envNetns = "BERTH_TORTURE_NETNS" // a fleet worker's hosts: their namespaces, host-1 first, comma-separated
+
+	// fleetStoreHost is the host name of the fleet workers' stores; a
+	// fleet-wide grant is on no host, so it plays no part in them.
+	fleetStoreHost = "torture-fleet"
+	// fleetTTL is the lease of a fleet-wide grant, renewed after
+	// fleetRenew: a worker killed holding one keeps its port off every
+	// host until the lease runs out and a host's Reap deletes it.
+	fleetTTL   = 10 * time.Second
+	fleetRenew = 2 * time.Second
+	// maxFleetHeld bounds the fleet-wide ports a fleet worker holds.
+	maxFleetHeld = 4
+)
+
+// fleetHeld is a fleet-wide grant with its sockets, one per host.
+type fleetHeld struct {
+	r       pgstore.FleetReservation
+	socks   []io.Closer
+	renewed time.Time
+}
+
+type fleetWorker struct {
+	st      *pgstore.Store
+	log     *eventLog
+	rng     *rand.Rand
+	band    pgstore.Band
+	hosts   []netns.NS
+	proc    string
+	timeout time.Duration
+	n       int // grants asked for, for the holders' names
+	held    []*fleetHeld
+}
+
+// runFleetWorker loops taking, renewing and releasing fleet-wide ports
+// until its stdin closes, then releases everything and exits.
+func runFleetWorker() error {
+	dir := os.Getenv(envDir)
+	r, err := portalloc.ParseRange(os.Getenv(envRange))
+	if err != nil {
+		return err
+	}
+	timeout, err := time.ParseDuration(os.Getenv(envTimeout))
+	if err != nil {
+		return fmt.Errorf("%s: %w", envTimeout, err)
+	}
+	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
+	proc := os.Getenv(envProc)
+	log, err := openLog(dir, proc)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.close() }()
+	var hosts []netns.NS
+	for _, name := range strings.Split(os.Getenv(envNetns), ",") {
+		hosts = append(hosts, netns.NS{Name: name})
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // the supervisor closes stdin to end the run
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	st, err := pgstore.Open(ctx, os.Getenv(envStore), pgstore.Options{Host: fleetStoreHost, Timeout: timeout, SweepInterval: -1, LeaseTTL: -1})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.add(Event{Kind: KindError, Err: err.Error()})
+		return err
+	}
+	w := &fleetWorker{st: st, log: log, rng: rand.New(rand.NewPCG(seed, uint64(os.Getpid()))),
+		band: pgstore.Band{First: r.First, Last: r.Last}, hosts: hosts, proc: proc, timeout: timeout}
+	for ctx.Err() == nil {
+		w.step(ctx)
+	}
+	for len(w.held) > 0 {
+		w.release(ctx, w.held[0])
+	}
+	log.add(Event{Kind: KindExit})
+	return st.Close()
+}
+
+// call runs one store call bounded by the run's timeout and logs it, as
+// worker.call does.
+func (w *fleetWorker) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	start := time.Now()
+	err := f(ctx)
+	e := Event{Kind: KindCall, Op: op, DurNS: int64(time.Since(start))}
+	if timedOut(err) {
+		e.Timeout, e.Err = true, err.Error()
+	}
+	w.log.add(e)
+	return err
+}
+
+func (w *fleetWorker) step(ctx context.Context) {
+	w.renewDue(ctx)
+	switch n := w.rng.IntN(100); {
+	case n < 40 && len(w.held) < maxFleetHeld:
+		w.grant(ctx)
+	case n < 70 && len(w.held) > 0:
+		w.release(ctx, w.held[w.rng.IntN(len(w.held))])
+	}
+	// The hosts' workers do the heavy lifting; this one paces itself.
+	time.Sleep(time.Duration(2+w.rng.IntN(20)) * time.Millisecond)
+}
+
+// grant takes a fleet-wide port of the run's range and binds it on every
+// host; a bind that fails is a violation, and the port is given back.
+func (w *fleetWorker) grant(ctx context.Context) {
+	proto := store.TCP
+	if w.rng.IntN(2) == 0 {
+		proto = store.UDP
+	}
+	w.n++
+	req := pgstore.FleetRequest{Protocol: proto, Addr: addrs[w.rng.IntN(len(addrs))], Band: w.band,
+		Holder: fmt.Sprintf("torture/%s/%d", w.proc, w.n), Label: "torture-fleet", TTL: fleetTTL}
+	start := time.Now()
+	var r pgstore.FleetReservation
+	err := w.call(ctx, "reserve-fleet", func(ctx context.Context) (err error) {
+		r, err = w.st.ReserveFleet(ctx, req)
+		return err
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrExhausted):
+		w.log.add(Event{Kind: KindExhausted, Fleet: true, DurNS: int64(time.Since(start))})
+		return
+	case ctx.Err() != nil, timedOut(err):
+		return
+	default:
+		w.log.add(Event{Kind: KindError, Err: "reserve fleet-wide: " + err.Error()})
+		return
+	}
+	h := &fleetHeld{r: r, renewed: time.Now()}
+	w.log.add(Event{Kind: KindGrant, Fleet: true, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, DurNS: int64(time.Since(start))})
+	for i, ns := range w.hosts {
+		var sock io.Closer
+		err := ns.Do(func() (err error) {
+			sock, err = bind(portalloc.Reservation{Protocol: r.Protocol, Address: r.Addr, Port: r.Port})
+			return err
+		})
+		e := Event{Kind: KindBind, Fleet: true, Host: hostName(i), Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port}
+		if err != nil {
+			e.Err = err.Error()
+			w.log.add(e)
+			// It gives the grant back: its claim ends here, and the
+			// failure counts once.
+			w.release(ctx, h)
+			return
+		}
+		w.log.add(e)
+		h.socks = append(h.socks, sock)
+	}
+	w.held = append(w.held, h)
+}
+
+// release closes h's sockets on every host, logs, then releases the
+// lease: the claim ends before any host can be granted the port.
+func (w *fleetWorker) release(ctx context.Context, h *fleetHeld) {
+	for _, s := range h.socks {
+		_ = s.Close()
+	}
+	w.log.add(Event{Kind: KindRelease, Fleet: true, Proto: string(h.r.Protocol), Addr: h.r.Addr.String(), Port: h.r.Port})
+	for i, x := range w.held {
+		if x == h {
+			w.held = append(w.held[:i], w.held[i+1:]...)
+			break
+		}
+	}
+	err := w.call(context.WithoutCancel(ctx), "release-fleet", func(ctx context.Context) error {
+		return w.st.ReleaseFleet(ctx, h.r.Key, h.r.Holder)
+	})
+	if err != nil && !timedOut(err) {
+		w.log.add(Event{Kind: KindError, Err: "release fleet-wide: " + err.Error()})
+	}
+}
+
+// renewDue renews the leases renewed longer than fleetRenew ago. A lease
+// that is gone while its sockets are held would let a host have the port:
+// an error.
+func (w *fleetWorker) renewDue(ctx context.Context) {
+	for _, h := range w.held {
+		if time.Since(h.renewed) < fleetRenew {
+			continue
+		}
+		err := w.call(ctx, "renew-fleet", func(ctx context.Context) error {
+			return w.st.RenewFleet(ctx, h.r.Key, h.r.Holder, fleetTTL)
+		})
+		switch {
+		case err == nil:
+			h.renewed = time.Now()
+		case ctx.Err() != nil, timedOut(err):
+		default:
+			w.log.add(Event{Kind: KindError, Err: "renew fleet-wide: " + err.Error()})
+		}
+	}
+}
