@@ -121,8 +121,9 @@ func plain(fn func(t *testing.T, s store.Store)) func(t *testing.T, f fixture) {
 	return func(t *testing.T, f fixture) { fn(t, f.s) }
 }
 
-// Run runs the conformance suite against the store c opens, one subtest
-// per case. Ports below 40000 are bound only where c.Ports says.
+// Run runs the conformance suite against the stores c opens, one subtest
+// per case, each on a fresh store. It binds ports only in c.Ports, and
+// needs MaybeRunWorker to have been called with c.
 func Run(t *testing.T, c Config) {
 	t.Helper()
 	if err := c.check(); err != nil {
