@@ -19,6 +19,8 @@
 //	cmd/torture             26000-26063   the harness's own SmallRange
 //	portalloc/listenfd      26100-26199   its example's Allocator
 //	examples/fleet          26200-26299   run's bind probes, through BERTH_PORT_RANGE
+//	statestore              26300-26363   storetest's worker processes listen on their grants
+//	pgstore                 26400-26463   storetest's worker processes listen on their grants
 //	portalloc               27000-32767   Allocators above 29000, ports tests pick below
 //
 // All of them lie below the Linux ephemeral range (32768-60999), from which
@@ -28,8 +30,10 @@
 // of the default looks at the configuration and binds nothing.
 //
 // Tests that bind only ports the OS picks (internal/probe, mru's tests) and
-// tests that never bind (statestore, whose port numbers are rows of a private
-// database and whose probes are the test's own functions) need no range.
+// tests that never bind need no range: most of statestore's and pgstore's
+// port numbers are rows of a private database, probed by the test's own
+// functions; only the conformance suite's cross-process case binds, inside
+// the package's range.
 //
 // A range keeps the packages of one go test ./... run apart; Lock keeps two
 // runs at once on one host apart, a package at a time.
@@ -64,6 +68,8 @@ var (
 	Torture      = Range{First: 26000, Last: 26063}
 	Listenfd     = Range{First: 26100, Last: 26199}
 	Fleet        = Range{First: 26200, Last: 26299}
+	Statestore   = Range{First: 26300, Last: 26363}
+	Pgstore      = Range{First: 26400, Last: 26463}
 	Portalloc    = Range{First: 27000, Last: 32767}
 )
 
@@ -83,5 +89,7 @@ var All = []struct {
 	{"cmd/torture", Torture},
 	{"portalloc/listenfd", Listenfd},
 	{"examples/fleet", Fleet},
+	{"statestore", Statestore},
+	{"pgstore", Pgstore},
 	{"portalloc", Portalloc},
 }

@@ -1,21 +1,42 @@
 // Package storetest checks that an implementation of store.Store keeps the
 // promises every berth store makes, in the manner of testing/fstest: a
-// store's own tests call Run with a function that opens a fresh, empty
-// store, and Run checks the conflict rule, owners, reaping, scans, blocks,
-// sticky ports and concurrency against it.
+// store's own tests call Run with a Config that says how to open a fresh,
+// empty store and how to reach the same database again, and Run checks
+// against it the conflict rule, owners, reaping, scans, blocks, sticky
+// ports, concurrency within one process and across processes, and the
+// refusal of a schema newer than the store knows.
 //
 // The owners Run uses are real processes: this test process, and child
 // processes it starts (sleep) and, for dead owners, kills. Run skips the
-// cases that need them where the system has no sleep command. No port is
-// bound: Run's probes are functions of its own.
+// cases that need them where the system has no sleep command. Most cases
+// bind no port (their probes are functions of their own) and use port
+// numbers from 40000 up as rows only.
+//
+// Two cases need more from the store than a fresh instance:
+//
+//   - ProcessesRace re-runs the test binary as several worker processes
+//     that Reopen the same database and Scan the same few ports of
+//     Config.Ports at the same moment. Each worker listens on loopback on
+//     every port it is granted and holds it until the case ends: the kernel
+//     refuses a port granted twice, and the case checks that no port went
+//     to two processes, that the grants and the store's rows agree, and
+//     that the ports ran out exactly when every one was taken. The test
+//     binary must call MaybeRunWorker before its tests run.
+//   - SchemaTooNew records, through Config.SetSchemaVersion, a schema
+//     version one above the one the store wrote, and checks that Reopen
+//     refuses the database with an error wrapping store.ErrSchemaTooNew,
+//     leaves the recorded version as it was, and, the version put back,
+//     finds the reservation made before.
 package storetest
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,37 +45,121 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Run runs the conformance suite. open returns a new, empty store for one
-// subtest; Run closes it. Ports are numbers from 40000 up: Run binds
-// nothing.
-func Run(t *testing.T, open func(t *testing.T) store.Store) {
+// Config tells Run how to reach the store under test. Every field is
+// required: Run fails at once when one is missing, so that no promise goes
+// unchecked because a hook was forgotten. Run does not modify it.
+type Config struct {
+	// Open returns a new, empty store for one subtest, and the locator of
+	// its database: what Reopen takes to open the same database again (a
+	// file's path, a connection string). Run closes the store.
+	Open func(t *testing.T) (s store.Store, locator string)
+	// Reopen opens another store on the database locator names, as a
+	// second program would. It runs in the test process and in the worker
+	// processes of ProcessesRace, where there is no *testing.T, so it
+	// must not need one; the caller closes what it returns.
+	Reopen func(ctx context.Context, locator string) (store.Store, error)
+	// SchemaVersion returns the schema version recorded in the database
+	// locator names, read the store's own way (a store.Store refuses to
+	// open a version it does not know, so it cannot be asked).
+	SchemaVersion func(tb testing.TB, locator string) uint
+	// SetSchemaVersion records v as the schema version of the database
+	// locator names, as a newer release of the store would have, and
+	// nothing else.
+	SetSchemaVersion func(tb testing.TB, locator string, v uint)
+	// Ports is where ProcessesRace binds: at least its first 8 ports, on
+	// 127.0.0.1, TCP. The test binaries of go test ./... run in parallel
+	// on one host, so the range must be private to the calling package's
+	// tests while they run (berth's own take theirs from
+	// internal/testports, and hold its lock).
+	Ports PortRange
+}
+
+// PortRange is the ports First through Last, both included. It has the
+// layout of berth's internal testports.Range, so PortRange(r) converts one.
+type PortRange struct {
+	First, Last uint16
+}
+
+// racePorts is how many ports of Config.Ports ProcessesRace binds.
+const racePorts = 8
+
+// check reports the first thing missing from c.
+func (c Config) check() error {
+	var missing []string
+	for _, f := range []struct {
+		name  string
+		unset bool
+	}{
+		{"Open", c.Open == nil},
+		{"Reopen", c.Reopen == nil},
+		{"SchemaVersion", c.SchemaVersion == nil},
+		{"SetSchemaVersion", c.SetSchemaVersion == nil},
+	} {
+		if f.unset {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("storetest: Config.%s not set: every field is required", strings.Join(missing, ", Config."))
+	}
+	if c.Ports.First == 0 || int(c.Ports.Last)-int(c.Ports.First)+1 < racePorts {
+		return fmt.Errorf("storetest: Config.Ports %d-%d: want a range of at least %d ports from 1 up, private to this package's tests", c.Ports.First, c.Ports.Last, racePorts)
+	}
+	return nil
+}
+
+// fixture is what a case gets: the store Open returned for it, the locator
+// of that store's database, and the Config to reach it again.
+type fixture struct {
+	c       Config
+	s       store.Store
+	locator string
+}
+
+// plain adapts a case that needs only the store.
+func plain(fn func(t *testing.T, s store.Store)) func(t *testing.T, f fixture) {
+	return func(t *testing.T, f fixture) { fn(t, f.s) }
+}
+
+// Run runs the conformance suite against the stores c opens, one subtest
+// per case, each on a fresh store. It binds ports only in c.Ports, and
+// needs MaybeRunWorker to have been called with c.
+func Run(t *testing.T, c Config) {
 	t.Helper()
+	if err := c.check(); err != nil {
+		t.Fatal(err)
+	}
+	if !workerRegistered() {
+		t.Fatal("storetest: MaybeRunWorker was not called: call storetest.MaybeRunWorker(cfg) from TestMain, before the tests run, with the Config given to Run")
+	}
 	cases := []struct {
 		name string
-		fn   func(t *testing.T, s store.Store)
+		fn   func(t *testing.T, f fixture)
 	}{
-		{"ConflictMatrix", testConflictMatrix},
-		{"SameOwnerReReserve", testSameOwner},
-		{"DeadOwnerReaped", testDeadOwner},
-		{"OwnerCheckedRelease", testRelease},
-		{"OwnerCheckedTransfer", testTransfer},
-		{"ScanFillAndExhaustion", testScanFill},
-		{"ScanProbe", testScanProbe},
-		{"BlockAllOrNone", testBlock},
-		{"Sticky", testSticky},
-		{"ListAndReservedPorts", testList},
-		{"InvalidKeys", testInvalid},
-		{"ConcurrentScans", testConcurrentScans},
+		{"ConflictMatrix", plain(testConflictMatrix)},
+		{"SameOwnerReReserve", plain(testSameOwner)},
+		{"DeadOwnerReaped", plain(testDeadOwner)},
+		{"OwnerCheckedRelease", plain(testRelease)},
+		{"OwnerCheckedTransfer", plain(testTransfer)},
+		{"ScanFillAndExhaustion", plain(testScanFill)},
+		{"ScanProbe", plain(testScanProbe)},
+		{"BlockAllOrNone", plain(testBlock)},
+		{"Sticky", plain(testSticky)},
+		{"ListAndReservedPorts", plain(testList)},
+		{"InvalidKeys", plain(testInvalid)},
+		{"ConcurrentScans", plain(testConcurrentScans)},
+		{"ProcessesRace", testProcessesRace},
+		{"SchemaTooNew", testSchemaTooNew},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			s := open(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, locator := c.Open(t)
 			t.Cleanup(func() {
 				if err := s.Close(); err != nil {
 					t.Errorf("Close() = %v", err)
 				}
 			})
-			c.fn(t, s)
+			tc.fn(t, fixture{c: c, s: s, locator: locator})
 		})
 	}
 }
@@ -473,5 +578,52 @@ func testConcurrentScans(t *testing.T, s store.Store) {
 	slices.Sort(got)
 	if !slices.Equal(got, ports) {
 		t.Errorf("%d concurrent scans got %v; want each of %v once", n, got, ports)
+	}
+}
+
+// testSchemaTooNew: a database whose recorded schema version is newer than
+// the store knows is refused with ErrSchemaTooNew and left as it was: the
+// version stays, and the reservation made before is still there once the
+// version is put back.
+func testSchemaTooNew(t *testing.T, f fixture) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k := key(store.TCP, "127.0.0.1", 51000)
+	if _, err := f.s.Reserve(ctx, store.Request{Key: k, Label: "before"}); err != nil {
+		t.Fatalf("Reserve(%v) = %v", k, err)
+	}
+	v := f.c.SchemaVersion(t, f.locator)
+	if v == 0 {
+		t.Fatalf("SchemaVersion of an opened store = 0; want the version the store wrote")
+	}
+	newer := v + 1
+	f.c.SetSchemaVersion(t, f.locator, newer)
+	if got := f.c.SchemaVersion(t, f.locator); got != newer {
+		t.Fatalf("SchemaVersion after SetSchemaVersion(%d) = %d; the hooks disagree", newer, got)
+	}
+	if s, err := f.c.Reopen(ctx, f.locator); err == nil {
+		_ = s.Close()
+		t.Errorf("Reopen of a database of schema version %d (this store wrote %d) = nil error; want one wrapping ErrSchemaTooNew", newer, v)
+	} else if !errors.Is(err, store.ErrSchemaTooNew) {
+		t.Errorf("Reopen of a database of schema version %d (this store wrote %d) = %v; want an error wrapping ErrSchemaTooNew", newer, v, err)
+	}
+	if got := f.c.SchemaVersion(t, f.locator); got != newer {
+		t.Errorf("after a refused Reopen, SchemaVersion = %d; want %d left as it was", got, newer)
+	}
+
+	// Back to the version the store knows: nothing else was touched.
+	f.c.SetSchemaVersion(t, f.locator, v)
+	s, err := f.c.Reopen(ctx, f.locator)
+	if err != nil {
+		t.Fatalf("Reopen with schema version %d put back = %v", v, err)
+	}
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+	}()
+	rows, err := s.List(ctx, store.Filter{Port: k.Port})
+	if err != nil || len(rows) != 1 || rows[0].Label != "before" || !rows[0].Owner.Same(self(t)) {
+		t.Errorf("after a refused Reopen, List(port %d) = %+v, %v; want the row reserved before, this process's", k.Port, rows, err)
 	}
 }
