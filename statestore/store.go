@@ -514,6 +514,9 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 			s.log.Error(err, "unlock write lock", "path", lock.Path())
 		}
 		s.putTurn()
+		// Another process may be waiting as this one did: let it run
+		// before this one can take the lock again (see filelock.Yield).
+		filelock.Yield()
 	}, nil
 }
 
