@@ -207,6 +207,25 @@ func (a *app) selectLeases(ctx context.Context, al *portalloc.Allocator, f *flee
 
 // checkSelect checks that exactly one of PORT and --all names what to act
 // on, and that --holder is given.
+// onLeases checks the selection f and args make, opens the fleet's
+// Allocator and runs fn on the reservations selected, as renew and release
+// do.
+func (a *app) onLeases(ctx context.Context, f *fleetFlags, args []string, fn func(*portalloc.Allocator, []portalloc.FleetReservation) error) error {
+	if err := a.checkSelect(f, args); err != nil {
+		return err
+	}
+	al, err := a.fleetAllocator(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = al.Close() }()
+	rs, err := a.selectLeases(ctx, al, f, args)
+	if err != nil {
+		return err
+	}
+	return fn(al, rs)
+}
+
 func (a *app) checkSelect(f *fleetFlags, args []string) error {
 	if err := a.needHolder(f.holder); err != nil {
 		return err
@@ -238,28 +257,18 @@ it may be someone else's now; reserve again.`,
 	cmd.Flags().DurationVar(&f.ttl, "ttl", 0, "the lease from now (default "+portalloc.DefaultFleetTTL.String()+", at most 168h)")
 	cmd.Flags().BoolVar(&f.all, "all", false, "renew every port of --holder")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		if err := a.checkSelect(&f, args); err != nil {
-			return err
-		}
-		al, err := a.fleetAllocator(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = al.Close() }()
-		rs, err := a.selectLeases(ctx, al, &f, args)
-		if err != nil {
-			return err
-		}
-		if len(rs) == 0 {
-			return fmt.Errorf("%w: %s holds no fleet-wide port; 'berth fleet ls' lists the leases", portalloc.ErrNotHeld, strconv.Quote(f.holder))
-		}
-		for _, r := range rs {
-			if err := al.RenewFleet(ctx, r, f.ttl); err != nil {
-				return err
+		return a.onLeases(ctx, &f, args, func(al *portalloc.Allocator, rs []portalloc.FleetReservation) error {
+			if len(rs) == 0 {
+				return fmt.Errorf("%w: %s holds no fleet-wide port; 'berth fleet ls' lists the leases", portalloc.ErrNotHeld, strconv.Quote(f.holder))
 			}
-			fmt.Fprintf(a.stdout, "renewed %s of %s\n", r.Key, printable(strconv.Quote(f.holder)))
-		}
-		return nil
+			for _, r := range rs {
+				if err := al.RenewFleet(ctx, r, f.ttl); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "renewed %s of %s\n", r.Key, printable(strconv.Quote(f.holder)))
+			}
+			return nil
+		})
 	})
 	return cmd
 }
@@ -280,32 +289,22 @@ touched; a PORT --holder does not hold is an error.`,
 	f.addKey(cmd)
 	cmd.Flags().BoolVar(&f.all, "all", false, "release every port of --holder")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		if err := a.checkSelect(&f, args); err != nil {
-			return err
-		}
-		al, err := a.fleetAllocator(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = al.Close() }()
-		rs, err := a.selectLeases(ctx, al, &f, args)
-		if err != nil {
-			return err
-		}
-		for _, r := range rs {
-			err := al.ReleaseFleet(ctx, r)
-			if errors.Is(err, portalloc.ErrNotHeld) && f.all {
-				continue // lapsed and reaped since the listing
+		return a.onLeases(ctx, &f, args, func(al *portalloc.Allocator, rs []portalloc.FleetReservation) error {
+			for _, r := range rs {
+				err := al.ReleaseFleet(ctx, r)
+				if errors.Is(err, portalloc.ErrNotHeld) && f.all {
+					continue // lapsed and reaped since the listing
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "released %s of %s\n", r.Key, printable(strconv.Quote(f.holder)))
 			}
-			if err != nil {
-				return err
+			if len(rs) == 0 {
+				fmt.Fprintf(a.stderr, "%s: nothing to release: %s holds no fleet-wide port\n", a.name, printable(strconv.Quote(f.holder)))
 			}
-			fmt.Fprintf(a.stdout, "released %s of %s\n", r.Key, printable(strconv.Quote(f.holder)))
-		}
-		if len(rs) == 0 {
-			fmt.Fprintf(a.stderr, "%s: nothing to release: %s holds no fleet-wide port\n", a.name, printable(strconv.Quote(f.holder)))
-		}
-		return nil
+			return nil
+		})
 	})
 	return cmd
 }
