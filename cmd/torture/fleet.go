@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -58,18 +57,12 @@ type fleetWorker struct {
 // runFleetWorker loops taking, renewing and releasing fleet-wide ports
 // until its stdin closes, then releases everything and exits.
 func runFleetWorker() error {
-	dir := os.Getenv(envDir)
-	r, err := portalloc.ParseRange(os.Getenv(envRange))
+	env, err := readWorkerEnv()
 	if err != nil {
 		return err
 	}
-	timeout, err := time.ParseDuration(os.Getenv(envTimeout))
-	if err != nil {
-		return fmt.Errorf("%s: %w", envTimeout, err)
-	}
-	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
-	proc := os.Getenv(envProc)
-	log, err := openLog(dir, proc)
+	r, timeout, seed, proc := env.rng, env.timeout, env.seed, env.proc
+	log, err := openLog(env.dir, proc)
 	if err != nil {
 		return err
 	}
@@ -78,13 +71,8 @@ func runFleetWorker() error {
 	for _, name := range strings.Split(os.Getenv(envNetns), ",") {
 		hosts = append(hosts, netns.NS{Name: name})
 	}
-
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := untilStdinCloses()
 	defer cancel()
-	go func() { // the supervisor closes stdin to end the run
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
 	st, err := pgstore.Open(ctx, os.Getenv(envStore), pgstore.Options{Host: fleetStoreHost, Timeout: timeout, SweepInterval: -1, LeaseTTL: -1})
 	if err != nil {
 		if ctx.Err() != nil {

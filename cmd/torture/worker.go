@@ -73,33 +73,55 @@ type held struct {
 	sock io.Closer
 }
 
-// runWorker loops doing random operations until its stdin closes, then
-// releases everything and exits.
-func runWorker() error {
-	dir := os.Getenv(envDir)
+// workerEnv is what the supervisor tells a worker through its environment.
+type workerEnv struct {
+	dir     string
+	rng     portalloc.Range
+	timeout time.Duration
+	seed    uint64
+	proc    string
+}
+
+func readWorkerEnv() (workerEnv, error) {
 	r, err := portalloc.ParseRange(os.Getenv(envRange))
 	if err != nil {
-		return err
+		return workerEnv{}, err
 	}
 	timeout, err := time.ParseDuration(os.Getenv(envTimeout))
 	if err != nil {
-		return fmt.Errorf("%s: %w", envTimeout, err)
+		return workerEnv{}, fmt.Errorf("%s: %w", envTimeout, err)
 	}
 	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
-	rng := rand.New(rand.NewPCG(seed, uint64(os.Getpid())))
-	proc := os.Getenv(envProc)
+	return workerEnv{dir: os.Getenv(envDir), rng: r, timeout: timeout, seed: seed, proc: os.Getenv(envProc)}, nil
+}
+
+// untilStdinCloses returns a context that ends when the supervisor closes
+// the worker's stdin, which is how it ends a run.
+func untilStdinCloses() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	return ctx, cancel
+}
+
+// runWorker loops doing random operations until its stdin closes, then
+// releases everything and exits.
+func runWorker() error {
+	env, err := readWorkerEnv()
+	if err != nil {
+		return err
+	}
+	dir, r, timeout, proc := env.dir, env.rng, env.timeout, env.proc
+	rng := rand.New(rand.NewPCG(env.seed, uint64(os.Getpid())))
 	log, err := openLog(dir, proc)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.close() }()
-
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := untilStdinCloses()
 	defer cancel()
-	go func() { // the supervisor closes stdin to end the run
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
 
 	a, err := open(ctx, log, portalloc.Config{
 		Mode: portalloc.ModeStateStore, StateDir: filepath.Join(dir, "state"),
