@@ -51,32 +51,7 @@ func init() {
 func BenchmarkBusyStore(b *testing.B) {
 	for _, rows := range []int{0, 1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
-			ctx := context.Background()
-			s, path := open(b)
-			idle := exec.Command("sleep", "3600")
-			if err := idle.Start(); err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = idle.Process.Kill(); _ = idle.Wait() })
-			o, err := statestore.LookupOwner(ctx, idle.Process.Pid)
-			if err != nil {
-				b.Fatal(err)
-			}
-			fillUDP(b, path, rows, o)
-			w := startWorker(b, "churn", path)
-			w.until(b, "ready")
-			port := 0
-			next := func() (uint16, bool) { port = (port + 1 + rand.IntN(7)) % 2000; return uint16(20000 + port), true }
-			b.ResetTimer()
-			for b.Loop() {
-				r, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: next})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := s.Release(ctx, r.Key, statestore.Owner{}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			busyScan(b, func(path string, idle statestore.Owner) { fillUDP(b, path, rows, idle) })
 		})
 	}
 }
@@ -86,6 +61,17 @@ func BenchmarkBusyStore(b *testing.B) {
 // view that another writer keeps making stale, where every held candidate
 // a scan visits is read again by its key.
 func BenchmarkBusyStoreFull(b *testing.B) {
+	busyScan(b, func(path string, idle statestore.Owner) {
+		// Every port of 20000-21999 but each tenth, on the scan's address.
+		fillRows(b, path, 1800, func(i int) (statestore.Key, statestore.Owner) { return tcp(lo4, uint16(20000+i/9*10+i%9+1)), idle })
+	})
+}
+
+// busyScan times Scan+Release of a tcp port of 20000-21999 on a store
+// that fill has filled with rows of an idle live process, while a churn
+// worker commits one reservation after another.
+func busyScan(b *testing.B, fill func(path string, idle statestore.Owner)) {
+	b.Helper()
 	ctx := context.Background()
 	s, path := open(b)
 	idle := exec.Command("sleep", "3600")
@@ -97,8 +83,7 @@ func BenchmarkBusyStoreFull(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Every port of 20000-21999 but each tenth, on the scan's address.
-	fillRows(b, path, 1800, func(i int) (statestore.Key, statestore.Owner) { return tcp(lo4, uint16(20000+i/9*10+i%9+1)), o })
+	fill(path, o)
 	w := startWorker(b, "churn", path)
 	w.until(b, "ready")
 	port := 0
