@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store/storetest"
 )
 
 // TestViewFollowsOtherWriters checks that a store's view of held ports
@@ -22,18 +23,8 @@ func TestViewFollowsOtherWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	only := func(ps ...uint16) func() (uint16, bool) {
-		return func() (uint16, bool) {
-			if len(ps) == 0 {
-				return 0, false
-			}
-			p := ps[0]
-			ps = ps[1:]
-			return p, true
-		}
-	}
 	scan := func(ps ...uint16) (statestore.Reservation, error) {
-		return a.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: only(ps...)})
+		return a.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: storetest.Candidates(ps...)})
 	}
 	hold := func(port uint16) {
 		t.Helper()
