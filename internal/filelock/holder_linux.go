@@ -3,7 +3,9 @@ package filelock
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -17,13 +19,30 @@ import (
 //	1: FLOCK  ADVISORY  WRITE 12345 08:01:1234567 0 EOF
 //
 // and for a waiter the same with "->" after the number, which is skipped.
+//
+// /proc/locks is made in pieces, each resuming at a line number, so a lock
+// taken or let go elsewhere between two pieces shifts the lines and can
+// make one skipped: under a busy machine's flock traffic the holder was
+// missed now and then. It is read in reads as large as the kernel makes
+// its pieces, and again a few times before giving up.
 func holderOf(path string) (Holder, bool) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return Holder{}, false
 	}
 	want := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
-	data, err := os.ReadFile("/proc/locks")
+	for range 4 {
+		if h, ok := findHolder(want); ok {
+			return h, true
+		}
+	}
+	return Holder{}, false
+}
+
+// findHolder reads /proc/locks once for the holder of the inode want
+// names.
+func findHolder(want string) (Holder, bool) {
+	data, err := readAll("/proc/locks")
 	if err != nil {
 		return Holder{}, false
 	}
@@ -42,6 +61,29 @@ func holderOf(path string) (Holder, bool) {
 		return h, true
 	}
 	return Holder{}, false
+}
+
+// readAll reads a file of /proc with 64 KiB reads. os.ReadFile starts
+// with 512 bytes for a file whose size is 0, and every read of a
+// generated file is a piece of its own.
+func readAll(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		out = append(out, buf[:n]...)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // procState reads the command name and whether pid is stopped from
