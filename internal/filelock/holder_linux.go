@@ -71,7 +71,7 @@ func readAll(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out []byte
 	buf := make([]byte, 64<<10)
 	for {
