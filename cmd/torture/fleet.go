@@ -96,16 +96,7 @@ func runFleetWorker() error {
 // call runs one store call bounded by the run's timeout and logs it, as
 // worker.call does.
 func (w *fleetWorker) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, w.timeout)
-	defer cancel()
-	start := time.Now()
-	err := f(ctx)
-	e := Event{Kind: KindCall, Op: op, DurNS: int64(time.Since(start))}
-	if timedOut(err) {
-		e.Timeout, e.Err = true, err.Error()
-	}
-	w.log.add(e)
-	return err
+	return timedCall(ctx, w.log, w.timeout, op, f)
 }
 
 func (w *fleetWorker) step(ctx context.Context) {

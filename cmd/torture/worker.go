@@ -177,7 +177,18 @@ type worker struct {
 // Reserve also bound themselves by it), and logs that it returned, how
 // long it took, and whether it gave up waiting.
 func (w *worker) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	err := timedCall(ctx, w.log, w.timeout, op, f)
+	if n := w.a.Stats().ProbeFailures; n > w.probes {
+		w.log.add(Event{Kind: KindProbe, Op: op, Probes: n - w.probes})
+		w.probes = n
+	}
+	return err
+}
+
+// timedCall runs f bounded by timeout and logs that it returned, how long
+// it took, and whether it gave up waiting.
+func timedCall(ctx context.Context, log *eventLog, timeout time.Duration, op string, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	err := f(ctx)
@@ -185,11 +196,7 @@ func (w *worker) call(ctx context.Context, op string, f func(ctx context.Context
 	if timedOut(err) {
 		e.Timeout, e.Err = true, err.Error()
 	}
-	w.log.add(e)
-	if n := w.a.Stats().ProbeFailures; n > w.probes {
-		w.log.add(Event{Kind: KindProbe, Op: op, Probes: n - w.probes})
-		w.probes = n
-	}
+	log.add(e)
 	return err
 }
 
