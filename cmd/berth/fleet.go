@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -120,13 +119,9 @@ reserved as it is; the others come from --band.`,
 			case cmd.Flags().Changed("udp"), cmd.Flags().Changed("addr"):
 				return usagef("--udp or --addr with --set: the spec gives each port its protocol and address")
 			}
-			b, err := os.ReadFile(f.set)
+			sp, err := readSetSpec(f.set)
 			if err != nil {
-				return usagef("--set: %v", err)
-			}
-			sp, err := portalloc.ParseSetSpec(b)
-			if err != nil {
-				return usagef("--set %s: %v", f.set, err)
+				return err
 			}
 			spec = &sp
 		}

@@ -138,13 +138,9 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	}
 	var spec *portalloc.SetSpec
 	if f.set != "" {
-		b, err := os.ReadFile(f.set)
+		sp, err := readSetSpec(f.set)
 		if err != nil {
-			return usagef("--set: %v", err)
-		}
-		sp, err := portalloc.ParseSetSpec(b)
-		if err != nil {
-			return usagef("--set %s: %v", f.set, err)
+			return err
 		}
 		if ports != nil && sp.Name == runSet {
 			// Its ports would be taken for those of --port of the same names.
@@ -297,4 +293,18 @@ func withoutVar(env []string, name string) []string {
 		}
 	}
 	return out
+}
+
+// readSetSpec reads and parses the set spec file a --set flag names; a
+// file that cannot be read or parsed is a usage error naming the flag.
+func readSetSpec(path string) (portalloc.SetSpec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return portalloc.SetSpec{}, usagef("--set: %v", err)
+	}
+	sp, err := portalloc.ParseSetSpec(b)
+	if err != nil {
+		return portalloc.SetSpec{}, usagef("--set %s: %v", path, err)
+	}
+	return sp, nil
 }
