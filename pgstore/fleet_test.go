@@ -96,29 +96,11 @@ func TestFleetPortsDistinct(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 9 // the band 59100-59109 less b's 59103
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex // guards got
-		got   []uint16
-		stock = []*pgstore.Store{a, b}
-	)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := stock[i%2].ReserveFleet(ctx, pgstore.FleetRequest{
-				Protocol: store.TCP, Band: pgstore.Band{First: 59100, Last: 59109}, Holder: "job/batch-" + string(rune('a'+i))})
-			if err != nil {
-				t.Errorf("ReserveFleet #%d = %v", i, err)
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, r.Port)
-		}()
-	}
-	wg.Wait()
-	slices.Sort(got)
+	stock := []*pgstore.Store{a, b}
+	got := drawAtOnce(t, n, func(i int) (pgstore.FleetReservation, error) {
+		return stock[i%2].ReserveFleet(ctx, pgstore.FleetRequest{
+			Protocol: store.TCP, Band: pgstore.Band{First: 59100, Last: 59109}, Holder: "job/batch-" + string(rune('a'+i))})
+	})
 	want := []uint16{59100, 59101, 59102, 59104, 59105, 59106, 59107, 59108, 59109}
 	if !slices.Equal(got, want) {
 		t.Errorf("ports granted = %v; want %v, each once", got, want)
@@ -372,28 +354,10 @@ func TestFleetStartSpread(t *testing.T) {
 	ctx := context.Background()
 	s := openWith(t, dsn, pgstore.Options{Host: "host-a"})
 	const n = 8
-	var (
-		wg  sync.WaitGroup
-		mu  sync.Mutex // guards got
-		got []uint16
-	)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := s.ReserveFleet(ctx, pgstore.FleetRequest{
-				Protocol: store.TCP, Band: pgstore.Band{First: 50000, Last: 50999}, Holder: "job/spread-" + string(rune('a'+i)), TTL: time.Hour})
-			if err != nil {
-				t.Errorf("ReserveFleet #%d = %v", i, err)
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, r.Port)
-		}()
-	}
-	wg.Wait()
-	slices.Sort(got)
+	got := drawAtOnce(t, n, func(i int) (pgstore.FleetReservation, error) {
+		return s.ReserveFleet(ctx, pgstore.FleetRequest{
+			Protocol: store.TCP, Band: pgstore.Band{First: 50000, Last: 50999}, Holder: "job/spread-" + string(rune('a'+i)), TTL: time.Hour})
+	})
 	if len(slices.Compact(slices.Clone(got))) != n {
 		t.Fatalf("ports granted = %v; want %d distinct", got, n)
 	}
@@ -526,3 +490,30 @@ const (
 	pgerrExclusion = "23P01"
 	pgerrCheck     = "23514"
 )
+
+// drawAtOnce runs draw(0) to draw(n-1) in goroutines of their own, all at
+// once, and returns the ports they were granted, sorted. A failed draw
+// fails the test.
+func drawAtOnce(t *testing.T, n int, draw func(i int) (pgstore.FleetReservation, error)) []uint16 {
+	t.Helper()
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex // guards got
+		got []uint16
+	)
+	for i := range n {
+		wg.Go(func() {
+			r, err := draw(i)
+			if err != nil {
+				t.Errorf("ReserveFleet #%d = %v", i, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, r.Port)
+		})
+	}
+	wg.Wait()
+	slices.Sort(got)
+	return got
+}
