@@ -124,18 +124,7 @@ func spawn(tb testing.TB, mode string, env ...string) *proc {
 // (to run in a network namespace), and stops it when tb ends.
 func start(tb testing.TB, cmd *exec.Cmd) *proc {
 	tb.Helper()
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
+	stdin, stdout := testproc.Start(tb, cmd)
 	tb.Cleanup(func() {
 		_ = stdin.Close()
 		done := make(chan struct{})

@@ -137,18 +137,7 @@ func startWorker(tb testing.TB, mode, db string, env ...string) *worker {
 	cmd := testproc.Command(tb, mode)
 	cmd.Env = append(cmd.Env, "BERTH_TEST_DB="+db)
 	cmd.Env = append(cmd.Env, env...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testproc.Start(tb, cmd)
 	w := &worker{cmd: cmd, stdin: stdin, events: bufio.NewScanner(stdout)}
 	t.Cleanup(func() {
 		_ = stdin.Close()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/internal/netns"
+	"github.com/berth-go/berth/internal/testproc"
 )
 
 // TestMain runs the binary as a child that binds in its namespace when a
@@ -61,17 +62,7 @@ func TestPortSpaces(t *testing.T) {
 	for _, ns := range nss {
 		cmd := ns.Command(self, "-test.run=^$")
 		cmd.Env = append(os.Environ(), "BERTH_NETNS_TEST_BIND="+addr)
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		stdin, stdout := testproc.Start(t, cmd)
 		defer func() { _ = stdin.Close(); _ = cmd.Wait() }() // holds the port until the test ends
 		line, _ := bufio.NewReader(stdout).ReadString('\n')
 		if got := strings.TrimSpace(line); got != "bound" {

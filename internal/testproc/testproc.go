@@ -28,6 +28,7 @@ package testproc
 
 import (
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -126,4 +127,27 @@ func Command(tb testing.TB, role string, args ...string) *exec.Cmd {
 		}
 	})
 	return cmd
+}
+
+// Start starts cmd, a worker from Command (possibly rewrapped, say to run in
+// a network namespace), with the test's stderr as its own, and returns its
+// stdin and stdout. It fails tb when cmd cannot start. Stopping the worker
+// is the caller's: most close its stdin.
+func Start(tb testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.ReadCloser) {
+	tb.Helper()
+	if cmd.Stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err = cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start worker %s: %v", cmd.Path, err)
+	}
+	return stdin, stdout
 }

@@ -137,18 +137,7 @@ func startRaceWorker(t *testing.T, locator string, ports []uint16) *raceWorker {
 		list[i] = strconv.Itoa(int(p))
 	}
 	cmd.Env = append(cmd.Env, envLocator+"="+locator, envPorts+"="+strings.Join(list, ","), envScans+"="+strconv.Itoa(raceScans))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start a worker: %v", err)
-	}
+	stdin, stdout := testproc.Start(t, cmd)
 	lines := make(chan string)
 	var reading sync.WaitGroup
 	reading.Go(func() {
