@@ -2,6 +2,7 @@ package statestore_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -72,5 +73,45 @@ func TestViewFollowsOtherWriters(t *testing.T) {
 	}
 	if r, err := scan(25120, 25121); err != nil || r.Port != 25121 {
 		t.Errorf("Scan(25120, 25121) with 25120 held elsewhere = %v, %v; want 25121", r.Port, err)
+	}
+}
+
+// TestUpgradeDropsJournal: a store of schema version 4, with its change
+// journal, comes to the current version when opened: the journal and its
+// triggers are gone, and the reservations stay.
+func TestUpgradeDropsJournal(t *testing.T) {
+	ctx := context.Background()
+	s, path := open(t)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 25200), Label: "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	down, err := os.ReadFile("migrations/5_drop_port_changes.down.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := migrationsDB(t, path)
+	for _, q := range []string{string(down), "UPDATE schema_migrations SET version = 4, dirty = 0",
+		"INSERT INTO port_changes (protocol, port) VALUES ('tcp', 25200)"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("make a version-4 store: %v", err)
+		}
+	}
+
+	s = openAt(t, path)
+	if rs := list(t, s); len(rs) != 1 || rs[0].Port != 25200 || rs[0].Label != "kept" {
+		t.Errorf("rows after the upgrade = %+v; want 25200 labelled kept", rs)
+	}
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM sqlite_schema WHERE name = 'port_changes' OR type = 'trigger'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d journal objects after the upgrade; want none", n)
+	}
+	if v := conformance.SchemaVersion(t, path); v != statestore.SchemaVersion {
+		t.Errorf("schema version after the upgrade = %d; want %d", v, statestore.SchemaVersion)
 	}
 }
