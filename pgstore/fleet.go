@@ -277,7 +277,7 @@ func (s *Store) ReserveFleetSet(ctx context.Context, reqs []FleetRequest) ([]Fle
 // band had no free port (the transaction rolled back); or nil and
 // len(reqs) when a race was lost and the whole set should be tried again.
 func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, reqs []FleetRequest, ttls []time.Duration) ([]FleetReservation, int, error) {
-	if err := s.open(); err != nil {
+	if err := s.grantable(); err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", op, err)
 	}
 	// One deadline for the transaction: a port per round trip.
@@ -354,7 +354,7 @@ func isLockWait(err error) bool {
 // free but lost to a concurrent insert and false; or port 0 when the band
 // has no free port.
 func (s *Store) fleetOnce(ctx context.Context, op string, key store.Key, req FleetRequest, ttl time.Duration) (uint16, time.Time, time.Time, bool, error) {
-	if err := s.open(); err != nil {
+	if err := s.grantable(); err != nil {
 		return 0, time.Time{}, time.Time{}, false, fmt.Errorf("%s: %w", op, err)
 	}
 	cctx, cancel := s.call(ctx)
@@ -451,7 +451,7 @@ func (s *Store) NarrowFleet(ctx context.Context, key store.Key, holder, host str
 		return err
 	}
 	op := "narrow the lease of " + strconv.Quote(holder) + " on " + key.String() + " to host " + strconv.Quote(host)
-	if err := s.open(); err != nil {
+	if err := s.grantable(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	cctx, cancel := s.call(ctx)

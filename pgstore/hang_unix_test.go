@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/store"
 )
@@ -19,7 +20,7 @@ import (
 // store works again once the server does.
 func TestServerThatDoesNotAnswer(t *testing.T) {
 	dsn, conn := testDB(t)
-	dsn = withParam(t, withParam(t, dsn, "application_name", "berth-hang"), "pool_max_conns", "1")
+	dsn = pgschema.WithParam(pgschema.WithParam(dsn, "application_name", "berth-hang"), "pool_max_conns", "1")
 	ctx := context.Background()
 	s, err := pgstore.Open(ctx, dsn, pgstore.Options{Host: "h1", Timeout: 500 * time.Millisecond, SweepInterval: -1, LeaseTTL: -1})
 	if err != nil {

@@ -43,7 +43,7 @@ const (
 		" renewed AS (UPDATE berth_hosts h SET expires_at = greatest(h.expires_at, now() + $2::bigint * interval '1 millisecond')," +
 		" retired_at = NULL, lost_rows = 0, boot_id = CASE WHEN $3::text = '' THEN h.boot_id ELSE $3::text END" +
 		" FROM old WHERE h.host_no = old.host_no AND NOT old.taken RETURNING h.host_no)" +
-		" SELECT host_no, lost_rows, retired, lapsed, taken, boot_id, left_ms FROM old"
+		" SELECT host_no, lost_rows, retired, lapsed, taken, boot_id, left_ms, " + qGuarded + " FROM old"
 
 	// qLapsedHosts locks the other hosts ($1 is this one) that hold rows
 	// and whose lease ended more than $2 ms ago. FOR UPDATE rechecks the
@@ -78,7 +78,8 @@ const (
 const defaultGrace = 24 * time.Hour
 
 // claim registers the host or renews its lease to ttl from now, by the
-// server's clock, and reports what it lost meanwhile (see noteReturn).
+// server's clock, reports what it lost meanwhile (see noteReturn), and
+// checks the exclusion constraint (see guard).
 func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 	if err := s.open(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -87,13 +88,14 @@ func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 		hostNo                 int32
 		lost, leftMS           int64
 		retired, lapsed, taken bool
+		guarded                bool
 		boot                   string
 	)
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	scan := func() error {
 		return s.pool.QueryRow(cctx, qClaimHost, s.host, ttl.Milliseconds(), s.bootID).
-			Scan(&hostNo, &lost, &retired, &lapsed, &taken, &boot, &leftMS)
+			Scan(&hostNo, &lost, &retired, &lapsed, &taken, &boot, &leftMS, &guarded)
 	}
 	err := scan()
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -124,6 +126,9 @@ func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 		return fmt.Errorf("%s: %w: host %q has a new number in berth_hosts (its row was deleted); reopen the store", op, store.ErrStorage, s.host)
 	}
 	s.noteReturn(lost, retired, lapsed)
+	if err := s.guard(ctx, guarded); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/store"
 )
@@ -218,8 +219,8 @@ func TestGraceReaping(t *testing.T) {
 			var logOld logBuf
 			old := openWith(t, dsn, pgstore.Options{Host: "old", Logger: logOld.logger()})
 			recent := openWith(t, dsn, pgstore.Options{Host: "recent"})
-			never := openWith(t, withParam(t, dsn, "timezone", tz), pgstore.Options{Host: "never", Grace: -1})
-			reaper := openWith(t, withParam(t, dsn, "timezone", tz), pgstore.Options{Host: "reaper", Grace: 30 * time.Minute})
+			never := openWith(t, pgschema.WithParam(dsn, "timezone", tz), pgstore.Options{Host: "never", Grace: -1})
+			reaper := openWith(t, pgschema.WithParam(dsn, "timezone", tz), pgstore.Options{Host: "reaper", Grace: 30 * time.Minute})
 			reserveN(t, old, 57000, 3)
 			reserveN(t, recent, 57000, 2)
 			reserveN(t, reaper, 57000, 1)

@@ -2,19 +2,15 @@ package pgstore_test
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"math/rand/v2"
-	"net/url"
 	"os"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/internal/owner"
+	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/store"
@@ -32,27 +28,7 @@ func TestMain(m *testing.M) {
 		return 0
 	})
 	testproc.MaybeRun()
-	if dsn := os.Getenv(envDSN); dsn != "" {
-		// btree_gist is one per database: create it once, before tests
-		// whose migrations in schemas of their own would race to.
-		if err := createExtension(dsn); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", envDSN, err)
-			os.Exit(1)
-		}
-	}
 	goleak.VerifyTestMain(m)
-}
-
-func createExtension(dsn string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	_, err = conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS btree_gist")
-	return err
 }
 
 // testDB returns a DSN for a schema of this test's own, and a connection
@@ -65,44 +41,21 @@ func testDB(tb testing.TB) (string, *pgx.Conn) {
 		tb.Skipf("set %s to a PostgreSQL DSN to run the pgstore tests, e.g. %s='host=/tmp/pgsock dbname=postgres user=postgres' (bash .ci/postgres start prints one)", envDSN, envDSN)
 	}
 	ctx := context.Background()
-	schema := fmt.Sprintf("berth_test_%d", rand.Uint64()>>1)
-	admin, err := pgx.Connect(ctx, base)
+	dsn, drop, err := pgschema.Create(ctx, base, "berth_test")
 	if err != nil {
-		tb.Fatalf("connect to %s: %v", envDSN, err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("%s: %v", envDSN, err)
 	}
 	tb.Cleanup(func() {
-		if _, err := admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
+		if err := drop(); err != nil {
+			tb.Errorf("drop the test's schema: %v", err)
 		}
-		_ = admin.Close(ctx)
 	})
-	dsn := withParam(tb, base, "search_path", schema)
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = conn.Close(ctx) })
 	return dsn, conn
-}
-
-// withParam adds a parameter to a URL or key=value DSN; pgx sends what it
-// does not know as a run-time parameter, such as search_path.
-func withParam(tb testing.TB, dsn, name, value string) string {
-	tb.Helper()
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		q := u.Query()
-		q.Set(name, value)
-		u.RawQuery = q.Encode()
-		return u.String()
-	}
-	return dsn + " " + name + "=" + value
 }
 
 // open opens a Store on dsn for host, closed when the test ends.

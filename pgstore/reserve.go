@@ -170,7 +170,7 @@ func (s *Store) Scan(ctx context.Context, req store.ScanRequest) (store.Reservat
 // scanOnce runs qScan on candidates: the row granted, or none and the
 // candidates' holders.
 func (s *Store) scanOnce(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, candidates []int32) (*row, []row, error) {
-	if err := s.open(); err != nil {
+	if err := s.grantable(); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", op, err)
 	}
 	cctx, cancel := s.call(ctx)
@@ -282,7 +282,7 @@ func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]
 // insertBlock inserts the block base..last in one statement: the rows, or
 // nil when the exclusion constraint refused the block.
 func (s *Store) insertBlock(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, base, last uint16) ([]store.Reservation, error) {
-	if err := s.open(); err != nil {
+	if err := s.grantable(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	cctx, cancel := s.call(ctx)
@@ -388,7 +388,7 @@ func (s *Store) probeOrUndo(ctx context.Context, op string, probe store.ProbeFun
 // insertOne runs qInsert: the row's creation time and true, or false when
 // a row is in the way.
 func (s *Store) insertOne(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind) (time.Time, bool, error) {
-	if err := s.open(); err != nil {
+	if err := s.grantable(); err != nil {
 		return time.Time{}, false, fmt.Errorf("%s: %w", op, err)
 	}
 	cctx, cancel := s.call(ctx)

@@ -146,9 +146,10 @@ type Store struct {
 	ttl     time.Duration
 	grace   time.Duration // negative: no grace reaping
 
-	closed atomic.Bool
-	stop   chan struct{}  // closed by Close to end the background goroutine
-	wg     sync.WaitGroup // the background goroutine
+	closed   atomic.Bool
+	guardErr atomic.Pointer[GuardError] // set while grants are refused: see guard.go
+	stop     chan struct{}              // closed by Close to end the background goroutine
+	wg       sync.WaitGroup             // the background goroutine
 
 	remembered    atomic.Int64 // Remember calls, to prune sticky ports now and then
 	reaped        atomic.Int64
@@ -171,7 +172,14 @@ var _ store.Store = (*Store)(nil)
 //
 // The role needs to create tables, and the btree_gist extension must be
 // available (in Debian's postgresql-contrib; it is a trusted extension,
-// so a database owner may create it).
+// so a database owner may create it). The first migration creates it in
+// the first schema of the search path; where that is a schema that may be
+// dropped, create it beforehand in one that stays (CREATE EXTENSION
+// btree_gist SCHEMA public): dropping the extension drops the exclusion
+// constraint of berth's table. A Store notices that at Open and at every
+// renewal of the host's lease and puts the constraint back, or, when rows
+// granted meanwhile conflict, grants nothing (*GuardError) until they are
+// released.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 10 * time.Second

@@ -14,6 +14,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/store"
 	"github.com/berth-go/berth/store/storetest"
@@ -588,7 +589,7 @@ func TestConcurrentOpen(t *testing.T) {
 // not there, fail calls with ErrStorage; a closed store with ErrClosed.
 func TestLostConnection(t *testing.T) {
 	dsn, conn := testDB(t)
-	s := open(t, withParam(t, dsn, "application_name", "berth-lost"), "h1")
+	s := open(t, pgschema.WithParam(dsn, "application_name", "berth-lost"), "h1")
 	ctx := context.Background()
 	k := key(store.TCP, "127.0.0.1", 54000)
 	if _, err := s.Reserve(ctx, store.Request{Key: k}); err != nil {

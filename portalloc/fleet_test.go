@@ -3,16 +3,13 @@ package portalloc_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/portalloc"
 )
 
@@ -24,20 +21,12 @@ func fleetDSN(tb testing.TB) string {
 	if base == "" || strings.Contains(base, "://") {
 		tb.Skip("set BERTH_TEST_POSTGRES to a key=value PostgreSQL DSN to run the fleet-store tests (bash .ci/postgres start prints one)")
 	}
-	ctx := context.Background()
-	schema := fmt.Sprintf("berth_portalloc_%d", rand.Uint64()>>1)
-	admin, err := pgx.Connect(ctx, base)
+	dsn, drop, err := pgschema.Create(context.Background(), base, "berth_portalloc")
 	if err != nil {
-		tb.Fatalf("connect to BERTH_TEST_POSTGRES: %v", err)
+		tb.Fatalf("BERTH_TEST_POSTGRES: %v", err)
 	}
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		_, _ = admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		_ = admin.Close(ctx)
-	})
-	return base + " search_path=" + schema
+	tb.Cleanup(func() { _ = drop() })
+	return dsn
 }
 
 // TestFleetStore: with Config.Store an Allocator keeps its reservations in

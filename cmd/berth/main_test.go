@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
@@ -191,19 +190,10 @@ func cut(s string) (string, string, bool) {
 // fleetSchema makes a schema of the script's own on the server base names,
 // dropped when the script ends, and returns a DSN that works in it.
 func fleetSchema(env *testscript.Env, base string) (string, error) {
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
+	dsn, drop, err := pgschema.Create(context.Background(), base, "berth_cli")
 	if err != nil {
 		return "", fmt.Errorf("BERTH_TEST_POSTGRES: %w", err)
 	}
-	schema := fmt.Sprintf("berth_cli_%d", rand.Uint64()>>1)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		_ = conn.Close(ctx)
-		return "", err
-	}
-	env.Defer(func() {
-		_, _ = conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		_ = conn.Close(ctx)
-	})
-	return base + " search_path=" + schema, nil
+	env.Defer(func() { _ = drop() })
+	return dsn, nil
 }

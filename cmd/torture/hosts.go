@@ -3,15 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net/url"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/berth-go/berth/internal/netns"
+	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/pgstore"
 )
 
@@ -36,40 +32,13 @@ func makeHosts(ctx context.Context, n int) ([]netns.NS, func() error, error) {
 // runSchema makes a schema of the run's own on the server dsn names, so
 // that no row of another run or of a fleet's real hosts meets the run's,
 // and returns dsn with its search_path set to it, and the function that
-// drops it.
+// drops it, even when ctx has ended: the run is over then.
 func runSchema(ctx context.Context, dsn string) (string, func() error, error) {
-	conn, err := pgx.Connect(ctx, dsn)
+	scoped, drop, err := pgschema.Create(ctx, dsn, "berth_torture")
 	if err != nil {
 		return "", nil, fmt.Errorf("torture: -store: %w", err)
 	}
-	schema := fmt.Sprintf("berth_torture_%d", rand.Uint64()>>1)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		_ = conn.Close(ctx)
-		return "", nil, fmt.Errorf("torture: -store: %w", err)
-	}
-	// The schema goes even when ctx has ended: the run is over then.
-	after := context.WithoutCancel(ctx)
-	drop := func() error {
-		defer func() { _ = conn.Close(after) }()
-		_, err := conn.Exec(after, "DROP SCHEMA "+schema+" CASCADE")
-		return err
-	}
-	return withSearchPath(dsn, schema), drop, nil
-}
-
-// withSearchPath sets search_path in a key=value or URL connection string.
-func withSearchPath(dsn, schema string) string {
-	if !strings.Contains(dsn, "://") {
-		return dsn + " search_path=" + schema
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return dsn // pgx.Connect parsed it; it does not come here
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return scoped, drop, nil
 }
 
 // retireHost retires host from the host by, through pgstore's public

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/store"
@@ -25,20 +23,12 @@ func storeDSN(t *testing.T) string {
 	if base == "" || strings.Contains(base, "://") {
 		t.Skip("set BERTH_TEST_POSTGRES to a key=value PostgreSQL DSN to run the fleet example (bash .ci/postgres start prints one)")
 	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
+	dsn, drop, err := pgschema.Create(context.Background(), base, "berth_fleet_example")
 	if err != nil {
-		t.Fatalf("connect to BERTH_TEST_POSTGRES: %v", err)
+		t.Fatalf("BERTH_TEST_POSTGRES: %v", err)
 	}
-	schema := fmt.Sprintf("berth_fleet_example_%d", rand.Uint64()>>1)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		_ = conn.Close(ctx)
-	})
-	return base + " search_path=" + schema
+	t.Cleanup(func() { _ = drop() })
+	return dsn
 }
 
 // TestMain runs the binary as host-a's second process when run asks.

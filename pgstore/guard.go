@@ -1,0 +1,115 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/berth-go/berth/store"
+)
+
+// The exclusion constraint is the fleet's guarantee: no two rows on
+// overlapping hosts for one protocol, port and overlapping addresses. It
+// lives in berth's table, but its index uses the btree_gist extension,
+// which a database holds once, in one schema. Dropping that extension
+// with CASCADE, or the schema it was created in (say another program's,
+// or an old berth schema), drops the constraint of every berth table in
+// the database without a word, and from then on the store would grant one
+// port twice. So the store checks the constraint every time it claims the
+// host's lease (at Open and every third of the lease) and puts it back
+// when it is gone; until it is back, it grants nothing.
+const (
+	// constraintName is the exclusion constraint of migration 1.
+	constraintName = "berth_port_allocations_no_conflict"
+
+	// qGuarded reports whether the table has its exclusion constraint.
+	qGuarded = "EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'berth_port_allocations'::regclass" +
+		" AND conname = '" + constraintName + "' AND contype = 'x')"
+
+	// qRestoreGuard puts the constraint back as migration 1 made it. It
+	// checks every row as it builds the index, so it fails, changing
+	// nothing, when rows granted meanwhile conflict.
+	qRestoreGuard = "ALTER TABLE berth_port_allocations ADD CONSTRAINT " + constraintName + " EXCLUDE USING gist (" +
+		"host_span WITH &&, protocol WITH =, port WITH =, addr_span WITH &&)"
+)
+
+// GuardError reports that berth's table lost its exclusion constraint and
+// that the store could not put it back: the store grants no port until it
+// can. It wraps store.ErrDamaged.
+type GuardError struct {
+	// Err is why the constraint could not be restored: most often rows
+	// that conflict, granted while it was missing.
+	Err error
+}
+
+func (e *GuardError) Error() string {
+	return fmt.Sprintf("the table berth_port_allocations has lost its exclusion constraint %s "+
+		"(it goes when the btree_gist extension is dropped with CASCADE, e.g. with the schema it was created in), "+
+		"so the store grants no port: restoring it failed: %v", constraintName, e.Err)
+}
+
+func (e *GuardError) Unwrap() []error { return []error{store.ErrDamaged, e.Err} }
+
+// guard acts on what a claim of the host's lease read of the constraint:
+// when it is missing, it restores it, and records whether grants may go
+// on.
+func (s *Store) guard(ctx context.Context, guarded bool) error {
+	if guarded {
+		s.guardErr.Store(nil)
+		return nil
+	}
+	err := s.restoreGuard(ctx)
+	if err != nil {
+		gerr := &GuardError{Err: err}
+		s.guardErr.Store(gerr)
+		s.log.Error(gerr, "refusing to grant ports", "host", s.host)
+		return gerr
+	}
+	s.guardErr.Store(nil)
+	s.log.Error(errors.New("the exclusion constraint "+constraintName+" was missing"),
+		"restored it; until then, ports may have been granted twice", "host", s.host)
+	return nil
+}
+
+// restoreGuard creates btree_gist should it be gone and adds the
+// constraint again, in one transaction. Another store that restored it
+// first is success.
+func (s *Store) restoreGuard(ctx context.Context) error {
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	err := pgx.BeginFunc(cctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(cctx, "CREATE EXTENSION IF NOT EXISTS btree_gist"); err != nil {
+			return fmt.Errorf("create the btree_gist extension: %w", err)
+		}
+		_, err := tx.Exec(cctx, qRestoreGuard)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DuplicateObject:
+		return nil // restored by another store meanwhile
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ExclusionViolation:
+		return fmt.Errorf("rows granted while it was missing conflict (%s); release one of each pair "+
+			"and the store restores it within a third of its lease", pgErr.Detail)
+	default:
+		return err
+	}
+}
+
+// grantable fails when the store is closed or is refusing grants for a
+// missing exclusion constraint.
+func (s *Store) grantable() error {
+	if err := s.open(); err != nil {
+		return err
+	}
+	if gerr := s.guardErr.Load(); gerr != nil {
+		return gerr
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/berth-go/berth/internal/pgschema"
+	"github.com/berth-go/berth/pgstore"
+	"github.com/berth-go/berth/store"
+)
+
+// ownDatabase makes a database of the test's own, dropped when it ends,
+// and returns a DSN for it: the tests below need btree_gist to be where
+// they put it, and the shared database has it already. It skips the test
+// without a key=value DSN or the right to create databases.
+func ownDatabase(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv(envDSN)
+	if base == "" || strings.Contains(base, "://") {
+		t.Skipf("set %s to a key=value PostgreSQL DSN to run this test", envDSN)
+	}
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("berth_guard_%d", rand.Uint64()>>1)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		_ = admin.Close(ctx)
+		t.Skipf("creating a database of the test's own: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+		_ = admin.Close(ctx)
+	})
+	return pgschema.WithParam(base, "dbname", name)
+}
+
+func hasGuard(t *testing.T, conn *pgx.Conn) bool {
+	t.Helper()
+	var ok bool
+	err := conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_constraint"+
+		" WHERE conrelid = 'berth_port_allocations'::regclass AND conname = 'berth_port_allocations_no_conflict')").Scan(&ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestGuardRestored: dropping the schema that holds btree_gist drops the
+// exclusion constraint of berth's table in another schema, silently. The
+// next store to claim the host's lease (an Open, or a store's renewal)
+// puts it back, and conflicts are refused again. When rows granted in the
+// meantime conflict, it cannot: every store then refuses to grant, and
+// Open fails, with an error wrapping store.ErrDamaged, until the conflict
+// is released.
+func TestGuardRestored(t *testing.T) {
+	db := ownDatabase(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Close(ctx) }()
+	for _, q := range []string{
+		"CREATE SCHEMA other", "CREATE EXTENSION btree_gist SCHEMA other", "CREATE SCHEMA berth",
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	dsn := pgschema.WithParam(db, "search_path", "berth")
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+
+	s1 := openWith(t, dsn, pgstore.Options{Host: "h1"})
+	held := key(store.TCP, "127.0.0.1", 30001)
+	if _, err := s1.Reserve(ctx, store.Request{Key: held}); err != nil {
+		t.Fatal(err)
+	}
+	if !hasGuard(t, conn) {
+		t.Fatal("a new store has no exclusion constraint")
+	}
+	if _, err := admin.Exec(ctx, "DROP SCHEMA other CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	if hasGuard(t, conn) {
+		t.Fatal("the constraint survived its extension: the test proves nothing")
+	}
+
+	// Open puts it back, and the held port is refused again.
+	s2 := openWith(t, dsn, pgstore.Options{Host: "h1"})
+	if !hasGuard(t, conn) {
+		t.Fatal("Open left the exclusion constraint missing")
+	}
+	var ce *store.ConflictError
+	if _, err := s2.Reserve(ctx, store.Request{Key: key(store.TCP, "0.0.0.0", 30001)}); !errors.As(err, &ce) {
+		t.Fatalf("Reserve of a held port after the restore = %v, want a conflict", err)
+	}
+
+	// Gone again, and a row granted meanwhile conflicts: nothing can put
+	// it back, and no store grants.
+	if _, err := admin.Exec(ctx, "DROP EXTENSION btree_gist CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO berth_port_allocations"+
+		" (host_no, protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind)"+
+		" SELECT host_no, protocol, port, address, owner_pid, owner_start + 1, owner_scope, 'twin', label, kind"+
+		" FROM berth_port_allocations WHERE port = 30001"); err != nil {
+		t.Fatal(err)
+	}
+	err = s1.Renew(ctx, time.Minute)
+	var ge *pgstore.GuardError
+	if !errors.As(err, &ge) || !errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), "30001") {
+		t.Fatalf("Renew with conflicting rows = %v, want a *GuardError wrapping ErrDamaged naming port 30001", err)
+	}
+	for name, grant := range map[string]func() error{
+		"Reserve": func() error {
+			_, err := s1.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 30002)})
+			return err
+		},
+		"Scan": func() error {
+			ports := []uint16{30003}
+			_, err := s1.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Next: func() (uint16, bool) {
+				if len(ports) == 0 {
+					return 0, false
+				}
+				p := ports[0]
+				ports = ports[1:]
+				return p, true
+			}})
+			return err
+		},
+		"ReserveFleet": func() error {
+			_, err := s1.ReserveFleet(ctx, pgstore.FleetRequest{Protocol: store.TCP, Holder: "job/x",
+				Band: pgstore.Band{First: 30004, Last: 30005}, TTL: time.Minute})
+			return err
+		},
+	} {
+		if err := grant(); !errors.Is(err, store.ErrDamaged) {
+			t.Errorf("%s while the constraint is missing = %v, want an error wrapping ErrDamaged", name, err)
+		}
+	}
+	if _, err := pgstore.Open(ctx, dsn, pgstore.Options{Host: "h2", SweepInterval: -1, LeaseTTL: -1}); !errors.Is(err, store.ErrDamaged) {
+		t.Fatalf("Open with conflicting rows = %v, want an error wrapping ErrDamaged", err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM berth_port_allocations WHERE port BETWEEN 30002 AND 30005").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows granted while refusing: %d (%v)", n, err)
+	}
+
+	// The twin released, the next renewal restores it and grants resume.
+	if _, err := conn.Exec(ctx, "DELETE FROM berth_port_allocations WHERE owner_name = 'twin'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Renew(ctx, time.Minute); err != nil {
+		t.Fatalf("Renew once the conflict is gone: %v", err)
+	}
+	if !hasGuard(t, conn) {
+		t.Fatal("the renewal left the constraint missing")
+	}
+	if _, err := s1.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 30002)}); err != nil {
+		t.Fatalf("Reserve after the restore: %v", err)
+	}
+}
