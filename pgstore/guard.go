@@ -64,14 +64,15 @@ func (s *Store) guard(ctx context.Context, guarded bool) error {
 	}
 	err := s.restoreGuard(ctx)
 	if err != nil {
+		// Open returns it; the background renewal logs it.
 		gerr := &GuardError{Err: err}
 		s.guardErr.Store(gerr)
-		s.log.Error(gerr, "refusing to grant ports", "host", s.host)
 		return gerr
 	}
 	s.guardErr.Store(nil)
-	s.log.Error(errors.New("the exclusion constraint "+constraintName+" was missing"),
-		"restored it; until then, ports may have been granted twice", "host", s.host)
+	s.log.Error(errors.New("constraint "+constraintName+" had been dropped, most likely with the btree_gist extension"),
+		"the store's exclusion constraint was missing and is restored; ports granted while it was missing may have gone to two owners",
+		"host", s.host)
 	return nil
 }
 
