@@ -81,6 +81,24 @@ func (a *Allocator) fleet(op string) (fleetStore, error) {
 	return fs, nil
 }
 
+// onFleet runs call on the fleet's store within Config.Timeout and puts
+// its error in portalloc's words (see fleetErr), a refused field named
+// after typ. Without a fleet's store it fails as fleet does.
+func onFleet[T any](ctx context.Context, a *Allocator, op, typ string, call func(context.Context, fleetStore) (T, error)) (T, error) {
+	var zero T
+	fs, err := a.fleet(op)
+	if err != nil {
+		return zero, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	v, err := call(ctx, fs)
+	if err != nil {
+		return zero, a.fleetErr(op, typ, err)
+	}
+	return v, nil
+}
+
 // ReserveFleet reserves for req.Holder, under a lease of req.TTL on the
 // PostgreSQL server's clock, a port of req.Band that is free on every host
 // of the fleet, for an owner whose host is not known yet (a pod not yet
@@ -101,18 +119,9 @@ func (a *Allocator) fleet(op string) (fleetStore, error) {
 // req a *FieldError naming it ("FleetRequest.Holder"); a store that
 // failed or did not answer an error wrapping ErrStoreUnavailable.
 func (a *Allocator) ReserveFleet(ctx context.Context, req FleetRequest) (FleetReservation, error) {
-	const op = "reserve fleet-wide"
-	fs, err := a.fleet(op)
-	if err != nil {
-		return FleetReservation{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-	defer cancel()
-	r, err := fs.ReserveFleet(ctx, req)
-	if err != nil {
-		return FleetReservation{}, a.fleetErr(op, "FleetRequest", err)
-	}
-	return r, nil
+	return onFleet(ctx, a, "reserve fleet-wide", "FleetRequest", func(ctx context.Context, fs fleetStore) (FleetReservation, error) {
+		return fs.ReserveFleet(ctx, req)
+	})
 }
 
 // ReserveFleetSet reserves every port of req.Spec fleet-wide for
@@ -128,22 +137,14 @@ func (a *Allocator) ReserveFleet(ctx context.Context, req FleetRequest) (FleetRe
 // not do, is a *SpecError; the other errors are ReserveFleet's, a refused
 // field named as "FleetSetRequest.Band".
 func (a *Allocator) ReserveFleetSet(ctx context.Context, req FleetSetRequest) ([]FleetReservation, error) {
-	op := fmt.Sprintf("reserve fleet-wide set %q", req.Spec.Name)
-	fs, err := a.fleet(op)
-	if err != nil {
-		return nil, err
-	}
 	reqs, err := fleetSetRequests(req)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-	defer cancel()
-	rs, err := fs.ReserveFleetSet(ctx, reqs)
-	if err != nil {
-		return nil, a.fleetErr(op, "FleetSetRequest", err)
-	}
-	return rs, nil
+	op := fmt.Sprintf("reserve fleet-wide set %q", req.Spec.Name)
+	return onFleet(ctx, a, op, "FleetSetRequest", func(ctx context.Context, fs fleetStore) ([]FleetReservation, error) {
+		return fs.ReserveFleetSet(ctx, reqs)
+	})
 }
 
 // fleetSetRequests validates req's spec and makes one pgstore request of
@@ -199,14 +200,10 @@ func fleetSetRequests(req FleetSetRequest) ([]pgstore.FleetRequest, error) {
 // another holder's, is an error wrapping ErrNotHeld: its port may be
 // someone else's now; reserve again.
 func (a *Allocator) RenewFleet(ctx context.Context, r FleetReservation, ttl time.Duration) error {
-	op := "renew fleet-wide"
-	fs, err := a.fleet(op)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-	defer cancel()
-	return a.fleetErr(op, "FleetReservation", fs.RenewFleet(ctx, r.Key, r.Holder, ttl))
+	_, err := onFleet(ctx, a, "renew fleet-wide", "FleetReservation", func(ctx context.Context, fs fleetStore) (struct{}, error) {
+		return struct{}{}, fs.RenewFleet(ctx, r.Key, r.Holder, ttl)
+	})
+	return err
 }
 
 // ReleaseFleet deletes r's reservation, fleet-wide or narrowed, checked
@@ -214,14 +211,10 @@ func (a *Allocator) RenewFleet(ctx context.Context, r FleetReservation, ttl time
 // pod's finalizer. Another holder's reservation is never touched. One
 // that is gone, or another holder's, is an error wrapping ErrNotHeld.
 func (a *Allocator) ReleaseFleet(ctx context.Context, r FleetReservation) error {
-	op := "release fleet-wide"
-	fs, err := a.fleet(op)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-	defer cancel()
-	return a.fleetErr(op, "FleetReservation", fs.ReleaseFleet(ctx, r.Key, r.Holder))
+	_, err := onFleet(ctx, a, "release fleet-wide", "FleetReservation", func(ctx context.Context, fs fleetStore) (struct{}, error) {
+		return struct{}{}, fs.ReleaseFleet(ctx, r.Key, r.Holder)
+	})
+	return err
 }
 
 // NarrowFleet makes r's fleet-wide reservation one of host (a name as
@@ -234,14 +227,10 @@ func (a *Allocator) ReleaseFleet(ctx context.Context, r FleetReservation) error 
 // exist. One that is gone, or another holder's, is an error wrapping
 // ErrNotHeld.
 func (a *Allocator) NarrowFleet(ctx context.Context, r FleetReservation, host string) error {
-	op := "narrow fleet-wide"
-	fs, err := a.fleet(op)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-	defer cancel()
-	return a.fleetErr(op, "FleetReservation", fs.NarrowFleet(ctx, r.Key, r.Holder, host))
+	_, err := onFleet(ctx, a, "narrow fleet-wide", "FleetReservation", func(ctx context.Context, fs fleetStore) (struct{}, error) {
+		return struct{}{}, fs.NarrowFleet(ctx, r.Key, r.Holder, host)
+	})
+	return err
 }
 
 // FleetLeases returns every reservation of the fleet held under a lease,
@@ -250,18 +239,9 @@ func (a *Allocator) NarrowFleet(ctx context.Context, r FleetReservation, host st
 // Leases that ran out are included until reaped; their Expires, by the
 // server's clock, says so.
 func (a *Allocator) FleetLeases(ctx context.Context) ([]FleetReservation, error) {
-	op := "list fleet-wide"
-	fs, err := a.fleet(op)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-	defer cancel()
-	rs, err := fs.Leases(ctx)
-	if err != nil {
-		return nil, a.fleetErr(op, "", err)
-	}
-	return rs, nil
+	return onFleet(ctx, a, "list fleet-wide", "", func(ctx context.Context, fs fleetStore) ([]FleetReservation, error) {
+		return fs.Leases(ctx)
+	})
 }
 
 // fleetFields names pgstore's request fields as portalloc's callers
