@@ -3,8 +3,6 @@ package pgstore_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"os"
 	"strings"
@@ -28,23 +26,19 @@ func ownDatabase(t *testing.T) string {
 	if base == "" || strings.Contains(base, "://") {
 		t.Skipf("set %s to a key=value PostgreSQL DSN to run this test", envDSN)
 	}
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, base)
+	db, drop, err := pgschema.CreateDatabase(context.Background(), base, "berth_guard")
+	if errors.Is(err, pgschema.ErrNoCreateDB) {
+		t.Skipf("a database of the test's own: %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := fmt.Sprintf("berth_guard_%d", rand.Uint64()>>1)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		_ = admin.Close(ctx)
-		t.Skipf("creating a database of the test's own: %v", err)
-	}
 	t.Cleanup(func() {
-		if _, err := admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
+		if err := drop(); err != nil {
+			t.Errorf("drop the test's database: %v", err)
 		}
-		_ = admin.Close(ctx)
 	})
-	return pgschema.WithParam(base, "dbname", name)
+	return db
 }
 
 func hasGuard(t *testing.T, conn *pgx.Conn) bool {

@@ -51,6 +51,42 @@ func Create(ctx context.Context, dsn, prefix string) (scoped string, drop func()
 	return WithParam(dsn, "search_path", schema), drop, nil
 }
 
+// ErrNoCreateDB is CreateDatabase's error for a role that may not create
+// databases.
+var ErrNoCreateDB = errors.New("the role may not create databases")
+
+// CreateDatabase makes a database named prefix followed by a random
+// number on the server dsn names, for a test that needs one of its own
+// (say, one without btree_gist), and returns a key=value dsn for it and a
+// function that drops it, ending the connections still open to it. A
+// role without CREATEDB gets an error wrapping ErrNoCreateDB, for tests
+// to skip on.
+func CreateDatabase(ctx context.Context, dsn, prefix string) (scoped string, drop func() error, err error) {
+	if strings.Contains(dsn, "://") {
+		return "", nil, fmt.Errorf("create a database: want a key=value DSN, not a URL: %s", prefix)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", nil, err
+	}
+	name := fmt.Sprintf("%s_%d", prefix, rand.Uint64()>>1)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		_ = conn.Close(ctx)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
+			err = fmt.Errorf("%w: %w", ErrNoCreateDB, err)
+		}
+		return "", nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	after := context.WithoutCancel(ctx)
+	drop = func() error {
+		defer func() { _ = conn.Close(after) }()
+		_, err := conn.Exec(after, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		return err
+	}
+	return WithParam(dsn, "dbname", name), drop, nil
+}
+
 // ensureExtension creates btree_gist in conn's default schema unless the
 // database has it. Two connections creating it at once can collide on the
 // catalog's unique index; the loser finds it there on its second try.

@@ -2,8 +2,7 @@ package pgschema_test
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -22,17 +21,18 @@ func TestExtensionOutlivesSchema(t *testing.T) {
 		t.Skip("set BERTH_TEST_POSTGRES to a key=value PostgreSQL DSN (bash .ci/postgres start prints one)")
 	}
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, base)
+	db, dropDB, err := pgschema.CreateDatabase(ctx, base, "berth_pgschema")
+	if errors.Is(err, pgschema.ErrNoCreateDB) {
+		t.Skipf("a database of the test's own: %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = admin.Close(ctx) }()
-	name := fmt.Sprintf("berth_pgschema_%d", rand.Uint64()>>1)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Skipf("creating a database of the test's own: %v", err)
-	}
-	defer func() { _, _ = admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)") }()
-	db := pgschema.WithParam(base, "dbname", name)
+	defer func() {
+		if err := dropDB(); err != nil {
+			t.Errorf("drop the test's database: %v", err)
+		}
+	}()
 
 	scoped, drop, err := pgschema.Create(ctx, db, "berth_x")
 	if err != nil {
