@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -163,4 +164,97 @@ func TestHolderSurvivesClockSteps(t *testing.T) {
 	if err != nil || len(rs) != 1 || rs[0].Owner.PID != holder.cmd.Process.Pid {
 		t.Errorf("rows after the steps = %v, %v; want the holder's one row", rs, err)
 	}
+}
+
+// TestLockWaitsKeepDescriptors: two stores of one process that wait for
+// each other's write lock thousands of times, and one whose waits are
+// abandoned under a stopped holder, keep at most two descriptors of the
+// lock file each open (the store's own and the waiter's), and every write
+// still gets the lock.
+func TestLockWaitsKeepDescriptors(t *testing.T) {
+	ctx := context.Background()
+	s1, path := open(t)
+	s2 := openAt(t, path)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		s := s1
+		if g%2 == 1 {
+			s = s2
+		}
+		wg.Go(func() {
+			for i := range 300 {
+				key := tcp(lo4, uint16(31000+g*300+i))
+				if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+					errs <- err
+					return
+				}
+				if err := s.Release(ctx, key, statestore.Owner{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := lockDescriptors(t, path); n > 4 {
+		t.Errorf("%d descriptors of the lock file open after contended writes; want at most 4 (two stores)", n)
+	}
+
+	// Waits abandoned under a stopped holder: each leaves its descriptor
+	// with the blocked waiter until the holder lets go, then none.
+	w := startWorker(t, "flockholder", path)
+	w.until(t, "locked")
+	pid := w.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	s3, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1, BusyTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s3.Close()
+	for i := range 3 {
+		if _, err := s3.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(32300+i))}); !errors.Is(err, statestore.ErrBusy) {
+			t.Fatalf("Reserve under a stopped holder = %v; want ErrBusy", err)
+		}
+	}
+	_ = syscall.Kill(pid, syscall.SIGCONT)
+	_ = w.stdin.Close()
+	_ = w.cmd.Wait()
+	for i := range 50 {
+		if _, err := s3.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(32400+i))}); err != nil {
+			t.Fatalf("Reserve after the holder let go = %v", err)
+		}
+	}
+	// The abandoned waiters get the lock in turn once the holder is gone,
+	// and close their descriptors; give them a moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for lockDescriptors(t, path) > 6 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := lockDescriptors(t, path); n > 6 {
+		t.Errorf("%d descriptors of the lock file open after abandoned waits; want at most 6 (three stores)", n)
+	}
+}
+
+// lockDescriptors counts this process's open descriptors of db's lock file.
+func lockDescriptors(t *testing.T, db string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot list descriptors: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && target == db+".lock" {
+			n++
+		}
+	}
+	return n
 }
