@@ -64,22 +64,11 @@ func init() {
 // holder's pid, saying it is stopped.
 func TestStoppedLockHolderNamed(t *testing.T) {
 	ctx := context.Background()
-	s, path := open(t)
-	w := startWorker(t, "flockholder", path)
-	w.until(t, "locked")
-	pid := w.cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-	s2, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1, BusyTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	_ = s
+	_, path := open(t)
+	pid, letGo := stoppedHolder(t, path)
+	s2 := openBusy(t, path, 300*time.Millisecond)
 	start := time.Now()
-	_, err = s2.Reserve(ctx, statestore.Request{Key: tcp(lo4, 30400)})
+	_, err := s2.Reserve(ctx, statestore.Request{Key: tcp(lo4, 30400)})
 	took := time.Since(start)
 	if !errors.Is(err, statestore.ErrBusy) {
 		t.Fatalf("Reserve under a stopped lock holder = %v; want ErrBusy", err)
@@ -91,9 +80,7 @@ func TestStoppedLockHolderNamed(t *testing.T) {
 		t.Errorf("Reserve took %v with BusyTimeout 300ms", took)
 	}
 	// Continued, the holder lets go when told, and the store works.
-	_ = syscall.Kill(pid, syscall.SIGCONT)
-	_ = w.stdin.Close()
-	_ = w.cmd.Wait()
+	letGo()
 	if _, err := s2.Reserve(ctx, statestore.Request{Key: tcp(lo4, 30400)}); err != nil {
 		t.Errorf("Reserve after the holder let go = %v", err)
 	}
@@ -207,26 +194,14 @@ func TestLockWaitsKeepDescriptors(t *testing.T) {
 
 	// Waits abandoned under a stopped holder: each leaves its descriptor
 	// with the blocked waiter until the holder lets go, then none.
-	w := startWorker(t, "flockholder", path)
-	w.until(t, "locked")
-	pid := w.cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-	s3, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1, BusyTimeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s3.Close()
+	_, letGo := stoppedHolder(t, path)
+	s3 := openBusy(t, path, 50*time.Millisecond)
 	for i := range 3 {
 		if _, err := s3.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(32300+i))}); !errors.Is(err, statestore.ErrBusy) {
 			t.Fatalf("Reserve under a stopped holder = %v; want ErrBusy", err)
 		}
 	}
-	_ = syscall.Kill(pid, syscall.SIGCONT)
-	_ = w.stdin.Close()
-	_ = w.cmd.Wait()
+	letGo()
 	for i := range 50 {
 		if _, err := s3.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(32400+i))}); err != nil {
 			t.Fatalf("Reserve after the holder let go = %v", err)
@@ -241,6 +216,37 @@ func TestLockWaitsKeepDescriptors(t *testing.T) {
 	if n := lockDescriptors(t, path); n > 6 {
 		t.Errorf("%d descriptors of the lock file open after abandoned waits; want at most 6 (three stores)", n)
 	}
+}
+
+// stoppedHolder starts a process that takes the write lock of db, stops it
+// with SIGSTOP, and returns its pid and a func that continues it and has it
+// let go.
+func stoppedHolder(t *testing.T, db string) (pid int, letGo func()) {
+	t.Helper()
+	w := startWorker(t, "flockholder", db)
+	w.until(t, "locked")
+	pid = w.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	return pid, func() {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		_ = w.stdin.Close()
+		_ = w.cmd.Wait()
+	}
+}
+
+// openBusy opens db with the given BusyTimeout and no sweep, and closes it
+// at the end of the test.
+func openBusy(t *testing.T, db string, busy time.Duration) *statestore.Store {
+	t.Helper()
+	s, err := statestore.Open(context.Background(), db, statestore.Options{SweepInterval: -1, BusyTimeout: busy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // lockDescriptors counts this process's open descriptors of db's lock file.
