@@ -20,8 +20,10 @@ import (
 // or an old berth schema), drops the constraint of every berth table in
 // the database without a word, and from then on the store would grant one
 // port twice. So the store checks the constraint every time it claims the
-// host's lease (at Open and every third of the lease) and puts it back
-// when it is gone; until it is back, it grants nothing.
+// host's lease (at Open and, while it runs, every third of the lease; a
+// store opened with no lease checks at Open only) and puts it back when it
+// is gone. From a check that finds it gone until it is back, the store
+// grants nothing; a store grants on until its own next check notices.
 const (
 	// constraintName is the exclusion constraint of migration 1.
 	constraintName = "berth_port_allocations_no_conflict"
@@ -29,6 +31,10 @@ const (
 	// qGuarded reports whether the table has its exclusion constraint.
 	qGuarded = "EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'berth_port_allocations'::regclass" +
 		" AND conname = '" + constraintName + "' AND contype = 'x')"
+
+	// qGuardLock queues the stores of a database that restore the
+	// constraint at once (any schema's: btree_gist is the database's).
+	qGuardLock = "SELECT pg_advisory_xact_lock(hashtext('" + constraintName + "'))"
 
 	// qRestoreGuard puts the constraint back as migration 1 made it. It
 	// checks every row as it builds the index, so it fails, changing
@@ -77,12 +83,23 @@ func (s *Store) guard(ctx context.Context, guarded bool) error {
 }
 
 // restoreGuard creates btree_gist should it be gone and adds the
-// constraint again, in one transaction. Another store that restored it
-// first is success.
+// constraint again, in one transaction. Stores that find it missing at
+// once queue on a transaction advisory lock, and each looks again once it
+// holds it: a store that another restored it for is done. (Without the
+// lock, all but one would fail: concurrent CREATE EXTENSIONs collide on
+// the catalog's unique index, and a second ADD CONSTRAINT finds the index
+// there.)
 func (s *Store) restoreGuard(ctx context.Context) error {
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	err := pgx.BeginFunc(cctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(cctx, qGuardLock); err != nil {
+			return err
+		}
+		var guarded bool
+		if err := tx.QueryRow(cctx, "SELECT "+qGuarded).Scan(&guarded); err != nil || guarded {
+			return err
+		}
 		if _, err := tx.Exec(cctx, "CREATE EXTENSION IF NOT EXISTS btree_gist"); err != nil {
 			return fmt.Errorf("create the btree_gist extension: %w", err)
 		}
@@ -93,13 +110,11 @@ func (s *Store) restoreGuard(ctx context.Context) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DuplicateObject:
-		return nil // restored by another store meanwhile
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ExclusionViolation:
-		return fmt.Errorf("rows granted while it was missing conflict (%s); release one of each pair "+
-			"and the store restores it within a third of its lease", pgErr.Detail)
+		return fmt.Errorf("rows granted while it was missing conflict (%s); release one of each pair: "+
+			"the next Open, or a running store's next renewal of its lease, restores it", pgErr.Detail)
 	default:
-		return err
+		return s.fail(ctx, "restore the exclusion constraint", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"strings"
@@ -169,5 +170,61 @@ func TestGuardRestored(t *testing.T) {
 	}
 	if _, err := s1.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 30002)}); err != nil {
 		t.Fatalf("Reserve after the restore: %v", err)
+	}
+}
+
+// TestGuardRestoredConcurrently: when the constraint is gone, stores that
+// all notice at once (six Opens here) each end with it back, none with an
+// error: one restores it and the others find it restored.
+func TestGuardRestoredConcurrently(t *testing.T) {
+	db := ownDatabase(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Close(ctx) }()
+	for _, q := range []string{
+		"CREATE SCHEMA other", "CREATE EXTENSION btree_gist SCHEMA other", "CREATE SCHEMA berth",
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	dsn := pgschema.WithParam(db, "search_path", "berth")
+	openWith(t, dsn, pgstore.Options{Host: "h0"})
+	if _, err := admin.Exec(ctx, "DROP SCHEMA other CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if hasGuard(t, conn) {
+		t.Fatal("the constraint survived its extension: the test proves nothing")
+	}
+
+	const opens = 6
+	start := make(chan struct{})
+	errs := make(chan error, opens)
+	for i := range opens {
+		go func() {
+			<-start
+			s, err := pgstore.Open(ctx, dsn, pgstore.Options{Host: fmt.Sprintf("h%d", i+1), SweepInterval: -1, LeaseTTL: -1})
+			if err == nil {
+				err = s.Close()
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range opens {
+		if err := <-errs; err != nil {
+			t.Errorf("Open while others restore the constraint: %v", err)
+		}
+	}
+	if !hasGuard(t, conn) {
+		t.Fatal("the Opens left the exclusion constraint missing")
 	}
 }
