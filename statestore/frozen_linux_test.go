@@ -229,11 +229,17 @@ func stoppedHolder(t *testing.T, db string) (pid int, letGo func()) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	reaped := false // once it is, pid may be another process's
+	t.Cleanup(func() {
+		if !reaped {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
 	return pid, func() {
 		_ = syscall.Kill(pid, syscall.SIGCONT)
 		_ = w.stdin.Close()
 		_ = w.cmd.Wait()
+		reaped = true
 	}
 }
 

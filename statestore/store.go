@@ -69,7 +69,7 @@ type Store struct {
 	db *sql.DB
 
 	// sem is a one-slot semaphore taken with a context. It guards conn, the
-	// prepared statements, writeLock and cache.
+	// prepared statements, writeLock, spare and cache.
 	sem       chan struct{}
 	conn      *sql.Conn
 	st        statements
