@@ -134,7 +134,9 @@ func (a *Allocator) ReserveFleet(ctx context.Context, req FleetRequest) (FleetRe
 // one by one, as ReserveFleet's.
 //
 // A spec that is not valid, or that asks for what a fleet-wide set does
-// not do, is a *SpecError; the other errors are ReserveFleet's, a refused
+// not do, is a *SpecError, checked before anything else (a closed
+// Allocator, or one without a fleet store, reports the spec first); the
+// other errors are ReserveFleet's, a refused
 // field named as "FleetSetRequest.Band".
 func (a *Allocator) ReserveFleetSet(ctx context.Context, req FleetSetRequest) ([]FleetReservation, error) {
 	reqs, err := fleetSetRequests(req)
