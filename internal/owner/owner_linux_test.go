@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/internal/testproc"
 )
 
@@ -88,8 +90,8 @@ func TestZombie(t *testing.T) {
 	// Not waited for: the child stays a zombie until the test's cleanup.
 	// Its first thread shows Z before its other threads have exited.
 	waitFor(t, func() bool {
-		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		return statFields(t, pid)[0] == "Z" && len(tasks) == 1
+		f := statFields(t, pid)
+		return f[0] == "Z" && f[17] == "1"
 	}, "the killed child to become a zombie, every thread exited")
 	if Active(ctx, id) {
 		t.Error("Active(zombie) = true; want false")
@@ -333,7 +335,7 @@ func TestStartIsStatField22(t *testing.T) {
 	pidDir := func(n string) bool { _, err := strconv.Atoi(n); return err == nil }
 	for _, n := range g.names {
 		dir, file, _ := strings.Cut(n, "/")
-		ok := pidDir(dir) && (file == "stat" || file == "task") ||
+		ok := pidDir(dir) && file == "stat" ||
 			n == "sys/kernel/random/boot_id" || n == "self/ns/pid" || n == "self/ns/time"
 		if !ok {
 			t.Errorf("read /proc/%s; want only /proc/PID/stat, the boot id and namespace links", n)
@@ -351,15 +353,20 @@ func fakeProc(stats map[int]string) *procFS {
 	}
 	for pid, line := range stats {
 		m[strconv.Itoa(pid)+"/stat"] = &fstest.MapFile{Data: []byte(line)}
-		m[strconv.Itoa(pid)+"/task/"+strconv.Itoa(pid)+"/stat"] = &fstest.MapFile{Data: []byte(line)}
 	}
 	return &procFS{fsys: m}
 }
 
-// statLine is a /proc/PID/stat line with the given fields 1, 2, 3 and 22.
+// statLine is a /proc/PID/stat line with the given fields 1, 2, 3 and 22,
+// of a process with one thread.
 func statLine(pid int, comm string, state byte, start int64) string {
-	return fmt.Sprintf("%d (%s) %c 1 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 %d 3133440 413 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
-		pid, comm, state, start)
+	return statLineThreads(pid, comm, state, 1, start)
+}
+
+// statLineThreads is statLine with field 20, num_threads.
+func statLineThreads(pid int, comm string, state byte, threads int, start int64) string {
+	return fmt.Sprintf("%d (%s) %c 1 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 %d 0 %d 3133440 413 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+		pid, comm, state, threads, start)
 }
 
 // TestJudge runs the verdicts on a fake /proc, where every start is known.
@@ -370,10 +377,9 @@ func TestJudge(t *testing.T) {
 		1043: statLine(1043, "zombie", 'Z', 6000),
 		1044: "garbage",
 		1045: statLine(1046, "liar", 'S', 7000),
-		1047: statLine(1047, "exiting", 'Z', 8000),
+		// 1047's first thread has exited; another is still on its way out.
+		1047: statLineThreads(1047, "exiting", 'Z', 2, 8000),
 	})
-	// 1047's first thread has exited; another is still on its way out.
-	k.fsys.(fstest.MapFS)["1047/task/1048/stat"] = &fstest.MapFile{Data: []byte(statLine(1048, "exiting", 'R', 8000))}
 	here := scope{"B", "11", "22"}.String()
 	tests := []struct {
 		name string
@@ -656,11 +662,11 @@ func TestNameBeyondComm(t *testing.T) {
 }
 
 // The test binary doubles as a process that holds a port: in the role
-// "holder" it listens on a port of 127.0.0.1, prints it, and keeps a few
-// threads busy until it is killed.
+// "holder" it listens on port BERTH_TEST_PORT of 127.0.0.1, prints it, and
+// keeps a few threads busy until it is killed.
 func init() {
 	testproc.Register("holder", func() int {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", "127.0.0.1:"+os.Getenv("BERTH_TEST_PORT"))
 		if err != nil {
 			fmt.Println(err)
 			return 1
@@ -683,10 +689,16 @@ func init() {
 // first thread shows Z while the others still exit, is not judged exited
 // before its port is free. Judged by its first thread alone it was, in
 // about 4 kills of 10 here, while the port was still bound.
+//
+// The port comes from the package's own range, not from the kernel's
+// ephemeral range: there, once the holder let go, any other process of a
+// parallel go test ./... could bind the same port before the test did.
 func TestKilledHoldsPortUntilGone(t *testing.T) {
 	ctx := context.Background()
+	testports.Hold(t, testports.Owner)
 	for i := range 50 {
 		cmd := testproc.Command(t, "holder")
+		cmd.Env = append(cmd.Env, fmt.Sprintf("BERTH_TEST_PORT=%d", int(testports.Owner.First)+i%testports.Owner.Size()))
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -700,6 +712,9 @@ func TestKilledHoldsPortUntilGone(t *testing.T) {
 		}
 		line, _ := bufio.NewReader(out).ReadString('\n')
 		addr := strings.TrimSpace(line)
+		if _, err := netip.ParseAddrPort(addr); err != nil {
+			t.Fatalf("the holder did not listen: %s", line)
+		}
 		id, err := Lookup(ctx, cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)

@@ -55,16 +55,12 @@ func (p *procFS) read(_ context.Context, pid int) (reading, error) {
 	// while its other threads are still on their way out: the last of
 	// them closes the process's files, its sockets among them. Killed, a
 	// multi-threaded process (any Go program) holds its ports for that
-	// while, and a port handed on then is still bound.
-	exited := st.state == 'X' || st.state == 'Z' && !p.threadsLeft(pid)
+	// while, and a port handed on then is still bound. So a zombie has
+	// exited once it is its only thread left, as the count of the same
+	// line says: /proc/PID/task of a zombie leader can list it alone while
+	// other threads are still exiting.
+	exited := st.state == 'X' || st.state == 'Z' && st.threads <= 1
 	return reading{start: st.start, exited: exited}, nil
-}
-
-// threadsLeft reports whether pid has threads besides its first one, as
-// /proc/PID/task lists them; false when that cannot be read.
-func (p *procFS) threadsLeft(pid int) bool {
-	ents, err := fs.ReadDir(p.fsys, strconv.Itoa(pid)+"/task")
-	return err == nil && len(ents) > 1
 }
 
 func (p *procFS) scope() scope {
@@ -175,10 +171,11 @@ var clockTicks = sync.OnceValue(func() int64 {
 
 // stat is what berth reads of a /proc/PID/stat line.
 type stat struct {
-	pid   int
-	comm  string // field 2, without its parentheses
-	state byte   // field 3
-	start int64  // field 22, starttime: clock ticks since boot
+	pid     int
+	comm    string // field 2, without its parentheses
+	state   byte   // field 3
+	threads int    // field 20, num_threads
+	start   int64  // field 22, starttime: clock ticks since boot
 }
 
 // statError reports a /proc/PID/stat line that could not be parsed.
@@ -206,7 +203,8 @@ func parseStat(b []byte) (stat, error) {
 	if err != nil || pid <= 0 {
 		return bad("field 1 is not a pid")
 	}
-	// fields[0] is field 3 (state), fields[19] field 22 (starttime).
+	// fields[0] is field 3 (state), fields[17] field 20 (num_threads),
+	// fields[19] field 22 (starttime).
 	fields := strings.Fields(string(b[closing+1:]))
 	if len(fields) < 20 {
 		return bad(fmt.Sprintf("%d fields after the command name; want at least 20", len(fields)))
@@ -218,5 +216,9 @@ func parseStat(b []byte) (stat, error) {
 	if err != nil || start < 0 {
 		return bad(fmt.Sprintf("starttime (field 22) is %q; want a count of clock ticks", fields[19]))
 	}
-	return stat{pid: pid, comm: string(b[open+1 : closing]), state: fields[0][0], start: start}, nil
+	threads, err := strconv.Atoi(fields[17])
+	if err != nil || threads < 0 {
+		return bad(fmt.Sprintf("num_threads (field 20) is %q; want a count", fields[17]))
+	}
+	return stat{pid: pid, comm: string(b[open+1 : closing]), state: fields[0][0], threads: threads, start: start}, nil
 }

@@ -27,7 +27,7 @@ func TestParseStat(t *testing.T) {
 	for _, comm := range comms {
 		line := statLine(4242, comm, 'S', 65179)
 		got, err := parseStat([]byte(line))
-		want := stat{pid: 4242, comm: comm, state: 'S', start: 65179}
+		want := stat{pid: 4242, comm: comm, state: 'S', threads: 1, start: 65179}
 		if err != nil || got != want {
 			t.Errorf("parseStat(%q) = %+v, %v; want %+v", line, got, err, want)
 		}
@@ -44,6 +44,8 @@ func TestParseStat(t *testing.T) {
 		{"4242 (cat) S 1 1 0 -1", "fields after the command name"},
 		{"4242 (cat)", "fields after the command name"},
 		{"4242 (cat) SS 1 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 65179", "state"},
+		{"4242 (cat) S 1 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 x 0 65179", "num_threads"},
+		{"4242 (cat) S 1 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 -1 0 65179", "num_threads"},
 		{"4242 (cat) S 1 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 -5", "starttime"},
 		{"4242 (cat) S 1 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 x", "starttime"},
 		{"4242 (cat) S 1 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 18446744073709551615", "starttime"},
@@ -68,7 +70,7 @@ func FuzzParseStat(f *testing.F) {
 		}
 		line := statLine(4242, comm, state, start)
 		got, err := parseStat([]byte(line))
-		want := stat{pid: 4242, comm: comm, state: state, start: start}
+		want := stat{pid: 4242, comm: comm, state: state, threads: 1, start: start}
 		if err != nil || got != want {
 			t.Fatalf("parseStat(%q) = %+v, %v; want %+v", line, got, err, want)
 		}

@@ -21,6 +21,7 @@
 //	examples/fleet          26200-26299   run's bind probes, through BERTH_PORT_RANGE
 //	statestore              26300-26363   storetest's worker processes listen on their grants
 //	pgstore                 26400-26463   storetest's worker processes listen on their grants
+//	internal/owner          26500-26563   a killed holder's port, bound again once it is judged exited
 //	portalloc               27000-32767   Allocators above 29000, ports tests pick below
 //
 // All of them lie below the Linux ephemeral range (32768-60999), from which
@@ -70,6 +71,7 @@ var (
 	Fleet        = Range{First: 26200, Last: 26299}
 	Statestore   = Range{First: 26300, Last: 26363}
 	Pgstore      = Range{First: 26400, Last: 26463}
+	Owner        = Range{First: 26500, Last: 26563}
 	Portalloc    = Range{First: 27000, Last: 32767}
 )
 
@@ -91,5 +93,6 @@ var All = []struct {
 	{"examples/fleet", Fleet},
 	{"statestore", Statestore},
 	{"pgstore", Pgstore},
+	{"internal/owner", Owner},
 	{"portalloc", Portalloc},
 }
