@@ -63,7 +63,7 @@ var ErrNoCreateDB = errors.New("the role may not create databases")
 // to skip on.
 func CreateDatabase(ctx context.Context, dsn, prefix string) (scoped string, drop func() error, err error) {
 	if strings.Contains(dsn, "://") {
-		return "", nil, fmt.Errorf("create a database: want a key=value DSN, not a URL: %s", prefix)
+		return "", nil, errors.New("create a database: want a key=value DSN, not a URL")
 	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -87,7 +87,8 @@ func CreateDatabase(ctx context.Context, dsn, prefix string) (scoped string, dro
 	return WithParam(dsn, "dbname", name), drop, nil
 }
 
-// ensureExtension creates btree_gist in conn's default schema unless the
+// ensureExtension creates btree_gist in the first schema of conn's
+// search_path unless the
 // database has it. Two connections creating it at once can collide on the
 // catalog's unique index; the loser finds it there on its second try.
 func ensureExtension(ctx context.Context, conn *pgx.Conn) error {
