@@ -88,9 +88,9 @@ func CreateDatabase(ctx context.Context, dsn, prefix string) (scoped string, dro
 }
 
 // ensureExtension creates btree_gist in the first schema of conn's
-// search_path unless the
-// database has it. Two connections creating it at once can collide on the
-// catalog's unique index; the loser finds it there on its second try.
+// search_path unless the database has it. Two connections creating it at
+// once can collide on the catalog's unique index; the loser finds it there
+// on its second try.
 func ensureExtension(ctx context.Context, conn *pgx.Conn) error {
 	var err error
 	for range 2 {
