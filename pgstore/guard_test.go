@@ -53,6 +53,28 @@ func hasGuard(t *testing.T, conn *pgx.Conn) bool {
 	return ok
 }
 
+// extensionElsewhere makes a database of the test's own with btree_gist
+// in schema "other" and an empty schema "berth", and returns a connection
+// to the database (closed when the test ends) and a DSN for schema berth.
+func extensionElsewhere(t *testing.T) (admin *pgx.Conn, dsn string) {
+	t.Helper()
+	db := ownDatabase(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close(ctx) })
+	for _, q := range []string{
+		"CREATE SCHEMA other", "CREATE EXTENSION btree_gist SCHEMA other", "CREATE SCHEMA berth",
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return admin, pgschema.WithParam(db, "search_path", "berth")
+}
+
 // TestGuardRestored: dropping the schema that holds btree_gist drops the
 // exclusion constraint of berth's table in another schema, silently. The
 // next store to claim the host's lease (an Open, or a store's renewal)
@@ -61,21 +83,8 @@ func hasGuard(t *testing.T, conn *pgx.Conn) bool {
 // Open fails, with an error wrapping store.ErrDamaged, until the conflict
 // is released.
 func TestGuardRestored(t *testing.T) {
-	db := ownDatabase(t)
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = admin.Close(ctx) }()
-	for _, q := range []string{
-		"CREATE SCHEMA other", "CREATE EXTENSION btree_gist SCHEMA other", "CREATE SCHEMA berth",
-	} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	dsn := pgschema.WithParam(db, "search_path", "berth")
+	admin, dsn := extensionElsewhere(t)
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -177,21 +186,8 @@ func TestGuardRestored(t *testing.T) {
 // all notice at once (six Opens here) each end with it back, none with an
 // error: one restores it and the others find it restored.
 func TestGuardRestoredConcurrently(t *testing.T) {
-	db := ownDatabase(t)
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = admin.Close(ctx) }()
-	for _, q := range []string{
-		"CREATE SCHEMA other", "CREATE EXTENSION btree_gist SCHEMA other", "CREATE SCHEMA berth",
-	} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	dsn := pgschema.WithParam(db, "search_path", "berth")
+	admin, dsn := extensionElsewhere(t)
 	openWith(t, dsn, pgstore.Options{Host: "h0"})
 	if _, err := admin.Exec(ctx, "DROP SCHEMA other CASCADE"); err != nil {
 		t.Fatal(err)
