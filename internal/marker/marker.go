@@ -1,0 +1,163 @@
+// Package marker keeps, for each reservation a process holds, a mark that no
+// file operation can remove and that vanishes with the process: on Linux a
+// socket bound to a name in the abstract unix namespace. A state store that
+// has just been created (its directory was deleted, its file replaced or
+// truncated) reads the marks of its path before it grants anything, and so
+// learns of the live holders whose rows were lost with the old file.
+//
+// A mark's name carries the store (a hash of its database path), the key and
+// the holder's identity:
+//
+//	berth1/<store>/<protocol>/<address>/<port>/<pid>/<start>/<pid ns>/<time ns>
+//
+// with the store and the address in unpadded base64url and the numbers in
+// base 36, so that the longest name fits the 107 bytes the kernel takes. The
+// abstract namespace belongs to the network namespace, like the ports
+// themselves; anyone on the host can bind a name in it, so a mark is a
+// hint to keep a port, never a reason to hand one out.
+//
+// Where the OS has no abstract namespace (Supported reports false), Hold
+// and Drop do nothing and List finds nothing. The functions are safe for
+// concurrent use.
+package marker
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// prefix starts every mark's name.
+const prefix = "berth1/"
+
+// Mark is one holder's mark of one key.
+type Mark struct {
+	Protocol string // "tcp" or "udp"
+	Addr     netip.Addr
+	Port     uint16
+	PID      int
+	Start    int64  // the holder's start as the kernel records it
+	PidNS    uint64 // the holder's pid namespace (its inode; 0 unknown)
+	TimeNS   uint64 // the holder's time namespace (its inode; 0 unknown)
+}
+
+// Namespace names the marks of the store at path: the first 9 bytes of
+// the SHA-256 of the path, in base64url.
+func Namespace(path string) string {
+	sum := sha256.Sum256([]byte(path))
+	return base64.RawURLEncoding.EncodeToString(sum[:9])
+}
+
+// name is m's socket name in namespace ns, without the leading NUL.
+func (m Mark) name(ns string) string {
+	b := m.Addr.AsSlice()
+	return prefix + ns + "/" + m.Protocol + "/" + base64.RawURLEncoding.EncodeToString(b) + "/" +
+		strconv.FormatUint(uint64(m.Port), 36) + "/" + strconv.FormatInt(int64(m.PID), 36) + "/" +
+		strconv.FormatInt(m.Start, 36) + "/" + strconv.FormatUint(m.PidNS, 36) + "/" + strconv.FormatUint(m.TimeNS, 36)
+}
+
+// parse reads a mark's name in namespace ns; false when it is not one.
+func parse(ns, name string) (Mark, bool) {
+	rest, ok := strings.CutPrefix(name, prefix+ns+"/")
+	if !ok {
+		return Mark{}, false
+	}
+	f := strings.Split(rest, "/")
+	if len(f) != 7 || (f[0] != "tcp" && f[0] != "udp") {
+		return Mark{}, false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(f[1])
+	if err != nil {
+		return Mark{}, false
+	}
+	addr, ok := netip.AddrFromSlice(raw)
+	if !ok {
+		return Mark{}, false
+	}
+	port, err := strconv.ParseUint(f[2], 36, 16)
+	if err != nil || port == 0 {
+		return Mark{}, false
+	}
+	pid, err := strconv.ParseInt(f[3], 36, 32)
+	if err != nil || pid <= 0 {
+		return Mark{}, false
+	}
+	start, err := strconv.ParseInt(f[4], 36, 64)
+	if err != nil {
+		return Mark{}, false
+	}
+	pidNS, err := strconv.ParseUint(f[5], 36, 64)
+	if err != nil {
+		return Mark{}, false
+	}
+	timeNS, err := strconv.ParseUint(f[6], 36, 64)
+	if err != nil {
+		return Mark{}, false
+	}
+	return Mark{Protocol: f[0], Addr: addr, Port: uint16(port), PID: int(pid), Start: start, PidNS: pidNS, TimeNS: timeNS}, true
+}
+
+// held are the marks this process holds, by name.
+var (
+	mu   sync.Mutex // guards held
+	held = map[string]closer{}
+)
+
+type closer interface{ Close() error }
+
+// Hold binds m's mark in namespace ns for this process, once: holding a
+// mark that the process holds already does nothing. An error (the OS
+// refused a socket: out of descriptors, say) leaves no mark; the caller's
+// reservation stands without one.
+func Hold(ns string, m Mark) error {
+	if !Supported() {
+		return nil
+	}
+	name := m.name(ns)
+	mu.Lock()
+	defer mu.Unlock()
+	if _, ok := held[name]; ok {
+		return nil
+	}
+	c, err := bind(name)
+	if err != nil {
+		return fmt.Errorf("marker %s: %w", name, err)
+	}
+	held[name] = c
+	return nil
+}
+
+// Drop closes m's mark in namespace ns, if this process holds it.
+func Drop(ns string, m Mark) {
+	name := m.name(ns)
+	mu.Lock()
+	c, ok := held[name]
+	delete(held, name)
+	mu.Unlock()
+	if ok {
+		_ = c.Close()
+	}
+}
+
+// List returns the marks of namespace ns that live processes hold, this
+// one included.
+func List(ns string) ([]Mark, error) {
+	if !Supported() {
+		return nil, nil
+	}
+	names, err := boundNames()
+	if err != nil {
+		return nil, err
+	}
+	var out []Mark
+	for _, n := range names {
+		if m, ok := parse(ns, n); ok {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
