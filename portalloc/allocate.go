@@ -98,7 +98,7 @@ func inStore[T any](ctx context.Context, a *Allocator, req Request, op func(stor
 			return got, true, nil
 		case errors.Is(err, ErrClosed):
 			return v, true, err
-		case attempt == 0 && a.replaced(s, err):
+		case attempt == 0 && a.replaced(ctx, s, err):
 			continue
 		}
 		if err := a.storeErr(ctx, err, req); err != nil {
@@ -126,14 +126,6 @@ func (a *Allocator) holdNew(ctx context.Context, s store.Store, r Reservation, v
 // storeKey is r's key in the state store.
 func storeKey(r Reservation) store.Key {
 	return store.Key{Protocol: r.Protocol, Addr: r.Address, Port: r.Port}
-}
-
-// replaced reports whether err comes from a store that a retry after a
-// fallback has replaced since the call took it: the call goes on with the
-// new one.
-func (a *Allocator) replaced(s store.Store, err error) bool {
-	cur := a.db()
-	return errors.Is(err, store.ErrClosed) && cur != nil && cur != s
 }
 
 // allocateMRU allocates from the MRU file, skipping every port the state

@@ -37,6 +37,9 @@ type Allocator struct {
 	fb    fallback
 	bg    sync.WaitGroup // closes of stores a retry replaced
 
+	repairMu sync.Mutex    // held by the one call that repairs a lost store
+	stop     chan struct{} // closed by Close: ends watch
+
 	rngMu sync.Mutex // guards rng
 	rng   *rand.Rand
 
@@ -81,6 +84,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		dbKey:  "postgres " + cfg.Host + " " + cfg.Store, // replaced below for the SQLite file
 		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		held:   map[heldKey]*holding{},
+		stop:   make(chan struct{}),
 
 		poolNames: map[string]bool{},
 	}
@@ -107,6 +111,8 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		return a, nil
 	}
 	a.store.Store(&backing{opened})
+	a.bg.Add(1)
+	go a.watch() //nolint:contextcheck // it outlives New's context; Close stops it
 	return a, nil
 }
 
@@ -223,7 +229,8 @@ func (a *Allocator) Close() error {
 			errs = append(errs, fmt.Errorf("release %s: %w", h.r, err))
 		}
 	}
-	a.bg.Wait() // stores replaced after a fallback: each Close is bounded
+	close(a.stop)
+	a.bg.Wait() // the watch, and stores replaced after a fallback or a loss: each Close is bounded
 	if s != nil {
 		errs = append(errs, s.Close())
 	}

@@ -69,7 +69,7 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 		if err == nil {
 			return a.holdBlock(ctx, s, req, rows)
 		}
-		if attempt == 0 && a.replaced(s, err) {
+		if attempt == 0 && a.replaced(ctx, s, err) {
 			continue
 		}
 		if errors.Is(err, store.ErrExhausted) {

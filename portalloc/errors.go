@@ -104,6 +104,10 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 		return fmt.Errorf("portalloc: %w (gave up waiting; it is not damaged, and berth does not fall back for it): %w", ErrStoreUnavailable, err)
 	case errors.Is(err, ErrUnsafe):
 		return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err) // to fix, never to fall back for
+	case errors.Is(err, store.ErrLost):
+		// Repair could not open the store again: the MRU file would serve
+		// without knowing what the lost file held.
+		return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
 	case errors.Is(err, store.ErrInvalid):
 		return fmt.Errorf("portalloc: %w: %w", ErrInvalidRequest, err)
 	case errors.Is(err, store.ErrClosed) && a.isClosed():

@@ -2,6 +2,7 @@ package portalloc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/berth-go/berth/statestore"
@@ -57,7 +58,15 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 	}
 	// The last hold in this process, or a row nobody here tracks (made by
 	// an Allocator since closed, or handed to this process).
-	if err := s.Release(ctx, storeKey(r), store.Owner{}); err != nil {
+	err = s.Release(ctx, storeKey(r), store.Owner{})
+	if err != nil && a.replaced(ctx, s, err) {
+		// The file was lost: what it held went with it, but the new
+		// store may have the row back from this process's mark.
+		if err = a.db().Release(ctx, storeKey(r), store.Owner{}); errors.Is(err, store.ErrNotFound) {
+			err = nil
+		}
+	}
+	if err != nil {
 		return a.rowErr("release", r, err)
 	}
 	return nil
@@ -104,7 +113,11 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, sharedError(r, refs.describe(e, a, via)))
 	}
 	key := storeKey(r)
-	if err := s.Transfer(ctx, key, store.Owner{}, to); err != nil {
+	err = s.Transfer(ctx, key, store.Owner{}, to)
+	if err != nil && a.replaced(ctx, s, err) {
+		err = a.db().Transfer(ctx, key, store.Owner{}, to) // the row is back
+	}
+	if err != nil {
 		return a.rowErr(fmt.Sprintf("transfer to pid %d of", pid), r, err)
 	}
 	refs.dropAll(e, a)

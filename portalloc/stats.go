@@ -41,6 +41,12 @@ type Stats struct {
 	// could not even be read, so without skipping the ports it holds: such
 	// a port may be one another process has reserved.
 	Blind int64
+	// Restored counts reservations this Allocator put back in its state
+	// store after the store's file was lost (deleted, replaced or
+	// truncated); Lost counts those it could not put back, because
+	// another process had taken the port meanwhile (each is logged as an
+	// error naming both owners).
+	Restored, Lost int64
 }
 
 // counters are the Allocator's own counts; the store keeps the rest.
@@ -49,6 +55,7 @@ type counters struct {
 	mruProbeFailures atomic.Int64
 	fallbacks        atomic.Int64
 	blind            atomic.Int64
+	restored, lost   atomic.Int64
 }
 
 func (c *counters) count(static bool, err error) {
@@ -86,6 +93,8 @@ func (a *Allocator) Stats() Stats {
 		ProbeFailures: a.ctr.mruProbeFailures.Load(),
 		Fallbacks:     a.ctr.fallbacks.Load(),
 		Blind:         a.ctr.blind.Load(),
+		Restored:      a.ctr.restored.Load(),
+		Lost:          a.ctr.lost.Load(),
 	}
 	if s := a.db(); s != nil {
 		ss := s.Stats()

@@ -38,6 +38,9 @@ var (
 	// where berth creates its own file. The error says which and how to
 	// fix it; nothing was opened or created.
 	ErrUnsafe = store.ErrUnsafe
+	// ErrLost: the database file was deleted, replaced or truncated since
+	// Open: reopen the store and put back what you hold (see store.ErrLost).
+	ErrLost = store.ErrLost
 	// ErrStorage is wrapped by every error that comes from the database or
 	// the file system rather than from the request: the store could not do
 	// its job. A caller with a fallback falls back on it.

@@ -72,6 +72,18 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 		return 0, err
 	}
 	if st.fresh {
+		// A new file, made where holders may have lost theirs: no process
+		// may grant from it before their marks are in it.
+		wl, err := lockWrites(ctx, path, busy)
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = wl.Close() }()
+		if aside, err := setAsideLost(path, time.Now()); err != nil {
+			return 0, err
+		} else if aside {
+			log.Info("the database file was truncated to nothing; set it aside with its WAL and made a new one", "path", path)
+		}
 		if err := initFile(ctx, path, busy); err != nil {
 			return 0, err
 		}
@@ -82,7 +94,15 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 	if st.current() {
 		return st.version, nil
 	}
-	return st.version, migrateUp(ctx, path, st, busy, log)
+	if err := migrateUp(ctx, path, st, busy, log); err != nil {
+		return st.version, err
+	}
+	if st.fresh {
+		if _, err := importMarks(ctx, path, busy, log); err != nil {
+			return st.version, err
+		}
+	}
+	return st.version, nil
 }
 
 func tooNew(path string, v uint) error {

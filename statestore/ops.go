@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-go/berth/internal/marker"
 	"github.com/berth-go/berth/internal/netaddr"
 )
 
@@ -30,6 +31,7 @@ func (s *Store) Release(ctx context.Context, key Key, own Owner) error {
 	if n == 0 {
 		return fmt.Errorf("release %s: %w for %s", key, ErrNotFound, own)
 	}
+	s.dropMark(key, own)
 	return nil
 }
 
@@ -42,6 +44,9 @@ func (s *Store) ReleaseOwner(ctx context.Context, own Owner) (int, error) {
 		return 0, err
 	}
 	n, err := s.exec(ctx, "release all of "+own.String(), func(int64) { s.cache.stale() }, s.st.deleteOwner, ownerArgs(own)...)
+	if err == nil && own.Same(s.self) {
+		marker.DropAll(s.ns)
+	}
 	return int(n), err
 }
 
@@ -69,6 +74,7 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 	if n == 0 {
 		return fmt.Errorf("transfer %s: %w for %s", key, ErrNotFound, from)
 	}
+	s.dropMark(key, from)
 	return nil
 }
 

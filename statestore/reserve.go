@@ -33,6 +33,11 @@ func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
 		for _, r := range rows {
 			if r.Key == key && r.Owner.Same(own) {
 				res = r
+				if r.Label == "" && req.Label != "" {
+					// A row put back from its holder's mark (see
+					// importMarks) gets its label from the holder.
+					return s.relabel(tctx, &res, req.Label)
+				}
 				return nil
 			}
 		}
@@ -270,6 +275,7 @@ func (s *Store) insert(ctx context.Context, key Key, own Owner, label string, ki
 	packed, _ := netaddr.Pack(key.Addr) // normalised by validate
 	now := s.now()
 	r := Reservation{Key: key, Owner: own, Label: label, Kind: kind, Created: time.Unix(0, now.UnixNano())}
+	s.holdMark(key, own)
 	if _, err := s.st.insert.ExecContext(ctx,
 		string(key.Protocol), int(key.Port), packed,
 		own.PID, own.Start, own.Scope, own.Name,
@@ -279,4 +285,16 @@ func (s *Store) insert(ctx context.Context, key Key, own Owner, label string, ki
 	}
 	s.cache.add(r)
 	return r, nil
+}
+
+// relabel sets the label of r's row, which has none.
+func (s *Store) relabel(ctx context.Context, r *Reservation, label string) error {
+	packed, _ := netaddr.Pack(r.Addr) // read from the table: already normal
+	if _, err := s.conn.ExecContext(ctx, "UPDATE port_allocations SET label = ? WHERE protocol = ? AND port = ? AND address = ? AND label = ''",
+		label, string(r.Protocol), int(r.Port), packed); err != nil {
+		return storageErr("label "+r.String(), err)
+	}
+	r.Label = label
+	s.cache.remove(r.Key)
+	return nil
 }

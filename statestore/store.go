@@ -39,6 +39,7 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
 	"github.com/berth-go/berth/internal/filelock"
+	"github.com/berth-go/berth/internal/marker"
 	"github.com/berth-go/berth/internal/safefs"
 )
 
@@ -77,6 +78,9 @@ type Store struct {
 	spare     *filelock.File // waitLock's own descriptor of the lock file, kept between waits
 	cache     heldCache
 	live      liveness
+	txMarks   []marker.Mark // marks made by the write in progress (see holdMark)
+
+	ns string // the namespace of this store's marks (package marker)
 
 	// commits counts this connection's write transactions; every
 	// checkpointEvery of them it nudges the checkpointer. Guarded by sem.
@@ -154,6 +158,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	ckptDB.SetMaxOpenConns(1)
 	s := &Store{
 		path:       path,
+		ns:         marker.Namespace(path),
 		log:        opts.Logger,
 		now:        opts.Now,
 		self:       self,
@@ -448,20 +453,6 @@ func (s *Store) committed() {
 	}
 }
 
-// sameFile fails when the database file at the store's path is no longer
-// the one it opened (deleted, or replaced by something else): writing on
-// would put reservations where no other process can see them.
-func (s *Store) sameFile() error {
-	fi, err := os.Stat(s.path)
-	if err != nil {
-		return fmt.Errorf("database file is gone (%w); reopen the store", err)
-	}
-	if !os.SameFile(fi, s.file) {
-		return fmt.Errorf("database file %s was replaced since the store opened it; reopen the store", s.path)
-	}
-	return nil
-}
-
 // dsnBare is the file: URI of path with no parameters.
 func dsnBare(path string) string {
 	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.ToSlash(path))
@@ -491,13 +482,27 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 	if !write {
 		return s.putTurn, nil
 	}
-	if err := s.sameFile(); err != nil {
+	release, err := s.lockWrite(ctx)
+	if err != nil {
 		s.putTurn()
 		return nil, err
 	}
+	// Checked under the lock: a process that sets a truncated file aside
+	// (setAsideLost) does so holding it, so a write that passes this
+	// check lands in the file every other process uses, unless the file
+	// is deleted meanwhile, which write and exec check again.
+	if err := s.sameFile(); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
+}
+
+// lockWrite takes the cross-process write lock for a caller that holds the
+// turn, and returns the function that lets go of both.
+func (s *Store) lockWrite(ctx context.Context) (func(), error) {
 	ok, err := s.writeLock.TryLock()
 	if err != nil {
-		s.putTurn()
 		return nil, fmt.Errorf("write lock %s: %w", s.writeLock.Path(), err)
 	}
 	if ok {
@@ -510,7 +515,6 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 	}
 	lock, err := s.waitLock(ctx)
 	if err != nil {
-		s.putTurn()
 		return nil, err
 	}
 	return func() {

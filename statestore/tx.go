@@ -21,7 +21,14 @@ func (s *Store) write(ctx context.Context, op string, fn func(tctx context.Conte
 		return acquireErr(op, err)
 	}
 	defer release()
-	return s.explain(s.inTx(ctx, op, fn))
+	err = s.inTx(ctx, op, fn)
+	if err == nil {
+		// The file may have been deleted while the transaction ran: its
+		// rows would then be where nobody looks.
+		err = s.sameFile()
+	}
+	s.settleMarks(err != nil)
+	return s.explain(err)
 }
 
 func (s *Store) inTx(ctx context.Context, op string, fn func(tctx context.Context) error) error {
@@ -84,12 +91,18 @@ func (s *Store) exec(ctx context.Context, op string, done func(n int64), stmt *s
 	if done != nil {
 		done(n)
 	}
+	if err := s.sameFile(); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	return n, nil
 }
 
 func acquireErr(op string, err error) error {
 	if errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	if errors.Is(err, ErrLost) {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	return storageErr(op, err)
 }

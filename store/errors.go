@@ -39,6 +39,13 @@ var (
 	// where berth creates its own file. The error says which and how to
 	// fix it; nothing was opened or created.
 	ErrUnsafe = safefs.ErrUnsafe
+	// ErrLost: the store's file was deleted, replaced or truncated since
+	// the store opened it (a cache cleaner, rm -rf, a restore), so what
+	// it held is no longer where other processes look. The caller reopens
+	// the store and puts back the reservations it holds; portalloc's
+	// Allocator does so by itself. Rows written to a lost file are not
+	// seen by anyone.
+	ErrLost = errors.New("state store file lost")
 	// ErrStorage is wrapped by every error that comes from the database or
 	// the file system rather than from the request: the store could not do
 	// its job. A caller with a fallback falls back on it.

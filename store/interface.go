@@ -65,6 +65,18 @@ type Stats struct {
 	LostRows int64
 }
 
+// Checker is a store that can tell cheaply, without a write, whether the
+// reservations recorded through it may have been lost since it was opened:
+// statestore's file deleted, replaced or truncated. A holder that learns
+// so reopens the store and puts back what it holds; portalloc's Allocator
+// asks every CheckInterval.
+type Checker interface {
+	// Check returns an error wrapping ErrLost when the store must be
+	// reopened, and nil while it is the store other processes use. Other
+	// errors say only that the check could not be made.
+	Check(ctx context.Context) error
+}
+
 // Store is what berth's dispatcher, portalloc, asks of a store of
 // reservations. statestore.Store (SQLite, one host) implements it.
 //

@@ -143,6 +143,22 @@ func Drop(ns string, m Mark) {
 	}
 }
 
+// DropAll closes every mark of namespace ns this process holds.
+func DropAll(ns string) {
+	mu.Lock()
+	var drop []closer
+	for name, c := range held {
+		if strings.HasPrefix(name, prefix+ns+"/") {
+			drop = append(drop, c)
+			delete(held, name)
+		}
+	}
+	mu.Unlock()
+	for _, c := range drop {
+		_ = c.Close()
+	}
+}
+
 // List returns the marks of namespace ns that live processes hold, this
 // one included.
 func List(ns string) ([]Mark, error) {

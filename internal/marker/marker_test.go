@@ -65,8 +65,8 @@ func TestParseRefusesJunk(t *testing.T) {
 		prefix + ns + "/tcp/fwAAAQ/ilk/1/1/0/0!", // the good one, but for the last field
 		prefix + ns + "/sctp/fwAAAQ/ilk/1/1/0/0",
 		prefix + ns + "/tcp/%%%/ilk/1/1/0/0",
-		prefix + ns + "/tcp/fwAA/ilk/1/1/0/0",   // 3 bytes: no address
-		prefix + ns + "/tcp/fwAAAQ/0/1/1/0/0",   // port 0
+		prefix + ns + "/tcp/fwAA/ilk/1/1/0/0",    // 3 bytes: no address
+		prefix + ns + "/tcp/fwAAAQ/0/1/1/0/0",    // port 0
 		prefix + ns + "/tcp/fwAAAQ/1ekg/1/1/0/0", // port > 65535
 		prefix + ns + "/tcp/fwAAAQ/ilk/0/1/0/0",  // pid 0
 		prefix + ns + "/tcp/fwAAAQ/ilk/-1/1/0/0",

@@ -357,6 +357,23 @@ func parseScope(s string) (sc scope, current bool) {
 	return scope{boot: boot, pidNS: rest}, false
 }
 
+// ScopeParts returns the parts of a scope in the current format: the boot
+// id, the pid namespace and the time namespace (each "" when unknown). ok
+// is false for a scope of an earlier release.
+func ScopeParts(s string) (boot, pidNS, timeNS string, ok bool) {
+	sc, current := parseScope(s)
+	return sc.boot, sc.pidNS, sc.timeNS, current
+}
+
+// MakeScope returns the scope, in the current format, of a process of
+// this boot in the given pid and time namespaces ("" when unknown).
+func MakeScope(pidNS, timeNS string) string {
+	return scope{boot: host.scope().boot, pidNS: pidNS, timeNS: timeNS}.String()
+}
+
+// NameOf returns the name of process pid, for people to read, or "".
+func NameOf(ctx context.Context, pid int) string { return name(ctx, pid) }
+
 // differ reports whether two scope parts are known and different. An
 // unknown part matches anything, as it did in earlier releases.
 func differ(a, b string) bool { return a != "" && b != "" && a != b }

@@ -1,0 +1,148 @@
+package portalloc
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-go/berth/store"
+)
+
+// CheckInterval is how often an Allocator that holds reservations asks its
+// store whether they may have been lost (store.Checker): the state store's
+// file deleted (a cache cleaner, rm -rf), replaced or truncated. When they
+// may have, it reopens the store and puts them back (see "Losing the store"
+// in the package documentation). Every write finds a loss at once; the
+// check finds it for an Allocator that is idle.
+const CheckInterval = time.Second
+
+// checkEvery, in nanoseconds, overrides CheckInterval when it is not zero:
+// tests shorten it.
+var checkEvery atomic.Int64
+
+func checkInterval() time.Duration {
+	if d := checkEvery.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return CheckInterval
+}
+
+// watch asks the store every checkInterval whether it was lost while the
+// Allocator holds something in it, and repairs it. Close stops it.
+func (a *Allocator) watch() {
+	defer a.bg.Done()
+	t := time.NewTicker(checkInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+		}
+		s := a.db()
+		c, ok := s.(store.Checker)
+		if !ok || !a.holdsStoreRows() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
+		if err := c.Check(ctx); errors.Is(err, store.ErrLost) {
+			a.repair(ctx, s, err)
+		}
+		cancel()
+	}
+}
+
+// holdsStoreRows reports whether the Allocator holds a row of the state
+// store.
+func (a *Allocator) holdsStoreRows() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k := range a.held {
+		if k.backend == BackendStateStore {
+			return true
+		}
+	}
+	return false
+}
+
+// replaced reports whether the call that failed with err on s should run
+// again on the store the Allocator has now: s was replaced by a retry after
+// a fallback, or s lost its file and repair has put a new store, with the
+// Allocator's rows back in it, in its place.
+func (a *Allocator) replaced(ctx context.Context, s store.Store, err error) bool {
+	if errors.Is(err, store.ErrLost) {
+		a.repair(ctx, s, err)
+	} else if !errors.Is(err, store.ErrClosed) {
+		return false
+	}
+	cur := a.db()
+	return cur != nil && cur != s
+}
+
+// repair replaces lost, a store whose file was lost, by the store at the
+// same place opened afresh, and puts back in it every reservation the
+// Allocator holds. One call repairs; others that find lost already replaced
+// return at once. A reservation that another process took meanwhile cannot
+// be put back: that is logged as an error naming both owners, and counted
+// in Stats.Lost. When the store cannot be opened again, the Allocator keeps
+// the lost one, whose calls go on failing with ErrLost, and tries again at
+// the next call or check.
+func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) {
+	a.repairMu.Lock()
+	defer a.repairMu.Unlock()
+	if a.db() != lost || a.isClosed() {
+		return
+	}
+	s, err := a.openStore(ctx)
+	if err != nil {
+		a.warn.Error(err, "the state store's file was lost and cannot be opened again; this process's reservations are not recorded until it can",
+			"database", a.dbPath, "lost", why.Error())
+		return
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		_ = s.Close()
+		return
+	}
+	a.store.Store(&backing{s})
+	a.mu.Unlock()
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		_ = lost.Close()
+	}()
+	put, failed := a.restore(ctx, s)
+	a.ctr.restored.Add(int64(put))
+	a.ctr.lost.Add(int64(failed))
+	a.warn.Info("the state store's file was lost (deleted, replaced or truncated); opened it again and put back this process's reservations",
+		"database", a.dbPath, "cause", why.Error(), "restored", put, "notRestored", failed)
+}
+
+// restore puts back in s every row of the state store the Allocator
+// holds, and returns how many it put back and how many another owner holds
+// now.
+func (a *Allocator) restore(ctx context.Context, s store.Store) (put, failed int) {
+	for _, r := range a.Held() {
+		if r.Backend != BackendStateStore {
+			continue
+		}
+		// No probe: this process may be listening on the port already.
+		_, err := s.Reserve(ctx, store.Request{Key: storeKey(r), Label: r.Label})
+		var ce *ConflictError
+		switch {
+		case err == nil:
+			put++
+		case errors.As(err, &ce):
+			failed++
+			a.warn.Error(err, "a reservation lost with the state store's file could not be put back: another process took the port meanwhile, and both may now use it",
+				"reservation", r.String(), "holder", ce.Holder.Owner.String(), "pid", os.Getpid())
+		default:
+			failed++
+			a.warn.Error(err, "a reservation lost with the state store's file could not be put back", "reservation", r.String())
+		}
+	}
+	return put, failed
+}

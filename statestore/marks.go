@@ -1,0 +1,235 @@
+package statestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/berth-go/berth/internal/filelock"
+	"github.com/berth-go/berth/internal/marker"
+	"github.com/berth-go/berth/internal/netaddr"
+	"github.com/berth-go/berth/internal/owner"
+)
+
+// A store whose file disappears under its holders (a cache cleaner, rm -rf,
+// a file replaced or truncated) loses their rows: the next process creates
+// an empty store and could grant their ports. Two things keep that from
+// happening:
+//
+//   - Each holder notices the loss (sameFile, before and after every write)
+//     and, through portalloc, reopens the store and puts its rows back.
+//   - Until it does, its marks speak for it: for every row it holds for
+//     itself, the process holds a mark in the abstract unix namespace
+//     (package marker), which no file operation removes and which ends with
+//     the process. A store that has just been created reads the marks of
+//     its path and records their holders' rows before anything is granted
+//     from it (importMarks).
+
+// markOf returns the mark of own's reservation of key, and false when own
+// is not this process: only a process's own rows are marked, because the
+// mark ends with the process that binds it.
+func (s *Store) markOf(key Key, own Owner) (marker.Mark, bool) {
+	if !own.Same(s.self) {
+		return marker.Mark{}, false
+	}
+	_, pidNS, timeNS, _ := owner.ScopeParts(s.self.Scope)
+	return marker.Mark{
+		Protocol: string(key.Protocol), Addr: key.Addr, Port: key.Port,
+		PID: s.self.PID, Start: s.self.Start,
+		PidNS: nsNumber(pidNS), TimeNS: nsNumber(timeNS),
+	}, true
+}
+
+func nsNumber(s string) uint64 {
+	n, _ := strconv.ParseUint(s, 10, 64) // 0: unknown
+	return n
+}
+
+func nsString(n uint64) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+// holdMark marks own's new reservation of key, inside the transaction that
+// inserts it, so the mark exists before the row can be seen. The store must
+// be acquired. A mark that cannot be made (no descriptor left, say) leaves
+// the reservation to its holder's repair alone.
+func (s *Store) holdMark(key Key, own Owner) {
+	m, ok := s.markOf(key, own)
+	if !ok {
+		return
+	}
+	if err := marker.Hold(s.ns, m); err != nil {
+		s.log.V(1).Info("could not mark a reservation", "key", key.String(), "error", err.Error())
+		return
+	}
+	s.txMarks = append(s.txMarks, m)
+}
+
+// dropMark ends the mark of own's reservation of key.
+func (s *Store) dropMark(key Key, own Owner) {
+	if m, ok := s.markOf(key, own); ok {
+		marker.Drop(s.ns, m)
+	}
+}
+
+// settleMarks ends the marks of a write that did not take effect and
+// forgets the rest. The store must be acquired.
+func (s *Store) settleMarks(failed bool) {
+	if failed {
+		for _, m := range s.txMarks {
+			marker.Drop(s.ns, m)
+		}
+	}
+	s.txMarks = s.txMarks[:0]
+}
+
+// sameFile fails, with an error wrapping ErrLost, when the database file at
+// the store's path is no longer the one it opened: deleted, replaced, or
+// truncated to nothing. Writing on would put reservations where no other
+// process looks.
+func (s *Store) sameFile() error {
+	fi, err := os.Stat(s.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("database file %s is gone: %w", s.path, ErrLost)
+	case err != nil:
+		return storageErr("stat "+s.path, err)
+	case !os.SameFile(fi, s.file):
+		return fmt.Errorf("database file %s was replaced since the store opened it: %w", s.path, ErrLost)
+	case fi.Size() == 0:
+		return fmt.Errorf("database file %s was truncated since the store opened it: %w", s.path, ErrLost)
+	}
+	return nil
+}
+
+// Check reports, with an error wrapping ErrLost, that the database file is
+// no longer the one the store opened (see store.Checker); a closed store
+// reports ErrClosed.
+func (s *Store) Check(context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.sameFile()
+}
+
+// setAsideLost moves the WAL and shared-memory files of a database file
+// that is gone or was truncated to nothing out of the way, with the empty
+// file, so that the store made in its place is a file of its own. Holders
+// of the old file still use that WAL: a new database opened on it would
+// read their pages as its own, or wait on their locks for as long as they
+// live. They find the file replaced instead, and put their rows back. The
+// caller holds the migration and write locks. It reports whether it moved
+// anything.
+func setAsideLost(path string, now time.Time) (bool, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil || !fi.Mode().IsRegular() || fi.Size() != 0:
+		return false, nil //nolint:nilerr // a file with pages: inspect judges it
+	}
+	if !exists(path+"-wal") && !exists(path+"-shm") {
+		return false, nil
+	}
+	aside := path + ".lost-" + strconv.FormatInt(now.UnixNano(), 10)
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		err := os.Rename(path+suffix, aside+suffix)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return true, storageErr("set aside "+path+suffix, err)
+		}
+	}
+	return true, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// lockWrites takes the store's write lock for the creation of a fresh file,
+// waiting at most busy, so that no process grants from the new file before
+// the marks of the live holders are in it.
+func lockWrites(ctx context.Context, path string, busy time.Duration) (*filelock.File, error) {
+	l, err := filelock.Open(path + ".lock")
+	if err != nil {
+		return nil, storageErr("write lock "+path+".lock", err)
+	}
+	deadline := time.Now().Add(busy)
+	for {
+		ok, err := l.TryLock()
+		if err != nil {
+			_ = l.Close()
+			return nil, storageErr("write lock "+l.Path(), err)
+		}
+		if ok {
+			return l, nil
+		}
+		if err := ctx.Err(); err != nil {
+			_ = l.Close()
+			return nil, fmt.Errorf("write lock %s: %w", l.Path(), err)
+		}
+		if time.Now().After(deadline) {
+			_ = l.Close()
+			return nil, fmt.Errorf("write lock %s is held by another process (waited %v): %w", l.Path(), busy, ErrBusy)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// importMarks records, in the store just created at path, a row for every
+// mark of a live holder of that path, and returns how many it recorded.
+// The rows carry no label (marks have none) until their holders put their
+// own rows back.
+func importMarks(ctx context.Context, path string, busy time.Duration, log logr.Logger) (int, error) {
+	marks, err := marker.List(marker.Namespace(path))
+	if err != nil || len(marks) == 0 {
+		return 0, err
+	}
+	db, err := openDB(dsn(path, busy, false, false))
+	if err != nil {
+		return 0, storageErr("open "+path, err)
+	}
+	defer func() { _ = db.Close() }()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, classify(path, err)
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
+	now := time.Now().UnixNano()
+	n := 0
+	for _, m := range marks {
+		packed, err := netaddr.Pack(m.Addr)
+		if err != nil {
+			continue
+		}
+		own := Owner{PID: m.PID, Start: m.Start, Scope: owner.MakeScope(nsString(m.PidNS), nsString(m.TimeNS))}
+		if !own.Alive(ctx) {
+			continue
+		}
+		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO port_allocations
+			(protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, '', 'dynamic', ?)`,
+			m.Protocol, int(m.Port), packed, own.PID, own.Start, own.Scope, owner.NameOf(ctx, own.PID), now)
+		if err != nil {
+			return 0, classify(path, err)
+		}
+		if k, _ := res.RowsAffected(); k > 0 {
+			n++
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, classify(path, err)
+	}
+	if n > 0 {
+		log.Info("a new state store took over the reservations of live holders from their marks", "path", path, "reservations", n)
+	}
+	return n, nil
+}
