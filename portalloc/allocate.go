@@ -98,8 +98,11 @@ func inStore[T any](ctx context.Context, a *Allocator, req Request, op func(stor
 			return got, true, nil
 		case errors.Is(err, ErrClosed):
 			return v, true, err
-		case attempt == 0 && a.replaced(ctx, s, err):
-			continue
+		case attempt == 0:
+			var again bool
+			if again, err = a.replaced(ctx, s, err); again {
+				continue
+			}
 		}
 		if err := a.storeErr(ctx, err, req); err != nil {
 			return v, true, err

@@ -69,8 +69,11 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 		if err == nil {
 			return a.holdBlock(ctx, s, req, rows)
 		}
-		if attempt == 0 && a.replaced(ctx, s, err) {
-			continue
+		if attempt == 0 {
+			var again bool
+			if again, err = a.replaced(ctx, s, err); again {
+				continue
+			}
 		}
 		if errors.Is(err, store.ErrExhausted) {
 			return nil, fmt.Errorf("portalloc: block of %d %s ports on %s in %s: %w", n, req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)

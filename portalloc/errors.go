@@ -104,10 +104,6 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 		return fmt.Errorf("portalloc: %w (gave up waiting; it is not damaged, and berth does not fall back for it): %w", ErrStoreUnavailable, err)
 	case errors.Is(err, ErrUnsafe):
 		return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err) // to fix, never to fall back for
-	case errors.Is(err, store.ErrLost):
-		// Repair could not open the store again: the MRU file would serve
-		// without knowing what the lost file held.
-		return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
 	case errors.Is(err, store.ErrInvalid):
 		return fmt.Errorf("portalloc: %w: %w", ErrInvalidRequest, err)
 	case errors.Is(err, store.ErrClosed) && a.isClosed():
@@ -119,6 +115,10 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 		}
 		a.fallBack(err)
 		return nil
+	case errors.Is(err, store.ErrLost):
+		// Lost again right after a repair: the MRU file would serve without
+		// knowing what the lost file held.
+		return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
 	default:
 		// A probe error: says nothing about the store.
 		return a.probeErr(err, req)

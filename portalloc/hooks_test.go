@@ -8,3 +8,10 @@ func SetStoreRetryInterval(d time.Duration) (restore func()) {
 	old := storeRetryEvery.Swap(int64(d))
 	return func() { storeRetryEvery.Store(old) }
 }
+
+// SetCheckInterval makes Allocators check their store for a loss every d
+// instead of CheckInterval, until restore is called.
+func SetCheckInterval(d time.Duration) (restore func()) {
+	old := checkEvery.Swap(int64(d))
+	return func() { checkEvery.Store(old) }
+}

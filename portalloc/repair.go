@@ -3,6 +3,7 @@ package portalloc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"time"
@@ -48,7 +49,7 @@ func (a *Allocator) watch() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
 		if err := c.Check(ctx); errors.Is(err, store.ErrLost) {
-			a.repair(ctx, s, err)
+			_ = a.repair(ctx, s, err) // logged; the next call or check tries again
 		}
 		cancel()
 	}
@@ -71,14 +72,20 @@ func (a *Allocator) holdsStoreRows() bool {
 // again on the store the Allocator has now: s was replaced by a retry after
 // a fallback, or s lost its file and repair has put a new store, with the
 // Allocator's rows back in it, in its place.
-func (a *Allocator) replaced(ctx context.Context, s store.Store, err error) bool {
+//
+// It returns the error to report when the call is not to run again: err,
+// or why a lost store could not be opened again (a damaged file, say, which
+// the caller's mode may fall back for).
+func (a *Allocator) replaced(ctx context.Context, s store.Store, err error) (bool, error) {
 	if errors.Is(err, store.ErrLost) {
-		a.repair(ctx, s, err)
+		if rerr := a.repair(ctx, s, err); rerr != nil {
+			return false, rerr
+		}
 	} else if !errors.Is(err, store.ErrClosed) {
-		return false
+		return false, err
 	}
 	cur := a.db()
-	return cur != nil && cur != s
+	return cur != nil && cur != s, err
 }
 
 // repair replaces lost, a store whose file was lost, by the store at the
@@ -87,25 +94,25 @@ func (a *Allocator) replaced(ctx context.Context, s store.Store, err error) bool
 // return at once. A reservation that another process took meanwhile cannot
 // be put back: that is logged as an error naming both owners, and counted
 // in Stats.Lost. When the store cannot be opened again, the Allocator keeps
-// the lost one, whose calls go on failing with ErrLost, and tries again at
-// the next call or check.
-func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) {
+// the lost one, whose calls go on failing with ErrLost, tries again at the
+// next call or check, and returns why it could not.
+func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) error {
 	a.repairMu.Lock()
 	defer a.repairMu.Unlock()
 	if a.db() != lost || a.isClosed() {
-		return
+		return nil
 	}
 	s, err := a.openStore(ctx)
 	if err != nil {
 		a.warn.Error(err, "the state store's file was lost and cannot be opened again; this process's reservations are not recorded until it can",
 			"database", a.dbPath, "lost", why.Error())
-		return
+		return fmt.Errorf("%w; opening it again: %w", why, err)
 	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
 		_ = s.Close()
-		return
+		return nil
 	}
 	a.store.Store(&backing{s})
 	a.mu.Unlock()
@@ -119,6 +126,7 @@ func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) {
 	a.ctr.lost.Add(int64(failed))
 	a.warn.Info("the state store's file was lost (deleted, replaced or truncated); opened it again and put back this process's reservations",
 		"database", a.dbPath, "cause", why.Error(), "restored", put, "notRestored", failed)
+	return nil
 }
 
 // restore puts back in s every row of the state store the Allocator
