@@ -59,6 +59,32 @@
 // counted in Stats.Blind. Every StoreRetryInterval the next call tries the
 // store again, and the Allocator goes back to it once it works.
 //
+// # Losing the store
+//
+// The state store is a file, and files get deleted: a cache cleaner, an
+// rm -rf of the state directory, a restore of an old copy, a truncation. An
+// Allocator knows what it holds, so when its store's file is deleted,
+// replaced or truncated under it, it opens the store at the same place
+// again (a new, empty one if need be) and puts its reservations back:
+// at its next write, which checks the file before and after, or within
+// CheckInterval when it is idle. A reservation another process took in
+// between cannot be put back; that is logged as an error naming both
+// owners and counted in Stats.Lost (Stats.Restored counts those put back).
+//
+// On Linux no other process gets such a port even before its holder
+// notices: for every reservation it holds for itself, the holder's process
+// holds a socket bound to a name in the abstract unix namespace, which no
+// file operation removes and which goes when the process goes. A store that
+// has just been created reads those names and records their holders'
+// reservations before it grants anything, and a store truncated to nothing
+// is set aside with its WAL for a new one rather than left to block every
+// caller. Elsewhere, a holder's reservations are missing from a new store
+// until the holder notices, within one CheckInterval. Reservations held for
+// another process (berth get's, which belong to the shell that ran it, or
+// those passed on with Transfer) have no holder in this process to put them
+// back: they are lost with the file, so keep the state directory (see
+// Config.StateDir) out of reach of cleaners.
+//
 // # Which port
 //
 // Allocate walks the range in Config.Order (a random stride, or lowest
