@@ -24,6 +24,7 @@ package marker
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -109,10 +110,19 @@ var (
 
 type closer interface{ Close() error }
 
+// ErrTooMany is returned by Hold when the process holds as many marks as
+// it may (see Limit).
+var ErrTooMany = errors.New("marker: as many marks as the descriptor limit allows")
+
+// Limit is the most marks a process holds at once: each is a descriptor,
+// and a process that holds many reservations must keep descriptors for
+// its own work. It is a quarter of the soft RLIMIT_NOFILE, at most 4096.
+func Limit() int { return limit() }
+
 // Hold binds m's mark in namespace ns for this process, once: holding a
 // mark that the process holds already does nothing. An error (the OS
-// refused a socket: out of descriptors, say) leaves no mark; the caller's
-// reservation stands without one.
+// refused a socket, or the process holds Limit marks) leaves no mark; the
+// caller's reservation stands without one.
 func Hold(ns string, m Mark) error {
 	if !Supported() {
 		return nil
@@ -122,6 +132,9 @@ func Hold(ns string, m Mark) error {
 	defer mu.Unlock()
 	if _, ok := held[name]; ok {
 		return nil
+	}
+	if len(held) >= limit() {
+		return ErrTooMany
 	}
 	c, err := bind(name)
 	if err != nil {

@@ -12,6 +12,14 @@ import (
 // Supported reports whether marks exist on this system.
 func Supported() bool { return true }
 
+func limit() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return 0
+	}
+	return int(min(rl.Cur/4, 4096))
+}
+
 type sock int
 
 func (s sock) Close() error { return unix.Close(int(s)) }

@@ -2,6 +2,7 @@ package marker
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -134,5 +135,31 @@ func TestMarkVanishesWithItsProcess(t *testing.T) {
 			t.Fatalf("List after the holder was killed = %v, %v; want none", got, err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A process never spends more than Limit descriptors on marks.
+func TestHoldStopsAtLimit(t *testing.T) {
+	if !Supported() {
+		t.Skip("no abstract unix namespace on this system")
+	}
+	ns := Namespace(t.TempDir())
+	defer DropAll(ns)
+	n := Limit()
+	if n <= 0 || n > 4096 {
+		t.Fatalf("Limit() = %d; want 1 to 4096", n)
+	}
+	for i := range n {
+		m := Mark{Protocol: "tcp", Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(1 + i), PID: os.Getpid()}
+		if err := Hold(ns, m); err != nil {
+			t.Fatalf("Hold of mark %d of %d: %v", i+1, n, err)
+		}
+	}
+	extra := Mark{Protocol: "udp", Addr: netip.MustParseAddr("127.0.0.1"), Port: 1, PID: os.Getpid()}
+	if err := Hold(ns, extra); !errors.Is(err, ErrTooMany) {
+		t.Fatalf("Hold past the limit = %v; want ErrTooMany", err)
+	}
+	if got, err := List(ns); err != nil || len(got) != n {
+		t.Fatalf("List = %d marks, %v; want %d", len(got), err, n)
 	}
 }
