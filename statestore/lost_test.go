@@ -1,0 +1,114 @@
+package statestore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/berth-go/berth/internal/marker"
+	"github.com/berth-go/berth/statestore"
+)
+
+// A store made where a live holder's file was lost takes the holder's
+// reservations from its marks before it grants anything; the holder's own
+// store reports the loss; a file truncated to nothing under a live
+// connection is set aside with its WAL instead of blocking every caller.
+func TestNewStoreTakesLiveHoldersMarks(t *testing.T) {
+	if !marker.Supported() {
+		t.Skip("no abstract unix namespace on this system: holders put their rows back when they notice")
+	}
+	ctx := context.Background()
+	for _, loss := range []struct {
+		name string
+		lose func(path string) error
+	}{
+		{"removed", func(path string) error { return os.RemoveAll(filepath.Dir(path)) }},
+		{"replaced by an empty file", func(path string) error {
+			if err := os.Remove(path); err != nil {
+				return err
+			}
+			return os.WriteFile(path, nil, 0o600)
+		}},
+		{"truncated", func(path string) error { return os.Truncate(path, 0) }},
+	} {
+		t.Run(loss.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state", "berth.db")
+			ports := []uint16{24101, 24102}
+			list, _ := json.Marshal(ports)
+			w := startWorker(t, "hold", path, "BERTH_TEST_PORTS="+string(list))
+			if e := w.next(t); e.Event != "done" {
+				t.Fatalf("holder: %+v", e)
+			}
+			// This process's own store of the same file, with a row of its
+			// own, to see its loss reported.
+			mine := openAt(t, path)
+			if _, err := mine.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24103), Label: "mine"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := mine.Check(ctx); err != nil {
+				t.Fatalf("Check before the loss = %v; want nil", err)
+			}
+			if err := loss.lose(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := mine.Check(ctx); !errors.Is(err, statestore.ErrLost) {
+				t.Fatalf("Check after the loss = %v; want ErrLost", err)
+			}
+			if _, err := mine.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24104)}); !errors.Is(err, statestore.ErrLost) {
+				t.Fatalf("Reserve on the lost file = %v; want ErrLost", err)
+			}
+
+			fresh := openAt(t, path)
+			rows, err := fresh.List(ctx, statestore.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []uint16
+			for _, r := range rows {
+				got = append(got, r.Port)
+				if r.Port != 24103 && r.Owner.PID != w.cmd.Process.Pid {
+					t.Errorf("row %v owned by %v; want the holder, pid %d", r, r.Owner, w.cmd.Process.Pid)
+				}
+			}
+			if want := []uint16{24101, 24102, 24103}; !slices.Equal(got, want) {
+				t.Fatalf("ports of the new store = %v; want %v: both of the live holder's and this process's", got, want)
+			}
+			for _, p := range ports {
+				if _, err := fresh.Reserve(ctx, statestore.Request{Key: tcp(lo4, p)}); !isHeld(err) {
+					t.Errorf("Reserve of the holder's port %d in the new store = %v; want ErrHeld", p, err)
+				}
+			}
+			// The holder's own row, put back by this process, gets its label.
+			r, err := fresh.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24103), Label: "mine"})
+			if err != nil || r.Label != "mine" {
+				t.Errorf("Reserve of this process's own port = %v, %v; want its row, labelled mine", r, err)
+			}
+			if loss.name == "truncated" {
+				aside, _ := filepath.Glob(path + ".lost-*")
+				if len(aside) == 0 || !slices.ContainsFunc(aside, func(p string) bool { return strings.HasSuffix(p, "-wal") }) {
+					t.Errorf("files set aside = %v; want the truncated file and its WAL", aside)
+				}
+			}
+			// The holder exits: its marks go with it, and a store made now
+			// knows nothing of it.
+			_ = w.stdin.Close()
+			_ = w.cmd.Wait()
+			if err := os.RemoveAll(filepath.Dir(path)); err != nil {
+				t.Fatal(err)
+			}
+			again := openAt(t, path)
+			rows, err = again.List(ctx, statestore.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) != 1 || rows[0].Port != 24103 {
+				t.Errorf("rows of a store made after the holder exited = %v; want only this process's", rows)
+			}
+		})
+	}
+}
