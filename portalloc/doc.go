@@ -78,11 +78,13 @@
 // has just been created reads those names and records their holders'
 // reservations before it grants anything, and a store truncated to nothing
 // is set aside with its WAL for a new one rather than left to block every
-// caller. Elsewhere, a holder's reservations are missing from a new store
-// until the holder notices, within one CheckInterval. Reservations held for
-// another process (berth get's, which belong to the shell that ran it, or
-// those passed on with Transfer) have no holder in this process to put them
-// back: they are lost with the file, so keep the state directory (see
+// caller. A row handed to another process with Transfer stays marked by
+// the process that handed it over, for as long as both run. Elsewhere, a
+// holder's reservations are missing from a new store until the holder
+// notices, within one CheckInterval. Reservations whose owner holds no
+// Allocator (berth get's, which belong to the shell that ran it, once berth
+// has exited; a child's, once its parent has exited) have no one to put
+// them back: they are lost with the file, so keep the state directory (see
 // Config.StateDir) out of reach of cleaners.
 //
 // # Which port

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -110,5 +111,43 @@ func TestNewStoreTakesLiveHoldersMarks(t *testing.T) {
 				t.Errorf("rows of a store made after the holder exited = %v; want only this process's", rows)
 			}
 		})
+	}
+}
+
+// A row this process handed to a child is marked by this process while
+// both live: a store made after a loss has it, so the port stays the
+// child's in the moment before the child binds it.
+func TestNewStoreTakesHandedOffRows(t *testing.T) {
+	if !marker.Supported() {
+		t.Skip("no abstract unix namespace on this system")
+	}
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state", "berth.db")
+	s := openAt(t, path)
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	to, err := statestore.LookupOwner(ctx, child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24111), Label: "child"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Transfer(ctx, tcp(lo4, 24111), statestore.Owner{}, to); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Dir(path)); err != nil {
+		t.Fatal(err)
+	}
+	fresh := openAt(t, path)
+	rows, err := fresh.List(ctx, statestore.Filter{Port: 24111})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || !rows[0].Owner.Same(to) {
+		t.Fatalf("rows of port 24111 in the new store = %v; want the child's (%v)", rows, to)
 	}
 }

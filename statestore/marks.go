@@ -32,18 +32,36 @@ import (
 //     from it (importMarks).
 
 // markOf returns the mark of own's reservation of key, and false when own
-// is not this process: only a process's own rows are marked, because the
-// mark ends with the process that binds it.
+// is no process of this boot that the mark can name (a lease holder, an
+// owner recorded by an earlier berth).
+//
+// This process marks the rows it writes for itself, which it holds for as
+// long as it lives, and also those it writes for, or hands to, another
+// process (a child, the shell of berth get): such a mark lasts while both
+// live, which covers the moment between a hand-off and the child's bind.
+// Marks of owners that have exited are dropped by the sweep (pruneMarks).
 func (s *Store) markOf(key Key, own Owner) (marker.Mark, bool) {
-	if !own.Same(s.self) {
+	boot, pidNS, timeNS, current := owner.ScopeParts(own.Scope)
+	if !current || own.PID <= 0 || (boot != "" && boot != owner.BootID()) {
 		return marker.Mark{}, false
 	}
-	_, pidNS, timeNS, _ := owner.ScopeParts(s.self.Scope)
 	return marker.Mark{
 		Protocol: string(key.Protocol), Addr: key.Addr, Port: key.Port,
-		PID: s.self.PID, Start: s.self.Start,
+		PID: own.PID, Start: own.Start,
 		PidNS: nsNumber(pidNS), TimeNS: nsNumber(timeNS),
 	}, true
+}
+
+// markOwner is the owner a mark names, as importMarks records it.
+func markOwner(m marker.Mark) Owner {
+	return Owner{PID: m.PID, Start: m.Start, Scope: owner.MakeScope(nsString(m.PidNS), nsString(m.TimeNS))}
+}
+
+// pruneMarks drops the marks this process holds, in this store's
+// namespace, for owners that have exited: those of reservations it wrote
+// for, or handed to, other processes.
+func (s *Store) pruneMarks(ctx context.Context) {
+	marker.Prune(s.ns, func(m marker.Mark) bool { return m.PID == s.self.PID || markOwner(m).Alive(ctx) })
 }
 
 func nsNumber(s string) uint64 {
@@ -72,6 +90,16 @@ func (s *Store) holdMark(key Key, own Owner) {
 		return
 	}
 	s.txMarks = append(s.txMarks, m)
+}
+
+// markFor marks own's reservation of key outside a transaction: a row
+// handed to own.
+func (s *Store) markFor(key Key, own Owner) {
+	if m, ok := s.markOf(key, own); ok {
+		if err := marker.Hold(s.ns, m); err != nil {
+			s.log.V(1).Info("could not mark a reservation", "key", key.String(), "error", err.Error())
+		}
+	}
 }
 
 // dropMark ends the mark of own's reservation of key.
@@ -210,7 +238,7 @@ func importMarks(ctx context.Context, path string, busy time.Duration, log logr.
 		if err != nil {
 			continue
 		}
-		own := Owner{PID: m.PID, Start: m.Start, Scope: owner.MakeScope(nsString(m.PidNS), nsString(m.TimeNS))}
+		own := markOwner(m)
 		if !own.Alive(ctx) {
 			continue
 		}

@@ -44,8 +44,8 @@ func (s *Store) ReleaseOwner(ctx context.Context, own Owner) (int, error) {
 		return 0, err
 	}
 	n, err := s.exec(ctx, "release all of "+own.String(), func(int64) { s.cache.stale() }, s.st.deleteOwner, ownerArgs(own)...)
-	if err == nil && own.Same(s.self) {
-		marker.DropAll(s.ns)
+	if err == nil {
+		marker.Prune(s.ns, func(m marker.Mark) bool { return !markOwner(m).Same(own) })
 	}
 	return int(n), err
 }
@@ -75,6 +75,7 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 		return fmt.Errorf("transfer %s: %w for %s", key, ErrNotFound, from)
 	}
 	s.dropMark(key, from)
+	s.markFor(key, to)
 	return nil
 }
 
@@ -261,6 +262,7 @@ func (s *Store) sweep(every time.Duration) {
 		if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 			s.log.Error(err, "background reaping sweep failed; it runs again", "in", every.String())
 		}
+		s.pruneMarks(ctx)
 		if err := s.pruneSticky(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 			s.log.V(1).Info("forgetting old sticky ports failed; it runs again", "in", every.String(), "error", err.Error())
 		}

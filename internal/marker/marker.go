@@ -172,6 +172,24 @@ func DropAll(ns string) {
 	}
 }
 
+// Prune closes the marks of namespace ns this process holds for which
+// keep reports false.
+func Prune(ns string, keep func(Mark) bool) {
+	mu.Lock()
+	var names []string
+	for name := range held {
+		names = append(names, name)
+	}
+	mu.Unlock()
+	for _, name := range names {
+		m, ok := parse(ns, name)
+		if !ok || keep(m) {
+			continue
+		}
+		Drop(ns, m)
+	}
+}
+
 // List returns the marks of namespace ns that live processes hold, this
 // one included.
 func List(ns string) ([]Mark, error) {
