@@ -66,7 +66,7 @@ func ownerPID(cmd *cobra.Command, owner string, pidV1 int) (int, error) {
 		}
 		return pidV1, nil
 	case owner == "parent":
-		return os.Getppid(), nil
+		return defaultOwner(cmd), nil // berth's parent, or the process it stands for: see ancestry.go
 	}
 	pid, err := strconv.Atoi(owner)
 	if err != nil || pid <= 0 {

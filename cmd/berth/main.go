@@ -56,6 +56,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -179,6 +180,7 @@ func (a *app) action(fn func(ctx context.Context, args []string) error) func(*co
 		if err := a.configure(cmd); err != nil {
 			return err
 		}
+		cmd.SetContext(logr.NewContext(cmd.Context(), a.cfg.Logger)) // for what logs outside fn (defaultOwner)
 		ctx, cancel := context.WithTimeout(cmd.Context(), a.cfg.Timeout)
 		defer cancel()
 		return fn(ctx, args)
