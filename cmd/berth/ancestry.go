@@ -38,9 +38,10 @@ import (
 //     when the line ends. berth gives the ports to make instead, which
 //     waits for every recipe: two recipes' ports then differ while make
 //     runs. make exits at the end of the build, so berth warns.
-//   - sh -c 'berth get ...' run by a program (a Python subprocess with
-//     shell=True, say) where berth is the last command: the shell exits
-//     right after berth. berth gives the ports to the program that ran sh.
+//   - sh -c 'berth get ...' where berth is the last command, as a Python
+//     subprocess with shell=True runs it: the shell exits right after
+//     berth. berth keeps it as the owner, since the program that ran it may
+//     live for days and never give the ports back, and warns.
 //
 // On Linux berth reads all this from /proc; on other systems from what the
 // system tells of a process's parent, program and command line, without
@@ -102,20 +103,20 @@ func chooseOwner(parent int, inspect func(pid int) (owner.Process, error), self 
 		q, err := inspect(p.PPID)
 		switch {
 		case err == nil && isMake(q, self.makeLevel):
-			return ownerChoice{pid: q.PID, name: progName(q), why: fmt.Sprintf("make, whose recipe shell (pid %d) ran berth", p.PID),
-				exits: fmt.Sprintf("%s (pid %d), which ran this recipe line; it exits at the end of the build, and they are handed out again then, even if a program still uses them", progName(q), q.PID)}
+			return ownerChoice{pid: q.PID, name: shownName(q), why: fmt.Sprintf("make, whose recipe shell (pid %d) ran berth", p.PID),
+				exits: fmt.Sprintf("%s (pid %d), which ran this recipe line; it exits at the end of the build, and they are handed out again then, even if a program still uses them", shownName(q), q.PID)}
 		case err != nil && self.makeLevel:
-			return ownerChoice{pid: p.PID, name: progName(p), why: why,
-				exits: fmt.Sprintf("%s (pid %d), the shell of a make recipe line; they are handed out again as soon as the line ends", progName(p), p.PID)}
+			return ownerChoice{pid: p.PID, name: shownName(p), why: why,
+				exits: fmt.Sprintf("%s (pid %d), the shell of a make recipe line; they are handed out again as soon as the line ends", shownName(p), p.PID)}
 		case lastCommand(script, self):
-			if err == nil {
-				return ownerChoice{pid: q.PID, name: progName(q), why: fmt.Sprintf("the process that ran %s -c with berth as its last command", progName(p))}
-			}
-			return ownerChoice{pid: p.PID, name: progName(p), why: why,
-				exits: fmt.Sprintf("%s (pid %d), which runs berth as its last command; it exits right after berth, and they are handed out again at once", progName(p), p.PID)}
+			// The program that ran the shell may live for days (a CI
+			// agent, a server): its ports would never come back. So the
+			// shell stays the owner, and berth says so.
+			return ownerChoice{pid: p.PID, name: shownName(p), why: why,
+				exits: fmt.Sprintf("%s (pid %d), which runs berth as the last command of its -c string; it exits right after berth, and they are handed out again at once", shownName(p), p.PID)}
 		}
 	}
-	c := ownerChoice{pid: p.PID, name: progName(p), why: why}
+	c := ownerChoice{pid: p.PID, name: shownName(p), why: why}
 	if isMake(p, false) {
 		c.exits = fmt.Sprintf("%s (pid %d), which ran berth itself; it exits at the end of the build, and they are handed out again then, even if a program still uses them", c.name, p.PID)
 	}
@@ -139,6 +140,15 @@ func progName(p owner.Process) string {
 		return filepath.Base(strings.TrimSuffix(p.Exe, " (deleted)"))
 	}
 	return p.Name
+}
+
+// shownName is the name berth shows for p: the kernel's, as berth ls shows
+// it, else its program's.
+func shownName(p owner.Process) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return progName(p)
 }
 
 func isShell(p owner.Process) bool { return shells[progName(p)] || shells[p.Name] }
@@ -255,7 +265,7 @@ func defaultOwner(cmd *cobra.Command) int {
 	}
 	self := invocation{name: filepath.Base(os.Args[0]), sub: cmd.Name(), makeLevel: os.Getenv("MAKELEVEL") != ""}
 	c := chooseOwner(os.Getppid(), func(pid int) (owner.Process, error) { return owner.Inspect(ctx, pid) }, self)
-	logr.FromContextOrDiscard(ctx).Info("the ports' owner", "pid", c.pid, "name", c.name, "why", c.why)
+	logr.FromContextOrDiscard(ctx).Info("owner of the ports", "pid", c.pid, "name", c.name, "why", c.why)
 	if c.exits != "" && warnOfOwner(cmd) {
 		w, name := cmd.ErrOrStderr(), cmd.CommandPath()
 		fmt.Fprintf(w, "%s: warning: the ports berth hands out here belong to %s\n", name, printable(c.exits))

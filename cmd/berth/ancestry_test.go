@@ -87,12 +87,12 @@ func TestChooseOwner(t *testing.T) {
 		{"a recipe whose make cannot be read, under MAKELEVEL", with(procTable{41: shc(40, "berth get > .p; echo")}), 41, invocation{"berth", "get", true}, 41, true},
 		{"MAKELEVEL alone does not make a script a recipe", with(procTable{40: make1, 41: shc(40, "./test.sh"), 42: {PPID: 41, Name: "bash", Exe: "/usr/bin/bash", Args: []string{"bash", "./test.sh"}, Layout: "7 7"}}), 42, invocation{"berth", "get", true}, 42, false},
 
-		{"python: subprocess.run('berth get > f', shell=True)", with(procTable{40: py, 41: shc(40, "berth get > f")}), 41, noCmd, 40, false},
+		{"python: subprocess.run('berth get > f', shell=True)", with(procTable{40: py, 41: shc(40, "berth get > f")}), 41, noCmd, 41, true},
 		{"sh -c 'berth get' whose parent cannot be read", with(procTable{41: shc(40, "/usr/local/bin/berth --timeout 5s get 2>&1")}), 41, noCmd, 41, true},
 		{"sh -c that goes on after berth", with(procTable{40: py, 41: shc(40, "P=$(berth get --label script); echo $P > port.txt; berth ls --label script")}), 41, noCmd, 41, false},
 		{"sh -c whose last berth is another command", with(procTable{40: py, 41: shc(40, "berth get --label a > a; berth ls")}), 41, noCmd, 41, false},
 		{"sh -c 'berth get && exec server'", with(procTable{40: py, 41: shc(40, "berth get > p && exec ./server")}), 41, noCmd, 41, false},
-		{"sh -c run from a script, berth last", with(procTable{41: shc(30, "berth reserve 8080 >/dev/null")}), 41, invocation{"berth", "reserve", false}, 30, false},
+		{"sh -c run from a script, berth last", with(procTable{41: shc(30, "berth reserve 8080 >/dev/null")}), 41, invocation{"berth", "reserve", false}, 41, true},
 		{"an interactive bash -i -c is left alone", with(procTable{40: py, 41: {PPID: 40, Name: "bash", Exe: "/usr/bin/bash", Args: []string{"bash", "-i", "-c", "berth get"}}}), 41, noCmd, 41, false},
 	}
 	for _, tt := range tests {

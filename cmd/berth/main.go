@@ -20,7 +20,11 @@
 // so COMMAND owns its ports for exactly as long as it runs. get and reserve
 // give their ports to berth's parent process (the shell that ran berth)
 // unless --owner names another; transfer hands them on, for example to a
-// daemon the script has just started.
+// daemon the script has just started. Where that parent exits at once,
+// berth climbs to the process it stands for: from a subshell a pipeline
+// forked, $(berth get | head -1), to the script's shell; from a make
+// recipe's shell to make, with a warning, since make exits at the end of
+// the build (see ancestry.go).
 //
 // Configuration comes from the BERTH_* variables of package portalloc and
 // the --state-dir, --range, --mode, --strict and --timeout flags. Every
