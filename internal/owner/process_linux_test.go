@@ -165,3 +165,15 @@ func childOf(t *testing.T, pid int) Process {
 	}
 	return Process{}
 }
+
+// BenchmarkInspect reads the test process from /proc: what berth pays for
+// each process it looks at when it chooses a default owner, two or three
+// of them for a script.
+func BenchmarkInspect(b *testing.B) {
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := Inspect(ctx, os.Getpid()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
