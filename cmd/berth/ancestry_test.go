@@ -160,3 +160,21 @@ func TestLastCommand(t *testing.T) {
 		t.Errorf("chooseOwner(recipe).exits = %q; want it to name make (pid 40)", c.exits)
 	}
 }
+
+// FuzzShellCommand: a command line read from /proc can hold anything;
+// reading it never panics, and berth is taken for the last command only
+// where the string names it.
+func FuzzShellCommand(f *testing.F) {
+	for _, s := range []string{"berth get", "berth get > .p 2>&1", "P=$(berth get); x", "/x/berth -v get &>f", "berth", "get berth", "berth\tget\n", ""} {
+		f.Add(s)
+	}
+	get := invocation{name: "berth", sub: "get"}
+	f.Fuzz(func(t *testing.T, s string) {
+		if lastCommand(s, get) && (!strings.Contains(s, "berth") || !strings.Contains(s, "get")) {
+			t.Errorf("lastCommand(%q) = true; want false: it does not name berth get", s)
+		}
+		for _, args := range [][]string{{"sh", "-c", s}, {"sh", s}, {"sh", s, "-c", s}} {
+			_, _ = commandString(owner.Process{Name: "sh", Args: args})
+		}
+	})
+}
