@@ -18,7 +18,7 @@ import (
 )
 
 // ownerHelp explains --owner wherever it appears.
-const ownerHelp = `the process the ports belong to: "parent" (the default: berth's parent, the shell or make recipe that ran it) or a PID`
+const ownerHelp = `the process the ports belong to: "parent" (the default: the shell or script that ran berth, through any subshell a pipeline forked; make for a recipe line) or a PID`
 
 // grantFlags are the flags of the commands that hand out ports.
 type grantFlags struct {
@@ -66,7 +66,7 @@ func ownerPID(cmd *cobra.Command, owner string, pidV1 int) (int, error) {
 		}
 		return pidV1, nil
 	case owner == "parent":
-		return os.Getppid(), nil
+		return defaultOwner(cmd), nil // berth's parent, or the process it stands for: see ancestry.go
 	}
 	pid, err := strconv.Atoi(owner)
 	if err != nil || pid <= 0 {
@@ -199,9 +199,9 @@ func (a *app) getCmd() *cobra.Command {
 by default the shell that ran berth: reserved while it runs, reaped after it
 exits. With --block N, berth reserves N contiguous ports and prints the first.
 
-In a script, mind which process owns the port: P=$(berth get) gives it to the
-script's shell, but a port taken on one line of a Makefile recipe belongs to
-that line's shell, which exits at once. 'berth run' avoids the question.`,
+In a script, P=$(berth get) and P=$(berth get | head -1) give the port to the
+script's shell. A port taken in a Makefile recipe belongs to make, which exits
+at the end of the build, and berth warns. 'berth run' avoids the question.`,
 		Example: `  PORT=$(berth get --label web)
   berth get --count 3 --udp
   berth get --prefer 3000,3001 --label dev-server

@@ -20,7 +20,11 @@
 // so COMMAND owns its ports for exactly as long as it runs. get and reserve
 // give their ports to berth's parent process (the shell that ran berth)
 // unless --owner names another; transfer hands them on, for example to a
-// daemon the script has just started.
+// daemon the script has just started. Where that parent exits at once,
+// berth climbs to the process it stands for: from a subshell a pipeline
+// forked, $(berth get | head -1), to the script's shell; from a make
+// recipe's shell to make, with a warning, since make exits at the end of
+// the build (see ancestry.go).
 //
 // Configuration comes from the BERTH_* variables of package portalloc and
 // the --state-dir, --range, --mode, --strict and --timeout flags. Every
@@ -56,6 +60,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -179,6 +184,7 @@ func (a *app) action(fn func(ctx context.Context, args []string) error) func(*co
 		if err := a.configure(cmd); err != nil {
 			return err
 		}
+		cmd.SetContext(logr.NewContext(cmd.Context(), a.cfg.Logger)) // for what logs outside fn (defaultOwner)
 		ctx, cancel := context.WithTimeout(cmd.Context(), a.cfg.Timeout)
 		defer cancel()
 		return fn(ctx, args)

@@ -9,7 +9,7 @@
 // range below, and no two ranges overlap (see TestDisjoint):
 //
 //	package                 range         what binds there
-//	cmd/berth               21000-21999   testscripts: a block of 71 ports per script
+//	cmd/berth               20000-21999   testscripts: a block of 71 ports per script
 //	portalloc/porttest      22000-22999   porttest's own store and its worker binaries
 //	examples/quickstart     23000-23499   run, through BERTH_PORT_RANGE
 //	examples/metrics        23500-23999   run, through BERTH_PORT_RANGE
@@ -59,7 +59,7 @@ func (r Range) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
 
 // The ranges, one for each package whose tests bind ports.
 var (
-	CmdBerth     = Range{First: 21000, Last: 21999}
+	CmdBerth     = Range{First: 20000, Last: 21999}
 	Porttest     = Range{First: 22000, Last: 22999}
 	Quickstart   = Range{First: 23000, Last: 23499}
 	Metrics      = Range{First: 23500, Last: 23999}

@@ -1,0 +1,31 @@
+//go:build !linux
+
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/shirou/gopsutil/v4/process"
+)
+
+// inspect reads pid through gopsutil. These systems show neither a
+// process's layout nor its standard input: Layout and Stdin stay empty.
+func inspect(ctx context.Context, pid int) (Process, error) {
+	p := &process.Process{Pid: int32(pid)} // validPID keeps pid within int32
+	ppid, err := p.PpidWithContext(ctx)
+	if err != nil {
+		if ok, perr := process.PidExistsWithContext(ctx, p.Pid); perr == nil && !ok || errors.Is(err, process.ErrorProcessNotRunning) {
+			return Process{}, fmt.Errorf("owner: pid %d: %w", pid, ErrNotRunning)
+		}
+		return Process{}, fmt.Errorf("owner: inspect pid %d: %w", pid, err)
+	}
+	pr := Process{PID: pid, PPID: int(ppid)}
+	pr.Name, _ = p.NameWithContext(ctx)
+	pr.Exe, _ = p.ExeWithContext(ctx)
+	if args, err := p.CmdlineSliceWithContext(ctx); err == nil && len(args) > 0 {
+		pr.Args = args
+	}
+	return pr, nil
+}
