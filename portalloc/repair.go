@@ -103,11 +103,21 @@ func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) err
 		return nil
 	}
 	s, err := a.openStore(ctx)
+	for try := 1; err != nil && try < 3 && ctx.Err() == nil && !lasting(err); try++ {
+		// Whatever lost the file may still be at work (a cleaner
+		// removing the directory as it is made again): try again.
+		time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+		s, err = a.openStore(ctx)
+	}
 	if err != nil {
 		a.warn.Error(err, "the state store's file was lost and cannot be opened again; this process's reservations are not recorded until it can",
 			"database", a.dbPath, "lost", why.Error())
 		return fmt.Errorf("%w; opening it again: %w", why, err)
 	}
+	// The rows go back before the new store serves this Allocator's
+	// calls: a Release that ran on the lost store meanwhile waits for this
+	// repair, then releases in the new one, where it finds its row.
+	put, failed := a.restore(ctx, s)
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -121,7 +131,6 @@ func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) err
 		defer a.bg.Done()
 		_ = lost.Close()
 	}()
-	put, failed := a.restore(ctx, s)
 	a.ctr.restored.Add(int64(put))
 	a.ctr.lost.Add(int64(failed))
 	a.warn.Info("the state store's file was lost (deleted, replaced or truncated); opened it again and put back this process's reservations",
@@ -153,4 +162,10 @@ func (a *Allocator) restore(ctx context.Context, s store.Store) (put, failed int
 		}
 	}
 	return put, failed
+}
+
+// lasting reports whether err of opening a store is one that trying again
+// at once cannot mend.
+func lasting(err error) bool {
+	return errors.Is(err, store.ErrDamaged) || errors.Is(err, store.ErrUnsafe) || errors.Is(err, store.ErrSchemaTooNew)
 }

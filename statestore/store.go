@@ -28,6 +28,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,6 +131,51 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	// A store removed or replaced while it opens (a cleaner at work, or
+	// another process that just set a truncated file aside) fails in ways
+	// that say nothing of the store that is there now: open it again.
+	for attempt := 1; ; attempt++ {
+		before := placeOf(path)
+		s, err := openOnce(ctx, path, self, opts)
+		if err == nil || attempt == maxOpenAttempts || ctx.Err() != nil || !before.changed(placeOf(path)) {
+			return s, err
+		}
+		opts.Logger.V(1).Info("the store was removed or replaced while it opened; opening it again", "path", path, "error", err.Error())
+	}
+}
+
+// maxOpenAttempts bounds how often Open starts again because the store
+// changed under it.
+const maxOpenAttempts = 5
+
+// place is the directory and the file of a store as they were at one
+// moment (nil: missing), to tell whether either was removed or replaced.
+type place struct{ dir, file os.FileInfo }
+
+func placeOf(path string) place {
+	stat := func(p string) os.FileInfo {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil
+		}
+		return fi
+	}
+	return place{stat(filepath.Dir(path)), stat(path)}
+}
+
+// changed reports whether the directory or the file were removed, replaced
+// or made between p and now. A failed attempt that made them itself is
+// tried once more too: another process may have removed and made them
+// again in between.
+func (p place) changed(now place) bool {
+	differ := func(then, now os.FileInfo) bool {
+		return (then == nil) != (now == nil) || (then != nil && !os.SameFile(then, now))
+	}
+	return differ(p.dir, now.dir) || differ(p.file, now.file)
+}
+
+// openOnce is one attempt of Open on an absolute path.
+func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Store, error) {
 	if err := safefs.PrepareDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
@@ -549,7 +595,9 @@ func (s *Store) waitLock(ctx context.Context) (*filelock.File, error) {
 	s.spare = nil
 	if lock == nil {
 		var err error
-		if lock, err = s.writeLock.Reopen(); err != nil {
+		if lock, err = s.writeLock.Reopen(); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("write lock %s is gone with its directory: %w", s.writeLock.Path(), ErrLost)
+		} else if err != nil {
 			return nil, fmt.Errorf("write lock %s: %w", s.writeLock.Path(), err)
 		}
 	}
