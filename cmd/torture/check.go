@@ -64,8 +64,10 @@ type Report struct {
 	ProbeFailures int64
 	// Retirements counts hosts retired while the workers ran, and
 	// RetiredRows the rows the retirements deleted.
-	Retirements     int
-	RetiredRows     int64
+	Retirements int
+	RetiredRows int64
+	// StoreLosses counts the times the store was lost under the workers.
+	StoreLosses     int
 	Errors          []string
 	ReapedByWorkers int64
 	// Violations describes the first violations; ViolationCount counts
@@ -228,6 +230,8 @@ func Check(dir string) (Report, error) {
 				unfreeze(e.Proc, e.T)
 				kills[e.Proc] = e.T
 				rep.Kills++
+			case KindLoseStore:
+				rep.StoreLosses++
 			case KindRetire:
 				retires = append(retires, e)
 				rep.Retirements++

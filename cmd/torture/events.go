@@ -85,6 +85,9 @@ const (
 	// KindRetire: Host was retired from another host (RetireHost), after
 	// every process on it had been killed; every claim on it ends here.
 	KindRetire = "retire"
+	// KindLoseStore: the store's directory was removed or its file
+	// replaced or truncated (Op says which).
+	KindLoseStore = "lose-store"
 )
 
 // eventLog appends events to a file, one write per event, so a SIGKILL

@@ -84,6 +84,7 @@ func main() {
 	flag.IntVar(&cfg.Hosts, "hosts", 0, "with -store: run -workers workers on each of this many hosts, network namespaces named host-1..N; needs root")
 	flag.DurationVar(&cfg.RetireEvery, "retire-every", 5*time.Second, "with 2 -hosts or more: kill every process of a random host, retire it from another, and restart it this often (negative: never)")
 	flag.IntVar(&cfg.FleetWorkers, "fleet-workers", 0, "with -hosts: workers that hold fleet-wide ports and bind each on every host (default 1, none with -clock-step; negative: none)")
+	flag.DurationVar(&cfg.LoseStore, "lose-store", 0, "remove the state directory, or replace or truncate the database, at random this often (SQLite store only; default: never)")
 	flag.StringVar(&cfg.Dir, "dir", "", "keep state and logs here (default: a temporary directory, removed)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: random)")
 	flag.BoolVar(&verbose, "v", false, "print each kill, freeze and clock step")
@@ -108,7 +109,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "torture: -clock-step:", strings.TrimPrefix(err.Error(), "torture: "))
 			os.Exit(2)
 		}
-		if errors.Is(err, netns.ErrUnsupported) || errors.Is(err, errHostsNeedStore) {
+		if errors.Is(err, netns.ErrUnsupported) || errors.Is(err, errHostsNeedStore) || errors.Is(err, errLoseStoreSQLite) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}

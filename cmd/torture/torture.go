@@ -71,11 +71,21 @@ type Config struct {
 	// none with ClockStep (a step of the server's clock ends their
 	// leases); negative: none.
 	FleetWorkers int
-	Dir          string // the run's state and logs; zero: a new temporary directory, removed afterwards
-	Seed         uint64 // zero: random
+	// LoseStore, on the SQLite store, loses the store under the workers
+	// this often: at random it removes the state directory, replaces the
+	// database with an empty file, or truncates it in place, as a cache
+	// cleaner or a careless rm would. Holders must put their rows back and
+	// no port may be granted twice meanwhile. Zero: never.
+	LoseStore time.Duration
+	Dir       string // the run's state and logs; zero: a new temporary directory, removed afterwards
+	Seed      uint64 // zero: random
 	// Progress, when not nil, receives a line per kill, freeze and step.
 	Progress io.Writer
 }
+
+// errLoseStoreSQLite: -lose-store deletes files, and a PostgreSQL store has
+// none of the run's to delete.
+var errLoseStoreSQLite = errors.New("torture: -lose-store takes a positive duration and works on the SQLite store only, not with -store")
 
 // errHostsNeedStore: a run across hosts with nothing for them to share.
 var errHostsNeedStore = errors.New("torture: -hosts needs -store: the hosts share their reservations through a PostgreSQL store")
@@ -137,6 +147,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	if cfg.Hosts < 0 || (cfg.Hosts > 0 && cfg.Store == "") {
 		return Summary{}, errHostsNeedStore
+	}
+	if cfg.LoseStore < 0 || (cfg.LoseStore > 0 && cfg.Store != "") {
+		return Summary{}, errLoseStoreSQLite
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
@@ -392,8 +405,11 @@ func (s *supervisor) start(h int) error {
 // when their time is up (Freeze). Every time here is read from Go's
 // monotonic clock, which the steps do not move.
 func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
-	var nextKill, nextStep, nextFreeze, nextRetire time.Time // zero: never
+	var nextKill, nextStep, nextFreeze, nextRetire, nextLoss time.Time // zero: never
 	now := time.Now()
+	if s.cfg.LoseStore > 0 {
+		nextLoss = now.Add(s.cfg.LoseStore)
+	}
 	if s.cfg.KillEvery > 0 {
 		nextKill = now.Add(s.cfg.KillEvery)
 	}
@@ -410,7 +426,7 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 	defer timer.Stop()
 	for {
 		due := deadline
-		for _, t := range []time.Time{nextKill, nextStep, nextFreeze, nextRetire} {
+		for _, t := range []time.Time{nextKill, nextStep, nextFreeze, nextRetire, nextLoss} {
 			if !t.IsZero() && t.Before(due) {
 				due = t
 			}
@@ -459,7 +475,57 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 				return err
 			}
 		}
+		if !nextLoss.IsZero() && !now.Before(nextLoss) {
+			nextLoss = now.Add(s.cfg.LoseStore)
+			if err := s.loseStore(); err != nil {
+				return err
+			}
+		}
 	}
+}
+
+// The ways loseStore loses the store.
+var losses = []struct {
+	name string
+	lose func(dir string) error
+}{
+	{"removed the state directory", func(dir string) error {
+		// Workers make the directory again as it goes: try a few times.
+		var err error
+		for range 10 {
+			if err = os.RemoveAll(dir); err == nil {
+				return nil
+			}
+		}
+		return err
+	}},
+	{"replaced the database with an empty file", func(dir string) error {
+		db := filepath.Join(dir, portalloc.DatabaseFile)
+		if err := os.Remove(db); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return os.WriteFile(db, nil, 0o600)
+	}},
+	{"truncated the database", func(dir string) error {
+		err := os.Truncate(filepath.Join(dir, portalloc.DatabaseFile), 0)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // lost already, and not made again yet
+		}
+		return err
+	}},
+}
+
+// loseStore loses the workers' store in one of the ways of losses.
+func (s *supervisor) loseStore() error {
+	l := losses[s.rng.IntN(len(losses))]
+	if err := l.lose(filepath.Join(s.cfg.Dir, "state")); err != nil {
+		return fmt.Errorf("torture: lose the store: %w", err)
+	}
+	s.log.add(Event{Kind: KindLoseStore, Op: l.name})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "%s\n", l.name)
+	}
+	return nil
 }
 
 func (s *supervisor) stepGap() time.Duration {
@@ -751,6 +817,9 @@ func (s Summary) Print(w io.Writer) {
 	if s.Freeze {
 		modes += ", freezing"
 	}
+	if s.LoseStore > 0 {
+		modes += fmt.Sprintf(", store lost every %v", s.LoseStore)
+	}
 	workers := fmt.Sprintf("%d workers", s.Workers)
 	switch {
 	case s.Hosts > 0:
@@ -783,6 +852,9 @@ func (s Summary) Print(w io.Writer) {
 	if s.Freeze {
 		fmt.Fprintf(w, "freezes         %d (%d killed while frozen), longest %v\n",
 			s.Freezes, s.FrozenKills, s.LongestFreeze.Round(time.Millisecond))
+	}
+	if s.LoseStore > 0 {
+		fmt.Fprintf(w, "store losses    %d (directory removed, file replaced or truncated)\n", s.StoreLosses)
 	}
 	fmt.Fprintf(w, "calls           %d returned, %d timed out\n", s.Calls, s.Timeouts)
 	fmt.Fprintf(w, "longest gaps    %v without a grant (from +%.3fs), %v without a call returning (from +%.3fs); a hang is over %v\n",
