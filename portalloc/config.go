@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -270,14 +269,14 @@ func (c Config) withDefaults() (Config, error) {
 		return Config{}, invalid("Timeout", c.Timeout.String(), "a positive duration, or zero for the default")
 	}
 	if c.StateDir == "" {
-		dir, why, err := defaultStateDir()
+		r, err := defaultState()
 		if err != nil {
 			return Config{}, err
 		}
-		if why != "" {
-			c.Logger.Info(why, "stateDir", dir)
+		if r.rooted != "" {
+			c.Logger.Info(r.rooted, "stateDir", r.dir)
 		}
-		c.StateDir = dir
+		c.StateDir = r.dir
 	}
 	if strings.ContainsRune(c.StateDir, 0) {
 		return Config{}, invalid("StateDir", strconv.Quote(c.StateDir), "a directory path")
@@ -289,51 +288,6 @@ func (c Config) withDefaults() (Config, error) {
 const (
 	DatabaseFile = "berth.db" // the SQLite state store
 	MRUFile      = "mru.json" // the MRU fallback's record
-)
-
-// DefaultStateDir returns the state directory used when Config.StateDir is
-// empty: os.UserCacheDir()/berth, except for root when that lies in another
-// user's home (see Config.StateDir), where it is root's own cache
-// directory from the password database.
-func DefaultStateDir() (string, error) {
-	dir, _, err := defaultStateDir()
-	return dir, err
-}
-
-// defaultStateDir is DefaultStateDir, and why it is not
-// os.UserCacheDir()/berth when it is not.
-func defaultStateDir() (dir, why string, err error) {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return "", "", fmt.Errorf("portalloc: no default state directory (%w); set %s or Config.StateDir", err, EnvStateDir)
-	}
-	dir = filepath.Join(base, "berth")
-	if geteuid() != 0 {
-		return dir, "", nil
-	}
-	uid, foreign := foreignOwner(dir)
-	if !foreign {
-		return dir, "", nil
-	}
-	refuse := func(reason string) (string, string, error) {
-		return "", "", fmt.Errorf("portalloc: %w: running as root, the default state directory %s is in a directory of uid %d (HOME or XDG_CACHE_HOME is another user's, as sudo keeps them), and berth never creates root's files there; %s: set %s or Config.StateDir to a directory of root's",
-			ErrUnsafe, dir, uid, reason, EnvStateDir)
-	}
-	root, err := lookupRoot()
-	if err != nil || root.HomeDir == "" || !filepath.IsAbs(root.HomeDir) {
-		return refuse(fmt.Sprintf("root's home directory cannot be read from the password database (%v)", err))
-	}
-	own := filepath.Join(root.HomeDir, ".cache", "berth")
-	if ouid, foreign := foreignOwner(own); foreign {
-		return refuse(fmt.Sprintf("root's own %s is in a directory of uid %d too", own, ouid))
-	}
-	return own, fmt.Sprintf("running as root with another user's cache directory %s (uid %d; sudo keeps HOME); using root's own state directory instead", base, uid), nil
-}
-
-// Inject the process's identity and the password database, for tests.
-var (
-	geteuid    = os.Geteuid
-	lookupRoot = func() (*user.User, error) { return user.LookupId("0") }
 )
 
 // TextLogger returns a logger for Config.Logger that writes slog's text

@@ -129,10 +129,15 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := safefs.PrepareDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
-	for _, f := range []string{path, path + "-wal", path + "-shm", path + ".lock", path + ".migrate.lock"} {
+	for _, f := range []string{path, path + "-wal", path + "-shm", path + ".lock", path + ".migrate.lock", path + MovedSuffix} {
 		if err := safefs.CheckFile(f); err != nil {
 			return nil, err
 		}
+	}
+	if m, moved, err := ReadMoved(path); err != nil {
+		return nil, err
+	} else if moved {
+		return nil, movedErr(path, m)
 	}
 	db, conn, found, err := openConn(ctx, path, opts.BusyTimeout, opts.Logger)
 	if err != nil {
@@ -491,25 +496,38 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 	if !write {
 		return s.putTurn, nil
 	}
-	if err := s.sameFile(); err != nil {
-		s.putTurn()
-		return nil, err
-	}
+	// The file is checked with the write lock held: a TakeOver moves the
+	// store away under that lock, so a writer that waited for it must see
+	// the file gone, not write into one no other process reads any more.
 	ok, err := s.writeLock.TryLock()
 	if err != nil {
 		s.putTurn()
 		return nil, fmt.Errorf("write lock %s: %w", s.writeLock.Path(), err)
 	}
 	if ok {
-		return func() {
+		release := func() {
 			if err := s.writeLock.Unlock(); err != nil {
 				s.log.Error(err, "unlock write lock", "path", s.writeLock.Path())
 			}
 			s.putTurn()
-		}, nil
+		}
+		if err := s.sameFile(); err != nil {
+			release()
+			return nil, err
+		}
+		return release, nil
 	}
 	lock, err := s.waitLock(ctx)
 	if err != nil {
+		s.putTurn()
+		return nil, err
+	}
+	if err := s.sameFile(); err != nil {
+		if uerr := lock.Unlock(); uerr != nil {
+			_ = lock.Close()
+		} else {
+			s.spare = lock
+		}
 		s.putTurn()
 		return nil, err
 	}
