@@ -92,7 +92,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	}
 	octx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	if defaulted {
+	if defaulted { // ModeMRU opens no store, and returned above
 		// Never an empty store beside the one that holds the
 		// reservations: a failed take-over is an error in every mode.
 		if err := takeOver(octx, cfg.StateDir, cfg.Logger, min(cfg.Timeout/2, maxBusyWait)); err != nil {
