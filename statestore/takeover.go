@@ -108,9 +108,10 @@ type TakeOverOptions struct {
 // a note that says where the store went (also kept as <from>.moved, see
 // ReadMoved), and its -wal and -shm files are removed. The note stands in
 // for the database on purpose: an earlier berth that still uses from finds
-// no database there and refuses to hand out ports, where an empty place
-// would have let it start a second store and grant ports the moved one
-// holds. A Store still open on from refuses to write once the file is
+// no database there, and refuses (in its statestore mode) or falls back to
+// its MRU file with a warning on every call, where an empty place would
+// have let it start a second store in silence and grant ports the moved
+// one holds. A Store still open on from refuses to write once the file is
 // replaced (it says to reopen), so nothing it does is lost in the old file.
 //
 // Both directories must pass the checks Open makes (owned by this user,
@@ -383,15 +384,16 @@ func (t *takeover) leaveNote() {
 
 berth keeps its reservations in a state directory, not a cache directory:
 cache cleaners delete a cache while the programs whose ports it records
-still run. On %s, berth (pid %d) moved the store that was here,
-with every reservation and sticky port in it, to
+still run. On %s berth (pid %d) moved the store
+that was here, with every reservation and sticky port in it, to
 
     %s
 
-Nothing here is used any more. This note stands where berth.db was, so
-that an earlier berth that still uses this directory refuses to hand out
-ports instead of starting a second store: upgrade it, or point it at the
-new directory with BERTH_STATE_DIR. Remove this directory once no program
+Nothing here is used any more. This note stands where berth.db was, so that
+an earlier berth still using this directory finds no database here and does
+not start a second one: it refuses (in its statestore mode) or falls back to
+its MRU file with a warning on every call. Upgrade it, or point it at the new
+directory with BERTH_STATE_DIR. Remove this directory once no program
 started before the move still runs.
 
 moved-to: %s
