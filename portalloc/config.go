@@ -61,18 +61,42 @@ type Config struct {
 	// Mode selects the backend; zero: ModeStateStoreWithFallback.
 	Mode Mode
 	// StateDir holds the state store (berth.db) and the MRU file
-	// (mru.json); zero: DefaultStateDir, os.UserCacheDir()/berth. It is
-	// created with mode 0700, its files with 0600.
+	// (mru.json); zero: DefaultStateDir. It is created with mode 0700, its
+	// files with 0600.
+	//
+	// The default is a state directory, not a cache directory: the store
+	// records which live processes hold which ports, and cache cleaners,
+	// rm -rf ~/.cache, disk-space tools and CI cache restores delete a
+	// cache by design while those processes run, after which their ports
+	// would be granted again. On Linux and the other Unix systems but
+	// macOS it is $XDG_STATE_HOME/berth when XDG_STATE_HOME is an absolute
+	// path (the XDG base directory specification says to ignore a
+	// relative one), else $HOME/.local/state/berth. On macOS it is
+	// ~/Library/Application Support/berth, where applications keep data
+	// they make for themselves; macOS may purge ~/Library/Caches when the
+	// disk runs short. On Windows it is %LocalAppData%\berth: local state
+	// (os.UserConfigDir is the roaming profile, which follows the user to
+	// other machines where these pids mean nothing).
+	//
+	// Earlier berths kept the store in os.UserCacheDir()/berth. With a
+	// zero StateDir, New and OpenStore first move a store found there into
+	// the default when the default has none yet (see
+	// TakeOverDefaultStateDir); when that fails they refuse with an error
+	// wrapping ErrStoreUnavailable rather than open an empty store beside
+	// the one holding the reservations. A StateDir that is set, by the
+	// program or BERTH_STATE_DIR, is used as it is: nothing is taken over;
+	// nor is anything in ModeMRU, which opens no store, or with a Store.
 	//
 	// A process running as root never takes the default from another
-	// user's home: sudo keeps HOME (and XDG_CACHE_HOME), and a directory
+	// user's home: sudo keeps HOME (and XDG_STATE_HOME), and a directory
 	// root created there would belong to root inside that user's home.
-	// When os.UserCacheDir()/berth lies under a directory another user
-	// owns, root uses its own cache directory instead, the home directory
-	// the password database gives uid 0 plus ".cache/berth" (such as
-	// /root/.cache/berth), and New logs that it did; when that cannot be
-	// had either, New refuses with an error wrapping ErrUnsafe that says to
-	// set BERTH_STATE_DIR.
+	// When the default lies under a directory another user owns, root uses
+	// its own state directory instead, the home directory the password
+	// database gives uid 0 plus the same path (such as
+	// /root/.local/state/berth), and New logs that it did; when that cannot
+	// be had either, New refuses with an error wrapping ErrUnsafe that says
+	// to set BERTH_STATE_DIR. The previous default follows the same rule
+	// (root's own /root/.cache/berth).
 	//
 	// A StateDir (or a file of berth's in it) that belongs to another
 	// user, that others may write, or that is a symbolic link where berth

@@ -104,7 +104,8 @@ type Store struct {
 // Open refuses, with an error wrapping ErrDamaged, a path that is a
 // directory, a file that is not SQLite, a damaged database and a SQLite
 // database of another program; it never modifies or removes such a file.
-// It refuses a schema newer than it knows with ErrSchemaTooNew.
+// It refuses a schema newer than it knows with ErrSchemaTooNew, and a path
+// whose store TakeOver moved elsewhere with ErrMoved, naming the new place.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if path == "" {
 		return nil, &FieldError{Field: "path", Value: "", Want: "a file path for the database"}

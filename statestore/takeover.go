@@ -91,10 +91,11 @@ type TakeOverOptions struct {
 
 // TakeOver moves the state store whose database is the file from into the
 // file to, with every reservation and sticky port in it, and reports
-// whether it did. It does nothing (false, nil) when to exists already, when
-// from does not exist or is an empty file, or when from was moved already.
-// It is made for a program that changes where its default store lives and
-// must not lose the reservations of processes still running.
+// whether it did. It does nothing (false, nil) when to exists already (an
+// empty file, left by a crash, does not count), when from does not exist or
+// is an empty file, or when from was moved already. It is made for a
+// program that changes where its default store lives and must not lose the
+// reservations of processes still running.
 //
 // The move excludes every writer of both stores: it holds from's write
 // lock (<from>.lock, taken by every write transaction) and its migration
@@ -153,8 +154,15 @@ func TakeOver(ctx context.Context, from, to string, opts TakeOverOptions) (bool,
 
 // needTakeOver reports whether from holds a store to move and to none.
 func needTakeOver(from, to string) (bool, error) {
-	if _, err := os.Lstat(to); err == nil || !errors.Is(err, os.ErrNotExist) {
-		return false, nil // to exists, or cannot be looked at: Open deals with it
+	if fi, err := os.Lstat(to); err == nil {
+		// An empty file is what a crash in a store's first open leaves
+		// (a new database is made under the migration lock TakeOver holds
+		// too): a place to fill, not a store.
+		if !fi.Mode().IsRegular() || fi.Size() > 0 {
+			return false, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, nil // cannot be looked at: Open deals with it
 	}
 	fi, err := os.Lstat(from)
 	if errors.Is(err, os.ErrNotExist) {

@@ -193,3 +193,34 @@ func TestTakeOverRefusesUnsafe(t *testing.T) {
 		})
 	}
 }
+
+// TestTakeOverFillsAnEmptyFile: an empty file at the new place (a crash in
+// a store's first open leaves one) is no store: the take-over fills it.
+func TestTakeOverFillsAnEmptyFile(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	from := filepath.Join(base, "old", "berth.db")
+	to := filepath.Join(base, "new", "berth.db")
+	s, err := statestore.Open(ctx, from, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remember(ctx, "api", statestore.TCP, 24331); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Dir(to), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if moved, err := statestore.TakeOver(ctx, from, to, statestore.TakeOverOptions{}); err != nil || !moved {
+		t.Fatalf("TakeOver onto an empty file = %v, %v; want true, nil", moved, err)
+	}
+	if p, ok, err := openAt(t, to).Recall(ctx, "api", statestore.TCP); err != nil || !ok || p != 24331 {
+		t.Errorf("Recall(api) in the filled file = %d, %v, %v; want 24331", p, ok, err)
+	}
+}
