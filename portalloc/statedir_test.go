@@ -144,6 +144,14 @@ func TestTakeOverWithLiveHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An Allocator of this berth told to use the old directory, open
+	// across the move.
+	c, err := portalloc.New(ctx, portalloc.Config{StateDir: oldDir, Range: allocRange, Logger: funcr.New(func(string, string) {}, funcr.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
 	taker := spawn(t, "opendefault")
 	if line := readLine(t, taker); line != "moved" {
 		t.Fatalf("the process opening the default said %q; want moved", line)
@@ -175,6 +183,16 @@ func TestTakeOverWithLiveHolder(t *testing.T) {
 	}
 	if _, why, err := portalloc.DefaultStateDirReason(); err != nil || !strings.Contains(why, "taken over from "+oldDir+" on ") {
 		t.Errorf("DefaultStateDirReason() = %q, %v; want it to say the store was taken over from %s", why, err, oldDir)
+	}
+	// The Allocator open on the old directory across the move can no
+	// longer write there; it falls back to its MRU file, which still
+	// keeps clear of the ports the moved store holds.
+	_, err = c.Reserve(ctx, portalloc.Request{Address: lo4}, port)
+	if !errors.Is(err, portalloc.ErrPortHeld) {
+		t.Errorf("Reserve(127.0.0.1:%d) by an Allocator on the old directory after the move = %v; want ErrPortHeld", port, err)
+	}
+	if cause := c.FallbackCause(); !errors.Is(cause, statestore.ErrMoved) || !strings.Contains(cause.Error(), newDir) {
+		t.Errorf("FallbackCause() of the Allocator on the old directory = %v; want ErrMoved naming %s", cause, newDir)
 	}
 	// The old directory, named explicitly, is refused with the way to
 	// the new one, in the fallback mode too.

@@ -459,6 +459,11 @@ func (s *Store) committed() {
 // would put reservations where no other process can see them.
 func (s *Store) sameFile() error {
 	fi, err := os.Stat(s.path)
+	if err != nil || !os.SameFile(fi, s.file) {
+		if m, moved, merr := ReadMoved(s.path); merr == nil && moved {
+			return movedErr(s.path, m) // TakeOver moved it
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("database file is gone (%w); reopen the store", err)
 	}

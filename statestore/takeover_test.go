@@ -86,9 +86,14 @@ func TestTakeOverMovesTheStore(t *testing.T) {
 	if _, err := statestore.Open(ctx, from, statestore.Options{SweepInterval: -1}); !errors.Is(err, statestore.ErrMoved) || !strings.Contains(err.Error(), to) {
 		t.Errorf("Open(%s) after the move = %v; want ErrMoved naming %s", from, err, to)
 	}
+	// A reader of the old place (an Allocator there that fell back to
+	// its MRU file) still sees what the moved store holds.
+	if held, err := statestore.ReadHeld(ctx, from); err != nil || held.Len() != 1 {
+		t.Errorf("ReadHeld(%s) after the move = %d rows, %v; want the moved store's 1", from, held.Len(), err)
+	}
 	// A store that was open on the old file writes nothing more there.
-	if _, err := old.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24323)}); err == nil || !strings.Contains(err.Error(), "reopen") {
-		t.Errorf("Reserve on a store whose file moved = %v; want a refusal that says to reopen", err)
+	if _, err := old.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24323)}); !errors.Is(err, statestore.ErrMoved) || !strings.Contains(err.Error(), to) {
+		t.Errorf("Reserve on a store whose file moved = %v; want ErrMoved naming %s", err, to)
 	}
 	if moved, err := statestore.TakeOver(ctx, from, to, statestore.TakeOverOptions{}); err != nil || moved {
 		t.Errorf("second TakeOver = %v, %v; want false, nil", moved, err)
