@@ -46,7 +46,10 @@ func statePlace() (place, error) {
 	switch runtime.GOOS {
 	case "windows":
 		base := os.Getenv("LocalAppData")
-		if base == "" || !filepath.IsAbs(base) {
+		switch {
+		case base == "":
+			return place{}, errors.New("%LocalAppData% is not set")
+		case !filepath.IsAbs(base):
 			return place{}, fmt.Errorf("%%LocalAppData%% %q is not an absolute path", base)
 		}
 		return place{dir: filepath.Join(base, "berth"), how: `%LocalAppData%\berth`}, nil
