@@ -17,6 +17,7 @@ import (
 	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/mru"
+	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
 
@@ -66,6 +67,7 @@ type Allocator struct {
 // PostgreSQL database instead, and any failure to is an error wrapping
 // ErrStoreUnavailable: a fleet's store never falls back.
 func New(ctx context.Context, cfg Config) (*Allocator, error) {
+	defaulted := cfg.StateDir == "" && cfg.Store == ""
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -94,6 +96,16 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	}
 	octx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
+	if defaulted { // ModeMRU opens no store, and returned above
+		// Never an empty store beside the one that holds the
+		// reservations: a failed take-over is an error in every mode.
+		if err := takeOver(octx, cfg.StateDir, cfg.Logger, min(cfg.Timeout/2, maxBusyWait)); err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return nil, ctxErr
+			}
+			return nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
+		}
+	}
 	opened, err := a.openStore(octx)
 	if cfg.Store == "" {
 		a.dbKey = canonicalDB(a.dbPath) // after Open, which creates the directory
@@ -104,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
 		}
-		if cfg.Mode == ModeStateStore || isTransient(err) || errors.Is(err, ErrUnsafe) {
+		if cfg.Mode == ModeStateStore || isTransient(err) || errors.Is(err, ErrUnsafe) || errors.Is(err, statestore.ErrMoved) {
 			return nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
 		}
 		a.fallBack(err)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -62,18 +61,42 @@ type Config struct {
 	// Mode selects the backend; zero: ModeStateStoreWithFallback.
 	Mode Mode
 	// StateDir holds the state store (berth.db) and the MRU file
-	// (mru.json); zero: DefaultStateDir, os.UserCacheDir()/berth. It is
-	// created with mode 0700, its files with 0600.
+	// (mru.json); zero: DefaultStateDir. It is created with mode 0700, its
+	// files with 0600.
+	//
+	// The default is a state directory, not a cache directory: the store
+	// records which live processes hold which ports, and cache cleaners,
+	// rm -rf ~/.cache, disk-space tools and CI cache restores delete a
+	// cache by design while those processes run, after which their ports
+	// would be granted again. On Linux and the other Unix systems but
+	// macOS it is $XDG_STATE_HOME/berth when XDG_STATE_HOME is an absolute
+	// path (the XDG base directory specification says to ignore a
+	// relative one), else $HOME/.local/state/berth. On macOS it is
+	// ~/Library/Application Support/berth, where applications keep data
+	// they make for themselves; macOS may purge ~/Library/Caches when the
+	// disk runs short. On Windows it is %LocalAppData%\berth: local state
+	// (os.UserConfigDir is the roaming profile, which follows the user to
+	// other machines where these pids mean nothing).
+	//
+	// Earlier berths kept the store in os.UserCacheDir()/berth. With a
+	// zero StateDir, New and OpenStore first move a store found there into
+	// the default when the default has none yet (see
+	// TakeOverDefaultStateDir); when that fails they refuse with an error
+	// wrapping ErrStoreUnavailable rather than open an empty store beside
+	// the one holding the reservations. A StateDir that is set, by the
+	// program or BERTH_STATE_DIR, is used as it is: nothing is taken over;
+	// nor is anything in ModeMRU, which opens no store, or with a Store.
 	//
 	// A process running as root never takes the default from another
-	// user's home: sudo keeps HOME (and XDG_CACHE_HOME), and a directory
+	// user's home: sudo keeps HOME (and XDG_STATE_HOME), and a directory
 	// root created there would belong to root inside that user's home.
-	// When os.UserCacheDir()/berth lies under a directory another user
-	// owns, root uses its own cache directory instead, the home directory
-	// the password database gives uid 0 plus ".cache/berth" (such as
-	// /root/.cache/berth), and New logs that it did; when that cannot be
-	// had either, New refuses with an error wrapping ErrUnsafe that says to
-	// set BERTH_STATE_DIR.
+	// When the default lies under a directory another user owns, root uses
+	// its own state directory instead, the home directory the password
+	// database gives uid 0 plus the same path (such as
+	// /root/.local/state/berth), and New logs that it did; when that cannot
+	// be had either, New refuses with an error wrapping ErrUnsafe that says
+	// to set BERTH_STATE_DIR. The previous default follows the same rule
+	// (root's own /root/.cache/berth).
 	//
 	// A StateDir (or a file of berth's in it) that belongs to another
 	// user, that others may write, or that is a symbolic link where berth
@@ -270,14 +293,14 @@ func (c Config) withDefaults() (Config, error) {
 		return Config{}, invalid("Timeout", c.Timeout.String(), "a positive duration, or zero for the default")
 	}
 	if c.StateDir == "" {
-		dir, why, err := defaultStateDir()
+		r, err := defaultState()
 		if err != nil {
 			return Config{}, err
 		}
-		if why != "" {
-			c.Logger.Info(why, "stateDir", dir)
+		if r.rooted != "" {
+			c.Logger.Info(r.rooted, "stateDir", r.dir)
 		}
-		c.StateDir = dir
+		c.StateDir = r.dir
 	}
 	if strings.ContainsRune(c.StateDir, 0) {
 		return Config{}, invalid("StateDir", strconv.Quote(c.StateDir), "a directory path")
@@ -289,51 +312,6 @@ func (c Config) withDefaults() (Config, error) {
 const (
 	DatabaseFile = "berth.db" // the SQLite state store
 	MRUFile      = "mru.json" // the MRU fallback's record
-)
-
-// DefaultStateDir returns the state directory used when Config.StateDir is
-// empty: os.UserCacheDir()/berth, except for root when that lies in another
-// user's home (see Config.StateDir), where it is root's own cache
-// directory from the password database.
-func DefaultStateDir() (string, error) {
-	dir, _, err := defaultStateDir()
-	return dir, err
-}
-
-// defaultStateDir is DefaultStateDir, and why it is not
-// os.UserCacheDir()/berth when it is not.
-func defaultStateDir() (dir, why string, err error) {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return "", "", fmt.Errorf("portalloc: no default state directory (%w); set %s or Config.StateDir", err, EnvStateDir)
-	}
-	dir = filepath.Join(base, "berth")
-	if geteuid() != 0 {
-		return dir, "", nil
-	}
-	uid, foreign := foreignOwner(dir)
-	if !foreign {
-		return dir, "", nil
-	}
-	refuse := func(reason string) (string, string, error) {
-		return "", "", fmt.Errorf("portalloc: %w: running as root, the default state directory %s is in a directory of uid %d (HOME or XDG_CACHE_HOME is another user's, as sudo keeps them), and berth never creates root's files there; %s: set %s or Config.StateDir to a directory of root's",
-			ErrUnsafe, dir, uid, reason, EnvStateDir)
-	}
-	root, err := lookupRoot()
-	if err != nil || root.HomeDir == "" || !filepath.IsAbs(root.HomeDir) {
-		return refuse(fmt.Sprintf("root's home directory cannot be read from the password database (%v)", err))
-	}
-	own := filepath.Join(root.HomeDir, ".cache", "berth")
-	if ouid, foreign := foreignOwner(own); foreign {
-		return refuse(fmt.Sprintf("root's own %s is in a directory of uid %d too", own, ouid))
-	}
-	return own, fmt.Sprintf("running as root with another user's cache directory %s (uid %d; sudo keeps HOME); using root's own state directory instead", base, uid), nil
-}
-
-// Inject the process's identity and the password database, for tests.
-var (
-	geteuid    = os.Geteuid
-	lookupRoot = func() (*user.User, error) { return user.LookupId("0") }
 )
 
 // TextLogger returns a logger for Config.Logger that writes slog's text

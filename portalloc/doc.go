@@ -9,6 +9,19 @@
 // transaction that records it, so no other berth process can choose it in
 // between.
 //
+// # State directory
+//
+// The store lives in a state directory, not a cache directory (see
+// Config.StateDir): it records which live processes hold which ports, and
+// cache cleaners delete a cache while those processes still run, after
+// which their ports would be granted again. The default is
+// $XDG_STATE_HOME/berth or ~/.local/state/berth on Linux (macOS: ~/Library/
+// Application Support/berth, Windows: %LocalAppData%\berth). A store left
+// at the previous default, os.UserCacheDir()/berth, is moved there with its
+// reservations by the first Allocator that uses the default (see
+// TakeOverDefaultStateDir); DefaultStateDirReason says where the store is
+// and why.
+//
 // # Reservation lifecycle
 //
 // A reservation belongs to the process that made it (pid and start time). It

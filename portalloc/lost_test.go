@@ -199,12 +199,3 @@ func TestHolderSurvivesLostStore(t *testing.T) {
 		}
 	}
 }
-
-func readLine(t *testing.T, p *proc) string {
-	t.Helper()
-	line, err := p.out.ReadString('\n')
-	if err != nil {
-		t.Fatalf("worker pid %d: %q, %v", p.cmd.Process.Pid, line, err)
-	}
-	return strings.TrimSuffix(line, "\n")
-}

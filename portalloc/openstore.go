@@ -2,6 +2,7 @@ package portalloc
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 
 	"github.com/berth-go/berth/pgstore"
@@ -16,9 +17,15 @@ import (
 // and a busy SQLite store is waited for up to cfg.Timeout. It never falls
 // back: an error is the store's. The caller closes the store.
 func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
+	defaulted := cfg.StateDir == "" && cfg.Store == ""
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if defaulted {
+		if err := takeOver(ctx, cfg.StateDir, cfg.Logger, cfg.Timeout); err != nil {
+			return nil, fmt.Errorf("portalloc: %w", err)
+		}
 	}
 	return openBacking(ctx, cfg, true)
 }

@@ -12,6 +12,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+
+	"github.com/berth-go/berth/statestore"
 )
 
 // otherUser creates a real user with a home of its own for the test (root
@@ -76,35 +79,64 @@ func tree(t *testing.T, dir string) map[string]uint32 {
 func TestRootKeepsOutOfAnotherUsersHome(t *testing.T) {
 	alice := otherUser(t)
 	t.Setenv("HOME", alice.HomeDir)
-	t.Setenv("XDG_CACHE_HOME", "") // empty: os.UserCacheDir uses $HOME/.cache
+	t.Setenv("XDG_STATE_HOME", "") // empty: the default is $HOME/.local/state/berth
+	t.Setenv("XDG_CACHE_HOME", "") // and the previous default $HOME/.cache/berth
 	before := tree(t, alice.HomeDir)
 
-	// The real password database: root's own cache directory.
+	// The real password database: root's own state directory.
 	root, err := user.LookupId("0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := DefaultStateDir(); err != nil || got != filepath.Join(root.HomeDir, ".cache", "berth") {
-		t.Errorf("DefaultStateDir() with HOME=%s = %q, %v; want root's own %s", alice.HomeDir, got, err, filepath.Join(root.HomeDir, ".cache", "berth"))
+	rootOwn := filepath.Join(root.HomeDir, ".local", "state", "berth")
+	if got, err := DefaultStateDir(); err != nil || got != rootOwn {
+		t.Errorf("DefaultStateDir() with HOME=%s = %q, %v; want root's own %s", alice.HomeDir, got, err, rootOwn)
 	}
+	if _, why, err := DefaultStateDirReason(); err != nil || !strings.Contains(why, "root's own ~root/.local/state/berth") {
+		t.Errorf("DefaultStateDirReason() with HOME=%s = %q, %v; want it to say root uses its own", alice.HomeDir, why, err)
+	}
+	// XDG_STATE_HOME in that user's home, as sudo keeps it, is not taken
+	// either.
+	t.Setenv("XDG_STATE_HOME", filepath.Join(alice.HomeDir, ".state"))
+	if got, err := DefaultStateDir(); err != nil || got != rootOwn {
+		t.Errorf("DefaultStateDir() with XDG_STATE_HOME=%s = %q, %v; want root's own %s", filepath.Join(alice.HomeDir, ".state"), got, err, rootOwn)
+	}
+	t.Setenv("XDG_STATE_HOME", "")
 
 	// An Allocator with the default state directory opens its store there.
 	// Root's home is a directory of the test's here, so the test leaves
 	// the machine's own store alone.
 	rootHome := t.TempDir()
 	defer swap(&lookupRoot, func() (*user.User, error) { return &user.User{Uid: "0", Username: "root", HomeDir: rootHome}, nil })()
+	// Root's own store at the previous default, ~root/.cache/berth,
+	// moves to root's own state directory; the one in the other user's
+	// home would not be root's to take.
+	oldOwn := filepath.Join(rootHome, ".cache", "berth", DatabaseFile)
+	s, err := statestore.Open(context.Background(), oldOwn, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remember(context.Background(), "api", TCP, 24999); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 	var logged []string
 	a, err := New(context.Background(), Config{Mode: ModeStateStore, Logger: recordLogger(&logged)})
 	if err != nil {
 		t.Fatalf("New with HOME=%s as root = %v; want root's own state directory", alice.HomeDir, err)
 	}
 	defer a.Close()
-	want := filepath.Join(rootHome, ".cache", "berth")
+	want := filepath.Join(rootHome, ".local", "state", "berth")
 	if got := a.Config().StateDir; got != want {
 		t.Errorf("StateDir = %s; want %s", got, want)
 	}
 	if _, err := os.Stat(filepath.Join(want, DatabaseFile)); err != nil {
 		t.Errorf("no state store in root's own directory: %v", err)
+	}
+	if m, ok, err := statestore.ReadMoved(oldOwn); err != nil || !ok || m.To != filepath.Join(want, DatabaseFile) {
+		t.Errorf("root's store at %s: moved %v to %q (%v); want it taken over into %s", oldOwn, ok, m.To, err, want)
 	}
 	if len(logged) == 0 {
 		t.Errorf("New logged nothing; want it to say it used root's own state directory")
@@ -150,6 +182,46 @@ func TestUnsafeStateDirIsNoFallback(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("berth wrote %d files into a directory of uid %d", len(entries), uid)
+	}
+}
+
+// TestTakeOverRefusesForeignOldDir: a user whose old default belongs to
+// another user (root, say, from an earlier sudo) gets an error wrapping
+// ErrUnsafe from New, nothing moves, and no store is made at the new
+// default. The test runs as root and pretends not to be, so that the root
+// rule does not send it to root's own directories.
+func TestTakeOverRefusesForeignOldDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a directory to another uid")
+	}
+	defer swap(&geteuid, func() int { return 1000 })()
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_STATE_HOME", "")
+	t.Setenv("XDG_CACHE_HOME", "")
+	oldDir := filepath.Join(home, ".cache", "berth")
+	s, err := statestore.Open(context.Background(), filepath.Join(oldDir, DatabaseFile), statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remember(context.Background(), "api", TCP, 24998); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(oldDir, 54321, 54321); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(context.Background(), Config{Mode: ModeStateStoreWithFallback})
+	if !errors.Is(err, ErrUnsafe) || !errors.Is(err, ErrStoreUnavailable) || !strings.Contains(err.Error(), "owned by uid 54321") || !strings.Contains(err.Error(), "nothing was moved") {
+		t.Errorf("New with an old default of uid 54321 = %v; want ErrUnsafe naming the owner and saying nothing was moved", err)
+	}
+	if _, err := os.Stat(filepath.Join(home, ".local", "state", "berth", DatabaseFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a store was made at the new default after a refused take-over (%v)", err)
+	}
+	if fi, err := os.Stat(filepath.Join(oldDir, DatabaseFile)); err != nil || fi.Size() == 0 {
+		t.Errorf("the old store after a refused take-over: %v; want it as it was", err)
 	}
 }
 

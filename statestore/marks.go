@@ -126,6 +126,11 @@ func (s *Store) settleMarks(failed bool) {
 // process looks.
 func (s *Store) sameFile() error {
 	fi, err := os.Stat(s.path)
+	if err != nil || !os.SameFile(fi, s.file) {
+		if m, moved, merr := ReadMoved(s.path); merr == nil && moved {
+			return movedErr(s.path, m) // TakeOver moved it
+		}
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("database file %s is gone: %w", s.path, ErrLost)

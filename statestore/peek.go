@@ -31,13 +31,18 @@ const maxPeekBusy = time.Second
 // such a caller can still keep clear of the ports the store holds. Readers of
 // a WAL database need no lock that a writer holds.
 //
-// A path with no file holds nothing: ReadHeld returns an empty set and no
-// error. Rows of exited owners are included, since a reader cannot reap
+// A path whose store TakeOver moved is read at the store's new place. A path
+// with no file holds nothing: ReadHeld returns an empty set and no error. Rows of exited owners are included, since a reader cannot reap
 // them; use Owner.Alive where that matters.
 func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 	path, err := filepath.Abs(path) // the file: URI takes an absolute path
 	if err != nil {
 		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	if m, moved, err := ReadMoved(path); err == nil && moved {
+		// TakeOver moved the store: a process still pointed at the old
+		// place keeps clear of the ports the store holds in the new one.
+		path = m.To
 	}
 	fi, err := os.Stat(path)
 	switch {

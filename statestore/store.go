@@ -109,7 +109,8 @@ type Store struct {
 // Open refuses, with an error wrapping ErrDamaged, a path that is a
 // directory, a file that is not SQLite, a damaged database and a SQLite
 // database of another program; it never modifies or removes such a file.
-// It refuses a schema newer than it knows with ErrSchemaTooNew.
+// It refuses a schema newer than it knows with ErrSchemaTooNew, and a path
+// whose store TakeOver moved elsewhere with ErrMoved, naming the new place.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if path == "" {
 		return nil, &FieldError{Field: "path", Value: "", Want: "a file path for the database"}
@@ -179,10 +180,15 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 	if err := safefs.PrepareDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
-	for _, f := range []string{path, path + "-wal", path + "-shm", path + ".lock", path + ".migrate.lock"} {
+	for _, f := range []string{path, path + "-wal", path + "-shm", path + ".lock", path + ".migrate.lock", path + MovedSuffix} {
 		if err := safefs.CheckFile(f); err != nil {
 			return nil, err
 		}
+	}
+	if m, moved, err := ReadMoved(path); err != nil {
+		return nil, err
+	} else if moved {
+		return nil, movedErr(path, m)
 	}
 	db, conn, found, err := openConn(ctx, path, opts.BusyTimeout, opts.Logger)
 	if err != nil {
@@ -534,9 +540,10 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 		return nil, err
 	}
 	// Checked under the lock: a process that sets a truncated file aside
-	// (setAsideLost) does so holding it, so a write that passes this
-	// check lands in the file every other process uses, unless the file
-	// is deleted meanwhile, which write and exec check again.
+	// (setAsideLost) or moves the store (TakeOver) does so holding it, so
+	// a write that passes this check lands in the file every other
+	// process uses, unless the file is deleted meanwhile, which write and
+	// exec check again.
 	if err := s.sameFile(); err != nil {
 		release()
 		return nil, err

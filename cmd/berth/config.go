@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -28,7 +29,7 @@ type globalFlags struct {
 
 func (g *globalFlags) add(root *cobra.Command) {
 	fs := root.PersistentFlags()
-	fs.StringVar(&g.stateDir, "state-dir", "", "state directory (default $BERTH_STATE_DIR, else the user cache dir/berth)")
+	fs.StringVar(&g.stateDir, "state-dir", "", "state directory (default $BERTH_STATE_DIR, else $XDG_STATE_HOME/berth or ~/.local/state/berth; on macOS ~/Library/Application Support/berth, on Windows %LocalAppData%\\berth)")
 	fs.StringVar(&g.store, "store", "", "a PostgreSQL database shared by a fleet of hosts, instead of the SQLite store in the state directory: postgres://..., host=... dbname=..., or its unix socket directory (default $BERTH_STORE)")
 	fs.StringVar(&g.host, "host", "", "this host's name in the fleet --store is shared by (default $BERTH_HOST, else the hostname)")
 	fs.StringVar(&g.rangeS, "range", "", "port range FIRST-LAST that berth hands ports out of (default $BERTH_PORT_RANGE, else 20000-32767)")
@@ -48,8 +49,10 @@ func (a *app) configure(cmd *cobra.Command) error {
 	if err != nil {
 		return envError(err)
 	}
+	a.stateDirWhy, a.stateDirDefault = "set by "+portalloc.EnvStateDir, false
 	if g.stateDir != "" {
 		cfg.StateDir = g.stateDir
+		a.stateDirWhy = "--state-dir"
 	}
 	if g.store != "" {
 		cfg.Store = g.store
@@ -100,11 +103,32 @@ func (a *app) configure(cmd *cobra.Command) error {
 		cfg.Logger = logr.New(&warnSink{w: a.stderr, prefix: a.name + ": "})
 	}
 	if cfg.StateDir == "" {
-		if cfg.StateDir, err = portalloc.DefaultStateDir(); err != nil {
+		if cfg.StateDir, a.stateDirWhy, err = portalloc.DefaultStateDirReason(); err != nil {
 			return err
 		}
+		a.stateDirDefault = true
 	}
 	a.cfg = cfg
+	return nil
+}
+
+// takeOver moves into the default state directory the store left at the
+// previous default (os.UserCacheDir()/berth), when the state directory is
+// the default, the SQLite store is in use and the default has no store yet
+// (see portalloc.TakeOverDefaultStateDir). A command that fills in
+// Config.StateDir itself must, or it would open an empty store beside the
+// one that holds the reservations.
+func (a *app) takeOver(ctx context.Context) error {
+	if !a.stateDirDefault || a.cfg.Store != "" || a.cfg.Mode == portalloc.ModeMRU {
+		return nil
+	}
+	if _, err := portalloc.TakeOverDefaultStateDir(ctx, a.cfg.Logger); err != nil {
+		return err
+	}
+	_, why, err := portalloc.DefaultStateDirReason()
+	if err == nil {
+		a.stateDirWhy = why // now with where it was taken over from
+	}
 	return nil
 }
 

@@ -23,6 +23,8 @@ func (a *app) doctorCmd() *cobra.Command {
 		Short:   "State directory, schema, mode in effect, ranges, and ports bound outside berth",
 		Example: "  berth doctor",
 		Args:    noArgs("doctor", ""),
+		// A take-over that failed is reported with the rest.
+		Annotations: map[string]string{annotTakeOver: "report"},
 	}
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error { return a.runDoctor(ctx) })
 	return cmd
@@ -34,12 +36,24 @@ func (a *app) runDoctor(ctx context.Context) error {
 	// can hold anything: they are printed escaped.
 	line := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(fmt.Sprintf(format, a...))) }
 
-	if fi, err := os.Stat(a.cfg.StateDir); err == nil {
-		line("state directory", "%s (mode %04o)", a.cfg.StateDir, fi.Mode().Perm())
-	} else {
-		line("state directory", "%s (%v)", a.cfg.StateDir, err)
+	stateDir := func() {
+		if fi, err := os.Stat(a.cfg.StateDir); err == nil {
+			line("state directory", "%s (mode %04o; %s)", a.cfg.StateDir, fi.Mode().Perm(), a.stateDirWhy)
+		} else {
+			line("state directory", "%s (%v; %s)", a.cfg.StateDir, err, a.stateDirWhy)
+		}
+	}
+	if err := a.takeOverErr; err != nil {
+		stateDir()
+		// Opening the store now would make an empty one beside the one
+		// that holds the reservations.
+		line("take-over", "the store at the previous default could not be moved here: %v", err)
+		line("to fix", "%s; berth refuses to open an empty store here while that one holds reservations", takeOverAdvice(err))
+		_ = tw.Flush()
+		return err
 	}
 	al, err := portalloc.New(ctx, a.cfg)
+	stateDir() // once New has made it, if it could
 	if err != nil {
 		line("mode", "%s: cannot serve: %v", modeOf(a.cfg), err)
 		if errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
@@ -143,6 +157,17 @@ func fallbackAdvice(cause error, db string) string {
 	default:
 		return "check that " + filepath.Dir(db) + " is writable and its file system not full"
 	}
+}
+
+// takeOverAdvice says what to do about a take-over that failed.
+func takeOverAdvice(err error) string {
+	if fix := unsafeFix(err); fix != "" {
+		return fix
+	}
+	if errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
+		return "another process kept the old store locked; run berth again once it lets go, or stop it"
+	}
+	return "fix the cause above and run berth again, or set --state-dir or " + portalloc.EnvStateDir + " to the old directory to keep using it"
 }
 
 func modeOf(cfg portalloc.Config) portalloc.Mode {

@@ -89,8 +89,13 @@ type app struct {
 	stdout, stderr io.Writer
 	global         globalFlags
 	cfg            portalloc.Config // set by configure; cfg.Timeout is --timeout
-	name           string           // the running command's, for messages
-	ran            bool             // a command's own code ran (its errors are not usage errors by default)
+	stateDirWhy    string           // why cfg.StateDir is where it is, for doctor
+	// stateDirDefault: cfg.StateDir is the default, not set by a flag or
+	// variable, so a store at the previous default is taken over.
+	stateDirDefault bool
+	takeOverErr     error  // a take-over that failed, for doctor to report
+	name            string // the running command's, for messages
+	ran             bool   // a command's own code ran (its errors are not usage errors by default)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -175,8 +180,14 @@ Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted.
 	return root
 }
 
+// annotTakeOver is the annotation of a command that reports a failed
+// take-over of the previous default's store itself ("report") instead of
+// failing before it runs.
+const annotTakeOver = "berth.takeover"
+
 // action wraps a command's work: the configuration first (flags over
-// BERTH_* variables), then fn with --timeout's deadline.
+// BERTH_* variables), then the take-over of a store at the previous
+// default state directory, then fn, all within --timeout's deadline.
 func (a *app) action(fn func(ctx context.Context, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		a.name = cmd.CommandPath()
@@ -187,6 +198,12 @@ func (a *app) action(fn func(ctx context.Context, args []string) error) func(*co
 		cmd.SetContext(logr.NewContext(cmd.Context(), a.cfg.Logger)) // for what logs outside fn (defaultOwner)
 		ctx, cancel := context.WithTimeout(cmd.Context(), a.cfg.Timeout)
 		defer cancel()
+		if err := a.takeOver(ctx); err != nil {
+			if cmd.Annotations[annotTakeOver] != "report" {
+				return err
+			}
+			a.takeOverErr = err // the command says what went wrong itself
+		}
 		return fn(ctx, args)
 	}
 }

@@ -1,0 +1,251 @@
+package portalloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/berth-go/berth/statestore"
+)
+
+// stateNotCache is why the default is a state directory, for people.
+const stateNotCache = "state, not cache, so cache cleaners leave it"
+
+// place is a default directory, before the root rule, and how it was found.
+type place struct {
+	dir  string // absolute
+	how  string // for people: "$XDG_STATE_HOME/berth", ...
+	vars string // the variables that chose it, for the root rule's message
+	// own is the directory root uses instead, relative to its home from
+	// the password database, when dir lies in another user's tree.
+	own string
+}
+
+// homeDir returns $HOME, which must be an absolute path.
+func homeDir() (string, error) {
+	h := os.Getenv("HOME")
+	switch {
+	case h == "":
+		return "", errors.New("$HOME is not set")
+	case !filepath.IsAbs(h):
+		return "", fmt.Errorf("$HOME %q is not an absolute path", h)
+	}
+	return h, nil
+}
+
+// statePlace is the platform's state directory for berth: see
+// Config.StateDir.
+func statePlace() (place, error) {
+	switch runtime.GOOS {
+	case "windows":
+		base := os.Getenv("LocalAppData")
+		switch {
+		case base == "":
+			return place{}, errors.New("%LocalAppData% is not set")
+		case !filepath.IsAbs(base):
+			return place{}, fmt.Errorf("%%LocalAppData%% %q is not an absolute path", base)
+		}
+		return place{dir: filepath.Join(base, "berth"), how: `%LocalAppData%\berth`}, nil
+	case "darwin", "ios":
+		home, err := homeDir()
+		if err != nil {
+			return place{}, err
+		}
+		rel := filepath.Join("Library", "Application Support", "berth")
+		return place{dir: filepath.Join(home, rel), how: "~/Library/Application Support/berth", vars: "HOME", own: rel}, nil
+	}
+	rel := filepath.Join(".local", "state", "berth")
+	x := os.Getenv("XDG_STATE_HOME")
+	if x != "" && filepath.IsAbs(x) {
+		return place{dir: filepath.Join(x, "berth"), how: "$XDG_STATE_HOME/berth", vars: "XDG_STATE_HOME", own: rel}, nil
+	}
+	home, err := homeDir()
+	if err != nil {
+		return place{}, err
+	}
+	how := "$XDG_STATE_HOME unset, so ~/.local/state/berth"
+	if x != "" {
+		// The XDG base directory specification: "If an implementation
+		// encounters a relative path in any of these variables it should
+		// consider the path invalid and ignore it."
+		how = fmt.Sprintf("$XDG_STATE_HOME %q is relative, which the XDG base directory spec says to ignore, so ~/.local/state/berth", x)
+	}
+	return place{dir: filepath.Join(home, rel), how: how, vars: "HOME", own: rel}, nil
+}
+
+// cachePlace is where berth kept its state before: os.UserCacheDir()/berth,
+// with root's own ~root/.cache/berth under the same rule.
+func cachePlace() (place, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return place{}, err
+	}
+	return place{dir: filepath.Join(base, "berth"), how: "os.UserCacheDir()/berth", vars: "HOME or XDG_CACHE_HOME", own: filepath.Join(".cache", "berth")}, nil
+}
+
+// resolved is a default directory with the root rule applied.
+type resolved struct {
+	dir    string
+	reason string // for people: how it was chosen, without stateNotCache
+	rooted string // non-empty when root uses its own directory: why, to log
+}
+
+// forRoot applies the root rule of Config.StateDir to p: a root process
+// never takes a directory in another user's tree, but its own home's from
+// the password database, and refuses with ErrUnsafe when it cannot have it.
+func forRoot(p place) (resolved, error) {
+	r := resolved{dir: p.dir, reason: "the default: " + p.how}
+	if geteuid() != 0 || p.own == "" {
+		return r, nil
+	}
+	uid, foreign := foreignOwner(p.dir)
+	if !foreign {
+		return r, nil
+	}
+	refuse := func(reason string) (resolved, error) {
+		return resolved{}, fmt.Errorf("portalloc: %w: running as root, the default state directory %s is in a directory of uid %d (%s is another user's, as sudo keeps it), and berth never creates root's files there; %s: set %s or Config.StateDir to a directory of root's",
+			ErrUnsafe, p.dir, uid, p.vars, reason, EnvStateDir)
+	}
+	root, err := lookupRoot()
+	if err != nil || root.HomeDir == "" || !filepath.IsAbs(root.HomeDir) {
+		return refuse(fmt.Sprintf("root's home directory cannot be read from the password database (%v)", err))
+	}
+	own := filepath.Join(root.HomeDir, p.own)
+	if ouid, foreign := foreignOwner(own); foreign {
+		return refuse(fmt.Sprintf("root's own %s is in a directory of uid %d too", own, ouid))
+	}
+	return resolved{
+		dir:    own,
+		reason: fmt.Sprintf("the default for root: %s is another user's (uid %d; sudo keeps it), so root's own ~root/%s", p.vars, uid, filepath.ToSlash(p.own)),
+		rooted: fmt.Sprintf("running as root with another user's %s (%s, uid %d; sudo keeps it); using root's own state directory instead", p.vars, p.dir, uid),
+	}, nil
+}
+
+// defaultState is DefaultStateDir with how it was chosen.
+func defaultState() (resolved, error) {
+	p, err := statePlace()
+	if err != nil {
+		return resolved{}, fmt.Errorf("portalloc: no default state directory (%w); set %s or Config.StateDir", err, EnvStateDir)
+	}
+	return forRoot(p)
+}
+
+// previousDefault is the state directory berth used by default before it
+// kept its state in a state directory, or "" when there is none apart from
+// dir (Windows: os.UserCacheDir is %LocalAppData% too) or none can be had.
+func previousDefault(dir string) string {
+	p, err := cachePlace()
+	if err != nil {
+		return ""
+	}
+	r, err := forRoot(p)
+	if err != nil || filepath.Clean(r.dir) == filepath.Clean(dir) {
+		return "" // a root that refuses it now refused it before
+	}
+	return r.dir
+}
+
+// Inject the process's identity and the password database, for tests.
+var (
+	geteuid    = os.Geteuid
+	lookupRoot = func() (*user.User, error) { return user.LookupId("0") }
+)
+
+// DefaultStateDir returns the state directory used when Config.StateDir is
+// empty: on Linux and the other Unix systems but macOS $XDG_STATE_HOME/berth,
+// or ~/.local/state/berth when XDG_STATE_HOME is unset or relative; on macOS
+// ~/Library/Application Support/berth; on Windows %LocalAppData%\berth.
+// For root when that lies in another user's home it is root's own (see
+// Config.StateDir). It only names the directory: New and OpenStore, and
+// TakeOverDefaultStateDir, first take over a store left at the previous
+// default, os.UserCacheDir()/berth.
+func DefaultStateDir() (string, error) {
+	r, err := defaultState()
+	return r.dir, err
+}
+
+// DefaultStateDirReason returns DefaultStateDir and, for people to read, why
+// it is that directory: the rule or variable that chose it, that it holds
+// state, not cache, and, once berth has taken over the store of the
+// previous default, from where and when. For example
+//
+//	the default: $XDG_STATE_HOME unset, so ~/.local/state/berth; state, not cache, so cache cleaners leave it; taken over from /home/u/.cache/berth on 2026-11-26 12:53:41 UTC
+func DefaultStateDirReason() (dir, reason string, err error) {
+	r, err := defaultState()
+	if err != nil {
+		return "", "", err
+	}
+	reason = r.reason + "; " + stateNotCache
+	if old := previousDefault(r.dir); old != "" {
+		m, ok, err := statestore.ReadMoved(filepath.Join(old, DatabaseFile))
+		if ok && err == nil && filepath.Clean(filepath.Dir(m.To)) == filepath.Clean(r.dir) {
+			reason += fmt.Sprintf("; taken over from %s on %s", old, m.At.UTC().Format(time.DateTime+" MST"))
+		}
+	}
+	return r.dir, reason, nil
+}
+
+// TakeOverDefaultStateDir returns DefaultStateDir after moving into it the
+// state store of the previous default, os.UserCacheDir()/berth (root's own
+// ~root/.cache/berth under the rule of Config.StateDir), when the new
+// directory has no store yet and the old one has: a cache directory is
+// deleted by cleaners while the programs whose ports it records still run.
+// New and OpenStore do the same when Config.StateDir is empty; a program
+// that fills in Config.StateDir with the default itself (as the berth
+// command does, to show it) calls this instead of DefaultStateDir.
+//
+// The store moves with its reservations, sticky ports and MRU file, under
+// its own locks, so no reservation is lost and no port is granted twice
+// meanwhile, and however many processes take over at once the store moves
+// once (see statestore.TakeOver). The old directory keeps a note saying
+// where the store went. Waits for the stores' locks end when ctx is done.
+//
+// When the move fails, nothing has moved and the error says why: an error
+// wrapping ErrUnsafe when the old directory is not safe to read (another
+// user's, or writable by others), one wrapping statestore.ErrBusy when its
+// lock is held too long, and so on. berth then refuses rather than open an
+// empty store beside the one holding the reservations: fix the cause, or
+// set BERTH_STATE_DIR to the old directory to keep using it there.
+func TakeOverDefaultStateDir(ctx context.Context, log logr.Logger) (string, error) {
+	r, err := defaultState()
+	if err != nil {
+		return "", err
+	}
+	busy := DefaultTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		busy = time.Until(dl)
+	}
+	if err := takeOver(ctx, r.dir, log, busy); err != nil {
+		return "", fmt.Errorf("portalloc: %w", err)
+	}
+	return r.dir, nil
+}
+
+// takeOver moves the store of the previous default into dir, the default,
+// when dir has none and the previous default has one. Its error has no
+// operation prefix: the caller adds it.
+func takeOver(ctx context.Context, dir string, log logr.Logger, busy time.Duration) error {
+	old := previousDefault(dir)
+	if old == "" {
+		return nil
+	}
+	_, err := statestore.TakeOver(ctx, filepath.Join(old, DatabaseFile), filepath.Join(dir, DatabaseFile), statestore.TakeOverOptions{
+		Logger:      log,
+		BusyTimeout: busy,
+		Carry:       []string{MRUFile},
+	})
+	switch {
+	case errors.Is(err, ErrUnsafe):
+		return err
+	case err != nil:
+		return fmt.Errorf("%w (to keep using the old directory meanwhile, set %s=%s)", err, EnvStateDir, old)
+	}
+	return nil
+}
