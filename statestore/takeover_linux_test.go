@@ -40,7 +40,7 @@ func TestTakeOverWaitsForTheWriteLock(t *testing.T) {
 
 // TestWriterThatWaitedSeesTheMove: a write that was waiting for the write
 // lock while the store was moved away under it (as TakeOver does, holding
-// that lock) fails once it gets the lock, saying to reopen, instead of
+// that lock) fails once it gets the lock with ErrLost, instead of
 // writing into a file no other process reads any more.
 func TestWriterThatWaitedSeesTheMove(t *testing.T) {
 	ctx := context.Background()
@@ -65,8 +65,8 @@ func TestWriterThatWaitedSeesTheMove(t *testing.T) {
 	_ = w.stdin.Close() // lets the lock go
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "reopen") {
-			t.Errorf("Reserve that waited while the store moved = %v; want a refusal that says to reopen", err)
+		if !errors.Is(err, statestore.ErrLost) {
+			t.Errorf("Reserve that waited while the store moved = %v; want ErrLost: the store is to be opened again", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Reserve still waiting 10s after the lock was let go")
