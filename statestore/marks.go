@@ -85,18 +85,23 @@ func (s *Store) holdMark(key Key, own Owner) {
 	if !ok {
 		return
 	}
-	if err := marker.Hold(s.ns, m); err != nil {
+	made, err := marker.Hold(s.ns, m)
+	if err != nil {
 		s.log.V(1).Info("could not mark a reservation", "key", key.String(), "error", err.Error())
 		return
 	}
-	s.txMarks = append(s.txMarks, m)
+	if made {
+		// Only a mark made now goes if the write fails: one made
+		// earlier (a row put back after a loss) stays with its row.
+		s.txMarks = append(s.txMarks, m)
+	}
 }
 
 // markFor marks own's reservation of key outside a transaction: a row
 // handed to own.
 func (s *Store) markFor(key Key, own Owner) {
 	if m, ok := s.markOf(key, own); ok {
-		if err := marker.Hold(s.ns, m); err != nil {
+		if _, err := marker.Hold(s.ns, m); err != nil {
 			s.log.V(1).Info("could not mark a reservation", "key", key.String(), "error", err.Error())
 		}
 	}

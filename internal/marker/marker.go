@@ -119,29 +119,30 @@ var ErrTooMany = errors.New("marker: as many marks as the descriptor limit allow
 // its own work. It is a quarter of the soft RLIMIT_NOFILE, at most 4096.
 func Limit() int { return limit() }
 
-// Hold binds m's mark in namespace ns for this process, once: holding a
-// mark that the process holds already does nothing. An error (the OS
-// refused a socket, or the process holds Limit marks) leaves no mark; the
-// caller's reservation stands without one.
-func Hold(ns string, m Mark) error {
+// Hold binds m's mark in namespace ns for this process, once, and reports
+// whether it made it now: holding a mark that the process holds already
+// does nothing and reports false. An error (the OS refused a socket, or the
+// process holds Limit marks) leaves no mark; the caller's reservation
+// stands without one.
+func Hold(ns string, m Mark) (bool, error) {
 	if !Supported() {
-		return nil
+		return false, nil
 	}
 	name := m.name(ns)
 	mu.Lock()
 	defer mu.Unlock()
 	if _, ok := held[name]; ok {
-		return nil
+		return false, nil
 	}
 	if len(held) >= limit() {
-		return ErrTooMany
+		return false, ErrTooMany
 	}
 	c, err := bind(name)
 	if err != nil {
-		return fmt.Errorf("marker %s: %w", name, err)
+		return false, fmt.Errorf("marker %s: %w", name, err)
 	}
 	held[name] = c
-	return nil
+	return true, nil
 }
 
 // Drop closes m's mark in namespace ns, if this process holds it.

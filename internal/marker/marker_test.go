@@ -19,7 +19,7 @@ import (
 func init() {
 	testproc.Register("hold", func() int {
 		m := Mark{Protocol: "tcp", Addr: netip.MustParseAddr("::1"), Port: 24001, PID: os.Getpid(), Start: 1, PidNS: 4026531836}
-		if err := Hold(os.Getenv("MARKER_NS"), m); err != nil {
+		if _, err := Hold(os.Getenv("MARKER_NS"), m); err != nil {
 			fmt.Println(err)
 			return 1
 		}
@@ -87,11 +87,11 @@ func TestHoldListDrop(t *testing.T) {
 	}
 	ns := Namespace(t.TempDir())
 	m := Mark{Protocol: "udp", Addr: netip.MustParseAddr("127.0.0.1"), Port: 24002, PID: os.Getpid(), Start: 77}
-	if err := Hold(ns, m); err != nil {
-		t.Fatal(err)
+	if made, err := Hold(ns, m); !made || err != nil {
+		t.Fatalf("Hold = %v, %v; want true, nil", made, err)
 	}
-	if err := Hold(ns, m); err != nil { // held already: nothing to do
-		t.Fatalf("second Hold = %v; want nil", err)
+	if made, err := Hold(ns, m); made || err != nil { // held already: nothing to do
+		t.Fatalf("second Hold = %v, %v; want false, nil", made, err)
 	}
 	got, err := List(ns)
 	if err != nil || !slices.Equal(got, []Mark{m}) {
@@ -151,12 +151,12 @@ func TestHoldStopsAtLimit(t *testing.T) {
 	}
 	for i := range n {
 		m := Mark{Protocol: "tcp", Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(1 + i), PID: os.Getpid()}
-		if err := Hold(ns, m); err != nil {
+		if _, err := Hold(ns, m); err != nil {
 			t.Fatalf("Hold of mark %d of %d: %v", i+1, n, err)
 		}
 	}
 	extra := Mark{Protocol: "udp", Addr: netip.MustParseAddr("127.0.0.1"), Port: 1, PID: os.Getpid()}
-	if err := Hold(ns, extra); !errors.Is(err, ErrTooMany) {
+	if _, err := Hold(ns, extra); !errors.Is(err, ErrTooMany) {
 		t.Fatalf("Hold past the limit = %v; want ErrTooMany", err)
 	}
 	if got, err := List(ns); err != nil || len(got) != n {
