@@ -854,7 +854,7 @@ func (s Summary) Print(w io.Writer) {
 			s.Freezes, s.FrozenKills, s.LongestFreeze.Round(time.Millisecond))
 	}
 	if s.LoseStore > 0 {
-		fmt.Fprintf(w, "store losses    %d (directory removed, file replaced or truncated)\n", s.StoreLosses)
+		fmt.Fprintf(w, "store losses    %d (directory removed, file replaced or truncated); %d conflicts over hand-offs lost with the store, their worker killed before the child bound\n", s.StoreLosses, s.Unguarded)
 	}
 	fmt.Fprintf(w, "calls           %d returned, %d timed out\n", s.Calls, s.Timeouts)
 	fmt.Fprintf(w, "longest gaps    %v without a grant (from +%.3fs), %v without a call returning (from +%.3fs); a hang is over %v\n",
