@@ -50,7 +50,7 @@ func CheckHolder(name string) error {
 // to MaxLeaseTTL. The error is a *FieldError for the field "ttl".
 func CheckLeaseTTL(ttl time.Duration) error {
 	if ttl < MinLeaseTTL || ttl > MaxLeaseTTL {
-		return &FieldError{Field: "ttl", Value: ttl.String(), Want: fmt.Sprintf("a lease of %v to %v (720h, 30 days)", MinLeaseTTL, MaxLeaseTTL)}
+		return &FieldError{Field: "ttl", Value: ttl.String(), Want: "a duration from 1s to 720h (30 days), e.g. 8h"}
 	}
 	return nil
 }
