@@ -31,7 +31,7 @@ func ExampleAllocator_AllocateLease() {
 	}
 	fmt.Println("holder:", r.Holder, "lease ends in about 8h:", time.Until(r.Expires) > 7*time.Hour)
 
-	// Another process cannot have the port while the lease lasts.
+	// No process can have the port while the lease lasts, this one included.
 	_, err = a.Reserve(ctx, portalloc.Request{}, r.Port)
 	fmt.Println("held:", errors.Is(err, portalloc.ErrPortHeld))
 

@@ -183,7 +183,9 @@ func (a *Allocator) leaseErr(what string, err error) error {
 	case errors.Is(err, ErrClosed):
 		return fmt.Errorf("portalloc: %s: %w", what, ErrClosed)
 	case errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("portalloc: %s: %w: %w", what, ErrHolderNotFound, err)
+		// The store's message repeats the operation; what it says is all
+		// in ErrHolderNotFound.
+		return fmt.Errorf("portalloc: %s: %w (none was made, it was released, or its lease has ended; an ended lease is not renewed: get the ports again)", what, ErrHolderNotFound)
 	case errors.Is(err, store.ErrInvalid):
 		return fmt.Errorf("portalloc: %s: %w", what, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -147,7 +147,12 @@ func (o Owner) Alive(ctx context.Context) bool {
 // now, for display only: a clock step moves it, so it never tells owners
 // apart. It reports false when it cannot tell (e.g. an owner of another
 // boot).
-func (o Owner) StartedAt() (time.Time, bool) { return owner.StartedAt(o.identity()) }
+func (o Owner) StartedAt() (time.Time, bool) {
+	if o.IsLease() {
+		return time.Time{}, false // a holder, not a process
+	}
+	return owner.StartedAt(o.identity())
+}
 
 func (o Owner) String() string { return o.identity().String() }
 
