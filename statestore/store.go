@@ -10,6 +10,12 @@
 // when it stands in the way of a new reservation, by the sweep that Open
 // starts in the background, or by Reap.
 //
+// A reservation can instead belong to a named holder under a lease
+// (ReserveLease, ScanLease): it outlives the process that asked, and ends
+// by ReleaseLease or once its lease has ended, by a clock no wall-clock step
+// moves (see lease.go), after which it is reaped as the row of an exited
+// owner is.
+//
 // Two reservations of one protocol and port conflict under the rule of
 // package store: equal addresses, or either address a wildcard.
 //

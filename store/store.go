@@ -109,7 +109,8 @@ type Owner struct {
 
 // LeaseScope is the Scope of an Owner that is no process but a named
 // holder of a renewable lease, such as a pod of an orchestrator (pgstore's
-// fleet-wide reservations): Name names the holder, PID and Start are 0.
+// fleet-wide reservations) or a CI job on one host (LeaseStore): Name names
+// the holder, PID and Start are 0.
 // Such an owner is released by its holder's controller or when its lease
 // runs out, never judged by a process table.
 const LeaseScope = "lease"
