@@ -265,3 +265,14 @@ func leaseJSONFields(row *rowJSON, r store.Reservation) {
 	left := max(int64(time.Until(r.Expires).Round(time.Second).Seconds()), 0)
 	row.Expires, row.LeaseSeconds = &at, &left
 }
+
+// ofHolder returns the rows of holder, for ls --holder.
+func ofHolder(rows []store.Reservation, holder string) []store.Reservation {
+	out := rows[:0]
+	for _, r := range rows {
+		if r.Owner.IsLease() && r.Owner.Name == holder {
+			out = append(out, r)
+		}
+	}
+	return out
+}

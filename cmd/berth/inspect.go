@@ -17,6 +17,7 @@ type lsFlags struct {
 	json        bool
 	port, label string
 	owner       int
+	holder      string
 }
 
 func (a *app) lsCmd() *cobra.Command {
@@ -36,6 +37,7 @@ func (a *app) lsCmd() *cobra.Command {
 	cmd.Flags().IntVar(&f.owner, "owner", 0, "only reservations of this process id")
 	cmd.Flags().IntVar(&f.owner, "owner-pid", 0, "the older spelling of --owner")
 	_ = cmd.Flags().MarkHidden("owner-pid")
+	cmd.Flags().StringVar(&f.holder, "holder", "", "only the ports of this named holder")
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error { return a.runLs(ctx, &f) })
 	return cmd
 }
@@ -153,6 +155,9 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 		if rows, err = s.List(ctx, flt); err != nil {
 			return err
 		}
+	}
+	if f.holder != "" {
+		rows = ofHolder(rows, f.holder)
 	}
 	if f.json {
 		out := make([]rowJSON, 0, len(rows))
