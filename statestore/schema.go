@@ -3,6 +3,7 @@ package statestore
 import (
 	"fmt"
 	"io/fs"
+	"sync"
 
 	migfiles "github.com/berth-go/berth/internal/migrations"
 )
@@ -20,6 +21,17 @@ type schema struct {
 // a test's overlay added where one is set (see migfiles.SetOverlay).
 func known() (schema, error) {
 	src := migfiles.Source("statestore", migrations, "migrations")
+	if src == fs.FS(migrations) {
+		return ownSchema()
+	}
+	return readSchema(src)
+}
+
+// ownSchema is the schema of the embedded migrations, read once: every Open
+// asks for it.
+var ownSchema = sync.OnceValues(func() (schema, error) { return readSchema(migrations) })
+
+func readSchema(src fs.FS) (schema, error) {
 	latest := migfiles.Latest(src, "migrations")
 	writes, err := migfiles.WriteVersions(src, "migrations")
 	if err != nil {
