@@ -50,7 +50,8 @@ func (c *logCounter) dump() string {
 }
 
 // setSchemaVersion sets the schema version recorded in dir's store, as a
-// newer (or, to undo it, this) berth would have written it.
+// newer (or, to undo it, this) berth would have written it. A newer one
+// comes with a newer write version: a change this berth must not write to.
 func setSchemaVersion(t *testing.T, dir string, v uint) {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "berth.db")+"?_pragma=busy_timeout(5000)")
@@ -58,7 +59,11 @@ func setSchemaVersion(t *testing.T, dir string, v uint) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.Exec("UPDATE schema_migrations SET version = ?", v); err != nil {
+	w := statestore.WriteVersion
+	if v > statestore.SchemaVersion {
+		w++
+	}
+	if _, err := db.Exec(fmt.Sprintf("UPDATE schema_migrations SET version = %d; PRAGMA user_version = %d", v, w)); err != nil {
 		t.Fatal(err)
 	}
 }

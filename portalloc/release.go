@@ -18,7 +18,14 @@ import (
 // port, a set or pool of this or another Allocator. Releasing a reservation
 // this Allocator does not hold while another holder of the process does is
 // an error, and deletes nothing.
+//
+// A reservation of a holder under a lease (r.Holder set) is released for
+// its holder, as ReleaseHolder releases its port.
 func (a *Allocator) Release(ctx context.Context, r Reservation) error {
+	if r.Holder != "" {
+		_, err := a.ReleaseHolder(ctx, r.Holder, HolderFilter{Protocol: r.Protocol, Port: r.Port})
+		return err
+	}
 	return a.release(ctx, r, "", false)
 }
 

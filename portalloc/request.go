@@ -3,6 +3,7 @@ package portalloc
 import (
 	"fmt"
 	"net/netip"
+	"time"
 )
 
 // Order is the order in which Allocate tries the ports of its range.
@@ -62,6 +63,13 @@ type Reservation struct {
 	Port     uint16
 	Label    string
 	Backend  string // BackendStateStore or BackendMRU
+	// Holder names the holder of a reservation made under a lease
+	// (AllocateLease, ReserveLease); "" for one this process holds.
+	Holder string
+	// Expires is when a holder's lease ends, for this process's clock:
+	// compare it with time.Now(), which is immune to wall-clock steps in
+	// the same process (see store.Reservation.Expires). Zero otherwise.
+	Expires time.Time
 }
 
 // AddrPort returns the reservation's address and port.

@@ -21,6 +21,9 @@ func (s *Store) ScanBlock(ctx context.Context, req ScanRequest, n int) ([]Reserv
 	if n < 1 || n > MaxBlock {
 		return nil, &FieldError{Field: "n", Value: fmt.Sprint(n), Want: fmt.Sprintf("a block of 1 to %d ports", MaxBlock)}
 	}
+	if err := processOwner(req.Owner); err != nil {
+		return nil, err
+	}
 	key, own, kind, batch, err := s.checkScan(req)
 	if err != nil {
 		return nil, err
@@ -62,7 +65,7 @@ func (s *Store) ScanBlock(ctx context.Context, req ScanRequest, n int) ([]Reserv
 				for i := range n {
 					k := key
 					k.Port = base + uint16(i)
-					r, err := s.insert(tctx, k, own, req.Label, kind)
+					r, err := s.insert(tctx, k, own, req.Label, kind, nil)
 					if err != nil {
 						return err // the transaction rolls back: none of the block stays
 					}

@@ -163,9 +163,13 @@ func scanRow(rows *sql.Rows) (Reservation, error) {
 		port        int64
 		addr        []byte
 		created     int64
+		until       int64
 	)
-	if err := rows.Scan(&proto, &port, &addr, &r.Owner.PID, &r.Owner.Start, &r.Owner.Scope, &r.Owner.Name, &r.Label, &kind, &created); err != nil {
+	if err := rows.Scan(&proto, &port, &addr, &r.Owner.PID, &r.Owner.Start, &r.Owner.Scope, &r.Owner.Name, &r.Label, &kind, &created, &until); err != nil {
 		return Reservation{}, fmt.Errorf("read reservation: %w", err)
+	}
+	if until != 0 {
+		leaseRow(&r, until)
 	}
 	a, err := netaddr.Unpack(addr)
 	if err != nil {
@@ -201,6 +205,15 @@ const (
 	liveTTL      = time.Second
 	liveCacheMax = 4096
 )
+
+// rowAlive reports whether r's owner still holds it: a lease that has not
+// ended (see leaseRow), or a live process as alive judges it.
+func (s *Store) rowAlive(ctx context.Context, r Reservation, freshSince time.Time) bool {
+	if r.Owner.IsLease() {
+		return r.LeaseLive()
+	}
+	return s.alive(ctx, r.Owner, freshSince)
+}
 
 // alive reports whether o still runs. A remembered death is always used;
 // a remembered life only when it was checked after freshSince, which

@@ -3,6 +3,7 @@ package statestore_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -38,10 +39,20 @@ var conformance = storetest.Config{
 		}
 		return v
 	},
+	// A schema the store must refuse is, for this store, one of a newer
+	// write version too (a newer schema of a write version it knows is
+	// used: TestNewerSchema).
 	SetSchemaVersion: func(tb testing.TB, path string, v uint) {
 		tb.Helper()
+		w := statestore.WriteVersion
+		if v > statestore.SchemaVersion {
+			w++
+		}
 		if _, err := migrationsDB(tb, path).Exec("UPDATE "+sqlite.DefaultMigrationsTable+" SET version = ?", v); err != nil {
 			tb.Fatalf("set the schema version of %s: %v", path, err)
+		}
+		if _, err := migrationsDB(tb, path).Exec(fmt.Sprintf("PRAGMA user_version = %d", w)); err != nil {
+			tb.Fatalf("set the write version of %s: %v", path, err)
 		}
 	},
 	Ports: storetest.PortRange(testports.Statestore),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -115,14 +116,16 @@ func TestNewerSchemaRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec("UPDATE schema_migrations SET version = 99"); err != nil {
+	// A schema that older writers must not write to: a newer write version.
+	if _, err := db.Exec(fmt.Sprintf("UPDATE schema_migrations SET version = 99; PRAGMA user_version = %d", statestore.WriteVersion+1)); err != nil {
 		t.Fatal(err)
 	}
 	_ = db.Close()
 	before, _ := os.ReadFile(path)
 	_, err = statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
-	if !errors.Is(err, statestore.ErrSchemaTooNew) || !strings.Contains(err.Error(), "schema version 99") {
-		t.Errorf("Open(newer schema) = %v; want ErrSchemaTooNew naming version 99", err)
+	want := fmt.Sprintf("schema version 99 of write version %d", statestore.WriteVersion+1)
+	if !errors.Is(err, statestore.ErrSchemaTooNew) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Open(newer schema) = %v; want ErrSchemaTooNew naming %q", err, want)
 	}
 	after, _ := os.ReadFile(path)
 	if !bytes.Equal(before, after) {

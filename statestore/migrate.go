@@ -23,8 +23,16 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// SchemaVersion is the schema version this berth writes.
+// SchemaVersion is the schema version this berth migrates a store to. A
+// store of a newer schema is used as it is when its write version is one
+// this berth knows (see WriteVersion and the package doc).
 var SchemaVersion = latestMigration()
+
+// WriteVersion is the write version of SchemaVersion: this berth writes, with
+// its full guarantee, to every store whose write version is at most
+// WriteVersion, whatever its schema version; a higher one makes Open refuse
+// the store with ErrSchemaTooNew.
+var WriteVersion = ownWriteVersion()
 
 func latestMigration() uint { return migfiles.Latest(migrations, "migrations") }
 
@@ -38,14 +46,18 @@ func latestMigration() uint { return migfiles.Latest(migrations, "migrations") }
 // SQLite, because closing any descriptor of it drops SQLite's own locks.
 // Every wait ends with ctx or after busy, with an error wrapping ErrBusy.
 func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.Logger) (uint, error) {
+	k, err := known()
+	if err != nil {
+		return 0, err
+	}
 	st, err := inspect(ctx, path, busy)
 	if err != nil {
 		return 0, err
 	}
-	if st.version > SchemaVersion {
-		return st.version, tooNew(path, st.version)
+	if k.refuses(st) {
+		return st.version, tooNew(path, st, k)
 	}
-	if st.current() {
+	if k.usable(st) {
 		return st.version, nil
 	}
 	lock := flock.New(path+".migrate.lock", flock.SetPermissions(0o600))
@@ -88,13 +100,13 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 			return 0, err
 		}
 	}
-	if st.version > SchemaVersion {
-		return st.version, tooNew(path, st.version)
+	if k.refuses(st) {
+		return st.version, tooNew(path, st, k)
 	}
-	if st.current() {
+	if k.usable(st) {
 		return st.version, nil
 	}
-	if err := migrateUp(ctx, path, st, busy, log); err != nil {
+	if err := migrateUp(ctx, path, st, k, busy, log); err != nil {
 		return st.version, err
 	}
 	if st.fresh {
@@ -105,8 +117,11 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 	return st.version, nil
 }
 
-func tooNew(path string, v uint) error {
-	return fmt.Errorf("%s has schema version %d, this berth knows up to %d; upgrade berth or use another state directory: %w", path, v, SchemaVersion, ErrSchemaTooNew)
+func tooNew(path string, st fileState, k schema) error {
+	if st.dirty {
+		return fmt.Errorf("%s has schema version %d, whose migration a newer berth has not finished (this berth knows up to %d); open it with that berth, or use another state directory: %w", path, st.version, k.latest, ErrSchemaTooNew)
+	}
+	return fmt.Errorf("%s has schema version %d of write version %d; this berth knows schema versions up to %d and writes only to stores of write version 1 to %d; upgrade berth or use another state directory: %w", path, st.version, st.writeVersion, k.latest, k.write, ErrSchemaTooNew)
 }
 
 // migrateUp applies the embedded migrations. The caller holds the migration
@@ -123,7 +138,7 @@ func tooNew(path string, v uint) error {
 // mark left by an older berth tells one thing: the body of that version
 // either committed (each body records itself in schema_history) or left no
 // trace; migrateUp resolves it accordingly.
-func migrateUp(ctx context.Context, path string, st fileState, busy time.Duration, log logr.Logger) error {
+func migrateUp(ctx context.Context, path string, st fileState, k schema, busy time.Duration, log logr.Logger) error {
 	db, err := openDB(dsn(path, busy, false, true))
 	if err != nil {
 		return storageErr("migrate "+path, err)
@@ -136,7 +151,7 @@ func migrateUp(ctx context.Context, path string, st fileState, busy time.Duratio
 		return classify(path, err)
 	}
 	defer func() { _ = drv.Close() }()
-	src, err := iofs.New(migrations, "migrations")
+	src, err := iofs.New(k.src, "migrations")
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", path, err)
 	}
@@ -164,7 +179,7 @@ func migrateUp(ctx context.Context, path string, st fileState, busy time.Duratio
 		if err != nil {
 			return fmt.Errorf("migrate %s: %w", path, err)
 		}
-		if err := applyMigration(ctx, db, src, next); err != nil {
+		if err := applyMigration(ctx, db, src, next, k.writes[next]); err != nil {
 			return fmt.Errorf("migrate %s from version %d to %d: %w", path, v, next, classify(path, err))
 		}
 		v = next
@@ -208,8 +223,10 @@ func recordVersion(ctx context.Context, tx *sql.Tx, v uint) error {
 }
 
 // applyMigration runs the up body of version v and records v, clean, in
-// golang-migrate's version table, in one transaction.
-func applyMigration(ctx context.Context, db *sql.DB, src source.Driver, v uint) error {
+// golang-migrate's version table, and, from migfiles.Compat on, the write
+// version w it declares in the database header (PRAGMA user_version), in
+// one transaction.
+func applyMigration(ctx context.Context, db *sql.DB, src source.Driver, v, w uint) error {
 	r, _, err := src.ReadUp(v)
 	if err != nil {
 		return err
@@ -229,6 +246,12 @@ func applyMigration(ctx context.Context, db *sql.DB, src source.Driver, v uint) 
 	}
 	if err := recordVersion(ctx, tx, v); err != nil {
 		return err
+	}
+	if v >= migfiles.Compat {
+		// PRAGMA takes no parameters; w is a number this berth parsed.
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", w)); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }

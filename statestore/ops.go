@@ -100,7 +100,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Reservation, error) {
 		where, args = append(where, "label = ?"), append(args, f.Label)
 	}
 	if f.OwnerPID != 0 {
-		where, args = append(where, "owner_pid = ?"), append(args, f.OwnerPID)
+		where, args = append(where, "owner_pid = ? AND lease_until = 0"), append(args, f.OwnerPID)
 	}
 	q := "SELECT " + rowColumns + " FROM port_allocations"
 	if len(where) > 0 {
@@ -136,8 +136,11 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Reservation, error) {
 // many it deleted. Liveness is checked without holding the write lock (it
 // reads the process table); a dead owner never comes back, so its rows can
 // be deleted afterwards without a recheck.
+//
+// Reservations under a lease are deleted once their lease has ended (see
+// ReserveLease); no process table is read for them.
 func (s *Store) Reap(ctx context.Context) (int, error) {
-	owners, err := s.owners(ctx)
+	owners, leases, err := s.owners(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -150,13 +153,16 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 			dead[ownerKey{o.PID, o.Start, o.Scope}] = true
 		}
 	}
-	if len(dead) == 0 {
+	if len(dead) == 0 && !leases {
 		return 0, nil
 	}
 	var n int64
 	err = s.write(ctx, "reap", func(tctx context.Context) error {
 		// One pass over the table picks the rows; each is deleted by its key.
 		doomed, err := s.rowsWhere(tctx, func(r Reservation) bool {
+			if r.Owner.IsLease() {
+				return !r.LeaseLive()
+			}
 			return dead[ownerKey{r.Owner.PID, r.Owner.Start, r.Owner.Scope}]
 		})
 		if err != nil {
@@ -177,7 +183,7 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	}
 	s.reaped.Add(n)
 	if n > 0 {
-		s.log.Info("reaped reservations of exited owners", "rows", n, "owners", len(dead))
+		s.log.Info("reaped reservations of exited owners and ended leases", "rows", n, "owners", len(dead))
 	}
 	return int(n), nil
 }
@@ -204,29 +210,35 @@ func (s *Store) rowsWhere(ctx context.Context, keep func(Reservation) bool) ([]R
 	return out, rows.Err()
 }
 
-func (s *Store) owners(ctx context.Context) ([]Owner, error) {
+// owners returns the process owners of the table's rows, and whether it
+// has rows under a lease.
+func (s *Store) owners(ctx context.Context) ([]Owner, bool, error) {
 	release, err := s.acquire(ctx, false)
 	if err != nil {
-		return nil, acquireErr("reap", err)
+		return nil, false, acquireErr("reap", err)
 	}
 	defer release()
 	rows, err := s.conn.QueryContext(ctx, qOwners)
 	if err != nil {
-		return nil, storageErr("reap", err)
+		return nil, false, storageErr("reap", err)
 	}
 	defer func() { _ = rows.Close() }()
 	var out []Owner
 	for rows.Next() {
 		var o Owner
 		if err := rows.Scan(&o.PID, &o.Start, &o.Scope); err != nil {
-			return nil, storageErr("reap", err)
+			return nil, false, storageErr("reap", err)
 		}
 		out = append(out, o)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, storageErr("reap", err)
+		return nil, false, storageErr("reap", err)
 	}
-	return out, nil
+	var leases bool
+	if err := s.conn.QueryRowContext(ctx, qLeases).Scan(&leases); err != nil {
+		return nil, false, storageErr("reap", err)
+	}
+	return out, leases, nil
 }
 
 // firstSweep is how long after Open the first sweep runs at the latest. A

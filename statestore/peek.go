@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/berth-go/berth/internal/netaddr"
@@ -64,6 +65,11 @@ func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 	defer func() { _ = db.Close() }()
 	db.SetMaxOpenConns(1)
 	rows, err := db.QueryContext(ctx, "SELECT "+rowColumns+" FROM port_allocations")
+	if err != nil && strings.Contains(err.Error(), "no such column: lease_until") {
+		// A store from before leases, which this process could not
+		// migrate.
+		rows, err = db.QueryContext(ctx, "SELECT "+rowColumnsV5+" FROM port_allocations")
+	}
 	if err != nil {
 		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
 	}

@@ -29,13 +29,13 @@ type fileState struct {
 	fresh   bool // no file, an empty one, or a SQLite file with no table yet
 	version uint // golang-migrate's version; 0 before the first migration
 	dirty   bool // golang-migrate's flag: a migration did not finish
+	// writeVersion is the write version recorded in the header (PRAGMA
+	// user_version); 0 for schemas from before write versions.
+	writeVersion uint
 	// applied holds the versions whose migration body committed (each
 	// body records itself in schema_history in its own transaction).
 	applied map[uint]bool
 }
-
-// current reports whether the file needs nothing before use.
-func (f fileState) current() bool { return !f.fresh && !f.dirty && f.version == SchemaVersion }
 
 // inspect decides, without writing a byte to the file, whether path may be
 // opened for writing and what it needs first. It reads through SQLite only:
@@ -84,11 +84,6 @@ func inspectOn(ctx context.Context, path string, db querier) (fileState, error) 
 		return fileState{}, classify(path, err)
 	}
 	st := fileState{applied: map[uint]bool{}}
-	for _, name := range names {
-		if !ourTables[name] {
-			return fileState{}, fmt.Errorf("%s is a SQLite database of another program (it has table %q); choose another path: %w", path, name, ErrDamaged)
-		}
-	}
 	if len(names) == 0 {
 		st.fresh = true
 		return st, nil
@@ -101,6 +96,23 @@ func inspectOn(ctx context.Context, path string, db querier) (fileState, error) 
 		}
 		return false
 	}
+	// A table berth does not know is another program's, unless a newer
+	// berth made it: the store's schema is newer than this berth knows and
+	// the store is berth's (it has berth's own tables). Whether this berth
+	// may write to such a store is its write version's to say.
+	foreign := func() error {
+		for _, name := range names {
+			if !ourTables[name] {
+				return fmt.Errorf("%s is a SQLite database of another program (it has table %q); choose another path: %w", path, name, ErrDamaged)
+			}
+		}
+		return nil
+	}
+	if !has("schema_migrations") || !has("port_allocations") {
+		if err := foreign(); err != nil {
+			return fileState{}, err
+		}
+	}
 	if has("schema_migrations") {
 		var v int64
 		err := db.QueryRowContext(ctx, "SELECT version, dirty FROM schema_migrations LIMIT 1").Scan(&v, &st.dirty)
@@ -111,6 +123,18 @@ func inspectOn(ctx context.Context, path string, db querier) (fileState, error) 
 		case v > 0:
 			st.version = uint(v)
 		}
+	}
+	if st.version <= SchemaVersion {
+		if err := foreign(); err != nil {
+			return fileState{}, err
+		}
+	}
+	var w int64
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&w); err != nil {
+		return fileState{}, classify(path, err)
+	}
+	if w > 0 {
+		st.writeVersion = uint(w)
 	}
 	if has("schema_history") {
 		rows, err := db.QueryContext(ctx, "SELECT version FROM schema_history")

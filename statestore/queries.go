@@ -15,13 +15,16 @@ const (
 	qRollback    = "ROLLBACK"
 	qDataVersion = "PRAGMA data_version"
 
-	rowColumns = "protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at"
+	rowColumns = "protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at, lease_until"
+	// rowColumnsV5 reads the rows of a store from before leases (schema
+	// version 5 and earlier) in rowColumns order, for ReadHeld.
+	rowColumnsV5 = "protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at, 0"
 
 	// qConflicts reads every row of one (protocol, port): a range scan of
 	// the primary key, guarded by TestConflictQueryUsesPrimaryKey.
 	qConflicts = "SELECT " + rowColumns + " FROM port_allocations WHERE protocol = ? AND port = ?"
 
-	qInsert = "INSERT INTO port_allocations (" + rowColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	qInsert = "INSERT INTO port_allocations (" + rowColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 	qDeleteKey = "DELETE FROM port_allocations WHERE protocol = ? AND port = ? AND address = ?"
 
@@ -40,7 +43,10 @@ const (
 
 	qAll = "SELECT " + rowColumns + " FROM port_allocations"
 
-	qOwners = "SELECT DISTINCT owner_pid, owner_start, owner_scope FROM port_allocations"
+	// qOwners lists the process owners; rows under a lease are judged by
+	// their lease_until instead, and qLeases tells whether there are any.
+	qOwners = "SELECT DISTINCT owner_pid, owner_start, owner_scope FROM port_allocations WHERE lease_until = 0"
+	qLeases = "SELECT EXISTS (SELECT 1 FROM port_allocations WHERE lease_until <> 0)"
 
 	qRemember = "INSERT INTO sticky_ports (label, protocol, port, updated_at) VALUES (?, ?, ?, ?)" +
 		" ON CONFLICT (label, protocol) DO UPDATE SET port = excluded.port, updated_at = excluded.updated_at"

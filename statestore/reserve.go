@@ -17,7 +17,15 @@ import (
 // other live conflict is a *ConflictError naming the holder; it says so
 // when the holder is req.Owner itself.
 func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
-	key, own, kind, err := s.validate(req.Key, req.Owner, req.Kind, Static)
+	if err := processOwner(req.Owner); err != nil {
+		return Reservation{}, err
+	}
+	return s.reserve(ctx, req, nil)
+}
+
+// reserve is Reserve, for a holder under a lease when lease is not nil.
+func (s *Store) reserve(ctx context.Context, req Request, lease *leaseGrant) (Reservation, error) {
+	key, own, kind, err := s.validate(req.Key, lease.owner(req.Owner), req.Kind, Static)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -31,7 +39,12 @@ func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
 			return err
 		}
 		for _, r := range rows {
-			if r.Key == key && r.Owner.Same(own) {
+			if r.Key == key && r.Owner.Same(own) && (lease == nil || r.LeaseLive()) {
+				if lease != nil {
+					// The holder asks again: its lease starts over.
+					res, err = s.extend(tctx, r, lease)
+					return err
+				}
 				res = r
 				if r.Label == "" && req.Label != "" {
 					// A row put back from its holder's mark (see
@@ -50,7 +63,7 @@ func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
 			}
 			return err
 		}
-		res, err = s.insert(tctx, key, own, req.Label, kind)
+		res, err = s.insert(tctx, key, own, req.Label, kind, lease)
 		return err
 	})
 	return res, err
@@ -61,6 +74,15 @@ func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
 // Next runs out first. Rows of exited owners in the way are deleted; a row
 // that cannot be deleted only costs its own candidate.
 func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) {
+	if err := processOwner(req.Owner); err != nil {
+		return Reservation{}, err
+	}
+	return s.scan(ctx, req, nil)
+}
+
+// scan is Scan, for a holder under a lease when lease is not nil.
+func (s *Store) scan(ctx context.Context, req ScanRequest, lease *leaseGrant) (Reservation, error) {
+	req.Owner = lease.owner(req.Owner)
 	key, own, kind, batch, err := s.checkScan(req)
 	if err != nil {
 		return Reservation{}, err
@@ -138,7 +160,7 @@ func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) 
 				} else if !free {
 					continue
 				}
-				res, err = s.insert(tctx, key, own, req.Label, kind)
+				res, err = s.insert(tctx, key, own, req.Label, kind, lease)
 				if err != nil {
 					return err
 				}
@@ -200,10 +222,15 @@ func (s *Store) validate(k Key, own Owner, kind, defKind Kind) (Key, Owner, Kind
 	if err != nil {
 		return Key{}, Owner{}, "", err
 	}
-	if own.IsZero() {
+	switch {
+	case own.IsZero():
 		own = s.self
-	} else if err := validOwner(own); err != nil {
-		return Key{}, Owner{}, "", err
+	case own.IsLease():
+		// Checked by the lease's own calls (see leaseGrant).
+	default:
+		if err := validOwner(own); err != nil {
+			return Key{}, Owner{}, "", err
+		}
 	}
 	switch kind {
 	case "":
@@ -243,7 +270,7 @@ func (s *Store) conflictRows(ctx context.Context, key Key) ([]Reservation, error
 // candidates to skip.
 func (s *Store) heldLive(ctx context.Context, rows []Reservation, freshSince time.Time) bool {
 	for _, r := range rows {
-		if s.alive(ctx, r.Owner, freshSince) {
+		if s.rowAlive(ctx, r, freshSince) {
 			return true
 		}
 	}
@@ -255,7 +282,7 @@ func (s *Store) heldLive(ctx context.Context, rows []Reservation, freshSince tim
 func (s *Store) clearDead(ctx context.Context, key Key, own Owner, rows []Reservation) error {
 	now := time.Now()
 	for _, r := range rows {
-		if s.alive(ctx, r.Owner, now) {
+		if s.rowAlive(ctx, r, now) {
 			return &ConflictError{Key: key, Holder: r, Self: r.Owner.Same(own)}
 		}
 	}
@@ -271,15 +298,22 @@ func (s *Store) clearDead(ctx context.Context, key Key, own Owner, rows []Reserv
 	return nil
 }
 
-func (s *Store) insert(ctx context.Context, key Key, own Owner, label string, kind Kind) (Reservation, error) {
+// insert inserts a row for own, or, when lease is not nil, for the holder
+// under that lease (own is then the lease's owner).
+func (s *Store) insert(ctx context.Context, key Key, own Owner, label string, kind Kind, lease *leaseGrant) (Reservation, error) {
 	packed, _ := netaddr.Pack(key.Addr) // normalised by validate
 	now := s.now()
 	r := Reservation{Key: key, Owner: own, Label: label, Kind: kind, Created: time.Unix(0, now.UnixNano())}
+	stored, until := own, int64(0)
+	if lease != nil {
+		stored, until = lease.stored(), lease.until
+		r.Expires = lease.expires
+	}
 	s.holdMark(key, own)
 	if _, err := s.st.insert.ExecContext(ctx,
 		string(key.Protocol), int(key.Port), packed,
-		own.PID, own.Start, own.Scope, own.Name,
-		label, string(kind), now.UnixNano(),
+		stored.PID, stored.Start, stored.Scope, stored.Name,
+		label, string(kind), now.UnixNano(), until,
 	); err != nil {
 		return Reservation{}, storageErr("insert "+key.String(), err)
 	}

@@ -10,6 +10,12 @@
 // when it stands in the way of a new reservation, by the sweep that Open
 // starts in the background, or by Reap.
 //
+// A reservation can instead belong to a named holder under a lease
+// (ReserveLease, ScanLease): it outlives the process that asked, and ends
+// by ReleaseLease or once its lease has ended, by a clock no wall-clock step
+// moves (see lease.go), after which it is reaped as the row of an exited
+// owner is.
+//
 // Two reservations of one protocol and port conflict under the rule of
 // package store: equal addresses, or either address a wildcard.
 //
@@ -21,6 +27,33 @@
 // sidecar file <db>.lock, which the kernel hands to the next waiter as soon
 // as it is free; the probe a caller supplies runs inside that transaction, so
 // no other process can choose the same port between probe and insert.
+//
+// # Versions that share a store
+//
+// Programs that vendor different berth versions share one store, and a
+// newer berth never makes an older one stop writing, as long as its schema
+// change is one older writers tolerate. Each store records two numbers: its
+// schema version (golang-migrate's schema_migrations table), which every
+// migration raises, and its write version (the database header's PRAGMA
+// user_version), which a migration raises only when berths that do not
+// know it must stop writing. Every migration from version 6 on declares
+// its write version in a line "-- write-version: N" of its up file: the
+// previous migration's number when older writers tolerate the change, one
+// more otherwise. Tolerated are new tables, new columns with a default (no
+// statement of berth names a column it does not write or read), and new
+// indexes; anything that changes what an existing column means, how rows
+// are judged, or what a row must hold to be valid raises the write version.
+//
+// Open migrates an older schema up to SchemaVersion. A store of a newer
+// schema whose write version is at most WriteVersion is used as it is,
+// with the full guarantee (its log says so at V(1)); only a newer write
+// version, or a newer schema whose migration was cut short, makes Open
+// refuse it with ErrSchemaTooNew. A Store stays usable while another
+// process migrates the file under it: SQLite prepares a statement again
+// when the schema changed, the view of held ports follows PRAGMA
+// data_version, which every commit of another connection moves, and no
+// migration rewrites a row a running berth holds. Berth releases before
+// schema 6 knew no write version: they refuse every newer schema.
 package statestore
 
 import (
@@ -109,8 +142,10 @@ type Store struct {
 // Open refuses, with an error wrapping ErrDamaged, a path that is a
 // directory, a file that is not SQLite, a damaged database and a SQLite
 // database of another program; it never modifies or removes such a file.
-// It refuses a schema newer than it knows with ErrSchemaTooNew, and a path
-// whose store TakeOver moved elsewhere with ErrMoved, naming the new place.
+// It refuses, with ErrSchemaTooNew, a schema of a write version newer than
+// WriteVersion (see the package doc), and uses a newer schema of a write
+// version it knows as it is. It refuses a path whose store TakeOver moved
+// elsewhere with ErrMoved, naming the new place.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if path == "" {
 		return nil, &FieldError{Field: "path", Value: "", Want: "a file path for the database"}
@@ -380,11 +415,18 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 		if err != nil {
 			return nil, nil, 0, classify(path, err)
 		}
-		st, err := inspectOn(ctx, path, conn)
-		if err == nil && st.version > SchemaVersion {
-			err = tooNew(path, st.version)
+		k, err := known()
+		var st fileState
+		if err == nil {
+			st, err = inspectOn(ctx, path, conn)
 		}
-		if err == nil && st.current() {
+		if err == nil && k.refuses(st) {
+			err = tooNew(path, st, k)
+		}
+		if err == nil && k.usable(st) {
+			if k.newerKnown(st) {
+				log.V(1).Info("the store's schema is newer than this berth knows, of a write version it knows: writing to it", "path", path, "schema", st.version, "known", k.latest, "writeVersion", st.writeVersion)
+			}
 			if err := settle(ctx, conn); err != nil {
 				_ = conn.Close()
 				_ = db.Close()

@@ -88,12 +88,16 @@ func TestUpgradeDropsJournal(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	down, err := os.ReadFile("migrations/5_drop_port_changes.down.sql")
-	if err != nil {
-		t.Fatal(err)
+	var downs []string
+	for _, f := range []string{"migrations/6_lease_until.down.sql", "migrations/5_drop_port_changes.down.sql"} {
+		down, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		downs = append(downs, string(down))
 	}
 	db := migrationsDB(t, path)
-	for _, q := range []string{string(down), "UPDATE schema_migrations SET version = 4, dirty = 0",
+	for _, q := range []string{downs[0], downs[1], "PRAGMA user_version = 0", "UPDATE schema_migrations SET version = 4, dirty = 0",
 		"INSERT INTO port_changes (protocol, port) VALUES ('tcp', 25200)"} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatalf("make a version-4 store: %v", err)

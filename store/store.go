@@ -109,7 +109,8 @@ type Owner struct {
 
 // LeaseScope is the Scope of an Owner that is no process but a named
 // holder of a renewable lease, such as a pod of an orchestrator (pgstore's
-// fleet-wide reservations): Name names the holder, PID and Start are 0.
+// fleet-wide reservations) or a CI job on one host (LeaseStore): Name names
+// the holder, PID and Start are 0.
 // Such an owner is released by its holder's controller or when its lease
 // runs out, never judged by a process table.
 const LeaseScope = "lease"
@@ -117,20 +118,42 @@ const LeaseScope = "lease"
 // IsZero reports whether o names no process.
 func (o Owner) IsZero() bool { return o.identity().IsZero() }
 
+// IsLease reports whether o is a named holder under a lease (Scope
+// LeaseScope), not a process.
+func (o Owner) IsLease() bool { return o.Scope == LeaseScope }
+
 // Same reports whether o and other are the same process. Names are not
-// compared; starts are compared exactly.
-func (o Owner) Same(other Owner) bool { return o.identity().Same(other.identity()) }
+// compared; starts are compared exactly. Owners under a lease are the same
+// when their holders' names are.
+func (o Owner) Same(other Owner) bool {
+	if o.IsLease() || other.IsLease() {
+		return o.IsLease() && other.IsLease() && o.Name == other.Name
+	}
+	return o.identity().Same(other.identity())
+}
 
 // Alive reports whether the process o names still runs. Where that cannot be
 // decided (e.g. another pid namespace) it reports true, because taking a
-// live owner for dead would hand its ports out twice.
-func (o Owner) Alive(ctx context.Context) bool { return owner.Active(ctx, o.identity()) }
+// live owner for dead would hand its ports out twice. An owner under a
+// lease is judged by its reservation's Expires, which an Owner does not
+// carry: Alive reports true for it.
+func (o Owner) Alive(ctx context.Context) bool {
+	if o.IsLease() {
+		return true
+	}
+	return owner.Active(ctx, o.identity())
+}
 
 // StartedAt returns when o's process started by the wall clock as it reads
 // now, for display only: a clock step moves it, so it never tells owners
 // apart. It reports false when it cannot tell (e.g. an owner of another
 // boot).
-func (o Owner) StartedAt() (time.Time, bool) { return owner.StartedAt(o.identity()) }
+func (o Owner) StartedAt() (time.Time, bool) {
+	if o.IsLease() {
+		return time.Time{}, false // a holder, not a process
+	}
+	return owner.StartedAt(o.identity())
+}
 
 func (o Owner) String() string { return o.identity().String() }
 
@@ -145,4 +168,19 @@ type Reservation struct {
 	Label   string
 	Kind    Kind
 	Created time.Time
+	// Expires is, for a reservation a named holder keeps under a lease
+	// (Owner.IsLease), when the lease ends: the wall clock as read with
+	// the row plus the time the lease had left, with the monotonic reading
+	// of that moment, so comparing it with time.Now() in the same process
+	// is immune to wall-clock steps. A lease that has ended (of another
+	// boot, say) has an Expires no later than the moment it was read.
+	// Zero for process owners, and for a lease this host cannot judge (of
+	// another time namespace), which counts as live.
+	Expires time.Time
+}
+
+// LeaseLive reports whether r is held under a lease that has not ended, by
+// the process-local clock (see Expires); false for process owners.
+func (r Reservation) LeaseLive() bool {
+	return r.Owner.IsLease() && (r.Expires.IsZero() || time.Now().Before(r.Expires))
 }

@@ -22,6 +22,7 @@ const ownerHelp = `the process the ports belong to: "parent" (the default: the s
 
 // grantFlags are the flags of the commands that hand out ports.
 type grantFlags struct {
+	holderFlags
 	udp, json  bool
 	addr       string
 	label      string
@@ -40,6 +41,7 @@ func (f *grantFlags) add(cmd *cobra.Command, allocate bool) {
 	fs.StringVar(&f.label, "label", "", "a name for the port, shown by ls and used by release and transfer")
 	fs.BoolVar(&f.json, "json", false, "print JSON")
 	addOwner(cmd, &f.owner, &f.ownerPIDv1)
+	f.holderFlags.add(cmd, true)
 	if allocate {
 		fs.IntVar(&f.count, "count", 1, "how many ports, one per line")
 		fs.IntVar(&f.block, "block", 0, "a contiguous block of this many ports: BASE to BASE+N-1, all reserved; prints BASE")
@@ -217,6 +219,11 @@ at the end of the build, and berth warns. 'berth run' avoids the question.`,
 			return usagef("--block %d: want 1 to %d", f.block, portalloc.MaxBlock)
 		case cmd.Flags().Changed("block") && cmd.Flags().Changed("count"):
 			return usagef("--block with --count: give one of them")
+		case f.holderFlags.set(cmd):
+			return a.getLeased(ctx, cmd, &f, &f.holderFlags)
+		}
+		if err := checkTTLAlone(cmd); err != nil {
+			return err
 		}
 		req, own, al, err := a.grantSetup(ctx, cmd, &f)
 		if err != nil {
@@ -266,6 +273,12 @@ the owner holds already is not an error.`,
 		if err != nil {
 			return err
 		}
+		if f.holderFlags.set(cmd) {
+			return a.reserveLeased(ctx, cmd, &f, &f.holderFlags, port)
+		}
+		if err := checkTTLAlone(cmd); err != nil {
+			return err
+		}
 		req, own, al, err := a.grantSetup(ctx, cmd, &f)
 		if err != nil {
 			return err
@@ -294,6 +307,7 @@ the owner holds already is not an error.`,
 
 // selectFlags pick the rows of one owner that release and transfer act on.
 type selectFlags struct {
+	holder     holderFlags // release only
 	label      string
 	owner      string
 	all        bool
@@ -365,7 +379,11 @@ release: berth reaps them.`,
 		Args: maxArgs(1, "PORT"),
 	}
 	f.add(cmd, "release")
+	f.holder.add(cmd, false)
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
+		if f.holder.set(cmd) {
+			return a.releaseLeased(ctx, cmd, &f, &f.holder, args)
+		}
 		s, rows, own, err := a.selectRows(ctx, cmd, &f, args)
 		if err != nil {
 			return err

@@ -17,6 +17,7 @@ type lsFlags struct {
 	json        bool
 	port, label string
 	owner       int
+	holder      string
 }
 
 func (a *app) lsCmd() *cobra.Command {
@@ -36,6 +37,7 @@ func (a *app) lsCmd() *cobra.Command {
 	cmd.Flags().IntVar(&f.owner, "owner", 0, "only reservations of this process id")
 	cmd.Flags().IntVar(&f.owner, "owner-pid", 0, "the older spelling of --owner")
 	_ = cmd.Flags().MarkHidden("owner-pid")
+	cmd.Flags().StringVar(&f.holder, "holder", "", "only the ports of this named holder")
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error { return a.runLs(ctx, &f) })
 	return cmd
 }
@@ -121,6 +123,13 @@ type rowJSON struct {
 	OwnerStartKernel int64     `json:"owner_start_kernel"`
 	Created          time.Time `json:"created"`
 	Alive            bool      `json:"alive"`
+	// Holder names the holder of a port under a lease (its owner_pid is
+	// 0); Expires is when the lease ends, and LeaseSeconds how many
+	// seconds it has left (0 once ended). Absent for process owners, and
+	// Expires and LeaseSeconds for a lease of another time namespace.
+	Holder       string     `json:"holder,omitempty"`
+	Expires      *time.Time `json:"expires,omitempty"`
+	LeaseSeconds *int64     `json:"lease_seconds,omitempty"`
 }
 
 func (a *app) runLs(ctx context.Context, f *lsFlags) error {
@@ -147,6 +156,9 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 			return err
 		}
 	}
+	if f.holder != "" {
+		rows = ofHolder(rows, f.holder)
+	}
 	if f.json {
 		out := make([]rowJSON, 0, len(rows))
 		for _, r := range rows {
@@ -155,8 +167,12 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 				at = at.UTC()
 				started = &at
 			}
-			out = append(out, rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, string(r.Kind),
-				r.Owner.PID, r.Owner.Name, started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx)})
+			row := rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, string(r.Kind),
+				r.Owner.PID, r.Owner.Name, started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx), "", nil, nil}
+			if r.Owner.IsLease() {
+				leaseJSONFields(&row, r)
+			}
+			out = append(out, row)
 		}
 		return a.writeJSON(out)
 	}
@@ -168,8 +184,16 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 		if !r.Owner.Alive(ctx) {
 			alive = colour(a.stdout, "31", "dead")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Protocol, r.Addr, r.Port, dash(shown(r.Label, maxLabelWidth)), r.Kind,
-			r.Owner.PID, dash(shown(r.Owner.Name, maxNameWidth)), age(now.Sub(r.Created)), alive)
+		pid, name := fmt.Sprint(r.Owner.PID), dash(shown(r.Owner.Name, maxNameWidth))
+		if r.Owner.IsLease() {
+			// A holder under a lease: its name, and the time its lease has left.
+			pid, name, alive = "-", "holder "+shown(r.Owner.Name, maxNameWidth), leaseLeft(r)
+			if alive == "ended" {
+				alive = colour(a.stdout, "31", alive)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Protocol, r.Addr, r.Port, dash(shown(r.Label, maxLabelWidth)), r.Kind,
+			pid, name, age(now.Sub(r.Created)), alive)
 	}
 	return tw.Flush()
 }

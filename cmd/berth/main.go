@@ -73,6 +73,7 @@ const (
 	exitFailure = 1
 	exitUsage   = 2
 	exitHeld    = 3
+	exitNoLease = 4 // the holder has no port (or no lease that has not ended)
 )
 
 func main() { os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) }
@@ -131,6 +132,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case errors.Is(err, portalloc.ErrPortHeld), errors.Is(err, portalloc.ErrRangeExhausted):
 		return exitHeld
+	case errors.Is(err, portalloc.ErrHolderNotFound):
+		return exitNoLease
 	default:
 		return exitFailure
 	}
@@ -148,7 +151,12 @@ A port belongs to a process. 'berth run' starts a program that owns its ports
 for exactly as long as it runs; 'berth get' and 'berth reserve' give theirs to
 the shell that ran berth (or to --owner), and 'berth transfer' hands them on.
 
-Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted.`,
+A port can also belong to a named holder instead (--holder NAME --ttl D): it
+outlives the shell, until 'berth release --holder' or until its lease ends;
+'berth renew' extends the lease.
+
+Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted,
+4 the holder has no port whose lease has not ended.`,
 		Example: `  berth run --port web -- ./server --listen=:$WEB_PORT
   PORT=$(berth get --label api)
   berth ls`,
@@ -176,7 +184,7 @@ Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted.
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(flagError)
 	a.global.add(root)
-	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.reapCmd(), a.doctorCmd(), a.hostCmd(), a.fleetCmd())
+	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.renewCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.reapCmd(), a.doctorCmd(), a.hostCmd(), a.fleetCmd())
 	return root
 }
 

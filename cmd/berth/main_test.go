@@ -32,11 +32,11 @@ func TestMain(m *testing.M) {
 // Each script runs on a state directory of its own, in parallel with the
 // others, and berth doctor binds every port of its range: so each script
 // gets a block of its own of this package's ports (internal/testports), by
-// its place among the scripts. The first 61 ports of the block are its
+// its place among the scripts. The first 56 ports of the block are its
 // BERTH_PORT_RANGE; the last 10 are $PORT0 to $PORT9, for the ports a
 // script names itself, which berth get never hands out.
 const (
-	blockSize = 71
+	blockSize = 66
 	portVars  = 10
 )
 

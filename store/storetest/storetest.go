@@ -23,10 +23,14 @@
 //     that the ports ran out exactly when every one was taken. The test
 //     binary must call MaybeRunWorker before its tests run.
 //   - SchemaTooNew records, through Config.SetSchemaVersion, a schema
-//     version one above the one the store wrote, and checks that Reopen
-//     refuses the database with an error wrapping store.ErrSchemaTooNew,
-//     leaves the recorded version as it was, and, the version put back,
-//     finds the reservation made before.
+//     version one above the one the store wrote (one the store must not
+//     write to: where the store keeps a write version, the hook raises it
+//     too), and checks that Reopen refuses the database with an error
+//     wrapping store.ErrSchemaTooNew, leaves the recorded version as it
+//     was, and, the version put back, finds the reservation made before.
+//
+// Leases checks a store that keeps reservations of named holders
+// (store.LeaseStore): it is skipped for one that does not.
 package storetest
 
 import (
@@ -64,7 +68,9 @@ type Config struct {
 	SchemaVersion func(tb testing.TB, locator string) uint
 	// SetSchemaVersion records v as the schema version of the database
 	// locator names, as a newer release of the store would have, and
-	// nothing else.
+	// nothing else; for a store that keeps a write version apart (see
+	// statestore), a v above the store's own comes with a write version
+	// above its own too, so that the store must refuse it.
 	SetSchemaVersion func(tb testing.TB, locator string, v uint)
 	// Ports is where ProcessesRace binds: at least its first 8 ports, on
 	// 127.0.0.1, TCP. The test binaries of go test ./... run in parallel
@@ -150,6 +156,7 @@ func Run(t *testing.T, c Config) {
 		{"ConcurrentScans", plain(testConcurrentScans)},
 		{"ProcessesRace", testProcessesRace},
 		{"SchemaTooNew", testSchemaTooNew},
+		{"Leases", plain(testLeases)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/store"
+)
+
+// Ports of named holders: get, reserve and release with --holder, and
+// renew. Such a port belongs to no process: it lasts until its holder
+// releases it or its lease (--ttl) ends.
+
+// defaultTTL is the lease of --holder when --ttl is not given.
+const defaultTTL = time.Hour
+
+// hostHolderHelp and hostTTLHelp explain the two flags of a holder on this
+// host (fleet.go has its own --holder).
+var (
+	hostHolderHelp = fmt.Sprintf(`a named holder the ports belong to instead of a process, e.g. "ci/job-4711" (1 to %d bytes of printable text); they outlive the shell that ran berth, until released or their lease ends`, store.MaxHolderLen)
+	hostTTLHelp    = "how long the holder's lease lasts (1s to 720h), e.g. 8h; renew extends it (default 1h)"
+)
+
+// holderFlags are --holder and --ttl.
+type holderFlags struct {
+	holder string
+	ttl    time.Duration
+}
+
+func (h *holderFlags) add(cmd *cobra.Command, withTTL bool) {
+	cmd.Flags().StringVar(&h.holder, "holder", "", hostHolderHelp)
+	if withTTL {
+		cmd.Flags().DurationVar(&h.ttl, "ttl", defaultTTL, hostTTLHelp)
+	}
+}
+
+// set reports whether --holder was given.
+func (h *holderFlags) set(cmd *cobra.Command) bool { return cmd.Flags().Changed("holder") }
+
+// check validates --holder and --ttl, and refuses the flags that name a
+// process owner along with them.
+func (h *holderFlags) check(cmd *cobra.Command) error {
+	for _, f := range []string{"owner", "owner-pid"} {
+		if cmd.Flags().Changed(f) {
+			return usagef("--holder with --%s: a holder's ports belong to no process; give one of them", f)
+		}
+	}
+	if err := store.CheckHolder(h.holder); err != nil {
+		return usagef("--holder %q: want 1 to %d bytes of printable text (letters, digits, punctuation, spaces; no control characters), e.g. \"ci/job-4711\"", h.holder, store.MaxHolderLen)
+	}
+	if cmd.Flags().Lookup("ttl") != nil {
+		if err := store.CheckLeaseTTL(h.ttl); err != nil {
+			return usagef("--ttl %v: want a duration from 1s to 720h (30 days), e.g. 8h", h.ttl)
+		}
+	}
+	return nil
+}
+
+// checkTTLAlone refuses --ttl without --holder.
+func checkTTLAlone(cmd *cobra.Command) error {
+	if cmd.Flags().Changed("ttl") && !cmd.Flags().Changed("holder") {
+		return usagef("--ttl without --holder: only a holder's ports have a lease; a process's last as long as it runs")
+	}
+	return nil
+}
+
+// holderPortJSON is one port of a holder as get and reserve print it with
+// --json.
+type holderPortJSON struct {
+	Protocol string    `json:"protocol"`
+	Address  string    `json:"address"`
+	Port     uint16    `json:"port"`
+	Label    string    `json:"label,omitempty"`
+	Backend  string    `json:"backend"`
+	Holder   string    `json:"holder"`
+	Expires  time.Time `json:"expires"`
+}
+
+func (a *app) printLeases(asJSON bool, rs []portalloc.Reservation) error {
+	if asJSON {
+		out := make([]holderPortJSON, len(rs))
+		for i, r := range rs {
+			out[i] = holderPortJSON{string(r.Protocol), r.Address.String(), r.Port, r.Label, r.Backend, r.Holder, r.Expires.UTC().Round(time.Second)}
+		}
+		return a.writeJSON(out)
+	}
+	for _, r := range rs {
+		fmt.Fprintln(a.stdout, r.Port)
+	}
+	return nil
+}
+
+// strictAllocator opens an Allocator for a holder's ports: the state store
+// only, since the MRU file keeps no lease.
+func (a *app) strictAllocator(ctx context.Context) (*portalloc.Allocator, error) {
+	cfg := a.cfg
+	if cfg.Mode == portalloc.ModeMRU {
+		return nil, usagef("--holder with BERTH_MODE=mru: a holder's ports need the state store, which the MRU mode does not use")
+	}
+	cfg.Mode = portalloc.ModeStateStore
+	return portalloc.New(ctx, cfg)
+}
+
+// getLeased is get with --holder.
+func (a *app) getLeased(ctx context.Context, cmd *cobra.Command, f *grantFlags, h *holderFlags) error {
+	if err := h.check(cmd); err != nil {
+		return err
+	}
+	if cmd.Flags().Changed("block") {
+		return usagef("--block with --holder: a holder gets ports one by one; use --count")
+	}
+	req, err := f.request()
+	if err != nil {
+		return err
+	}
+	al, err := a.strictAllocator(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = al.Close() }() // a holder's ports stay
+	l := portalloc.Lease{Holder: h.holder, TTL: h.ttl}
+	var rs []portalloc.Reservation
+	for range f.count {
+		r, err := al.AllocateLease(ctx, req, l)
+		if err != nil {
+			// All or nothing, as for a process: give back what this run took.
+			for _, r := range rs {
+				_ = al.Release(context.WithoutCancel(ctx), r)
+			}
+			return err
+		}
+		rs = append(rs, r)
+	}
+	return a.printLeases(f.json, rs)
+}
+
+// reserveLeased is reserve with --holder.
+func (a *app) reserveLeased(ctx context.Context, cmd *cobra.Command, f *grantFlags, h *holderFlags, port uint16) error {
+	if err := h.check(cmd); err != nil {
+		return err
+	}
+	req, err := f.request()
+	if err != nil {
+		return err
+	}
+	al, err := a.strictAllocator(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = al.Close() }()
+	r, err := al.ReserveLease(ctx, req, port, portalloc.Lease{Holder: h.holder, TTL: h.ttl})
+	if err != nil {
+		return err
+	}
+	return a.printLeases(f.json, []portalloc.Reservation{r})
+}
+
+// releaseLeased is release with --holder.
+func (a *app) releaseLeased(ctx context.Context, cmd *cobra.Command, f *selectFlags, h *holderFlags, args []string) error {
+	if err := h.check(cmd); err != nil {
+		return err
+	}
+	var flt portalloc.HolderFilter
+	switch {
+	case len(args) == 1:
+		p, err := parsePort("port", args[0])
+		if err != nil {
+			return err
+		}
+		flt.Port = p
+	case f.label == "" && !f.all:
+		return usagef("give a PORT, --label or --all: which ports of holder %q to release", h.holder)
+	}
+	if f.all && (flt.Port != 0 || f.label != "") {
+		return usagef("--all with a PORT or --label: give one of them")
+	}
+	flt.Label = f.label
+	al, err := a.strictAllocator(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = al.Close() }()
+	n, err := al.ReleaseHolder(ctx, h.holder, flt)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "released %d %s of holder %q\n", n, plural(n, "port"), h.holder)
+	return nil
+}
+
+func (a *app) renewCmd() *cobra.Command {
+	var h holderFlags
+	cmd := &cobra.Command{
+		Use:   "renew --holder NAME [--ttl D]",
+		Short: "Extend the lease of every port of a holder; exit 4 if it has none",
+		Long: `Extend the lease of every port of --holder whose lease has not ended: each
+lasts --ttl (default 1h) from now. A lease that has ended is never renewed,
+since another program may have its port by now: berth says so and exits 4,
+as it does for a holder with no ports. Get the ports again then.`,
+		Example: `  berth renew --holder ci/job-4711 --ttl 8h || PORT=$(berth get --holder ci/job-4711 --ttl 8h)`,
+		Args:    noArgs("renew", "name the holder with --holder"),
+	}
+	h.add(cmd, true)
+	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
+		if !h.set(cmd) {
+			return usagef("renew needs --holder NAME: the holder whose leases to extend")
+		}
+		if err := h.check(cmd); err != nil {
+			return err
+		}
+		al, err := a.strictAllocator(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = al.Close() }()
+		n, err := al.Renew(ctx, h.holder, h.ttl)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "renewed %d %s of holder %q for %v\n", n, plural(n, "port"), h.holder, h.ttl)
+		return nil
+	})
+	return cmd
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
+
+// leaseLeft shows how long a holder's lease has left, for ls.
+func leaseLeft(r store.Reservation) string {
+	if r.Expires.IsZero() {
+		return "yes (lease of another namespace)"
+	}
+	left := time.Until(r.Expires)
+	if left <= 0 {
+		return "ended"
+	}
+	d := left.Round(time.Second)
+	h, m, sec := int(d.Hours()), int(d.Minutes())%60, int(d.Seconds())%60
+	switch {
+	case h > 0:
+		return fmt.Sprintf("%dh%02dm left", h, m)
+	case m > 0:
+		return fmt.Sprintf("%dm%02ds left", m, sec)
+	}
+	return fmt.Sprintf("%ds left", sec)
+}
+
+// leaseJSONFields fills in the lease fields of ls --json for r, a port of a
+// holder.
+func leaseJSONFields(row *rowJSON, r store.Reservation) {
+	row.Holder, row.Alive = r.Owner.Name, r.LeaseLive()
+	if r.Expires.IsZero() {
+		return
+	}
+	at := r.Expires.UTC().Round(time.Second)
+	left := max(int64(time.Until(r.Expires).Round(time.Second).Seconds()), 0)
+	row.Expires, row.LeaseSeconds = &at, &left
+}
+
+// ofHolder returns the rows of holder, for ls --holder.
+func ofHolder(rows []store.Reservation, holder string) []store.Reservation {
+	out := rows[:0]
+	for _, r := range rows {
+		if r.Owner.IsLease() && r.Owner.Name == holder {
+			out = append(out, r)
+		}
+	}
+	return out
+}

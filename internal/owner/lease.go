@@ -1,0 +1,85 @@
+package owner
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+)
+
+// # Leases
+//
+// A reservation can belong to a named holder under a lease instead of to a
+// process. Its end is judged by a clock no wall-clock step moves (see
+// LeaseNow), of one boot: a lease of another boot has ended.
+//
+// Its row names, as its process, pid 1 as this process's pid namespace
+// numbers it, with the start the kernel recorded for that pid 1, and a
+// scope of the current format with "/lease" added: "<boot id>/k1/<pid
+// namespace>/<time namespace>/lease". Berth releases that know no leases,
+// still running while a newer one takes one, thereby judge the row as
+// they judge a process that runs as long as the boot (or, across pid
+// namespaces, the namespace): they keep it. The boot id of the lease clock
+// is always in front, on macOS too (which has no boot id in process
+// scopes).
+
+// leaseTag ends the scope of a lease.
+const leaseTag = "/lease"
+
+// IsLeaseScope reports whether scope is the scope of a lease's row.
+func IsLeaseScope(scope string) bool { return strings.HasSuffix(scope, leaseTag) }
+
+// leaseID is the identity recorded for the leases of this process's host,
+// boot and namespaces.
+var leaseID = sync.OnceValue(func() Identity {
+	sc := host.scope()
+	sc.boot = leaseBoot()
+	id := Identity{PID: 1, Scope: sc.boot + "/" + scopeTag + "/" + sc.pidNS + "/" + sc.timeNS + leaseTag}
+	// Where pid 1 cannot be read, the start stays 0: only berth releases
+	// that knew no leases look at it.
+	if r, err := host.read(context.Background(), 1); err == nil {
+		id.Start = r.start
+	}
+	return id
+})
+
+// LeaseIdentity returns the pid, start and scope recorded for a lease taken
+// by this process (see the package doc on leases), with name as its Name.
+// Leases of one boot and one pair of pid and time namespaces share it.
+func LeaseIdentity(name string) Identity {
+	id := leaseID()
+	id.Name = name
+	return id
+}
+
+// LeaseNow returns the lease clock of this process's boot and time
+// namespace: nanoseconds since boot, suspend included, which no wall-clock
+// step moves (CLOCK_BOOTTIME on Linux; CLOCK_MONOTONIC on macOS, which
+// counts sleep). Where no such clock exists (Windows and other systems) it
+// is the wall clock, in unix nanoseconds, and a step of the wall clock
+// moves the end of every lease by as much.
+func LeaseNow() (int64, error) { return leaseClock() }
+
+// LeaseRemaining tells how long the lease that ends at until on the lease
+// clock of scope (a lease's scope, see IsLeaseScope) has left, as this
+// process reads the clock now: 0 or less when it has ended. A lease of
+// another boot has ended. known is false when it cannot be told here (a
+// lease of another time namespace, whose clock is offset by an amount this
+// process cannot know, or a clock that cannot be read): the lease then
+// counts as live.
+func LeaseRemaining(scope string, until int64) (left time.Duration, known bool) {
+	sc, _ := parseScope(strings.TrimSuffix(scope, leaseTag))
+	mine := host.scope()
+	if differ(sc.boot, leaseBoot()) {
+		return 0, true
+	}
+	// The time namespace of a lease scope is followed by nothing more.
+	if differ(sc.timeNS, mine.timeNS) {
+		return 0, false
+	}
+	now, err := leaseClock()
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(until - now), true
+}

@@ -1,0 +1,195 @@
+package portalloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/berth-go/berth/store"
+)
+
+// Lease names the holder of a reservation that belongs to no process, and
+// how long it lasts: see AllocateLease. Holder is 1 to store.MaxHolderLen
+// bytes of printable UTF-8 (e.g. "ci/job-4711"); TTL is from
+// store.MinLeaseTTL (1s) to store.MaxLeaseTTL (720h, 30 days).
+type Lease = store.Lease
+
+// HolderFilter selects which reservations of a holder ReleaseHolder
+// releases. The zero HolderFilter selects all of them.
+type HolderFilter struct {
+	Protocol Protocol // zero: either
+	Port     uint16   // zero: any
+	Label    string   // zero: any
+}
+
+// ErrHolderNotFound is wrapped by the errors of Renew and ReleaseHolder
+// when the holder holds no reservation they can act on: none was made,
+// it was released, or (for Renew) its lease has ended. An ended lease is
+// never renewed: another owner may have its port by now.
+var ErrHolderNotFound = errors.New("holder holds no such reservation")
+
+// AllocateLease is Allocate for a named holder: the port belongs to
+// l.Holder under a lease of l.TTL instead of to this process, so it
+// outlives the process that asked (a CI job's port, a development
+// environment that a shell script starts). It lasts until ReleaseHolder
+// releases it or its lease ends: l.TTL after the grant or the last Renew,
+// by a clock no wall-clock step moves (see the statestore package), or at
+// the next boot. The Allocator does not hold it: Close leaves it.
+//
+// Leases need the state store: in the MRU mode, or while the Allocator
+// has fallen back to the MRU file, AllocateLease returns an error wrapping
+// ErrStoreUnavailable and never falls back. The returned Reservation has
+// Holder and Expires set.
+func (a *Allocator) AllocateLease(ctx context.Context, req Request, l Lease) (r Reservation, err error) {
+	defer func() { a.ctr.count(false, err) }()
+	if req.Sticky && req.Label == "" {
+		return Reservation{}, fmt.Errorf("%w: a sticky request needs a Label to remember its port under", ErrInvalidRequest)
+	}
+	return a.lease(ctx, req, l, func(ctx context.Context, s store.Store, ls store.LeaseStore, req Request) (store.Reservation, error) {
+		next, sticky := a.candidates(ctx, s, req, a.set)
+		row, err := ls.ScanLease(ctx, store.ScanRequest{
+			Protocol: req.Protocol,
+			Addr:     req.Address,
+			Label:    req.Label,
+			Next:     next,
+			Probe:    probeKey,
+		}, l)
+		if err == nil {
+			a.remember(ctx, s, req, sticky, row.Port)
+		}
+		return row, err
+	})
+}
+
+// ReserveLease is Reserve for a named holder (see AllocateLease): port,
+// whether or not it lies in the range, for l.Holder under a lease of
+// l.TTL. When the holder holds exactly this port already, its lease starts
+// over with l.TTL.
+func (a *Allocator) ReserveLease(ctx context.Context, req Request, port uint16, l Lease) (r Reservation, err error) {
+	defer func() { a.ctr.count(true, err) }()
+	if port == 0 {
+		return Reservation{}, fmt.Errorf("%w: port 0: want a port from 1 to 65535 (use AllocateLease for any free port)", ErrInvalidRequest)
+	}
+	return a.lease(ctx, req, l, func(ctx context.Context, _ store.Store, ls store.LeaseStore, req Request) (store.Reservation, error) {
+		key := store.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
+		return ls.ReserveLease(ctx, store.Request{Key: key, Label: req.Label, Kind: store.Static, Probe: probeKey}, l)
+	})
+}
+
+// lease runs op for a lease request on the Allocator's lease store.
+func (a *Allocator) lease(ctx context.Context, req Request, l Lease, op func(context.Context, store.Store, store.LeaseStore, Request) (store.Reservation, error)) (Reservation, error) {
+	if err := l.Check(); err != nil {
+		return Reservation{}, fmt.Errorf("portalloc: %w", err)
+	}
+	ctx, cancel, req, err := a.begin(ctx, req)
+	if err != nil {
+		return Reservation{}, err
+	}
+	defer cancel()
+	what := fmt.Sprintf("lease a %s port on %s for holder %q", req.Protocol, req.Address, l.Holder)
+	s, ls, err := a.leaseStore(ctx, what)
+	if err != nil {
+		return Reservation{}, err
+	}
+	row, err := op(ctx, s, ls, req)
+	if err != nil {
+		var ce *ConflictError
+		switch {
+		case errors.As(err, &ce):
+			return Reservation{}, ce
+		case errors.Is(err, store.ErrExhausted):
+			return Reservation{}, fmt.Errorf("portalloc: %s in %s: %w", what, a.cfg.Range, ErrRangeExhausted)
+		}
+		return Reservation{}, a.leaseErr(what, err)
+	}
+	r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: row.Label,
+		Backend: BackendStateStore, Holder: l.Holder, Expires: row.Expires}
+	a.log.V(1).Info("leased port", "protocol", string(r.Protocol), "address", r.Address.String(), "port", r.Port, "holder", r.Holder, "ttl", l.TTL.String())
+	return r, nil
+}
+
+// Renew sets the lease of every reservation of holder whose lease has not
+// ended to ttl from now, and returns how many there are. A holder with
+// none (never made, released, or every lease ended) is an error wrapping
+// ErrHolderNotFound: an ended lease is never revived.
+func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
+	what := fmt.Sprintf("renew the leases of holder %q", holder)
+	if err := (Lease{Holder: holder, TTL: ttl}).Check(); err != nil {
+		return 0, fmt.Errorf("portalloc: %s: %w", what, err)
+	}
+	_, ls, err := a.leaseStore(ctx, what)
+	if err != nil {
+		return 0, err
+	}
+	n, err := ls.RenewLease(ctx, holder, ttl)
+	if err != nil {
+		return 0, a.leaseErr(what, err)
+	}
+	return n, nil
+}
+
+// ReleaseHolder releases the reservations of holder that f selects (the
+// zero HolderFilter: all of them) and returns how many; none is an error
+// wrapping ErrHolderNotFound.
+func (a *Allocator) ReleaseHolder(ctx context.Context, holder string, f HolderFilter) (int, error) {
+	what := fmt.Sprintf("release the reservations of holder %q", holder)
+	if err := store.CheckHolder(holder); err != nil {
+		return 0, fmt.Errorf("portalloc: %s: %w", what, err)
+	}
+	if f.Label != "" {
+		if err := checkLabel(f.Label); err != nil {
+			return 0, err
+		}
+	}
+	_, ls, err := a.leaseStore(ctx, what)
+	if err != nil {
+		return 0, err
+	}
+	n, err := ls.ReleaseLease(ctx, holder, store.Filter{Protocol: f.Protocol, Port: f.Port, Label: f.Label})
+	if err != nil {
+		return 0, a.leaseErr(what, err)
+	}
+	return n, nil
+}
+
+// leaseStore returns the Allocator's state store as a lease store, or an
+// error wrapping ErrStoreUnavailable when it has none.
+func (a *Allocator) leaseStore(ctx context.Context, what string) (store.Store, store.LeaseStore, error) {
+	if a.isClosed() {
+		return nil, nil, fmt.Errorf("portalloc: %s: %w", what, ErrClosed)
+	}
+	a.retryStore(ctx)
+	s := a.db()
+	if s == nil {
+		cause := "the Allocator serves from the MRU file"
+		if err := a.FallbackCause(); err != nil {
+			cause += " (" + err.Error() + ")"
+		}
+		return nil, nil, fmt.Errorf("portalloc: %s: %w: a lease needs the state store, and %s", what, ErrStoreUnavailable, cause)
+	}
+	ls, ok := s.(store.LeaseStore)
+	if !ok {
+		return nil, nil, fmt.Errorf("portalloc: %s: %w: the store %T keeps no leases of one host", what, ErrStoreUnavailable, s)
+	}
+	return s, ls, nil
+}
+
+// leaseErr translates an error of a lease call of the store. A lease never
+// falls back: the MRU file cannot keep one.
+func (a *Allocator) leaseErr(what string, err error) error {
+	err = a.closedErr(err)
+	switch {
+	case errors.Is(err, ErrClosed):
+		return fmt.Errorf("portalloc: %s: %w", what, ErrClosed)
+	case errors.Is(err, store.ErrNotFound):
+		// The store's message repeats the operation; what it says is all
+		// in ErrHolderNotFound.
+		return fmt.Errorf("portalloc: %s: %w (none was made, it was released, or its lease has ended; an ended lease is not renewed: get the ports again)", what, ErrHolderNotFound)
+	case errors.Is(err, store.ErrInvalid):
+		return fmt.Errorf("portalloc: %s: %w", what, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("portalloc: %s: %w", what, err)
+	}
+	return fmt.Errorf("portalloc: %s: %w: %w", what, ErrStoreUnavailable, err)
+}

@@ -1,0 +1,75 @@
+package statestore
+
+import (
+	"fmt"
+	"io/fs"
+	"sync"
+
+	migfiles "github.com/berth-go/berth/internal/migrations"
+)
+
+// schema is what this berth knows of the schema: its migrations, the
+// latest of them, and the write version each declares.
+type schema struct {
+	src    fs.FS
+	latest uint
+	write  uint          // the write version of latest
+	writes map[uint]uint // by migration version
+}
+
+// known returns the schema this berth knows: its embedded migrations, with
+// a test's overlay added where one is set (see migfiles.SetOverlay).
+func known() (schema, error) {
+	src := migfiles.Source("statestore", migrations, "migrations")
+	if src == fs.FS(migrations) {
+		return ownSchema()
+	}
+	return readSchema(src)
+}
+
+// ownSchema is the schema of the embedded migrations, read once: every Open
+// asks for it.
+var ownSchema = sync.OnceValues(func() (schema, error) { return readSchema(migrations) })
+
+func readSchema(src fs.FS) (schema, error) {
+	latest := migfiles.Latest(src, "migrations")
+	writes, err := migfiles.WriteVersions(src, "migrations")
+	if err != nil {
+		return schema{}, fmt.Errorf("statestore migrations: %w", err)
+	}
+	return schema{src: src, latest: latest, write: writes[latest], writes: writes}, nil
+}
+
+// ownWriteVersion is the write version of the embedded migrations.
+func ownWriteVersion() uint {
+	writes, err := migfiles.WriteVersions(migrations, "migrations")
+	if err != nil {
+		return 0 // TestMigrationsDeclareWriteVersions names the file
+	}
+	return writes[latestMigration()]
+}
+
+// usable reports whether a file in state f can be used as it is by a berth
+// that knows k: its schema is k's, or newer but of a write version k knows
+// (the changes since are ones that k's writers tolerate).
+func (k schema) usable(f fileState) bool {
+	if f.fresh || f.dirty {
+		return false
+	}
+	return f.version == k.latest || k.newerKnown(f)
+}
+
+// newerKnown reports whether f's schema is newer than k's but its write
+// version one that k knows. Stores of schemas from before write versions
+// (write version 0) are never newer: every schema since declares one.
+func (k schema) newerKnown(f fileState) bool {
+	return f.version > k.latest && f.writeVersion >= 1 && f.writeVersion <= k.write
+}
+
+// refuses reports whether a berth that knows k must refuse a file in state
+// f: its schema is newer than k's, and its write version newer too (or
+// unknown, or a migration of it is cut short, which only a newer berth can
+// finish).
+func (k schema) refuses(f fileState) bool {
+	return f.version > k.latest && (f.dirty || !k.newerKnown(f))
+}
