@@ -96,9 +96,9 @@
 // holder's reservations are missing from a new store until the holder
 // notices, within one CheckInterval. Reservations whose owner holds no
 // Allocator (berth get's, which belong to the shell that ran it, once berth
-// has exited; a child's, once its parent has exited) have no one to put
-// them back: they are lost with the file, so keep the state directory (see
-// Config.StateDir) out of reach of cleaners.
+// has exited; a child's, once its parent has exited; a named holder's
+// lease) have no one to put them back: they are lost with the file, so
+// keep the state directory (see Config.StateDir) out of reach of cleaners.
 //
 // # Which port
 //
