@@ -111,11 +111,24 @@ func TestFallbackSkipsPortsTheStoreHolds(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "garbage"), filepath.Join(dir, "berth.db")); err != nil {
 		t.Fatal(err)
 	}
+	// In the default mode the MRU file then hands out nothing.
 	r, err = a.Allocate(ctx, portalloc.Request{})
-	if err != nil || r.Port != held {
-		t.Fatalf("Allocate serving blind = %+v, %v; want port %d, the only one not recently handed out", r, err, held)
+	if !errors.Is(err, portalloc.ErrStoreUnavailable) || !strings.Contains(err.Error(), "cannot read the store") {
+		t.Fatalf("Allocate in the fallback with a store it cannot read = %+v, %v; want ErrStoreUnavailable saying the store cannot be read", r, err)
 	}
-	if st := a.Stats(); st.Blind != 1 {
+	if _, err := a.Reserve(ctx, portalloc.Request{}, held); !errors.Is(err, portalloc.ErrStoreUnavailable) {
+		t.Errorf("Reserve(%d) in the fallback with a store it cannot read = %v; want ErrStoreUnavailable", held, err)
+	}
+	if st := a.Stats(); st.Blind != 0 {
+		t.Errorf("Stats().Blind = %d; want 0: the default mode never serves blind", st.Blind)
+	}
+	// ModeMRU serves blind, on purpose, and says so.
+	m := newAllocator(t, portalloc.Config{StateDir: dir, Mode: portalloc.ModeMRU, Range: portalloc.Range{First: held, Last: other}, Logger: log.logger()})
+	r, err = m.Allocate(ctx, portalloc.Request{})
+	if err != nil || r.Port != held {
+		t.Fatalf("ModeMRU Allocate serving blind = %+v, %v; want port %d, the only one not recently handed out", r, err, held)
+	}
+	if st := m.Stats(); st.Blind != 1 {
 		t.Errorf("Stats().Blind = %d; want 1", st.Blind)
 	}
 	if n := log.count("serves blind"); n != 1 {

@@ -33,18 +33,20 @@ const maxPeekBusy = time.Second
 //
 // A path with no file holds nothing: ReadHeld returns an empty set and no
 // error. Rows of exited owners are included, since a reader cannot reap
-// them; use Owner.Alive where that matters.
+// them; use Owner.Alive where that matters. An error that comes of a
+// passing shortage of descriptors, memory or disk space wraps
+// ErrTransient.
 func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 	path, err := filepath.Abs(path) // the file: URI takes an absolute path
 	if err != nil {
-		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+		return HeldSet{}, readErr(path, err)
 	}
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return HeldSet{}, nil
 	case err != nil:
-		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+		return HeldSet{}, readErr(path, err)
 	case !fi.Mode().IsRegular():
 		return HeldSet{}, fmt.Errorf("read %s: not a regular file: %w", path, ErrDamaged)
 	}
@@ -54,27 +56,27 @@ func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 	}
 	db, err := openDB(dsnBare(path) + fmt.Sprintf("?mode=ro&_pragma=busy_timeout(%d)", busy.Milliseconds()))
 	if err != nil {
-		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+		return HeldSet{}, readErr(path, err)
 	}
 	defer func() { _ = db.Close() }()
 	db.SetMaxOpenConns(1)
 	rows, err := db.QueryContext(ctx, "SELECT "+rowColumns+" FROM port_allocations")
 	if err != nil {
-		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+		return HeldSet{}, readErr(path, err)
 	}
 	defer func() { _ = rows.Close() }()
 	h := HeldSet{rows: map[uint32][]Reservation{}}
 	for rows.Next() {
 		r, err := scanRow(rows)
 		if err != nil {
-			return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+			return HeldSet{}, readErr(path, err)
 		}
 		k := cacheKey(r.Protocol, r.Port)
 		h.rows[k] = append(h.rows[k], r)
 		h.n++
 	}
 	if err := rows.Err(); err != nil {
-		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+		return HeldSet{}, readErr(path, err)
 	}
 	return h, nil
 }
@@ -101,4 +103,13 @@ func (h HeldSet) Holders(k Key) []Reservation {
 		}
 	}
 	return out
+}
+
+// readErr is an error of ReadHeld: one that comes of a passing shortage of
+// descriptors, memory or disk space wraps ErrTransient and says so.
+func readErr(path string, err error) error {
+	if short := shortage(err, filepath.Dir(path)); short != nil {
+		err = short
+	}
+	return fmt.Errorf("read %s: %w", path, err)
 }

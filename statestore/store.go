@@ -347,7 +347,7 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 	}
 	db, conn, err := connect(ctx, path, busySlice, true)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("open %s: %w", path, err)
+		return nil, nil, 0, classify(path, err)
 	}
 	return db, conn, found, nil
 }

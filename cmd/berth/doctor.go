@@ -56,7 +56,7 @@ func (a *app) runDoctor(ctx context.Context) error {
 	case cause != nil:
 		line("mode", "%s: serving from the MRU file because the state store failed: %v", cfg.Mode, cause)
 		if held, err := statestore.ReadHeld(ctx, a.dbPath()); err != nil {
-			line("fallback", "ports from the MRU file are only remembered, not reserved, and the database cannot be read either (%v): the MRU file serves blind and may hand out ports other processes have reserved", err)
+			line("fallback", "the database cannot be read either (%v), so the MRU file cannot skip the ports it holds and hands out none: get, reserve and run fail until the store is fixed. --mode mru (BERTH_MODE=mru) hands out ports blind on purpose, and may hand out ports other processes have reserved", err)
 		} else {
 			line("fallback", "ports from the MRU file are only remembered, not reserved; the database can still be read, so the %d reservations in it are skipped", held.Len())
 		}
