@@ -69,7 +69,8 @@ func setSchemaVersion(t *testing.T, dir string, v uint) {
 // the MRU file must not hand out the held port, neither to Allocate in a
 // range where it is the only other port nor to Reserve, though it is
 // bindable (a reservation is not a bind). Once the database cannot be read
-// either, the MRU file serves blind, and says so.
+// either, the default mode hands out nothing, and only ModeMRU serves
+// blind, and says so.
 func TestFallbackSkipsPortsTheStoreHolds(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -204,5 +205,55 @@ func TestBusyStoreIsNotAFallback(t *testing.T) {
 	_ = locker.cmd.Wait()
 	if r, err := a.Reserve(ctx, portalloc.Request{}, port); err != nil || r.Backend != portalloc.BackendStateStore {
 		t.Errorf("Reserve once the lock is free = %+v, %v; want it from the store", r, err)
+	}
+}
+
+// TestFallbackSkipsTheAllocatorsOwnPorts: the store is replaced under an
+// Allocator that holds a port in it, by a database a newer berth wrote
+// that has no rows. The Allocator falls back; the store it can read now
+// knows nothing of the Allocator's own port, and the MRU file never handed
+// it out, but the Allocator still holds it: the MRU file must skip it too.
+func TestFallbackSkipsTheAllocatorsOwnPorts(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	base := freeRun(t, 2)
+	log := &logCounter{}
+	a, err := portalloc.New(ctx, portalloc.Config{StateDir: dir, Range: portalloc.Range{First: base, Last: base + 1}, Logger: log.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Close cannot release the row in the replaced store; reaping
+	// covers it, and its error is for logging.
+	t.Cleanup(func() { _ = a.Close() })
+	own, err := a.Allocate(ctx, portalloc.Request{})
+	if err != nil || own.Backend != portalloc.BackendStateStore {
+		t.Fatalf("Allocate = %+v, %v; want a port from the store", own, err)
+	}
+
+	// An empty store of a newer schema, moved over the Allocator's.
+	other := t.TempDir()
+	s, err := statestore.Open(ctx, filepath.Join(other, "berth.db"), statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	setSchemaVersion(t, other, statestore.SchemaVersion+1)
+	for _, suffix := range []string{"-wal", "-shm"} { // the old file's, which would apply to the new one
+		if err := os.Remove(filepath.Join(dir, "berth.db"+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Rename(filepath.Join(other, "berth.db"), filepath.Join(dir, "berth.db")); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := a.Allocate(ctx, portalloc.Request{})
+	if err != nil || r.Backend != portalloc.BackendMRU || r.Port == own.Port {
+		t.Fatalf("Allocate after the store was replaced = %+v, %v; want the other port from the MRU file, not %d, which this Allocator holds", r, err, own.Port)
+	}
+	if r, err := a.Allocate(ctx, portalloc.Request{}); !errors.Is(err, portalloc.ErrRangeExhausted) {
+		t.Fatalf("second Allocate = %+v, %v; want ErrRangeExhausted: one port is the Allocator's own, the other recently handed out", r, err)
 	}
 }

@@ -199,7 +199,6 @@ func TestOutOfDescriptorsNeverHandsOutAHeldPort(t *testing.T) {
 			}
 			res := runStarved(t, dir, c.mode, c.op, c.afterNew, nofile, held)
 			what := fmt.Sprintf("mode %q, %s, RLIMIT_NOFILE %d (after New: %v): %+v", c.mode, c.op, nofile, c.afterNew, res)
-			t.Log(what)
 			switch {
 			case res.Err == "" && res.Port == held:
 				t.Errorf("%s: handed out port %d, which another process holds", what, held)
