@@ -82,6 +82,16 @@ func storageErr(op string, err error) error {
 	return &storageError{op: op, err: err}
 }
 
+// shortErr prefixes err with op and, when it comes of a passing shortage
+// (an errno of one), puts it in the words of one, wrapping ErrTransient;
+// any other error it leaves as it is.
+func shortErr(op string, err error) error {
+	if short := transient.Wrap(err); short != nil {
+		err = short
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
 // storageError is a failure of the store: it wraps ErrStorage and the
 // cause, unless explain has found the cause to be a full disk (short).
 type storageError struct {

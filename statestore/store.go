@@ -142,7 +142,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		_ = conn.Close()
 		_ = db.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, shortErr("open "+path, err)
 	}
 	ckptDB, err := openDB(dsn(path, busySlice, false, false))
 	if err != nil {
