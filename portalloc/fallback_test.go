@@ -63,6 +63,20 @@ func setSchemaVersion(t *testing.T, dir string, v uint) {
 	}
 }
 
+// newerStore makes dir's store one a newer berth wrote: this berth can
+// read it but not write to it, and falls back to the MRU file.
+func newerStore(t *testing.T, dir string) {
+	t.Helper()
+	s, err := statestore.Open(context.Background(), filepath.Join(dir, portalloc.DatabaseFile), statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	setSchemaVersion(t, dir, statestore.SchemaVersion+1)
+}
+
 // TestFallbackSkipsPortsTheStoreHolds: another process holds a port in the
 // store; then a newer berth upgrades the store's schema, so this berth
 // cannot write to it and falls back. The database can still be read, and

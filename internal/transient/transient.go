@@ -15,13 +15,14 @@ import (
 // call failed for want of something the system runs short of now and then,
 // or it was interrupted. Nothing is damaged; the same call may work once
 // the shortage has passed.
-var ErrTransient = errors.New("a passing shortage, not damage; try again")
+var ErrTransient = errors.New("a passing shortage, not damage")
 
-// kind says what ran short, in words for a message that also says what to
-// do.
+// kind says what ran short, in words for a message, and what to do
+// besides trying again.
 type kind struct {
 	errno syscall.Errno
 	what  string
+	fix   string // "" when waiting is all there is to do
 }
 
 // Errno returns the error number of the first shortage err wraps, and
@@ -74,14 +75,17 @@ func As(no syscall.Errno, err error) error {
 	if errors.Is(err, ErrTransient) {
 		return err
 	}
-	what := no.Error()
+	what, fix := no.Error(), ""
 	for _, k := range kinds {
 		if k.errno == no {
-			what = k.what
+			what, fix = k.what, k.fix
 			break
 		}
 	}
-	return fmt.Errorf("%s (%w): %w", what, ErrTransient, err)
+	if fix == "" {
+		return fmt.Errorf("%s (%w); try again: %w", what, ErrTransient, err)
+	}
+	return fmt.Errorf("%s (%w): %s, then try again: %w", what, ErrTransient, fix, err)
 }
 
 // headroom is how many descriptors DescriptorsShort asks for: about what

@@ -11,14 +11,14 @@ import (
 const diskQuota = syscall.EDQUOT
 
 var kinds = []kind{
-	{syscall.EMFILE, "too many open files: this process has used up its file descriptors (raise the limit, ulimit -n, or close some)"},
-	{syscall.ENFILE, "too many open files in the system: the host has run out of file descriptors"},
-	{syscall.ENOMEM, "out of memory"},
-	{syscall.ENOBUFS, "out of buffer space"},
-	{syscall.ENOSPC, "no space left on the device (free some space)"},
-	{syscall.EDQUOT, "disk quota exceeded (free some space or raise the quota)"},
-	{syscall.EINTR, "interrupted by a signal"},
-	{syscall.EAGAIN, "resource temporarily unavailable"},
+	{syscall.EMFILE, "too many open files", "this process has used up its file descriptors; raise its limit (ulimit -n) or close some"},
+	{syscall.ENFILE, "too many open files in the system", "the host has used up its file descriptors"},
+	{syscall.ENOMEM, "out of memory", ""},
+	{syscall.ENOBUFS, "out of buffer space", ""},
+	{syscall.ENOSPC, "no space left on the device", "free some space"},
+	{syscall.EDQUOT, "disk quota exceeded", "free some space or raise the quota"},
+	{syscall.EINTR, "interrupted by a signal", ""},
+	{syscall.EAGAIN, "resource temporarily unavailable", ""},
 }
 
 // minFree is the free space, in bytes, below which DiskFull calls a file

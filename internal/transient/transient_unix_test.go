@@ -54,7 +54,7 @@ func TestWrap(t *testing.T) {
 	}{
 		{syscall.EMFILE, "too many open files", false},
 		{&os.PathError{Op: "open", Path: "/x", Err: syscall.EMFILE}, "this process has used up its file descriptors", false},
-		{os.NewSyscallError("socket", syscall.ENFILE), "the host has run out of file descriptors", false},
+		{os.NewSyscallError("socket", syscall.ENFILE), "the host has used up its file descriptors", false},
 		{fmt.Errorf("read: %w", syscall.ENOMEM), "out of memory", false},
 		{syscall.ENOBUFS, "out of buffer space", false},
 		{&os.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}, "no space left on the device", true},
