@@ -110,9 +110,9 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 		return ctx.Err() // the caller gave up
 	case ctx.Err() != nil && !isTransient(err):
 		return ctx.Err()
-	case errors.Is(err, ErrTransient):
+	case errors.Is(err, ErrTransient), transient.Is(err) && errors.Is(err, store.ErrStorage):
 		return transientErr(err) // the store's own shortage
-	case isTransient(err) && !errors.Is(err, store.ErrBusy) && !errors.Is(err, context.DeadlineExceeded):
+	case transient.Is(err):
 		return a.probeErr(err, req) // the probe's: out of sockets, say
 	case isTransient(err) || ctx.Err() != nil:
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {

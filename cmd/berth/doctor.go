@@ -42,7 +42,10 @@ func (a *app) runDoctor(ctx context.Context) error {
 	al, err := portalloc.New(ctx, a.cfg)
 	if err != nil {
 		line("mode", "%s: cannot serve: %v", modeOf(a.cfg), err)
-		if errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case errors.Is(err, portalloc.ErrTransient):
+			line("to fix", "the system ran short of what the message names; berth fails rather than fall back for that. Free some (raise ulimit -n, free disk space), then try again")
+		case errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded):
 			line("to fix", "another process keeps the state store locked; berth waits for it (up to --timeout, now %v) rather than fall back. Stop or wait for that process", a.cfg.Timeout)
 		}
 		_ = tw.Flush()
