@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,5 +88,41 @@ func TestWrap(t *testing.T) {
 		case transient.Wrap(got) != got && transient.As(syscall.EMFILE, got) != got:
 			t.Errorf("wrapping %v again changed it", got)
 		}
+	}
+}
+
+// TestDiskFull mounts a small tmpfs (as root), fills it, and checks that
+// DiskFull tells a full file system from one with room.
+func TestDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	if err := transient.DiskFull(dir); err != nil {
+		t.Errorf("DiskFull(%s) = %v; want nil: it has room", dir, err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: mounting a tmpfs needs root")
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("skipping: cannot mount a tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	if err := transient.DiskFull(dir); err != nil {
+		t.Errorf("DiskFull of an empty tmpfs = %v; want nil", err)
+	}
+	f, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	var werr error
+	for werr == nil {
+		_, werr = f.Write(chunk)
+	}
+	_ = f.Close()
+	if !transient.IsDisk(werr) {
+		t.Fatalf("filling the tmpfs ended with %v; want ENOSPC", werr)
+	}
+	err = transient.DiskFull(dir)
+	if !errors.Is(err, syscall.ENOSPC) || !transient.IsDisk(err) {
+		t.Errorf("DiskFull of a full tmpfs = %v; want ENOSPC", err)
 	}
 }
