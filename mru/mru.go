@@ -33,7 +33,9 @@
 // another user owns or others may write is refused with an error wrapping
 // ErrUnsafe: berth never opens it. When the file cannot be locked or written
 // (a read-only or full state directory), the allocator logs that once and
-// goes on handing out bind-probed ports without recording them.
+// goes on handing out bind-probed ports without recording them. A process
+// that has run out of file descriptors or memory, or a call interrupted,
+// is different: the call fails with an error wrapping ErrTransient.
 package mru
 
 import (
@@ -56,6 +58,7 @@ import (
 
 	"github.com/berth-go/berth/internal/filelock"
 	"github.com/berth-go/berth/internal/safefs"
+	"github.com/berth-go/berth/internal/transient"
 )
 
 const (
@@ -75,6 +78,11 @@ var ErrExhausted = errors.New("no free port that was not handed out recently")
 // berth refuses to open: not a regular file, a symbolic link, or owned or
 // writable by another user.
 var ErrUnsafe = safefs.ErrUnsafe
+
+// ErrTransient is wrapped by the error of a call that failed for want of
+// file descriptors or memory, or was interrupted: try again once the
+// shortage has passed. It is the sentinel store.ErrTransient is.
+var ErrTransient = transient.ErrTransient
 
 // Options tune a File. Every zero value is a working default.
 type Options struct {
@@ -292,7 +300,9 @@ func (f *File) update(ctx context.Context, fn func(recent func(string, uint16) b
 		if errors.Is(err, safefs.ErrUnsafe) {
 			return fmt.Errorf("MRU file: %w", err)
 		}
-		f.degrade(err)
+		if err := f.degrade(err); err != nil {
+			return err
+		}
 	}
 	for _, p := range []string{f.path, f.path + ".lock"} {
 		if err := safefs.CheckFile(p); err != nil {
@@ -318,7 +328,7 @@ func (f *File) update(ctx context.Context, fn func(recent func(string, uint16) b
 		return err
 	}
 	if len(add) > 0 {
-		f.append(add, now)
+		return f.append(add, now)
 	}
 	return nil
 }
@@ -333,7 +343,9 @@ func (f *File) lockFile(ctx context.Context) (func(), error) {
 			if errors.Is(err, syscall.ELOOP) {
 				return nil, fmt.Errorf("MRU file: %w", &safefs.UnsafeError{Path: f.path + ".lock", Why: "is a symbolic link where berth keeps its own file", Fix: "remove the link"})
 			}
-			f.degrade(err)
+			if err := f.degrade(err); err != nil {
+				return nil, err
+			}
 			return func() {}, nil
 		}
 		f.lock = l
@@ -341,7 +353,9 @@ func (f *File) lockFile(ctx context.Context) (func(), error) {
 	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
 		ok, err := f.lock.TryLock()
 		if err != nil {
-			f.degrade(err)
+			if err := f.degrade(err); err != nil {
+				return nil, err
+			}
 			return func() {}, nil
 		}
 		if ok {
@@ -386,7 +400,9 @@ func (f *File) refresh(now time.Time) error {
 		if errors.Is(err, syscall.ELOOP) {
 			return fmt.Errorf("MRU file: %w", &safefs.UnsafeError{Path: f.path, Why: "is a symbolic link where berth keeps its own file", Fix: "remove the link; berth creates the file itself"})
 		}
-		f.degrade(err)
+		if err := f.degrade(err); err != nil {
+			return err
+		}
 		f.view = view{valid: true, recent: map[key]int64{}}
 		return nil
 	}
@@ -426,8 +442,7 @@ func (f *File) refresh(now time.Time) error {
 			// Version 1: one JSON object; rewrite it as version 2.
 			v.valid = true
 			f.add(entries)
-			f.rewrite(now)
-			return nil
+			return f.rewrite(now)
 		}
 		buf, start = buf[n:], int64(n)
 	}
@@ -464,24 +479,26 @@ func (f *File) add(entries []Entry) {
 
 // append writes entries to the end of the file, after cutting off a line a
 // crash may have torn, and rewrites the file when most of it has expired.
-func (f *File) append(entries []Entry, now time.Time) {
+// It fails only for a passing shortage (see degrade).
+func (f *File) append(entries []Entry, now time.Time) error {
 	v := &f.view
 	if v.end == 0 || v.id == nil {
 		f.add(entries)
-		f.rewrite(now)
-		return
+		return f.rewrite(now)
 	}
 	file, err := os.OpenFile(f.path, os.O_WRONLY|noFollow|nonBlock, 0)
 	if err != nil {
-		f.degrade(fmt.Errorf("write %s: %w", f.path, err))
+		if err := f.degrade(fmt.Errorf("write %s: %w", f.path, err)); err != nil {
+			return err
+		}
 		f.add(entries)
-		return
+		return nil
 	}
 	defer func() { _ = file.Close() }()
 	if fi, err := file.Stat(); err != nil || !os.SameFile(fi, v.id) || !fi.Mode().IsRegular() {
 		f.add(entries)
 		f.view.valid = false // replaced under us: read it whole next time
-		return
+		return nil
 	} else if fi.Size() != v.end {
 		_ = file.Truncate(v.end) // a torn last line
 	}
@@ -492,10 +509,12 @@ func (f *File) append(entries []Entry, now time.Time) {
 		b.WriteByte('\n')
 	}
 	if _, err := file.WriteAt(b.Bytes(), v.end); err != nil {
-		f.degrade(fmt.Errorf("write %s: %w", f.path, err))
 		_ = file.Truncate(v.end)
+		if err := f.degrade(fmt.Errorf("write %s: %w", f.path, err)); err != nil {
+			return err
+		}
 		f.add(entries)
-		return
+		return nil
 	}
 	v.end += int64(b.Len())
 	f.add(entries)
@@ -503,12 +522,14 @@ func (f *File) append(entries []Entry, now time.Time) {
 	// all), rewrite a file most of whose lines have expired or been
 	// trimmed.
 	if every := max(256, f.opts.MaxEntries); v.lines%every == 0 && len(f.live(now)) < v.lines/4 {
-		f.rewrite(now)
+		return f.rewrite(now)
 	}
+	return nil
 }
 
-// rewrite replaces the file with the view's live entries, atomically.
-func (f *File) rewrite(now time.Time) {
+// rewrite replaces the file with the view's live entries, atomically. It
+// fails only for a passing shortage (see degrade).
+func (f *File) rewrite(now time.Time) error {
 	live := f.live(now)
 	var b bytes.Buffer
 	b.Write(header)
@@ -518,24 +539,33 @@ func (f *File) rewrite(now time.Time) {
 		b.WriteByte('\n')
 	}
 	if err := writeAtomic(f.path, b.Bytes()); err != nil {
-		f.degrade(fmt.Errorf("write %s: %w", f.path, err))
-		return
+		return f.degrade(fmt.Errorf("write %s: %w", f.path, err))
 	}
 	fi, err := os.Lstat(f.path)
 	if err != nil {
 		f.view.valid = false
-		return
+		return nil
 	}
 	f.view = view{valid: true, id: fi, end: int64(b.Len()), recent: map[key]int64{}}
 	f.add(live)
 	f.view.lines = len(live)
+	return nil
 }
 
-// degrade logs, once per File, that recent ports are not being recorded.
-func (f *File) degrade(err error) {
+// degrade logs, once per File, that recent ports are not being recorded,
+// and returns nil: a read-only or full state directory. A passing shortage
+// of descriptors or memory, or an interrupted call, is no such thing: the
+// process that cannot open the MRU file cannot be trusted to probe and
+// hand out a port either, so degrade returns it as an error wrapping
+// ErrTransient, and the call fails.
+func (f *File) degrade(err error) error {
+	if transient.Is(err) && !transient.IsDisk(err) {
+		return fmt.Errorf("MRU file: %w", transient.Wrap(err))
+	}
 	f.degraded.Do(func() {
 		f.opts.Logger.Error(err, "cannot record handed-out ports in the MRU file; ports are still bind-probed, but may be handed out again within the window")
 	})
+	return nil
 }
 
 func (f *File) setAside(cause error) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 
+	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/internal/probe"
 	"github.com/berth-go/berth/mru"
@@ -132,14 +134,23 @@ func storeKey(r Reservation) store.Key {
 }
 
 // allocateMRU allocates from the MRU file, skipping every port the state
-// store holds while its database can be read.
+// store holds (see readHeld for a store that cannot be read) and every port
+// this Allocator holds itself, on either backend: after the store was
+// replaced under it, the store's view lacks the Allocator's own rows.
 func (a *Allocator) allocateMRU(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error)) (Reservation, error) {
-	held, readable := a.readHeld(ctx)
+	held, readable, err := a.readHeld(ctx)
+	if err != nil {
+		return Reservation{}, err
+	}
+	own := a.ownPorts(req.Protocol)
 	it, _ := a.candidates(ctx, nil, req, set) // the MRU file remembers no sticky port
 	next := func() (uint16, bool) {
 		for {
 			p, ok := it()
-			if !ok || len(held.Holders(store.Key{Protocol: req.Protocol, Addr: req.Address, Port: p})) == 0 {
+			if !ok {
+				return p, ok
+			}
+			if len(held.Holders(store.Key{Protocol: req.Protocol, Addr: req.Address, Port: p})) == 0 && !own.conflicts(p, req.Address) {
 				return p, ok
 			}
 		}
@@ -174,4 +185,31 @@ func (a *Allocator) holdMRU(req Request, port uint16, readable bool) (Reservatio
 		return Reservation{}, ErrClosed
 	}
 	return r, nil
+}
+
+// ownedPorts is the addresses an Allocator holds, by port, of one protocol.
+type ownedPorts map[uint16][]netip.Addr
+
+// ownPorts returns the ports of protocol that the Allocator holds, on any
+// backend.
+func (a *Allocator) ownPorts(protocol Protocol) ownedPorts {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	own := ownedPorts{}
+	for k := range a.held {
+		if k.protocol == protocol {
+			own[k.port] = append(own[k.port], k.addr)
+		}
+	}
+	return own
+}
+
+// conflicts reports whether a held address of port conflicts with addr.
+func (o ownedPorts) conflicts(port uint16, addr netip.Addr) bool {
+	for _, h := range o[port] {
+		if netaddr.Conflicts(h, addr) {
+			return true
+		}
+	}
+	return false
 }

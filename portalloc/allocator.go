@@ -57,7 +57,9 @@ type Allocator struct {
 // opens (creating if needed) the store in cfg.StateDir, waiting at most
 // until ctx is done or cfg.Timeout has passed. A store that is busy (another
 // process holds its lock for longer) or that does not open in time is an
-// error wrapping ErrStoreUnavailable in every mode, and so is a state
+// error wrapping ErrStoreUnavailable in every mode, and so is one that
+// cannot be opened for a passing shortage of descriptors, memory or disk
+// space (an error wrapping ErrTransient too), and so is a state
 // directory berth refuses as unsafe (an error wrapping ErrUnsafe too: see
 // Config.StateDir). A store that cannot be used for another reason (a damaged or foreign file, a newer schema, a
 // directory that cannot be written) is an error wrapping
@@ -115,6 +117,9 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
+		}
+		if isTransient(err) && !errors.Is(err, store.ErrBusy) && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, transientErr(err)
 		}
 		if cfg.Mode == ModeStateStore || isTransient(err) || errors.Is(err, ErrUnsafe) || errors.Is(err, statestore.ErrMoved) {
 			return nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)

@@ -203,9 +203,17 @@ func TestFallback(t *testing.T) {
 	if cause := a.FallbackCause(); cause == nil || !strings.Contains(cause.Error(), "is a directory") {
 		t.Errorf("FallbackCause() = %v; want the directory in the way", cause)
 	}
+	// The MRU file cannot read the store to skip the ports it holds: in
+	// the default mode it hands out none.
+	if r, err := a.Allocate(context.Background(), portalloc.Request{}); !errors.Is(err, portalloc.ErrStoreUnavailable) || errors.Is(err, portalloc.ErrTransient) ||
+		!strings.Contains(err.Error(), "cannot read the store") || !strings.Contains(err.Error(), "BERTH_MODE=mru") {
+		t.Fatalf("Allocate with a store that cannot be read = %+v, %v; want ErrStoreUnavailable saying the MRU file cannot read the store, and what to do", r, err)
+	}
+	// ModeMRU, chosen on purpose, serves blind.
+	m := newAllocator(t, portalloc.Config{StateDir: dir, Mode: portalloc.ModeMRU, Logger: log})
 	seen := map[uint16]bool{}
 	for range 5 {
-		r, err := a.Allocate(context.Background(), portalloc.Request{})
+		r, err := m.Allocate(context.Background(), portalloc.Request{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,12 +29,19 @@ const (
 	// failure is an error wrapping ErrStoreUnavailable.
 	ModeStateStore Mode = "statestore"
 	// ModeStateStoreWithFallback reserves in the state store and, when it
-	// cannot be used (not merely busy), falls back to the MRU allocator,
-	// logging the switch; the MRU allocator still skips the ports the store
-	// holds while its database can be read. The store is tried again every
-	// StoreRetryInterval. See the package documentation.
+	// cannot be used (not merely busy, nor short of descriptors, memory or
+	// disk space: those are errors), falls back to the MRU allocator,
+	// logging the switch. The MRU allocator skips the ports the store
+	// holds, and when it cannot read the store either, it hands out none:
+	// the call fails with an error wrapping ErrStoreUnavailable. The store
+	// is tried again every StoreRetryInterval. See the package
+	// documentation.
 	ModeStateStoreWithFallback Mode = "statestore-with-fallback"
-	// ModeMRU uses the legacy MRU-file allocator only.
+	// ModeMRU uses the legacy MRU-file allocator only. It skips the ports
+	// the state store holds while the store can be read, and otherwise
+	// serves blind, with a warning, counted in Stats.Blind: the one mode
+	// that may hand out a port another process has reserved, for a caller
+	// that chose it.
 	ModeMRU Mode = "mru"
 )
 

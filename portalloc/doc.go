@@ -62,15 +62,25 @@
 // (a damaged or foreign database, a newer schema, a file system that fails)
 // makes the Allocator serve from the MRU file, loudly: an error is logged
 // (to standard error when Config.Logger is the zero Logger), Stats counts
-// it and FallbackCause says why. A busy store (another process holds its
-// lock past the time a call can wait) or a call that runs out of time is
-// not such a reason: the call fails with an error wrapping
-// ErrStoreUnavailable and the context's error, and the next call tries the
-// store again. While the MRU file serves, it skips every port the store
-// holds as long as the database can still be read (readers need no lock);
-// when it cannot be read either, it serves blind, which is logged and
-// counted in Stats.Blind. Every StoreRetryInterval the next call tries the
-// store again, and the Allocator goes back to it once it works.
+// it and FallbackCause says why. Waiting is not such a reason: a busy
+// store (another process holds its lock past the time a call can wait) and
+// a call that runs out of time fail with an error wrapping
+// ErrStoreUnavailable and the context's error. Nor is a passing shortage:
+// running out of file descriptors (EMFILE, ENFILE), memory, or disk space
+// (ENOSPC, EDQUOT, SQLITE_FULL), or an interrupted call, fails with an
+// error wrapping ErrStoreUnavailable and ErrTransient that names what ran
+// short; the MRU file would meet the same shortage and knows less. The
+// next call tries the store again.
+//
+// While the MRU file serves, it skips every port the store holds (it
+// reads the database, which needs no lock) and every port the Allocator
+// itself holds. When it cannot read the database either, it hands out
+// nothing in this mode: the call fails with an error wrapping
+// ErrStoreUnavailable that says why; `berth doctor` tells what to do. Only
+// ModeMRU, chosen on purpose (BERTH_MODE=mru), serves blind then, which is
+// logged and counted in Stats.Blind. Every StoreRetryInterval the next
+// call tries the store again, and the Allocator goes back to it once it
+// works.
 //
 // # Losing the store
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/berth-go/berth/internal/transient"
 	"github.com/berth-go/berth/mru"
 	"github.com/berth-go/berth/store"
 )
@@ -27,10 +28,21 @@ var (
 	ErrInvalidRequest = store.ErrInvalid
 	// ErrStoreUnavailable: the state store could not be used. In every
 	// mode a busy store (another process held its lock longer than the call
-	// could wait) or a call that ran out of time; in ModeStateStore also a
-	// store that could not be opened or failed, which in
-	// ModeStateStoreWithFallback makes the MRU file serve instead.
+	// could wait), a passing shortage (ErrTransient) or a call that ran out
+	// of time; in ModeStateStore also a store that could not be opened or
+	// failed, which in ModeStateStoreWithFallback makes the MRU file serve
+	// instead, as long as the MRU file can read the store to skip the
+	// ports it holds: when it cannot, the call fails with this error too.
 	ErrStoreUnavailable = errors.New("state store unavailable")
+	// ErrTransient: the call failed for want of something the system runs
+	// short of now and then, or was interrupted: file descriptors (EMFILE,
+	// ENFILE), memory (ENOMEM, SQLITE_NOMEM), disk space (ENOSPC, EDQUOT,
+	// SQLITE_FULL), or a signal (EINTR, EAGAIN). The message says which and
+	// what to do (raise ulimit -n, free disk space). Nothing is damaged and
+	// no mode falls back for it: the caller fails the call, or waits and
+	// tries again. An error of the state store's wraps
+	// ErrStoreUnavailable too. It is the sentinel store.ErrTransient is.
+	ErrTransient = store.ErrTransient
 	// ErrClosed: the Allocator has been closed.
 	ErrClosed = errors.New("allocator closed")
 	// ErrNotHeld: Release or Transfer of a reservation that this process
@@ -83,9 +95,10 @@ func (a *Allocator) rowErr(op string, r Reservation, err error) error {
 
 // storeErr translates a state store error. It returns nil when the caller
 // should go on with the MRU file: a failure of the store, not of the
-// request, in the fallback mode. A busy store and a call out of time are
-// never reasons to fall back: the store works, it only has to be waited
-// for, and the MRU file reserves nothing.
+// request, in the fallback mode. A busy store, a passing shortage of
+// descriptors, memory or disk space, and a call out of time are never
+// reasons to fall back: the store works, it only has to be waited for,
+// and the MRU file reserves nothing.
 func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error {
 	var ce *ConflictError
 	switch {
@@ -97,6 +110,10 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 		return ctx.Err() // the caller gave up
 	case ctx.Err() != nil && !isTransient(err):
 		return ctx.Err()
+	case errors.Is(err, ErrTransient), transient.Is(err) && errors.Is(err, store.ErrStorage):
+		return transientErr(err) // the store's own shortage
+	case transient.Is(err):
+		return a.probeErr(err, req) // the probe's: out of sockets, say
 	case isTransient(err) || ctx.Err() != nil:
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 			err = fmt.Errorf("%w: %w", err, ctxErr)
@@ -125,6 +142,16 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 	}
 }
 
+// transientErr is the error of a call that met a passing shortage in the
+// state store: it wraps ErrStoreUnavailable and ErrTransient, and its
+// message says what ran short.
+func transientErr(err error) error {
+	if short := transient.Wrap(err); short != nil && !errors.Is(err, ErrTransient) {
+		err = short
+	}
+	return fmt.Errorf("portalloc: %w (berth does not fall back for it): %w", ErrStoreUnavailable, err)
+}
+
 func (a *Allocator) mruErr(ctx context.Context, err error, req Request) error {
 	switch {
 	case errors.Is(err, mru.ErrExhausted):
@@ -136,9 +163,15 @@ func (a *Allocator) mruErr(ctx context.Context, err error, req Request) error {
 	}
 }
 
+// probeErr is the error of a bind probe (or of the MRU file): an address
+// that is not the host's is a bad request, and a shortage of descriptors
+// or memory says so and wraps ErrTransient.
 func (a *Allocator) probeErr(err error, req Request) error {
 	if errors.Is(err, syscall.EADDRNOTAVAIL) {
 		return fmt.Errorf("portalloc: %w: address %s is not an address of this host: %w", ErrInvalidRequest, req.Address, err)
+	}
+	if short := transient.Wrap(err); short != nil && !errors.Is(err, ErrTransient) {
+		err = short
 	}
 	return fmt.Errorf("portalloc: %w", err)
 }

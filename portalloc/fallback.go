@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/berth-go/berth/internal/transient"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -49,11 +50,13 @@ type fallback struct {
 
 // isTransient reports whether a store error means "wait", not "broken": the
 // store was busy (another process held its lock past the time the call
-// could wait) or the call ran out of time. Neither is a reason to fall
-// back: the MRU file would serve while the store still works, and the MRU
-// file does not reserve anything.
+// could wait), the system ran short of descriptors, memory or disk space
+// or interrupted a call (ErrTransient, or the errno of one), or the call
+// ran out of time. None is a reason to fall back: the MRU file would serve
+// while the store still works, meet the same shortage, and reserve
+// nothing.
 func isTransient(err error) bool {
-	return errors.Is(err, store.ErrBusy) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, store.ErrBusy) || errors.Is(err, context.DeadlineExceeded) || transient.Is(err)
 }
 
 // fallBack switches new allocations to the MRU file, loudly, until
@@ -67,7 +70,7 @@ func (a *Allocator) fallBack(cause error) {
 		return // already serving from the MRU file
 	}
 	a.ctr.fallbacks.Add(1)
-	a.warn.Error(cause, "state store unavailable; allocating from the MRU file instead, which reserves nothing (ports the store holds are still skipped while it can be read); retrying the store periodically",
+	a.warn.Error(cause, "state store unavailable; allocating from the MRU file instead, which reserves nothing (it skips the ports the store holds, and hands out none while it cannot read them); retrying the store periodically",
 		"mru", a.mru.Path(), "database", a.dbPath, "retryEvery", storeRetry().String())
 }
 
@@ -204,21 +207,38 @@ func (a *Allocator) retryStore(ctx context.Context) {
 }
 
 // readHeld reads which ports the state store holds, for the MRU backend to
-// skip. When the database cannot be read either, the MRU file serves blind:
-// logged once per spell, and counted in Stats.Blind.
-func (a *Allocator) readHeld(ctx context.Context) (statestore.HeldSet, bool) {
-	held, err := a.readHeldWithin(ctx)
+// skip. readable is false when the MRU file is to serve blind: only in
+// ModeMRU, where the caller chose the MRU file, and then logged once per
+// spell and counted in Stats.Blind. In the fallback mode a store that
+// cannot be read is an error wrapping ErrStoreUnavailable, and so, in every
+// mode, is a read that failed for a passing shortage (ErrTransient).
+func (a *Allocator) readHeld(ctx context.Context) (held statestore.HeldSet, readable bool, err error) {
+	held, err = a.readHeldWithin(ctx)
 	if err == nil {
 		if a.fb.blind.Swap(false) {
 			a.warn.Info("the state store can be read again; the MRU file skips the ports it holds", "database", a.dbPath)
 		}
-		return held, true
+		return held, true, nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return statestore.HeldSet{}, false, ctxErr
+	}
+	if isTransient(err) && !errors.Is(err, context.DeadlineExceeded) {
+		return statestore.HeldSet{}, false, transientErr(err)
+	}
+	if a.cfg.Mode != ModeMRU {
+		why := ""
+		if cause := a.FallbackCause(); cause != nil {
+			why = ": " + cause.Error()
+		}
+		return statestore.HeldSet{}, false, fmt.Errorf("portalloc: %w%s; and the MRU file cannot read the store to skip the ports it holds (%w), so it hands out none: run 'berth doctor' for the cause and what to do, or set %s=%s to hand out ports from the MRU file blind on purpose",
+			ErrStoreUnavailable, why, err, EnvMode, ModeMRU)
 	}
 	if !a.fb.blind.Swap(true) {
-		a.warn.Error(err, "cannot read the state store either; the MRU file serves blind and may hand out a port another process has reserved",
+		a.warn.Error(err, "cannot read the state store; the MRU file serves blind and may hand out a port another process has reserved",
 			"database", a.dbPath)
 	}
-	return statestore.HeldSet{}, false
+	return statestore.HeldSet{}, false, nil
 }
 
 // maxReadHeld bounds how long the MRU backend waits to read the store.

@@ -68,13 +68,28 @@ func setSchemaVersion(t *testing.T, dir string, v uint) {
 	}
 }
 
+// newerStore makes dir's store one a newer berth wrote: this berth can
+// read it but not write to it, and falls back to the MRU file.
+func newerStore(t *testing.T, dir string) {
+	t.Helper()
+	s, err := statestore.Open(context.Background(), filepath.Join(dir, portalloc.DatabaseFile), statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	setSchemaVersion(t, dir, statestore.SchemaVersion+1)
+}
+
 // TestFallbackSkipsPortsTheStoreHolds: another process holds a port in the
 // store; then a newer berth upgrades the store's schema, so this berth
 // cannot write to it and falls back. The database can still be read, and
 // the MRU file must not hand out the held port, neither to Allocate in a
 // range where it is the only other port nor to Reserve, though it is
 // bindable (a reservation is not a bind). Once the database cannot be read
-// either, the MRU file serves blind, and says so.
+// either, the default mode hands out nothing, and only ModeMRU serves
+// blind, and says so.
 func TestFallbackSkipsPortsTheStoreHolds(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -116,11 +131,24 @@ func TestFallbackSkipsPortsTheStoreHolds(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "garbage"), filepath.Join(dir, "berth.db")); err != nil {
 		t.Fatal(err)
 	}
+	// In the default mode the MRU file then hands out nothing.
 	r, err = a.Allocate(ctx, portalloc.Request{})
-	if err != nil || r.Port != held {
-		t.Fatalf("Allocate serving blind = %+v, %v; want port %d, the only one not recently handed out", r, err, held)
+	if !errors.Is(err, portalloc.ErrStoreUnavailable) || !strings.Contains(err.Error(), "cannot read the store") {
+		t.Fatalf("Allocate in the fallback with a store it cannot read = %+v, %v; want ErrStoreUnavailable saying the store cannot be read", r, err)
 	}
-	if st := a.Stats(); st.Blind != 1 {
+	if _, err := a.Reserve(ctx, portalloc.Request{}, held); !errors.Is(err, portalloc.ErrStoreUnavailable) {
+		t.Errorf("Reserve(%d) in the fallback with a store it cannot read = %v; want ErrStoreUnavailable", held, err)
+	}
+	if st := a.Stats(); st.Blind != 0 {
+		t.Errorf("Stats().Blind = %d; want 0: the default mode never serves blind", st.Blind)
+	}
+	// ModeMRU serves blind, on purpose, and says so.
+	m := newAllocator(t, portalloc.Config{StateDir: dir, Mode: portalloc.ModeMRU, Range: portalloc.Range{First: held, Last: other}, Logger: log.logger()})
+	r, err = m.Allocate(ctx, portalloc.Request{})
+	if err != nil || r.Port != held {
+		t.Fatalf("ModeMRU Allocate serving blind = %+v, %v; want port %d, the only one not recently handed out", r, err, held)
+	}
+	if st := m.Stats(); st.Blind != 1 {
 		t.Errorf("Stats().Blind = %d; want 1", st.Blind)
 	}
 	if n := log.count("serves blind"); n != 1 {
@@ -196,5 +224,55 @@ func TestBusyStoreIsNotAFallback(t *testing.T) {
 	_ = locker.cmd.Wait()
 	if r, err := a.Reserve(ctx, portalloc.Request{}, port); err != nil || r.Backend != portalloc.BackendStateStore {
 		t.Errorf("Reserve once the lock is free = %+v, %v; want it from the store", r, err)
+	}
+}
+
+// TestFallbackSkipsTheAllocatorsOwnPorts: the store is replaced under an
+// Allocator that holds a port in it, by a database a newer berth wrote
+// that has no rows. The Allocator falls back; the store it can read now
+// knows nothing of the Allocator's own port, and the MRU file never handed
+// it out, but the Allocator still holds it: the MRU file must skip it too.
+func TestFallbackSkipsTheAllocatorsOwnPorts(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	base := freeRun(t, 2)
+	log := &logCounter{}
+	a, err := portalloc.New(ctx, portalloc.Config{StateDir: dir, Range: portalloc.Range{First: base, Last: base + 1}, Logger: log.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Close cannot release the row in the replaced store; reaping
+	// covers it, and its error is for logging.
+	t.Cleanup(func() { _ = a.Close() })
+	own, err := a.Allocate(ctx, portalloc.Request{})
+	if err != nil || own.Backend != portalloc.BackendStateStore {
+		t.Fatalf("Allocate = %+v, %v; want a port from the store", own, err)
+	}
+
+	// An empty store of a newer schema, moved over the Allocator's.
+	other := t.TempDir()
+	s, err := statestore.Open(ctx, filepath.Join(other, "berth.db"), statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	setSchemaVersion(t, other, statestore.SchemaVersion+1)
+	for _, suffix := range []string{"-wal", "-shm"} { // the old file's, which would apply to the new one
+		if err := os.Remove(filepath.Join(dir, "berth.db"+suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Rename(filepath.Join(other, "berth.db"), filepath.Join(dir, "berth.db")); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := a.Allocate(ctx, portalloc.Request{})
+	if err != nil || r.Backend != portalloc.BackendMRU || r.Port == own.Port {
+		t.Fatalf("Allocate after the store was replaced = %+v, %v; want the other port from the MRU file, not %d, which this Allocator holds", r, err, own.Port)
+	}
+	if r, err := a.Allocate(ctx, portalloc.Request{}); !errors.Is(err, portalloc.ErrRangeExhausted) {
+		t.Fatalf("second Allocate = %+v, %v; want ErrRangeExhausted: one port is the Allocator's own, the other recently handed out", r, err)
 	}
 }

@@ -194,7 +194,18 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 	if err := os.Rename(tmp, filepath.Join(dir, "berth.db")); err != nil {
 		t.Fatal(err)
 	}
-	rig.expect(t, "was replaced")
+	ctx := context.Background()
+	if _, err := rig.strict.Allocate(ctx, portalloc.Request{}); !errors.Is(err, portalloc.ErrStoreUnavailable) || !strings.Contains(err.Error(), "was replaced") {
+		t.Errorf("strict Allocate = %v; want ErrStoreUnavailable saying the file was replaced", err)
+	}
+	// The fallback cannot read the garbage to skip the ports the store
+	// holds: it hands out none.
+	if r, err := rig.fb.Allocate(ctx, portalloc.Request{}); !errors.Is(err, portalloc.ErrStoreUnavailable) || !strings.Contains(err.Error(), "cannot read the store") {
+		t.Errorf("fallback Allocate = %+v, %v; want ErrStoreUnavailable saying the store cannot be read", r, err)
+	}
+	if n := rig.log.count("state store unavailable"); n != 1 {
+		t.Errorf("the fallback was logged %d times; want once", n)
+	}
 
 	a := newAllocator(t, portalloc.Config{StateDir: dir})
 	if a.Backend() != portalloc.BackendMRU || !errors.Is(a.FallbackCause(), statestore.ErrDamaged) {
@@ -322,22 +333,33 @@ func TestFaultDiskFull(t *testing.T) {
 	if !errors.Is(err2, portalloc.ErrStoreUnavailable) || !strings.Contains(err2.Error(), "full") {
 		t.Fatalf("strict Allocate on a full disk = %v; want ErrStoreUnavailable saying full", err2)
 	}
+	if !errors.Is(err2, portalloc.ErrTransient) || !strings.Contains(err2.Error(), "no space left") {
+		t.Errorf("strict Allocate on a full disk = %v; want ErrTransient saying no space is left", err2)
+	}
+	// A full disk is a passing shortage, not a broken store: the
+	// fallback Allocator fails the call too, and does not fall back.
 	for range 20000 {
 		r, err := rig.fb.Allocate(ctx, portalloc.Request{})
-		if err != nil {
-			t.Fatalf("fallback Allocate on a full disk = %v", err)
+		if err == nil {
+			if r.Backend != portalloc.BackendStateStore {
+				t.Fatalf("fallback Allocate on a full disk = %+v; want no port from the MRU file", r)
+			}
+			continue
 		}
-		if r.Backend == portalloc.BackendMRU {
-			_ = listen(t, r.Address, r.Port).Close()
-			break
+		if !errors.Is(err, portalloc.ErrStoreUnavailable) || !errors.Is(err, portalloc.ErrTransient) || !strings.Contains(err.Error(), "no space left") {
+			t.Fatalf("fallback Allocate on a full disk = %v; want ErrStoreUnavailable and ErrTransient saying no space is left", err)
 		}
+		break
 	}
-	if rig.fb.Backend() != portalloc.BackendMRU {
-		t.Fatal("the fallback Allocator never switched to the MRU file on a full disk")
+	if rig.fb.Backend() != portalloc.BackendStateStore || rig.fb.Stats().Fallbacks != 0 {
+		t.Errorf("on a full disk the fallback Allocator switched to %s (%d fallbacks); want it to stay on the store", rig.fb.Backend(), rig.fb.Stats().Fallbacks)
 	}
-	if n := rig.log.count("state store unavailable"); n != 1 {
-		t.Errorf("the fallback was logged %d times; want once", n)
+	if n := rig.log.count("state store unavailable"); n != 0 {
+		t.Errorf("a fallback was logged %d times; want none", n)
 	}
 	_ = os.Remove(filler)
+	if r, err := rig.fb.Allocate(ctx, portalloc.Request{}); err != nil || r.Backend != portalloc.BackendStateStore {
+		t.Errorf("Allocate once space is free again = %+v, %v; want a port from the store", r, err)
+	}
 	rig.expectHeldSurvives(t)
 }

@@ -277,7 +277,7 @@ func (a *Allocator) fleetErr(op, typ string, err error) error {
 		return fmt.Errorf("portalloc: %s: %w", op, ErrClosed)
 	case errors.Is(err, store.ErrNotFound):
 		return &fleetError{err: err, is: ErrNotHeld}
-	case errors.Is(err, store.ErrStorage), errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrClosed):
+	case errors.Is(err, store.ErrStorage), errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrTransient), errors.Is(err, store.ErrClosed):
 		return &fleetError{err: err, is: ErrStoreUnavailable}
 	}
 	// The store's message starts with what it did ("reserve a fleet-wide

@@ -3,8 +3,6 @@ package portalloc_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -357,7 +355,7 @@ func TestStatsScript(t *testing.T) {
 
 	// A fallback counts once.
 	fbDir := t.TempDir()
-	must(os.Mkdir(filepath.Join(fbDir, portalloc.DatabaseFile), 0o700))
+	newerStore(t, fbDir)
 	fb := newAllocator(t, portalloc.Config{StateDir: fbDir})
 	_, err = fb.Allocate(ctx, portalloc.Request{})
 	must(err)

@@ -74,7 +74,10 @@ func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, 
 // the store holds for a live process while the database can be read, and
 // one that cannot be bound.
 func (a *Allocator) reserveMRU(ctx context.Context, req Request, port uint16) (Reservation, error) {
-	held, readable := a.readHeld(ctx)
+	held, readable, err := a.readHeld(ctx)
+	if err != nil {
+		return Reservation{}, err
+	}
 	key := store.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
 	if holders := held.Holders(key); len(holders) > 0 {
 		self, _ := statestore.Self() // without it no holder is this process

@@ -39,7 +39,8 @@ type Stats struct {
 	Fallbacks int64
 	// Blind counts ports the MRU backend handed out while the state store
 	// could not even be read, so without skipping the ports it holds: such
-	// a port may be one another process has reserved.
+	// a port may be one another process has reserved. Only ModeMRU serves
+	// blind; in ModeStateStoreWithFallback such a call fails instead.
 	Blind int64
 	// Restored counts reservations this Allocator put back in its state
 	// store after the store's file was lost (deleted, replaced or

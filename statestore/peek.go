@@ -33,12 +33,14 @@ const maxPeekBusy = time.Second
 // a WAL database need no lock that a writer holds.
 //
 // A path whose store TakeOver moved is read at the store's new place. A path
-// with no file holds nothing: ReadHeld returns an empty set and no error. Rows of exited owners are included, since a reader cannot reap
-// them; use Owner.Alive where that matters.
+// with no file holds nothing: ReadHeld returns an empty set and no error.
+// Rows of exited owners are included, since a reader cannot reap them; use
+// Owner.Alive where that matters. An error that comes of a passing shortage
+// of descriptors, memory or disk space wraps ErrTransient.
 func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 	path, err := filepath.Abs(path) // the file: URI takes an absolute path
 	if err != nil {
-		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+		return HeldSet{}, readErr(path, err)
 	}
 	if m, moved, err := ReadMoved(path); err == nil && moved {
 		// TakeOver moved the store: a process still pointed at the old
@@ -50,7 +52,7 @@ func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 	case errors.Is(err, os.ErrNotExist):
 		return HeldSet{}, nil
 	case err != nil:
-		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+		return HeldSet{}, readErr(path, err)
 	case !fi.Mode().IsRegular():
 		return HeldSet{}, fmt.Errorf("read %s: not a regular file: %w", path, ErrDamaged)
 	}
@@ -60,7 +62,7 @@ func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 	}
 	db, err := openDB(dsnBare(path) + fmt.Sprintf("?mode=ro&_pragma=busy_timeout(%d)", busy.Milliseconds()))
 	if err != nil {
-		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+		return HeldSet{}, readErr(path, err)
 	}
 	defer func() { _ = db.Close() }()
 	db.SetMaxOpenConns(1)
@@ -71,21 +73,21 @@ func ReadHeld(ctx context.Context, path string) (HeldSet, error) {
 		rows, err = db.QueryContext(ctx, "SELECT "+rowColumnsV5+" FROM port_allocations")
 	}
 	if err != nil {
-		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+		return HeldSet{}, readErr(path, err)
 	}
 	defer func() { _ = rows.Close() }()
 	h := HeldSet{rows: map[uint32][]Reservation{}}
 	for rows.Next() {
 		r, err := scanRow(rows)
 		if err != nil {
-			return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+			return HeldSet{}, readErr(path, err)
 		}
 		k := cacheKey(r.Protocol, r.Port)
 		h.rows[k] = append(h.rows[k], r)
 		h.n++
 	}
 	if err := rows.Err(); err != nil {
-		return HeldSet{}, fmt.Errorf("read %s: %w", path, err)
+		return HeldSet{}, readErr(path, err)
 	}
 	return h, nil
 }
@@ -112,4 +114,13 @@ func (h HeldSet) Holders(k Key) []Reservation {
 		}
 	}
 	return out
+}
+
+// readErr is an error of ReadHeld: one that comes of a passing shortage of
+// descriptors, memory or disk space wraps ErrTransient and says so.
+func readErr(path string, err error) error {
+	if short := shortage(err, filepath.Dir(path)); short != nil {
+		err = short
+	}
+	return fmt.Errorf("read %s: %w", path, err)
 }

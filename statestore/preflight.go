@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"modernc.org/sqlite"
@@ -177,7 +178,8 @@ func tableNames(ctx context.Context, db querier) ([]string, error) {
 
 // classify turns an error of reading the file into what it means: a file
 // that is not a database or is damaged (ErrDamaged), a lock held by another
-// process (ErrBusy), or a failure of the file system (ErrStorage).
+// process (ErrBusy), a passing shortage of descriptors, memory or disk
+// space (ErrTransient), or a failure of the file system (ErrStorage).
 func classify(path string, err error) error {
 	var se *sqlite.Error
 	if errors.As(err, &se) {
@@ -192,6 +194,9 @@ func classify(path string, err error) error {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	if short := shortage(err, filepath.Dir(path)); short != nil {
+		return fmt.Errorf("open %s: %w", path, short)
 	}
 	return storageErr("open "+path, err)
 }

@@ -233,7 +233,7 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 	if err != nil {
 		_ = conn.Close()
 		_ = db.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, shortErr("open "+path, err)
 	}
 	ckptDB, err := openDB(dsn(path, busySlice, false, false))
 	if err != nil {
@@ -446,7 +446,7 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 	}
 	db, conn, err := connect(ctx, path, busySlice, true)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("open %s: %w", path, err)
+		return nil, nil, 0, classify(path, err)
 	}
 	return db, conn, found, nil
 }

@@ -146,6 +146,15 @@ func (s *Store) explain(err error) error {
 	if !errors.As(err, &se) {
 		return err
 	}
+	// A write that failed for want of space SQLite reports as an I/O
+	// error, short of ENOSPC: look at the file system.
+	var fe *storageError
+	if errors.As(err, &fe) && fe.short == nil {
+		fe.short = shortage(fe.err, filepath.Dir(s.path))
+	}
+	if errors.Is(err, ErrTransient) {
+		return err // its message says what ran short
+	}
 	switch se.Code() & 0xff {
 	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM:
 		return fmt.Errorf("%w; check that %s is writable and its file system not full", err, filepath.Dir(s.path))

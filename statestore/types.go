@@ -42,11 +42,13 @@ func fromIdentity(id owner.Identity) Owner {
 	return Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name}
 }
 
-// Self returns the identity of the calling process.
+// Self returns the identity of the calling process. An error that comes
+// of a passing shortage (no descriptor to read /proc with) wraps
+// ErrTransient.
 func Self() (Owner, error) {
 	id, err := owner.Self()
 	if err != nil {
-		return Owner{}, fmt.Errorf("identify this process: %w", err)
+		return Owner{}, shortErr("identify this process", err)
 	}
 	return fromIdentity(id), nil
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/berth-go/berth/internal/safefs"
+	"github.com/berth-go/berth/internal/transient"
 )
 
 // Sentinel errors. Every error a store returns for one of these conditions
@@ -46,9 +47,20 @@ var (
 	// Allocator does so by itself. Rows written to a lost file are not
 	// seen by anyone.
 	ErrLost = errors.New("state store file lost")
+	// ErrTransient: the call failed for want of something the system runs
+	// short of now and then, or was interrupted: file descriptors (EMFILE,
+	// ENFILE), memory (ENOMEM, SQLITE_NOMEM), disk space (ENOSPC, EDQUOT,
+	// SQLITE_FULL), or a signal (EINTR, EAGAIN). The message says which and
+	// what to do. Nothing is damaged: the store works again once the
+	// shortage has passed, so a caller fails the call (or waits and tries
+	// it again), and never falls back to a weaker backend for it, which
+	// would meet the same shortage and know less. It never wraps
+	// ErrStorage.
+	ErrTransient = transient.ErrTransient
 	// ErrStorage is wrapped by every error that comes from the database or
-	// the file system rather than from the request: the store could not do
-	// its job. A caller with a fallback falls back on it.
+	// the file system rather than from the request, short of ErrBusy and
+	// ErrTransient: the store could not do its job. A caller with a
+	// fallback falls back on it.
 	ErrStorage = errors.New("state store failed")
 )
 

@@ -56,7 +56,10 @@ func (a *app) runDoctor(ctx context.Context) error {
 	stateDir() // once New has made it, if it could
 	if err != nil {
 		line("mode", "%s: cannot serve: %v", modeOf(a.cfg), err)
-		if errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case errors.Is(err, portalloc.ErrTransient):
+			line("to fix", "the system ran short of what the message names; berth fails rather than fall back for that. Free some (raise ulimit -n, free disk space), then try again")
+		case errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded):
 			line("to fix", "another process keeps the state store locked; berth waits for it (up to --timeout, now %v) rather than fall back. Stop or wait for that process", a.cfg.Timeout)
 		}
 		_ = tw.Flush()
@@ -70,7 +73,7 @@ func (a *app) runDoctor(ctx context.Context) error {
 	case cause != nil:
 		line("mode", "%s: serving from the MRU file because the state store failed: %v", cfg.Mode, cause)
 		if held, err := statestore.ReadHeld(ctx, a.dbPath()); err != nil {
-			line("fallback", "ports from the MRU file are only remembered, not reserved, and the database cannot be read either (%v): the MRU file serves blind and may hand out ports other processes have reserved", err)
+			line("fallback", "the database cannot be read either (%v), so the MRU file cannot skip the ports it holds and hands out none: get, reserve and run fail until the store is fixed. --mode mru (BERTH_MODE=mru) hands out ports blind on purpose, and may hand out ports other processes have reserved", err)
 		} else {
 			line("fallback", "ports from the MRU file are only remembered, not reserved; the database can still be read, so the %d reservations in it are skipped", held.Len())
 		}

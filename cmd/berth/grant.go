@@ -7,11 +7,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth-go/berth/internal/transient"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
@@ -81,6 +83,10 @@ func ownerPID(cmd *cobra.Command, owner string, pidV1 int) (int, error) {
 // it (flag) is named in the error.
 func lookupOwner(ctx context.Context, flag string, pid int) (statestore.Owner, error) {
 	o, err := statestore.LookupOwner(ctx, pid)
+	if short := transient.Wrap(err); short != nil {
+		// Out of descriptors, say: the process may well run.
+		return statestore.Owner{}, fmt.Errorf("%s %d: cannot look the process up: %w", flag, pid, short)
+	}
 	if err != nil {
 		return statestore.Owner{}, usagef("%s %d: not a running process", flag, pid)
 	}
@@ -151,11 +157,15 @@ func (a *app) printPorts(asJSON bool, rs []portalloc.Reservation, own statestore
 	return nil
 }
 
-// fallbackHint follows the warning the Allocator logged when it fell back:
-// what to run, and how to make it an error.
+// fallbackHint follows the warning the Allocator logged when it fell back
+// and the MRU file handed out ports: what to run, and how to make it an
+// error. It runs before the Allocator closes.
 func (a *app) fallbackHint(al *portalloc.Allocator) {
 	if al.FallbackCause() == nil && al.Stats().Fallbacks == 0 {
 		return
+	}
+	if !slices.ContainsFunc(al.Held(), func(r portalloc.Reservation) bool { return r.Backend == portalloc.BackendMRU }) {
+		return // the call failed: its error says why
 	}
 	fmt.Fprintf(a.stderr, "%s: warning: ports handed out from the MRU file are only remembered there, not reserved: another program may be given them too. Run 'berth doctor' for the cause and what to do; --strict (or BERTH_MODE=statestore) makes this an error.\n", a.name)
 }

@@ -30,14 +30,19 @@
 // the --state-dir, --range, --mode, --strict and --timeout flags. Every
 // command gives up after --timeout (default $BERTH_TIMEOUT, else 30s),
 // including its waits for a state store that another process keeps locked;
-// a busy store is an error, never a reason to fall back. -v (info) and -vv
+// a busy store is an error, never a reason to fall back, and so is running
+// out of file descriptors, memory or disk space. -v (info) and -vv
 // or --log-level debug (debug) log what berth does on standard error, as
 // BERTH_LOG does.
 //
 // When the state store cannot be used, get, reserve and run hand out ports
 // from the MRU file instead and warn on standard error: such a port is only
-// remembered, not reserved. --strict (or BERTH_MODE=statestore) makes that
-// an error; berth doctor explains the cause and what to do.
+// remembered, not reserved, and the MRU file skips the ports the store
+// holds. When it cannot read the store either, they fail (exit 1) rather
+// than hand out a port another process may hold; only --mode mru
+// (BERTH_MODE=mru) serves blind, on purpose. --strict (or
+// BERTH_MODE=statestore) makes any fallback an error; berth doctor explains
+// the cause and what to do.
 //
 // Labels and process names come from the state store, where a row written
 // by an older berth, another program or a hand can hold anything. ls and

@@ -1,8 +1,9 @@
 package porttest_test
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/porttest"
+	"github.com/berth-go/berth/statestore"
 )
 
 // logRecorder is a testing.TB that also keeps what is logged through it.
@@ -45,8 +47,22 @@ func (r *logRecorder) logged(phrase string) bool {
 // cause.
 func TestFallbackIsLogged(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.Mkdir(filepath.Join(dir, portalloc.DatabaseFile), 0o700); err != nil {
-		t.Fatal(err) // a directory where the database should be
+	// A store a newer berth wrote: this one can read it, not write to it.
+	path := filepath.Join(dir, portalloc.DatabaseFile)
+	s, err := statestore.Open(context.Background(), path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Exec("UPDATE schema_migrations SET version = ?", statestore.SchemaVersion+1)
+	if cerr := db.Close(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
 	}
 	t.Setenv(portalloc.EnvStateDir, dir)
 	t.Setenv(portalloc.EnvMode, string(portalloc.ModeStateStoreWithFallback))
@@ -56,7 +72,7 @@ func TestFallbackIsLogged(t *testing.T) {
 		porttest.Ports(rec, 2)
 		porttest.Port(rec)
 	})
-	if !rec.logged("comes from berth's MRU file") || !rec.logged("is a directory") {
+	if !rec.logged("comes from berth's MRU file") || !rec.logged("schema version") {
 		t.Fatalf("the test's log = %q; want the fallback to the MRU file, with its cause", rec.logs)
 	}
 	n := 0

@@ -1,0 +1,121 @@
+// Package transient tells a passing shortage of the system's resources
+// (file descriptors, memory, disk space) or an interrupted call from a
+// fault: the first is a reason to fail the call and try again later, never
+// to treat a store as broken or to fall back from it.
+package transient
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// ErrTransient is wrapped by every error that Wrap and its kind make: the
+// call failed for want of something the system runs short of now and then,
+// or it was interrupted. Nothing is damaged; the same call may work once
+// the shortage has passed.
+var ErrTransient = errors.New("a passing shortage, not damage")
+
+// kind says what ran short, in words for a message, and what to do
+// besides trying again.
+type kind struct {
+	errno syscall.Errno
+	what  string
+	fix   string // "" when waiting is all there is to do
+}
+
+// Errno returns the error number of the first shortage err wraps, and
+// whether there is one.
+func Errno(err error) (syscall.Errno, bool) {
+	var no syscall.Errno
+	if !errors.As(err, &no) {
+		return 0, false
+	}
+	for _, k := range kinds {
+		if k.errno == no {
+			return no, true
+		}
+	}
+	return 0, false
+}
+
+// Is reports whether err is a shortage: it wraps ErrTransient, or one of
+// the error numbers of a shortage.
+func Is(err error) bool {
+	if errors.Is(err, ErrTransient) {
+		return true
+	}
+	_, ok := Errno(err)
+	return ok
+}
+
+// IsDisk reports whether err is a shortage of disk space or quota.
+func IsDisk(err error) bool {
+	no, ok := Errno(err)
+	return ok && (no == syscall.ENOSPC || no == diskQuota)
+}
+
+// Wrap returns err wrapped with ErrTransient and a sentence saying what
+// ran short and what to do, when err wraps the error number of a
+// shortage; otherwise nil.
+func Wrap(err error) error {
+	no, ok := Errno(err)
+	if !ok {
+		return nil
+	}
+	return As(no, err)
+}
+
+// As returns err wrapped with ErrTransient and the words for errno no,
+// whether or not err carries no itself (SQLite reports a failed open
+// without the open's errno, and the caller found the shortage another
+// way).
+func As(no syscall.Errno, err error) error {
+	if errors.Is(err, ErrTransient) {
+		return err
+	}
+	what, fix := no.Error(), ""
+	for _, k := range kinds {
+		if k.errno == no {
+			what, fix = k.what, k.fix
+			break
+		}
+	}
+	if fix == "" {
+		return fmt.Errorf("%s (%w); try again: %w", what, ErrTransient, err)
+	}
+	return fmt.Errorf("%s (%w): %s, then try again: %w", what, ErrTransient, fix, err)
+}
+
+// headroom is how many descriptors DescriptorsShort asks for: about what
+// opening a SQLite database in WAL mode takes (the file, its -wal and -shm,
+// a journal, the directory) and a lock file or two beside it.
+const headroom = 8
+
+// DescriptorsShort reports whether this process is short of file
+// descriptors now: it opens the null device up to headroom times and
+// closes what it opened. It returns the error of the open that failed with
+// EMFILE or ENFILE, or nil. SQLite reports a database it could not open for
+// want of a descriptor as SQLITE_CANTOPEN (or an I/O error) without the
+// errno; its own descriptors are closed by the time it returns, so one
+// spare descriptor says little, and several say that it did not run out.
+func DescriptorsShort() error {
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}()
+	for range headroom {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			if no, ok := Errno(err); ok && (no == syscall.EMFILE || no == syscall.ENFILE) {
+				return err
+			}
+			return nil // something else: not a sign of a shortage
+		}
+		files = append(files, f)
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package statestore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/berth-go/berth/statestore"
+)
+
+// In the mode "starved" a worker leaves itself BERTH_TEST_SPARE file
+// descriptors (RLIMIT_NOFILE just above those it has open), opens the
+// store and lists its rows, and reports what became of it.
+func init() {
+	extraWorkers["starved"] = func(ctx context.Context, db string, out *json.Encoder, _ func()) error {
+		spare, err := strconv.Atoi(os.Getenv("BERTH_TEST_SPARE"))
+		if err != nil {
+			return err
+		}
+		if err := leaveSpare(spare); err != nil {
+			return err
+		}
+		s, err := statestore.Open(ctx, db, statestore.Options{SweepInterval: -1})
+		if err == nil {
+			_, err = s.List(ctx, statestore.Filter{})
+			_ = s.Close()
+		}
+		if err != nil {
+			return out.Encode(starvedEvent{Error: err.Error(), Transient: errors.Is(err, statestore.ErrTransient), Storage: errors.Is(err, statestore.ErrStorage)})
+		}
+		return out.Encode(starvedEvent{})
+	}
+}
+
+type starvedEvent struct {
+	Error     string `json:"error,omitempty"`
+	Transient bool   `json:"transient,omitempty"`
+	Storage   bool   `json:"storage,omitempty"`
+}
+
+// leaveSpare fills the holes below the highest open descriptor and lowers
+// RLIMIT_NOFILE so that exactly n more can be opened.
+func leaveSpare(n int) error {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	top := 0
+	for _, e := range fds {
+		if fd, err := strconv.Atoi(e.Name()); err == nil {
+			top = max(top, fd)
+		}
+	}
+	for {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return err
+		}
+		if int(f.Fd()) > top {
+			_ = f.Close()
+			break
+		}
+		// Kept open for the life of the worker.
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	lim.Cur = uint64(top + 1 + n)
+	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+}
+
+// TestOpenOutOfDescriptors: SQLite reports a database it could not open
+// for want of a descriptor as SQLITE_CANTOPEN, without the errno, just as
+// it reports a missing directory. The store must tell them apart: with
+// fewer descriptors to spare than it needs, every failure to open a new
+// store or an existing one wraps ErrTransient and says too many files are
+// open, and none wraps ErrStorage, which would make a caller fall back.
+func TestOpenOutOfDescriptors(t *testing.T) {
+	dir := t.TempDir()
+	existing := filepath.Join(dir, "existing.db")
+	s, err := statestore.Open(context.Background(), existing, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{existing, filepath.Join(dir, "new.db")} {
+		failed, opened := 0, 0
+		for spare := range 12 {
+			if path != existing {
+				for _, suffix := range []string{"", "-wal", "-shm", ".lock", ".migrate.lock"} {
+					_ = os.Remove(path + suffix)
+				}
+			}
+			w := startWorker(t, "starved", path, "BERTH_TEST_SPARE="+strconv.Itoa(spare))
+			if !w.events.Scan() {
+				t.Fatalf("worker with %d spare descriptors said nothing", spare)
+			}
+			var ev starvedEvent
+			if err := json.Unmarshal(w.events.Bytes(), &ev); err != nil {
+				t.Fatalf("worker said %q", w.events.Text())
+			}
+			switch {
+			case ev.Error == "":
+				opened++
+			case ev.Transient && !ev.Storage && strings.Contains(ev.Error, "too many open files"):
+				failed++
+			default:
+				t.Errorf("Open and List of %s with %d spare descriptors = %+v; want an error wrapping ErrTransient and not ErrStorage, saying too many open files", filepath.Base(path), spare, ev)
+			}
+		}
+		if failed == 0 || opened == 0 {
+			t.Errorf("%s: %d runs failed and %d opened; want both", filepath.Base(path), failed, opened)
+		}
+	}
+}
