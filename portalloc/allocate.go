@@ -100,7 +100,7 @@ func inStore[T any](ctx context.Context, a *Allocator, req Request, op func(stor
 			return got, true, nil
 		case errors.Is(err, ErrClosed):
 			return v, true, err
-		case attempt == 0:
+		case attempt < maxReplacements:
 			var again bool
 			if again, err = a.replaced(ctx, s, err); again {
 				continue

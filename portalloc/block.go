@@ -69,7 +69,7 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 		if err == nil {
 			return a.holdBlock(ctx, s, req, rows)
 		}
-		if attempt == 0 {
+		if attempt < maxReplacements {
 			var again bool
 			if again, err = a.replaced(ctx, s, err); again {
 				continue

@@ -169,3 +169,8 @@ func (a *Allocator) restore(ctx context.Context, s store.Store) (put, failed int
 func lasting(err error) bool {
 	return errors.Is(err, store.ErrDamaged) || errors.Is(err, store.ErrUnsafe) || errors.Is(err, store.ErrSchemaTooNew)
 }
+
+// maxReplacements is how many times one call goes on with a store that
+// replaced the one it failed on: a store lost again while the call ran
+// again (a cleaner that keeps deleting) fails it after that.
+const maxReplacements = 3

@@ -47,7 +47,8 @@ func (r *logRecorder) logged(phrase string) bool {
 // cause.
 func TestFallbackIsLogged(t *testing.T) {
 	dir := t.TempDir()
-	// A store a newer berth wrote: this one can read it, not write to it.
+	// A store a newer berth changed so that older berths may not write to
+	// it (a newer write version): this one can read it, not write to it.
 	path := filepath.Join(dir, portalloc.DatabaseFile)
 	s, err := statestore.Open(context.Background(), path, statestore.Options{SweepInterval: -1})
 	if err != nil {
@@ -60,7 +61,7 @@ func TestFallbackIsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = db.Exec("UPDATE schema_migrations SET version = ?", statestore.SchemaVersion+1)
+	_, err = db.Exec(fmt.Sprintf("UPDATE schema_migrations SET version = %d; PRAGMA user_version = %d", statestore.SchemaVersion+1, statestore.WriteVersion+1))
 	if cerr := db.Close(); err != nil || cerr != nil {
 		t.Fatal(err, cerr)
 	}
