@@ -32,7 +32,7 @@ type Cluster struct {
 	Dir string
 	// DSN connects to its postgres database as the postgres role, by the
 	// unix socket, in key=value form.
-	DSN string
+	DSN    string
 	frozen []int // the processes Freeze stopped and Thaw has not resumed
 }
 
@@ -213,3 +213,44 @@ func (c *Cluster) RequirePassword(tb testing.TB, password string) {
 
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// Guard returns tb for a test that must never show secret, such as a
+// password it puts in connection strings: whatever the test logs or
+// reports through it has secret replaced by "<secret>", and a message
+// that would have shown it fails the test.
+func Guard(tb testing.TB, secret string) testing.TB { return &guard{tb, secret} }
+
+type guard struct {
+	testing.TB
+	secret string
+}
+
+func (g *guard) clean(s string) string {
+	if !strings.Contains(s, g.secret) {
+		return s
+	}
+	g.TB.Helper()
+	g.TB.Error("a message of this test would have shown the password; it is hidden below")
+	return strings.ReplaceAll(s, g.secret, "<secret>")
+}
+
+func (g *guard) Log(args ...any) { g.TB.Helper(); g.TB.Log(g.clean(fmt.Sprint(args...))) }
+func (g *guard) Logf(format string, args ...any) {
+	g.TB.Helper()
+	g.TB.Log(g.clean(fmt.Sprintf(format, args...)))
+}
+func (g *guard) Error(args ...any) { g.TB.Helper(); g.TB.Error(g.clean(fmt.Sprint(args...))) }
+func (g *guard) Errorf(format string, args ...any) {
+	g.TB.Helper()
+	g.TB.Error(g.clean(fmt.Sprintf(format, args...)))
+}
+func (g *guard) Fatal(args ...any) { g.TB.Helper(); g.TB.Fatal(g.clean(fmt.Sprint(args...))) }
+func (g *guard) Fatalf(format string, args ...any) {
+	g.TB.Helper()
+	g.TB.Fatal(g.clean(fmt.Sprintf(format, args...)))
+}
+func (g *guard) Skip(args ...any) { g.TB.Helper(); g.TB.Skip(g.clean(fmt.Sprint(args...))) }
+func (g *guard) Skipf(format string, args ...any) {
+	g.TB.Helper()
+	g.TB.Skip(g.clean(fmt.Sprintf(format, args...)))
+}
