@@ -70,7 +70,10 @@
 //
 // An error from the server, a lost connection or a server that does not
 // answer within Options.Timeout (a network partition looks like that)
-// wraps store.ErrStorage; the pool opens new connections for the calls
+// wraps store.ErrStorage, and names the operation and the store (Name:
+// its DSN with the password hidden). No error or log line of a Store
+// shows the DSN's password: where pgx or the server quote it, it is
+// replaced (see Redact and ScrubError); the pool opens new connections for the calls
 // after it. A call cut short by its context returns the context's error.
 // Either way an insert the server had already received may still commit:
 // that reservation stays, owned by the caller, until released or reaped,
@@ -166,7 +169,8 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open connects to the PostgreSQL database dsn names (a postgres:// URL or
-// a key=value string; a unix socket directory works as host), brings
+// a key=value string; a unix socket directory works as host; see
+// CheckDSN: any other form is refused before connecting), brings
 // berth's tables up to date and registers this host. The migrations are
 // embedded; concurrent Opens apply them once, serialised by an advisory
 // lock. A database whose berth schema is newer than this berth's is

@@ -85,7 +85,12 @@ type Config struct {
 	// fleet share one range without ever granting a port twice on one
 	// host: a connection string ("postgres://user@db.example/berth",
 	// "host=/run/postgresql dbname=berth") or the absolute path of the
-	// directory of the server's unix socket. Zero: the SQLite store. With
+	// directory of the server's unix socket. A URL's scheme must be
+	// postgres:// or postgresql:// in lower case, as libpq takes it; any
+	// other string that is not key=value settings is refused (a
+	// *FieldError) before berth connects. Messages, logs, Database and
+	// every fmt verb of a Config show Store with its password hidden
+	// (pgstore.Redact). Zero: the SQLite store. With
 	// a Store, berth never falls back to the MRU file (its grants would be
 	// invisible to the other hosts): a store that cannot be used is an
 	// error wrapping ErrStoreUnavailable, and Mode may not be ModeMRU.
