@@ -19,6 +19,8 @@ func TestRedact(t *testing.T) {
 		{"postgres://berth@db/berth?password=" + pw + "&sslmode=disable", "postgres://berth@db/berth?password=xxxxx&sslmode=disable"},
 		{"postgres://berth@db/berth?sslpassword=" + pw, "postgres://berth@db/berth?sslpassword=xxxxx"},
 		{"postgres://db/berth", "postgres://db/berth"},
+		{"postgres://u:p%40ss%3Aw@db/berth#frag", "postgres://u:xxxxx@db/berth#frag"},
+		{"postgres://u@db/berth?pass%77ord=" + pw, "postgres://u@db/berth?pass%77ord=xxxxx"},
 		{"postgre://u:" + pw + "@h/db", "postgre://u:xxxxx@h/db"},
 		{"POSTGRES://u:" + pw + "@h/db?password=" + pw, "POSTGRES://u:xxxxx@h/db?password=xxxxx"},
 		{"host=db password=" + pw + " dbname=berth", "host=db password=xxxxx dbname=berth"},

@@ -224,8 +224,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgconn hides passwords only as far as it recognises them.
-		return nil, newScrubber(dsn).error(fmt.Errorf("open: dsn %s: %w: %w", Redact(dsn), store.ErrInvalid, err))
+		// pgconn hides passwords only as far as it recognises them, and
+		// its error keeps the DSN whole in a field: only its message,
+		// scrubbed, is kept.
+		return nil, fmt.Errorf("open: dsn %s: %w: %s", Redact(dsn), store.ErrInvalid, newScrubber(dsn).string(err.Error()))
 	}
 	s := &Store{
 		name:    "PostgreSQL store " + Redact(dsn),

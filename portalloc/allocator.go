@@ -200,13 +200,13 @@ func (a *Allocator) closedErr(err error) error {
 // Close is bounded: the pools and the releases share one deadline of
 // Config.Timeout, and closing the SQLite store then waits at most for a
 // call still in flight on it, which is bounded by the store's busy
-// timeout. With a Config.Store, Close returns by that deadline (or a tenth
-// of a second after the releases, when they used it up) even when the
-// server does not answer: the store's connections then go on closing in
-// the background until the server answers or pgx gives up on them, and
-// the error says so. Its error is for logging: what it could not release
-// is reaped once this process exits (a fleet's rows, when their host's
-// berth next reaps).
+// timeout. With a Config.Store, Close returns by that deadline, and at
+// most a second after the releases (a tenth of a second, when they used
+// the deadline up), even when the server does not answer: the store's
+// connections then go on closing in the background until the server
+// answers or pgx gives up on them, and the error says so. Its error is
+// for logging: what it could not release is reaped once this process
+// exits (a fleet's rows, when their host's berth next reaps).
 func (a *Allocator) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -253,19 +253,22 @@ func (a *Allocator) Close() error {
 }
 
 // closeStore closes the store s. A fleet's store is waited for until ctx
-// (Close's deadline) ends, and at least closeMargin: a server that does
-// not answer would hold its Close up, and the store goes on closing in the
-// background (pgstore.Store.Close ends within its own Timeout). A SQLite
-// store's Close is bounded by its busy timeout and is waited for.
+// (Close's deadline) ends, at most maxCloseWait and at least closeMargin:
+// a server that does not answer would hold its Close up, and the store
+// goes on closing in the background (pgstore.Store.Close ends within its
+// own Timeout). A SQLite store's Close is bounded by its busy timeout and
+// is waited for.
 func (a *Allocator) closeStore(ctx context.Context, s store.Store) error {
 	if a.cfg.Store == "" {
 		return s.Close()
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Close() }()
+	// A server that answers closes the connections at once; one that
+	// does not would make any wait in vain.
 	wait := closeMargin
 	if dl, ok := ctx.Deadline(); ok {
-		wait = max(wait, time.Until(dl))
+		wait = max(wait, min(time.Until(dl), maxCloseWait))
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -278,8 +281,11 @@ func (a *Allocator) closeStore(ctx context.Context, s store.Store) error {
 }
 
 // closeMargin is how long Close waits for a fleet's store to close once
-// its deadline has passed.
-const closeMargin = 100 * time.Millisecond
+// its deadline has passed, and maxCloseWait the longest it waits for it.
+const (
+	closeMargin  = 100 * time.Millisecond
+	maxCloseWait = time.Second
+)
 
 // maxBusyWait bounds how long a call waits for a store that another
 // program keeps locked.
