@@ -71,10 +71,10 @@
 // An error from the server, a lost connection or a server that does not
 // answer within Options.Timeout (a network partition looks like that)
 // wraps store.ErrStorage, and names the operation and the store (Name:
-// its DSN with the password hidden). No error or log line of a Store
-// shows the DSN's password: where pgx or the server quote it, it is
-// replaced (see Redact and ScrubError); the pool opens new connections for the calls
-// after it. A call cut short by its context returns the context's error.
+// its DSN with the password hidden); the pool opens new connections for
+// the calls after it. No error or log line of a Store shows the DSN's
+// password: where pgx or the server quote it, it is replaced (see Redact
+// and ScrubError). A call cut short by its context returns the context's error.
 // Either way an insert the server had already received may still commit:
 // that reservation stays, owned by the caller, until released or reaped,
 // so a caller that retries elsewhere wastes a port but never shares one.
