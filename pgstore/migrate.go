@@ -71,22 +71,28 @@ func tooNew(v uint) error {
 // runs each body, one multi-statement query, as one transaction that also
 // records itself in berth_schema_history, so a dirty mark left by a crash
 // is resolved from that table: the body committed or left no trace.
-func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, log logr.Logger) error {
+// Its errors name the store by name.
+func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, log logr.Logger, name string) error {
 	wait := max(timeout, time.Minute)
 	if d, ok := ctx.Deadline(); ok {
 		wait = time.Until(d)
 	}
-	cctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cfg)
+	// Connecting and reading the version are round trips: each has
+	// timeout, as the Store's calls have.
+	rctx, rcancel := context.WithTimeout(ctx, timeout)
+	conn, err := pgx.ConnectConfig(rctx, cfg)
 	if err != nil {
-		return migrateErr(ctx, "open: connect", err)
+		rcancel()
+		return migrateErr(ctx, "open: connect to "+name, timeout, err)
 	}
-	v, dirty, err := schemaVersion(cctx, conn)
+	v, dirty, err := schemaVersion(rctx, conn)
+	rcancel()
 	_ = conn.Close(context.WithoutCancel(ctx))
 	if err != nil {
-		return migrateErr(ctx, "open: read the schema version", err)
+		return migrateErr(ctx, "open: read the schema version of "+name, timeout, err)
 	}
+	cctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	if v > SchemaVersion {
 		return tooNew(v)
 	}
@@ -104,7 +110,7 @@ func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, 
 	drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{MigrationsTable: migrationsTable})
 	if err != nil {
 		_ = db.Close()
-		return migrateErr(ctx, "open: migrate", err)
+		return migrateErr(ctx, "open: migrate "+name, wait, err)
 	}
 	src, err := iofs.New(migrations, "migrations")
 	if err != nil {
@@ -115,14 +121,14 @@ func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, 
 	if err != nil {
 		_ = src.Close()
 		_ = drv.Close()
-		return migrateErr(ctx, "open: migrate", err)
+		return migrateErr(ctx, "open: migrate "+name, wait, err)
 	}
 	m.LockTimeout = wait
 	defer func() { _, _ = m.Close() }()
 
 	if dirty {
 		if err := resolveDirty(cctx, db, drv, src, log); err != nil {
-			return migrateErr(ctx, "open: migrate", err)
+			return migrateErr(ctx, "open: migrate "+name, wait, err)
 		}
 	}
 	err = m.Up()
@@ -131,7 +137,7 @@ func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, 
 		// A berth that was migrating died while this one waited for the
 		// lock: resolve its mark, under the lock, and go on.
 		if err := resolveDirty(cctx, db, drv, src, log); err != nil {
-			return migrateErr(ctx, "open: migrate", err)
+			return migrateErr(ctx, "open: migrate "+name, wait, err)
 		}
 		err = m.Up()
 	}
@@ -146,7 +152,7 @@ func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, 
 	if now, _, verr := m.Version(); verr == nil && now > SchemaVersion {
 		return tooNew(now)
 	}
-	return migrateErr(ctx, "open: migrate", err)
+	return migrateErr(ctx, "open: migrate "+name, wait, err)
 }
 
 // resolveDirty clears golang-migrate's dirty mark, if there still is one
@@ -190,10 +196,14 @@ func resolveDirty(ctx context.Context, db *sql.DB, drv database.Driver, src sour
 }
 
 // migrateErr wraps a migration's error: the context's error when ctx
-// ended, else one wrapping store.ErrStorage.
-func migrateErr(ctx context.Context, op string, err error) error {
-	if ctx.Err() != nil {
+// ended, else one wrapping store.ErrStorage, which says the server did not
+// answer within limit when that was the cause.
+func migrateErr(ctx context.Context, op string, limit time.Duration, err error) error {
+	switch {
+	case ctx.Err() != nil:
 		return fmt.Errorf("%s: %w", op, ctx.Err())
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w: the server did not answer within %v", op, store.ErrStorage, limit)
 	}
 	return fmt.Errorf("%s: %w: %w", op, store.ErrStorage, err)
 }

@@ -70,8 +70,11 @@
 //
 // An error from the server, a lost connection or a server that does not
 // answer within Options.Timeout (a network partition looks like that)
-// wraps store.ErrStorage; the pool opens new connections for the calls
-// after it. A call cut short by its context returns the context's error.
+// wraps store.ErrStorage, and names the operation and the store (Name:
+// its DSN with the password hidden); the pool opens new connections for
+// the calls after it. No error or log line of a Store shows the DSN's
+// password: where pgx or the server quote it, it is replaced (see Redact
+// and ScrubError). A call cut short by its context returns the context's error.
 // Either way an insert the server had already received may still commit:
 // that reservation stays, owned by the caller, until released or reaped,
 // so a caller that retries elsewhere wastes a port but never shares one.
@@ -143,6 +146,8 @@ type Store struct {
 	hostNo  int32
 	bootID  string // Options.BootID, recorded with the host's lease
 	timeout time.Duration
+	name    string   // "PostgreSQL store " and the DSN, its password hidden: for messages
+	scrub   scrubber // hides the DSN's password in errors
 	ttl     time.Duration
 	grace   time.Duration // negative: no grace reaping
 
@@ -164,7 +169,8 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open connects to the PostgreSQL database dsn names (a postgres:// URL or
-// a key=value string; a unix socket directory works as host), brings
+// a key=value string; a unix socket directory works as host; see
+// CheckDSN: any other form is refused before connecting), brings
 // berth's tables up to date and registers this host. The migrations are
 // embedded; concurrent Opens apply them once, serialised by an advisory
 // lock. A database whose berth schema is newer than this berth's is
@@ -213,12 +219,19 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open: identify this process: %w", err)
 	}
+	if err := CheckDSN(dsn); err != nil {
+		return nil, fmt.Errorf("open: dsn %s: %w", Redact(dsn), err)
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgconn's message hides a password the DSN holds.
-		return nil, fmt.Errorf("open: dsn: %w: %w", store.ErrInvalid, err)
+		// pgconn hides passwords only as far as it recognises them, and
+		// its error keeps the DSN whole in a field: only its message,
+		// scrubbed, is kept.
+		return nil, fmt.Errorf("open: dsn %s: %w: %s", Redact(dsn), store.ErrInvalid, newScrubber(dsn).string(err.Error()))
 	}
 	s := &Store{
+		name:    "PostgreSQL store " + Redact(dsn),
+		scrub:   newScrubber(dsn, cfg.ConnConfig.Password),
 		log:     opts.Logger,
 		self:    store.Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name},
 		host:    opts.Host,
@@ -228,8 +241,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		grace:   opts.Grace,
 		stop:    make(chan struct{}),
 	}
-	if err := migrateUp(ctx, cfg.ConnConfig, opts.Timeout, opts.Logger); err != nil {
-		return nil, err
+	if err := migrateUp(ctx, cfg.ConnConfig, opts.Timeout, opts.Logger, s.name); err != nil {
+		return nil, s.scrub.error(err)
 	}
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, s.fail(ctx, "open", err)
@@ -268,14 +281,32 @@ func (s *Store) Host() string { return s.host }
 // Close stops the background sweep and lease renewal and closes the
 // connections. It does not release reservations: they belong to their
 // owners. Close is idempotent.
+//
+// Close returns within Options.Timeout even when the server does not
+// answer: closing a connection whose call timed out sends the server a
+// cancel request, which pgx waits up to 15 seconds for. What is not
+// closed by then goes on closing in the background, and ends once the
+// server answers, or after those 15 seconds; Close then returns an error
+// that says so, wrapping store.ErrStorage.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	close(s.stop)
-	s.wg.Wait()
-	s.pool.Close() // waits for the connections in use to come back
-	return nil
+	s.wg.Wait() // its calls end with the stop
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.pool.Close() // waits for the connections in use to come back
+	}()
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("close %s: %w: its connections did not close within %v (the server does not answer); they go on closing in the background", s.name, store.ErrStorage, s.timeout)
+	}
 }
 
 // background renews the host's lease every third of ttl and reaps every
@@ -338,19 +369,25 @@ func (s *Store) call(ctx context.Context) (context.Context, context.CancelFunc) 
 
 // fail turns an error of a round trip into the store's error: the
 // caller's context's error when that context ended, ErrClosed after Close,
-// else an error wrapping store.ErrStorage.
+// else an error wrapping store.ErrStorage. Each names the store (its
+// password hidden) and the operation, and has the DSN's password hidden
+// wherever pgx or the server quoted it.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
 	switch {
 	case ctx.Err() != nil:
-		return fmt.Errorf("%s: %w", op, ctx.Err())
+		return fmt.Errorf("%s: %s: %w", op, s.name, ctx.Err())
 	case s.closed.Load():
 		return fmt.Errorf("%s: %w", op, store.ErrClosed)
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%s: %w: the PostgreSQL server did not answer within %v", op, store.ErrStorage, s.timeout)
+		return fmt.Errorf("%s: %w: %s did not answer within %v", op, store.ErrStorage, s.name, s.timeout)
 	default:
-		return fmt.Errorf("%s: %w: %w", op, store.ErrStorage, err)
+		return s.scrub.error(fmt.Errorf("%s: %w: %s: %w", op, store.ErrStorage, s.name, err))
 	}
 }
+
+// Name names the store for people to read: "PostgreSQL store" and its
+// DSN, with the password hidden (see Redact).
+func (s *Store) Name() string { return s.name }
 
 // open fails with ErrClosed once the store is closed.
 func (s *Store) open() error {

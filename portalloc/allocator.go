@@ -17,6 +17,7 @@ import (
 	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/mru"
+	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -96,6 +97,10 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		a.fb.active.Store(true)
 		return a, nil
 	}
+	if cfg.Store != "" {
+		// What messages call the store, before anything can fail.
+		a.dbPath = "PostgreSQL store " + pgstore.Redact(cfg.Store)
+	}
 	octx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	if defaulted { // ModeMRU opens no store, and returned above
@@ -111,12 +116,13 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	opened, err := a.openStore(octx)
 	if cfg.Store == "" {
 		a.dbKey = canonicalDB(a.dbPath) // after Open, which creates the directory
-	} else {
-		a.dbPath = "PostgreSQL store " + redactDSN(cfg.Store) // what messages call the store
 	}
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, ctxErr
+			if errors.Is(err, ctxErr) {
+				return nil, fmt.Errorf("portalloc: %w", err) // it names the store and the step
+			}
+			return nil, fmt.Errorf("portalloc: open %s: %w", a.dbPath, ctxErr)
 		}
 		if isTransient(err) && !errors.Is(err, store.ErrBusy) && !errors.Is(err, context.DeadlineExceeded) {
 			return nil, transientErr(err)
@@ -209,10 +215,15 @@ func (a *Allocator) closedErr(err error) error {
 // Close" in the package documentation); Close itself is idempotent.
 //
 // Close is bounded: the pools and the releases share one deadline of
-// Config.Timeout, and closing the store then waits at most for a call still
-// in flight on it, which is bounded by the store's busy timeout. Its error
-// is for logging: what it could not release is reaped once this process
-// exits.
+// Config.Timeout, and closing the SQLite store then waits at most for a
+// call still in flight on it, which is bounded by the store's busy
+// timeout. With a Config.Store, Close returns by that deadline, and at
+// most a second after the releases (a tenth of a second, when they used
+// the deadline up), even when the server does not answer: the store's
+// connections then go on closing in the background until the server
+// answers or pgx gives up on them, and the error says so. Its error is
+// for logging: what it could not release is reaped once this process
+// exits (a fleet's rows, when their host's berth next reaps).
 func (a *Allocator) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -249,7 +260,7 @@ func (a *Allocator) Close() error {
 	close(a.stop)
 	a.bg.Wait() // the watch, and stores replaced after a fallback or a loss: each Close is bounded
 	if s != nil {
-		errs = append(errs, s.Close())
+		errs = append(errs, a.closeStore(ctx, s))
 	}
 	errs = append(errs, a.mru.Close()) // its lock file, kept open between calls
 	if err := errors.Join(errs...); err != nil {
@@ -257,6 +268,41 @@ func (a *Allocator) Close() error {
 	}
 	return nil
 }
+
+// closeStore closes the store s. A fleet's store is waited for until ctx
+// (Close's deadline) ends, at most maxCloseWait and at least closeMargin:
+// a server that does not answer would hold its Close up, and the store
+// goes on closing in the background (pgstore.Store.Close ends within its
+// own Timeout). A SQLite store's Close is bounded by its busy timeout and
+// is waited for.
+func (a *Allocator) closeStore(ctx context.Context, s store.Store) error {
+	if a.cfg.Store == "" {
+		return s.Close()
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Close() }()
+	// A server that answers closes the connections at once; one that
+	// does not would make any wait in vain.
+	wait := closeMargin
+	if dl, ok := ctx.Deadline(); ok {
+		wait = max(wait, min(time.Until(dl), maxCloseWait))
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("close %s: %w: its connections did not close in time (the server does not answer); they go on closing in the background", a.dbPath, ErrStoreUnavailable)
+	}
+}
+
+// closeMargin is how long Close waits for a fleet's store to close once
+// its deadline has passed, and maxCloseWait the longest it waits for it.
+const (
+	closeMargin  = 100 * time.Millisecond
+	maxCloseWait = time.Second
+)
 
 // maxBusyWait bounds how long a call waits for a store that another
 // program keeps locked.

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/berth-go/berth/internal/portrange"
+	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/store"
 )
 
@@ -116,7 +115,12 @@ type Config struct {
 	// fleet share one range without ever granting a port twice on one
 	// host: a connection string ("postgres://user@db.example/berth",
 	// "host=/run/postgresql dbname=berth") or the absolute path of the
-	// directory of the server's unix socket. Zero: the SQLite store. With
+	// directory of the server's unix socket. A URL's scheme must be
+	// postgres:// or postgresql:// in lower case, as libpq takes it; any
+	// other string that is not key=value settings is refused (a
+	// *FieldError) before berth connects. Messages, logs, Database and
+	// every fmt verb of a Config show Store with its password hidden
+	// (pgstore.Redact). Zero: the SQLite store. With
 	// a Store, berth never falls back to the MRU file (its grants would be
 	// invisible to the other hosts): a store that cannot be used is an
 	// error wrapping ErrStoreUnavailable, and Mode may not be ModeMRU.
@@ -216,7 +220,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if v := get(EnvStore); v != "" {
 		if _, err := storeDSN(v); err != nil {
-			bad(EnvStore, v, storeWant)
+			errs = append(errs, storeFieldError(EnvStore, v, err))
 		}
 		c.Store = v
 	}
@@ -278,7 +282,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Store != "" {
 		if _, err := storeDSN(c.Store); err != nil {
-			return Config{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Config.Store", Value: c.Store, Want: storeWant})
+			return Config{}, fmt.Errorf("portalloc: %w", storeFieldError("Config.Store", c.Store, err))
 		}
 		switch c.Mode {
 		case ModeMRU:
@@ -354,30 +358,58 @@ func (h debugLevels) WithGroup(name string) slog.Handler {
 }
 
 // storeWant says what Config.Store accepts, for error messages.
-const storeWant = `a PostgreSQL connection string ("postgres://..." or "host=... dbname=...") or the absolute path of the directory of its unix socket`
+const storeWant = `a PostgreSQL connection string ("postgres://..." or "postgresql://...", the scheme in lower case, or "host=... dbname=...") or the absolute path of the directory of its unix socket`
 
-// storeDSN returns the pgx connection string that Config.Store s names.
+// storeDSN returns the pgx connection string that Config.Store s names: a
+// connection string pgstore.CheckDSN takes, or else a socket directory.
 func storeDSN(s string) (string, error) {
+	err := pgstore.CheckDSN(s)
 	switch {
-	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
+	case err == nil:
 		return s, nil
-	case strings.Contains(s, "="):
-		return s, nil // key=value pairs, as libpq takes them
 	case filepath.IsAbs(s):
 		// The socket directory, quoted as libpq quotes a value; the
 		// database is the one named like the user.
 		return "host='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'", nil
 	}
-	return "", errors.New("not a connection string")
+	return "", err
 }
 
-// redactDSN returns the connection string s with its password hidden, for
-// messages and logs.
-func redactDSN(s string) string {
-	if u, err := url.Parse(s); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		return u.Redacted()
+// storeFieldError refuses the Config.Store s, named field (the field, or
+// the variable or flag it came from): it quotes s with its password
+// hidden, and says why it was refused.
+func storeFieldError(field, s string, err error) *FieldError {
+	want := storeWant
+	var de *pgstore.DSNError
+	if errors.As(err, &de) {
+		want += " (" + de.Reason + ")"
 	}
-	return passwordPair.ReplaceAllString(s, "password=xxxxx")
+	return &FieldError{Field: field, Value: pgstore.Redact(s), Want: want}
 }
 
-var passwordPair = regexp.MustCompile(`password\s*=\s*('(\\.|[^'])*'|\S+)`)
+// String formats c for people to read, as %v and %+v do, with the
+// password of Config.Store hidden (see pgstore.Redact).
+func (c Config) String() string { return fmt.Sprintf("%+v", printedConfig(c)) }
+
+// GoString formats c as %#v does, with the password of Config.Store
+// hidden.
+func (c Config) GoString() string { return fmt.Sprintf("%#v", printedConfig(c)) }
+
+// Format formats c for every verb as fmt would format its fields, with
+// the password of Config.Store hidden: no %v, %+v, %#v or %s of a Config
+// shows it.
+func (c Config) Format(f fmt.State, verb rune) {
+	fmt.Fprintf(f, fmt.FormatString(f, verb), printedConfig(c))
+}
+
+// configFields is Config without its methods, for printing.
+type configFields = Config
+
+// printedConfig returns c as a value of a type of the same name and
+// fields but no methods, with Store's password hidden: %#v shows it as
+// portalloc.Config.
+func printedConfig(c Config) any {
+	type Config configFields
+	c.Store = pgstore.Redact(c.Store)
+	return Config(c)
+}

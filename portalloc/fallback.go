@@ -135,6 +135,15 @@ func (a *Allocator) openStore(ctx context.Context) (store.Store, error) {
 			return o.s, o.err
 		default:
 		}
+		// A store's own error says which step timed out: it is worth a
+		// moment's wait, as the store's steps end with ctx too.
+		t := time.NewTimer(openGrace)
+		defer t.Stop()
+		select {
+		case o := <-done:
+			return o.s, o.err
+		case <-t.C:
+		}
 		go func() {
 			if o := <-done; o.s != nil {
 				_ = o.s.Close()
@@ -143,6 +152,10 @@ func (a *Allocator) openStore(ctx context.Context) (store.Store, error) {
 		return nil, fmt.Errorf("open %s: %w", a.dbPath, ctx.Err())
 	}
 }
+
+// openGrace is how long openStore waits for the store's own error once
+// its context has ended.
+const openGrace = 100 * time.Millisecond
 
 // open opens the store the Allocator's Config names.
 func (a *Allocator) open(ctx context.Context) (store.Store, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 func (a *app) doctorCmd() *cobra.Command {
@@ -59,6 +60,8 @@ func (a *app) runDoctor(ctx context.Context) error {
 		switch {
 		case errors.Is(err, portalloc.ErrTransient):
 			line("to fix", "the system ran short of what the message names; berth fails rather than fall back for that. Free some (raise ulimit -n, free disk space), then try again")
+		case a.cfg.Store != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrStorage)):
+			line("to fix", "the PostgreSQL server of --store did not answer within --timeout (now %v) or refused the connection: check that it runs, that this host reaches it, and the connection string's user, password and database", a.cfg.Timeout)
 		case errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded):
 			line("to fix", "another process keeps the state store locked; berth waits for it (up to --timeout, now %v) rather than fall back. Stop or wait for that process", a.cfg.Timeout)
 		}
@@ -174,6 +177,9 @@ func takeOverAdvice(err error) string {
 }
 
 func modeOf(cfg portalloc.Config) portalloc.Mode {
+	if cfg.Store != "" && cfg.Mode != portalloc.ModeMRU {
+		return portalloc.ModeStateStore // a fleet's store never falls back
+	}
 	if cfg.Mode == "" {
 		return portalloc.ModeStateStoreWithFallback
 	}
