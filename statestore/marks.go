@@ -31,6 +31,14 @@ import (
 //     its path and records their holders' rows before anything is granted
 //     from it (importMarks).
 
+// KeepMarksAcrossExec makes the marks this process holds (see the package
+// doc of portalloc, "Losing the store") pass to the program it is about to
+// become through exec, as berth run becomes its command: that program
+// keeps the pid, and so the reservations, and now also the marks that keep
+// them when the store's file is lost. Call it right before exec; it is a
+// no-op where marks do not exist.
+func KeepMarksAcrossExec() error { return marker.Inherit() }
+
 // markOf returns the mark of own's reservation of key, and false when own
 // is no process of this boot that the mark can name (a lease holder, an
 // owner recorded by an earlier berth).

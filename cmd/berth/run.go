@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/statestore"
 )
 
 // runFlags are berth run's flags.
@@ -241,6 +242,9 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	}
 	a.fallbackHint(al)
 	if err := al.Close(); err != nil {
+		return err
+	}
+	if err := statestore.KeepMarksAcrossExec(); err != nil {
 		return err
 	}
 	return execCommand(path, args, environ, files)

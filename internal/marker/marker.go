@@ -191,6 +191,24 @@ func Prune(ns string, keep func(Mark) bool) {
 	}
 }
 
+// Inherit makes every mark this process holds pass through exec, for a
+// process that is about to replace itself with another program, which
+// keeps its pid and so the reservations the marks guard. The marks move
+// to descriptors from 64 up, out of the way of those a program is handed
+// from 3 up (LISTEN_FDS).
+func Inherit() error {
+	mu.Lock()
+	defer mu.Unlock()
+	for name, c := range held {
+		n, err := inherit(c)
+		if err != nil {
+			return fmt.Errorf("marker %s: %w", name, err)
+		}
+		held[name] = n
+	}
+	return nil
+}
+
 // List returns the marks of namespace ns that live processes hold, this
 // one included.
 func List(ns string) ([]Mark, error) {

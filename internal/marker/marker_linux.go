@@ -63,3 +63,17 @@ func boundNames() ([]string, error) {
 	}
 	return names, nil
 }
+
+// inherit moves c to a descriptor of 64 or more without close-on-exec.
+func inherit(c closer) (closer, error) {
+	s, ok := c.(sock)
+	if !ok {
+		return c, nil
+	}
+	fd, err := unix.FcntlInt(uintptr(s), unix.F_DUPFD, 64)
+	if err != nil {
+		return c, err
+	}
+	_ = s.Close()
+	return sock(fd), nil
+}
