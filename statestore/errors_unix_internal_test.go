@@ -38,6 +38,7 @@ func TestStorageErrClassifies(t *testing.T) {
 		say  string // in the message
 	}{
 		{"SQLITE_FULL", func(t *testing.T) error {
+			t.Helper()
 			db := open(t, "full.db", "")
 			if _, err := db.Exec("CREATE TABLE t(x); PRAGMA max_page_count = 3"); err != nil {
 				t.Fatal(err)
@@ -46,6 +47,7 @@ func TestStorageErrClassifies(t *testing.T) {
 			return err
 		}, ErrTransient, ErrStorage, "no space left"},
 		{"SQLITE_BUSY", func(t *testing.T) error {
+			t.Helper()
 			a := open(t, "busy.db", "?_pragma=journal_mode(WAL)")
 			if _, err := a.Exec("CREATE TABLE t(x)"); err != nil {
 				t.Fatal(err)
@@ -63,10 +65,12 @@ func TestStorageErrClassifies(t *testing.T) {
 			return err
 		}, ErrBusy, ErrStorage, "locked by another process"},
 		{"SQLITE_CANTOPEN, no such directory", func(t *testing.T) error {
+			t.Helper()
 			db := open(t, "missing/x.db", "?mode=ro")
 			return db.Ping()
 		}, ErrStorage, ErrTransient, "unable to open"},
 		{"SQLITE_CANTOPEN, a directory", func(t *testing.T) error {
+			t.Helper()
 			if err := os.Mkdir(filepath.Join(dir, "adir.db"), 0o700); err != nil {
 				t.Fatal(err)
 			}
@@ -74,6 +78,7 @@ func TestStorageErrClassifies(t *testing.T) {
 			return db.Ping()
 		}, ErrStorage, ErrTransient, "unable to open"},
 		{"SQLITE_READONLY", func(t *testing.T) error {
+			t.Helper()
 			rw := open(t, "ro.db", "")
 			if _, err := rw.Exec("CREATE TABLE t(x)"); err != nil {
 				t.Fatal(err)
@@ -83,6 +88,7 @@ func TestStorageErrClassifies(t *testing.T) {
 			return err
 		}, ErrStorage, ErrTransient, "readonly"},
 		{"SQL error", func(t *testing.T) error {
+			t.Helper()
 			_, err := open(t, "sql.db", "").Exec("SELECT * FROM no_such_table")
 			return err
 		}, ErrStorage, ErrTransient, "no such table"},

@@ -100,7 +100,8 @@ func TestOpenOutOfDescriptors(t *testing.T) {
 					_ = os.Remove(path + suffix)
 				}
 			}
-			w := startWorker(t, "starved", path, "BERTH_TEST_SPARE="+strconv.Itoa(spare))
+			w := startWorker(t, "starved", path, "BERTH_TEST_SPARE="+strconv.Itoa(spare),
+				"GORACE=atexit_sleep_ms=0") // under -race a worker would sleep a second as it exits
 			if !w.events.Scan() {
 				t.Fatalf("worker with %d spare descriptors said nothing", spare)
 			}

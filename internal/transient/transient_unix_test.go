@@ -85,7 +85,7 @@ func TestWrap(t *testing.T) {
 			t.Errorf("Is(%v) = false; want true", c.err)
 		case transient.IsDisk(c.err) != c.disk:
 			t.Errorf("IsDisk(%v) = %v; want %v", c.err, !c.disk, c.disk)
-		case transient.Wrap(got) != got && transient.As(syscall.EMFILE, got) != got:
+		case transient.Wrap(got).Error() != got.Error() || transient.As(syscall.EMFILE, got).Error() != got.Error():
 			t.Errorf("wrapping %v again changed it", got)
 		}
 	}
