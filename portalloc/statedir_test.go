@@ -247,6 +247,7 @@ func TestTakeOverRefusesUnsafeOldDir(t *testing.T) {
 		says  string
 	}{
 		{"world-writable", func(t *testing.T, dir string) {
+			t.Helper()
 			if err := os.Chmod(dir, 0o777); err != nil {
 				t.Fatal(err)
 			}

@@ -130,7 +130,7 @@ func TestLeaseRenewAndExpiry(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "berth.db")
 	const ttl = 2 * time.Second
 	start := time.Now()
-	port := leaseBy(t, path, "dev", ttl)
+	leaseBy(t, path, "dev", ttl)
 	s := openAt(t, path)
 
 	renewed := time.Now() // the renewal reads the lease clock after this
@@ -166,7 +166,7 @@ func TestLeaseRenewAndExpiry(t *testing.T) {
 
 	// An ended lease not yet reaped: renewal leaves it ended, and the next
 	// owner takes its port.
-	port = leaseBy(t, path, "dev", time.Second)
+	port := leaseBy(t, path, "dev", time.Second)
 	waitLeaseEnd(t, s, "dev")
 	if _, err := s.RenewLease(ctx, "dev", time.Hour); !errors.Is(err, statestore.ErrNotFound) {
 		t.Errorf("RenewLease of an ended lease = %v; want ErrNotFound", err)

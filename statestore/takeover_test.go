@@ -147,11 +147,13 @@ func TestTakeOverRefusesUnsafe(t *testing.T) {
 		spoil func(t *testing.T, dir string)
 	}{
 		{"world-writable", func(t *testing.T, dir string) {
+			t.Helper()
 			if err := os.Chmod(dir, 0o777); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"another owner", func(t *testing.T, dir string) {
+			t.Helper()
 			if os.Geteuid() != 0 {
 				t.Skip("needs root to give a directory to another uid")
 			}

@@ -258,11 +258,7 @@ func lastWord(s, word string) int {
 // defaultOwner returns the pid --owner "parent" stands for (chooseOwner),
 // says at -v which process that is and why, and warns on standard error
 // when it is one that exits soon.
-func defaultOwner(cmd *cobra.Command) int {
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
+func defaultOwner(ctx context.Context, cmd *cobra.Command) int {
 	self := invocation{name: filepath.Base(os.Args[0]), sub: cmd.Name(), makeLevel: os.Getenv("MAKELEVEL") != ""}
 	c := chooseOwner(os.Getppid(), func(pid int) (owner.Process, error) { return owner.Inspect(ctx, pid) }, self)
 	logr.FromContextOrDiscard(ctx).Info("owner of the ports", "pid", c.pid, "name", c.name, "why", c.why)

@@ -60,7 +60,7 @@ func addOwner(cmd *cobra.Command, owner *string, pidV1 *int) {
 }
 
 // ownerPID resolves --owner (or --owner-pid) to a pid.
-func ownerPID(cmd *cobra.Command, owner string, pidV1 int) (int, error) {
+func ownerPID(ctx context.Context, cmd *cobra.Command, owner string, pidV1 int) (int, error) {
 	switch {
 	case cmd.Flags().Changed("owner-pid") && cmd.Flags().Changed("owner"):
 		return 0, usagef("--owner-pid with --owner: give --owner PID only")
@@ -70,7 +70,7 @@ func ownerPID(cmd *cobra.Command, owner string, pidV1 int) (int, error) {
 		}
 		return pidV1, nil
 	case owner == "parent":
-		return defaultOwner(cmd), nil // berth's parent, or the process it stands for: see ancestry.go
+		return defaultOwner(ctx, cmd), nil // berth's parent, or the process it stands for: see ancestry.go
 	}
 	pid, err := strconv.Atoi(owner)
 	if err != nil || pid <= 0 {
@@ -187,7 +187,7 @@ func (a *app) grantSetup(ctx context.Context, cmd *cobra.Command, f *grantFlags)
 	if err != nil {
 		return portalloc.Request{}, statestore.Owner{}, nil, err
 	}
-	pid, err := ownerPID(cmd, f.owner, f.ownerPIDv1)
+	pid, err := ownerPID(ctx, cmd, f.owner, f.ownerPIDv1)
 	if err != nil {
 		return portalloc.Request{}, statestore.Owner{}, nil, err
 	}
@@ -229,7 +229,7 @@ at the end of the build, and berth warns. 'berth run' avoids the question.`,
 			return usagef("--block %d: want 1 to %d", f.block, portalloc.MaxBlock)
 		case cmd.Flags().Changed("block") && cmd.Flags().Changed("count"):
 			return usagef("--block with --count: give one of them")
-		case f.holderFlags.set(cmd):
+		case f.set(cmd):
 			return a.getLeased(ctx, cmd, &f, &f.holderFlags)
 		}
 		if err := checkTTLAlone(cmd); err != nil {
@@ -283,7 +283,7 @@ the owner holds already is not an error.`,
 		if err != nil {
 			return err
 		}
-		if f.holderFlags.set(cmd) {
+		if f.set(cmd) {
 			return a.reserveLeased(ctx, cmd, &f, &f.holderFlags, port)
 		}
 		if err := checkTTLAlone(cmd); err != nil {
@@ -348,7 +348,7 @@ func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags
 	if f.all && (port != 0 || f.label != "") {
 		return nil, nil, statestore.Owner{}, usagef("--all with a PORT or --label: give one of them")
 	}
-	pid, err := ownerPID(cmd, f.owner, f.ownerPIDv1)
+	pid, err := ownerPID(ctx, cmd, f.owner, f.ownerPIDv1)
 	if err != nil {
 		return nil, nil, statestore.Owner{}, err
 	}

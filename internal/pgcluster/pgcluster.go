@@ -218,7 +218,10 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // password it puts in connection strings: whatever the test logs or
 // reports through it has secret replaced by "<secret>", and a message
 // that would have shown it fails the test.
-func Guard(tb testing.TB, secret string) testing.TB { return &guard{tb, secret} }
+func Guard(tb testing.TB, secret string) testing.TB {
+	tb.Helper()
+	return &guard{tb, secret}
+}
 
 type guard struct {
 	testing.TB
@@ -229,28 +232,28 @@ func (g *guard) clean(s string) string {
 	if !strings.Contains(s, g.secret) {
 		return s
 	}
-	g.TB.Helper()
+	g.Helper()
 	g.TB.Error("a message of this test would have shown the password; it is hidden below")
 	return strings.ReplaceAll(s, g.secret, "<secret>")
 }
 
-func (g *guard) Log(args ...any) { g.TB.Helper(); g.TB.Log(g.clean(fmt.Sprint(args...))) }
+func (g *guard) Log(args ...any) { g.Helper(); g.TB.Log(g.clean(fmt.Sprint(args...))) }
 func (g *guard) Logf(format string, args ...any) {
-	g.TB.Helper()
+	g.Helper()
 	g.TB.Log(g.clean(fmt.Sprintf(format, args...)))
 }
-func (g *guard) Error(args ...any) { g.TB.Helper(); g.TB.Error(g.clean(fmt.Sprint(args...))) }
+func (g *guard) Error(args ...any) { g.Helper(); g.TB.Error(g.clean(fmt.Sprint(args...))) }
 func (g *guard) Errorf(format string, args ...any) {
-	g.TB.Helper()
+	g.Helper()
 	g.TB.Error(g.clean(fmt.Sprintf(format, args...)))
 }
-func (g *guard) Fatal(args ...any) { g.TB.Helper(); g.TB.Fatal(g.clean(fmt.Sprint(args...))) }
+func (g *guard) Fatal(args ...any) { g.Helper(); g.TB.Fatal(g.clean(fmt.Sprint(args...))) }
 func (g *guard) Fatalf(format string, args ...any) {
-	g.TB.Helper()
+	g.Helper()
 	g.TB.Fatal(g.clean(fmt.Sprintf(format, args...)))
 }
-func (g *guard) Skip(args ...any) { g.TB.Helper(); g.TB.Skip(g.clean(fmt.Sprint(args...))) }
+func (g *guard) Skip(args ...any) { g.Helper(); g.TB.Skip(g.clean(fmt.Sprint(args...))) }
 func (g *guard) Skipf(format string, args ...any) {
-	g.TB.Helper()
+	g.Helper()
 	g.TB.Skip(g.clean(fmt.Sprintf(format, args...)))
 }
