@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
@@ -30,7 +29,7 @@ func init() {
 		}
 		logged := false
 		f := mru.New(os.Getenv("BERTH_MRU_PATH"), mru.Options{Logger: funcr.New(func(_, _ string) { logged = true }, funcr.Options{})})
-		if err := leaveSpare(spare); err != nil {
+		if err := testproc.LeaveSpareFDs(spare); err != nil {
 			fmt.Println("error:", err)
 			return 1
 		}
@@ -53,38 +52,6 @@ func init() {
 		fmt.Println("port", port)
 		return 0
 	})
-}
-
-// leaveSpare fills the holes below the highest open descriptor and lowers
-// RLIMIT_NOFILE so that exactly n more can be opened.
-func leaveSpare(n int) error {
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return err
-	}
-	top := 0
-	for _, e := range fds {
-		if fd, err := strconv.Atoi(e.Name()); err == nil {
-			top = max(top, fd)
-		}
-	}
-	for {
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			return err
-		}
-		if int(f.Fd()) > top {
-			_ = f.Close()
-			break
-		}
-		// Kept open for the life of the worker.
-	}
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return err
-	}
-	lim.Cur = uint64(top + 1 + n)
-	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 }
 
 // TestAllocateOutOfDescriptors: an MRU file that cannot be opened for want

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
+	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
 )
 
@@ -85,30 +86,7 @@ func starved(ctx context.Context) error {
 	var r portalloc.Reservation
 	a, err := portalloc.New(ctx, cfg)
 	if err == nil && afterNew {
-		// A new descriptor takes the lowest free number: fill the holes
-		// below the highest one open, so that exactly n are spare.
-		fds, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			return err
-		}
-		top := 0
-		for _, e := range fds {
-			if fd, err := strconv.Atoi(e.Name()); err == nil {
-				top = max(top, fd)
-			}
-		}
-		for {
-			f, err := os.Open(os.DevNull)
-			if err != nil {
-				return err
-			}
-			if int(f.Fd()) > top {
-				_ = f.Close()
-				break
-			}
-			defer f.Close()
-		}
-		if err := limit(uint64(top) + 1 + n); err != nil {
+		if err := testproc.LeaveSpareFDs(int(n)); err != nil {
 			return err
 		}
 	}

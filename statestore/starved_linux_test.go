@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
+	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -23,7 +23,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		if err := leaveSpare(spare); err != nil {
+		if err := testproc.LeaveSpareFDs(spare); err != nil {
 			return err
 		}
 		s, err := statestore.Open(ctx, db, statestore.Options{SweepInterval: -1})
@@ -42,38 +42,6 @@ type starvedEvent struct {
 	Error     string `json:"error,omitempty"`
 	Transient bool   `json:"transient,omitempty"`
 	Storage   bool   `json:"storage,omitempty"`
-}
-
-// leaveSpare fills the holes below the highest open descriptor and lowers
-// RLIMIT_NOFILE so that exactly n more can be opened.
-func leaveSpare(n int) error {
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return err
-	}
-	top := 0
-	for _, e := range fds {
-		if fd, err := strconv.Atoi(e.Name()); err == nil {
-			top = max(top, fd)
-		}
-	}
-	for {
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			return err
-		}
-		if int(f.Fd()) > top {
-			_ = f.Close()
-			break
-		}
-		// Kept open for the life of the worker.
-	}
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return err
-	}
-	lim.Cur = uint64(top + 1 + n)
-	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 }
 
 // TestOpenOutOfDescriptors: SQLite reports a database it could not open
