@@ -140,7 +140,6 @@ type Store struct {
 	log     logr.Logger
 	self    store.Owner
 	host    string
-	hostNo  int32
 	bootID  string // Options.BootID, recorded with the host's lease
 	timeout time.Duration
 	ttl     time.Duration
@@ -155,6 +154,9 @@ type Store struct {
 	reaped        atomic.Int64
 	probeFailures atomic.Int64
 	lost          atomic.Int64 // rows of this host other hosts deleted, reported since Open
+
+	num    atomic.Int32 // the host's number in berth_hosts; see hostNo
+	losses              // what Check reports: see failover.go
 
 	// fleetStart, when set (by tests, before any call), picks the offset
 	// in a band of n ports where ReserveFleet's search starts; nil: random.
@@ -231,6 +233,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err := migrateUp(ctx, cfg.ConnConfig, opts.Timeout, opts.Logger); err != nil {
 		return nil, err
 	}
+	cfg.AfterConnect = s.afterConnect
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, s.fail(ctx, "open", err)
 	}
@@ -262,6 +265,12 @@ func checkHost(h string) error {
 	return nil
 }
 
+// hostNo returns the host's number in berth_hosts: what its rows carry.
+// It changes only when the host's registration was lost (a failover to a
+// standby that had not received it, or the row deleted by hand) and its
+// old number was taken meanwhile: see register.
+func (s *Store) hostNo() int32 { return s.num.Load() }
+
 // Host returns the name of the host this store acts for.
 func (s *Store) Host() string { return s.host }
 
@@ -291,10 +300,14 @@ func (s *Store) background(sweep, ttl time.Duration) {
 	}()
 	never := make(<-chan time.Time)
 	renewC, sweepC := never, never
+	var (
+		renewT  *time.Ticker
+		failing bool // the last renewal failed: the next comes sooner
+	)
 	if ttl > 0 {
-		t := time.NewTicker(ttl / 3)
-		defer t.Stop()
-		renewC = t.C
+		renewT = time.NewTicker(ttl / 3)
+		defer renewT.Stop()
+		renewC = renewT.C
 	}
 	var sweepT *time.Timer
 	if sweep > 0 {
@@ -307,8 +320,20 @@ func (s *Store) background(sweep, ttl time.Duration) {
 		case <-s.stop:
 			return
 		case <-renewC:
-			if err := s.renew(ctx, ttl); err != nil && ctx.Err() == nil {
-				s.log.Error(err, "renewing this host's lease failed; it is tried again", "host", s.host, "in", (ttl / 3).String())
+			err := s.renew(ctx, ttl)
+			if err == nil && failing {
+				failing = false
+				renewT.Reset(ttl / 3)
+			}
+			if err != nil && ctx.Err() == nil {
+				// Tried again soon rather than a period later: a
+				// server that came back (a failover) is to learn of
+				// this host, and its holders to put back what they
+				// hold, within seconds.
+				again := min(ttl/3, retryRenew)
+				s.log.Error(err, "renewing this host's lease failed; it is tried again", "host", s.host, "in", again.String())
+				renewT.Reset(again)
+				failing = true
 			}
 		case <-sweepC:
 			if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrClosed) {

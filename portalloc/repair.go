@@ -44,7 +44,7 @@ func (a *Allocator) watch() {
 		}
 		s := a.db()
 		c, ok := s.(store.Checker)
-		if !ok || !a.holdsStoreRows() {
+		if !ok || (!a.holdsStoreRows() && !a.releasesToRedo()) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
@@ -97,6 +97,10 @@ func (a *Allocator) replaced(ctx context.Context, s store.Store, err error) (boo
 // the lost one, whose calls go on failing with ErrLost, tries again at the
 // next call or check, and returns why it could not.
 func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) error {
+	if k, ok := lost.(keeper); ok {
+		// A fleet's store: the rows went missing, not the store.
+		return a.repairRows(ctx, k, why)
+	}
 	a.repairMu.Lock()
 	defer a.repairMu.Unlock()
 	if a.db() != lost || a.isClosed() {
