@@ -55,7 +55,11 @@ const routine = "lease renewal"
 // noteLoss records a reason for the holders to compare their
 // reservations with the store.
 func (s *Store) noteLoss(why string) {
-	s.lossWhy.Store(&why)
+	// A renewal does not hide a sign of loss the holders have not dealt
+	// with yet.
+	if p := s.lossWhy.Load(); why != routine || p == nil || *p == routine || s.lossSeq.Load() <= s.settled.Load() {
+		s.lossWhy.Store(&why)
+	}
 	s.lossSeq.Add(1)
 	if why != routine {
 		s.log.Info("this host's reservations may be missing from the store; its holders put back what they hold", "host", s.host, "cause", why)
