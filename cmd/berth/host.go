@@ -33,9 +33,10 @@ period). Run it from another host of the fleet.
 
 A host whose lease is live (a berth process ran on it within the last lease
 period, 30s) is refused, naming the host and when its lease ends: its
-processes may still use the ports. --force retires it anyway; its running
-holders then put their reservations back at their next lease renewal
-(within 10s), and until then the ports can be handed out again on it.
+processes may still use the ports. --force retires it anyway; processes
+that keep berth's library open then put their reservations back at their
+next lease renewal (within about 11s), and until then the ports can be
+handed out again on it.
 
 Should NAME come back after all, the first berth on it reports how many of
 its reservations were deleted, and it goes on with a fresh lease.`,
