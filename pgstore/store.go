@@ -34,7 +34,8 @@
 //     lease ended more than Options.Grace (default a day) ago.
 //
 // Stale rows cost capacity; wrong deletions cost correctness, hence the
-// long default. A host whose berth processes are all short commands has a
+// long default. RetireHost refuses a host whose lease is live (a
+// *HostLiveError), unless forced (Retire with RetireOptions.Force). A host whose berth processes are all short commands has a
 // lease only while one runs: its rows go Grace after its last command.
 //
 // The lease records the boot id of the machine that holds it. Open under
@@ -77,6 +78,22 @@
 // so a caller that retries elsewhere wastes a port but never shares one.
 // Reservations already granted are unaffected by a partition: they are
 // rows, and the processes holding the ports go on.
+//
+// # Failover
+//
+// A Store connects through pgx, so a multi-host connection string with
+// target_session_attrs=read-write follows a failover to a promoted
+// standby; the calls on connections that died with the old primary fail
+// (store.ErrStorage), the next ones connect to the new one. A synchronous
+// standby (synchronous_standby_names, synchronous_commit on) loses
+// nothing. An asynchronous one loses the commits it had not received:
+// reservations of live holders, releases, a host's registration. A Store
+// notices a connection to another or a restarted server, registers its
+// host again when its row is gone (under its old number when that is
+// free, so nothing cached goes stale), and reports through Check, at those
+// times and at every lease renewal, that its holders are to compare what
+// they hold with the store and put back what is missing; portalloc's
+// Allocator does so. See failover.go.
 package pgstore
 
 import (

@@ -50,7 +50,9 @@ type Stats struct {
 	// On a fleet's store (Config.Store) they count the reservations put
 	// back after they went missing from it (lost in a failover to a
 	// standby that had not received them, or deleted by a forced
-	// retirement) and those another process had taken meanwhile.
+	// retirement) and those another process had taken meanwhile; such a
+	// one is tried, logged and counted again at each comparison (every
+	// lease renewal) while the other process holds it.
 	Restored, Lost int64
 	// Rereleased counts releases of this Allocator done again on a
 	// fleet's store: undone by a failover (the row came back) or failed
