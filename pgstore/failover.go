@@ -250,8 +250,8 @@ type HostLiveError struct {
 }
 
 func (e *HostLiveError) Error() string {
-	return fmt.Sprintf("host %q holds a live lease until %s by the PostgreSQL server's clock (%v more): berth processes of that host are running, "+
-		"and retiring it would hand out the ports they hold; retire it once it is gone and its lease has ended, or force it "+
+	return fmt.Sprintf("host %q holds a live lease until %s by the PostgreSQL server's clock (%v more): berth ran on that host within its lease period, "+
+		"and retiring it would hand out the ports its processes may still use; retire it once it is gone and its lease has ended, or force it "+
 		"(berth host retire --force; RetireOptions.Force), and its live holders put their reservations back at their next lease renewal",
 		e.Host, e.Expires.UTC().Format(time.RFC3339), e.Left.Round(time.Second))
 }
