@@ -262,7 +262,7 @@ func TestFailoverAsyncStandby(t *testing.T) { testFailover(t, false) }
 // is lost at all, and nothing needs putting back.
 func TestFailoverSyncStandby(t *testing.T) { testFailover(t, true) }
 
-func testFailover(t *testing.T, sync bool) {
+func testFailover(t *testing.T, sync bool) { //nolint:thelper // the body of the two tests above, not a helper
 	ctx := context.Background()
 	c := startPair(t, sync)
 	dsn := c.dsn()
