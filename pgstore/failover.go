@@ -37,6 +37,8 @@ import (
 // granted to another process meanwhile, is logged naming both owners),
 // deletes again those it released, and tells the Store (Checked).
 
+var _ store.Checker = (*Store)(nil)
+
 // losses is what Check reports: a count of reasons to compare, and how
 // many of them the holders have dealt with.
 type losses struct {
