@@ -366,6 +366,23 @@ func (a *Allocator) noteRelease(s store.Store, r Reservation, err error) {
 	}
 }
 
+// errReleasesFailed is the cause repairRows is given when it runs for
+// releases that failed, with no loss reported.
+var errReleasesFailed = errors.New("releases of this process failed while the fleet's store could not be reached")
+
+// releasesFailed reports whether a release of the Allocator failed and is
+// not done yet.
+func (a *Allocator) releasesFailed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range a.released {
+		if e.failed {
+			return true
+		}
+	}
+	return false
+}
+
 // releasesToRedo reports whether the Allocator keeps releases to do again
 // should the store report a loss.
 func (a *Allocator) releasesToRedo() bool {

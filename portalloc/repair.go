@@ -50,6 +50,8 @@ func (a *Allocator) watch() {
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
 		if err := c.Check(ctx); errors.Is(err, store.ErrLost) {
 			_ = a.repair(ctx, s, err) // logged; the next call or check tries again
+		} else if k, ok := s.(keeper); ok && err == nil && a.releasesFailed() {
+			_ = a.repairRows(ctx, k, errReleasesFailed) // until they are done
 		}
 		cancel()
 	}
