@@ -192,8 +192,8 @@ func TestFleetNarrow(t *testing.T) {
 		t.Errorf("Leases = %+v, %v; want %s's lease on host-a", leases, err, holder)
 	}
 	// Neither host's own rows list it, nor does retiring host-a take it.
-	if n, err := b.RetireHost(ctx, "host-a"); err != nil || n != 0 {
-		t.Errorf("RetireHost(host-a) = %d, %v; want 0 process rows", n, err)
+	if n, err := b.Retire(ctx, "host-a", pgstore.RetireOptions{Force: true}); err != nil || n != 0 {
+		t.Errorf("Retire(host-a, Force) = %d, %v; want 0 process rows", n, err)
 	}
 	if err := a.RenewFleet(ctx, r.Key, holder, time.Minute); err != nil {
 		t.Errorf("RenewFleet after narrowing and retirement = %v", err)

@@ -62,8 +62,11 @@ const (
 		" UPDATE berth_hosts h SET lost_rows = h.lost_rows + n.n FROM n WHERE h.host_no = n.host_no" +
 		" RETURNING h.host_id, n.n"
 
-	// qLockHost locks host $1's row for its retirement.
-	qLockHost = "SELECT host_no FROM berth_hosts WHERE host_id = $1 FOR UPDATE"
+	// qLockHost locks host $1's row for its retirement, and reads
+	// whether its lease is live, when it ends and how many ms are left.
+	qLockHost = "SELECT host_no, expires_at >= now(), expires_at," +
+		" greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint" +
+		" FROM berth_hosts WHERE host_id = $1 FOR UPDATE"
 	// qRetireHost deletes every process row and sticky port of host $1
 	// and marks it retired, adding the rows to its lost_rows. Lease rows
 	// narrowed to it stay until their holder releases them or the lease
@@ -98,9 +101,13 @@ func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 			Scan(&hostNo, &lost, &retired, &lapsed, &taken, &boot, &leftMS, &guarded)
 	}
 	err := scan()
+	registered := false
 	if errors.Is(err, pgx.ErrNoRows) {
-		// A new host (or one whose row was deleted by hand): register it.
-		if _, err = s.pool.Exec(cctx, qRegisterHost, s.host, ttl.Milliseconds()); err == nil {
+		// A new host, or one whose row was lost (a failover to a
+		// standby that had not received it) or deleted by hand:
+		// register it, under its old number when it had one.
+		if _, err = s.register(cctx, s.pool, ttl); err == nil {
+			registered = true
 			err = scan()
 		}
 	}
@@ -117,15 +124,21 @@ func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 		// dead by their owners' boot id and reaped.
 		s.log.Info("this host's lapsed lease was held by another boot; this boot takes it over", "host", s.host, "previous", boot, "boot", s.bootID)
 	}
-	switch {
-	case s.hostNo == 0:
-		s.hostNo = hostNo // Open: no other goroutine reads it yet
-	case hostNo != s.hostNo:
-		// The host's row was deleted by hand and registered anew: this
-		// Store's statements name a host number no row has any more.
-		return fmt.Errorf("%s: %w: host %q has a new number in berth_hosts (its row was deleted); reopen the store", op, store.ErrStorage, s.host)
-	}
+	old := s.num.Swap(hostNo)
 	s.noteReturn(lost, retired, lapsed)
+	switch {
+	case old == 0: // Open
+	case hostNo != old:
+		s.noteLoss(fmt.Sprintf("host %q was registered anew as number %d (it was %d): its registration was lost", s.host, hostNo, old))
+	case registered:
+		s.noteLoss(fmt.Sprintf("host %q was registered anew: its registration was lost", s.host))
+	case lost > 0 || retired:
+		s.noteLoss(fmt.Sprintf("%d reservations of host %q were deleted by another host (retired: %v)", lost, s.host, retired))
+	default:
+		// Every renewal: a commit lost in a failover leaves no other
+		// trace, so the holders compare what they hold with the store.
+		s.noteLoss("lease renewal")
+	}
 	if err := s.guard(ctx, guarded); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -155,12 +168,24 @@ func (s *Store) noteReturn(lost int64, retired, lapsed bool) {
 // (berth host retire). It runs in one transaction that locks the host's
 // row, so none of that host's inserts slips past it.
 //
+// A host whose lease is live, by the server's clock, is refused with a
+// *HostLiveError naming it and when the lease ends: its berth processes
+// ran within the last lease period and may hold ports still in use. Retire
+// with RetireOptions.Force retires it all the same.
+//
 // The host is marked retired and its count of lost reservations grows by
 // the rows deleted; should it come back after all, its next Open or lease
-// renewal reports them (see Stats.LostRows) and it carries on with a fresh
+// renewal reports them (see Stats.LostRows), its holders put back the
+// reservations they hold (see Check), and it carries on with a fresh
 // lease. Retiring this Store's own host is refused (store.ErrInvalid); an
 // unknown host is an error wrapping store.ErrNotFound.
 func (s *Store) RetireHost(ctx context.Context, host string) (int, error) {
+	return s.Retire(ctx, host, RetireOptions{})
+}
+
+// Retire is RetireHost with options: Force retires a host whose lease is
+// live.
+func (s *Store) Retire(ctx context.Context, host string, opts RetireOptions) (int, error) {
 	op := "retire host " + strconv.Quote(host)
 	if host == "" {
 		return 0, &store.FieldError{Field: "host", Value: host, Want: "the name of a host of the fleet"}
@@ -175,13 +200,25 @@ func (s *Store) RetireHost(ctx context.Context, host string) (int, error) {
 	if err := s.open(); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	var n int64
+	var (
+		n    int64
+		live *HostLiveError
+	)
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	err := pgx.BeginFunc(cctx, s.pool, func(tx pgx.Tx) error {
-		var hostNo int32
-		if err := tx.QueryRow(cctx, qLockHost, host).Scan(&hostNo); err != nil {
+		var (
+			hostNo  int32
+			isLive  bool
+			expires time.Time
+			leftMS  int64
+		)
+		if err := tx.QueryRow(cctx, qLockHost, host).Scan(&hostNo, &isLive, &expires, &leftMS); err != nil {
 			return err
+		}
+		if isLive && !opts.Force {
+			live = &HostLiveError{Host: host, Expires: expires, Left: time.Duration(leftMS) * time.Millisecond}
+			return nil // nothing was changed: the commit ends the lock
 		}
 		return tx.QueryRow(cctx, qRetireHost, hostNo).Scan(&n)
 	})
@@ -190,8 +227,10 @@ func (s *Store) RetireHost(ctx context.Context, host string) (int, error) {
 		return 0, &UnknownHostError{Host: host}
 	case err != nil:
 		return 0, s.fail(ctx, op, err)
+	case live != nil:
+		return 0, fmt.Errorf("%s: %w", op, live)
 	}
-	s.log.Info("retired a host; its reservations are deleted", "host", host, "rows", n)
+	s.log.Info("retired a host; its reservations are deleted", "host", host, "rows", n, "forced", opts.Force)
 	return int(n), nil
 }
 
@@ -248,7 +287,7 @@ func (s *Store) reapLapsed(ctx context.Context) (int64, error) {
 	defer cancel()
 	err := pgx.BeginFunc(cctx, s.pool, func(tx pgx.Tx) error {
 		got = got[:0] // BeginFunc runs this once; reset anyway
-		rows, err := tx.Query(cctx, qLapsedHosts, s.hostNo, s.grace.Milliseconds())
+		rows, err := tx.Query(cctx, qLapsedHosts, s.hostNo(), s.grace.Milliseconds())
 		if err != nil {
 			return err
 		}

@@ -117,9 +117,19 @@ func TestRetireHost(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// host-a's lease is live: refused, naming it and when the lease ends.
 	n, err := c.RetireHost(ctx, "host-a")
+	var live *pgstore.HostLiveError
+	if !errors.As(err, &live) || n != 0 || live.Host != "host-a" || live.Left <= 0 || live.Expires.IsZero() ||
+		!errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), `host "host-a" holds a live lease until`) {
+		t.Fatalf("RetireHost(host-a) of a live host = %d, %v; want a *HostLiveError naming it and its lease's end", n, err)
+	}
+	if got := rowsOf(t, conn, "host-a"); got != 3 {
+		t.Fatalf("host-a's rows after a refused retirement = %d; want 3", got)
+	}
+	n, err = c.Retire(ctx, "host-a", pgstore.RetireOptions{Force: true})
 	if err != nil || n != 3 {
-		t.Fatalf("RetireHost(host-a) = %d, %v; want 3, nil", n, err)
+		t.Fatalf("Retire(host-a, Force) = %d, %v; want 3, nil", n, err)
 	}
 	if got := rowsOf(t, conn, "host-a"); got != 0 {
 		t.Errorf("host-a's rows after its retirement = %d; want 0", got)
@@ -139,8 +149,8 @@ func TestRetireHost(t *testing.T) {
 		t.Errorf("host-a retired, lost_rows = %v, %d, %v; want true, 3", retired, lost, err)
 	}
 	// Retiring again finds nothing more.
-	if n, err := c.RetireHost(ctx, "host-a"); err != nil || n != 0 {
-		t.Errorf("second RetireHost(host-a) = %d, %v; want 0, nil", n, err)
+	if n, err := c.Retire(ctx, "host-a", pgstore.RetireOptions{Force: true}); err != nil || n != 0 {
+		t.Errorf("second Retire(host-a, Force) = %d, %v; want 0, nil", n, err)
 	}
 
 	if _, err := c.RetireHost(ctx, "host-c"); !errors.Is(err, store.ErrInvalid) {
@@ -188,8 +198,8 @@ func TestReopenAfterRetirement(t *testing.T) {
 	reserveN(t, a, 56100, 2)
 	_ = a.Close()
 	c := openWith(t, dsn, pgstore.Options{Host: "host-c"})
-	if n, err := c.RetireHost(ctx, "host-a"); err != nil || n != 2 {
-		t.Fatalf("RetireHost(host-a) = %d, %v; want 2, nil", n, err)
+	if n, err := c.Retire(ctx, "host-a", pgstore.RetireOptions{Force: true}); err != nil || n != 2 {
+		t.Fatalf("Retire(host-a, Force) = %d, %v; want 2, nil", n, err)
 	}
 	var log logBuf
 	again := openWith(t, dsn, pgstore.Options{Host: "host-a", Logger: log.logger()})
@@ -360,7 +370,7 @@ func TestRetireRacesGrants(t *testing.T) {
 	<-started
 	retired := 0
 	for range 3 {
-		n, err := c.RetireHost(ctx, "host-a")
+		n, err := c.Retire(ctx, "host-a", pgstore.RetireOptions{Force: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -484,7 +494,7 @@ func TestHostNameFreeWithoutBoot(t *testing.T) {
 
 	openWith(t, dsn, pgstore.Options{Host: "gone", BootID: "boot-a"})
 	c := openWith(t, dsn, pgstore.Options{Host: "admin", BootID: "boot-c"})
-	if _, err := c.RetireHost(ctx, "gone"); err != nil {
+	if _, err := c.Retire(ctx, "gone", pgstore.RetireOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	openWith(t, dsn, pgstore.Options{Host: "gone", BootID: "boot-b"})

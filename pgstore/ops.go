@@ -40,7 +40,7 @@ func (s *Store) ReleaseOwner(ctx context.Context, own store.Owner) (int, error) 
 	} else if err := validOwner(own); err != nil {
 		return 0, err
 	}
-	n, err := s.exec(ctx, "release all of "+own.String(), qDeleteOwner, s.hostNo, own.PID, own.Start, own.Scope)
+	n, err := s.exec(ctx, "release all of "+own.String(), qDeleteOwner, s.hostNo(), own.PID, own.Start, own.Scope)
 	return int(n), err
 }
 
@@ -79,7 +79,7 @@ func (s *Store) Transfer(ctx context.Context, key store.Key, from, to store.Owne
 // ports are taken all the same (see ReservedPorts).
 func (s *Store) List(ctx context.Context, f store.Filter) ([]store.Reservation, error) {
 	where := []string{"host_no = $1", "owner_kind = 'process'"}
-	args := []any{s.hostNo}
+	args := []any{s.hostNo()}
 	add := func(cond string, v any) {
 		args = append(args, v)
 		where = append(where, cond+" = $"+strconv.Itoa(len(args)))
@@ -154,7 +154,7 @@ func (s *Store) reapOwn(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("reap: %w", err)
 	}
 	cctx, cancel := s.call(ctx)
-	rows, err := s.pool.Query(cctx, qOwners, s.hostNo)
+	rows, err := s.pool.Query(cctx, qOwners, s.hostNo())
 	if err != nil {
 		cancel()
 		return 0, s.fail(ctx, "reap", err)
@@ -184,7 +184,7 @@ func (s *Store) reapOwn(ctx context.Context) (int, error) {
 	if len(pids) == 0 {
 		return 0, nil
 	}
-	n, err := s.exec(ctx, "reap", qReapOwners, s.hostNo, pids, starts, scopes)
+	n, err := s.exec(ctx, "reap", qReapOwners, s.hostNo(), pids, starts, scopes)
 	if err != nil {
 		return 0, err
 	}
@@ -204,7 +204,7 @@ func (s *Store) ReservedPorts(ctx context.Context, first, last uint16) ([]uint16
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(cctx, qReservedPorts, s.hostNo, int32(first), int32(last))
+	rows, err := s.pool.Query(cctx, qReservedPorts, s.hostNo(), int32(first), int32(last))
 	if err != nil {
 		return nil, s.fail(ctx, "list ports", err)
 	}
@@ -242,11 +242,11 @@ func (s *Store) Remember(ctx context.Context, label string, protocol store.Proto
 	if port == 0 {
 		return &store.FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535"}
 	}
-	if _, err := s.exec(ctx, "remember "+label, qRemember, s.hostNo, label, string(protocol), int32(port)); err != nil {
+	if _, err := s.exec(ctx, "remember "+label, qRemember, s.hostNo(), label, string(protocol), int32(port)); err != nil {
 		return err
 	}
 	if s.remembered.Add(1)%pruneStickyEvery == 0 {
-		_, err := s.exec(ctx, "forget old sticky ports", qPruneSticky, s.hostNo, MaxSticky)
+		_, err := s.exec(ctx, "forget old sticky ports", qPruneSticky, s.hostNo(), MaxSticky)
 		return err
 	}
 	return nil
@@ -261,7 +261,7 @@ func (s *Store) Recall(ctx context.Context, label string, protocol store.Protoco
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	var port int32
-	err := s.pool.QueryRow(cctx, qRecall, s.hostNo, label, string(protocol)).Scan(&port)
+	err := s.pool.QueryRow(cctx, qRecall, s.hostNo(), label, string(protocol)).Scan(&port)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, false, nil

@@ -64,7 +64,7 @@ func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservati
 			return store.Reservation{}, err
 		}
 		for _, r := range rows {
-			if r.hostNo == s.hostNo && r.Key == key && r.Owner.Same(own) {
+			if r.hostNo == s.hostNo() && r.Key == key && r.Owner.Same(own) {
 				return r.Reservation, nil
 			}
 		}
@@ -175,7 +175,7 @@ func (s *Store) scanOnce(ctx context.Context, op string, key store.Key, own stor
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(cctx, qScan, s.hostNo, string(key.Protocol), key.Addr.String(), string(kind),
+	rows, err := s.pool.Query(cctx, qScan, s.hostNo(), string(key.Protocol), key.Addr.String(), string(kind),
 		candidates, own.PID, own.Start, own.Scope, own.Name, label)
 	if err != nil {
 		return nil, nil, s.fail(ctx, op, err)
@@ -287,7 +287,7 @@ func (s *Store) insertBlock(ctx context.Context, op string, key store.Key, own s
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(cctx, qBlock, s.hostNo, string(key.Protocol), key.Addr.String(), string(kind),
+	rows, err := s.pool.Query(cctx, qBlock, s.hostNo(), string(key.Protocol), key.Addr.String(), string(kind),
 		int32(base), int32(last), own.PID, own.Start, own.Scope, own.Name, label)
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
@@ -318,7 +318,7 @@ func (s *Store) probeBlock(ctx context.Context, op string, probe store.ProbeFunc
 	}
 	undo := func() {
 		if _, derr := s.exec(context.WithoutCancel(ctx), op+": delete the block after its probe", qDeleteBlock,
-			s.hostNo, string(key.Protocol), int32(base), int32(last), own.PID, own.Start, own.Scope, key.Addr.String()); derr != nil {
+			s.hostNo(), string(key.Protocol), int32(base), int32(last), own.PID, own.Start, own.Scope, key.Addr.String()); derr != nil {
 			s.log.Error(derr, "could not delete a block whose probe failed; its owner holds it until released", "first", base, "last", last)
 			err = errors.Join(err, derr)
 		}
@@ -407,7 +407,7 @@ func (s *Store) insertOne(ctx context.Context, op string, key store.Key, own sto
 
 // keyArgs are the arguments $1 to $7 of keyMatch and ownerMatch.
 func (s *Store) keyArgs(key store.Key, own store.Owner) []any {
-	return []any{s.hostNo, string(key.Protocol), int32(key.Port), key.Addr.String(), own.PID, own.Start, own.Scope}
+	return []any{s.hostNo(), string(key.Protocol), int32(key.Port), key.Addr.String(), own.PID, own.Start, own.Scope}
 }
 
 // holders reads the rows that conflict with key's address on any of
@@ -418,7 +418,7 @@ func (s *Store) holders(ctx context.Context, op string, key store.Key, ports []i
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(cctx, qHolders, s.hostNo, string(key.Protocol), ports, key.Addr.String())
+	rows, err := s.pool.Query(cctx, qHolders, s.hostNo(), string(key.Protocol), ports, key.Addr.String())
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
@@ -450,7 +450,7 @@ type ownerKey struct {
 // one of this host's processes as the SQLite store judges it. memo keeps
 // the verdicts of one call.
 func (s *Store) alive(ctx context.Context, r row, memo map[ownerKey]bool) bool {
-	if r.hostNo != s.hostNo || r.Owner.Scope == store.LeaseScope {
+	if r.hostNo != s.hostNo() || r.Owner.Scope == store.LeaseScope {
 		return true
 	}
 	k := ownerKey{r.Owner.PID, r.Owner.Start, r.Owner.Scope}
@@ -468,7 +468,7 @@ func (s *Store) alive(ctx context.Context, r row, memo map[ownerKey]bool) bool {
 func (s *Store) clearDead(ctx context.Context, op string, key store.Key, own store.Owner, rows []row, memo map[ownerKey]bool) error {
 	for _, r := range rows {
 		if s.alive(ctx, r, memo) {
-			return &store.ConflictError{Key: key, Holder: r.Reservation, Self: r.hostNo == s.hostNo && r.Owner.Same(own)}
+			return &store.ConflictError{Key: key, Holder: r.Reservation, Self: r.hostNo == s.hostNo() && r.Owner.Same(own)}
 		}
 	}
 	for _, r := range rows {

@@ -34,7 +34,8 @@
 //     lease ended more than Options.Grace (default a day) ago.
 //
 // Stale rows cost capacity; wrong deletions cost correctness, hence the
-// long default. A host whose berth processes are all short commands has a
+// long default. RetireHost refuses a host whose lease is live (a
+// *HostLiveError), unless forced (Retire with RetireOptions.Force). A host whose berth processes are all short commands has a
 // lease only while one runs: its rows go Grace after its last command.
 //
 // The lease records the boot id of the machine that holds it. Open under
@@ -80,6 +81,22 @@
 // so a caller that retries elsewhere wastes a port but never shares one.
 // Reservations already granted are unaffected by a partition: they are
 // rows, and the processes holding the ports go on.
+//
+// # Failover
+//
+// A Store connects through pgx, so a multi-host connection string with
+// target_session_attrs=read-write follows a failover to a promoted
+// standby; the calls on connections that died with the old primary fail
+// (store.ErrStorage), the next ones connect to the new one. A synchronous
+// standby (synchronous_standby_names, synchronous_commit on) loses
+// nothing. An asynchronous one loses the commits it had not received:
+// reservations of live holders, releases, a host's registration. A Store
+// notices a connection to another or a restarted server, registers its
+// host again when its row is gone (under its old number when that is
+// free, so nothing cached goes stale), and reports through Check, at those
+// times and at every lease renewal, that its holders are to compare what
+// they hold with the store and put back what is missing; portalloc's
+// Allocator does so. See failover.go.
 package pgstore
 
 import (
@@ -143,7 +160,6 @@ type Store struct {
 	log     logr.Logger
 	self    store.Owner
 	host    string
-	hostNo  int32
 	bootID  string // Options.BootID, recorded with the host's lease
 	timeout time.Duration
 	name    string   // "PostgreSQL store " and the DSN, its password hidden: for messages
@@ -160,6 +176,9 @@ type Store struct {
 	reaped        atomic.Int64
 	probeFailures atomic.Int64
 	lost          atomic.Int64 // rows of this host other hosts deleted, reported since Open
+
+	num    atomic.Int32 // the host's number in berth_hosts; see hostNo
+	losses              // what Check reports: see failover.go
 
 	// fleetStart, when set (by tests, before any call), picks the offset
 	// in a band of n ports where ReserveFleet's search starts; nil: random.
@@ -244,6 +263,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err := migrateUp(ctx, cfg.ConnConfig, opts.Timeout, opts.Logger, s.name); err != nil {
 		return nil, s.scrub.error(err)
 	}
+	cfg.AfterConnect = s.afterConnect
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, s.fail(ctx, "open", err)
 	}
@@ -274,6 +294,12 @@ func checkHost(h string) error {
 	}
 	return nil
 }
+
+// hostNo returns the host's number in berth_hosts: what its rows carry.
+// It changes only when the host's registration was lost (a failover to a
+// standby that had not received it, or the row deleted by hand) and its
+// old number was taken meanwhile: see register.
+func (s *Store) hostNo() int32 { return s.num.Load() }
 
 // Host returns the name of the host this store acts for.
 func (s *Store) Host() string { return s.host }
@@ -322,10 +348,14 @@ func (s *Store) background(sweep, ttl time.Duration) {
 	}()
 	never := make(<-chan time.Time)
 	renewC, sweepC := never, never
+	var (
+		renewT  *time.Ticker
+		failing bool // the last renewal failed: the next comes sooner
+	)
 	if ttl > 0 {
-		t := time.NewTicker(ttl / 3)
-		defer t.Stop()
-		renewC = t.C
+		renewT = time.NewTicker(ttl / 3)
+		defer renewT.Stop()
+		renewC = renewT.C
 	}
 	var sweepT *time.Timer
 	if sweep > 0 {
@@ -338,8 +368,20 @@ func (s *Store) background(sweep, ttl time.Duration) {
 		case <-s.stop:
 			return
 		case <-renewC:
-			if err := s.renew(ctx, ttl); err != nil && ctx.Err() == nil {
-				s.log.Error(err, "renewing this host's lease failed; it is tried again", "host", s.host, "in", (ttl / 3).String())
+			err := s.renew(ctx, ttl)
+			if err == nil && failing {
+				failing = false
+				renewT.Reset(ttl / 3)
+			}
+			if err != nil && ctx.Err() == nil {
+				// Tried again soon rather than a period later: a
+				// server that came back (a failover) is to learn of
+				// this host, and its holders to put back what they
+				// hold, within seconds.
+				again := min(ttl/3, retryRenew)
+				s.log.Error(err, "renewing this host's lease failed; it is tried again", "host", s.host, "in", again.String())
+				renewT.Reset(again)
+				failing = true
 			}
 		case <-sweepC:
 			if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrClosed) {

@@ -52,6 +52,7 @@ type Allocator struct {
 	pools     []*Pool
 	poolNames map[string]bool // of the pools open or being made
 	closed    bool
+	released  map[store.Key]release // on a fleet's store: see redo in fleet.go
 }
 
 // New validates cfg and returns an Allocator. In the state-store modes it

@@ -110,6 +110,17 @@
 // lease) have no one to put them back: they are lost with the file, so
 // keep the state directory (see Config.StateDir) out of reach of cleaners.
 //
+// A fleet's store (Config.Store) loses rows rather than a file: a failover
+// to a PostgreSQL standby that had not received the last commits, or a
+// forced retirement of the host. The Allocator compares what it holds with
+// the store when a connection comes back to another or a restarted server
+// and at every renewal of the host's lease (see pgstore.Store.Check), puts
+// back what is missing in the same way, and does again its releases that
+// are back in the store or failed while it could not be reached
+// (Stats.Rereleased). A port it cannot put back stays held by it, and is
+// tried, logged and counted again at each comparison, while the other
+// process holds it.
+//
 // # Which port
 //
 // Allocate walks the range in Config.Order (a random stride, or lowest

@@ -76,6 +76,7 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 			}
 		}
 	}
+	a.noteRelease(s, r, err)
 	if err != nil {
 		return a.rowErr("release", r, err)
 	}

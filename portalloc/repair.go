@@ -44,12 +44,14 @@ func (a *Allocator) watch() {
 		}
 		s := a.db()
 		c, ok := s.(store.Checker)
-		if !ok || !a.holdsStoreRows() {
+		if !ok || (!a.holdsStoreRows() && !a.releasesToRedo()) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
 		if err := c.Check(ctx); errors.Is(err, store.ErrLost) {
 			_ = a.repair(ctx, s, err) // logged; the next call or check tries again
+		} else if k, ok := s.(keeper); ok && err == nil && a.releasesFailed() {
+			_ = a.repairRows(ctx, k, errReleasesFailed) // until they are done
 		}
 		cancel()
 	}
@@ -97,6 +99,10 @@ func (a *Allocator) replaced(ctx context.Context, s store.Store, err error) (boo
 // the lost one, whose calls go on failing with ErrLost, tries again at the
 // next call or check, and returns why it could not.
 func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) error {
+	if k, ok := lost.(keeper); ok {
+		// A fleet's store: the rows went missing, not the store.
+		return a.repairRows(ctx, k, why)
+	}
 	a.repairMu.Lock()
 	defer a.repairMu.Unlock()
 	if a.db() != lost || a.isClosed() {

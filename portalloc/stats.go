@@ -47,7 +47,18 @@ type Stats struct {
 	// truncated); Lost counts those it could not put back, because
 	// another process had taken the port meanwhile (each is logged as an
 	// error naming both owners).
+	//
+	// On a fleet's store (Config.Store) they count the reservations put
+	// back after they went missing from it (lost in a failover to a
+	// standby that had not received them, or deleted by a forced
+	// retirement) and those another process had taken meanwhile; such a
+	// one is tried, logged and counted again at each comparison (every
+	// lease renewal) while the other process holds it.
 	Restored, Lost int64
+	// Rereleased counts releases of this Allocator done again on a
+	// fleet's store: undone by a failover (the row came back) or failed
+	// while the store could not be reached.
+	Rereleased int64
 }
 
 // counters are the Allocator's own counts; the store keeps the rest.
@@ -57,6 +68,7 @@ type counters struct {
 	fallbacks        atomic.Int64
 	blind            atomic.Int64
 	restored, lost   atomic.Int64
+	rereleased       atomic.Int64
 }
 
 func (c *counters) count(static bool, err error) {
@@ -96,6 +108,7 @@ func (a *Allocator) Stats() Stats {
 		Blind:         a.ctr.blind.Load(),
 		Restored:      a.ctr.restored.Load(),
 		Lost:          a.ctr.lost.Load(),
+		Rereleased:    a.ctr.rereleased.Load(),
 	}
 	if s := a.db(); s != nil {
 		ss := s.Stats()

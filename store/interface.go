@@ -67,9 +67,10 @@ type Stats struct {
 
 // Checker is a store that can tell cheaply, without a write, whether the
 // reservations recorded through it may have been lost since it was opened:
-// statestore's file deleted, replaced or truncated. A holder that learns
-// so reopens the store and puts back what it holds; portalloc's Allocator
-// asks every CheckInterval.
+// statestore's file deleted, replaced or truncated (the holder reopens the
+// store), or pgstore's rows lost in a failover (the store stays usable; see
+// pgstore.Store.Check). A holder that learns so puts back what it holds;
+// portalloc's Allocator asks every CheckInterval.
 type Checker interface {
 	// Check returns an error wrapping ErrLost when the store must be
 	// reopened, and nil while it is the store other processes use. Other

@@ -5,13 +5,15 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/berth-go/berth/pgstore"
 )
 
 // retirer is what berth host retire asks of a store: a fleet's
 // PostgreSQL store (pgstore.Store) has it, the SQLite store has not.
 type retirer interface {
 	Host() string
-	RetireHost(ctx context.Context, host string) (int, error)
+	Retire(ctx context.Context, host string, opts pgstore.RetireOptions) (int, error)
 }
 
 func (a *app) hostCmd() *cobra.Command {
@@ -29,17 +31,26 @@ fleet's --store, for a host that has been decommissioned: its ports count
 as held until then (or until its lease has lapsed for the store's grace
 period). Run it from another host of the fleet.
 
+A host whose lease is live (a berth process ran on it within the last lease
+period, 30s) is refused, naming the host and when its lease ends: its
+processes may still use the ports. --force retires it anyway; processes
+that keep berth's library open then put their reservations back at their
+next lease renewal (within about 11s), and until then the ports can be
+handed out again on it.
+
 Should NAME come back after all, the first berth on it reports how many of
 its reservations were deleted, and it goes on with a fresh lease.`,
 		Example: `  berth host retire --store "$BERTH_STORE" node-17`,
 		Args:    exactArgs(1, "a host NAME"),
 	}
-	retire.RunE = a.action(func(ctx context.Context, args []string) error { return a.runRetire(ctx, args[0]) })
+	var force bool
+	retire.Flags().BoolVar(&force, "force", false, "retire the host even while its lease is live (its berth processes may be running)")
+	retire.RunE = a.action(func(ctx context.Context, args []string) error { return a.runRetire(ctx, args[0], force) })
 	cmd.AddCommand(retire)
 	return cmd
 }
 
-func (a *app) runRetire(ctx context.Context, name string) error {
+func (a *app) runRetire(ctx context.Context, name string, force bool) error {
 	if a.cfg.Store == "" {
 		return usagef("berth host retire needs --store (a fleet's PostgreSQL store)")
 	}
@@ -55,7 +66,7 @@ func (a *app) runRetire(ctx context.Context, name string) error {
 	if name == r.Host() {
 		return usagef("%q is this host's own name (--host, else $BERTH_HOST, else the hostname); retire a host from another host of the fleet", name)
 	}
-	n, err := r.RetireHost(ctx, name)
+	n, err := r.Retire(ctx, name, pgstore.RetireOptions{Force: force})
 	if err != nil {
 		return err
 	}

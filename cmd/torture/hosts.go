@@ -42,14 +42,17 @@ func runSchema(ctx context.Context, dsn string) (string, func() error, error) {
 }
 
 // retireHost retires host from the host by, through pgstore's public
-// API (what berth host retire calls), and returns the rows it deleted.
+// API (what berth host retire --force calls), and returns the rows it
+// deleted. The host's processes were all killed just before, but its
+// lease still runs: the retirement is forced, as an operator who has just
+// taken a host down forces it.
 func retireHost(ctx context.Context, dsn, by, host string, timeout time.Duration) (int, error) {
 	st, err := pgstore.Open(ctx, dsn, pgstore.Options{Host: by, Timeout: timeout, SweepInterval: -1, LeaseTTL: -1})
 	if err != nil {
 		return 0, fmt.Errorf("torture: retire %s: %w", host, err)
 	}
 	defer func() { _ = st.Close() }()
-	n, err := st.RetireHost(ctx, host)
+	n, err := st.Retire(ctx, host, pgstore.RetireOptions{Force: true})
 	if err != nil {
 		return 0, fmt.Errorf("torture: retire %s: %w", host, err)
 	}

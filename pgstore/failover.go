@@ -1,0 +1,262 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/berth-go/berth/store"
+)
+
+// Failover. With an asynchronous standby, the commits the standby had not
+// received when the primary died are gone from the new primary: rows of
+// live holders (their ports can then be granted again), releases (their
+// rows come back), even a host's registration. Nothing in the database
+// tells a holder so. Each Store therefore reports, through Check, that its
+// holders are to compare what they hold with the store:
+//
+//   - when a connection comes back to another server, or to one that
+//     restarted (its start time changed): a failover, or a crash with
+//     synchronous_commit off;
+//   - when the host's registration was lost, which the Store notices on
+//     every new connection and at every renewal, and makes again: under
+//     its old number when that is free, so that nothing the host's
+//     processes cached goes stale;
+//   - when other hosts deleted this host's rows (retired, or reaped after
+//     its lease lapsed);
+//   - at every renewal of the host's lease, since a lost commit leaves no
+//     other trace.
+//
+// portalloc's Allocator asks every CheckInterval, lists its process's rows
+// (List), puts back those it holds that are missing (a conflict, a port
+// granted to another process meanwhile, is logged naming both owners),
+// deletes again those it released, and tells the Store (Checked).
+
+var _ store.Checker = (*Store)(nil)
+
+// losses is what Check reports: a count of reasons to compare, and how
+// many of them the holders have dealt with.
+type losses struct {
+	lossSeq atomic.Uint64          // bumped by noteLoss
+	lossWhy atomic.Pointer[string] // the latest reason
+	settled atomic.Uint64          // the lossSeq the holders last dealt with (Checked)
+	server  atomic.Pointer[string] // the start time of the server connected to last
+}
+
+// retryRenew is how soon a failed lease renewal is tried again, at most.
+const retryRenew = time.Second
+
+// routine is the reason noteLoss is given at every lease renewal.
+const routine = "lease renewal"
+
+// noteLoss records a reason for the holders to compare their
+// reservations with the store.
+func (s *Store) noteLoss(why string) {
+	// A renewal does not hide a sign of loss the holders have not dealt
+	// with yet.
+	if p := s.lossWhy.Load(); why != routine || p == nil || *p == routine || s.lossSeq.Load() <= s.settled.Load() {
+		s.lossWhy.Store(&why)
+	}
+	s.lossSeq.Add(1)
+	if why != routine {
+		s.log.Info("this host's reservations may be missing from the store; its holders put back what they hold", "host", s.host, "cause", why)
+	}
+}
+
+// LostError is Check's report that reservations this process holds may be
+// missing from the store, or released ones back in it (see Check). It
+// wraps store.ErrLost. The Store itself stays usable: no reopening is
+// needed, only the comparison.
+type LostError struct {
+	// Host is the Store's host.
+	Host string
+	// Cause says why: a connection to another server, a registration
+	// made again, rows deleted by another host, or "lease renewal" (the
+	// comparison made at every renewal, which finds nothing missing
+	// unless a commit was lost).
+	Cause string
+	seq   uint64
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("the reservations of host %q may be missing from the store, or released ones back in it (%s): compare them with the store and put back what is missing",
+		e.Host, e.Cause)
+}
+
+// Unwrap returns store.ErrLost.
+func (e *LostError) Unwrap() error { return store.ErrLost }
+
+// Routine reports whether e is the comparison made at every renewal of
+// the host's lease rather than a sign of loss.
+func (e *LostError) Routine() bool { return e.Cause == routine }
+
+// Check implements store.Checker without a round trip: it returns a
+// *LostError (wrapping store.ErrLost) when this process's reservations
+// may be missing from the store since the holders last compared them
+// (Checked): a connection came back to another server or to a restarted
+// one, the host's registration was lost and made again, another host
+// deleted this host's rows, or the host's lease was renewed. It returns
+// nil otherwise, and an error wrapping store.ErrClosed after Close.
+func (s *Store) Check(_ context.Context) error {
+	if err := s.open(); err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	seq := s.lossSeq.Load()
+	if seq <= s.settled.Load() {
+		return nil
+	}
+	why := "unknown"
+	if p := s.lossWhy.Load(); p != nil {
+		why = *p
+	}
+	return &LostError{Host: s.host, Cause: why, seq: seq}
+}
+
+// Checked tells the Store that its holders have compared their
+// reservations with the store after the *LostError err (from Check), and
+// put back what was missing: Check returns nil until there is a new
+// reason to compare. Any other err is ignored.
+func (s *Store) Checked(err error) {
+	var le *LostError
+	if !errors.As(err, &le) {
+		return
+	}
+	for {
+		cur := s.settled.Load()
+		if le.seq <= cur || s.settled.CompareAndSwap(cur, le.seq) {
+			return
+		}
+	}
+}
+
+const (
+	// qServer reads, on each new connection, when its server started
+	// and this host's number ($1 is the host's name).
+	qServer = "SELECT pg_postmaster_start_time()::text, (SELECT host_no FROM berth_hosts WHERE host_id = $1)"
+	// qReRegisterHost registers host $2 again under its old number $1,
+	// with a lease of $3 ms for the boot $4; it does nothing when either
+	// the name or the number is taken.
+	qReRegisterHost = "INSERT INTO berth_hosts (host_no, host_id, expires_at, boot_id) OVERRIDING SYSTEM VALUE" +
+		" VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond', $4) ON CONFLICT DO NOTHING"
+	// qSkipHostNo keeps the host numbers handed out from now on past $1,
+	// which qReRegisterHost took without the sequence.
+	qSkipHostNo = "SELECT setval(q.seq, $1::bigint) FROM (SELECT pg_get_serial_sequence('berth_hosts', 'host_no')::regclass AS seq) q" +
+		" WHERE coalesce(pg_sequence_last_value(q.seq), 0) < $1"
+	qHostNo = "SELECT host_no FROM berth_hosts WHERE host_id = $1"
+)
+
+// querier is a connection or the pool.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// register registers the host, whose row is missing, with a lease of ttl:
+// under its old number when it had one and no other host has taken it,
+// else under a new one. It returns the number the host has now.
+func (s *Store) register(ctx context.Context, q querier, ttl time.Duration) (int32, error) {
+	done := false
+	if num := s.hostNo(); num != 0 {
+		tag, err := q.Exec(ctx, qReRegisterHost, num, s.host, ttl.Milliseconds(), s.bootID)
+		if err != nil {
+			return 0, err
+		}
+		if done = tag.RowsAffected() == 1; done {
+			if _, err := q.Exec(ctx, qSkipHostNo, int64(num)); err != nil {
+				// A new host may then fail once to register (the
+				// number is taken) and succeed the next time.
+				s.log.Error(err, "could not move the host numbers' sequence past a number registered again", "host", s.host, "number", num)
+			}
+		}
+	}
+	if !done {
+		if _, err := q.Exec(ctx, qRegisterHost, s.host, ttl.Milliseconds()); err != nil {
+			return 0, err
+		}
+	}
+	var no int32
+	if err := q.QueryRow(ctx, qHostNo, s.host).Scan(&no); err != nil {
+		return 0, err
+	}
+	return no, nil
+}
+
+// afterConnect runs on every new connection of the pool, before any
+// statement: it notes a server other than the one of the last connection
+// (a failover, or a restart), and makes sure the host is registered under
+// the number the Store's statements use, registering it again when its row
+// was lost.
+func (s *Store) afterConnect(ctx context.Context, c *pgx.Conn) error {
+	var (
+		started string
+		no      *int32
+	)
+	if err := c.QueryRow(ctx, qServer, s.host).Scan(&started, &no); err != nil {
+		return fmt.Errorf("identify the server: %w", err)
+	}
+	prev := s.server.Swap(&started)
+	num := s.hostNo()
+	if num == 0 {
+		return nil // Open, whose claim registers the host
+	}
+	if prev != nil && *prev != started {
+		s.noteLoss(fmt.Sprintf("connected to a server that started at %s, not the one of the last connection (started at %s): "+
+			"a failover or a restart may have lost the last commits", started, *prev))
+	}
+	switch {
+	case no != nil && *no == num:
+		return nil
+	case no != nil:
+		// Another process of this host registered it again first, under
+		// another number: the old one was taken.
+		s.num.Store(*no)
+		s.noteLoss(fmt.Sprintf("host %q was registered anew as number %d (it was %d): its registration was lost", s.host, *no, num))
+		return nil
+	}
+	ttl := s.ttl
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	got, err := s.register(ctx, c, ttl)
+	if err != nil {
+		return fmt.Errorf("register host %q again: %w", s.host, err)
+	}
+	s.num.Store(got)
+	s.noteLoss(fmt.Sprintf("host %q was missing from the store (its registration was lost) and is registered again as number %d", s.host, got))
+	return nil
+}
+
+// RetireOptions tune Retire.
+type RetireOptions struct {
+	// Force retires a host whose lease is live: its berth processes are
+	// running, and hold ports that a new process of the host can then be
+	// granted until those holders put their reservations back, at their
+	// next lease renewal.
+	Force bool
+}
+
+// HostLiveError reports a retirement refused because the host's lease is
+// live: berth processes of that host ran within the last lease period, and
+// may still hold and use its ports. It wraps store.ErrInvalid.
+type HostLiveError struct {
+	Host string
+	// Expires is when the lease ends, by the server's clock; Left is how
+	// long that was from the refusal.
+	Expires time.Time
+	Left    time.Duration
+}
+
+func (e *HostLiveError) Error() string {
+	return fmt.Sprintf("host %q holds a live lease until %s by the PostgreSQL server's clock (%v more): berth ran on that host within its lease period, "+
+		"and retiring it would hand out the ports its processes may still use; retire it once it is gone and its lease has ended, or force it "+
+		"(berth host retire --force; RetireOptions.Force), and its live holders put their reservations back at their next lease renewal",
+		e.Host, e.Expires.UTC().Format(time.RFC3339), e.Left.Round(time.Second))
+}
+
+// Unwrap returns store.ErrInvalid.
+func (e *HostLiveError) Unwrap() error { return store.ErrInvalid }
