@@ -103,6 +103,9 @@ type Report struct {
 	LeaseGrants, LeaseReservations, Renewals, LeaseReleases int
 	LeaseExpiries, LeaseDrops, KilledLeases, LeasesEnded    int
 	LostLeases                                              int
+	// LostCalls counts the lease calls that failed because the store's
+	// file was lost under them.
+	LostCalls int
 	// PressureSpells counts the spells of descriptor shortage of
 	// -fd-pressure; Transients the calls that failed with
 	// portalloc.ErrTransient meanwhile; EMFILEBinds the workers' binds
@@ -268,6 +271,9 @@ func Check(dir string) (Report, error) {
 				}
 				if e.Transient {
 					rep.Transients++
+				}
+				if e.Lost {
+					rep.LostCalls++
 				}
 			case KindPressure:
 				rep.PressureSpells++

@@ -61,6 +61,10 @@ type Event struct {
 	// portalloc.ErrTransient: a passing shortage (of descriptors, under
 	// -fd-pressure), not an error.
 	Transient bool `json:"transient,omitempty"`
+	// Lost marks a lease call that failed because the store's file was
+	// lost under it (statestore.ErrLost): lease calls do not go on with the
+	// store that replaces it, and leases are lost with the file.
+	Lost bool `json:"lost,omitempty"`
 
 	// Holder names the holder of a lease (grant, renew, release,
 	// lease-ended, lease-drop): "w3/lease-7", unique within a run.

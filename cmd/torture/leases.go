@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/statestore"
 )
 
 // maxLeases bounds the leases a worker holds at once.
@@ -81,7 +82,7 @@ func (w *worker) takeLease(ctx context.Context, static bool) {
 	case errors.Is(err, portalloc.ErrRangeExhausted):
 		w.log.add(Event{Kind: KindExhausted, Holder: l.Holder, DurNS: int64(time.Duration(monotonic() - since))})
 		return
-	case errors.Is(err, portalloc.ErrPortHeld), ctx.Err() != nil, timedOut(err), errors.Is(err, portalloc.ErrTransient):
+	case errors.Is(err, portalloc.ErrPortHeld), ctx.Err() != nil, timedOut(err), passing(err):
 		// A call that gave up may have left a lease in the store: it runs
 		// out within its TTL, and the worker claims nothing meanwhile.
 		return
@@ -137,7 +138,7 @@ func (w *worker) renewDue(ctx context.Context) {
 			delete(w.leases, l.holder)
 			w.log.add(Event{Kind: KindLeaseEnded, Proto: string(l.r.Protocol), Addr: l.r.Address.String(), Port: l.r.Port,
 				Holder: l.holder, Err: err.Error()})
-		case ctx.Err() != nil, timedOut(err), errors.Is(err, portalloc.ErrTransient):
+		case ctx.Err() != nil, timedOut(err), passing(err):
 			// Counted with the call; the next step tries again.
 		default:
 			w.log.add(Event{Kind: KindError, Err: "renew: " + unexpected(err)})
@@ -163,10 +164,17 @@ func (w *worker) giveBackLease(ctx context.Context, l *leased) {
 		return err
 	})
 	switch {
-	case err == nil, errors.Is(err, portalloc.ErrHolderNotFound), timedOut(err), errors.Is(err, portalloc.ErrTransient):
+	case err == nil, errors.Is(err, portalloc.ErrHolderNotFound), timedOut(err), passing(err):
 	default:
 		w.log.add(Event{Kind: KindError, Err: "release lease: " + unexpected(err)})
 	}
+}
+
+// passing reports whether err of a lease call is counted with the call,
+// not an error: a shortage (ErrTransient), or a store whose file was lost
+// under the call (-lose-store), which a lease call does not go on past.
+func passing(err error) bool {
+	return errors.Is(err, portalloc.ErrTransient) || errors.Is(err, statestore.ErrLost)
 }
 
 // dropLease closes the lease's socket and forgets it, as a holder that

@@ -229,6 +229,8 @@ func timedCall(ctx context.Context, log *eventLog, timeout time.Duration, op str
 		e.Timeout, e.Err = true, err.Error()
 	case errors.Is(err, portalloc.ErrTransient):
 		e.Transient, e.Err = true, err.Error()
+	case errors.Is(err, statestore.ErrLost):
+		e.Lost, e.Err = true, err.Error()
 	}
 	log.add(e)
 	return err
