@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/berth-go/berth/internal/transient"
 	"github.com/berth-go/berth/store"
 )
 
@@ -189,6 +190,16 @@ func (a *Allocator) leaseErr(what string, err error) error {
 	case errors.Is(err, store.ErrInvalid):
 		return fmt.Errorf("portalloc: %s: %w", what, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("portalloc: %s: %w", what, err)
+	case errors.Is(err, ErrTransient), transient.Is(err) && errors.Is(err, store.ErrStorage):
+		return fmt.Errorf("portalloc: %s: %w", what, transientErr(err)) // the store's own shortage
+	case transient.Is(err):
+		// The bind probe's shortage (out of descriptors, say): it wraps
+		// ErrTransient, as every shortage does, and says nothing about
+		// the store.
+		if short := transient.Wrap(err); short != nil {
+			err = short
+		}
 		return fmt.Errorf("portalloc: %s: %w", what, err)
 	}
 	return fmt.Errorf("portalloc: %s: %w: %w", what, ErrStoreUnavailable, err)

@@ -43,7 +43,8 @@ type starvedResult struct {
 // starved lowers its own RLIMIT_NOFILE to BERTH_TEST_NOFILE, then opens an
 // Allocator on BERTH_STATE_DIR in BERTH_TEST_MODE with the range
 // BERTH_TEST_PORT and the port after it, and allocates (BERTH_TEST_OP
-// "allocate") or reserves BERTH_TEST_PORT ("reserve"). It prints a
+// "allocate") or reserves BERTH_TEST_PORT ("reserve"), or does either for
+// a holder under a lease ("lease", "reserve-lease"). It prints a
 // starvedResult.
 func starved(ctx context.Context) error {
 	n, err := strconv.ParseUint(os.Getenv("BERTH_TEST_NOFILE"), 10, 64)
@@ -91,10 +92,21 @@ func starved(ctx context.Context) error {
 		}
 	}
 	if err == nil {
-		if os.Getenv("BERTH_TEST_OP") == "reserve" {
+		lease := portalloc.Lease{Holder: "starved", TTL: time.Second}
+		switch os.Getenv("BERTH_TEST_OP") {
+		case "reserve":
 			r, err = a.Reserve(ctx, portalloc.Request{}, uint16(port))
-		} else {
+		case "lease":
+			r, err = a.AllocateLease(ctx, portalloc.Request{}, lease)
+		case "reserve-lease":
+			r, err = a.ReserveLease(ctx, portalloc.Request{}, uint16(port), lease)
+		default:
 			r, err = a.Allocate(ctx, portalloc.Request{})
+		}
+		if err == nil && r.Holder != "" {
+			// The next run must find P+1 free again; a release that
+			// fails leaves a lease of a second.
+			_, _ = a.ReleaseHolder(ctx, lease.Holder, portalloc.HolderFilter{})
 		}
 		st := a.Stats()
 		res.Fallbacks, res.Blind = st.Fallbacks, st.Blind
@@ -167,6 +179,8 @@ func TestOutOfDescriptorsNeverHandsOutAHeldPort(t *testing.T) {
 		{string(portalloc.ModeStateStore), "allocate", false, 4, 40},
 		{"", "allocate", true, 0, 12},
 		{"", "reserve", true, 0, 12},
+		{string(portalloc.ModeStateStore), "lease", true, 0, 12},
+		{string(portalloc.ModeStateStore), "reserve-lease", true, 0, 12},
 		{string(portalloc.ModeMRU), "allocate", true, 0, 12},
 	} {
 		for nofile := c.from; nofile <= c.to; nofile++ {
@@ -182,7 +196,7 @@ func TestOutOfDescriptorsNeverHandsOutAHeldPort(t *testing.T) {
 			switch {
 			case res.Err == "" && res.Port == held:
 				t.Errorf("%s: handed out port %d, which another process holds", what, held)
-			case res.Err == "" && c.op == "reserve":
+			case res.Err == "" && (c.op == "reserve" || c.op == "reserve-lease"):
 				t.Errorf("%s: reserved port %d, which another process holds", what, held)
 			case res.Err == "" && res.Port != held+1:
 				t.Errorf("%s: handed out port %d, outside the range %d-%d", what, res.Port, held, held+1)

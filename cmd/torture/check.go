@@ -32,6 +32,14 @@ type claim struct {
 	// its port, with the store lost in between, is in no store and has no
 	// mark (see portalloc's "Losing the store"). Zero when never.
 	lost, found int64
+	// holder names the holder of a lease's claim ("" for a process's
+	// claim); it lasts until its release or until expiry, since plus the
+	// TTL of its last grant or renewal, whoever lives. since is when the
+	// call that granted it began.
+	holder        string
+	since, expiry int64
+	dropped       bool // its worker closed the socket and let it run out
+	ofKilled      bool // its worker was killed holding it
 }
 
 func (c claim) String() string {
@@ -41,6 +49,9 @@ func (c claim) String() string {
 		on = " fleet-wide"
 	case c.host != "":
 		on = " on " + c.host
+	}
+	if c.holder != "" {
+		on += fmt.Sprintf(" under the lease of %q", c.holder)
 	}
 	return fmt.Sprintf("%s %s%s by %s (pid %d)", c.proto, netip.AddrPortFrom(c.addr, c.port), on, c.proc, c.pid)
 }
@@ -79,9 +90,30 @@ type Report struct {
 	// has no process to put it back or mark it (see portalloc's "Losing
 	// the store"), so it is lost with the file, as documented. Not a
 	// violation; printed apart.
-	Unguarded       int
-	Errors          []string
-	ReapedByWorkers int64
+	Unguarded int
+	// LeaseGrants counts the grants of leases (also in Grants),
+	// LeaseReservations those of them by ReserveLease; Renewals the
+	// renewals, LeaseReleases the releases. LeaseExpiries counts the
+	// leases that ran out before any release: LeaseDrops of them dropped
+	// by their worker, KilledLeases held by a worker that was killed, and
+	// the rest not renewed in time (a frozen or slow worker).
+	// LeasesEnded counts the renewals that found the lease ended;
+	// LostLeases the conflicts over leases lost with the store (-lose-store
+	// loses them, as documented), which are not violations.
+	LeaseGrants, LeaseReservations, Renewals, LeaseReleases int
+	LeaseExpiries, LeaseDrops, KilledLeases, LeasesEnded    int
+	LostLeases                                              int
+	// LostCalls counts the lease calls that failed because the store's
+	// file was lost under them.
+	LostCalls int
+	// PressureSpells counts the spells of descriptor shortage of
+	// -fd-pressure; Transients the calls that failed with
+	// portalloc.ErrTransient meanwhile; EMFILEBinds the workers' binds
+	// refused for want of descriptors (made again after the spell), and
+	// Shortages the children not started for it.
+	PressureSpells, Transients, EMFILEBinds, Shortages int
+	Errors                                             []string
+	ReapedByWorkers                                    int64
 	// Violations describes the first violations; ViolationCount counts
 	// them all.
 	Violations     []string
@@ -237,6 +269,17 @@ func Check(dir string) (Report, error) {
 				if e.Timeout {
 					rep.Timeouts++
 				}
+				if e.Transient {
+					rep.Transients++
+				}
+				if e.Lost {
+					rep.LostCalls++
+				}
+			case KindPressure:
+				rep.PressureSpells++
+			case KindPressureEnd:
+			case KindShort:
+				rep.Shortages++
 			case KindKill:
 				if _, ok := frozenSince[e.Proc]; ok {
 					rep.FrozenKills++
@@ -267,9 +310,13 @@ func Check(dir string) (Report, error) {
 		}
 	}
 
-	var claims []*claim
+	var (
+		claims     []*claim
+		endedEarly []endedLease // renewals that found a lease ended before its time
+	)
 	for proc, evs := range byProc {
 		open := map[string]*claim{}
+		leases := map[string]*claim{} // by holder
 		for _, e := range evs {
 			key := e.Proto + " " + e.Addr + " " + fmt.Sprint(e.Port)
 			switch e.Kind {
@@ -281,8 +328,17 @@ func Check(dir string) (Report, error) {
 				c := &claim{host: e.Host, fleet: e.Fleet, proto: e.Proto, addr: a, port: e.Port, proc: proc, pid: e.PID, start: e.T, end: math.MaxInt64}
 				claims = append(claims, c)
 				grants = append(grants, e.T)
-				open[key] = c
 				rep.Grants++
+				if e.Holder != "" {
+					c.holder, c.since, c.expiry = e.Holder, e.Since, e.Since+e.TTLNS
+					leases[e.Holder] = c
+					rep.LeaseGrants++
+					if e.Static {
+						rep.LeaseReservations++
+					}
+					break
+				}
+				open[key] = c
 				switch {
 				case e.Fleet:
 					rep.FleetGrants++
@@ -299,11 +355,48 @@ func Check(dir string) (Report, error) {
 				if e.Fleet && e.Err == "" {
 					rep.FleetBinds++
 				}
+				if e.EMFILE {
+					rep.EMFILEBinds++ // no conflict: the worker was short of descriptors
+					break
+				}
 				if e.Err != "" {
 					rep.BindFailures++
 					failed = append(failed, bindFailure{e, fmt.Sprintf("%s (pid %d) could not bind %s it was granted: %s", proc, e.PID, key, e.Err)})
 				}
+			case KindRenew:
+				rep.Renewals++
+				// A renewal extends only a lease that has not ended (see
+				// statestore's RenewLease): the lease lasted all along.
+				if c := leases[e.Holder]; c != nil {
+					c.expiry = max(c.expiry, e.Since+e.TTLNS)
+				}
+			case KindLeaseDrop:
+				rep.LeaseDrops++
+				if c := leases[e.Holder]; c != nil {
+					c.dropped = true
+					delete(leases, e.Holder)
+				}
+			case KindLeaseEnded:
+				rep.LeasesEnded++
+				if c := leases[e.Holder]; c != nil {
+					// The store read its lease clock at or before e.T and
+					// found the lease ended; it was to last at least until
+					// c.expiry.
+					if e.T < c.expiry {
+						endedEarly = append(endedEarly, endedLease{c, e.T})
+					}
+					c.end = min(c.end, e.T)
+					delete(leases, e.Holder)
+				}
 			case KindRelease:
+				if e.Holder != "" {
+					if c := leases[e.Holder]; c != nil {
+						c.end = min(c.end, e.T)
+						delete(leases, e.Holder)
+						rep.LeaseReleases++
+					}
+					break
+				}
 				if c := open[key]; c != nil {
 					c.end = e.T
 					delete(open, key)
@@ -330,12 +423,44 @@ func Check(dir string) (Report, error) {
 				reaped[proc] = max(reaped[proc], e.Reaped)
 			}
 		}
-		// A killed worker's claims end when it was killed.
+		// A killed worker's claims end when it was killed; its leases
+		// stay until they run out.
 		if t, ok := kills[proc]; ok {
 			for _, c := range open {
 				c.end = min(c.end, t)
 			}
+			for _, c := range leases {
+				c.ofKilled = true
+			}
 		}
+	}
+	for _, c := range claims {
+		if c.holder == "" {
+			continue
+		}
+		if c.expiry < c.end {
+			c.end = c.expiry
+			rep.LeaseExpiries++
+			if c.ofKilled {
+				rep.KilledLeases++
+			}
+		}
+		// The store's file lost after the grant began loses the lease
+		// with it (see portalloc's "Losing the store"): from then on
+		// the claim is no one's to guard.
+		for _, l := range losses {
+			if l >= c.since && l < c.end {
+				c.lost, c.found = l, c.end
+				break
+			}
+		}
+	}
+	for _, x := range endedEarly {
+		if x.c.lost != 0 && x.c.lost <= x.t {
+			continue // lost with the store, not ended
+		}
+		violate("lease ended before its time: a renewal at %s found no lease of %s, granted or renewed to last until %s",
+			stamp(x.t, base), x.c, stamp(x.c.expiry, base))
 	}
 	for _, c := range claims {
 		if c.child != "" {
@@ -366,7 +491,7 @@ func Check(dir string) (Report, error) {
 		}
 		violate("%s%s", f.msg, heldBy(claims, f.e, base))
 	}
-	rep.CrossHost = overlaps(claims, violate, &rep.Unguarded, base)
+	rep.CrossHost = overlaps(claims, violate, &rep, base)
 	slices.Sort(rep.Latencies)
 	progress(&rep, calls, grants, frozen, base, stop)
 	return rep, nil
@@ -426,6 +551,12 @@ func longestGap(ts []int64, base, stop int64) Gap {
 	return g
 }
 
+// endedLease is a lease a renewal at t found ended.
+type endedLease struct {
+	c *claim
+	t int64
+}
+
 // bindFailure is a grant its grantee could not bind, and what to say.
 type bindFailure struct {
 	e   Event
@@ -460,7 +591,11 @@ func heldBy(claims []*claim, e Event, base int64) string {
 // and port whose addresses conflict and whose times overlap, and returns
 // how many such pairs were of two hosts. A fleet-wide claim is on every
 // host.
-func overlaps(claims []*claim, violate func(string, ...any), unguarded *int, base int64) (crossHost int) {
+//
+// A conflict over a claim that no process could speak for when the other
+// began (see claim.lost) is counted in rep, as Unguarded (a hand-off) or
+// LostLeases (a lease), not as a violation.
+func overlaps(claims []*claim, violate func(string, ...any), rep *Report, base int64) (crossHost int) {
 	groups := map[string][]*claim{}
 	for _, c := range claims {
 		k := c.proto + fmt.Sprint(c.port)
@@ -477,8 +612,10 @@ func overlaps(claims []*claim, violate func(string, ...any), unguarded *int, bas
 				case !netaddr.Conflicts(a.addr, b.addr):
 				case a.host != b.host && !a.fleet && !b.fleet:
 					crossHost++
+				case a.lost != 0 && a.lost <= b.start && b.start <= a.found && a.holder != "":
+					rep.LostLeases++
 				case a.lost != 0 && a.lost <= b.start && b.start <= a.found:
-					*unguarded++
+					rep.Unguarded++
 				default:
 					violate("double grant: %s from %s until %s overlaps %s from %s", a, stamp(a.start, base), stamp(a.end, base), b, stamp(b.start, base))
 				}

@@ -57,6 +57,35 @@ type Event struct {
 	// Timeout marks a call that gave up waiting: its deadline passed, or
 	// the store stayed locked by another process for longer than it waits.
 	Timeout bool `json:"timeout,omitempty"`
+	// Transient marks a call that failed with an error wrapping
+	// portalloc.ErrTransient: a passing shortage (of descriptors, under
+	// -fd-pressure), not an error.
+	Transient bool `json:"transient,omitempty"`
+	// Lost marks a lease call that failed because the store's file was
+	// lost under it (statestore.ErrLost): lease calls do not go on with the
+	// store that replaces it, and leases are lost with the file.
+	Lost bool `json:"lost,omitempty"`
+
+	// Holder names the holder of a lease (grant, renew, release,
+	// lease-ended, lease-drop): "w3/lease-7", unique within a run.
+	Holder string `json:"holder,omitempty"`
+	// TTLNS is the lease's TTL (grant, renew), and Since the monotonic
+	// time (T's clock) at which the call that granted or renewed it began.
+	// The store reads the lease clock (CLOCK_BOOTTIME) later within the
+	// call, so the lease lasts at least until Since plus TTLNS: the
+	// checker ends the claim there. CLOCK_BOOTTIME and CLOCK_MONOTONIC
+	// advance together while the host is not suspended, and no wall-clock
+	// step moves either.
+	TTLNS int64 `json:"ttl_ns,omitempty"`
+	Since int64 `json:"since,omitempty"`
+	// EMFILE marks a bind that failed for want of descriptors (under
+	// -fd-pressure): not a conflict, and the worker binds again once the
+	// spell is over.
+	EMFILE bool `json:"emfile,omitempty"`
+	// Limit is the soft RLIMIT_NOFILE a pressure spell set, and Open the
+	// descriptors the worker had open when it set it.
+	Limit uint64 `json:"limit,omitempty"`
+	Open  int    `json:"open,omitempty"`
 }
 
 // Event kinds.
@@ -74,6 +103,19 @@ const (
 	KindExit      = "exit"       // a worker released everything and exits
 	KindCall      = "call"       // a worker's portalloc call returned (Op, DurNS, Timeout)
 	KindProbe     = "probe"      // bind probes of the worker's last call failed (Probes)
+
+	// Lease events (-leases). A grant of a lease is a KindGrant with Holder,
+	// TTLNS and Since set; its release a KindRelease with Holder. Expiry is
+	// implicit: the checker ends the claim at Since plus TTLNS of its last
+	// grant or renewal.
+	KindRenew       = "renew"       // the worker renewed Holder's lease
+	KindLeaseEnded  = "lease-ended" // Renew said Holder holds nothing: the lease had ended (Err)
+	KindLeaseDrop   = "lease-drop"  // the worker closed Holder's socket and stopped renewing: the lease runs out
+	KindPressure    = "pressure"    // the worker lowered its RLIMIT_NOFILE to Limit for DurNS (-fd-pressure)
+	KindPressureEnd = "pressure-end"
+	// KindShort: something of the harness's own (starting a child) failed
+	// for want of descriptors under -fd-pressure (Op, Err).
+	KindShort = "short"
 
 	// Written by the supervisor.
 	KindStart     = "start"      // the workers are starting; DurNS is their call timeout

@@ -5,6 +5,7 @@
 //	go run ./cmd/torture -duration 10m -range 20000-32767
 //	sudo go run ./cmd/torture -clock-step     # steps the system clock: root only
 //	go run ./cmd/torture -freeze              # SIGSTOPs random workers
+//	go run ./cmd/torture -leases -fd-pressure -lose-store 1s
 //	sudo go run ./cmd/torture -store "$DSN" -hosts 3 -workers 2   # a fleet: root only
 //
 // A supervisor starts worker processes (this same binary) that share one
@@ -46,6 +47,26 @@
 // rows of no host) and bind each on every host while the hosts' workers
 // go on: the store must keep those ports off every host.
 //
+// -leases has the workers also hold ports through named holders' leases
+// (AllocateLease, ReserveLease, Renew, ReleaseHolder) on the SQLite store:
+// holders named "w3/lease-7", TTLs of 2-3 s. A worker binds each leased
+// port and keeps it bound while it renews the lease, releases some, and
+// drops others (closes the socket and stops renewing); a killed worker's
+// leases stay. The checker holds a lease's claim until its release or
+// until it runs out (the start of its last grant or renewal plus its TTL,
+// on the clock the events are stamped with; the store judges leases by
+// CLOCK_BOOTTIME, which clock steps do not move either), and flags any
+// grant of a conflicting key to anyone else meanwhile, and a lease the
+// store said had ended before its time. Leases are lost with the store
+// (-lose-store), as documented: conflicts over them are counted apart.
+//
+// -fd-pressure runs the workers short of descriptors: each, at random,
+// lowers its soft RLIMIT_NOFILE to what it has open plus 0-2 for up to
+// 0.6 s. Calls that fail with an error wrapping portalloc.ErrTransient are
+// counted, not errors; a shortage that does not wrap it is an error. A
+// worker's bind that fails with EMFILE is counted apart and made again
+// once the spell is over: every grant still meets the kernel.
+//
 // It exits 1 when any invariant was violated, 2 on a bad flag or when
 // -clock-step or -hosts lacks root.
 package main
@@ -85,6 +106,8 @@ func main() {
 	flag.DurationVar(&cfg.RetireEvery, "retire-every", 5*time.Second, "with 2 -hosts or more: kill every process of a random host, retire it from another, and restart it this often (negative: never)")
 	flag.IntVar(&cfg.FleetWorkers, "fleet-workers", 0, "with -hosts: workers that hold fleet-wide ports and bind each on every host (default 1, none with -clock-step; negative: none)")
 	flag.DurationVar(&cfg.LoseStore, "lose-store", 0, "remove the state directory, or replace or truncate the database, at random this often (SQLite store only; default: never)")
+	flag.BoolVar(&cfg.Leases, "leases", false, "workers also hold ports under named holders' leases of 2-3 s, renewed while they live (SQLite store only)")
+	flag.BoolVar(&cfg.FDPressure, "fd-pressure", false, "workers lower their own RLIMIT_NOFILE to what they have open, at random, for up to 0.6 s (Linux only)")
 	flag.StringVar(&cfg.Dir, "dir", "", "keep state and logs here (default: a temporary directory, removed)")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: random)")
 	flag.BoolVar(&verbose, "v", false, "print each kill, freeze and clock step")
@@ -109,7 +132,8 @@ func main() {
 			fmt.Fprintln(os.Stderr, "torture: -clock-step:", strings.TrimPrefix(err.Error(), "torture: "))
 			os.Exit(2)
 		}
-		if errors.Is(err, netns.ErrUnsupported) || errors.Is(err, errHostsNeedStore) || errors.Is(err, errLoseStoreSQLite) {
+		if errors.Is(err, netns.ErrUnsupported) || errors.Is(err, errHostsNeedStore) || errors.Is(err, errLoseStoreSQLite) ||
+			errors.Is(err, errLeasesSQLite) || errors.Is(err, errNoPressure) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}

@@ -77,8 +77,24 @@ type Config struct {
 	// cleaner or a careless rm would. Holders must put their rows back and
 	// no port may be granted twice meanwhile. Zero: never.
 	LoseStore time.Duration
-	Dir       string // the run's state and logs; zero: a new temporary directory, removed afterwards
-	Seed      uint64 // zero: random
+	// Leases has every worker also hold ports through named holders'
+	// leases on the SQLite store (AllocateLease, ReserveLease): holders
+	// "w3/lease-7", TTLs of 2-3 s. A worker binds each leased port and
+	// keeps it bound while it renews the lease; it releases some
+	// (ReleaseHolder) and drops others (closes the socket, stops renewing),
+	// and a killed worker's leases stay. A lease holds its port until it
+	// is released or runs out, whoever lives: no one else may be granted
+	// the port before. SQLite store only.
+	Leases bool
+	// FDPressure runs every worker under spells of descriptor shortage:
+	// at random it lowers its own soft RLIMIT_NOFILE to what it has open
+	// plus 0-2 for up to 0.6 s, then sets it back. Calls that fail with an
+	// error wrapping portalloc.ErrTransient are counted, not errors; a
+	// bind that fails with EMFILE is counted apart and made again once the
+	// spell is over, since a grant must still be bound. Linux only.
+	FDPressure bool
+	Dir        string // the run's state and logs; zero: a new temporary directory, removed afterwards
+	Seed       uint64 // zero: random
 	// Progress, when not nil, receives a line per kill, freeze and step.
 	Progress io.Writer
 }
@@ -86,6 +102,10 @@ type Config struct {
 // errLoseStoreSQLite: -lose-store deletes files, and a PostgreSQL store has
 // none of the run's to delete.
 var errLoseStoreSQLite = errors.New("torture: -lose-store takes a positive duration and works on the SQLite store only, not with -store")
+
+// errLeasesSQLite: -leases uses the leases of one host, which the SQLite
+// store keeps.
+var errLeasesSQLite = errors.New("torture: -leases works on the SQLite store only, not with -store: it holds leases of one host")
 
 // errHostsNeedStore: a run across hosts with nothing for them to share.
 var errHostsNeedStore = errors.New("torture: -hosts needs -store: the hosts share their reservations through a PostgreSQL store")
@@ -150,6 +170,12 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	if cfg.LoseStore < 0 || (cfg.LoseStore > 0 && cfg.Store != "") {
 		return Summary{}, errLoseStoreSQLite
+	}
+	if cfg.Leases && cfg.Store != "" {
+		return Summary{}, errLeasesSQLite
+	}
+	if cfg.FDPressure && !canPressure {
+		return Summary{}, errNoPressure
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
@@ -377,6 +403,12 @@ func (s *supervisor) start(h int) error {
 	cmd.Env = append(os.Environ(), envRole+"="+role, envDir+"="+s.cfg.Dir, envProc+"="+name,
 		envRange+"="+s.cfg.Range.String(), envSeed+"="+strconv.FormatUint(s.rng.Uint64(), 10),
 		envTimeout+"="+s.cfg.Timeout.String())
+	if s.cfg.Leases && h != fleetHost {
+		cmd.Env = append(cmd.Env, envLeases+"=1")
+	}
+	if s.cfg.FDPressure && h != fleetHost {
+		cmd.Env = append(cmd.Env, envFDs+"=1")
+	}
 	switch {
 	case h == fleetHost:
 		names := make([]string, len(s.hosts))
@@ -820,6 +852,12 @@ func (s Summary) Print(w io.Writer) {
 	if s.LoseStore > 0 {
 		modes += fmt.Sprintf(", store lost every %v", s.LoseStore)
 	}
+	if s.Leases {
+		modes += ", leases"
+	}
+	if s.FDPressure {
+		modes += ", descriptor pressure"
+	}
 	workers := fmt.Sprintf("%d workers", s.Workers)
 	switch {
 	case s.Hosts > 0:
@@ -855,6 +893,14 @@ func (s Summary) Print(w io.Writer) {
 	}
 	if s.LoseStore > 0 {
 		fmt.Fprintf(w, "store losses    %d (directory removed, file replaced or truncated); %d conflicts over hand-offs lost with the store, their worker killed before the child bound\n", s.StoreLosses, s.Unguarded)
+	}
+	if s.Leases {
+		fmt.Fprintf(w, "leases          %d granted (%d reserved), %d renewals, %d released, %d ran out (%d dropped by their worker, %d of killed workers), %d found ended on renewal; %d conflicts over leases lost with the store, %d lease calls failed on a lost store\n",
+			s.LeaseGrants, s.LeaseReservations, s.Renewals, s.LeaseReleases, s.LeaseExpiries, s.LeaseDrops, s.KilledLeases, s.LeasesEnded, s.LostLeases, s.LostCalls)
+	}
+	if s.FDPressure {
+		fmt.Fprintf(w, "fd pressure     %d spells; %d calls failed with ErrTransient, %d binds refused with EMFILE (bound again after the spell), %d children not started for want of descriptors\n",
+			s.PressureSpells, s.Transients, s.EMFILEBinds, s.Shortages)
 	}
 	fmt.Fprintf(w, "calls           %d returned, %d timed out\n", s.Calls, s.Timeouts)
 	fmt.Fprintf(w, "longest gaps    %v without a grant (from +%.3fs), %v without a call returning (from +%.3fs); a hang is over %v\n",

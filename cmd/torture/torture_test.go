@@ -51,6 +51,12 @@ func hostGrant(t int64, proc, host, addr string, port uint16) Event {
 	return Event{T: t, Kind: KindGrant, Proc: proc, Host: host, Proto: "tcp", Addr: addr, Port: port}
 }
 
+// leaseGrant is a grant of 0.0.0.0:26000/tcp to holder, whose call began
+// at since, under a lease of ttl.
+func leaseGrant(t int64, proc, holder string, since, ttl int64) Event {
+	return Event{T: t, Kind: KindGrant, Proc: proc, Proto: "tcp", Addr: "0.0.0.0", Port: 26000, Holder: holder, Since: since, TTLNS: ttl}
+}
+
 func release(t int64, proc string, addr string, port uint16) Event {
 	return Event{T: t, Kind: KindRelease, Proc: proc, Proto: "tcp", Addr: addr, Port: port}
 }
@@ -153,6 +159,52 @@ func TestCheckFindsViolations(t *testing.T) {
 		{"a failed bind", map[string][]Event{
 			"worker-1.jsonl": {grant(10, "w1", "127.0.0.1", 26000), {T: 11, Kind: KindBind, Proc: "w1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Err: "address already in use"}},
 		}, "could not bind"},
+		{"a lease outlives its killed worker", map[string][]Event{
+			"w1.jsonl":         {leaseGrant(10, "w1", "w1/lease-1", 5, 100)},
+			"supervisor.jsonl": {{T: 20, Kind: KindKill, Proc: "w1"}},
+			"w2.jsonl":         {grant(30, "w2", "127.0.0.1", 26000)},
+		}, "double grant"},
+		{"a lease that ran out", map[string][]Event{
+			"w1.jsonl":         {leaseGrant(10, "w1", "w1/lease-1", 5, 20)},
+			"supervisor.jsonl": {{T: 12, Kind: KindKill, Proc: "w1"}},
+			"w2.jsonl":         {grant(30, "w2", "127.0.0.1", 26000)},
+		}, ""},
+		{"a renewal extends a lease", map[string][]Event{
+			"w1.jsonl": {leaseGrant(10, "w1", "w1/lease-1", 5, 20),
+				{T: 21, Kind: KindRenew, Proc: "w1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000, Holder: "w1/lease-1", Since: 20, TTLNS: 20},
+				{T: 22, Kind: KindLeaseDrop, Proc: "w1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000, Holder: "w1/lease-1"}},
+			"w2.jsonl": {grant(30, "w2", "::1", 26000)},
+		}, "double grant"},
+		{"a released lease", map[string][]Event{
+			"w1.jsonl": {leaseGrant(10, "w1", "w1/lease-1", 5, 100),
+				{T: 15, Kind: KindRelease, Proc: "w1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000, Holder: "w1/lease-1"}},
+			"w2.jsonl": {grant(30, "w2", "127.0.0.1", 26000)},
+		}, ""},
+		{"a release of another holder's lease ends nothing", map[string][]Event{
+			"w1.jsonl": {leaseGrant(10, "w1", "w1/lease-1", 5, 100),
+				{T: 15, Kind: KindRelease, Proc: "w1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000, Holder: "w1/lease-2"}},
+			"w2.jsonl": {grant(30, "w2", "127.0.0.1", 26000)},
+		}, "double grant"},
+		{"a lease the store ended before its time", map[string][]Event{
+			"w1.jsonl": {leaseGrant(10, "w1", "w1/lease-1", 5, 100),
+				{T: 30, Kind: KindLeaseEnded, Proc: "w1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000, Holder: "w1/lease-1"}},
+		}, "lease ended before its time"},
+		{"a lease found ended after its time", map[string][]Event{
+			"w1.jsonl": {leaseGrant(10, "w1", "w1/lease-1", 5, 20),
+				{T: 30, Kind: KindLeaseEnded, Proc: "w1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000, Holder: "w1/lease-1"}},
+		}, ""},
+		{"a lease lost with the store", map[string][]Event{
+			"w1.jsonl": {leaseGrant(10, "w1", "w1/lease-1", 5, 100),
+				{T: 12, Kind: KindLeaseDrop, Proc: "w1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000, Holder: "w1/lease-1"},
+				{T: 25, Kind: KindLeaseEnded, Proc: "w1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000, Holder: "w1/lease-1"}},
+			"supervisor.jsonl": {{T: 15, Kind: KindLoseStore}},
+			"w2.jsonl":         {grant(30, "w2", "127.0.0.1", 26000)},
+		}, ""},
+		{"a bind refused for want of descriptors", map[string][]Event{
+			"w1.jsonl": {grant(10, "w1", "127.0.0.1", 26000),
+				{T: 11, Kind: KindBind, Proc: "w1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Err: "too many open files", EMFILE: true},
+				{T: 12, Kind: KindBind, Proc: "w1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000}},
+		}, ""},
 		{"a child's failed bind", map[string][]Event{
 			"child-9.jsonl": {{T: 10, Kind: KindChildBind, Proc: "w1.1", Proto: "udp", Addr: "::1", Port: 26001, Err: "address already in use"}},
 		}, "could not bind"},
@@ -414,6 +466,40 @@ func TestRunClockStep(t *testing.T) {
 	checkRun(t, sum)
 	if sum.ClockSteps == 0 {
 		t.Error("the run did not step the clock")
+	}
+}
+
+// TestRunLeases runs the harness briefly with workers holding ports under
+// named holders' leases, renewing them, releasing some, dropping others,
+// and killed with others held: no one else is granted a leased port before
+// its lease was released or ran out.
+func TestRunLeases(t *testing.T) {
+	sum, err := Run(context.Background(), Config{Workers: 4, Duration: 5 * time.Second, KillEvery: 300 * time.Millisecond, Leases: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, sum)
+	if sum.LeaseGrants == 0 || sum.Renewals == 0 || sum.LeaseExpiries == 0 || sum.KilledLeases == 0 {
+		t.Errorf("the run did not exercise leases: %d granted, %d renewals, %d ran out, %d of them of killed workers",
+			sum.LeaseGrants, sum.Renewals, sum.LeaseExpiries, sum.KilledLeases)
+	}
+}
+
+// TestRunFDPressure runs the harness briefly with workers short of
+// descriptors in spells: shortages are counted, never errors, and every
+// grant is still bound.
+func TestRunFDPressure(t *testing.T) {
+	if !canPressure {
+		t.Skip(errNoPressure)
+	}
+	sum, err := Run(context.Background(), Config{Workers: 4, Duration: 5 * time.Second, KillEvery: 300 * time.Millisecond, FDPressure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, sum)
+	if sum.PressureSpells == 0 || sum.Transients+sum.EMFILEBinds+sum.Shortages == 0 {
+		t.Errorf("the run did not run short of descriptors: %d spells, %d calls failed with ErrTransient, %d binds and %d children refused",
+			sum.PressureSpells, sum.Transients, sum.EMFILEBinds, sum.Shortages)
 	}
 }
 

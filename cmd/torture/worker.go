@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
@@ -31,6 +32,8 @@ const (
 	envTimeout = "BERTH_TORTURE_TIMEOUT" // bound of every portalloc call, a Go duration
 	envStore   = "BERTH_TORTURE_STORE"   // the run's PostgreSQL connection string, if any
 	envHost    = "BERTH_TORTURE_HOST"    // the worker's fleet host (Config.Host), with a store
+	envLeases  = "BERTH_TORTURE_LEASES"  // "1": the worker also holds ports under leases (-leases)
+	envFDs     = "BERTH_TORTURE_FDS"     // "1": the worker runs under descriptor pressure (-fd-pressure)
 )
 
 // MaybeRunRole runs this process as a worker or child of a torture run when
@@ -80,6 +83,8 @@ type workerEnv struct {
 	timeout time.Duration
 	seed    uint64
 	proc    string
+	leases  bool // Config.Leases
+	fds     bool // Config.FDPressure
 }
 
 func readWorkerEnv() (workerEnv, error) {
@@ -92,7 +97,8 @@ func readWorkerEnv() (workerEnv, error) {
 		return workerEnv{}, fmt.Errorf("%s: %w", envTimeout, err)
 	}
 	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
-	return workerEnv{dir: os.Getenv(envDir), rng: r, timeout: timeout, seed: seed, proc: os.Getenv(envProc)}, nil
+	return workerEnv{dir: os.Getenv(envDir), rng: r, timeout: timeout, seed: seed, proc: os.Getenv(envProc),
+		leases: os.Getenv(envLeases) == "1", fds: os.Getenv(envFDs) == "1"}, nil
 }
 
 // untilStdinCloses returns a context that ends when the supervisor closes
@@ -136,12 +142,26 @@ func runWorker() error {
 		return err
 	}
 	w := &worker{a: a, log: log, rng: rng, rangeOf: r, dir: dir, proc: proc, timeout: timeout, held: map[portalloc.Reservation]held{}}
+	if env.leases {
+		w.leases = map[string]*leased{}
+	}
+	var stopPressure func()
+	if env.fds {
+		w.press, stopPressure = startPressure(ctx, log, rand.New(rand.NewPCG(env.seed, uint64(os.Getpid())+1)))
+	}
 	for ctx.Err() == nil {
 		w.step(ctx)
+	}
+	if stopPressure != nil {
+		stopPressure() // the limit is back: the releases below need no luck
 	}
 	for _, h := range w.held {
 		w.release(ctx, h)
 	}
+	for _, l := range w.leases {
+		w.releaseLease(ctx, l)
+	}
+	w.retryReleases(ctx)
 	log.add(Event{Kind: KindExit, Reaped: a.Stats().Reaped})
 	return a.Close()
 }
@@ -171,6 +191,17 @@ type worker struct {
 	timeout time.Duration
 	held    map[portalloc.Reservation]held
 	probes  int64 // the allocator's probe failures logged so far
+	// leases holds the worker's leases by holder (-leases; nil without),
+	// nlease counts those asked for, for their holders' names.
+	leases map[string]*leased
+	nlease int
+	// press is the worker's descriptor pressure (-fd-pressure; nil
+	// without).
+	press *pressure
+	// unreleased are grants whose release failed for a passing reason (a
+	// shortage, a timeout): their rows are the live worker's until it
+	// releases them, so it tries again.
+	unreleased []portalloc.Reservation
 }
 
 // call runs one portalloc call bounded by the run's timeout (Allocate and
@@ -193,8 +224,13 @@ func timedCall(ctx context.Context, log *eventLog, timeout time.Duration, op str
 	start := time.Now()
 	err := f(ctx)
 	e := Event{Kind: KindCall, Op: op, DurNS: int64(time.Since(start))}
-	if timedOut(err) {
+	switch {
+	case timedOut(err):
 		e.Timeout, e.Err = true, err.Error()
+	case errors.Is(err, portalloc.ErrTransient):
+		e.Transient, e.Err = true, err.Error()
+	case errors.Is(err, statestore.ErrLost):
+		e.Lost, e.Err = true, err.Error()
 	}
 	log.add(e)
 	return err
@@ -209,6 +245,12 @@ func timedOut(err error) bool {
 }
 
 func (w *worker) step(ctx context.Context) {
+	if w.leases != nil {
+		w.leaseSteps(ctx)
+	}
+	if len(w.unreleased) > 0 {
+		w.retryReleases(ctx)
+	}
 	switch n := w.rng.IntN(100); {
 	case n < 35 && len(w.held) < maxHeld:
 		w.grant(ctx, false)
@@ -266,27 +308,62 @@ func (w *worker) grant(ctx context.Context, static bool) {
 			w.log.add(Event{Kind: KindLeaseHeld, Proto: string(req.Protocol), Addr: req.Address.String(), Port: ce.Key.Port})
 		}
 		return
-	case ctx.Err() != nil, timedOut(err):
-		return
+	case ctx.Err() != nil, timedOut(err), errors.Is(err, portalloc.ErrTransient):
+		return // counted with the call
 	default:
-		w.log.add(Event{Kind: KindError, Err: err.Error()})
+		w.log.add(Event{Kind: KindError, Err: unexpected(err)})
 		return
 	}
 	if _, mine := w.held[r]; mine {
 		return // Reserve of a key this worker holds returns it again
 	}
 	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Static: static, DurNS: int64(dur), Reaped: w.a.Stats().Reaped})
-	sock, err := bind(r)
-	if err != nil {
-		w.log.add(Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Err: err.Error()})
-		// It gives the grant back: its claim ends here, and the failure is
-		// counted once, not again as every later grant of the port.
-		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
+	sock, ok := w.bindGrant(ctx, r, "")
+	if !ok {
 		w.giveBack(ctx, r)
 		return
 	}
-	w.log.add(Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
 	w.held[r] = held{r: r, sock: sock}
+}
+
+// unexpected says what an unexpected error of a call is; a shortage of
+// descriptors that does not wrap portalloc.ErrTransient, as the package
+// promises, says so.
+func unexpected(err error) string {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		return "a shortage of descriptors that does not wrap portalloc.ErrTransient: " + err.Error()
+	}
+	return err.Error()
+}
+
+// bindGrant binds r, granted to the worker (to holder, if not ""), and
+// logs the bind. A bind that fails for want of descriptors (the worker's
+// own pressure) is logged as such, not as a conflict, and tried again
+// once the spell is over: a grant must still meet the kernel. When the
+// bind fails for good, it logs the grant's release, so its claim ends
+// there and the failure is counted once, not again as every later grant
+// of the port; the caller then gives the grant back.
+func (w *worker) bindGrant(ctx context.Context, r portalloc.Reservation, holder string) (io.Closer, bool) {
+	for try := 0; ; try++ {
+		sock, err := bind(r)
+		e := Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Holder: holder}
+		switch {
+		case err == nil:
+			w.log.add(e)
+			return sock, true
+		case w.press != nil && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)):
+			e.Err, e.EMFILE = err.Error(), true
+			w.log.add(e)
+			if try < 3 && w.press.wait(ctx, 5*time.Second) {
+				continue
+			}
+		default:
+			e.Err = err.Error()
+			w.log.add(e)
+		}
+		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Holder: holder})
+		return nil, false
+	}
 }
 
 // release closes the socket first, logs, then releases: the logged claim
@@ -298,15 +375,31 @@ func (w *worker) release(ctx context.Context, h held) {
 	// Releases run even after the run's context ends: that is when a
 	// worker gives back everything it holds. One that times out leaves a
 	// row of this live worker, reaped once it exits.
-	err := w.call(context.WithoutCancel(ctx), "release", func(ctx context.Context) error { return w.a.Release(ctx, h.r) })
-	if err != nil && !timedOut(err) {
-		w.log.add(Event{Kind: KindError, Err: "release: " + err.Error()})
+	w.giveBack(ctx, h.r)
+}
+
+// giveBack releases a grant whose claim the log has ended. A release
+// that fails for a passing reason is tried again later (retryReleases):
+// the row stays the live worker's meanwhile, and no one else may have it.
+func (w *worker) giveBack(ctx context.Context, r portalloc.Reservation) {
+	err := w.call(context.WithoutCancel(ctx), "release", func(ctx context.Context) error { return w.a.Release(ctx, r) })
+	switch {
+	case err == nil, errors.Is(err, portalloc.ErrNotHeld):
+	case timedOut(err), errors.Is(err, portalloc.ErrTransient):
+		w.unreleased = append(w.unreleased, r)
+	default:
+		w.log.add(Event{Kind: KindError, Err: "release: " + unexpected(err)})
 	}
 }
 
-// giveBack releases a grant that never reached a socket, logging it.
-func (w *worker) giveBack(ctx context.Context, r portalloc.Reservation) {
-	_ = w.call(context.WithoutCancel(ctx), "release", func(ctx context.Context) error { return w.a.Release(ctx, r) })
+// retryReleases tries the releases that failed for a passing reason once
+// more each.
+func (w *worker) retryReleases(ctx context.Context) {
+	rs := w.unreleased
+	w.unreleased = nil
+	for _, r := range rs {
+		w.giveBack(ctx, r)
+	}
 }
 
 // handoff allocates a port for a short-lived child, transfers the
@@ -338,7 +431,11 @@ func (w *worker) handoff(ctx context.Context) {
 		err = cmd.Start()
 	}
 	if err != nil {
-		w.log.add(Event{Kind: KindError, Err: "start child: " + err.Error()})
+		if w.press != nil && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) {
+			w.log.add(Event{Kind: KindShort, Op: "start child", Err: err.Error()})
+		} else {
+			w.log.add(Event{Kind: KindError, Err: "start child: " + err.Error()})
+		}
 		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
 		w.giveBack(ctx, r)
 		return
