@@ -39,8 +39,9 @@ type Allocator struct {
 	fb    fallback
 	bg    sync.WaitGroup // closes of stores a retry replaced
 
-	repairMu sync.Mutex    // held by the one call that repairs a lost store
-	stop     chan struct{} // closed by Close: ends watch
+	repairMu     sync.Mutex    // held by the one call that repairs a lost store
+	restoreAgain atomic.Bool   // a reservation could not be put back for a passing reason
+	stop         chan struct{} // closed by Close: ends watch
 
 	rngMu sync.Mutex // guards rng
 	rng   *rand.Rand

@@ -52,6 +52,14 @@ func (a *Allocator) watch() {
 			_ = a.repair(ctx, s, err) // logged; the next call or check tries again
 		} else if k, ok := s.(keeper); ok && err == nil && a.releasesFailed() {
 			_ = a.repairRows(ctx, k, errReleasesFailed) // until they are done
+		} else if err == nil && a.restoreAgain.Load() {
+			a.repairMu.Lock()
+			if a.db() == s {
+				put, failed := a.restore(ctx, s)
+				a.ctr.restored.Add(int64(put))
+				a.ctr.lost.Add(int64(failed))
+			}
+			a.repairMu.Unlock()
 		}
 		cancel()
 	}
@@ -147,7 +155,11 @@ func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) err
 // restore puts back in s every row of the state store the Allocator
 // holds, and returns how many it put back and how many another owner holds
 // now.
+//
+// A reservation it could not put back for a passing reason (a shortage of
+// descriptors, a busy store) is tried again at the next check.
 func (a *Allocator) restore(ctx context.Context, s store.Store) (put, failed int) {
+	a.restoreAgain.Store(false)
 	for _, r := range a.Held() {
 		if r.Backend != BackendStateStore {
 			continue
@@ -162,6 +174,10 @@ func (a *Allocator) restore(ctx context.Context, s store.Store) (put, failed int
 			failed++
 			a.warn.Error(err, "a reservation lost with the state store's file could not be put back: another process took the port meanwhile, and both may now use it",
 				"reservation", r.String(), "holder", ce.Holder.Owner.String(), "pid", os.Getpid())
+		case isTransient(err):
+			// Out of descriptors, say: the next check tries again.
+			a.restoreAgain.Store(true)
+			a.warn.Error(err, "a reservation lost with the state store's file could not be put back yet; trying again", "reservation", r.String(), "in", checkInterval().String())
 		default:
 			failed++
 			a.warn.Error(err, "a reservation lost with the state store's file could not be put back", "reservation", r.String())

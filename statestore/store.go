@@ -225,7 +225,7 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 	} else if moved {
 		return nil, movedErr(path, m)
 	}
-	db, conn, found, err := openConn(ctx, path, opts.BusyTimeout, opts.Logger)
+	db, conn, found, file, err := openConn(ctx, path, opts.BusyTimeout, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -258,9 +258,15 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 		ckptDB:     ckptDB,
 		stop:       make(chan struct{}),
 	}
-	if s.file, err = os.Stat(path); err != nil {
+	// The connection opened the file that was at the path just before it
+	// connected; if that is still the one there, it is the store every
+	// other process uses. If it was replaced meanwhile (a cleaner, another
+	// process that set a truncated file aside), the connection may be on
+	// the old one, which nobody else reads: Open starts again.
+	s.file = file
+	if err := s.sameFile(); err != nil {
 		_ = s.closeDB()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, err)
 	}
 	s.st.prepare(conn)
 	if found > 0 && found < ownerFormatVersion {
@@ -409,11 +415,14 @@ func dsn(path string, busy time.Duration, readOnly, setWAL bool) string {
 // fsyncs before the store's first call. Any other file (none yet, an older
 // schema, one to refuse) takes the careful path: prepareFile inspects it
 // under the migration lock and migrates it, and then the connection opens.
-func openConn(ctx context.Context, path string, busy time.Duration, log logr.Logger) (*sql.DB, *sql.Conn, uint, error) {
+//
+// It also returns the file as it was just before the connection opened it,
+// for the caller to check that it is still the one at the path.
+func openConn(ctx context.Context, path string, busy time.Duration, log logr.Logger) (*sql.DB, *sql.Conn, uint, os.FileInfo, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
 		db, conn, err := connect(ctx, path, busy, false)
 		if err != nil {
-			return nil, nil, 0, classify(path, err)
+			return nil, nil, 0, nil, classify(path, err)
 		}
 		k, err := known()
 		var st fileState
@@ -430,25 +439,29 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 			if err := settle(ctx, conn); err != nil {
 				_ = conn.Close()
 				_ = db.Close()
-				return nil, nil, 0, classify(path, err)
+				return nil, nil, 0, nil, classify(path, err)
 			}
-			return db, conn, st.version, nil
+			return db, conn, st.version, fi, nil
 		}
 		_ = conn.Close()
 		_ = db.Close()
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, nil, 0, nil, err
 		}
 	}
 	found, err := prepareFile(ctx, path, busy, log)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, 0, nil, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, 0, nil, classify(path, err)
 	}
 	db, conn, err := connect(ctx, path, busySlice, true)
 	if err != nil {
-		return nil, nil, 0, classify(path, err)
+		return nil, nil, 0, nil, classify(path, err)
 	}
-	return db, conn, found, nil
+	return db, conn, found, fi, nil
 }
 
 // settle readies a connection that inspected a berth database of the
