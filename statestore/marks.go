@@ -216,6 +216,10 @@ func lockWrites(ctx context.Context, path string, busy time.Duration) (*filelock
 			return nil, storageErr("write lock "+l.Path(), err)
 		}
 		if ok {
+			if !l.Current() {
+				_ = l.Close()
+				return nil, fmt.Errorf("write lock %s was removed or replaced while this process waited for it: %w", l.Path(), ErrLost)
+			}
 			return l, nil
 		}
 		if err := ctx.Err(); err != nil {

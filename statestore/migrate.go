@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -79,6 +80,12 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 		return 0, storageErr("migration lock "+lock.Path(), err)
 	}
 	defer func() { _ = lock.Unlock() }()
+	// A lock of a directory that was removed (or a lock file that was
+	// replaced) while this process waited serialises nothing: another
+	// process may hold the lock of the new one and migrate the same file.
+	if held, err := lock.Stat(); err != nil || !sameAsPath(held, lock.Path()) {
+		return 0, fmt.Errorf("migration lock %s was removed or replaced while this process waited for it: %w", lock.Path(), ErrLost)
+	}
 	// Another process may have done the work while this one waited.
 	if st, err = inspect(ctx, path, busy); err != nil {
 		return 0, err
@@ -139,10 +146,20 @@ func tooNew(path string, st fileState, k schema) error {
 // either committed (each body records itself in schema_history) or left no
 // trace; migrateUp resolves it accordingly.
 func migrateUp(ctx context.Context, path string, st fileState, k schema, busy time.Duration, log logr.Logger) error {
+	file, err := os.Stat(path)
+	if err != nil {
+		return storageErr("migrate "+path, err)
+	}
 	db, err := openDB(dsn(path, busy, false, true))
 	if err != nil {
 		return storageErr("migrate "+path, err)
 	}
+	// One connection, kept: every migration then goes to the file it
+	// opened, checked below to be the one at the path, even if the file is
+	// replaced meanwhile (whoever made the new one migrates it).
+	db.SetMaxOpenConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
 	// The driver creates golang-migrate's version table when it is missing;
 	// its Close closes db.
 	drv, err := sqlite.WithInstance(db, &sqlite.Config{})
@@ -151,6 +168,9 @@ func migrateUp(ctx context.Context, path string, st fileState, k schema, busy ti
 		return classify(path, err)
 	}
 	defer func() { _ = drv.Close() }()
+	if !sameAsPath(file, path) {
+		return fmt.Errorf("migrate %s: the file was replaced as it opened: %w", path, ErrLost)
+	}
 	src, err := iofs.New(k.src, "migrations")
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", path, err)
@@ -254,4 +274,10 @@ func applyMigration(ctx context.Context, db *sql.DB, src source.Driver, v, w uin
 		}
 	}
 	return tx.Commit()
+}
+
+// sameAsPath reports whether fi is the file at path now.
+func sameAsPath(fi os.FileInfo, path string) bool {
+	now, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, now)
 }
