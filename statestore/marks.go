@@ -15,6 +15,7 @@ import (
 	"github.com/berth-go/berth/internal/marker"
 	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/internal/owner"
+	"github.com/berth-go/berth/internal/transient"
 )
 
 // A store whose file disappears under its holders (a cache cleaner, rm -rf,
@@ -86,23 +87,30 @@ func nsString(n uint64) string {
 
 // holdMark marks own's new reservation of key, inside the transaction that
 // inserts it, so the mark exists before the row can be seen. The store must
-// be acquired. A mark that cannot be made (no descriptor left, say) leaves
-// the reservation to its holder's repair alone.
-func (s *Store) holdMark(key Key, own Owner) {
+// be acquired. When this process's own reservation cannot be marked for
+// want of a descriptor, the write fails with an error wrapping
+// ErrTransient: granted without its mark, the port would be unguarded
+// should the store be lost before the next check. A row for another owner,
+// or a process that holds Limit marks already, goes without one.
+func (s *Store) holdMark(key Key, own Owner) error {
 	m, ok := s.markOf(key, own)
 	if !ok {
-		return
+		return nil
 	}
 	made, err := marker.Hold(s.ns, m)
 	if err != nil {
+		if own.Same(s.self) && !errors.Is(err, marker.ErrTooMany) && transient.Is(err) {
+			return shortErr("mark "+key.String(), err)
+		}
 		s.log.V(1).Info("could not mark a reservation", "key", key.String(), "error", err.Error())
-		return
+		return nil
 	}
 	if made {
 		// Only a mark made now goes if the write fails: one made
 		// earlier (a row put back after a loss) stays with its row.
 		s.txMarks = append(s.txMarks, m)
 	}
+	return nil
 }
 
 // markFor marks own's reservation of key outside a transaction: a row

@@ -309,7 +309,9 @@ func (s *Store) insert(ctx context.Context, key Key, own Owner, label string, ki
 		stored, until = lease.stored(), lease.until
 		r.Expires = lease.expires
 	}
-	s.holdMark(key, own)
+	if err := s.holdMark(key, own); err != nil {
+		return Reservation{}, err
+	}
 	if _, err := s.st.insert.ExecContext(ctx,
 		string(key.Protocol), int(key.Port), packed,
 		stored.PID, stored.Start, stored.Scope, stored.Name,

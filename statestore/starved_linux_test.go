@@ -91,3 +91,48 @@ func TestOpenOutOfDescriptors(t *testing.T) {
 		}
 	}
 }
+
+// In the mode "unmarked" a worker opens the store, reserves port 24121,
+// leaves itself no descriptor to spare and reserves port 24122, and
+// reports what became of it.
+func init() {
+	extraWorkers["unmarked"] = func(ctx context.Context, db string, out *json.Encoder, _ func()) error {
+		s, err := statestore.Open(ctx, db, statestore.Options{SweepInterval: -1})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24121)}); err != nil {
+			return err
+		}
+		if err := testproc.LeaveSpareFDs(0); err != nil {
+			return err
+		}
+		_, err = s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24122)})
+		if err != nil {
+			return out.Encode(starvedEvent{Error: err.Error(), Transient: errors.Is(err, statestore.ErrTransient), Storage: errors.Is(err, statestore.ErrStorage)})
+		}
+		return out.Encode(starvedEvent{})
+	}
+}
+
+// TestUnmarkedReservationRefused: a reservation this process makes for
+// itself is granted only with its mark, which keeps it should the store be
+// lost; with no descriptor left for the mark, Reserve fails with
+// ErrTransient and records nothing.
+func TestUnmarkedReservationRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "berth.db")
+	w := startWorker(t, "unmarked", path)
+	var ev starvedEvent
+	if !w.events.Scan() || json.Unmarshal(w.events.Bytes(), &ev) != nil {
+		t.Fatalf("worker said %q", w.events.Text())
+	}
+	if !ev.Transient || ev.Storage || !strings.Contains(ev.Error, "too many open files") {
+		t.Fatalf("Reserve with no descriptor for its mark = %+v; want ErrTransient, not ErrStorage, saying too many open files", ev)
+	}
+	s := openAt(t, path)
+	rows, err := s.List(context.Background(), statestore.Filter{Port: 24122})
+	if err != nil || len(rows) != 0 {
+		t.Fatalf("rows of port 24122 = %v, %v; want none", rows, err)
+	}
+}
