@@ -47,8 +47,9 @@ type Allocator struct {
 
 	ctr counters
 
-	mu        sync.Mutex // guards held, pools, poolNames and closed
+	mu        sync.Mutex // guards held, handed, pools, poolNames and closed
 	held      map[heldKey]*holding
+	handed    map[heldKey]handed // rows Transfer gave to other processes
 	pools     []*Pool
 	poolNames map[string]bool // of the pools open or being made
 	closed    bool
@@ -210,8 +211,10 @@ func (a *Allocator) closedErr(err error) error {
 }
 
 // Close closes the Allocator's pools, drops every hold it still has (the
-// rows no other holder of this process holds are released) and closes the
-// state store. Later calls return errors wrapping ErrClosed (see "After
+// rows no other holder of this process holds are released), releases the
+// rows it handed (Transfer, Set.Transfer, Set.TransferAll) to processes
+// that have exited by now, leaving those of processes that still run to
+// them, and closes the state store. Later calls return errors wrapping ErrClosed (see "After
 // Close" in the package documentation); Close itself is idempotent.
 //
 // Close is bounded: the pools and the releases share one deadline of
@@ -256,6 +259,10 @@ func (a *Allocator) Close() error {
 		if err := a.dropHolds(ctx, s, h.r); err != nil {
 			errs = append(errs, fmt.Errorf("release %s: %w", h.r, err))
 		}
+	}
+	// Rows handed to children that have exited since (see handed.go).
+	if err := a.reapHanded(ctx, s, "", true); err != nil {
+		errs = append(errs, err)
 	}
 	close(a.stop)
 	a.bg.Wait() // the watch, and stores replaced after a fallback or a loss: each Close is bounded
