@@ -98,4 +98,3 @@ func TestNoHome(t *testing.T) {
 		t.Errorf("a store was made in another user's directory %s", dir)
 	}
 }
-
