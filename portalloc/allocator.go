@@ -47,9 +47,12 @@ type Allocator struct {
 
 	ctr counters
 
-	mu        sync.Mutex // guards held, handed, pools, poolNames and closed
+	mu        sync.Mutex // guards held, handed, handedPruneAt, pools, poolNames and closed
 	held      map[heldKey]*holding
 	handed    map[heldKey]handed // rows Transfer gave to other processes
+	// handedPruneAt is the size of handed at which a Transfer next looks
+	// for exited owners in it (see handedPrune).
+	handedPruneAt int
 	pools     []*Pool
 	poolNames map[string]bool // of the pools open or being made
 	closed    bool
@@ -261,7 +264,7 @@ func (a *Allocator) Close() error {
 		}
 	}
 	// Rows handed to children that have exited since (see handed.go).
-	if err := a.reapHanded(ctx, s, "", true); err != nil {
+	if err := a.reapHanded(ctx, s, func(handed) bool { return true }, true); err != nil {
 		errs = append(errs, err)
 	}
 	close(a.stop)

@@ -24,26 +24,46 @@ type handed struct {
 	via string
 }
 
-// handOver records that r now belongs to to.
-func (a *Allocator) handOver(r Reservation, to store.Owner, via string) {
+// handedPrune is the least number of handed rows at which a Transfer
+// first looks for exited owners among them, so that a long-running
+// supervisor that hands ports to child after child, and never releases a
+// set or closes, keeps a bounded list: each time the list reaches twice
+// what the last look left (at least handedPrune), it looks again.
+const handedPrune = 256
+
+// handOver records that r now belongs to to, and reports whether the
+// list has grown enough to look for exited owners in it.
+func (a *Allocator) handOver(r Reservation, to store.Owner, via string) (prune bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.handed == nil {
 		a.handed = map[heldKey]handed{}
 	}
 	a.handed[keyOf(r)] = handed{r, to, via}
+	return len(a.handed) >= max(handedPrune, a.handedPruneAt)
 }
 
-// reapHanded releases the rows this Allocator handed over by via (by any
-// hold, when all) whose owner has exited, and forgets them. The row is
-// deleted only while that owner still holds it: a port the store has
-// already reaped and granted again is left alone. Rows of owners that
-// still run stay theirs; all (Close) forgets them too.
-func (a *Allocator) reapHanded(ctx context.Context, s store.Store, via string, all bool) error {
+// pruneHanded releases the handed rows of exited owners, whoever handed
+// them over; it is for logging only, like a failed release.
+func (a *Allocator) pruneHanded(ctx context.Context, s store.Store) {
+	if err := a.reapHanded(ctx, s, func(handed) bool { return true }, false); err != nil {
+		a.log.Error(err, "releasing the ports of exited children")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.handedPruneAt = 2 * len(a.handed)
+}
+
+// reapHanded releases the rows this Allocator handed over that match
+// selects, whose owner has exited, and forgets them. The row is deleted
+// only while that owner still holds it: a port the store has already
+// reaped and granted again is left alone. Rows of owners that still run
+// stay theirs; with forget (Close) they are forgotten too.
+func (a *Allocator) reapHanded(ctx context.Context, s store.Store, match func(handed) bool, forget bool) error {
 	a.mu.Lock()
 	var todo []handed
 	for k, h := range a.handed {
-		if all || h.via == via {
+		if match(h) {
 			todo = append(todo, h)
 			delete(a.handed, k)
 		}
@@ -70,7 +90,7 @@ func (a *Allocator) reapHanded(ctx context.Context, s store.Store, via string, a
 			why = append(why, fmt.Errorf("release %s of exited pid %d: %w", h.r, h.to.PID, err))
 		}
 	}
-	if !all {
+	if !forget {
 		// Children still running keep their rows; a later Release or
 		// Close looks again, and so does one after a failed release.
 		a.mu.Lock()

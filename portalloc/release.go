@@ -152,7 +152,9 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 	}
 	refs.dropAll(e, a)
 	a.unhold(r, true)
-	a.handOver(r, to, via)
+	if a.handOver(r, to, via) {
+		a.pruneHanded(ctx, a.db())
+	}
 	return nil
 }
 

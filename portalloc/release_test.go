@@ -2,6 +2,7 @@ package portalloc_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -107,5 +108,43 @@ func TestReleaseReapsExitedChildren(t *testing.T) {
 	rows = rowsLabelled(t, dir, "kids/")
 	if len(rows) != 1 || rows[0].Label != "kids/svc/1/http" || rows[0].Owner.PID != alive.cmd.Process.Pid {
 		t.Errorf("rows after Close: %v; want only kids/svc/1/http of the running pid %d", rows, alive.cmd.Process.Pid)
+	}
+}
+
+// TestTransferPrunesExitedChildren: a supervisor that hands ports to child
+// after child and never releases a set nor closes still has the ports of
+// its exited children released, once it has handed over HandedPrune.
+func TestTransferPrunesExitedChildren(t *testing.T) {
+	ctx := context.Background()
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
+	dir := a.Config().StateDir
+	dead := spawn(t, "sleeper")
+	for i := range portalloc.HandedPrune - 1 {
+		r, err := a.Allocate(ctx, portalloc.Request{Label: "prune/dead/" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Transfer(ctx, r, dead.cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead.kill(t)
+	if got := len(rowsLabelled(t, dir, "prune/dead/")); got != portalloc.HandedPrune-1 {
+		t.Fatalf("%d rows of the exited child before the next Transfer; want %d", got, portalloc.HandedPrune-1)
+	}
+	alive := spawn(t, "sleeper")
+	t.Cleanup(func() { alive.kill(t) })
+	r, err := a.Allocate(ctx, portalloc.Request{Label: "prune/alive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Transfer(ctx, r, alive.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if got := rowsLabelled(t, dir, "prune/dead/"); len(got) != 0 {
+		t.Errorf("%d rows of the exited child after the Transfer that reached HandedPrune; want none", len(got))
+	}
+	if got := rowsLabelled(t, dir, "prune/alive"); len(got) != 1 || got[0].Owner.PID != alive.cmd.Process.Pid {
+		t.Errorf("rows of the running child: %v; want its one row", got)
 	}
 }

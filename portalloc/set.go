@@ -267,7 +267,8 @@ func (s *Set) Release(ctx context.Context) error {
 	}
 	if !s.a.isClosed() {
 		// Ports the set handed to children that have exited.
-		if err := s.a.reapHanded(ctx, s.a.db(), s.via, false); err != nil {
+		mine := func(h handed) bool { return h.via == s.via }
+		if err := s.a.reapHanded(ctx, s.a.db(), mine, false); err != nil {
 			errs = append(errs, fmt.Errorf("portalloc: set %q: %w", s.Name, err))
 		}
 	}
