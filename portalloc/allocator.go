@@ -47,15 +47,15 @@ type Allocator struct {
 
 	ctr counters
 
-	mu        sync.Mutex // guards held, handed, handedPruneAt, pools, poolNames and closed
-	held      map[heldKey]*holding
-	handed    map[heldKey]handed // rows Transfer gave to other processes
+	mu     sync.Mutex // guards held, handed, handedPruneAt, pools, poolNames and closed
+	held   map[heldKey]*holding
+	handed map[heldKey]handed // rows Transfer gave to other processes
 	// handedPruneAt is the size of handed at which a Transfer next looks
 	// for exited owners in it (see handedPrune).
 	handedPruneAt int
-	pools     []*Pool
-	poolNames map[string]bool // of the pools open or being made
-	closed    bool
+	pools         []*Pool
+	poolNames     map[string]bool // of the pools open or being made
+	closed        bool
 }
 
 // New validates cfg and returns an Allocator. In the state-store modes it
