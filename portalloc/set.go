@@ -130,7 +130,7 @@ func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error)
 		return r, err
 	}
 	fail := func(err error) (*Set, error) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+		rctx, cancel := a.releaseContext(ctx)
 		defer cancel()
 		for _, h := range taken {
 			_ = a.release(rctx, h.r, via, h.existed) // for logging only: reaping covers a failure

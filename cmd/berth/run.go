@@ -95,7 +95,9 @@ it runs and they come back when it exits, crashed or not.
 --port dns:udp a UDP port in DNS_PORT. The --port ports are reserved all or
 none, as a set named "run": berth ls shows them as run/port/NAME. --set
 reserves every port of a set spec (the JSON of portalloc.SetSpec) and gives
-COMMAND every member's variables.
+COMMAND every member's variables; a spec whose members would give one
+variable different ports (two groups with the same env, a member-scoped
+port of a group of several members) is refused before a port is taken.
 
 With --listen, berth also binds each port and passes the sockets as systemd
 does (LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES; descriptors from 3, in the
