@@ -48,12 +48,16 @@ type Allocator struct {
 
 	ctr counters
 
-	mu        sync.Mutex // guards held, pools, poolNames and closed
-	held      map[heldKey]*holding
-	pools     []*Pool
-	poolNames map[string]bool // of the pools open or being made
-	closed    bool
-	released  map[store.Key]release // on a fleet's store: see redo in fleet.go
+	mu     sync.Mutex // guards held, handed, handedPruneAt, pools, poolNames, closed and released
+	held   map[heldKey]*holding
+	handed map[heldKey]handed // rows Transfer gave to other processes
+	// handedPruneAt is the size of handed at which a Transfer next looks
+	// for exited owners in it (see handedPrune).
+	handedPruneAt int
+	pools         []*Pool
+	poolNames     map[string]bool // of the pools open or being made
+	closed        bool
+	released      map[store.Key]release // on a fleet's store: see redo in fleet.go
 }
 
 // New validates cfg and returns an Allocator. In the state-store modes it
@@ -212,8 +216,10 @@ func (a *Allocator) closedErr(err error) error {
 }
 
 // Close closes the Allocator's pools, drops every hold it still has (the
-// rows no other holder of this process holds are released) and closes the
-// state store. Later calls return errors wrapping ErrClosed (see "After
+// rows no other holder of this process holds are released), releases the
+// rows it handed (Transfer, Set.Transfer, Set.TransferAll) to processes
+// that have exited by now, leaving those of processes that still run to
+// them, and closes the state store. Later calls return errors wrapping ErrClosed (see "After
 // Close" in the package documentation); Close itself is idempotent.
 //
 // Close is bounded: the pools and the releases share one deadline of
@@ -258,6 +264,10 @@ func (a *Allocator) Close() error {
 		if err := a.dropHolds(ctx, s, h.r); err != nil {
 			errs = append(errs, fmt.Errorf("release %s: %w", h.r, err))
 		}
+	}
+	// Rows handed to children that have exited since (see handed.go).
+	if err := a.reapHanded(ctx, s, func(handed) bool { return true }, true); err != nil {
+		errs = append(errs, err)
 	}
 	close(a.stop)
 	a.bg.Wait() // the watch, and stores replaced after a fallback or a loss: each Close is bounded

@@ -82,7 +82,11 @@ type Config struct {
 	// they make for themselves; macOS may purge ~/Library/Caches when the
 	// disk runs short. On Windows it is %LocalAppData%\berth: local state
 	// (os.UserConfigDir is the roaming profile, which follows the user to
-	// other machines where these pids mean nothing).
+	// other machines where these pids mean nothing). Without a default (no
+	// HOME, say) New refuses with an error that says to set
+	// BERTH_STATE_DIR: it never falls back to the temporary directory,
+	// which temp cleaners empty under long-lived holders. Package porttest
+	// does, for the short life of a test run.
 	//
 	// Earlier berths kept the store in os.UserCacheDir()/berth. With a
 	// zero StateDir, New and OpenStore first move a store found there into

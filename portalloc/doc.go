@@ -22,6 +22,11 @@
 // TakeOverDefaultStateDir); DefaultStateDirReason says where the store is
 // and why.
 //
+// Example is a whole program: it handles every error and releases what it
+// takes. A program that stops on a signal (signal.NotifyContext) may defer
+// Release, Set.Release and Close under the context the signal cancels:
+// they release all the same, within Config.Timeout.
+//
 // # Reservation lifecycle
 //
 // A reservation belongs to the process that made it (pid and start time). It
@@ -29,7 +34,9 @@
 // still holds), or when its owner exits: the next reservation that needs the
 // port, the background sweep, or statestore's Reap deletes it. Transfer gives
 // a reservation to another process, such as a child the caller started, so
-// the port stays reserved exactly as long as that process runs.
+// the port stays reserved exactly as long as that process runs; once it
+// has exited, Close (or the Release of the Set that handed it over)
+// releases it.
 //
 // Several Allocators in one process share its identity, so the store has
 // one row for a port however many of them hold it: a Reserve of a key the
@@ -130,7 +137,12 @@
 // # Beyond single ports
 //
 // AllocateSet reserves the named ports of groups of processes and gives each
-// member its environment; Listen binds a port inside the reserving
+// member its environment: one variable per port of its group,
+// <GROUP>_<PORT>_PORT (upper case, '-' as '_') unless PortSpec.Env names
+// it, and one per reference, named by its RefSpec.Env exactly (see
+// GroupSpec.EnvNames). A spec is checked whole before any port is taken;
+// SetSpec.ValidateOneEnv also checks that all members' variables fit one
+// environment; Listen binds a port inside the reserving
 // transaction and package listenfd (Unix) passes the socket to a child; NewPool keeps ports
 // reserved ahead of time for hot paths; Stats, Usage and Metrics expose
 // metrics, and package expvarmetrics publishes them through expvar. Package

@@ -10,15 +10,24 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/signal"
 
 	"github.com/berth-go/berth/portalloc"
 )
 
-// A program reserves a port, listens on it, and releases it when done.
+// A program reserves a port, listens on it, and releases it when done,
+// also when a signal stops it: Release and Close release under the
+// context the signal cancelled.
 func Example() {
-	dir, _ := os.MkdirTemp("", "berth-example")
+	// A program would leave StateDir zero: the per-user store.
+	dir, err := os.MkdirTemp("", "berth-example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer os.RemoveAll(dir)
-	ctx := context.Background()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
 
 	// Without a Range it would be DefaultRange, 20000-32767.
 	a, err := portalloc.New(ctx, portalloc.Config{StateDir: dir, Range: portalloc.Range{First: 29000, Last: 29999}})
@@ -26,13 +35,22 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	defer a.Close()
+	defer func() {
+		if err := a.Close(); err != nil {
+			fmt.Println(err)
+		}
+	}()
 
 	r, err := a.Allocate(ctx, portalloc.Request{Label: "api.http"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	defer func() {
+		if err := a.Release(ctx, r); err != nil {
+			fmt.Println(err)
+		}
+	}()
 	ln, err := net.Listen("tcp", r.AddrPort().String())
 	if err != nil {
 		fmt.Println(err)
@@ -100,4 +118,37 @@ func ExampleConfigFromEnv() {
 	// Output:
 	// statestore 21000-21999 <nil>
 	// BERTH_MODE "fast": want "statestore", "statestore-with-fallback" or "mru"
+}
+
+// Each member of a group gets one variable per port of its group and one
+// per reference. A port's is <GROUP>_<PORT>_PORT, upper case with '-' as
+// '_', unless its Env names it; a reference's is its Env exactly, with
+// nothing added.
+func ExampleGroupSpec_EnvNames() {
+	web := portalloc.GroupSpec{
+		Name: "web",
+		Ports: []portalloc.PortSpec{
+			{Name: "http"},
+			{Name: "http-admin"},
+			{Name: "metrics", Env: "METRICS_PORT"},
+		},
+		Refs: []portalloc.RefSpec{{Env: "API_GRPC", To: "api.grpc"}},
+	}
+	fmt.Println(web.EnvNames())
+	// Output: [WEB_HTTP_PORT WEB_HTTP_ADMIN_PORT METRICS_PORT API_GRPC]
+}
+
+// Two groups that each give their port as $PORT are a valid spec when
+// each member runs with its own Member.Env; in one environment (berth run
+// --set) the two would collide.
+func ExampleSetSpec_ValidateOneEnv() {
+	spec := portalloc.SetSpec{Name: "dev", Groups: []portalloc.GroupSpec{
+		{Name: "api", Ports: []portalloc.PortSpec{{Name: "http", Env: "PORT"}}},
+		{Name: "web", Ports: []portalloc.PortSpec{{Name: "http", Env: "PORT"}}},
+	}}
+	fmt.Println(spec.Validate())
+	fmt.Println(spec.ValidateOneEnv())
+	// Output:
+	// <nil>
+	// set spec: groups[1].ports[0]: $PORT would be port web.http here and port api.http by groups[0].ports[0]; one environment holds one of them: give them different names
 }

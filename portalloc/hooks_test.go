@@ -15,3 +15,6 @@ func SetCheckInterval(d time.Duration) (restore func()) {
 	old := checkEvery.Swap(int64(d))
 	return func() { checkEvery.Store(old) }
 }
+
+// HandedPrune is handedPrune, for the external tests.
+const HandedPrune = handedPrune

@@ -132,8 +132,11 @@ func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration)
 
 // ReleaseHolder releases the reservations of holder that f selects (the
 // zero HolderFilter: all of them) and returns how many; none is an error
-// wrapping ErrHolderNotFound.
+// wrapping ErrHolderNotFound. Like Release, it goes on when ctx is
+// cancelled, within a deadline of its own of Config.Timeout.
 func (a *Allocator) ReleaseHolder(ctx context.Context, holder string, f HolderFilter) (int, error) {
+	ctx, cancel := a.releaseContext(ctx)
+	defer cancel()
 	what := fmt.Sprintf("release the reservations of holder %q", holder)
 	if err := store.CheckHolder(holder); err != nil {
 		return 0, fmt.Errorf("portalloc: %s: %w", what, err)

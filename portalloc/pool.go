@@ -226,7 +226,7 @@ func (a *Allocator) forgetPool(p *Pool) {
 // releaseIdle releases the idle members of a pool that NewPool gives up on,
 // within Config.Timeout whatever became of ctx.
 func (p *Pool) releaseIdle(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.a.cfg.Timeout)
+	ctx, cancel := p.a.releaseContext(ctx)
 	defer cancel()
 	for _, m := range p.idle {
 		_ = p.a.release(ctx, m.r, p.via, false) // reaping covers a failure
@@ -358,7 +358,7 @@ func (p *Pool) refillOne(ctx context.Context) error {
 	if keep {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.a.cfg.Timeout)
+	rctx, cancel := p.a.releaseContext(ctx)
 	defer cancel()
 	_ = p.a.release(rctx, m.r, p.via, false) // reaping covers a failure
 	if closed {
@@ -628,7 +628,11 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 	var errs []error
 	for _, m := range out {
 		info.Replaced = append(info.Replaced, m.r.Port)
-		_ = p.a.release(ctx, m.r, p.via, false) // reaping covers a failed release
+		// Out of idle, the member is released here or not at all until
+		// the process exits: not even Close's cancelling of ctx stops it.
+		rctx, cancel := p.a.releaseContext(ctx)
+		_ = p.a.release(rctx, m.r, p.via, false) // for logging only
+		cancel()
 		nm, err := p.allocate(ctx)
 		p.mu.Lock()
 		p.replacing--

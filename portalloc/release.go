@@ -21,12 +21,27 @@ import (
 //
 // A reservation of a holder under a lease (r.Holder set) is released for
 // its holder, as ReleaseHolder releases its port.
+//
+// A release goes on when ctx is cancelled or its deadline passes: ctx
+// gives only its values, and the release has a deadline of its own,
+// Config.Timeout. Shutdown is where contexts end (a deferred Release under
+// signal.NotifyContext runs after the signal cancelled ctx), and a port
+// that stayed reserved because of it would be lost until this process
+// exits. A Release that returns nil has released.
 func (a *Allocator) Release(ctx context.Context, r Reservation) error {
+	ctx, cancel := a.releaseContext(ctx)
+	defer cancel()
 	if r.Holder != "" {
 		_, err := a.ReleaseHolder(ctx, r.Holder, HolderFilter{Protocol: r.Protocol, Port: r.Port})
 		return err
 	}
 	return a.release(ctx, r, "", false)
+}
+
+// releaseContext is the context of a release: ctx's values without its
+// cancellation, bounded by Config.Timeout.
+func (a *Allocator) releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
 }
 
 // release drops one hold of r by via. With keepRow it never deletes the
@@ -86,7 +101,9 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 // Transfer hands r to the running process pid, typically a child the caller
 // has just started: the port then stays reserved exactly as long as that
 // process runs, even if the caller exits first, and Close no longer
-// releases it. Reservations of the MRU backend have no owner; for them
+// releases it while that process runs; once it has exited, Close (or the
+// Release of the set that handed it over) releases it, without waiting
+// for the store to reap it. Reservations of the MRU backend have no owner; for them
 // Transfer only stops this Allocator from tracking the port.
 //
 // A row is owned by the process, not by one Allocator: Transfer refuses,
@@ -136,6 +153,9 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 	}
 	refs.dropAll(e, a)
 	a.unhold(r, true)
+	if a.handOver(r, to, via) {
+		a.pruneHanded(ctx, a.db())
+	}
 	return nil
 }
 

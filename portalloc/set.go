@@ -130,7 +130,7 @@ func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error)
 		return r, err
 	}
 	fail := func(err error) (*Set, error) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.Timeout)
+		rctx, cancel := a.releaseContext(ctx)
 		defer cancel()
 		for _, h := range taken {
 			_ = a.release(rctx, h.r, via, h.existed) // for logging only: reaping covers a failure
@@ -245,16 +245,32 @@ func (a *Allocator) ownRows(ctx context.Context, prefix string) (map[string]Rese
 
 // Release releases every port the set still holds, on whichever backend
 // served it: it drops the set's hold, and a row no other holder of the
-// process holds is deleted. It is a no-op (nil) when there is nothing left,
+// process holds is deleted. It also releases the ports the set handed
+// (Transfer, TransferAll) to processes that have exited by now; a child
+// that still runs keeps its ports, and a later Release or the Allocator's
+// Close looks again. It is a no-op (nil) when there is nothing left,
 // and a row that is already gone is not an error; other errors are for
 // logging, since reaping covers what a failed release leaves behind.
+//
+// Like Allocator.Release it goes on when ctx is cancelled: the releases
+// share a deadline of their own, Config.Timeout, so that a deferred
+// Release under a context the shutdown signal cancelled still releases.
 func (s *Set) Release(ctx context.Context) error {
+	ctx, cancel := s.a.releaseContext(ctx)
+	defer cancel()
 	var errs []error
 	for l, r := range s.held {
 		if err := s.a.release(ctx, r, s.via, false); err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrClosed) {
 			errs = append(errs, err)
 		}
 		delete(s.held, l)
+	}
+	if !s.a.isClosed() {
+		// Ports the set handed to children that have exited.
+		mine := func(h handed) bool { return h.via == s.via }
+		if err := s.a.reapHanded(ctx, s.a.db(), mine, false); err != nil {
+			errs = append(errs, fmt.Errorf("portalloc: set %q: %w", s.Name, err))
+		}
 	}
 	return errors.Join(errs...)
 }

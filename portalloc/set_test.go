@@ -243,6 +243,7 @@ func TestSetSpecValidation(t *testing.T) {
 		{"too many variables", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{
 			{Name: "a", Members: 10000, Ports: []portalloc.PortSpec{{Name: "p", Scope: portalloc.ScopeGroup}}, Refs: manyRefs(200, "a.p")},
 		}}, "groups[0]", "MaxSetEnv"},
+		{"derived variables of two groups collide", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{group("api", port("http-admin")), group("api-http", port("admin"))}}, "groups[1].ports[0].name", `port "admin" of group "api-http" and port "http-admin" of group "api" would both be $API_HTTP_ADMIN_PORT`},
 		{"member port without index", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "a", Members: 2, Ports: []portalloc.PortSpec{port("p")}, Refs: []portalloc.RefSpec{{Env: "X", To: "a.p"}}}}}, "groups[0].refs[0].to", `"a.0.p"`},
 	}
 	for _, tt := range tests {
@@ -259,6 +260,87 @@ func TestSetSpecValidation(t *testing.T) {
 	_, err := a.AllocateSet(context.Background(), portalloc.SetSpec{Name: "big", Groups: []portalloc.GroupSpec{{Name: "a", Members: 5, Ports: []portalloc.PortSpec{port("p")}}}})
 	if !errors.Is(err, portalloc.ErrInvalidRequest) || !strings.Contains(err.Error(), "needs 5 ports") {
 		t.Errorf("AllocateSet of 5 members on 4 ports = %v; want ErrInvalidRequest saying it needs 5", err)
+	}
+}
+
+// TestAllocateSetCheckedBeforeStore: a spec whose variables collide is
+// refused before any port is taken, with an error that names both groups,
+// both ports and the variable.
+func TestAllocateSetCheckedBeforeStore(t *testing.T) {
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
+	spec := portalloc.SetSpec{Name: "clash", Groups: []portalloc.GroupSpec{
+		{Name: "api", Ports: []portalloc.PortSpec{{Name: "http-admin"}, {Name: "grpc"}}},
+		{Name: "api-http", Ports: []portalloc.PortSpec{{Name: "web"}, {Name: "admin"}}},
+	}}
+	_, err := a.AllocateSet(context.Background(), spec)
+	var se *portalloc.SpecError
+	if !errors.As(err, &se) || se.Field != "groups[1].ports[1].name" {
+		t.Fatalf("AllocateSet = %v; want a SpecError for groups[1].ports[1].name", err)
+	}
+	for _, want := range []string{`"api"`, `"api-http"`, `"http-admin"`, `"admin"`, "$API_HTTP_ADMIN_PORT", "rename"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("AllocateSet = %v; want it to say %s", err, want)
+		}
+	}
+	if got := rowsLabelled(t, a.Config().StateDir, ""); len(got) != 0 {
+		t.Errorf("a refused spec took %d ports: %v", len(got), got)
+	}
+	if st := a.Stats(); st.Allocations != (portalloc.ScopeCounts{}) || st.Errors != (portalloc.ScopeCounts{}) {
+		t.Errorf("Stats() = %+v after a refused spec; want no allocation tried", st)
+	}
+}
+
+// TestValidateOneEnv: the variables of every member must fit one
+// environment, for berth run --set; the advice fits the case.
+func TestValidateOneEnv(t *testing.T) {
+	g := func(name string, members int, ps []portalloc.PortSpec, refs ...portalloc.RefSpec) portalloc.GroupSpec {
+		return portalloc.GroupSpec{Name: name, Members: members, Ports: ps, Refs: refs}
+	}
+	ports := func(ps ...portalloc.PortSpec) []portalloc.PortSpec { return ps }
+	tests := []struct {
+		name  string
+		spec  portalloc.SetSpec
+		field string // "" when the spec fits
+		want  string
+	}{
+		{"two groups set PORT", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{
+			g("api", 1, ports(portalloc.PortSpec{Name: "http", Env: "PORT"})),
+			g("web", 1, ports(portalloc.PortSpec{Name: "http", Env: "PORT"})),
+		}}, "groups[1].ports[0]", "$PORT would be port web.http here and port api.http by groups[0].ports[0]; one environment holds one of them: give them different names"},
+		{"member port of three members", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{
+			g("api", 3, ports(portalloc.PortSpec{Name: "http"})),
+		}}, "groups[0].ports[0]", `$API_HTTP_PORT is port "http" of each of the 3 members of group "api"`},
+		{"ref and port name one variable, two ports", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{
+			g("api", 1, ports(portalloc.PortSpec{Name: "http"}, portalloc.PortSpec{Name: "grpc"})),
+			g("web", 1, ports(portalloc.PortSpec{Name: "http"}), portalloc.RefSpec{Env: "API_HTTP_PORT", To: "api.grpc"}),
+		}}, "groups[1].refs[0]", "$API_HTTP_PORT would be port api.grpc here and port api.http"},
+		{"one member each", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{
+			g("api", 1, ports(portalloc.PortSpec{Name: "http"})),
+			g("web", 1, ports(portalloc.PortSpec{Name: "http"}), portalloc.RefSpec{Env: "API_HTTP_PORT", To: "api.http"}),
+		}}, "", ""},
+		{"group port of three members", portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{
+			g("api", 3, ports(portalloc.PortSpec{Name: "grpc", Scope: portalloc.ScopeGroup})),
+			g("web", 1, ports(portalloc.PortSpec{Name: "http"}), portalloc.RefSpec{Env: "API_GRPC_PORT", To: "api.grpc"}),
+		}}, "", ""},
+	}
+	for _, tt := range tests {
+		if err := tt.spec.Validate(); err != nil {
+			t.Fatalf("%s: Validate() = %v; want nil: each member on its own is fine", tt.name, err)
+		}
+		err := tt.spec.ValidateOneEnv()
+		if tt.field == "" {
+			if err != nil {
+				t.Errorf("%s: ValidateOneEnv() = %v; want nil", tt.name, err)
+			}
+			continue
+		}
+		var se *portalloc.SpecError
+		if !errors.As(err, &se) || !errors.Is(err, portalloc.ErrInvalidRequest) || se.Field != tt.field || !strings.Contains(se.Reason, tt.want) {
+			t.Errorf("%s: ValidateOneEnv() = %v; want a SpecError for %s saying %q", tt.name, err, tt.field, tt.want)
+		}
+		if strings.Contains(err.Error(), "one member") != strings.Contains(tt.name, "members") {
+			t.Errorf("%s: ValidateOneEnv() = %v; advice to give the group one member only fits a group of several", tt.name, err)
+		}
 	}
 }
 

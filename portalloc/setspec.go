@@ -60,7 +60,13 @@ type PortSpec struct {
 	// one member.
 	Port uint16 `json:"port,omitempty"`
 	// Env overrides the variable name, "<GROUP>_<PORT>_PORT" by default
-	// (upper case, other characters than letters and digits as '_').
+	// (upper case, other characters than letters and digits as '_'). Two
+	// groups may not derive the same default (groups "api" and "api-http"
+	// with ports "http-admin" and "admin" would both make
+	// API_HTTP_ADMIN_PORT): such a spec is refused before any port is
+	// taken. Two groups may give the same Env, since each member gets only
+	// its own group's variables; see ValidateOneEnv for a spec whose
+	// members share one environment.
 	Env string `json:"env,omitempty"`
 	// Sticky asks for the port this entry had last time (see
 	// Request.Sticky).
@@ -75,7 +81,9 @@ type PortSpec struct {
 
 // RefSpec sets Env to another port of the set: To is "group.port" for a
 // group-scoped port (or a port of a group of one member), or
-// "group.N.port" for member N's port of a member-scoped one.
+// "group.N.port" for member N's port of a member-scoped one. The variable
+// is named Env exactly: nothing is added to it (Env "API_GRPC" gives
+// API_GRPC=<port>, not API_GRPC_PORT).
 type RefSpec struct {
 	Env string `json:"env"`
 	To  string `json:"to"`
@@ -164,6 +172,87 @@ func (s SetSpec) Validate() error {
 	return err
 }
 
+// ValidateOneEnv checks the spec as Validate does, and that the variables
+// of all its members can be put in one environment together, as berth run
+// --set gives them to one command: each variable must stand for one port
+// wherever it is set. Two groups that set the same variable to different
+// ports (both with Env "PORT", say) are refused, and so is the variable of
+// a member-scoped port of a group of more than one member, whose members
+// each have their own port under that name. A variable that every member
+// setting it gives the same port (a group-scoped port, or references to
+// one port from two groups) is fine. A spec whose members each run as a
+// process of their own, with their own Member.Env, needs only Validate.
+// Errors are *SpecError, which wraps ErrInvalidRequest.
+func (s SetSpec) ValidateOneEnv() error {
+	ix, err := s.index(setLimits)
+	if err != nil {
+		return err
+	}
+	type source struct {
+		to    portRef
+		field string
+	}
+	seen := map[string]source{}
+	// show names a port as a reference to it may: "api.http" for a port of
+	// a group of one member.
+	show := func(r portRef) string {
+		if r.member == 0 && members(s.Groups[ix.groups[r.group]]) == 1 {
+			r.member = -1
+		}
+		return r.String()
+	}
+	for gi, g := range s.Groups {
+		n := members(g)
+		check := func(name string, to portRef, field string) error {
+			prev, dup := seen[name]
+			if !dup {
+				seen[name] = source{to, field}
+				return nil
+			}
+			if prev.to == to {
+				return nil
+			}
+			return &SpecError{Field: field, Reason: fmt.Sprintf("$%s would be port %s here and port %s by %s; one environment holds one of them: give them different names", name, show(to), show(prev.to), prev.field)}
+		}
+		for pi, p := range g.Ports {
+			field := fmt.Sprintf("groups[%d].ports[%d]", gi, pi)
+			name := envName(g, p)
+			if scopeOf(p) == ScopeGroup {
+				if err := check(name, portRef{g.Name, p.Name, -1}, field); err != nil {
+					return err
+				}
+				continue
+			}
+			if n > 1 {
+				return &SpecError{Field: field, Reason: fmt.Sprintf("$%s is port %q of each of the %d members of group %q, a different port for each; one environment holds one of them: make the port group-scoped, or give the group one member", name, p.Name, n, g.Name)}
+			}
+			if err := check(name, portRef{g.Name, p.Name, 0}, field); err != nil {
+				return err
+			}
+		}
+		for ri, r := range g.Refs {
+			if err := check(r.Env, ix.refs[gi][ri], fmt.Sprintf("groups[%d].refs[%d]", gi, ri)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// EnvNames returns the names of the variables each member of g gets, in the
+// order of Member.Env: one per port, "<GROUP>_<PORT>_PORT" unless its Env
+// says otherwise, then one per reference, its Env.
+func (g GroupSpec) EnvNames() []string {
+	out := make([]string, 0, len(g.Ports)+len(g.Refs))
+	for _, p := range g.Ports {
+		out = append(out, envName(g, p))
+	}
+	for _, r := range g.Refs {
+		out = append(out, r.Env)
+	}
+	return out
+}
+
 // specIndex is a validated spec's lookup tables, so that resolving a
 // reference costs two map lookups, whatever the size of the set: a
 // validation that searched the groups for each reference took time
@@ -214,6 +303,11 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 	// envs maps each group's variables to who sets them: a port's index,
 	// or -1-i for reference i.
 	envs := make(map[envKey]int, nports+nrefs)
+	// derived maps each derived variable ("<GROUP>_<PORT>_PORT") to its
+	// port: the rule promises that such a name stands for one port of the
+	// set, so two groups may not make the same one ("api" port
+	// "http-admin" and "api-http" port "admin").
+	derived := make(map[string]portKey, nports)
 	envField := func(gi, who int) string {
 		if who >= 0 {
 			return fmt.Sprintf("groups[%d].ports[%d].env", gi, who)
@@ -310,8 +404,16 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 			if p.Port == 0 {
 				ix.need += k
 			}
-			if err := useEnv(gi, pi, envName(g, p), p.Env != ""); err != nil {
+			name := envName(g, p)
+			if err := useEnv(gi, pi, name, p.Env != ""); err != nil {
 				return nil, err
+			}
+			if p.Env == "" {
+				if prev, dup := derived[name]; dup && prev.group != gi {
+					pg := &s.Groups[prev.group]
+					return nil, &SpecError{Field: pf() + ".name", Reason: fmt.Sprintf("port %q of group %q and port %q of group %q would both be $%s (a variable is <GROUP>_<PORT>_PORT, with '-' as '_'); rename one of the groups or ports, or set env on one of them", p.Name, g.Name, pg.Ports[ix.ports[prev]].Name, pg.Name, name)}
+				}
+				derived[name] = portKey{gi, p.Name}
 			}
 		}
 		for ri, r := range g.Refs {
@@ -378,6 +480,14 @@ func envName(g GroupSpec, p PortSpec) string {
 type portRef struct {
 	group, port string
 	member      int // -1 for group-scoped ports
+}
+
+// String names the port as a reference would: "api.grpc", "api.0.http".
+func (r portRef) String() string {
+	if r.member < 0 {
+		return r.group + "." + r.port
+	}
+	return r.group + "." + strconv.Itoa(r.member) + "." + r.port
 }
 
 // resolveRef resolves a reference with ix, in time independent of the

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -94,7 +95,9 @@ it runs and they come back when it exits, crashed or not.
 --port dns:udp a UDP port in DNS_PORT. The --port ports are reserved all or
 none, as a set named "run": berth ls shows them as run/port/NAME. --set
 reserves every port of a set spec (the JSON of portalloc.SetSpec) and gives
-COMMAND every member's variables.
+COMMAND every member's variables; a spec whose members would give one
+variable different ports (two groups with the same env, a member-scoped
+port of a group of several members) is refused before a port is taken.
 
 With --listen, berth also binds each port and passes the sockets as systemd
 does (LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES; descriptors from 3, in the
@@ -147,6 +150,20 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 			// Its ports would be taken for those of --port of the same names.
 			return usagef("--set %s: the set is named %q, as berth run names the set of its --port ports; rename it", f.set, runSet)
 		}
+		// berth run gives every member's variables to one COMMAND: check
+		// that they fit in one environment before a port is taken.
+		if err := sp.ValidateOneEnv(); err != nil {
+			return usagef("--set %s: %v", f.set, err)
+		}
+		if ports != nil {
+			for _, g := range sp.Groups {
+				for _, k := range g.EnvNames() {
+					if slices.ContainsFunc(ports.Groups[0].Ports, func(p portalloc.PortSpec) bool { return p.Env == k }) {
+						return usagef("--set %s: $%s is both a --port and a variable of group %q of the set; rename the --port", f.set, k, g.Name)
+					}
+				}
+			}
+		}
 		spec = &sp
 	}
 	if ports == nil && spec == nil {
@@ -168,7 +185,6 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	defer a.fallbackHint(al)
 	var (
 		env   []string
-		seen  = map[string]bool{} // variables of --port
 		rs    []portalloc.Reservation
 		names []string
 		sets  []*portalloc.Set
@@ -184,7 +200,6 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		for _, p := range ports.Groups[0].Ports {
 			rs = append(rs, m.Ports[p.Name])
 			names = append(names, p.Name)
-			seen[p.Env] = true
 		}
 		env = m.Env()
 	}
@@ -194,20 +209,14 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 			return err
 		}
 		sets = append(sets, set)
-		vars := map[string]string{}
+		// ValidateOneEnv made sure a variable set twice has one port.
+		vars := map[string]bool{}
 		for _, m := range set.Members() {
 			for _, kv := range m.Env() {
-				k, v, _ := strings.Cut(kv, "=")
-				if old, ok := vars[k]; ok && old != v {
-					return usagef("--set %s: members of set %q give $%s different ports (%s, %s): berth run gives every variable to one COMMAND; give each group one member", f.set, set.Name, k, old, v)
-				}
-				if seen[k] {
-					return usagef("--set %s: $%s is both a --port and a variable of the set; rename the --port", f.set, k)
-				}
-				if _, ok := vars[k]; !ok {
+				if k, _, _ := strings.Cut(kv, "="); !vars[k] {
 					env = append(env, kv)
+					vars[k] = true
 				}
-				vars[k] = v
 			}
 		}
 	}

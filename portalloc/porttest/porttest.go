@@ -16,6 +16,16 @@
 // Goroutine-leak checks such as goleak.VerifyTestMain retry for several
 // hundred milliseconds before they report, so they find nothing of it.
 //
+// Where there is no default state directory (no HOME, or one that cannot
+// be written, as in Nix and Bazel sandboxes and minimal CI containers) and
+// BERTH_STATE_DIR is not set, porttest keeps its store in a directory of the
+// user's under the temporary directory, os.TempDir()/berth-<uid>, created
+// with mode 0700, and says so through t.Log; it refuses such a directory
+// that another user owns, that others may write or that is a symbolic
+// link. The test binaries of a run share it as long as they share TMPDIR.
+// (portalloc.New itself still refuses without a default: reservations that
+// outlive a test run belong in a directory no temp cleaner empties.)
+//
 // When berth falls back to its MRU file (the state store cannot be used; see
 // package portalloc), a port is only remembered, not reserved, and another
 // test binary may be given it too. Each test that gets such a port says so
@@ -106,6 +116,16 @@ func allocator(tb testing.TB) *portalloc.Allocator {
 		cfg, err := portalloc.ConfigFromEnv()
 		if err != nil {
 			tb.Fatalf("porttest: %v", err)
+		}
+		if cfg.StateDir == "" && cfg.Store == "" {
+			dir, why, err := stateDir()
+			if err != nil {
+				tb.Fatalf("porttest: no state directory: %v; set %s", err, portalloc.EnvStateDir)
+			}
+			if dir != "" {
+				cfg.StateDir = dir
+				tb.Logf("porttest: using %s as the state directory: %s", dir, why)
+			}
 		}
 		a, err := portalloc.New(context.Background(), cfg)
 		if err != nil {

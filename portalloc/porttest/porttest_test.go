@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 	// A worker is this test binary running TestPortsWorker alone, on its
 	// parent's store, from the environment.
 	testproc.Register("ports", m.Run)
+	testproc.Register("sandbox", m.Run)
 	testproc.MaybeRun()
 	unlock, err := testports.Lock(testports.Porttest) // workers run under this hold
 	if err != nil {
