@@ -143,7 +143,7 @@ func (s *Store) settleMarks(failed bool) {
 
 // sameFile fails, with an error wrapping ErrLost, when the database file at
 // the store's path is no longer the one it opened: deleted, replaced, or
-// truncated to nothing. Writing on would put reservations where no other
+// truncated (to nothing, or smaller than it was). Writing on would put reservations where no other
 // process looks.
 func (s *Store) sameFile() error {
 	fi, err := os.Stat(s.path)
@@ -159,8 +159,13 @@ func (s *Store) sameFile() error {
 		return storageErr("stat "+s.path, err)
 	case !os.SameFile(fi, s.file):
 		return fmt.Errorf("database file %s was replaced since the store opened it: %w", s.path, ErrLost)
-	case fi.Size() == 0:
+	case fi.Size() == 0 || fi.Size() < s.size.Load():
+		// berth never shrinks its file (it never vacuums): a smaller one
+		// was truncated, and a checkpoint has written some pages back.
 		return fmt.Errorf("database file %s was truncated since the store opened it: %w", s.path, ErrLost)
+	}
+	if n := fi.Size(); n > s.size.Load() {
+		s.size.Store(n) // one writer at a time grows it; a lost race only delays noticing
 	}
 	return nil
 }

@@ -95,7 +95,8 @@ type Options struct {
 // Store is an open state store. Its zero value is not usable; call Open.
 type Store struct {
 	path string
-	file os.FileInfo // the database file as opened, to notice a replacement
+	file os.FileInfo  // the database file as opened, to notice a replacement
+	size atomic.Int64 // the largest size the file was seen with, to notice a truncation
 	log  logr.Logger
 	now  func() time.Time
 	self Owner
@@ -264,6 +265,7 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 	// process that set a truncated file aside), the connection may be on
 	// the old one, which nobody else reads: Open starts again.
 	s.file = file
+	s.size.Store(file.Size())
 	if err := s.sameFile(); err != nil {
 		_ = s.closeDB()
 		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, err)
@@ -541,6 +543,11 @@ func (s *Store) checkpointer() {
 		case <-s.stop:
 			return
 		case <-s.checkpoint:
+		}
+		if s.sameFile() != nil {
+			// Pages written back into a file that was truncated would
+			// make it look whole again, and hide the loss.
+			continue
 		}
 		if _, err := s.ckptDB.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil && !isBusy(err) && ctx.Err() == nil {
 			s.log.V(1).Info("background checkpoint failed", "error", err.Error())
