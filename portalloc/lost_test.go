@@ -115,6 +115,16 @@ func TestHolderSurvivesLostStore(t *testing.T) {
 		{"database truncated in place", func(dir string) error {
 			return os.Truncate(filepath.Join(dir, portalloc.DatabaseFile), 0)
 		}},
+		// What a checkpoint makes of a truncated file: some pages back,
+		// not all. Nobody but its holders can tell it from a damaged one.
+		{"database truncated to half", func(dir string) error {
+			db := filepath.Join(dir, portalloc.DatabaseFile)
+			fi, err := os.Stat(db)
+			if err != nil {
+				return err
+			}
+			return os.Truncate(db, fi.Size()/2)
+		}},
 	}
 	for _, loss := range losses {
 		for _, check := range []bool{true, false} {

@@ -116,6 +116,16 @@ func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) err
 	if a.db() != lost || a.isClosed() {
 		return nil
 	}
+	if t, ok := lost.(interface {
+		SetAsideIfTruncated(context.Context) (bool, error)
+	}); ok {
+		// A file truncated under its holders, into which a checkpoint
+		// has written pages back, looks damaged to everyone else: the
+		// holders, who know what became of it, move it aside.
+		if _, err := t.SetAsideIfTruncated(ctx); err != nil {
+			a.log.V(1).Info("could not set a truncated store aside", "database", a.dbPath, "error", err.Error())
+		}
+	}
 	s, err := a.openStore(ctx)
 	for try := 1; err != nil && try < 3 && ctx.Err() == nil && !lasting(err); try++ {
 		// Whatever lost the file may still be at work (a cleaner

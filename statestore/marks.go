@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/gofrs/flock"
 
 	"github.com/berth-go/berth/internal/filelock"
 	"github.com/berth-go/berth/internal/marker"
@@ -198,13 +199,59 @@ func setAsideLost(path string, now time.Time) (bool, error) {
 	if !exists(path+"-wal") && !exists(path+"-shm") {
 		return false, nil
 	}
-	aside := path + ".lost-" + strconv.FormatInt(now.UnixNano(), 10)
+	return true, moveAside(path, "lost", now)
+}
+
+// moveAside renames path and its WAL and shared-memory files to
+// path+"."+tag+"-<now>", keeping every byte.
+func moveAside(path, tag string, now time.Time) error {
+	aside := path + "." + tag + "-" + strconv.FormatInt(now.UnixNano(), 10)
 	for _, suffix := range []string{"", "-wal", "-shm"} {
 		err := os.Rename(path+suffix, aside+suffix)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return true, storageErr("set aside "+path+suffix, err)
+			return storageErr("set aside "+path+suffix, err)
 		}
 	}
+	return nil
+}
+
+// SetAsideIfTruncated moves the store's file aside, with its WAL, when it
+// is still the file the store opened and it was truncated since (see
+// sameFile): a checkpoint may have written some pages back into it, so that
+// it is neither empty, which a new store would replace, nor whole, and
+// every process that opens it would find it damaged. The store knows it
+// was truncated; a process that opens the file afresh cannot tell it from
+// one damaged otherwise, which berth never moves on its own. It takes the
+// migration and write locks, as a new file's creation does, and reports
+// whether it moved the file. portalloc's Allocator calls it before it
+// opens a lost store again.
+func (s *Store) SetAsideIfTruncated(ctx context.Context) (bool, error) {
+	fi, err := os.Stat(s.path)
+	if err != nil || !os.SameFile(fi, s.file) || (fi.Size() != 0 && fi.Size() >= s.size.Load()) {
+		return false, nil //nolint:nilerr // gone or replaced: nothing of this store's to move
+	}
+	lock := flock.New(s.path+".migrate.lock", flock.SetPermissions(0o600))
+	defer func() { _ = lock.Close() }()
+	lctx, cancel := context.WithTimeout(ctx, s.busy)
+	defer cancel()
+	if ok, err := lock.TryLockContext(lctx, 5*time.Millisecond); !ok || err != nil {
+		return false, fmt.Errorf("migration lock %s: %w", lock.Path(), ErrBusy)
+	}
+	defer func() { _ = lock.Unlock() }()
+	wl, err := lockWrites(ctx, s.path, s.busy)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = wl.Close() }()
+	// Under the locks, again: another holder may have done it.
+	fi, err = os.Stat(s.path)
+	if err != nil || !os.SameFile(fi, s.file) || (fi.Size() != 0 && fi.Size() >= s.size.Load()) {
+		return false, nil //nolint:nilerr // done by another holder meanwhile
+	}
+	if err := moveAside(s.path, "lost", time.Now()); err != nil {
+		return false, err
+	}
+	s.log.Info("the database file was truncated under its holders; set it aside with its WAL for a new one", "path", s.path, "size", fi.Size(), "was", s.size.Load())
 	return true, nil
 }
 
