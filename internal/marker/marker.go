@@ -116,8 +116,13 @@ var ErrTooMany = errors.New("marker: as many marks as the descriptor limit allow
 
 // Limit is the most marks a process holds at once: each is a descriptor,
 // and a process that holds many reservations must keep descriptors for
-// its own work. It is a quarter of the soft RLIMIT_NOFILE, at most 4096.
-func Limit() int { return limit() }
+// its own work. It is a quarter of the soft RLIMIT_NOFILE as it was when
+// first asked, at most 4096: a limit lowered later for a while makes the
+// marks' sockets fail (and the reservations with them), not the marks go
+// missing.
+func Limit() int { return limitOnce() }
+
+var limitOnce = sync.OnceValue(limit)
 
 // Hold binds m's mark in namespace ns for this process, once, and reports
 // whether it made it now: holding a mark that the process holds already
@@ -134,7 +139,7 @@ func Hold(ns string, m Mark) (bool, error) {
 	if _, ok := held[name]; ok {
 		return false, nil
 	}
-	if len(held) >= limit() {
+	if len(held) >= Limit() {
 		return false, ErrTooMany
 	}
 	c, err := bind(name)
