@@ -81,14 +81,16 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 	// The last hold in this process, or a row nobody here tracks (made by
 	// an Allocator since closed, or handed to this process).
 	err = s.Release(ctx, storeKey(r), store.Owner{})
-	if err != nil {
+	for try, on := 0, s; err != nil && try < maxReplacements; try++ {
 		var again bool
-		if again, err = a.replaced(ctx, s, err); again {
-			// The file was lost: what it held went with it, but the new
-			// store may have the row back from this process's mark.
-			if err = a.db().Release(ctx, storeKey(r), store.Owner{}); errors.Is(err, store.ErrNotFound) {
-				err = nil
-			}
+		if again, err = a.replaced(ctx, on, err); !again {
+			break
+		}
+		// The file was lost: what it held went with it, but the new
+		// store may have the row back from this process's mark.
+		on = a.db()
+		if err = on.Release(ctx, storeKey(r), store.Owner{}); errors.Is(err, store.ErrNotFound) {
+			err = nil
 		}
 	}
 	a.noteRelease(s, r, err)
@@ -142,11 +144,13 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 	}
 	key := storeKey(r)
 	err = s.Transfer(ctx, key, store.Owner{}, to)
-	if err != nil {
+	for try, on := 0, s; err != nil && try < maxReplacements; try++ {
 		var again bool
-		if again, err = a.replaced(ctx, s, err); again {
-			err = a.db().Transfer(ctx, key, store.Owner{}, to) // the row is back
+		if again, err = a.replaced(ctx, on, err); !again {
+			break
 		}
+		on = a.db()
+		err = on.Transfer(ctx, key, store.Owner{}, to) // the row is back
 	}
 	if err != nil {
 		return a.rowErr(fmt.Sprintf("transfer to pid %d of", pid), r, err)
