@@ -79,7 +79,8 @@ type Checker interface {
 }
 
 // Store is what berth's dispatcher, portalloc, asks of a store of
-// reservations. statestore.Store (SQLite, one host) implements it.
+// reservations. statestore.Store (SQLite, one host) and pgstore.Store
+// (PostgreSQL, the hosts of a fleet) implement it.
 //
 // Every implementation keeps the same promises: no two live owners ever
 // hold conflicting keys (the package doc's conflict rule); a reservation

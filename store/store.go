@@ -1,7 +1,7 @@
 // Package store holds what berth's stores and its dispatcher share: the key
 // of a reservation, the process that owns it, the reservation itself, and
 // the errors a store reports. Each of these is declared once, here;
-// statestore and portalloc use them under the same names.
+// statestore, pgstore and portalloc use them under the same names.
 //
 // # The conflict rule
 //

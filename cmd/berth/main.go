@@ -162,7 +162,7 @@ outlives the shell, until 'berth release --holder' or until its lease ends;
 
 Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted,
 4 the holder has no port whose lease has not ended.`,
-		Example: `  berth run --port web -- ./server --listen=:$WEB_PORT
+		Example: `  berth run --port web -- sh -c './server --listen=:$WEB_PORT'
   PORT=$(berth get --label api)
   berth ls`,
 		Version:       version(),

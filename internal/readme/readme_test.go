@@ -1,6 +1,8 @@
-// Package readme checks that the Go in README.md compiles: a reader who
-// copies a snippet gets code that builds, handles its errors and releases
-// what it takes.
+// Package readme checks berth's docs (README.md, CONTRIBUTING.md and the
+// guides in docs/): the Go in them compiles, so a reader who copies a
+// snippet gets code that builds, handles its errors and releases what it
+// takes; and every relative link leads to a file that exists and, with a
+// #fragment, to one of its headings.
 package readme
 
 import (
@@ -17,15 +19,17 @@ import (
 	"testing"
 )
 
-// snippet is one ```go block of README.md.
+// snippet is one ```go block of a markdown file.
 type snippet struct {
-	line int // of its first line of code
+	file string // the markdown file, relative to the module's root
+	line int    // of its first line of code
 	code string
 }
 
-// snippets returns the ```go blocks of the markdown file at path.
-func snippets(t *testing.T, path string) []snippet {
+// snippets returns the ```go blocks of the markdown file rel under root.
+func snippets(t *testing.T, root, rel string) []snippet {
 	t.Helper()
+	path := filepath.Join(root, rel)
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +46,7 @@ func snippets(t *testing.T, path string) []snippet {
 		line := sc.Text()
 		switch {
 		case cur == nil && strings.TrimSpace(line) == "```go":
-			cur = &snippet{line: n + 1}
+			cur = &snippet{file: rel, line: n + 1}
 		case cur != nil && strings.TrimSpace(line) == "```":
 			out = append(out, *cur)
 			cur = nil
@@ -79,9 +83,9 @@ var selector = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Z]`)
 // function given ctx and an Allocator a, which returns an error: it must
 // use what it declares and handle its errors. Its imports are those of
 // known that it names. A line directive makes the
-// compiler's messages point into README.md.
+// compiler's messages point into the markdown file.
 func (s snippet) source() string {
-	directive := fmt.Sprintf("//line README.md:%d\n", s.line)
+	directive := fmt.Sprintf("//line %s:%d\n", filepath.ToSlash(s.file), s.line)
 	if strings.HasPrefix(s.code, "package ") {
 		return directive + s.code
 	}
@@ -103,9 +107,32 @@ func (s snippet) source() string {
 	return b.String()
 }
 
-// TestSnippetsCompile builds every ```go block of README.md against the
-// module's packages, each as a package of its own that exists only in a
-// build overlay, so nothing is written to the source tree.
+// docs returns the markdown files of berth's docs, relative to root:
+// README.md, CONTRIBUTING.md and docs/*.md. BENCHMARKS.md holds a table
+// of figures and no guide, and is only a link target.
+func docs(t testing.TB, root string) []string {
+	t.Helper()
+	guides, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(guides) == 0 {
+		t.Fatal("docs/ has no guide; want the guides the README links to")
+	}
+	files := []string{"README.md", "CONTRIBUTING.md"}
+	for _, g := range guides {
+		rel, err := filepath.Rel(root, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, rel)
+	}
+	return files
+}
+
+// TestSnippetsCompile builds every ```go block of README.md and docs/*.md
+// against the module's packages, each as a package of its own that exists
+// only in a build overlay, so nothing is written to the source tree.
 func TestSnippetsCompile(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -115,9 +142,12 @@ func TestSnippetsCompile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss := snippets(t, filepath.Join(root, "README.md"))
-	if len(ss) == 0 {
+	if len(snippets(t, root, "README.md")) == 0 {
 		t.Fatal("README.md has no ```go block; want the quickstart at least")
+	}
+	var ss []snippet
+	for _, f := range docs(t, root) {
+		ss = append(ss, snippets(t, root, f)...)
 	}
 	tmp := t.TempDir()
 	overlay := map[string]map[string]string{"Replace": {}}
@@ -144,6 +174,6 @@ func TestSnippetsCompile(t *testing.T) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		t.Errorf("the Go snippets of README.md do not build (%v):\n%s", err, out.String())
+		t.Errorf("the Go snippets of the docs do not build (%v):\n%s", err, out.String())
 	}
 }
