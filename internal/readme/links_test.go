@@ -241,3 +241,46 @@ func TestBrokenLinks(t *testing.T) {
 		}
 	}
 }
+
+// TestTestCommand checks that the test command at the top of README.md is
+// the one CI runs, byte for byte: .ci/run's go test lines each begin a line
+// of the README's first ```sh block.
+func TestTestCommand(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "```sh\n")
+	if !ok {
+		t.Fatal("README.md has no ```sh block; want the two commands at its top")
+	}
+	block, _, _ := strings.Cut(rest, "```")
+	var cmds int
+	for line := range strings.Lines(string(ci)) {
+		cmd := strings.TrimSpace(line)
+		if !strings.HasPrefix(cmd, "go test ") {
+			continue
+		}
+		cmds++
+		found := false
+		for l := range strings.Lines(block) {
+			if l == cmd+"\n" || strings.HasPrefix(l, cmd+" ") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf(".ci/run runs %q, which does not begin a line of README.md's first sh block:\n%s", cmd, block)
+		}
+	}
+	if cmds == 0 {
+		t.Error(".ci/run runs no go test; want the README's test command")
+	}
+}

@@ -110,20 +110,20 @@ func (s snippet) source() string {
 // docs returns the markdown files of berth's docs, relative to root:
 // README.md, CONTRIBUTING.md and docs/*.md. BENCHMARKS.md holds a table
 // of figures and no guide, and is only a link target.
-func docs(t testing.TB, root string) []string {
-	t.Helper()
+func docs(tb testing.TB, root string) []string {
+	tb.Helper()
 	guides, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if len(guides) == 0 {
-		t.Fatal("docs/ has no guide; want the guides the README links to")
+		tb.Fatal("docs/ has no guide; want the guides the README links to")
 	}
 	files := []string{"README.md", "CONTRIBUTING.md"}
 	for _, g := range guides {
 		rel, err := filepath.Rel(root, g)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		files = append(files, rel)
 	}
