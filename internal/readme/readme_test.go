@@ -2,7 +2,8 @@
 // guides in docs/): the Go in them compiles, so a reader who copies a
 // snippet gets code that builds, handles its errors and releases what it
 // takes; and every relative link leads to a file that exists and, with a
-// #fragment, to one of its headings.
+// #fragment, to one of its headings; and the README's test command is the
+// one CI runs.
 package readme
 
 import (
