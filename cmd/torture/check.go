@@ -489,6 +489,10 @@ func Check(dir string) (Report, error) {
 			rep.Unguarded++
 			continue
 		}
+		if heldByLostLeases(claims, f.e) {
+			rep.LostLeases++
+			continue
+		}
 		violate("%s%s", f.msg, heldBy(claims, f.e, base))
 	}
 	rep.CrossHost = overlaps(claims, violate, &rep, base)
@@ -585,6 +589,28 @@ func heldBy(claims []*claim, e Event, base int64) string {
 		return " (no other claim of this run held it: a process outside the run, or a worker's bind probe, did)"
 	}
 	return " (held by " + strings.Join(by, ", ") + ")"
+}
+
+// heldByLostLeases reports whether the claims that conflicted with the
+// failed bind e are all leases lost with the store at the time (see
+// claim.lost): their holders' leases are in no store, as documented.
+func heldByLostLeases(claims []*claim, e Event) bool {
+	a, err := netip.ParseAddr(e.Addr)
+	if err != nil {
+		return false
+	}
+	n := 0
+	for _, c := range claims {
+		if (c.host != e.Host && !c.fleet) || c.proto != e.Proto || c.port != e.Port || c.proc == e.Proc || c.child == e.Proc ||
+			c.start > e.T || c.end <= e.T || !netaddr.Conflicts(a, c.addr) {
+			continue
+		}
+		if c.holder == "" || c.lost == 0 || c.lost > e.T || e.T > c.found {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
 
 // overlaps reports a violation for every two claims of one host, protocol

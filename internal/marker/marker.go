@@ -116,13 +116,16 @@ var ErrTooMany = errors.New("marker: as many marks as the descriptor limit allow
 
 // Limit is the most marks a process holds at once: each is a descriptor,
 // and a process that holds many reservations must keep descriptors for
-// its own work. It is a quarter of the soft RLIMIT_NOFILE as it was when
-// first asked, at most 4096: a limit lowered later for a while makes the
-// marks' sockets fail (and the reservations with them), not the marks go
-// missing.
-func Limit() int { return limitOnce() }
+// its own work. It is a quarter of the soft RLIMIT_NOFILE as the process
+// started with it, at most 4096: a limit lowered later for a while makes
+// the marks' sockets fail (and the reservations with them), not the marks
+// go missing.
+func Limit() int { return limitAtStart }
 
-var limitOnce = sync.OnceValue(limit)
+// limitAtStart is read when the package is initialised, after the runtime
+// has raised the soft descriptor limit to the hard one: a limit a program
+// lowers later, for a while, must not shrink it for good.
+var limitAtStart = limit()
 
 // Hold binds m's mark in namespace ns for this process, once, and reports
 // whether it made it now: holding a mark that the process holds already
