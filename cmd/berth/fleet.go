@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/store"
 )
 
@@ -62,7 +63,7 @@ func (a *app) fleetAllocator(ctx context.Context) (*portalloc.Allocator, error) 
 	if a.cfg.Store == "" {
 		return nil, usagef("%s needs --store (a fleet's PostgreSQL store)", a.name)
 	}
-	return portalloc.New(ctx, a.cfg)
+	return fleet.New(ctx, a.cfg)
 }
 
 // needHolder refuses a missing --holder.

@@ -27,6 +27,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 )
 
 // envAsk makes this program the second process of host-a: it asks for
@@ -58,7 +59,7 @@ func run(ctx context.Context, out io.Writer) error {
 	open := func(host string) (*portalloc.Allocator, error) {
 		c := cfg
 		c.Host = host
-		return portalloc.New(ctx, c)
+		return fleet.New(ctx, c)
 	}
 	// One process on host-a (this one; a second one comes below) and one
 	// on host-b. Close releases whatever each still holds, even on an
@@ -129,7 +130,7 @@ func ask(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	cfg.Host = "host-a"
-	a, err := portalloc.New(ctx, cfg)
+	a, err := fleet.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
