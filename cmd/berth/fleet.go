@@ -111,7 +111,7 @@ reserved as it is; the others come from --band.`,
 		if err != nil {
 			return usagef("--band %q: want FIRST-LAST such as 40000-40999, 1 <= FIRST <= LAST <= 65535", f.band)
 		}
-		band = portalloc.Band{First: r.First, Last: r.Last}
+		band = r
 		var spec *portalloc.SetSpec
 		if f.set != "" {
 			switch {

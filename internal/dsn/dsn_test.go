@@ -36,7 +36,7 @@ func TestFromStore(t *testing.T) {
 func TestScrubber(t *testing.T) {
 	const pw = "Sekr3t-PW-9f2"
 	base := errors.New("connect postgres://u:" + pw + "@h/db: refused")
-	if got := (Scrubber{}).Err(base); got != base {
+	if got := (Scrubber{}).Err(base); got.Error() != base.Error() {
 		t.Errorf("zero Scrubber.Err changed %v to %v", base, got)
 	}
 	got := NewScrubber("postgres://u:" + pw + "@h/db").Err(base)
