@@ -8,8 +8,10 @@
 //
 //	BERTH_STORE='host=/var/run/postgresql dbname=berth' go run ./examples/fleet
 //
-// BERTH_STORE names the database (see portalloc.Config.Store); the other
-// BERTH_* variables apply as in portalloc.ConfigFromEnv. The two hosts,
+// BERTH_STORE names the database (see portalloc.Config.Store), which
+// fleet.New (package portalloc/fleet) opens: portalloc alone links no
+// PostgreSQL client. The other BERTH_* variables apply as in
+// portalloc.ConfigFromEnv. The two hosts,
 // host-a and host-b (Config.Host), are Allocators of this one program: in
 // a real fleet each runs on its own machine, with BERTH_HOST unset (the
 // hostname) or set to that machine's name. Nothing here binds the ports it
