@@ -81,51 +81,22 @@ const (
 )
 
 // DefaultFleetTTL is the lease of a fleet-wide reservation when the
-// request's TTL is zero.
-const DefaultFleetTTL = 5 * time.Minute
+// request's TTL is zero (store.DefaultFleetTTL).
+const DefaultFleetTTL = store.DefaultFleetTTL
 
-// Band is a range of ports, First to Last inclusive.
-type Band struct {
-	First, Last uint16
-}
+// Band is a range of ports, First to Last inclusive: store.Range, under
+// the name pgstore has always given it.
+type Band = store.Range
 
-// FleetRequest asks ReserveFleet for a port. Every zero value is
-// documented; Holder and Band are required.
-type FleetRequest struct {
-	// Protocol is tcp or udp; required.
-	Protocol store.Protocol
-	// Addr is the address the holder will bind; zero: 0.0.0.0, which
-	// under berth's conflict rule takes the port on every address, IPv4
-	// and IPv6: "this port on whatever host, whatever address", the usual
-	// meaning of a fleet-wide port.
-	Addr netip.Addr
-	// Band is where the port is drawn from, from a random port of it
-	// onwards (see ReserveFleet): a band of the caller's own for fleet-wide ports, apart from the ranges hosts
-	// hand out to processes, so that per-host grants rarely stand in the
-	// way (a port any host holds is skipped). Required.
-	Band Band
-	// Holder names the owner, e.g. "pod/default/web-0": at most 255
-	// bytes, no control characters. Required.
-	Holder string
-	// Label is stored with the row, as store.Request's.
-	Label string
-	// TTL is how long the lease lasts from the grant, by the server's
-	// clock; zero: DefaultFleetTTL. RenewFleet extends it.
-	TTL time.Duration
-}
+// FleetRequest asks ReserveFleet for a port: store.FleetRequest, whose
+// fields document their zero values; Holder and Band are required.
+type FleetRequest = store.FleetRequest
 
-// FleetReservation is a reservation held under a lease.
-type FleetReservation struct {
-	store.Key
-	Holder string
-	Label  string
-	// Host is the host it was narrowed to; "" while it is fleet-wide.
-	Host string
-	// Expires is when the lease runs out, by the PostgreSQL server's
-	// clock: compare it with the server's time, not the local clock.
-	Expires time.Time
-	Created time.Time
-}
+// FleetReservation is a reservation held under a lease:
+// store.FleetReservation.
+type FleetReservation = store.FleetReservation
+
+var _ store.FleetStore = (*Store)(nil)
 
 // ReserveFleet reserves for req.Holder, under a lease of req.TTL, a port
 // of req.Band that is free on every host: a row of no host,
@@ -205,8 +176,9 @@ func checkFleet(req *FleetRequest) (store.Key, time.Duration, error) {
 	return key, ttl, nil
 }
 
-// MaxFleetSet is the most ports ReserveFleetSet reserves in one set.
-const MaxFleetSet = 1024
+// MaxFleetSet is the most ports ReserveFleetSet reserves in one set
+// (store.MaxFleetSet).
+const MaxFleetSet = store.MaxFleetSet
 
 // ReserveFleetSet reserves a port for each of reqs, all of them or none:
 // the ports of a set of named ports for one holder (every request's

@@ -17,7 +17,7 @@ import (
 // store.ErrNotFound when own holds no such row; another owner's row is
 // never touched.
 func (s *Store) Release(ctx context.Context, key store.Key, own store.Owner) error {
-	key, own, _, err := s.validate(key, own, "", store.Static)
+	key, own, err := s.validate(key, own)
 	if err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func (s *Store) Release(ctx context.Context, key store.Key, own store.Owner) err
 func (s *Store) ReleaseOwner(ctx context.Context, own store.Owner) (int, error) {
 	if own.IsZero() {
 		own = s.self
-	} else if err := validOwner(own); err != nil {
+	} else if err := store.CheckOwner(own); err != nil {
 		return 0, err
 	}
 	n, err := s.exec(ctx, "release all of "+own.String(), qDeleteOwner, s.hostNo(), own.PID, own.Start, own.Scope)
@@ -49,11 +49,11 @@ func (s *Store) ReleaseOwner(ctx context.Context, own store.Owner) (int, error) 
 // round trip. to must be a live process of this host. It returns an error
 // wrapping store.ErrNotFound when from holds no such row.
 func (s *Store) Transfer(ctx context.Context, key store.Key, from, to store.Owner) error {
-	key, from, _, err := s.validate(key, from, "", store.Static)
+	key, from, err := s.validate(key, from)
 	if err != nil {
 		return err
 	}
-	if err := validOwner(to); err != nil {
+	if err := store.CheckOwner(to); err != nil {
 		return err
 	}
 	if !to.Alive(ctx) {

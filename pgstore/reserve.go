@@ -18,8 +18,9 @@ import (
 // rows of exited owners from its way or losing a race for it.
 const maxAttempts = 16
 
-// MaxBlock is the most ports ScanBlock reserves in one block.
-const MaxBlock = 1024
+// MaxBlock is the most ports ScanBlock reserves in one block
+// (store.MaxBlock).
+const MaxBlock = store.MaxBlock
 
 // row is a reservation row with the host it is on.
 type row struct {
@@ -39,13 +40,14 @@ type row struct {
 // probe, when given, runs after the row is in: nobody else can be granted
 // the key meanwhile, and a failed probe deletes the row again.
 func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservation, error) {
-	key, own, kind, err := s.validate(req.Key, req.Owner, req.Kind, store.Static)
+	if err := store.CheckProcessOwner(req.Owner); err != nil {
+		return store.Reservation{}, err
+	}
+	c, err := store.CheckRequest(req, s.self)
 	if err != nil {
 		return store.Reservation{}, err
 	}
-	if err := store.CheckLabel(req.Label); err != nil {
-		return store.Reservation{}, err
-	}
+	key, own, kind := c.Key, c.Owner, c.Kind
 	op := "reserve " + key.String()
 	memo := map[ownerKey]bool{}
 	for range maxAttempts {
@@ -219,8 +221,8 @@ func (s *Store) scanOnce(ctx context.Context, op string, key store.Key, own stor
 // owners are deleted and the block tried again. The probe runs after the
 // rows are in, and a failure deletes the whole block.
 func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]store.Reservation, error) {
-	if n < 1 || n > MaxBlock {
-		return nil, &store.FieldError{Field: "n", Value: fmt.Sprint(n), Want: fmt.Sprintf("a block of 1 to %d ports", MaxBlock)}
+	if err := store.CheckBlock(n); err != nil {
+		return nil, err
 	}
 	key, own, kind, _, err := s.checkScan(req)
 	if err != nil {
@@ -526,50 +528,24 @@ func without(ports []int32, p int32) []int32 {
 	return out
 }
 
-// checkScan validates what Scan and ScanBlock share of a request and
-// returns its normalised key (port 1: the scan sets it), owner and kind,
-// and the batch size.
+// checkScan validates what Scan and ScanBlock share of a request (see
+// store.CheckScan) and returns its normalised key (port 1: the scan sets
+// it), owner and kind, and the batch size. An owner under a lease is
+// refused: a fleet's leases are its own (ReserveFleet).
 func (s *Store) checkScan(req store.ScanRequest) (store.Key, store.Owner, store.Kind, int, error) {
-	if req.Next == nil {
-		return store.Key{}, store.Owner{}, "", 0, &store.FieldError{Field: "next", Value: "nil", Want: "a candidate iterator"}
-	}
-	key, own, kind, err := s.validate(store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, store.Dynamic)
-	if err != nil {
+	if err := store.CheckProcessOwner(req.Owner); err != nil {
 		return store.Key{}, store.Owner{}, "", 0, err
 	}
-	if err := store.CheckLabel(req.Label); err != nil {
-		return store.Key{}, store.Owner{}, "", 0, err
-	}
-	batch := req.Batch
-	if batch <= 0 {
-		batch = 32
-	}
-	return key, own, kind, batch, nil
+	c, err := store.CheckScan(req, s.self)
+	return c.Key, c.Owner, c.Kind, c.Batch, err
 }
 
-func (s *Store) validate(k store.Key, own store.Owner, kind, defKind store.Kind) (store.Key, store.Owner, store.Kind, error) {
-	key, err := k.Normalize()
-	if err != nil {
-		return store.Key{}, store.Owner{}, "", err
+// validate checks key and own for Release and Transfer (see
+// store.CheckRequest): the key normalised, a zero owner this process.
+func (s *Store) validate(key store.Key, own store.Owner) (store.Key, store.Owner, error) {
+	if err := store.CheckProcessOwner(own); err != nil {
+		return store.Key{}, store.Owner{}, err
 	}
-	if own.IsZero() {
-		own = s.self
-	} else if err := validOwner(own); err != nil {
-		return store.Key{}, store.Owner{}, "", err
-	}
-	switch kind {
-	case "":
-		kind = defKind
-	case store.Dynamic, store.Static:
-	default:
-		return store.Key{}, store.Owner{}, "", &store.FieldError{Field: "kind", Value: string(kind), Want: `"dynamic" or "static"`}
-	}
-	return key, own, kind, nil
-}
-
-func validOwner(o store.Owner) error {
-	if o.PID <= 0 || o.PID > 1<<31-1 || (o.Start == 0 && o.Scope == "") {
-		return &store.FieldError{Field: "owner", Value: fmt.Sprintf("pid %d start %d", o.PID, o.Start), Want: "a live process identity from statestore.Self or statestore.LookupOwner"}
-	}
-	return nil
+	c, err := store.CheckRequest(store.Request{Key: key, Owner: own}, s.self)
+	return c.Key, c.Owner, err
 }

@@ -112,6 +112,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	pgdsn "github.com/berth-go/berth/internal/dsn"
 	"github.com/berth-go/berth/internal/owner"
 	"github.com/berth-go/berth/store"
 )
@@ -162,8 +163,8 @@ type Store struct {
 	host    string
 	bootID  string // Options.BootID, recorded with the host's lease
 	timeout time.Duration
-	name    string   // "PostgreSQL store " and the DSN, its password hidden: for messages
-	scrub   scrubber // hides the DSN's password in errors
+	name    string         // "PostgreSQL store " and the DSN, its password hidden: for messages
+	scrub   pgdsn.Scrubber // hides the DSN's password in errors
 	ttl     time.Duration
 	grace   time.Duration // negative: no grace reaping
 
@@ -234,9 +235,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if len(opts.BootID) > 255 {
 		return nil, &store.FieldError{Field: "boot id", Value: opts.BootID, Want: "a boot id of at most 255 bytes"}
 	}
-	id, err := owner.Self()
+	self, err := store.Self()
 	if err != nil {
-		return nil, fmt.Errorf("open: identify this process: %w", err)
+		return nil, fmt.Errorf("open: %w", err)
 	}
 	if err := CheckDSN(dsn); err != nil {
 		return nil, fmt.Errorf("open: dsn %s: %w", Redact(dsn), err)
@@ -246,13 +247,13 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		// pgconn hides passwords only as far as it recognises them, and
 		// its error keeps the DSN whole in a field: only its message,
 		// scrubbed, is kept.
-		return nil, fmt.Errorf("open: dsn %s: %w: %s", Redact(dsn), store.ErrInvalid, newScrubber(dsn).string(err.Error()))
+		return nil, fmt.Errorf("open: dsn %s: %w: %s", Redact(dsn), store.ErrInvalid, pgdsn.NewScrubber(dsn).String(err.Error()))
 	}
 	s := &Store{
 		name:    "PostgreSQL store " + Redact(dsn),
-		scrub:   newScrubber(dsn, cfg.ConnConfig.Password),
+		scrub:   pgdsn.NewScrubber(dsn, cfg.ConnConfig.Password),
 		log:     opts.Logger,
-		self:    store.Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name},
+		self:    self,
 		host:    opts.Host,
 		bootID:  opts.BootID,
 		timeout: opts.Timeout,
@@ -261,7 +262,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		stop:    make(chan struct{}),
 	}
 	if err := migrateUp(ctx, cfg.ConnConfig, opts.Timeout, opts.Logger, s.name); err != nil {
-		return nil, s.scrub.error(err)
+		return nil, s.scrub.Err(err)
 	}
 	cfg.AfterConnect = s.afterConnect
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
@@ -423,7 +424,7 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w: %s did not answer within %v", op, store.ErrStorage, s.name, s.timeout)
 	default:
-		return s.scrub.error(fmt.Errorf("%s: %w: %s: %w", op, store.ErrStorage, s.name, err))
+		return s.scrub.Err(fmt.Errorf("%s: %w: %s: %w", op, store.ErrStorage, s.name, err))
 	}
 }
 

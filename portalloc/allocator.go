@@ -14,10 +14,10 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/berth-go/berth/internal/dsn"
 	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/mru"
-	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -58,6 +58,13 @@ type Allocator struct {
 	poolNames     map[string]bool // of the pools open or being made
 	closed        bool
 	released      map[store.Key]release // on a fleet's store: see redo in fleet.go
+
+	// ext is true when the store is not the SQLite file in StateDir: one
+	// of a Config.Store, opened by opener, or one given to NewWithStore.
+	ext       bool
+	opener    Opener
+	given     store.Store
+	givenUsed atomic.Bool // given has been handed to the Allocator
 }
 
 // New validates cfg and returns an Allocator. In the state-store modes it
@@ -72,14 +79,63 @@ type Allocator struct {
 // directory that cannot be written) is an error wrapping
 // ErrStoreUnavailable in ModeStateStore; in ModeStateStoreWithFallback the
 // Allocator serves from the MRU file instead, loudly, and tries the store
-// again every StoreRetryInterval. With a Config.Store, New opens that
-// PostgreSQL database instead, and any failure to is an error wrapping
-// ErrStoreUnavailable: a fleet's store never falls back.
+// again every StoreRetryInterval.
+//
+// New links no PostgreSQL client: a Config.Store is refused with a
+// *FieldError for Config.Store that says to call fleet.New of package
+// github.com/berth-go/berth/portalloc/fleet, which opens that database
+// (NewWithOpener) and fails with ErrStoreUnavailable when it cannot: a
+// fleet's store never falls back.
 func New(ctx context.Context, cfg Config) (*Allocator, error) {
-	defaulted := cfg.StateDir == "" && cfg.Store == ""
+	return newAllocator(ctx, cfg, nil, nil, "New")
+}
+
+// NewWithOpener is New for a program that can open the store a
+// Config.Store names: open opens it (fleet.New passes fleet.Open). Any
+// failure to open it is an error wrapping ErrStoreUnavailable, and the
+// Allocator never falls back to the MRU file. Without a Config.Store, open
+// is not used: the Allocator reserves in the SQLite store, as New's does.
+func NewWithOpener(ctx context.Context, cfg Config, open Opener) (*Allocator, error) {
+	return newAllocator(ctx, cfg, open, nil, "New")
+}
+
+// NewWithStore returns an Allocator that reserves in s, a store the
+// caller opened (a statestore.Store of a file of its choosing, a
+// pgstore.Store), instead of the one cfg names; cfg's other fields apply
+// as for New. Once NewWithStore returns an Allocator, the Allocator owns
+// s: its Close closes s (on an error, s stays the caller's to close). It
+// uses s's lease calls where s offers them (store.LeaseStore) and its
+// fleet-wide calls where s is a store.FleetStore. It never falls back to
+// the MRU file (cfg.Mode may not be ModeMRU): a store that fails is an
+// error wrapping ErrStoreUnavailable. Nor can it open s again: when s
+// reports its file lost (store.ErrLost from a store that is no
+// FleetStore), calls fail until the program replaces the Allocator.
+func NewWithStore(ctx context.Context, cfg Config, s store.Store) (*Allocator, error) {
+	if s == nil {
+		return nil, fmt.Errorf("portalloc: NewWithStore: %w", &FieldError{Field: "store", Value: "nil", Want: "an open store.Store"})
+	}
+	return newAllocator(ctx, cfg, nil, s, "NewWithStore")
+}
+
+// newAllocator is New, NewWithOpener and NewWithStore (call names which,
+// for messages).
+func newAllocator(ctx context.Context, cfg Config, open Opener, given store.Store, call string) (*Allocator, error) {
+	ext := cfg.Store != "" || given != nil
+	defaulted := cfg.StateDir == "" && !ext
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if given == nil && cfg.Store != "" && open == nil {
+		return nil, errNoOpener(call, cfg.Store)
+	}
+	if given != nil {
+		switch cfg.Mode {
+		case ModeMRU:
+			return nil, fmt.Errorf("portalloc: %w", &FieldError{Field: "Config.Mode", Value: string(cfg.Mode), Want: `"statestore" with NewWithStore: the Allocator reserves in the store it is given`})
+		case ModeStateStoreWithFallback:
+			cfg.Mode = ModeStateStore // a given store never falls back
+		}
 	}
 	set, err := candidateSet(cfg)
 	if err != nil {
@@ -98,14 +154,24 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		stop:   make(chan struct{}),
 
 		poolNames: map[string]bool{},
+		ext:       ext,
+		opener:    open,
+		given:     given,
 	}
 	if cfg.Mode == ModeMRU {
 		a.fb.active.Store(true)
 		return a, nil
 	}
-	if cfg.Store != "" {
+	switch {
+	case given != nil:
 		// What messages call the store, before anything can fail.
-		a.dbPath = "PostgreSQL store " + pgstore.Redact(cfg.Store)
+		a.dbPath = fmt.Sprintf("the store given to NewWithStore (%T)", given)
+		a.dbKey = fmt.Sprintf("given %T %p", given, given)
+		if cfg.Store != "" {
+			a.dbPath = "PostgreSQL store " + dsn.Redact(cfg.Store)
+		}
+	case cfg.Store != "":
+		a.dbPath = "PostgreSQL store " + dsn.Redact(cfg.Store)
 	}
 	octx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -120,7 +186,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		}
 	}
 	opened, err := a.openStore(octx)
-	if cfg.Store == "" {
+	if !ext {
 		a.dbKey = canonicalDB(a.dbPath) // after Open, which creates the directory
 	}
 	if err != nil {
@@ -288,7 +354,7 @@ func (a *Allocator) Close() error {
 // own Timeout). A SQLite store's Close is bounded by its busy timeout and
 // is waited for.
 func (a *Allocator) closeStore(ctx context.Context, s store.Store) error {
-	if a.cfg.Store == "" {
+	if !a.ext {
 		return s.Close()
 	}
 	done := make(chan error, 1)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 )
 
 // BenchmarkAllocateRelease compares one Allocate+Release of each backend
@@ -31,7 +32,7 @@ func BenchmarkAllocateRelease(b *testing.B) {
 		})
 	}
 	b.Run("postgres", func(b *testing.B) {
-		a, err := portalloc.New(context.Background(), portalloc.Config{Store: fleetDSN(b), Host: "bench", Range: allocRange})
+		a, err := fleet.New(context.Background(), portalloc.Config{Store: fleetDSN(b), Host: "bench", Range: allocRange})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -129,7 +130,7 @@ func churn(ctx context.Context) error {
 		return err
 	}
 	// With BERTH_TEST_STORE: a host (BERTH_TEST_HOST) of a fleet's store.
-	a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: os.Getenv("BERTH_STATE_DIR"), Range: allocRange,
+	a, err := fleet.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: os.Getenv("BERTH_STATE_DIR"), Range: allocRange,
 		Store: os.Getenv("BERTH_TEST_STORE"), Host: os.Getenv("BERTH_TEST_HOST")})
 	if err != nil {
 		return err

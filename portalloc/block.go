@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
 
-// MaxBlock is the most ports one AllocateBlock reserves.
-const MaxBlock = statestore.MaxBlock
+// MaxBlock is the most ports one AllocateBlock reserves (store.MaxBlock).
+const MaxBlock = store.MaxBlock
 
 // AllocateBlock reserves n consecutive ports of the range, a base port and
 // the n-1 after it, for software configured by a base port (a node that

@@ -7,15 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 
+	"github.com/berth-go/berth/internal/dsn"
 	"github.com/berth-go/berth/internal/portrange"
-	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/store"
 )
 
@@ -129,6 +128,11 @@ type Config struct {
 	// invisible to the other hosts): a store that cannot be used is an
 	// error wrapping ErrStoreUnavailable, and Mode may not be ModeMRU.
 	// StateDir still holds nothing of the reservations then.
+	//
+	// portalloc links no PostgreSQL client: a program opens the database
+	// Store names through package github.com/berth-go/berth/portalloc/fleet
+	// (fleet.New, fleet.OpenStore), which does. New and OpenStore refuse a
+	// Store with a *FieldError that says so.
 	Store string
 	// Host is this host's name in the fleet a Store is shared by; zero:
 	// the hostname. It must name one machine. Without a Store it is not
@@ -365,30 +369,20 @@ func (h debugLevels) WithGroup(name string) slog.Handler {
 const storeWant = `a PostgreSQL connection string ("postgres://..." or "postgresql://...", the scheme in lower case, or "host=... dbname=...") or the absolute path of the directory of its unix socket`
 
 // storeDSN returns the pgx connection string that Config.Store s names: a
-// connection string pgstore.CheckDSN takes, or else a socket directory.
-func storeDSN(s string) (string, error) {
-	err := pgstore.CheckDSN(s)
-	switch {
-	case err == nil:
-		return s, nil
-	case filepath.IsAbs(s):
-		// The socket directory, quoted as libpq quotes a value; the
-		// database is the one named like the user.
-		return "host='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'", nil
-	}
-	return "", err
-}
+// connection string pgstore.CheckDSN takes, or else a socket directory
+// (see dsn.FromStore).
+func storeDSN(s string) (string, error) { return dsn.FromStore(s) }
 
 // storeFieldError refuses the Config.Store s, named field (the field, or
 // the variable or flag it came from): it quotes s with its password
 // hidden, and says why it was refused.
 func storeFieldError(field, s string, err error) *FieldError {
 	want := storeWant
-	var de *pgstore.DSNError
+	var de *dsn.Error
 	if errors.As(err, &de) {
 		want += " (" + de.Reason + ")"
 	}
-	return &FieldError{Field: field, Value: pgstore.Redact(s), Want: want}
+	return &FieldError{Field: field, Value: dsn.Redact(s), Want: want}
 }
 
 // String formats c for people to read, as %v and %+v do, with the
@@ -414,6 +408,6 @@ type configFields = Config
 // portalloc.Config.
 func printedConfig(c Config) any {
 	type Config configFields
-	c.Store = pgstore.Redact(c.Store)
+	c.Store = dsn.Redact(c.Store)
 	return Config(c)
 }

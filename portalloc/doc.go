@@ -151,7 +151,11 @@
 // # Fleet-wide reservations
 //
 // With a Config.Store the hosts of a fleet share one PostgreSQL store
-// (package pgstore), and an Allocator also serves owners that are not
+// (package pgstore), opened by package portalloc/fleet (fleet.New), which
+// a program imports when it wants one: portalloc itself links no
+// PostgreSQL client, and an Allocator talks to any store through the
+// interfaces of package store (store.Store, and store.FleetStore for the
+// calls below). Such an Allocator also serves owners that are not
 // processes of a host: a pod not yet scheduled, a job. ReserveFleet
 // reserves a port of a band of the caller's own that is free on every
 // host, for a named holder under a lease on the server's clock;

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 )
 
 // A controller reserves a port for a pod that is not scheduled yet: free
@@ -21,7 +22,7 @@ func ExampleAllocator_ReserveFleet() {
 		fmt.Println("set BERTH_STORE to a fleet's PostgreSQL store")
 		return
 	}
-	a, err := portalloc.New(ctx, cfg)
+	a, err := fleet.New(ctx, cfg)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -20,6 +20,7 @@ import (
 
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 )
 
 // The failover tests run a primary and a streaming standby of their own
@@ -34,7 +35,7 @@ func init() {
 	// "refused PORT PID" (the holder's pid) for each, then "ready", and
 	// holds what it was granted until stdin closes.
 	workers["grab"] = func(ctx context.Context) error {
-		a, err := portalloc.New(ctx, portalloc.Config{Store: os.Getenv("BERTH_TEST_DSN"), Host: os.Getenv("BERTH_TEST_HOST"),
+		a, err := fleet.New(ctx, portalloc.Config{Store: os.Getenv("BERTH_TEST_DSN"), Host: os.Getenv("BERTH_TEST_HOST"),
 			StateDir: os.Getenv("BERTH_STATE_DIR"), Timeout: 20 * time.Second})
 		if err != nil {
 			return err

@@ -157,9 +157,16 @@ func (a *Allocator) openStore(ctx context.Context) (store.Store, error) {
 // its context has ended.
 const openGrace = 100 * time.Millisecond
 
-// open opens the store the Allocator's Config names.
+// open opens the store the Allocator's Config names, or hands over, once,
+// the store given to NewWithStore.
 func (a *Allocator) open(ctx context.Context) (store.Store, error) {
-	return openBacking(ctx, a.cfg, false)
+	if a.given != nil {
+		if a.givenUsed.Swap(true) {
+			return nil, fmt.Errorf("open %s: a store given to NewWithStore cannot be opened again; make a new Allocator with the store opened afresh", a.dbPath)
+		}
+		return a.given, nil
+	}
+	return openBacking(ctx, a.cfg, a.opener, false)
 }
 
 // retryStore tries the state store again when the Allocator has fallen back

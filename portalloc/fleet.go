@@ -6,32 +6,30 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
 
 // Band is a range of ports, First to Last inclusive, that fleet-wide
-// reservations are drawn from. It is the type package pgstore declares,
-// under this name.
-type Band = pgstore.Band
+// reservations are drawn from: store.Range, as Range is.
+type Band = store.Range
 
 // FleetRequest asks ReserveFleet for a port that is free on every host of
 // the fleet, held by a named holder under a lease. Protocol, Band and
 // Holder are required; a zero Addr is 0.0.0.0 (the port on every
-// address), a zero TTL DefaultFleetTTL. It is the type package pgstore
-// declares, under this name: see pgstore.FleetRequest for every field.
-type FleetRequest = pgstore.FleetRequest
+// address), a zero TTL DefaultFleetTTL. It is the type package store
+// declares, under this name: see store.FleetRequest for every field.
+type FleetRequest = store.FleetRequest
 
 // FleetReservation is a reservation held under a lease: its Key, Holder
 // and Label, the Host it was narrowed to ("" while it is fleet-wide), and
 // when its lease Expires by the PostgreSQL server's clock. It is the type
-// package pgstore declares, under this name.
-type FleetReservation = pgstore.FleetReservation
+// package store declares, under this name.
+type FleetReservation = store.FleetReservation
 
 // DefaultFleetTTL is the lease of a fleet-wide reservation whose request
 // has no TTL.
-const DefaultFleetTTL = pgstore.DefaultFleetTTL
+const DefaultFleetTTL = store.DefaultFleetTTL
 
 // FleetSetRequest asks ReserveFleetSet for every port of a SetSpec,
 // fleet-wide, for one holder.
@@ -53,30 +51,18 @@ type FleetSetRequest struct {
 	TTL time.Duration
 }
 
-// fleetStore is what the fleet-wide calls ask of a store: a fleet's
-// PostgreSQL store (pgstore.Store) has it, the SQLite store has not.
-type fleetStore interface {
-	ReserveFleet(ctx context.Context, req pgstore.FleetRequest) (pgstore.FleetReservation, error)
-	ReserveFleetSet(ctx context.Context, reqs []pgstore.FleetRequest) ([]pgstore.FleetReservation, error)
-	RenewFleet(ctx context.Context, key store.Key, holder string, ttl time.Duration) error
-	ReleaseFleet(ctx context.Context, key store.Key, holder string) error
-	NarrowFleet(ctx context.Context, key store.Key, holder, host string) error
-	Leases(ctx context.Context) ([]pgstore.FleetReservation, error)
-}
-
-var _ fleetStore = (*pgstore.Store)(nil)
-
 // fleetWant says what Config.Store must be for the fleet-wide calls.
 const fleetWant = "a fleet's PostgreSQL store: fleet-wide reservations are shared by the hosts of a fleet, and the SQLite store has one host"
 
 // fleet returns the Allocator's fleet store, or an error for op: the
-// Allocator is closed, or it has no Config.Store.
-func (a *Allocator) fleet(op string) (fleetStore, error) {
+// Allocator is closed, or its store is no store.FleetStore (it has no
+// Config.Store).
+func (a *Allocator) fleet(op string) (store.FleetStore, error) {
 	if a.isClosed() {
 		return nil, fmt.Errorf("portalloc: %s: %w", op, ErrClosed)
 	}
-	fs, ok := a.db().(fleetStore)
-	if a.cfg.Store == "" || !ok {
+	fs, ok := a.db().(store.FleetStore)
+	if !ok {
 		return nil, fmt.Errorf("portalloc: %s: %w", op, &FieldError{Field: "Config.Store", Value: a.cfg.Store, Want: fleetWant})
 	}
 	return fs, nil
@@ -85,7 +71,7 @@ func (a *Allocator) fleet(op string) (fleetStore, error) {
 // onFleet runs call on the fleet's store within Config.Timeout and puts
 // its error in portalloc's words (see fleetErr), a refused field named
 // after typ. Without a fleet's store it fails as fleet does.
-func onFleet[T any](ctx context.Context, a *Allocator, op, typ string, call func(context.Context, fleetStore) (T, error)) (T, error) {
+func onFleet[T any](ctx context.Context, a *Allocator, op, typ string, call func(context.Context, store.FleetStore) (T, error)) (T, error) {
 	var zero T
 	fs, err := a.fleet(op)
 	if err != nil {
@@ -120,7 +106,7 @@ func onFleet[T any](ctx context.Context, a *Allocator, op, typ string, call func
 // req a *FieldError naming it ("FleetRequest.Holder"); a store that
 // failed or did not answer an error wrapping ErrStoreUnavailable.
 func (a *Allocator) ReserveFleet(ctx context.Context, req FleetRequest) (FleetReservation, error) {
-	return onFleet(ctx, a, "reserve fleet-wide", "FleetRequest", func(ctx context.Context, fs fleetStore) (FleetReservation, error) {
+	return onFleet(ctx, a, "reserve fleet-wide", "FleetRequest", func(ctx context.Context, fs store.FleetStore) (FleetReservation, error) {
 		return fs.ReserveFleet(ctx, req)
 	})
 }
@@ -145,18 +131,18 @@ func (a *Allocator) ReserveFleetSet(ctx context.Context, req FleetSetRequest) ([
 		return nil, err
 	}
 	op := fmt.Sprintf("reserve fleet-wide set %q", req.Spec.Name)
-	return onFleet(ctx, a, op, "FleetSetRequest", func(ctx context.Context, fs fleetStore) ([]FleetReservation, error) {
+	return onFleet(ctx, a, op, "FleetSetRequest", func(ctx context.Context, fs store.FleetStore) ([]FleetReservation, error) {
 		return fs.ReserveFleetSet(ctx, reqs)
 	})
 }
 
-// fleetSetRequests validates req's spec and makes one pgstore request of
+// fleetSetRequests validates req's spec and makes one store request of
 // each port of it, in spec order.
-func fleetSetRequests(req FleetSetRequest) ([]pgstore.FleetRequest, error) {
+func fleetSetRequests(req FleetSetRequest) ([]FleetRequest, error) {
 	if _, err := req.Spec.index(setLimits); err != nil {
 		return nil, err
 	}
-	var reqs []pgstore.FleetRequest
+	var reqs []FleetRequest
 	for gi, g := range req.Spec.Groups {
 		for pi, p := range g.Ports {
 			field := fmt.Sprintf("groups[%d].ports[%d]", gi, pi)
@@ -173,7 +159,7 @@ func fleetSetRequests(req FleetSetRequest) ([]pgstore.FleetRequest, error) {
 				band = Band{First: p.Port, Last: p.Port}
 			}
 			one := func(member int) {
-				reqs = append(reqs, pgstore.FleetRequest{Protocol: p.Protocol, Addr: p.Address, Band: band, Holder: req.Holder,
+				reqs = append(reqs, FleetRequest{Protocol: p.Protocol, Addr: p.Address, Band: band, Holder: req.Holder,
 					Label: label(req.Spec.Name, g.Name, member, p.Name), TTL: req.TTL})
 			}
 			if scopeOf(p) == ScopeGroup {
@@ -183,8 +169,8 @@ func fleetSetRequests(req FleetSetRequest) ([]pgstore.FleetRequest, error) {
 					one(m)
 				}
 			}
-			if len(reqs) > pgstore.MaxFleetSet {
-				return nil, &SpecError{Field: field, Reason: fmt.Sprintf("the set would reserve more than %d ports fleet-wide (pgstore.MaxFleetSet)", pgstore.MaxFleetSet)}
+			if len(reqs) > store.MaxFleetSet {
+				return nil, &SpecError{Field: field, Reason: fmt.Sprintf("the set would reserve more than %d ports fleet-wide (store.MaxFleetSet)", store.MaxFleetSet)}
 			}
 		}
 	}
@@ -203,7 +189,7 @@ func fleetSetRequests(req FleetSetRequest) ([]pgstore.FleetRequest, error) {
 // another holder's, is an error wrapping ErrNotHeld: its port may be
 // someone else's now; reserve again.
 func (a *Allocator) RenewFleet(ctx context.Context, r FleetReservation, ttl time.Duration) error {
-	_, err := onFleet(ctx, a, "renew fleet-wide", "FleetReservation", func(ctx context.Context, fs fleetStore) (struct{}, error) {
+	_, err := onFleet(ctx, a, "renew fleet-wide", "FleetReservation", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
 		return struct{}{}, fs.RenewFleet(ctx, r.Key, r.Holder, ttl)
 	})
 	return err
@@ -214,7 +200,7 @@ func (a *Allocator) RenewFleet(ctx context.Context, r FleetReservation, ttl time
 // pod's finalizer. Another holder's reservation is never touched. One
 // that is gone, or another holder's, is an error wrapping ErrNotHeld.
 func (a *Allocator) ReleaseFleet(ctx context.Context, r FleetReservation) error {
-	_, err := onFleet(ctx, a, "release fleet-wide", "FleetReservation", func(ctx context.Context, fs fleetStore) (struct{}, error) {
+	_, err := onFleet(ctx, a, "release fleet-wide", "FleetReservation", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
 		return struct{}{}, fs.ReleaseFleet(ctx, r.Key, r.Holder)
 	})
 	return err
@@ -230,7 +216,7 @@ func (a *Allocator) ReleaseFleet(ctx context.Context, r FleetReservation) error 
 // exist. One that is gone, or another holder's, is an error wrapping
 // ErrNotHeld.
 func (a *Allocator) NarrowFleet(ctx context.Context, r FleetReservation, host string) error {
-	_, err := onFleet(ctx, a, "narrow fleet-wide", "FleetReservation", func(ctx context.Context, fs fleetStore) (struct{}, error) {
+	_, err := onFleet(ctx, a, "narrow fleet-wide", "FleetReservation", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
 		return struct{}{}, fs.NarrowFleet(ctx, r.Key, r.Holder, host)
 	})
 	return err
@@ -242,12 +228,12 @@ func (a *Allocator) NarrowFleet(ctx context.Context, r FleetReservation, host st
 // Leases that ran out are included until reaped; their Expires, by the
 // server's clock, says so.
 func (a *Allocator) FleetLeases(ctx context.Context) ([]FleetReservation, error) {
-	return onFleet(ctx, a, "list fleet-wide", "", func(ctx context.Context, fs fleetStore) ([]FleetReservation, error) {
+	return onFleet(ctx, a, "list fleet-wide", "", func(ctx context.Context, fs store.FleetStore) ([]FleetReservation, error) {
 		return fs.Leases(ctx)
 	})
 }
 
-// fleetFields names pgstore's request fields as portalloc's callers
+// fleetFields names a fleet store's request fields as portalloc's callers
 // write them, after the type's name.
 var fleetFields = map[string]string{
 	"protocol": "Protocol",
@@ -304,18 +290,13 @@ func (e *fleetError) Unwrap() []error {
 }
 
 // keeper is a store whose losses are of rows, not of the store itself: a
-// fleet's PostgreSQL store, whose Check reports (pgstore.LostError) that
-// rows of this process may be missing after a failover to a standby that
-// had not received them, a registration of the host made again, a forced
-// retirement, or at every lease renewal. The holders compare what they hold
-// with the store, put back what is missing, and say so (Checked); the
-// store is not reopened.
-type keeper interface {
-	store.Store
-	Checked(err error)
-}
-
-var _ keeper = (*pgstore.Store)(nil)
+// fleet's store (store.FleetStore), whose Check reports (pgstore's
+// LostError) that rows of this process may be missing after a failover to
+// a standby that had not received them, a registration of the host made
+// again, a forced retirement, or at every lease renewal. The holders
+// compare what they hold with the store, put back what is missing, and
+// say so (Checked); the store is not reopened.
+type keeper = store.FleetStore
 
 // release is a release this Allocator made on a fleet's store, kept so
 // that it can be done again: a failover to a standby that had not received

@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth-go/berth/internal/pgcluster"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 )
 
 // secretPW is the password the tests below give the server and put in
@@ -62,7 +63,7 @@ func TestFleetStoreFrozen(t *testing.T) {
 		Timeout: timeout, Logger: portalloc.TextLogger(&logs, slog.LevelDebug),
 	}
 	ctx := context.Background()
-	a, err := portalloc.New(ctx, cfg)
+	a, err := fleet.New(ctx, cfg)
 	if err != nil {
 		t0.Fatalf("New = %v", err)
 	}
@@ -107,7 +108,7 @@ func TestFleetStoreFrozen(t *testing.T) {
 
 	for i := range 3 { // the name was once set after a race
 		start = time.Now()
-		b, err := portalloc.New(ctx, cfg)
+		b, err := fleet.New(ctx, cfg)
 		if b != nil {
 			_ = b.Close()
 		}
@@ -117,7 +118,7 @@ func TestFleetStoreFrozen(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, timeout/2)
 	defer cancel()
 	start = time.Now()
-	_, err = portalloc.New(dctx, cfg)
+	_, err = fleet.New(dctx, cfg)
 	named("New with a deadline of the caller's", err, time.Since(start), "connect")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t0.Errorf("New past the caller's deadline = %v; want it to wrap context.DeadlineExceeded", err)
@@ -128,7 +129,7 @@ func TestFleetStoreFrozen(t *testing.T) {
 		t0.Errorf("the log shows the password:\n%s", logs.String())
 	}
 	// Once the server answers, the store works again.
-	again, err := portalloc.New(ctx, cfg)
+	again, err := fleet.New(ctx, cfg)
 	if err != nil {
 		t0.Fatalf("New after the server answers again = %v", err)
 	}
@@ -184,7 +185,7 @@ func TestFleetSecretsNeverShown(t *testing.T) {
 			show := func(format string, args ...any) { shown = append(shown, fmt.Sprintf(format, args...)) }
 			show("%v|%+v|%#v|%s", cfg, cfg, cfg, cfg)
 			show("%v|%+v|%#v", &cfg, &cfg, []portalloc.Config{cfg})
-			a, err := portalloc.New(context.Background(), cfg)
+			a, err := fleet.New(context.Background(), cfg)
 			if (err == nil) != tc.ok {
 				t1.Errorf("New = %v; want success %v", err, tc.ok)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 )
 
 // fleetDSN returns a connection string to a schema of this test's own on
@@ -81,7 +82,7 @@ func TestFleetStoreNeverFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []portalloc.Mode{"", portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback} {
-		_, err := portalloc.New(context.Background(), portalloc.Config{Mode: mode, StateDir: dir, Store: nowhere, Range: allocRange})
+		_, err := fleet.New(context.Background(), portalloc.Config{Mode: mode, StateDir: dir, Store: nowhere, Range: allocRange})
 		if !errors.Is(err, portalloc.ErrStoreUnavailable) {
 			t.Errorf("New with mode %q and an unreachable Store = %v; want ErrStoreUnavailable", mode, err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 )
 
 // The test binary doubles as a worker process: each worker mode is a
@@ -165,7 +166,8 @@ func holdInWorker(tb testing.TB, dir string, addr netip.Addr, port uint16) *proc
 }
 
 // newAllocator returns an Allocator on a fresh state directory, closed at
-// the end of the test. Without a Range it allocates from allocRange.
+// the end of the test. Without a Range it allocates from allocRange. With
+// a Store it is fleet.New's.
 func newAllocator(t *testing.T, cfg portalloc.Config) *portalloc.Allocator {
 	t.Helper()
 	if cfg.StateDir == "" {
@@ -174,7 +176,11 @@ func newAllocator(t *testing.T, cfg portalloc.Config) *portalloc.Allocator {
 	if cfg.Range == (portalloc.Range{}) {
 		cfg.Range = allocRange
 	}
-	a, err := portalloc.New(context.Background(), cfg)
+	newFn := portalloc.New
+	if cfg.Store != "" {
+		newFn = fleet.New // portalloc links no PostgreSQL client
+	}
+	a, err := newFn(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

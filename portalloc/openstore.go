@@ -5,18 +5,62 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/berth-go/berth/pgstore"
+	"github.com/berth-go/berth/internal/dsn"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
 
+// Opener opens the store a Config.Store names, for NewWithOpener and
+// OpenStoreWith: package github.com/berth-go/berth/portalloc/fleet has the
+// one of a fleet's PostgreSQL store (fleet.Open), so that only a program
+// that asks for PostgreSQL links a client of it. cfg is the Config as New
+// completed it (defaults filled in, Store checked); opts say what the
+// store is for. The store's errors are returned as they are: the caller
+// wraps them in ErrStoreUnavailable.
+type Opener func(ctx context.Context, cfg Config, opts OpenOptions) (store.Store, error)
+
+// OpenOptions say how an Opener opens a store.
+type OpenOptions struct {
+	// Tool is true for OpenStoreWith, a program that reads or changes the
+	// rows directly (berth ls, reap, release): the store runs no sweep in
+	// the background and may wait up to Config.Timeout for a busy store.
+	Tool bool
+}
+
+// fleetPackage is the package that opens a Config.Store, for messages.
+const fleetPackage = "github.com/berth-go/berth/portalloc/fleet"
+
+// errNoOpener refuses a Config.Store where no Opener was given: portalloc
+// does not link the PostgreSQL client it needs.
+func errNoOpener(call string, s string) error {
+	return fmt.Errorf("portalloc: %w", &FieldError{Field: "Config.Store", Value: dsn.Redact(s),
+		Want: fmt.Sprintf("no Store with portalloc.%s, which links no PostgreSQL client: import %q and call fleet.%s (it opens the PostgreSQL store Config.Store names), or leave Store empty for the SQLite store", call, fleetPackage, call)})
+}
+
 // OpenStore opens the store cfg names, for a program that reads or changes
 // its rows directly, as berth's ls, reap, release and transfer do: the
-// PostgreSQL database of cfg.Store, or else the SQLite file in
-// cfg.StateDir (created if missing). The store runs no background sweep,
-// and a busy SQLite store is waited for up to cfg.Timeout. It never falls
-// back: an error is the store's. The caller closes the store.
+// SQLite file in cfg.StateDir (created if missing). The store runs no
+// background sweep, and a busy SQLite store is waited for up to
+// cfg.Timeout. It never falls back: an error is the store's. The caller
+// closes the store.
+//
+// A cfg.Store (a PostgreSQL database) is refused with a *FieldError for
+// Config.Store: open it with fleet.OpenStore of package
+// github.com/berth-go/berth/portalloc/fleet, or with OpenStoreWith.
 func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
+	if cfg.Store != "" {
+		return nil, errNoOpener("OpenStore", cfg.Store)
+	}
+	return OpenStoreWith(ctx, cfg, nil)
+}
+
+// OpenStoreWith is OpenStore for a cfg.Store that open opens (see Opener;
+// fleet.OpenStore passes fleet.Open). A nil open, or an empty cfg.Store,
+// opens the SQLite file in cfg.StateDir as OpenStore does.
+func OpenStoreWith(ctx context.Context, cfg Config, open Opener) (store.Store, error) {
+	if cfg.Store != "" && open == nil {
+		return nil, errNoOpener("OpenStore", cfg.Store)
+	}
 	defaulted := cfg.StateDir == "" && cfg.Store == ""
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -27,26 +71,18 @@ func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
 			return nil, fmt.Errorf("portalloc: %w", err)
 		}
 	}
-	return openBacking(ctx, cfg, true)
+	return openBacking(ctx, cfg, open, true)
 }
 
-// openBacking opens the store cfg names; a tool's store sweeps nothing and
+// openBacking opens the store cfg names: through open for a Config.Store,
+// else the SQLite file in cfg.StateDir. A tool's store sweeps nothing and
 // waits for a busy SQLite store as long as cfg.Timeout allows.
-func openBacking(ctx context.Context, cfg Config, tool bool) (store.Store, error) {
+func openBacking(ctx context.Context, cfg Config, open Opener, tool bool) (store.Store, error) {
 	if cfg.Store != "" {
-		dsn, err := storeDSN(cfg.Store)
-		if err != nil {
-			return nil, err
+		if open == nil { // New and OpenStore refuse it before
+			return nil, errNoOpener("New", cfg.Store)
 		}
-		opts := pgstore.Options{Host: cfg.Host, Logger: cfg.Logger, Timeout: cfg.Timeout}
-		if tool {
-			opts.SweepInterval = -1
-		}
-		s, err := pgstore.Open(ctx, dsn, opts)
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
+		return open(ctx, cfg, OpenOptions{Tool: tool})
 	}
 	// A store locked by something else for half the allocation timeout
 	// is busy: the caller gets an error wrapping ErrStoreUnavailable.

@@ -5,58 +5,29 @@ import (
 	"fmt"
 
 	"github.com/berth-go/berth/internal/portrange"
+	"github.com/berth-go/berth/store"
 )
 
-// Range is the ports First through Last, both included. The zero Range is
-// empty and not valid; where Config or PoolSpec take one, zero means their
-// default. Range is a small value: copy it freely.
-type Range struct {
-	First, Last uint16
-}
+// Range is the ports First through Last, both included: store.Range, the
+// one port-range type of berth, under the name portalloc has always given
+// it (see store.Range for its methods: Size, Contains, Overlaps, String
+// and Valid, whose error is a *RangeError). The zero Range is empty and
+// not valid; where Config or PoolSpec take one, zero means their default.
+// Range is a small value: copy it freely.
+type Range = store.Range
 
 // DefaultRange is 20000-32767: below the Linux ephemeral range (32768-60999)
 // and the Windows and macOS dynamic range (49152-65535), so the OS never
 // hands one of its ports to an outgoing connection.
 var DefaultRange = Range{First: 20000, Last: 32767}
 
-// Size returns the number of ports in r; 0 for an invalid range.
-func (r Range) Size() int { return portrange.Range(r).Size() }
-
-// Contains reports whether p is in r.
-func (r Range) Contains(p uint16) bool { return portrange.Range(r).Contains(p) }
-
-// Overlaps reports whether r and o share a port.
-func (r Range) Overlaps(o Range) bool { return portrange.Range(r).Overlaps(portrange.Range(o)) }
-
-// String returns r as ParseRange reads it: "FIRST-LAST", or "PORT" for a
-// range of one port.
-func (r Range) String() string { return portrange.Range(r).String() }
-
-// Valid returns nil for a non-empty range of ports 1-65535, FIRST <= LAST,
-// and otherwise a *RangeError that says what is wrong.
-func (r Range) Valid() error { return rangeErr("", portrange.Range(r).Valid()) }
-
 // RangeError reports a port range, or a list of them, that is not
-// accepted. Field names where the text came from: a variable such as
-// BERTH_PORT_RANGE, a field such as Config.Range, or "" for the argument of
-// ParseRange, ParseRanges or Valid. Input is the text as given, Reason what
-// is wrong and what is accepted. errors.Is(err, ErrInvalidRequest) holds
-// for it.
-type RangeError struct {
-	Field  string
-	Input  string
-	Reason string
-}
-
-func (e *RangeError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("port range %q: %s", e.Input, e.Reason)
-	}
-	return fmt.Sprintf("%s %q: %s", e.Field, e.Input, e.Reason)
-}
-
-// Unwrap returns ErrInvalidRequest.
-func (e *RangeError) Unwrap() error { return ErrInvalidRequest }
+// accepted: store.RangeError. Field names where the text came from: a
+// variable such as BERTH_PORT_RANGE, a field such as Config.Range, or ""
+// for the argument of ParseRange, ParseRanges or Range.Valid. Input is the
+// text as given, Reason what is wrong and what is accepted.
+// errors.Is(err, ErrInvalidRequest) holds for it.
+type RangeError = store.RangeError
 
 // rangeErr puts an error of package portrange into a *RangeError for
 // field; nil stays nil.
@@ -66,7 +37,9 @@ func rangeErr(field string, err error) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &pe):
-		return &RangeError{Field: field, Input: pe.Input, Reason: pe.Reason}
+		named := *pe
+		named.Field = field
+		return &named
 	default:
 		return fmt.Errorf("%w: %s: %w", ErrInvalidRequest, field, err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -31,7 +32,7 @@ func init() {
 	workers["reserveports"] = func(ctx context.Context) error {
 		cfg := portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: os.Getenv("BERTH_STATE_DIR"), Range: allocRange,
 			Store: os.Getenv("BERTH_TEST_STORE"), Host: os.Getenv("BERTH_TEST_HOST")}
-		a, err := portalloc.New(ctx, cfg)
+		a, err := fleet.New(ctx, cfg)
 		if err != nil {
 			return err
 		}

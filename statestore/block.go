@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/berth-go/berth/store"
 )
 
 // MaxBlock is the most ports ScanBlock reserves in one block.
-const MaxBlock = 1024
+const MaxBlock = store.MaxBlock
 
 // ScanBlock reserves n consecutive ports, base to base+n-1, for the first
 // candidate base whose ports no live reservation conflicts with and whose
@@ -18,10 +20,10 @@ const MaxBlock = 1024
 // port order, or an error wrapping ErrExhausted when the candidates run out.
 // Rows of exited owners in the way are deleted, as Scan does.
 func (s *Store) ScanBlock(ctx context.Context, req ScanRequest, n int) ([]Reservation, error) {
-	if n < 1 || n > MaxBlock {
-		return nil, &FieldError{Field: "n", Value: fmt.Sprint(n), Want: fmt.Sprintf("a block of 1 to %d ports", MaxBlock)}
+	if err := store.CheckBlock(n); err != nil {
+		return nil, err
 	}
-	if err := processOwner(req.Owner); err != nil {
+	if err := store.CheckProcessOwner(req.Owner); err != nil {
 		return nil, err
 	}
 	key, own, kind, batch, err := s.checkScan(req)

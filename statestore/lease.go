@@ -77,15 +77,6 @@ func leaseRow(r *Reservation, until int64) {
 	}
 }
 
-// processOwner refuses an owner under a lease where a process is asked
-// for.
-func processOwner(o Owner) error {
-	if o.IsLease() {
-		return &FieldError{Field: "owner", Value: "lease " + o.Name, Want: "a process identity (a holder under a lease reserves through ReserveLease or ScanLease)"}
-	}
-	return nil
-}
-
 // noOwner refuses an owner in a request for a holder.
 func noOwner(o Owner) error {
 	if !o.IsZero() {

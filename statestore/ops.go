@@ -9,6 +9,7 @@ import (
 
 	"github.com/berth-go/berth/internal/marker"
 	"github.com/berth-go/berth/internal/netaddr"
+	"github.com/berth-go/berth/store"
 )
 
 // ownerArgs are the arguments of ownerMatch.
@@ -18,7 +19,7 @@ func ownerArgs(o Owner) []any { return []any{o.PID, o.Scope, o.Start} }
 // process. It returns an error wrapping ErrNotFound when own holds no such
 // reservation (another owner's row is never touched).
 func (s *Store) Release(ctx context.Context, key Key, own Owner) error {
-	key, own, _, err := s.validate(key, own, "", Static)
+	key, own, err := s.validate(key, own)
 	if err != nil {
 		return err
 	}
@@ -40,7 +41,7 @@ func (s *Store) Release(ctx context.Context, key Key, own Owner) error {
 func (s *Store) ReleaseOwner(ctx context.Context, own Owner) (int, error) {
 	if own.IsZero() {
 		own = s.self
-	} else if err := validOwner(own); err != nil {
+	} else if err := store.CheckOwner(own); err != nil {
 		return 0, err
 	}
 	n, err := s.exec(ctx, "release all of "+own.String(), func(int64) { s.cache.stale() }, s.st.deleteOwner, ownerArgs(own)...)
@@ -54,11 +55,11 @@ func (s *Store) ReleaseOwner(ctx context.Context, own Owner) (int, error) {
 // from an orchestrator to the child it started, so that the port stays
 // reserved exactly as long as the child runs. to must be a live process.
 func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
-	key, from, _, err := s.validate(key, from, "", Static)
+	key, from, err := s.validate(key, from)
 	if err != nil {
 		return err
 	}
-	if err := validOwner(to); err != nil {
+	if err := store.CheckOwner(to); err != nil {
 		return err
 	}
 	if !to.Alive(ctx) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/internal/netaddr"
+	"github.com/berth-go/berth/store"
 )
 
 // Reserve reserves req.Key for req.Owner.
@@ -17,7 +18,7 @@ import (
 // other live conflict is a *ConflictError naming the holder; it says so
 // when the holder is req.Owner itself.
 func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
-	if err := processOwner(req.Owner); err != nil {
+	if err := store.CheckProcessOwner(req.Owner); err != nil {
 		return Reservation{}, err
 	}
 	return s.reserve(ctx, req, nil)
@@ -25,13 +26,12 @@ func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
 
 // reserve is Reserve, for a holder under a lease when lease is not nil.
 func (s *Store) reserve(ctx context.Context, req Request, lease *leaseGrant) (Reservation, error) {
-	key, own, kind, err := s.validate(req.Key, lease.owner(req.Owner), req.Kind, Static)
+	req.Owner = lease.owner(req.Owner)
+	c, err := store.CheckRequest(req, s.self)
 	if err != nil {
 		return Reservation{}, err
 	}
-	if err := CheckLabel(req.Label); err != nil {
-		return Reservation{}, err
-	}
+	key, own, kind := c.Key, c.Owner, c.Kind
 	var res Reservation
 	err = s.write(ctx, "reserve "+key.String(), func(tctx context.Context) error {
 		rows, err := s.conflictRows(tctx, key)
@@ -74,7 +74,7 @@ func (s *Store) reserve(ctx context.Context, req Request, lease *leaseGrant) (Re
 // Next runs out first. Rows of exited owners in the way are deleted; a row
 // that cannot be deleted only costs its own candidate.
 func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) {
-	if err := processOwner(req.Owner); err != nil {
+	if err := store.CheckProcessOwner(req.Owner); err != nil {
 		return Reservation{}, err
 	}
 	return s.scan(ctx, req, nil)
@@ -179,25 +179,12 @@ func (s *Store) scan(ctx context.Context, req ScanRequest, lease *leaseGrant) (R
 	return res, nil
 }
 
-// checkScan validates what Scan and ScanBlock share of a request and
-// returns its normalised key (port 1: the scan sets it), owner and kind,
-// and the batch size.
+// checkScan validates what Scan and ScanBlock share of a request (see
+// store.CheckScan) and returns its normalised key (port 1: the scan sets
+// it), owner and kind, and the batch size.
 func (s *Store) checkScan(req ScanRequest) (Key, Owner, Kind, int, error) {
-	if req.Next == nil {
-		return Key{}, Owner{}, "", 0, &FieldError{Field: "next", Value: "nil", Want: "a candidate iterator"}
-	}
-	key, own, kind, err := s.validate(Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, Dynamic)
-	if err != nil {
-		return Key{}, Owner{}, "", 0, err
-	}
-	if err := CheckLabel(req.Label); err != nil {
-		return Key{}, Owner{}, "", 0, err
-	}
-	batch := req.Batch
-	if batch <= 0 {
-		batch = 32
-	}
-	return key, own, kind, batch, nil
+	c, err := store.CheckScan(req, s.self)
+	return c.Key, c.Owner, c.Kind, c.Batch, err
 }
 
 // probe runs the caller's probe, if any, and counts a port found bound
@@ -217,29 +204,11 @@ func (s *Store) probe(probe ProbeFunc, key Key) (bool, error) {
 	return free, nil
 }
 
-func (s *Store) validate(k Key, own Owner, kind, defKind Kind) (Key, Owner, Kind, error) {
-	key, err := k.Normalize()
-	if err != nil {
-		return Key{}, Owner{}, "", err
-	}
-	switch {
-	case own.IsZero():
-		own = s.self
-	case own.IsLease():
-		// Checked by the lease's own calls (see leaseGrant).
-	default:
-		if err := validOwner(own); err != nil {
-			return Key{}, Owner{}, "", err
-		}
-	}
-	switch kind {
-	case "":
-		kind = defKind
-	case Dynamic, Static:
-	default:
-		return Key{}, Owner{}, "", &FieldError{Field: "kind", Value: string(kind), Want: `"dynamic" or "static"`}
-	}
-	return key, own, kind, nil
+// validate checks key and own for Release and Transfer (see
+// store.CheckRequest): the key normalised, a zero owner this process.
+func (s *Store) validate(key Key, own Owner) (Key, Owner, error) {
+	c, err := store.CheckRequest(store.Request{Key: key, Owner: own}, s.self)
+	return c.Key, c.Owner, err
 }
 
 // conflictRows reads the rows that conflict with key from the table.

@@ -2,7 +2,6 @@ package statestore
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/berth-go/berth/internal/owner"
 	"github.com/berth-go/berth/store"
@@ -42,30 +41,12 @@ func fromIdentity(id owner.Identity) Owner {
 	return Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name}
 }
 
-// Self returns the identity of the calling process. An error that comes
-// of a passing shortage (no descriptor to read /proc with) wraps
-// ErrTransient.
-func Self() (Owner, error) {
-	id, err := owner.Self()
-	if err != nil {
-		return Owner{}, shortErr("identify this process", err)
-	}
-	return fromIdentity(id), nil
-}
+// Self returns the identity of the calling process (see store.Self). An
+// error that comes of a passing shortage (no descriptor to read /proc
+// with) wraps ErrTransient.
+func Self() (Owner, error) { return store.Self() }
 
 // LookupOwner returns the identity of the live process pid, e.g. a child an
-// orchestrator has just started and hands its ports to.
-func LookupOwner(ctx context.Context, pid int) (Owner, error) {
-	id, err := owner.Lookup(ctx, pid)
-	if err != nil {
-		return Owner{}, err
-	}
-	return fromIdentity(id), nil
-}
-
-func validOwner(o Owner) error {
-	if o.PID <= 0 || (o.Start == 0 && o.Scope == "") {
-		return &FieldError{Field: "owner", Value: fmt.Sprintf("pid %d start %d", o.PID, o.Start), Want: "a live process identity from Self or LookupOwner"}
-	}
-	return nil
-}
+// orchestrator has just started and hands its ports to (see
+// store.LookupOwner).
+func LookupOwner(ctx context.Context, pid int) (Owner, error) { return store.LookupOwner(ctx, pid) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/internal/safefs"
 	"github.com/berth-go/berth/internal/transient"
 )
@@ -14,8 +15,9 @@ import (
 // sentinels of the same meaning are these very values.
 var (
 	// ErrInvalid: a request field is out of its accepted values. The error
-	// is a *FieldError (or, from portalloc, a message) that names the field.
-	ErrInvalid = errors.New("invalid request")
+	// is a *FieldError (or, from portalloc, a message) that names the field,
+	// or a *RangeError for a port range.
+	ErrInvalid = portrange.ErrInvalid
 	// ErrHeld: the port is reserved by a live owner or bound outside berth.
 	// The error is a *ConflictError.
 	ErrHeld = errors.New("port held")

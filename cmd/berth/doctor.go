@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -53,7 +54,7 @@ func (a *app) runDoctor(ctx context.Context) error {
 		_ = tw.Flush()
 		return err
 	}
-	al, err := portalloc.New(ctx, a.cfg)
+	al, err := fleet.New(ctx, a.cfg)
 	stateDir() // once New has made it, if it could
 	if err != nil {
 		line("mode", "%s: cannot serve: %v", modeOf(a.cfg), err)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/store"
 )
 
@@ -62,7 +63,7 @@ func (a *app) fleetAllocator(ctx context.Context) (*portalloc.Allocator, error) 
 	if a.cfg.Store == "" {
 		return nil, usagef("%s needs --store (a fleet's PostgreSQL store)", a.name)
 	}
-	return portalloc.New(ctx, a.cfg)
+	return fleet.New(ctx, a.cfg)
 }
 
 // needHolder refuses a missing --holder.
@@ -110,7 +111,7 @@ reserved as it is; the others come from --band.`,
 		if err != nil {
 			return usagef("--band %q: want FIRST-LAST such as 40000-40999, 1 <= FIRST <= LAST <= 65535", f.band)
 		}
-		band = portalloc.Band{First: r.First, Last: r.Last}
+		band = r
 		var spec *portalloc.SetSpec
 		if f.set != "" {
 			switch {

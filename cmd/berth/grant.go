@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth-go/berth/internal/transient"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -195,7 +196,7 @@ func (a *app) grantSetup(ctx context.Context, cmd *cobra.Command, f *grantFlags)
 	if err != nil {
 		return portalloc.Request{}, statestore.Owner{}, nil, err
 	}
-	al, err := portalloc.New(ctx, a.cfg)
+	al, err := fleet.New(ctx, a.cfg)
 	if err != nil {
 		return portalloc.Request{}, statestore.Owner{}, nil, err
 	}
@@ -485,7 +486,7 @@ func (a *app) openStore(ctx context.Context) (store.Store, error) {
 			return nil, nil
 		}
 	}
-	return portalloc.OpenStore(ctx, a.cfg)
+	return fleet.OpenStore(ctx, a.cfg)
 }
 
 // noArgs accepts no positional arguments; hint follows the error.

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/store"
 )
 
@@ -102,7 +103,7 @@ func (a *app) strictAllocator(ctx context.Context) (*portalloc.Allocator, error)
 		return nil, usagef("--holder with BERTH_MODE=mru: a holder's ports need the state store, which the MRU mode does not use")
 	}
 	cfg.Mode = portalloc.ModeStateStore
-	return portalloc.New(ctx, cfg)
+	return fleet.New(ctx, cfg)
 }
 
 // getLeased is get with --holder.

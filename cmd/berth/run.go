@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -177,7 +178,7 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		return usagef("COMMAND %q: %v", args[0], err)
 	}
 
-	al, err := portalloc.New(ctx, a.cfg)
+	al, err := fleet.New(ctx, a.cfg)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func runFleetWorker() error {
 		return err
 	}
 	w := &fleetWorker{st: st, log: log, rng: rand.New(rand.NewPCG(seed, uint64(os.Getpid()))),
-		band: pgstore.Band{First: r.First, Last: r.Last}, hosts: hosts, proc: proc, timeout: timeout}
+		band: r, hosts: hosts, proc: proc, timeout: timeout}
 	for ctx.Err() == nil {
 		w.step(ctx)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/berth-go/berth/internal/netns"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -814,7 +815,7 @@ func (s *supervisor) checkHost(ctx context.Context, h int, all bool) ([]string, 
 		cfg.Store, cfg.Host = s.cfg.Store, hostName(h)
 		where = " on " + cfg.Host
 	}
-	st, err := portalloc.OpenStore(ctx, cfg)
+	st, err := fleet.OpenStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -172,7 +173,7 @@ func runWorker() error {
 func open(ctx context.Context, log *eventLog, cfg portalloc.Config) (*portalloc.Allocator, error) {
 	for {
 		start := time.Now()
-		a, err := portalloc.New(ctx, cfg)
+		a, err := fleet.New(ctx, cfg)
 		if !timedOut(err) || ctx.Err() != nil {
 			return a, err
 		}

@@ -8,8 +8,10 @@
 //
 //	BERTH_STORE='host=/var/run/postgresql dbname=berth' go run ./examples/fleet
 //
-// BERTH_STORE names the database (see portalloc.Config.Store); the other
-// BERTH_* variables apply as in portalloc.ConfigFromEnv. The two hosts,
+// BERTH_STORE names the database (see portalloc.Config.Store), which
+// fleet.New (package portalloc/fleet) opens: portalloc alone links no
+// PostgreSQL client. The other BERTH_* variables apply as in
+// portalloc.ConfigFromEnv. The two hosts,
 // host-a and host-b (Config.Host), are Allocators of this one program: in
 // a real fleet each runs on its own machine, with BERTH_HOST unset (the
 // hostname) or set to that machine's name. Nothing here binds the ports it
@@ -27,6 +29,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 )
 
 // envAsk makes this program the second process of host-a: it asks for
@@ -58,7 +61,7 @@ func run(ctx context.Context, out io.Writer) error {
 	open := func(host string) (*portalloc.Allocator, error) {
 		c := cfg
 		c.Host = host
-		return portalloc.New(ctx, c)
+		return fleet.New(ctx, c)
 	}
 	// One process on host-a (this one; a second one comes below) and one
 	// on host-b. Close releases whatever each still holds, even on an
@@ -129,7 +132,7 @@ func ask(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	cfg.Host = "host-a"
-	a, err := portalloc.New(ctx, cfg)
+	a, err := fleet.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

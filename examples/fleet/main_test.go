@@ -12,6 +12,7 @@ import (
 	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/store"
 )
 
@@ -82,7 +83,7 @@ func TestRun(t *testing.T) {
 
 	// Released: the store holds nothing on either host.
 	for _, host := range []string{"host-a", "host-b"} {
-		s, err := portalloc.OpenStore(context.Background(), portalloc.Config{Store: dsn, Host: host})
+		s, err := fleet.OpenStore(context.Background(), portalloc.Config{Store: dsn, Host: host})
 		if err != nil {
 			t.Fatal(err)
 		}

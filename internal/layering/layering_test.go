@@ -1,13 +1,18 @@
 // Package layering_test fails when an import arrow points the wrong way:
-// cmd and examples -> portalloc -> statestore, pgstore, mru -> store -> internal.
+// cmd and examples -> portalloc/fleet -> portalloc -> statestore, pgstore,
+// mru -> store -> internal, and when a package that must not link a
+// PostgreSQL client (portalloc, porttest, statestore, ...) does.
 package layering_test
 
 import (
+	"errors"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,12 +30,23 @@ func layer(dir string) int {
 		return 1 // the boundary every store implements, and its conformance suite
 	case dir == "statestore" || dir == "pgstore" || dir == "mru":
 		return 2
+	case dir == fleetPackage:
+		return 4 // opens a fleet's store (pgstore) and hands it to portalloc
 	case strings.HasPrefix(dir, "portalloc"):
 		return 3
 	default: // cmd, examples
-		return 4
+		return 5
 	}
 }
+
+// fleetPackage is the one package of the portalloc family that imports a
+// store of a fleet (pgstore): programs import it when they want one.
+const fleetPackage = "portalloc/fleet"
+
+// drivers are the stores that link a client library: only the programs
+// (cmd, examples), fleetPackage and tests import them, as a program links
+// database/sql's drivers only when it asks for them.
+var drivers = map[string]bool{"pgstore": true}
 
 // sameFamily reports whether a and b are a package and one of its
 // subpackages (portalloc/porttest builds on portalloc, store/storetest on
@@ -88,8 +104,12 @@ func TestImportDirection(t *testing.T) {
 				t.Errorf("%s imports %s: nothing imports cmd or examples", rel, p)
 			} else if test && testHelpers[dep] {
 				continue // test code may use them at every layer, internal/ included
-			} else if layer(dep) >= layer(rel) && !strings.HasPrefix(dep, rel+"/") && !sameFamily(dep, rel) {
-				t.Errorf("%s imports %s: imports flow cmd, examples -> portalloc -> statestore, mru -> store -> internal", rel, p)
+			} else if test && dep == fleetPackage && sameFamily(dep, rel) {
+				continue // portalloc's external tests open fleets' stores through it
+			} else if drivers[dep] && layer(rel) == layer("portalloc") && !test {
+				t.Errorf("%s imports %s: portalloc and its packages reach a fleet's store only through package store's interfaces; %s opens it", rel, p, fleetPackage)
+			} else if layer(dep) > layer(rel) || (layer(dep) == layer(rel) && !strings.HasPrefix(dep, rel+"/") && !sameFamily(dep, rel)) {
+				t.Errorf("%s imports %s: imports flow cmd, examples -> portalloc/fleet -> portalloc -> statestore, pgstore, mru -> store -> internal", rel, p)
 			}
 		}
 		return nil
@@ -125,4 +145,75 @@ func TestTestprocImportsStandardLibrary(t *testing.T) {
 			}
 		}
 	}
+}
+
+// noPostgres are the packages that must not link a PostgreSQL client:
+// every program that gives tests their ports, or keeps one host's
+// reservations, imports them.
+var noPostgres = []string{"portalloc", "portalloc/porttest", "portalloc/listenfd", "portalloc/expvarmetrics", "statestore", "store", "store/storetest", "mru"}
+
+// postgresModules are the import path prefixes of a PostgreSQL client and
+// of what it brings.
+var postgresModules = []string{
+	"github.com/jackc/", // pgx, pgxpool, puddle, pgerrcode, pgpassfile, pgservicefile
+	"github.com/golang-migrate/migrate/v4/database/pgx", // golang-migrate's pgx driver
+	"github.com/golang-migrate/migrate/v4/database/postgres",
+	"github.com/lib/pq",
+}
+
+// TestNoPostgresClientBelowFleet: go list -deps of portalloc, porttest,
+// statestore and the other packages of one host names no package of a
+// PostgreSQL client: only programs that import pgstore or portalloc/fleet
+// build and link pgx. TestFleetLinksPostgres checks that the test can
+// fail.
+func TestNoPostgresClientBelowFleet(t *testing.T) {
+	for _, pkg := range noPostgres {
+		if bad := postgresDeps(t, pkg); len(bad) > 0 {
+			t.Errorf("go list -deps ./%s names %s: it links a PostgreSQL client; reach pgstore through package store's interfaces and open it in %s", pkg, strings.Join(bad, ", "), fleetPackage)
+		}
+	}
+}
+
+// TestFleetLinksPostgres: the packages that open a fleet's store do link
+// pgx, so that TestNoPostgresClientBelowFleet's go list would see it.
+func TestFleetLinksPostgres(t *testing.T) {
+	for _, pkg := range []string{fleetPackage, "pgstore"} {
+		bad := postgresDeps(t, pkg)
+		for _, want := range []string{"github.com/jackc/pgx/v5", "github.com/jackc/puddle/v2", "github.com/jackc/pgerrcode", "github.com/golang-migrate/migrate/v4/database/pgx/v5"} {
+			if !slices.Contains(bad, want) {
+				t.Errorf("go list -deps ./%s = %v; want it to name %s", pkg, bad, want)
+			}
+		}
+	}
+}
+
+// postgresDeps returns the dependencies of the module's package pkg that
+// belong to a PostgreSQL client, as go list -deps names them. It skips the
+// test when the go command is not on PATH.
+func postgresDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("go list needs the go command, which is not on PATH: %v", err)
+	}
+	cmd := exec.Command(goCmd, "list", "-deps", "./"+pkg)
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list -deps ./%s: %v\n%s", pkg, err, ee.Stderr)
+		}
+		t.Fatalf("go list -deps ./%s: %v", pkg, err)
+	}
+	var bad []string
+	for _, dep := range strings.Fields(string(out)) {
+		for _, m := range postgresModules {
+			if strings.HasPrefix(dep, m) {
+				bad = append(bad, dep)
+				break
+			}
+		}
+	}
+	return bad
 }

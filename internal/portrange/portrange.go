@@ -24,10 +24,16 @@ import (
 	"strings"
 )
 
-// ErrInvalid is wrapped by every parse error of this package.
-var ErrInvalid = errors.New("invalid port range")
+// ErrInvalid is wrapped by every parse error of this package. It is the
+// one sentinel of refused input of berth: package store names it
+// store.ErrInvalid and package portalloc ErrInvalidRequest, so a range
+// error is one of a refused request wherever it surfaces.
+var ErrInvalid = errors.New("invalid request")
 
-// Range is the ports First through Last, both included.
+// Range is the ports First through Last, both included. It is declared
+// here, the lowest package that reads ranges, and named store.Range,
+// portalloc.Range and portalloc.Band above: one type, whichever name a
+// caller uses. The zero Range is empty and not valid.
 type Range struct {
 	First, Last uint16
 }
@@ -53,7 +59,8 @@ func (r Range) String() string {
 	return fmt.Sprintf("%d-%d", r.First, r.Last)
 }
 
-// Valid returns an error unless r is a non-empty range of ports 1-65535.
+// Valid returns nil for a non-empty range of ports 1-65535, FIRST <= LAST,
+// and otherwise a *ParseError that says what is wrong.
 func (r Range) Valid() error {
 	if r.First == 0 {
 		return &ParseError{Input: r.String(), Reason: "port 0 is not a port; ports run from 1 to 65535"}
@@ -64,14 +71,22 @@ func (r Range) Valid() error {
 	return nil
 }
 
-// ParseError reports a range that could not be parsed and why.
+// ParseError reports a port range, or a list of them, that is not
+// accepted (portalloc.RangeError names it). Field names where the text
+// came from: a variable such as BERTH_PORT_RANGE, a field such as
+// Config.Range, or "" for the argument of a parse or of Valid. Input is
+// the text as given, Reason what is wrong and what is accepted.
 type ParseError struct {
+	Field  string
 	Input  string
 	Reason string
 }
 
 func (e *ParseError) Error() string {
-	return fmt.Sprintf("port range %q: %s", e.Input, e.Reason)
+	if e.Field == "" {
+		return fmt.Sprintf("port range %q: %s", e.Input, e.Reason)
+	}
+	return fmt.Sprintf("%s %q: %s", e.Field, e.Input, e.Reason)
 }
 
 // Unwrap returns ErrInvalid.

@@ -75,6 +75,7 @@ var known = map[string]string{
 	"listenfd":  "github.com/berth-go/berth/portalloc/listenfd",
 	"porttest":  "github.com/berth-go/berth/portalloc/porttest",
 	"portalloc": "github.com/berth-go/berth/portalloc",
+	"fleet":     "github.com/berth-go/berth/portalloc/fleet",
 }
 
 var selector = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Z]`)

@@ -80,11 +80,10 @@ type Config struct {
 	Ports PortRange
 }
 
-// PortRange is the ports First through Last, both included. It has the
-// layout of berth's internal testports.Range, so PortRange(r) converts one.
-type PortRange struct {
-	First, Last uint16
-}
+// PortRange is the ports First through Last, both included: store.Range
+// under the name the suite has always used. berth's internal
+// testports.Range has its layout, so PortRange(r) converts one.
+type PortRange = store.Range
 
 // racePorts is how many ports of Config.Ports ProcessesRace binds.
 const racePorts = 8
@@ -543,6 +542,61 @@ func testInvalid(t *testing.T, s store.Store) {
 	}
 	if _, err := s.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 1), Label: "x\x1b]0;t\a"}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Reserve with a label holding escapes = %v; want ErrInvalid", err)
+	}
+	// Owners, kinds and blocks out of their accepted values are refused
+	// alike by every store: the validation is package store's.
+	me := self(t)
+	k := key(store.TCP, "127.0.0.1", 1)
+	next := func() (uint16, bool) { return 0, false }
+	for _, tc := range []struct {
+		name  string
+		field string
+		call  func() error
+	}{
+		{"Reserve for pid 2^31", "owner", func() error {
+			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{PID: 1 << 31, Start: me.Start, Scope: me.Scope}})
+			return err
+		}},
+		{"Reserve for pid -1", "owner", func() error {
+			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{PID: -1, Start: 1}})
+			return err
+		}},
+		{"Reserve for a pid with no start or scope", "owner", func() error {
+			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{PID: me.PID}})
+			return err
+		}},
+		{"Reserve for a holder under a lease", "owner", func() error {
+			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{Scope: store.LeaseScope, Name: "ci/job"}})
+			return err
+		}},
+		{"Reserve of kind sticky", "kind", func() error {
+			_, err := s.Reserve(ctx, store.Request{Key: k, Kind: "sticky"})
+			return err
+		}},
+		{"Scan with no candidates iterator", "next", func() error {
+			_, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: k.Addr})
+			return err
+		}},
+		{"Scan for pid 2^31", "owner", func() error {
+			_, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: k.Addr, Next: next, Owner: store.Owner{PID: 1 << 31, Start: 1}})
+			return err
+		}},
+		{"ScanBlock of MaxBlock+1", "n", func() error {
+			_, err := s.ScanBlock(ctx, store.ScanRequest{Protocol: store.TCP, Addr: k.Addr, Next: next}, store.MaxBlock+1)
+			return err
+		}},
+		{"ScanBlock of 0", "n", func() error {
+			_, err := s.ScanBlock(ctx, store.ScanRequest{Protocol: store.TCP, Addr: k.Addr, Next: next}, 0)
+			return err
+		}},
+		{"Transfer to pid 2^31", "owner", func() error {
+			return s.Transfer(ctx, k, store.Owner{}, store.Owner{PID: 1 << 31, Start: 1})
+		}},
+	} {
+		var fe *store.FieldError
+		if err := tc.call(); !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("%s = %v; want a *FieldError for %q", tc.name, err, tc.field)
+		}
 	}
 	if rows, _ := s.List(ctx, store.Filter{}); len(rows) != 0 {
 		t.Errorf("refused requests stored %v", rows)

@@ -1,0 +1,75 @@
+// Package fleet opens a fleet's PostgreSQL store (package pgstore) for
+// portalloc, so that the hosts of a fleet share one range without ever
+// granting a port twice on one host.
+//
+// It is the one package a program imports to use a Config.Store (or
+// BERTH_STORE): portalloc itself links no PostgreSQL client, and neither
+// do porttest nor statestore, so a program that does not ask for
+// PostgreSQL does not build or link pgx. The split is database/sql's: the
+// dispatcher talks to the interfaces of package store, and the driver is
+// linked by the program that wants it.
+//
+//	cfg, err := portalloc.ConfigFromEnv() // BERTH_STORE, BERTH_HOST, ...
+//	...
+//	a, err := fleet.New(ctx, cfg) // the PostgreSQL store of cfg.Store, else the SQLite one
+//
+// New and OpenStore take any Config: without a Store they do what
+// portalloc.New and portalloc.OpenStore do. Importing fleet has no side
+// effects: it registers nothing.
+package fleet
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/berth-go/berth/internal/dsn"
+	"github.com/berth-go/berth/pgstore"
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/store"
+)
+
+// New returns an Allocator for cfg, as portalloc.New does, reserving in
+// the PostgreSQL store cfg.Store names when it names one (see
+// portalloc.Config.Store): it validates cfg, opens the store within
+// cfg.Timeout, and fails with an error wrapping
+// portalloc.ErrStoreUnavailable when it cannot (a fleet's store never
+// falls back to the MRU file). The Allocator's fleet-wide calls
+// (ReserveFleet, ...) use the store as a store.FleetStore.
+func New(ctx context.Context, cfg portalloc.Config) (*portalloc.Allocator, error) {
+	return portalloc.NewWithOpener(ctx, cfg, Open)
+}
+
+// OpenStore opens the store cfg names, as portalloc.OpenStore does, for a
+// program that reads or changes its rows directly (berth ls, reap): the
+// PostgreSQL database of cfg.Store, or else the SQLite file in
+// cfg.StateDir. The store runs no background sweep. The caller closes it.
+func OpenStore(ctx context.Context, cfg portalloc.Config) (store.Store, error) {
+	return portalloc.OpenStoreWith(ctx, cfg, Open)
+}
+
+// Open opens the PostgreSQL store cfg.Store names, as this host
+// (cfg.Host), with cfg.Logger and cfg.Timeout: the portalloc.Opener that
+// New and OpenStore hand to portalloc. cfg.Store is a connection string or
+// the absolute path of the directory of the server's unix socket; any
+// other value, the empty one included, is a *portalloc.FieldError for
+// Config.Store that never shows its password. With opts.Tool the store
+// runs no background sweep.
+func Open(ctx context.Context, cfg portalloc.Config, opts portalloc.OpenOptions) (store.Store, error) {
+	conn, err := dsn.FromStore(cfg.Store)
+	if err != nil || cfg.Store == "" {
+		want := "a PostgreSQL connection string or the absolute path of the directory of its unix socket"
+		if err != nil {
+			want += " (" + err.Error() + ")"
+		}
+		return nil, fmt.Errorf("fleet: open: %w", &portalloc.FieldError{Field: "Config.Store", Value: dsn.Redact(cfg.Store), Want: want})
+	}
+	po := pgstore.Options{Host: cfg.Host, Logger: cfg.Logger, Timeout: cfg.Timeout}
+	if opts.Tool {
+		po.SweepInterval = -1
+	}
+	s, err := pgstore.Open(ctx, conn, po)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
