@@ -86,3 +86,21 @@ func TestFallbackIsLogged(t *testing.T) {
 		t.Errorf("the fallback was logged %d times in one test; want once: %q", n, rec.logs)
 	}
 }
+
+// TestFleetStoreIgnored: a BERTH_STORE set for a fleet's programs does not
+// break a package's tests: porttest keeps its ports in this host's store,
+// and says so in the test's log.
+func TestFleetStoreIgnored(t *testing.T) {
+	t.Setenv(portalloc.EnvStateDir, t.TempDir())
+	t.Setenv(portalloc.EnvStore, "postgres://berth:Sekr3t@db.example/berth")
+	var rec *logRecorder
+	t.Run("inner", func(t *testing.T) {
+		rec = &logRecorder{TB: t}
+		if p := porttest.Port(rec); p == 0 {
+			t.Fatal("Port = 0")
+		}
+	})
+	if !rec.logged(portalloc.EnvStore+" is set") || rec.logged("Sekr3t") {
+		t.Fatalf("the test's log = %q; want a note that BERTH_STORE is set, without its password", rec.logs)
+	}
+}

@@ -117,7 +117,13 @@ func allocator(tb testing.TB) *portalloc.Allocator {
 		if err != nil {
 			tb.Fatalf("porttest: %v", err)
 		}
-		if cfg.StateDir == "" && cfg.Store == "" {
+		if cfg.Store != "" {
+			// A fleet's store is for a fleet's programs, which open it
+			// through portalloc/fleet; a test's ports are this host's.
+			tb.Logf("porttest: %s is set; porttest keeps its ports in this host's store all the same", portalloc.EnvStore)
+			cfg.Store = ""
+		}
+		if cfg.StateDir == "" {
 			dir, why, err := stateDir()
 			if err != nil {
 				tb.Fatalf("porttest: no state directory: %v; set %s", err, portalloc.EnvStateDir)
