@@ -140,8 +140,12 @@ type Report struct {
 	// other after it and before its holder's next comparison with the
 	// store (see Config.FailoverEvery). FailoverProbes counts the bind
 	// probes that failed in such a time. Documented; not violations.
-	FailoverLost    int
-	FailoverProbes  int64
+	FailoverLost   int
+	FailoverProbes int64
+	// ProbeKeys says, for each failed bind probe whose key a worker
+	// logged (with the server faults), the key and which claims of the
+	// run held it then.
+	ProbeKeys       []string
 	Errors          []string
 	ReapedByWorkers int64
 	// Violations describes the first violations; ViolationCount counts
@@ -246,6 +250,7 @@ func Check(dir string) (Report, error) {
 		losses     []int64
 		failovers  []failover // asynchronous ones
 		rereleases []Event
+		probeKeys  []Event                // the keys of failed probes, where the workers logged them
 		repairs    = map[string][]int64{} // each worker's comparisons with the store
 		probes     []Event
 		// From the supervisor's log, in its order.
@@ -355,6 +360,8 @@ func Check(dir string) (Report, error) {
 				repairs[e.Proc] = append(repairs[e.Proc], e.T)
 			case KindRerelease:
 				rereleases = append(rereleases, e)
+			case KindProbeKey:
+				probeKeys = append(probeKeys, e)
 			case KindChildBind:
 				if e.Err == "" {
 					childBound[e.Proc] = e.T
@@ -543,6 +550,9 @@ func Check(dir string) (Report, error) {
 		failoverWindow(c, failovers, repairs)
 	}
 	rep.FailoverProbes = failoverProbes(probes, claims)
+	for _, e := range probeKeys {
+		rep.ProbeKeys = append(rep.ProbeKeys, fmt.Sprintf("%s %s:%d on %s by %s at %s%s", e.Proto, e.Addr, e.Port, e.Host, e.Proc, stamp(e.T, base), heldBy(claims, e, base)))
+	}
 	for _, e := range rereleases {
 		// The release the repair did again was of a claim of the
 		// process's that had ended; one that is open now lost its row.

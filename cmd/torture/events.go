@@ -169,6 +169,10 @@ const (
 	// Port (Err: its log message). The worker must not hold the key then:
 	// its row would be gone while it binds the port.
 	KindRerelease = "rerelease"
+	// KindProbeKey: a bind probe of the worker's store found Proto, Addr
+	// and Port bound while the store held no row for it (pgstore's "port
+	// bound outside berth"); the probe-failed event of the call counts it.
+	KindProbeKey = "probe-key"
 )
 
 // eventLog appends events to a file, one write per event, so a SIGKILL

@@ -154,18 +154,25 @@ func (s repairSink) Info(_ int, msg string, kv ...any) {
 	case strings.HasPrefix(msg, "compared this process's reservations with the fleet's store"):
 		s.log.add(Event{Kind: KindRepair})
 	case strings.HasPrefix(msg, "released again a reservation of this process"):
-		e := Event{Kind: KindRerelease, Err: msg}
-		for i := 0; i+1 < len(kv); i += 2 {
-			if k, _ := kv[i].(string); k == "reservation" {
-				v, _ := kv[i+1].(string)
-				proto, ap, _ := strings.Cut(v, " ")
-				if a, err := netip.ParseAddrPort(ap); err == nil {
-					e.Proto, e.Addr, e.Port = proto, a.Addr().String(), a.Port()
-				}
+		s.log.add(keyed(Event{Kind: KindRerelease, Err: msg}, kv, "reservation"))
+	case msg == "port bound outside berth":
+		s.log.add(keyed(Event{Kind: KindProbeKey}, kv, "key"))
+	}
+}
+
+// keyed sets e's key from the value of name in a logr key-value list, a
+// key as store.Key and portalloc.Reservation print it: "tcp 127.0.0.1:80".
+func keyed(e Event, kv []any, name string) Event {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if k, _ := kv[i].(string); k == name {
+			v, _ := kv[i+1].(string)
+			proto, ap, _ := strings.Cut(v, " ")
+			if a, err := netip.ParseAddrPort(ap); err == nil {
+				e.Proto, e.Addr, e.Port = proto, a.Addr().String(), a.Port()
 			}
 		}
-		s.log.add(e)
 	}
+	return e
 }
 
 func (s repairSink) Error(err error, msg string, kv ...any) {

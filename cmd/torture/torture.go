@@ -49,7 +49,10 @@ type Config struct {
 	// reservations there (Config.Store), in a schema the run makes for
 	// itself and drops at the end, instead of in a SQLite file under Dir.
 	// Zero: the SQLite file. A server reached over its unix socket serves
-	// workers in every namespace of Hosts.
+	// workers in every namespace of Hosts. Since the server judges leases
+	// by this machine's clock, a run on PostgreSQL without ClockStep holds
+	// internal/clocklock throughout, so that no program that steps the
+	// clock through it runs meanwhile (it waits for one that does).
 	// StoreAuto ("auto") has the run start a server of its own, under
 	// Dir, and stop and delete it at the end (also on an error or Ctrl-C;
 	// not if the harness itself is SIGKILLed); PGRestartEvery and
@@ -244,6 +247,13 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	case cfg.FleetWorkers == 0:
 		cfg.FleetWorkers = 1
 	}
+	if cfg.Store != "" && !cfg.ClockStep {
+		unlock, err := holdClock(ctx, cfg.Progress)
+		if err != nil {
+			return Summary{}, err
+		}
+		defer func() { _ = unlock() }()
+	}
 	var clock *clockStepper
 	if cfg.ClockStep {
 		if clock, err = startClockStepper(ctx); err != nil {
@@ -368,6 +378,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		// let a worker claim a port that a holder it knew of had bound.
 		rep.ViolationCount++
 		rep.Violations = append(rep.Violations, fmt.Sprintf("%d bind probes failed: the store let workers claim ports a holder had bound (berth's probe kept them from being granted)", rep.ProbeFailures-rep.FailoverProbes))
+		for _, k := range first(rep.ProbeKeys, 10) {
+			rep.Violations = append(rep.Violations, "  probe failed: "+k)
+		}
 	}
 	sum.Report = rep
 	// The workers have gone and their children (which outlive killed

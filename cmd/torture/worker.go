@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -355,6 +356,7 @@ func (w *worker) grant(ctx context.Context, static bool) {
 	if _, mine := w.held[r]; mine {
 		return // Reserve of a key this worker holds returns it again
 	}
+	w.granted(r)
 	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Static: static, DurNS: int64(dur), Reaped: w.a.Stats().Reaped})
 	sock, ok := w.bindGrant(ctx, r, "")
 	if !ok {
@@ -430,6 +432,16 @@ func (w *worker) giveBack(ctx context.Context, r portalloc.Reservation) {
 	}
 }
 
+// granted forgets a failed release of r, now granted to the worker
+// again: trying it again would release the new grant, whose socket the
+// worker binds. The Allocator itself does again a release of its that
+// failed on a fleet's store, unless the key is held again.
+func (w *worker) granted(r portalloc.Reservation) {
+	w.unreleased = slices.DeleteFunc(w.unreleased, func(x portalloc.Reservation) bool {
+		return x.Protocol == r.Protocol && x.Address == r.Address && x.Port == r.Port
+	})
+}
+
 // retryReleases tries the releases that failed for a passing reason once
 // more each.
 func (w *worker) retryReleases(ctx context.Context) {
@@ -454,6 +466,7 @@ func (w *worker) handoff(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	w.granted(r)
 	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Handoff: true, DurNS: int64(time.Since(start))})
 	self, err := os.Executable()
 	if err != nil {
