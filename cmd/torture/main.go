@@ -89,7 +89,10 @@
 // (each worker logs its comparisons as repair events). Any other
 // conflict, and any conflict with -sync-standby or -pg-restart-every, is
 // a violation. Calls that fail on a server out of reach are counted, not
-// errors.
+// errors. Any run on PostgreSQL holds the lock that -clock-step runs take
+// turns by (internal/clocklock), waiting for one that is stepping the
+// clock: the server judges leases by this machine's clock, and a step of
+// 300 s would end them all under the run.
 //
 //	sudo go run ./cmd/torture -hosts 2 -workers 3 -pg-restart-every 4s -duration 30s
 //	sudo go run ./cmd/torture -hosts 2 -workers 3 -failover-every 6s -sync-standby -duration 30s

@@ -294,10 +294,7 @@ func TestRunHosts(t *testing.T) {
 	}
 	netns.ForTest(t, 1) // skips unless namespaces can be made here
 	dir := t.TempDir()
-	sum, err := Run(context.Background(), Config{Store: dsn, Hosts: 3, Workers: 2, Duration: 10 * time.Second, RetireEvery: 2 * time.Second, Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sum := runFleet(t, Config{Store: dsn, Hosts: 3, Workers: 2, Duration: 10 * time.Second, RetireEvery: 2 * time.Second, Dir: dir})
 	var b strings.Builder
 	sum.Print(&b)
 	t.Log("\n" + b.String())
@@ -608,10 +605,10 @@ func ownServerForTest(t *testing.T) {
 	netns.ForTest(t, 1) // skips unless namespaces can be made here
 }
 
-// runOwnServer runs cfg, which starts a server of its own. A run on
-// PostgreSQL waits for a program that steps the clock to finish (see
-// holdClock): it waits a while, then skips rather than fails.
-func runOwnServer(t *testing.T, cfg Config) Summary {
+// runFleet runs cfg, a run on PostgreSQL. Such a run waits for a program
+// that steps the clock to finish (see holdClock): this waits a while,
+// then skips rather than fails.
+func runFleet(t *testing.T, cfg Config) Summary {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -631,7 +628,7 @@ func runOwnServer(t *testing.T, cfg Config) Summary {
 // new server and go on granting.
 func TestRunPGRestart(t *testing.T) {
 	ownServerForTest(t)
-	sum := runOwnServer(t, Config{Hosts: 2, Workers: 2, Duration: 9 * time.Second, PGRestartEvery: 2 * time.Second})
+	sum := runFleet(t, Config{Hosts: 2, Workers: 2, Duration: 9 * time.Second, PGRestartEvery: 2 * time.Second})
 	var b strings.Builder
 	sum.Print(&b)
 	t.Log("\n" + b.String())
@@ -652,7 +649,7 @@ func TestRunPGRestart(t *testing.T) {
 // violation, and the hosts keep granting.
 func TestRunFailover(t *testing.T) {
 	ownServerForTest(t)
-	sum := runOwnServer(t, Config{Hosts: 2, Workers: 2, Duration: 12 * time.Second, FailoverEvery: 4 * time.Second, SyncStandby: true})
+	sum := runFleet(t, Config{Hosts: 2, Workers: 2, Duration: 12 * time.Second, FailoverEvery: 4 * time.Second, SyncStandby: true})
 	var b strings.Builder
 	sum.Print(&b)
 	t.Log("\n" + b.String())
