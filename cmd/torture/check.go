@@ -549,7 +549,7 @@ func Check(dir string) (Report, error) {
 	for _, c := range claims {
 		failoverWindow(c, failovers, repairs)
 	}
-	rep.FailoverProbes = failoverProbes(probes, claims)
+	rep.FailoverProbes = failoverProbes(probes, probeKeys, claims)
 	for _, e := range probeKeys {
 		rep.ProbeKeys = append(rep.ProbeKeys, fmt.Sprintf("%s %s:%d on %s by %s at %s%s", e.Proto, e.Addr, e.Port, e.Host, e.Proc, stamp(e.T, base), heldBy(claims, e, base)))
 	}
@@ -872,13 +872,31 @@ func failoverLostBind(claims []*claim, e Event) bool {
 	return false
 }
 
-// failoverProbes counts the failed bind probes of a worker that came
-// while a claim on its host may have been missing from the store after an
+// failoverProbes counts the failed bind probes that came while a claim
+// on the prober's host may have been missing from the store after an
 // asynchronous failover: the store let the worker claim a port whose
 // holder had not put its row back yet, and berth's probe kept it from
-// being granted.
-func failoverProbes(probes []Event, claims []*claim) int64 {
+// being granted. Where the workers logged the probes' keys (keys), a
+// probe counts only if such a claim conflicts with its key; else any
+// claim of the host in its window will do.
+func failoverProbes(probes, keys []Event, claims []*claim) int64 {
 	var n int64
+	if len(keys) > 0 {
+		for _, k := range keys {
+			a, err := netip.ParseAddr(k.Addr)
+			if err != nil {
+				continue
+			}
+			for _, c := range claims {
+				if inSpans(c.failWin, k.T) && (c.fleet || c.host == k.Host) && c.proto == k.Proto && c.port == k.Port &&
+					netaddr.Conflicts(a, c.addr) {
+					n++
+					break
+				}
+			}
+		}
+		return n
+	}
 	for _, p := range probes {
 		for _, c := range claims {
 			if inSpans(c.failWin, p.T) && (c.fleet || c.host == p.Host) {

@@ -682,3 +682,41 @@ func TestRunFaultsNeedOwnServer(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckFailoverProbes: a failed probe counts as one over a row an
+// asynchronous failover lost only if a claim asked for before the
+// failover conflicts with its key and its holder had not compared its
+// reservations with the new primary yet.
+func TestCheckFailoverProbes(t *testing.T) {
+	probe := func(tm int64, addr string, port uint16) []Event {
+		return []Event{{T: tm, Kind: KindProbeKey, Proc: "w2", Host: "host-1", Proto: "tcp", Addr: addr, Port: port},
+			{T: tm, Kind: KindProbe, Proc: "w2", Host: "host-1", Probes: 1}}
+	}
+	held := []Event{{T: 10, Kind: KindGrant, Proc: "w1", Host: "host-1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000, DurNS: 2},
+		{T: 40, Kind: KindRepair, Proc: "w1", Restored: 1}}
+	for _, tt := range []struct {
+		name  string
+		probe []Event
+		sync  bool
+		want  int64
+	}{
+		{"in the window, over the lost key", probe(30, "127.0.0.1", 26000), false, 1},
+		{"in the window, over another port", probe(30, "127.0.0.1", 26001), false, 0},
+		{"after the holder's comparison", probe(50, "127.0.0.1", 26000), false, 0},
+		{"a synchronous standby", probe(30, "127.0.0.1", 26000), true, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, err := Check(writeLogs(t, map[string][]Event{
+				"w1.jsonl":         held,
+				"w2.jsonl":         tt.probe,
+				"supervisor.jsonl": {{T: 20, Kind: KindFailover, Sync: tt.sync}, {T: 22, Kind: KindPromoted, Sync: tt.sync}},
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.FailoverProbes != tt.want || rep.ProbeFailures != 1 || len(rep.ProbeKeys) != 1 {
+				t.Errorf("FailoverProbes = %d, ProbeFailures %d, ProbeKeys %q; want %d, 1, one", rep.FailoverProbes, rep.ProbeFailures, rep.ProbeKeys, tt.want)
+			}
+		})
+	}
+}
