@@ -7,9 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/berth-go/berth/internal/pgserver"
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
@@ -60,22 +58,11 @@ func init() {
 	}
 }
 
-// pgPair is a primary and its standby.
+// pgPair is a primary and its standby; pSock and sSock are the socket
+// directories of the first primary and the first standby.
 type pgPair struct {
-	bin, dir         string
-	primary, standby string // data directories
-	pSock, sSock     string // their socket directories
-	asUser           []string
-}
-
-// run runs a PostgreSQL program as the clusters' user.
-func (c *pgPair) run(tb testing.TB, prog string, args ...string) {
-	tb.Helper()
-	argv := append(slices.Clone(c.asUser), append([]string{filepath.Join(c.bin, prog)}, args...)...)
-	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
-	if err != nil {
-		tb.Fatalf("%s %s: %v\n%s", prog, strings.Join(args, " "), err, out)
-	}
+	*pgserver.Pair
+	pSock, sSock string
 }
 
 // startPair makes and starts a primary and a standby streaming from it;
@@ -87,70 +74,33 @@ func startPair(tb testing.TB, sync bool) *pgPair {
 	if os.Getenv("BERTH_TEST_POSTGRES") == "" {
 		tb.Skip("set BERTH_TEST_POSTGRES to run the fleet-store tests (bash .ci/postgres start prints one); the failover tests start servers of their own with the same binaries")
 	}
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(bins) == 0 {
-		tb.Skip("no PostgreSQL server binaries under /usr/lib/postgresql (bash .ci/postgres start installs them)")
-	}
-	slices.Sort(bins) // one version is installed here; take the last
-	c := &pgPair{bin: filepath.Dir(bins[len(bins)-1])}
-	dir, err := os.MkdirTemp("", "berth-fo.") // short: a socket path has ~100 bytes
+	root, err := os.MkdirTemp("", "berth-fo.") // short: a socket path has ~100 bytes
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c.dir = dir
-	tb.Cleanup(func() {
-		for _, d := range []string{c.standby, c.primary} {
-			if d != "" {
-				argv := append(slices.Clone(c.asUser), filepath.Join(c.bin, "pg_ctl"), "-D", d, "-m", "immediate", "-w", "stop")
-				_ = exec.Command(argv[0], argv[1:]...).Run()
-			}
-		}
-		_ = os.RemoveAll(dir)
-	})
-	uid := -1 // the servers' user, when not this one
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			tb.Skip("running as root without a postgres user to run the servers as (bash .ci/postgres start creates it)")
-		}
-		uid, _ = strconv.Atoi(u.Uid)
-		if err := os.Chown(dir, uid, -1); err != nil {
-			tb.Fatal(err)
-		}
-		c.asUser = []string{"runuser", "-u", "postgres", "--"}
+	_ = os.Remove(root) // pgserver makes it, for the servers' user
+	c, err := pgserver.New(root)
+	if errors.Is(err, pgserver.ErrNotInstalled) || errors.Is(err, pgserver.ErrNoUser) {
+		tb.Skip(err)
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if err != nil {
 		tb.Fatal(err)
 	}
-	c.primary, c.standby = filepath.Join(dir, "p"), filepath.Join(dir, "s")
-	c.pSock, c.sSock = filepath.Join(dir, "ps"), filepath.Join(dir, "ss")
-	for _, d := range []string{c.pSock, c.sSock} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			tb.Fatal(err)
+	tb.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			tb.Errorf("stop the failover test's servers: %v", err)
 		}
-		if uid >= 0 {
-			if err := os.Chown(d, uid, -1); err != nil {
-				tb.Fatal(err)
-			}
-		}
+	})
+	c.MaxConnections, c.Sync = 60, sync
+	pair, err := c.StartPair(context.Background())
+	if err != nil {
+		tb.Fatal(err)
 	}
-	c.run(tb, "initdb", "-D", c.primary, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
-	opts := "-c listen_addresses='' -c unix_socket_directories='" + c.pSock + "' -c fsync=off -c full_page_writes=off -c max_connections=60"
-	if sync {
-		opts += " -c synchronous_standby_names='*' -c synchronous_commit=on"
-	}
-	c.run(tb, "pg_ctl", "-D", c.primary, "-l", filepath.Join(dir, "p.log"), "-w", "-t", "60", "-o", opts, "start")
-	c.run(tb, "pg_basebackup", "-D", c.standby, "-h", c.pSock, "-U", "postgres", "-R", "-X", "stream", "--no-sync")
-	c.run(tb, "pg_ctl", "-D", c.standby, "-l", filepath.Join(dir, "s.log"), "-w", "-t", "60", "-o",
-		"-c listen_addresses='' -c unix_socket_directories='"+c.sSock+"' -c fsync=off -c full_page_writes=off -c max_connections=60", "start")
-	c.waitStreaming(tb)
-	return c
+	return &pgPair{Pair: pair, pSock: pair.Primary.Sock, sSock: pair.Standby.Sock}
 }
 
 // dsn is the fleet's connection string: both servers, the writable one.
-func (c *pgPair) dsn() string {
-	return fmt.Sprintf("host=%s,%s dbname=postgres user=postgres sslmode=disable target_session_attrs=read-write connect_timeout=2", c.pSock, c.sSock)
-}
+func (c *pgPair) dsn() string { return c.DSN() }
 
 func (c *pgPair) conn(tb testing.TB, sock string) *pgx.Conn {
 	tb.Helper()
@@ -166,19 +116,8 @@ func (c *pgPair) conn(tb testing.TB, sock string) *pgx.Conn {
 // primary wrote.
 func (c *pgPair) waitStreaming(tb testing.TB) {
 	tb.Helper()
-	p := c.conn(tb, c.pSock)
-	defer p.Close(context.Background())
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var caught bool
-		err := p.QueryRow(context.Background(), "SELECT count(*) = 1 AND bool_and(replay_lsn >= pg_current_wal_lsn()) FROM pg_stat_replication WHERE state = 'streaming'").Scan(&caught)
-		if err == nil && caught {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("the standby did not catch up with the primary in 20s (%v)", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := c.WaitStreaming(context.Background()); err != nil {
+		tb.Fatal(err)
 	}
 }
 
@@ -215,13 +154,17 @@ func (c *pgPair) holdBack(tb testing.TB) {
 // postmaster, SIGKILL after 5s): nothing is flushed or shipped any more.
 func (c *pgPair) kill(tb testing.TB) {
 	tb.Helper()
-	c.run(tb, "pg_ctl", "-D", c.primary, "-m", "immediate", "-w", "stop")
+	if err := c.Primary.Stop(context.Background(), "immediate"); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // promote makes the standby the primary.
 func (c *pgPair) promote(tb testing.TB) {
 	tb.Helper()
-	c.run(tb, "pg_ctl", "-D", c.standby, "-w", "-t", "60", "promote")
+	if err := c.Standby.Promote(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // hostRows returns the rows of the new primary as "host:port", sorted,

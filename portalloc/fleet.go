@@ -405,25 +405,7 @@ func (a *Allocator) repairRows(ctx context.Context, s keeper, why error) error {
 			have[row.Key] = true
 		}
 	}
-	put, failed := 0, 0
-	for _, r := range held {
-		if r.Backend != BackendStateStore || have[storeKey(r)] {
-			continue
-		}
-		_, err := s.Reserve(ctx, store.Request{Key: storeKey(r), Label: r.Label})
-		var ce *ConflictError
-		switch {
-		case err == nil:
-			put++
-		case errors.As(err, &ce):
-			failed++
-			a.warn.Error(err, "a reservation missing from the fleet's store could not be put back: another process took the port meanwhile, and both may now use it",
-				"reservation", r.String(), "holder", ce.Holder.Owner.String(), "pid", self.PID, "host", a.cfg.Host, "cause", why.Error())
-		default:
-			failed++
-			a.warn.Error(err, "a reservation missing from the fleet's store could not be put back", "reservation", r.String(), "cause", why.Error())
-		}
-	}
+	put, failed := a.restore(ctx, s, held, have, "missing from the fleet's store")
 	redone, pending := a.redo(ctx, s, have)
 	a.ctr.restored.Add(int64(put))
 	a.ctr.lost.Add(int64(failed))

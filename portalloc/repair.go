@@ -55,7 +55,7 @@ func (a *Allocator) watch() {
 		} else if err == nil && a.restoreAgain.Load() {
 			a.repairMu.Lock()
 			if a.db() == s {
-				put, failed := a.restore(ctx, s)
+				put, failed := a.restore(ctx, s, a.Held(), nil, lostWithFile)
 				a.ctr.restored.Add(int64(put))
 				a.ctr.lost.Add(int64(failed))
 			}
@@ -141,7 +141,7 @@ func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) err
 	// The rows go back before the new store serves this Allocator's
 	// calls: a Release that ran on the lost store meanwhile waits for this
 	// repair, then releases in the new one, where it finds its row.
-	put, failed := a.restore(ctx, s)
+	put, failed := a.restore(ctx, s, a.Held(), nil, lostWithFile)
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -162,16 +162,17 @@ func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) err
 	return nil
 }
 
-// restore puts back in s every row of the state store the Allocator
-// holds, and returns how many it put back and how many another owner holds
-// now.
+// restore puts back in s every row of the state store among held (what the
+// Allocator holds) that have does not list (nil: none is there), and
+// returns how many it put back and how many another owner holds now. where
+// says, for the log, where the rows went missing.
 //
 // A reservation it could not put back for a passing reason (a shortage of
 // descriptors, a busy store) is tried again at the next check.
-func (a *Allocator) restore(ctx context.Context, s store.Store) (put, failed int) {
+func (a *Allocator) restore(ctx context.Context, s store.Store, held []Reservation, have map[store.Key]bool, where string) (put, failed int) {
 	a.restoreAgain.Store(false)
-	for _, r := range a.Held() {
-		if r.Backend != BackendStateStore {
+	for _, r := range held {
+		if r.Backend != BackendStateStore || have[storeKey(r)] {
 			continue
 		}
 		// No probe: this process may be listening on the port already.
@@ -182,19 +183,22 @@ func (a *Allocator) restore(ctx context.Context, s store.Store) (put, failed int
 			put++
 		case errors.As(err, &ce):
 			failed++
-			a.warn.Error(err, "a reservation lost with the state store's file could not be put back: another process took the port meanwhile, and both may now use it",
-				"reservation", r.String(), "holder", ce.Holder.Owner.String(), "pid", os.Getpid())
+			a.warn.Error(err, "a reservation "+where+" could not be put back: another process took the port meanwhile, and both may now use it",
+				"reservation", r.String(), "holder", ce.Holder.Owner.String(), "pid", os.Getpid(), "host", a.cfg.Host)
 		case isTransient(err):
 			// Out of descriptors, say: the next check tries again.
 			a.restoreAgain.Store(true)
-			a.warn.Error(err, "a reservation lost with the state store's file could not be put back yet; trying again", "reservation", r.String(), "in", checkInterval().String())
+			a.warn.Error(err, "a reservation "+where+" could not be put back yet; trying again", "reservation", r.String(), "in", checkInterval().String())
 		default:
 			failed++
-			a.warn.Error(err, "a reservation lost with the state store's file could not be put back", "reservation", r.String())
+			a.warn.Error(err, "a reservation "+where+" could not be put back", "reservation", r.String())
 		}
 	}
 	return put, failed
 }
+
+// lostWithFile is where restore says the rows of a lost SQLite file went.
+const lostWithFile = "lost with the state store's file"
 
 // lasting reports whether err of opening a store is one that trying again
 // at once cannot mend.

@@ -38,8 +38,18 @@ type claim struct {
 	// call that granted it began.
 	holder        string
 	since, expiry int64
-	dropped       bool // its worker closed the socket and let it run out
-	ofKilled      bool // its worker was killed holding it
+	// asked is when the call that granted the claim began; a commit of
+	// it may have reached the store from then on.
+	asked int64
+	// failLost and failFound bound the time in which the claim's row may
+	// have been missing from the store after an asynchronous failover:
+	// from the failover (its grant began before it, and it was still
+	// held) until its holder compared its reservations with the new
+	// primary and put the row back (a hand-off's child has no one to put
+	// its row back: until its exit). Zero when never.
+	failWin  []span
+	dropped  bool // its worker closed the socket and let it run out
+	ofKilled bool // its worker was killed holding it
 }
 
 func (c claim) String() string {
@@ -112,8 +122,32 @@ type Report struct {
 	// refused for want of descriptors (made again after the spell), and
 	// Shortages the children not started for it.
 	PressureSpells, Transients, EMFILEBinds, Shortages int
-	Errors                                             []string
-	ReapedByWorkers                                    int64
+	// Restarts counts the restarts of the run's server, LongestRestart
+	// the slowest; Failovers the failovers, LongestFailover the slowest
+	// (from the SIGKILL to the new standby streaming).
+	Restarts, Failovers             int
+	LongestRestart, LongestFailover time.Duration
+	// Repairs counts the workers' comparisons of their reservations with
+	// the store after it changed server; Restored the rows they put back,
+	// NotRestored those they could not (another process had the port),
+	// Rereleased the releases they did again. Unavailable counts the
+	// calls that failed on a server out of reach.
+	Repairs, Unavailable              int
+	Restored, NotRestored, Rereleased int64
+	// FailoverLost counts the conflicts (a second grant, or a bind that
+	// failed) over a row an asynchronous failover lost, before its holder
+	// put it back: the claim was granted before the failover and the
+	// other after it and before its holder's next comparison with the
+	// store (see Config.FailoverEvery). FailoverProbes counts the bind
+	// probes that failed in such a time. Documented; not violations.
+	FailoverLost   int
+	FailoverProbes int64
+	// ProbeKeys says, for each failed bind probe whose key a worker
+	// logged (with the server faults), the key and which claims of the
+	// run held it then.
+	ProbeKeys       []string
+	Errors          []string
+	ReapedByWorkers int64
 	// Violations describes the first violations; ViolationCount counts
 	// them all.
 	Violations     []string
@@ -214,6 +248,11 @@ func Check(dir string) (Report, error) {
 		reaped     = map[string]int64{}
 		retires    []Event
 		losses     []int64
+		failovers  []failover // asynchronous ones
+		rereleases []Event
+		probeKeys  []Event                // the keys of failed probes, where the workers logged them
+		repairs    = map[string][]int64{} // each worker's comparisons with the store
+		probes     []Event
 		// From the supervisor's log, in its order.
 		base, stop  int64 = math.MaxInt64, math.MaxInt64 // the run's start and end
 		haveStart   bool
@@ -275,6 +314,9 @@ func Check(dir string) (Report, error) {
 				if e.Lost {
 					rep.LostCalls++
 				}
+				if e.Unavailable {
+					rep.Unavailable++
+				}
 			case KindPressure:
 				rep.PressureSpells++
 			case KindPressureEnd:
@@ -296,6 +338,30 @@ func Check(dir string) (Report, error) {
 			case KindLoseStore:
 				rep.StoreLosses++
 				losses = append(losses, e.T)
+			case KindPGRestart:
+				rep.Restarts++
+				rep.LongestRestart = max(rep.LongestRestart, time.Duration(e.DurNS))
+			case KindFailover:
+				rep.Failovers++
+				if !e.Sync {
+					failovers = append(failovers, failover{killed: e.T, promoted: math.MaxInt64})
+				}
+			case KindPromoted:
+				if n := len(failovers); n > 0 && !e.Sync && failovers[n-1].promoted == math.MaxInt64 {
+					failovers[n-1].promoted = e.T
+				}
+			case KindRebuilt:
+				rep.LongestFailover = max(rep.LongestFailover, time.Duration(e.DurNS))
+			case KindRepair:
+				rep.Repairs++
+				rep.Restored += e.Restored
+				rep.NotRestored += e.NotRestored
+				rep.Rereleased += e.Rereleased
+				repairs[e.Proc] = append(repairs[e.Proc], e.T)
+			case KindRerelease:
+				rereleases = append(rereleases, e)
+			case KindProbeKey:
+				probeKeys = append(probeKeys, e)
 			case KindChildBind:
 				if e.Err == "" {
 					childBound[e.Proc] = e.T
@@ -325,7 +391,8 @@ func Check(dir string) (Report, error) {
 				if err != nil {
 					return rep, fmt.Errorf("log of %s: %w", proc, err)
 				}
-				c := &claim{host: e.Host, fleet: e.Fleet, proto: e.Proto, addr: a, port: e.Port, proc: proc, pid: e.PID, start: e.T, end: math.MaxInt64}
+				c := &claim{host: e.Host, fleet: e.Fleet, proto: e.Proto, addr: a, port: e.Port, proc: proc, pid: e.PID, start: e.T, end: math.MaxInt64,
+					asked: e.T - e.DurNS}
 				claims = append(claims, c)
 				grants = append(grants, e.T)
 				rep.Grants++
@@ -410,6 +477,7 @@ func Check(dir string) (Report, error) {
 				rep.LeaseRefusals++
 			case KindProbe:
 				rep.ProbeFailures += e.Probes
+				probes = append(probes, e)
 			case KindExhausted:
 				if e.Fleet {
 					rep.FleetExhausted++
@@ -478,6 +546,24 @@ func Check(dir string) (Report, error) {
 			}
 		}
 	}
+	for _, c := range claims {
+		failoverWindow(c, failovers, repairs)
+	}
+	rep.FailoverProbes = failoverProbes(probes, probeKeys, claims)
+	for _, e := range probeKeys {
+		rep.ProbeKeys = append(rep.ProbeKeys, fmt.Sprintf("%s %s:%d on %s by %s at %s%s", e.Proto, e.Addr, e.Port, e.Host, e.Proc, stamp(e.T, base), heldBy(claims, e, base)))
+	}
+	for _, e := range rereleases {
+		// The release the repair did again was of a claim of the
+		// process's that had ended; one that is open now lost its row.
+		for _, c := range claims {
+			if c.proc == e.Proc && c.child == "" && c.holder == "" && c.proto == e.Proto && c.port == e.Port && c.addr.String() == e.Addr &&
+				c.start < e.T && e.T < c.end {
+				violate("%s released again by its own process's comparison with the store at %s while it held it (granted at %s): its row is gone, and the port can be granted to another process of its host",
+					c, stamp(e.T, base), stamp(c.start, base))
+			}
+		}
+	}
 	for _, n := range reaped {
 		rep.ReapedByWorkers += n
 	}
@@ -491,6 +577,10 @@ func Check(dir string) (Report, error) {
 		}
 		if heldByLostLeases(claims, f.e) {
 			rep.LostLeases++
+			continue
+		}
+		if failoverLostBind(claims, f.e) {
+			rep.FailoverLost++
 			continue
 		}
 		violate("%s%s", f.msg, heldBy(claims, f.e, base))
@@ -642,6 +732,8 @@ func overlaps(claims []*claim, violate func(string, ...any), rep *Report, base i
 					rep.LostLeases++
 				case a.lost != 0 && a.lost <= b.start && b.start <= a.found:
 					rep.Unguarded++
+				case inFailoverWindow(a, b):
+					rep.FailoverLost++
 				default:
 					violate("double grant: %s from %s until %s overlaps %s from %s", a, stamp(a.start, base), stamp(a.end, base), b, stamp(b.start, base))
 				}
@@ -733,4 +825,111 @@ func childClaim(claims []*claim, e Event) *claim {
 		}
 	}
 	return nil
+}
+
+// failover is an asynchronous failover: when the primary was killed and
+// when the standby had become the primary (MaxInt64 if never).
+type failover struct{ killed, promoted int64 }
+
+// failoverWindow marks the times in which c's row may have been missing
+// from the store after an asynchronous failover: one whose grant began
+// before the primary was killed and that was still held then, until its
+// holder's first comparison with the store after the promotion (repairs,
+// by process), or, for a hand-off (whose child nobody speaks for) and a
+// fleet-wide grant, until the claim's end.
+func failoverWindow(c *claim, failovers []failover, repairs map[string][]int64) {
+	for _, f := range failovers {
+		if c.asked >= f.killed || c.end <= f.killed {
+			continue
+		}
+		found := c.end
+		if c.child == "" && !c.fleet {
+			for _, t := range repairs[c.proc] {
+				if t > f.promoted {
+					found = min(found, t)
+					break
+				}
+			}
+		}
+		c.failWin = append(c.failWin, span{f.killed, found})
+	}
+}
+
+// inFailoverWindow reports whether b began while a's row may have been
+// missing after an asynchronous failover.
+func inFailoverWindow(a, b *claim) bool { return inSpans(a.failWin, b.start) }
+
+func inSpans(spans []span, t int64) bool {
+	for _, w := range spans {
+		if w.start <= t && t <= w.end {
+			return true
+		}
+	}
+	return false
+}
+
+// failoverLostBind reports whether the failed bind e is a conflict over
+// a row an asynchronous failover lost: the grant e bound (its own claim)
+// and a claim of another process that held the key when it failed, one
+// of them begun while the other's row may have been missing.
+func failoverLostBind(claims []*claim, e Event) bool {
+	a, err := netip.ParseAddr(e.Addr)
+	if err != nil {
+		return false
+	}
+	var own *claim
+	for _, c := range claims {
+		if (c.proc == e.Proc || c.child == e.Proc) && c.proto == e.Proto && c.port == e.Port && c.start <= e.T && (own == nil || c.start > own.start) {
+			own = c
+		}
+	}
+	if own == nil {
+		return false
+	}
+	for _, c := range claims {
+		if c == own || (c.host != e.Host && !c.fleet) || c.proto != e.Proto || c.port != e.Port || c.start > e.T || c.end <= e.T ||
+			!netaddr.Conflicts(a, c.addr) {
+			continue
+		}
+		if inFailoverWindow(c, own) || inFailoverWindow(own, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// failoverProbes counts the failed bind probes that came while a claim
+// on the prober's host may have been missing from the store after an
+// asynchronous failover: the store let the worker claim a port whose
+// holder had not put its row back yet, and berth's probe kept it from
+// being granted. Where the workers logged the probes' keys (keys), a
+// probe counts only if such a claim conflicts with its key; else any
+// claim of the host in its window will do.
+func failoverProbes(probes, keys []Event, claims []*claim) int64 {
+	var n int64
+	if len(keys) > 0 {
+		for _, k := range keys {
+			a, err := netip.ParseAddr(k.Addr)
+			if err != nil {
+				continue
+			}
+			for _, c := range claims {
+				if inSpans(c.failWin, k.T) && (c.fleet || c.host == k.Host) && c.proto == k.Proto && c.port == k.Port &&
+					netaddr.Conflicts(a, c.addr) {
+					n++
+					break
+				}
+			}
+		}
+		return n
+	}
+	for _, p := range probes {
+		for _, c := range claims {
+			if inSpans(c.failWin, p.T) && (c.fleet || c.host == p.Host) {
+				n += p.Probes
+				break
+			}
+		}
+	}
+	return n
 }

@@ -86,6 +86,23 @@ type Event struct {
 	// descriptors the worker had open when it set it.
 	Limit uint64 `json:"limit,omitempty"`
 	Open  int    `json:"open,omitempty"`
+
+	// Unavailable marks a call that failed because the PostgreSQL server
+	// could not be reached or went away during it (an error wrapping
+	// portalloc.ErrStoreUnavailable, or pgstore's store.ErrStorage for a
+	// fleet worker), while the run restarted it or failed over
+	// (-pg-restart-every, -failover-every): counted, not an error.
+	Unavailable bool `json:"unavailable,omitempty"`
+	// Restored, NotRestored and Rereleased are what a worker's Allocator
+	// did when it compared its reservations with the fleet's store (a
+	// repair event): rows it put back, rows it could not put back
+	// (another process had taken the port), releases it did again.
+	Restored    int64 `json:"restored,omitempty"`
+	NotRestored int64 `json:"not_restored,omitempty"`
+	Rereleased  int64 `json:"rereleased,omitempty"`
+	// Sync marks a failover of a synchronous standby (failover,
+	// promoted).
+	Sync bool `json:"sync,omitempty"`
 }
 
 // Event kinds.
@@ -130,6 +147,32 @@ const (
 	// KindLoseStore: the store's directory was removed or its file
 	// replaced or truncated (Op says which).
 	KindLoseStore = "lose-store"
+	// KindPGRestart: the run's PostgreSQL server was restarted (pg_ctl
+	// restart -m fast), logged once it takes connections again; DurNS is
+	// how long the restart took.
+	KindPGRestart = "pg-restart"
+	// KindFailover: the primary was SIGKILLed, every process of it gone
+	// (Sync: its standby was synchronous). KindPromoted: the standby has
+	// become the primary. KindRebuilt: a new standby streams from it
+	// (DurNS: the whole failover).
+	KindFailover = "failover"
+	KindPromoted = "promoted"
+	KindRebuilt  = "rebuilt"
+
+	// KindRepair: a worker's Allocator compared its reservations with the
+	// fleet's store after the store said they may have been lost (a new
+	// server: a restart or a failover), and put back what was missing
+	// (Restored, NotRestored, Rereleased).
+	KindRepair = "repair"
+	// KindRerelease: a worker's Allocator released again, as a release
+	// lost in a failover or one that failed, the row of Proto, Addr and
+	// Port (Err: its log message). The worker must not hold the key then:
+	// its row would be gone while it binds the port.
+	KindRerelease = "rerelease"
+	// KindProbeKey: a bind probe of the worker's store found Proto, Addr
+	// and Port bound while the store held no row for it (pgstore's "port
+	// bound outside berth"); the probe-failed event of the call counts it.
+	KindProbeKey = "probe-key"
 )
 
 // eventLog appends events to a file, one write per event, so a SIGKILL

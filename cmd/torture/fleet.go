@@ -50,7 +50,8 @@ type fleetWorker struct {
 	hosts   []netns.NS
 	proc    string
 	timeout time.Duration
-	n       int // grants asked for, for the holders' names
+	n       int  // grants asked for, for the holders' names
+	faults  bool // the run restarts its server or fails over (workerEnv)
 	held    []*fleetHeld
 }
 
@@ -73,7 +74,16 @@ func runFleetWorker() error {
 	}
 	ctx, cancel := untilStdinCloses()
 	defer cancel()
-	st, err := pgstore.Open(ctx, os.Getenv(envStore), pgstore.Options{Host: fleetStoreHost, Timeout: timeout, SweepInterval: -1, LeaseTTL: -1})
+	var st *pgstore.Store
+	for {
+		st, err = pgstore.Open(ctx, os.Getenv(envStore), pgstore.Options{Host: fleetStoreHost, Timeout: timeout, SweepInterval: -1, LeaseTTL: -1})
+		if err == nil || !env.faults || !unavailable(err) || ctx.Err() != nil {
+			break
+		}
+		// The server is restarting or failing over.
+		log.add(Event{Kind: KindCall, Op: "open", Unavailable: true, Err: err.Error()})
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -82,7 +92,7 @@ func runFleetWorker() error {
 		return err
 	}
 	w := &fleetWorker{st: st, log: log, rng: rand.New(rand.NewPCG(seed, uint64(os.Getpid()))),
-		band: r, hosts: hosts, proc: proc, timeout: timeout}
+		band: r, hosts: hosts, proc: proc, timeout: timeout, faults: env.faults}
 	for ctx.Err() == nil {
 		w.step(ctx)
 	}
@@ -96,7 +106,7 @@ func runFleetWorker() error {
 // call runs one store call bounded by the run's timeout and logs it, as
 // worker.call does.
 func (w *fleetWorker) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
-	return timedCall(ctx, w.log, w.timeout, op, f)
+	return timedCall(ctx, w.log, w.timeout, op, f, w.faults)
 }
 
 func (w *fleetWorker) step(ctx context.Context) {
@@ -132,7 +142,7 @@ func (w *fleetWorker) grant(ctx context.Context) {
 	case errors.Is(err, store.ErrExhausted):
 		w.log.add(Event{Kind: KindExhausted, Fleet: true, DurNS: int64(time.Since(start))})
 		return
-	case ctx.Err() != nil, timedOut(err):
+	case ctx.Err() != nil, timedOut(err), w.faults && unavailable(err):
 		return
 	default:
 		w.log.add(Event{Kind: KindError, Err: "reserve fleet-wide: " + err.Error()})
@@ -177,7 +187,7 @@ func (w *fleetWorker) release(ctx context.Context, h *fleetHeld) {
 	err := w.call(context.WithoutCancel(ctx), "release-fleet", func(ctx context.Context) error {
 		return w.st.ReleaseFleet(ctx, h.r.Key, h.r.Holder)
 	})
-	if err != nil && !timedOut(err) {
+	if err != nil && !timedOut(err) && (!w.faults || !unavailable(err)) {
 		w.log.add(Event{Kind: KindError, Err: "release fleet-wide: " + err.Error()})
 	}
 }
@@ -196,7 +206,7 @@ func (w *fleetWorker) renewDue(ctx context.Context) {
 		switch {
 		case err == nil:
 			h.renewed = time.Now()
-		case ctx.Err() != nil, timedOut(err):
+		case ctx.Err() != nil, timedOut(err), w.faults && unavailable(err):
 		default:
 			w.log.add(Event{Kind: KindError, Err: "renew fleet-wide: " + err.Error()})
 		}

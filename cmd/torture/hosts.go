@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
+
+	"github.com/berth-go/berth/internal/clocklock"
 
 	"github.com/berth-go/berth/internal/netns"
 	"github.com/berth-go/berth/internal/pgschema"
@@ -57,4 +60,28 @@ func retireHost(ctx context.Context, dsn, by, host string, timeout time.Duration
 		return 0, fmt.Errorf("torture: retire %s: %w", host, err)
 	}
 	return n, nil
+}
+
+// holdClock keeps, for a run on PostgreSQL, every program that steps the
+// system clock through internal/clocklock (another torture run with
+// -clock-step, a test) from doing so while the run lasts: the server
+// judges host leases and fleet-wide leases by its own clock, the one of
+// this machine, and a step of 300 s ends every lease at once, which hands
+// the leased ports out again under holders the run has no say over. It
+// waits, as long as ctx allows, for such a program to finish, and returns
+// the function that lets go.
+func holdClock(ctx context.Context, progress io.Writer) (unlock func() error, err error) {
+	quick, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	unlock, err = clocklock.Lock(quick)
+	cancel()
+	if err == nil {
+		return unlock, nil
+	}
+	if progress != nil {
+		fmt.Fprintf(progress, "waiting for a program that steps the clock to finish (%s): the server's leases follow the clock\n", clocklock.Path)
+	}
+	if unlock, err = clocklock.Lock(ctx); err != nil {
+		return nil, fmt.Errorf("torture: -store: %w", err)
+	}
+	return unlock, nil
 }

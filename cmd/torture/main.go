@@ -67,6 +67,36 @@
 // worker's bind that fails with EMFILE is counted apart and made again
 // once the spell is over: every grant still meets the kernel.
 //
+// -pg-restart-every D and -failover-every D bring the weather an operator's
+// server meets. Both need a server the run owns: without -store (or with
+// -store auto) the run starts its own, under its directory, listening on
+// a unix socket only (as .ci/postgres does: initdb, pg_ctl, as the OS user
+// postgres when root), and stops and deletes it at the end, also on an
+// error or Ctrl-C. -pg-restart-every restarts it (pg_ctl restart -m fast)
+// every D: every connection is cut, nothing committed is lost, and every
+// berth process finds the new server by its start time and compares its
+// reservations with it. -failover-every runs a primary with a streaming
+// standby, reached through one connection string naming both with
+// target_session_attrs=read-write, and every D SIGKILLs the primary and
+// every process of it, promotes the standby, and builds a new standby
+// from the new primary (pg_basebackup) for the next time. The standby is
+// asynchronous unless -sync-standby: then a failover loses the commits it
+// had not received, and until a holder puts its lost row back (at its
+// next comparison with the store) another worker of its host may be
+// granted the port, as documented. The checker counts such conflicts
+// apart, and only those: a claim granted before the failover, with the
+// other granted between the failover and the holder's next comparison
+// (each worker logs its comparisons as repair events). Any other
+// conflict, and any conflict with -sync-standby or -pg-restart-every, is
+// a violation. Calls that fail on a server out of reach are counted, not
+// errors. Any run on PostgreSQL holds the lock that -clock-step runs take
+// turns by (internal/clocklock), waiting for one that is stepping the
+// clock: the server judges leases by this machine's clock, and a step of
+// 300 s would end them all under the run.
+//
+//	sudo go run ./cmd/torture -hosts 2 -workers 3 -pg-restart-every 4s -duration 30s
+//	sudo go run ./cmd/torture -hosts 2 -workers 3 -failover-every 6s -sync-standby -duration 30s
+//
 // It exits 1 when any invariant was violated, 2 on a bad flag or when
 // -clock-step or -hosts lacks root.
 package main
@@ -101,7 +131,10 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 0, "bound of every portalloc call of the workers (default 10s, 1s with -freeze)")
 	flag.BoolVar(&cfg.ClockStep, "clock-step", false, "step the system clock (CLOCK_REALTIME) every 1-2 s while workers run; needs root")
 	flag.BoolVar(&cfg.Freeze, "freeze", false, "SIGSTOP a random worker about every second for 100ms-3s, then SIGCONT or SIGKILL it")
-	flag.StringVar(&cfg.Store, "store", "", "keep the reservations in this PostgreSQL database (a connection string), in a schema of the run's own")
+	flag.StringVar(&cfg.Store, "store", "", `keep the reservations in this PostgreSQL database (a connection string), in a schema of the run's own; "auto": in a server the run starts (as the OS user postgres when root) and deletes`)
+	flag.DurationVar(&cfg.PGRestartEvery, "pg-restart-every", 0, "restart the run's own PostgreSQL server (pg_ctl restart -m fast) this often; starts one without -store (default: never)")
+	flag.DurationVar(&cfg.FailoverEvery, "failover-every", 0, "run the store on a primary and a streaming standby of the run's own, and fail over this often: SIGKILL the primary, promote the standby, build a new standby (default: never)")
+	flag.BoolVar(&cfg.SyncStandby, "sync-standby", false, "with -failover-every: a synchronous standby (synchronous_standby_names='*'), so that a failover loses nothing")
 	flag.IntVar(&cfg.Hosts, "hosts", 0, "with -store: run -workers workers on each of this many hosts, network namespaces named host-1..N; needs root")
 	flag.DurationVar(&cfg.RetireEvery, "retire-every", 5*time.Second, "with 2 -hosts or more: kill every process of a random host, retire it from another, and restart it this often (negative: never)")
 	flag.IntVar(&cfg.FleetWorkers, "fleet-workers", 0, "with -hosts: workers that hold fleet-wide ports and bind each on every host (default 1, none with -clock-step; negative: none)")
@@ -133,7 +166,7 @@ func main() {
 			os.Exit(2)
 		}
 		if errors.Is(err, netns.ErrUnsupported) || errors.Is(err, errHostsNeedStore) || errors.Is(err, errLoseStoreSQLite) ||
-			errors.Is(err, errLeasesSQLite) || errors.Is(err, errNoPressure) {
+			errors.Is(err, errLeasesSQLite) || errors.Is(err, errNoPressure) || errors.Is(err, errBadFaults) || errors.Is(err, errFaultsNeedOwnServer) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}

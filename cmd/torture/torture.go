@@ -50,8 +50,40 @@ type Config struct {
 	// reservations there (Config.Store), in a schema the run makes for
 	// itself and drops at the end, instead of in a SQLite file under Dir.
 	// Zero: the SQLite file. A server reached over its unix socket serves
-	// workers in every namespace of Hosts.
+	// workers in every namespace of Hosts. Since the server judges leases
+	// by this machine's clock, a run on PostgreSQL without ClockStep holds
+	// internal/clocklock throughout, so that no program that steps the
+	// clock through it runs meanwhile (it waits for one that does).
+	// StoreAuto ("auto") has the run start a server of its own, under
+	// Dir, and stop and delete it at the end (also on an error or Ctrl-C;
+	// not if the harness itself is SIGKILLed); PGRestartEvery and
+	// FailoverEvery need one, and start one without a Store.
 	Store string
+	// PGRestartEvery restarts the run's own server (pg_ctl restart -m
+	// fast) this often while the workers run: every connection is cut,
+	// nothing committed is lost, and the server has a new start time, by
+	// which every berth process finds out and compares its reservations
+	// with the store. No port may be granted twice. Zero: never.
+	PGRestartEvery time.Duration
+	// FailoverEvery runs the store on a primary with a streaming standby
+	// of the run's own, reached through one connection string naming both
+	// with target_session_attrs=read-write, and fails over this often: it
+	// SIGKILLs the primary and every process of it, promotes the standby,
+	// and makes a new standby of the new primary (pg_basebackup) for the
+	// next time. The standby is asynchronous unless SyncStandby: commits
+	// the standby had not received are then lost, as documented (see
+	// portalloc's "Failover"), and until its holder puts a lost row back
+	// (its next comparison with the store, which a new server sets off)
+	// another process of its host may be granted the port. The checker
+	// counts such conflicts apart (FailoverLost), and only those: a
+	// conflict with a claim granted after the failover, or after its
+	// holder's comparison, or any conflict with a synchronous standby, is
+	// a violation. Zero: never.
+	FailoverEvery time.Duration
+	// SyncStandby makes the standby of FailoverEvery synchronous
+	// (synchronous_standby_names='*'): every commit waits for it, and a
+	// failover loses nothing.
+	SyncStandby bool
 	// Hosts, with a Store, runs the workers on that many hosts of one
 	// fleet: network namespaces of their own (see internal/netns), whose
 	// Config.Host is host-1 through host-N; Workers workers run on each,
@@ -72,6 +104,9 @@ type Config struct {
 	// none with ClockStep (a step of the server's clock ends their
 	// leases); negative: none.
 	FleetWorkers int
+	// (With FailoverEvery and an asynchronous standby the default is
+	// none: a fleet-wide lease lost with the last commits has no process
+	// to put it back.)
 	// LoseStore, on the SQLite store, loses the store under the workers
 	// this often: at random it removes the state directory, replaces the
 	// database with an empty file, or truncates it in place, as a cache
@@ -166,6 +201,16 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if cfg.Freeze && !canFreeze {
 		return Summary{}, errNoFreeze
 	}
+	faults := cfg.PGRestartEvery > 0 || cfg.FailoverEvery > 0
+	if cfg.PGRestartEvery < 0 || cfg.FailoverEvery < 0 || (cfg.SyncStandby && cfg.FailoverEvery <= 0) {
+		return Summary{}, errBadFaults
+	}
+	if faults && cfg.Store != "" && cfg.Store != StoreAuto {
+		return Summary{}, errFaultsNeedOwnServer
+	}
+	if faults {
+		cfg.Store = StoreAuto
+	}
 	if cfg.Hosts < 0 || (cfg.Hosts > 0 && cfg.Store == "") {
 		return Summary{}, errHostsNeedStore
 	}
@@ -192,6 +237,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	switch {
 	case cfg.Hosts == 0 || cfg.FleetWorkers < 0:
 		cfg.FleetWorkers = 0
+	case cfg.FleetWorkers == 0 && cfg.FailoverEvery > 0 && !cfg.SyncStandby:
+		// A fleet-wide lease lost with an asynchronous standby's last
+		// commits has no process to put it back: only on request.
 	case cfg.FleetWorkers == 0 && cfg.ClockStep:
 		// A fleet-wide lease follows the server's clock, which the steps
 		// move by 300 s: a step forward ends every lease on the spot, as
@@ -199,6 +247,13 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		// while the fleet worker still binds it. Only on request.
 	case cfg.FleetWorkers == 0:
 		cfg.FleetWorkers = 1
+	}
+	if cfg.Store != "" && !cfg.ClockStep {
+		unlock, err := holdClock(ctx, cfg.Progress)
+		if err != nil {
+			return Summary{}, err
+		}
+		defer func() { _ = unlock() }()
 	}
 	var clock *clockStepper
 	if cfg.ClockStep {
@@ -225,6 +280,33 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		}
 		defer func() { _ = unlock() }()
 	}
+	if cfg.Dir == "" {
+		dir, err := os.MkdirTemp("", "berth-torture-")
+		if err != nil {
+			return Summary{}, err
+		}
+		defer func() { _ = os.RemoveAll(dir) }()
+		cfg.Dir = dir
+	}
+	var pg *ownServer
+	if cfg.Store == StoreAuto {
+		dir, derr := serverDir(cfg.Dir)
+		if derr != nil {
+			return Summary{}, fmt.Errorf("torture: the server's directory: %w", derr)
+		}
+		var dsn string
+		var perr error
+		if pg, dsn, perr = startOwnServer(ctx, dir, cfg.FailoverEvery > 0, cfg.SyncStandby); perr != nil {
+			return Summary{}, perr
+		}
+		// Stopped after the schema is dropped (deferred below).
+		defer func() {
+			if cerr := pg.close(ctx, cfg.Dir); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("torture: stop the run's server: %w", cerr))
+			}
+		}()
+		cfg.Store = dsn
+	}
 	var hosts []netns.NS
 	if cfg.Store != "" {
 		dsn, drop, err := runSchema(ctx, cfg.Store)
@@ -243,14 +325,6 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 			}
 		}()
 	}
-	if cfg.Dir == "" {
-		dir, err := os.MkdirTemp("", "berth-torture-")
-		if err != nil {
-			return Summary{}, err
-		}
-		defer func() { _ = os.RemoveAll(dir) }()
-		cfg.Dir = dir
-	}
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "logs"), 0o700); err != nil {
 		return Summary{}, err
 	}
@@ -260,7 +334,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	defer func() { _ = log.close() }()
 
-	sup := &supervisor{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), clock: clock, hosts: hosts}
+	sup := &supervisor{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), clock: clock, hosts: hosts, pg: pg}
 	start := time.Now() // time.Since on it reads Go's monotonic clock: steps do not move it
 	log.add(Event{Kind: KindStart, DurNS: int64(cfg.Timeout)})
 	for h := range max(1, len(hosts)) {
@@ -300,11 +374,14 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	if cfg.Hosts > 0 && rep.ProbeFailures > 0 {
+	if cfg.Hosts > 0 && rep.ProbeFailures-rep.FailoverProbes > 0 {
 		// In namespaces of the run's own only the run binds: the store
 		// let a worker claim a port that a holder it knew of had bound.
 		rep.ViolationCount++
-		rep.Violations = append(rep.Violations, fmt.Sprintf("%d bind probes failed: the store let workers claim ports a holder had bound (berth's probe kept them from being granted)", rep.ProbeFailures))
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d bind probes failed: the store let workers claim ports a holder had bound (berth's probe kept them from being granted)", rep.ProbeFailures-rep.FailoverProbes))
+		for _, k := range first(rep.ProbeKeys, 10) {
+			rep.Violations = append(rep.Violations, "  probe failed: "+k)
+		}
 	}
 	sum.Report = rep
 	// The workers have gone and their children (which outlive killed
@@ -353,6 +430,7 @@ type supervisor struct {
 	rng         *rand.Rand
 	clock       *clockStepper // nil unless cfg.ClockStep
 	hosts       []netns.NS    // the fleet's hosts with Hosts; none without
+	pg          *ownServer    // the run's own server; nil without
 	workers     []*workerProc
 	frozen      []frozenWorker // workers stopped by SIGSTOP, a subset of workers
 	started     int            // workers started, for their names
@@ -410,6 +488,9 @@ func (s *supervisor) start(h int) error {
 	if s.cfg.FDPressure && h != fleetHost {
 		cmd.Env = append(cmd.Env, envFDs+"=1")
 	}
+	if s.pg != nil && (s.cfg.PGRestartEvery > 0 || s.cfg.FailoverEvery > 0) {
+		cmd.Env = append(cmd.Env, envFaults+"=1")
+	}
 	switch {
 	case h == fleetHost:
 		names := make([]string, len(s.hosts))
@@ -438,8 +519,14 @@ func (s *supervisor) start(h int) error {
 // when their time is up (Freeze). Every time here is read from Go's
 // monotonic clock, which the steps do not move.
 func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
-	var nextKill, nextStep, nextFreeze, nextRetire, nextLoss time.Time // zero: never
+	var nextKill, nextStep, nextFreeze, nextRetire, nextLoss, nextRestart, nextFailover time.Time // zero: never
 	now := time.Now()
+	if s.cfg.PGRestartEvery > 0 {
+		nextRestart = now.Add(s.cfg.PGRestartEvery)
+	}
+	if s.cfg.FailoverEvery > 0 {
+		nextFailover = now.Add(s.cfg.FailoverEvery)
+	}
 	if s.cfg.LoseStore > 0 {
 		nextLoss = now.Add(s.cfg.LoseStore)
 	}
@@ -459,7 +546,7 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 	defer timer.Stop()
 	for {
 		due := deadline
-		for _, t := range []time.Time{nextKill, nextStep, nextFreeze, nextRetire, nextLoss} {
+		for _, t := range []time.Time{nextKill, nextStep, nextFreeze, nextRetire, nextLoss, nextRestart, nextFailover} {
 			if !t.IsZero() && t.Before(due) {
 				due = t
 			}
@@ -507,6 +594,18 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 			if err := s.freezeOne(now); err != nil {
 				return err
 			}
+		}
+		if !nextRestart.IsZero() && !now.Before(nextRestart) {
+			if err := s.restartServer(ctx); err != nil {
+				return err
+			}
+			nextRestart = time.Now().Add(s.cfg.PGRestartEvery)
+		}
+		if !nextFailover.IsZero() && !now.Before(nextFailover) {
+			if err := s.failover(ctx); err != nil {
+				return err
+			}
+			nextFailover = time.Now().Add(s.cfg.FailoverEvery)
 		}
 		if !nextLoss.IsZero() && !now.Before(nextLoss) {
 			nextLoss = now.Add(s.cfg.LoseStore)
@@ -637,6 +736,12 @@ func (s *supervisor) retire(ctx context.Context) error {
 		return fmt.Errorf("torture: take %s down: %w", hostName(v), err)
 	}
 	n, err := retireHost(ctx, s.cfg.Store, hostName(by), hostName(v), s.cfg.Timeout)
+	for deadline := time.Now().Add(30 * time.Second); err != nil && s.pg != nil && unavailable(err) && time.Now().Before(deadline); {
+		// A connection that died with a restart or a failover: the
+		// operator tries again.
+		time.Sleep(50 * time.Millisecond)
+		n, err = retireHost(ctx, s.cfg.Store, hostName(by), hostName(v), s.cfg.Timeout)
+	}
 	if err != nil {
 		return err
 	}
@@ -859,6 +964,16 @@ func (s Summary) Print(w io.Writer) {
 	if s.FDPressure {
 		modes += ", descriptor pressure"
 	}
+	if s.PGRestartEvery > 0 {
+		modes += fmt.Sprintf(", server restarted every %v", s.PGRestartEvery)
+	}
+	if s.FailoverEvery > 0 {
+		kind := "asynchronous"
+		if s.SyncStandby {
+			kind = "synchronous"
+		}
+		modes += fmt.Sprintf(", failover to an %s standby every %v", kind, s.FailoverEvery)
+	}
 	workers := fmt.Sprintf("%d workers", s.Workers)
 	switch {
 	case s.Hosts > 0:
@@ -902,6 +1017,20 @@ func (s Summary) Print(w io.Writer) {
 	if s.FDPressure {
 		fmt.Fprintf(w, "fd pressure     %d spells; %d calls failed with ErrTransient, %d binds refused with EMFILE (bound again after the spell), %d children not started for want of descriptors\n",
 			s.PressureSpells, s.Transients, s.EMFILEBinds, s.Shortages)
+	}
+	if s.PGRestartEvery > 0 || s.FailoverEvery > 0 {
+		if s.PGRestartEvery > 0 {
+			fmt.Fprintf(w, "server restarts %d (pg_ctl restart -m fast), longest %v\n", s.Restarts, s.LongestRestart.Round(time.Millisecond))
+		}
+		if s.FailoverEvery > 0 {
+			fmt.Fprintf(w, "failovers       %d (primary SIGKILLed, standby promoted, new standby built), longest %v\n", s.Failovers, s.LongestFailover.Round(time.Millisecond))
+		}
+		fmt.Fprintf(w, "repairs         %d comparisons with the store: %d rows put back, %d not (another process had the port), %d releases done again; %d calls failed on an unreachable server\n",
+			s.Repairs, s.Restored, s.NotRestored, s.Rereleased, s.Unavailable)
+		if s.FailoverEvery > 0 && !s.SyncStandby {
+			fmt.Fprintf(w, "failover losses %d conflicts and %d bind probes that failed over rows an asynchronous failover lost, before their holder put them back (documented; not violations)\n",
+				s.FailoverLost, s.FailoverProbes)
+		}
 	}
 	fmt.Fprintf(w, "calls           %d returned, %d timed out\n", s.Calls, s.Timeouts)
 	fmt.Fprintf(w, "longest gaps    %v without a grant (from +%.3fs), %v without a call returning (from +%.3fs); a hang is over %v\n",

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +36,7 @@ const (
 	envHost    = "BERTH_TORTURE_HOST"    // the worker's fleet host (Config.Host), with a store
 	envLeases  = "BERTH_TORTURE_LEASES"  // "1": the worker also holds ports under leases (-leases)
 	envFDs     = "BERTH_TORTURE_FDS"     // "1": the worker runs under descriptor pressure (-fd-pressure)
+	envFaults  = "BERTH_TORTURE_FAULTS"  // "1": the run restarts its server or fails over (-pg-restart-every, -failover-every)
 )
 
 // MaybeRunRole runs this process as a worker or child of a torture run when
@@ -86,6 +88,9 @@ type workerEnv struct {
 	proc    string
 	leases  bool // Config.Leases
 	fds     bool // Config.FDPressure
+	// faults: the run restarts its server or fails over, and a call that
+	// finds it out of reach is counted, not an error.
+	faults bool
 }
 
 func readWorkerEnv() (workerEnv, error) {
@@ -99,7 +104,7 @@ func readWorkerEnv() (workerEnv, error) {
 	}
 	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
 	return workerEnv{dir: os.Getenv(envDir), rng: r, timeout: timeout, seed: seed, proc: os.Getenv(envProc),
-		leases: os.Getenv(envLeases) == "1", fds: os.Getenv(envFDs) == "1"}, nil
+		leases: os.Getenv(envLeases) == "1", fds: os.Getenv(envFDs) == "1", faults: os.Getenv(envFaults) == "1"}, nil
 }
 
 // untilStdinCloses returns a context that ends when the supervisor closes
@@ -130,11 +135,17 @@ func runWorker() error {
 	ctx, cancel := untilStdinCloses()
 	defer cancel()
 
-	a, err := open(ctx, log, portalloc.Config{
+	cfg := portalloc.Config{
 		Mode: portalloc.ModeStateStore, StateDir: filepath.Join(dir, "state"),
 		Store: os.Getenv(envStore), Host: os.Getenv(envHost),
 		Range: r, AllowEphemeralOverlap: true, Timeout: timeout,
-	})
+	}
+	if env.faults {
+		// The checker places the comparisons with the store after a
+		// restart or a failover by the repair events this logs.
+		cfg.Logger = repairLogger(log)
+	}
+	a, err := open(ctx, log, cfg, env.faults)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // told to stop while it opened the store
@@ -142,7 +153,7 @@ func runWorker() error {
 		log.add(Event{Kind: KindError, Err: err.Error()})
 		return err
 	}
-	w := &worker{a: a, log: log, rng: rng, rangeOf: r, dir: dir, proc: proc, timeout: timeout, held: map[portalloc.Reservation]held{}}
+	w := &worker{a: a, log: log, rng: rng, rangeOf: r, dir: dir, proc: proc, timeout: timeout, held: map[portalloc.Reservation]held{}, faults: env.faults}
 	if env.leases {
 		w.leases = map[string]*leased{}
 	}
@@ -169,15 +180,24 @@ func runWorker() error {
 
 // open makes the worker's Allocator. Opening waits for the store's locks
 // like any call, and a worker frozen while it holds one makes it time out:
-// that is counted as a call that timed out, and the worker tries again.
-func open(ctx context.Context, log *eventLog, cfg portalloc.Config) (*portalloc.Allocator, error) {
+// that is counted as a call that timed out, and the worker tries again;
+// so is a server out of reach while the run restarts it or fails over
+// (faults).
+func open(ctx context.Context, log *eventLog, cfg portalloc.Config, faults bool) (*portalloc.Allocator, error) {
 	for {
 		start := time.Now()
 		a, err := fleet.New(ctx, cfg)
-		if !timedOut(err) || ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
+			return a, err
+		case timedOut(err):
+			log.add(Event{Kind: KindCall, Op: "open", DurNS: int64(time.Since(start)), Timeout: true, Err: err.Error()})
+		case faults && errors.Is(err, portalloc.ErrStoreUnavailable):
+			log.add(Event{Kind: KindCall, Op: "open", DurNS: int64(time.Since(start)), Unavailable: true, Err: err.Error()})
+			time.Sleep(50 * time.Millisecond) // the server is starting
+		default:
 			return a, err
 		}
-		log.add(Event{Kind: KindCall, Op: "open", DurNS: int64(time.Since(start)), Timeout: true, Err: err.Error()})
 	}
 }
 
@@ -199,17 +219,24 @@ type worker struct {
 	// press is the worker's descriptor pressure (-fd-pressure; nil
 	// without).
 	press *pressure
+	// faults: the run restarts its server or fails over (workerEnv).
+	faults bool
 	// unreleased are grants whose release failed for a passing reason (a
 	// shortage, a timeout): their rows are the live worker's until it
 	// releases them, so it tries again.
 	unreleased []portalloc.Reservation
+	retried    time.Time // when retryReleases last ran from step
 }
+
+// retryGap spaces the tries of failed releases while the worker goes on:
+// a server that is restarting refuses each at once.
+const retryGap = 50 * time.Millisecond
 
 // call runs one portalloc call bounded by the run's timeout (Allocate and
 // Reserve also bound themselves by it), and logs that it returned, how
 // long it took, and whether it gave up waiting.
 func (w *worker) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
-	err := timedCall(ctx, w.log, w.timeout, op, f)
+	err := timedCall(ctx, w.log, w.timeout, op, f, w.faults)
 	if n := w.a.Stats().ProbeFailures; n > w.probes {
 		w.log.add(Event{Kind: KindProbe, Op: op, Probes: n - w.probes})
 		w.probes = n
@@ -219,7 +246,9 @@ func (w *worker) call(ctx context.Context, op string, f func(ctx context.Context
 
 // timedCall runs f bounded by timeout and logs that it returned, how long
 // it took, and whether it gave up waiting.
-func timedCall(ctx context.Context, log *eventLog, timeout time.Duration, op string, f func(ctx context.Context) error) error {
+// With faults, a call that found the server out of reach (unavailable) is
+// marked so.
+func timedCall(ctx context.Context, log *eventLog, timeout time.Duration, op string, f func(ctx context.Context) error, faults bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
@@ -232,9 +261,18 @@ func timedCall(ctx context.Context, log *eventLog, timeout time.Duration, op str
 		e.Transient, e.Err = true, err.Error()
 	case errors.Is(err, statestore.ErrLost):
 		e.Lost, e.Err = true, err.Error()
+	case faults && unavailable(err):
+		e.Unavailable, e.Err = true, err.Error()
 	}
 	log.add(e)
 	return err
+}
+
+// unavailable reports whether err says the PostgreSQL server could not be
+// reached or went away: portalloc's ErrStoreUnavailable, or the
+// store.ErrStorage of pgstore's own calls.
+func unavailable(err error) bool {
+	return errors.Is(err, portalloc.ErrStoreUnavailable) || errors.Is(err, store.ErrStorage)
 }
 
 // timedOut reports whether err says a call gave up waiting: for its
@@ -249,7 +287,8 @@ func (w *worker) step(ctx context.Context) {
 	if w.leases != nil {
 		w.leaseSteps(ctx)
 	}
-	if len(w.unreleased) > 0 {
+	if len(w.unreleased) > 0 && time.Since(w.retried) >= retryGap {
+		w.retried = time.Now()
 		w.retryReleases(ctx)
 	}
 	switch n := w.rng.IntN(100); {
@@ -309,7 +348,7 @@ func (w *worker) grant(ctx context.Context, static bool) {
 			w.log.add(Event{Kind: KindLeaseHeld, Proto: string(req.Protocol), Addr: req.Address.String(), Port: ce.Key.Port})
 		}
 		return
-	case ctx.Err() != nil, timedOut(err), errors.Is(err, portalloc.ErrTransient):
+	case ctx.Err() != nil, timedOut(err), errors.Is(err, portalloc.ErrTransient), w.faults && unavailable(err):
 		return // counted with the call
 	default:
 		w.log.add(Event{Kind: KindError, Err: unexpected(err)})
@@ -318,6 +357,7 @@ func (w *worker) grant(ctx context.Context, static bool) {
 	if _, mine := w.held[r]; mine {
 		return // Reserve of a key this worker holds returns it again
 	}
+	w.granted(r)
 	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Static: static, DurNS: int64(dur), Reaped: w.a.Stats().Reaped})
 	sock, ok := w.bindGrant(ctx, r, "")
 	if !ok {
@@ -386,11 +426,21 @@ func (w *worker) giveBack(ctx context.Context, r portalloc.Reservation) {
 	err := w.call(context.WithoutCancel(ctx), "release", func(ctx context.Context) error { return w.a.Release(ctx, r) })
 	switch {
 	case err == nil, errors.Is(err, portalloc.ErrNotHeld):
-	case timedOut(err), errors.Is(err, portalloc.ErrTransient):
+	case timedOut(err), errors.Is(err, portalloc.ErrTransient), w.faults && unavailable(err):
 		w.unreleased = append(w.unreleased, r)
 	default:
 		w.log.add(Event{Kind: KindError, Err: "release: " + unexpected(err)})
 	}
+}
+
+// granted forgets a failed release of r, now granted to the worker
+// again: trying it again would release the new grant, whose socket the
+// worker binds. The Allocator itself does again a release of its that
+// failed on a fleet's store, unless the key is held again.
+func (w *worker) granted(r portalloc.Reservation) {
+	w.unreleased = slices.DeleteFunc(w.unreleased, func(x portalloc.Reservation) bool {
+		return x.Protocol == r.Protocol && x.Address == r.Address && x.Port == r.Port
+	})
 }
 
 // retryReleases tries the releases that failed for a passing reason once
@@ -409,6 +459,7 @@ func (w *worker) retryReleases(ctx context.Context) {
 func (w *worker) handoff(ctx context.Context) {
 	req := w.request()
 	var r portalloc.Reservation
+	start := time.Now()
 	err := w.call(ctx, "allocate", func(ctx context.Context) (err error) {
 		r, err = w.a.Allocate(ctx, req)
 		return err
@@ -416,7 +467,8 @@ func (w *worker) handoff(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Handoff: true})
+	w.granted(r)
+	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Handoff: true, DurNS: int64(time.Since(start))})
 	self, err := os.Executable()
 	if err != nil {
 		w.log.add(Event{Kind: KindError, Err: err.Error()})

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/berth-go/berth/internal/pgserver"
 )
 
 // EnvDSN is the variable that says a PostgreSQL server is at hand for
@@ -109,31 +111,7 @@ func (c *Cluster) pids() ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postmaster.pid: %w", err)
 	}
-	out := []int{pm}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pm) {
-			out = append(out, pid)
-		}
-	}
-	return out, nil
+	return append([]int{pm}, pgserver.Children(pm)...), nil
 }
 
 // Freeze stops every process of the cluster with SIGSTOP: connections

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/berth-go/berth/internal/pgserver"
+	"github.com/berth-go/berth/portalloc"
+)
+
+// StoreAuto is the Store that has the run start a PostgreSQL server of
+// its own; the server faults (PGRestartEvery, FailoverEvery) need one.
+const StoreAuto = "auto"
+
+// errFaultsNeedOwnServer: the run restarts or kills only a server it
+// started itself.
+var errFaultsNeedOwnServer = errors.New("torture: -pg-restart-every and -failover-every restart and kill a PostgreSQL server the run starts itself: leave -store out or set it to auto")
+
+// errBadFaults: a negative fault period, or -sync-standby without
+// -failover-every.
+var errBadFaults = errors.New("torture: -pg-restart-every and -failover-every take a positive duration, and -sync-standby needs -failover-every")
+
+// ownServer is the PostgreSQL server the run started: one cluster, or a
+// primary with a standby (FailoverEvery).
+type ownServer struct {
+	c    *pgserver.Cluster
+	one  *pgserver.Server // without a standby
+	pair *pgserver.Pair   // with one
+}
+
+// startOwnServer starts, in dir (made here), a server of the run's own,
+// or a primary and a streaming standby when pair is set (synchronous
+// with sync), and returns it with the connection string that reaches the
+// primary, whichever server that is. Its close stops and deletes it.
+func startOwnServer(ctx context.Context, dir string, pair, sync bool) (*ownServer, string, error) {
+	c, err := pgserver.New(dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("torture: start a PostgreSQL server of the run's own: %w", err)
+	}
+	c.Sync = sync
+	o := &ownServer{c: c}
+	if pair {
+		o.pair, err = c.StartPair(ctx)
+	} else {
+		o.one, err = c.StartOne(ctx)
+	}
+	if err != nil {
+		return nil, "", errors.Join(fmt.Errorf("torture: start a PostgreSQL server of the run's own: %w", err), c.Close(ctx))
+	}
+	if pair {
+		return o, o.pair.DSN(), nil
+	}
+	return o, o.one.DSN(), nil
+}
+
+// primary is the server that takes writes.
+func (o *ownServer) primary() *pgserver.Server {
+	if o.pair != nil {
+		return o.pair.Primary
+	}
+	return o.one
+}
+
+// close stops and deletes the servers, keeping their logs in keep
+// (the run's directory) as pg-NAME.log.
+func (o *ownServer) close(ctx context.Context, keep string) error {
+	err := o.c.Stop(ctx)
+	logs, _ := filepath.Glob(filepath.Join(o.c.Root, "*.log"))
+	for _, l := range logs {
+		_ = os.Rename(l, filepath.Join(keep, "pg-"+filepath.Base(l)))
+	}
+	return errors.Join(err, o.c.Close(ctx))
+}
+
+// restartServer restarts the primary (pg_ctl restart -m fast: every
+// session is ended, everything written is flushed, nothing is lost) and
+// logs it once it takes connections again.
+func (s *supervisor) restartServer(ctx context.Context) error {
+	start := time.Now()
+	if err := s.pg.primary().Restart(ctx, "fast"); err != nil {
+		return fmt.Errorf("torture: restart the server: %w", err)
+	}
+	s.log.add(Event{Kind: KindPGRestart, DurNS: int64(time.Since(start))})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "restarted the PostgreSQL server in %v\n", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// failover SIGKILLs the primary and every process of it, promotes the
+// standby, and makes a new standby of the new primary, logging each
+// step: the checker places the commits a failover may have lost by them.
+func (s *supervisor) failover(ctx context.Context) error {
+	start := time.Now()
+	sync := s.cfg.SyncStandby
+	err := s.pg.pair.Failover(ctx, true,
+		func() { s.log.add(Event{Kind: KindFailover, Sync: sync}) },
+		func() { s.log.add(Event{Kind: KindPromoted, Sync: sync}) })
+	if err != nil {
+		return fmt.Errorf("torture: fail over: %w", err)
+	}
+	s.log.add(Event{Kind: KindRebuilt, DurNS: int64(time.Since(start))})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "failed over to %s (old primary SIGKILLed, new standby streaming) in %v\n",
+			s.pg.pair.Primary.Name, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// serverDir is where the run's own server lives: in the run's directory
+// when a unix socket's path fits there, else in a temporary directory of
+// its own. Its parent must let the servers' user through.
+func serverDir(runDir string) (string, error) {
+	dir := filepath.Join(runDir, "pg")
+	if len(dir) <= 60 {
+		// The run's directory is its own: let the servers' user (postgres,
+		// when this is root) pass through it, and nothing more.
+		if err := os.Chmod(runDir, 0o711); err != nil {
+			return "", err
+		}
+		return dir, nil
+	}
+	tmp, err := os.MkdirTemp("", "berth-torture-pg-")
+	if err != nil {
+		return "", err
+	}
+	return tmp, os.Remove(tmp) // pgserver makes it, for the servers' user
+}
+
+// repairSink turns the Allocator's log of its comparisons with the fleet's
+// store into repair events, and passes its errors (a reservation that
+// could not be put back names both processes) to standard error.
+type repairSink struct {
+	log  *eventLog
+	errs logr.LogSink
+}
+
+func (s repairSink) Init(logr.RuntimeInfo)  {}
+func (s repairSink) Enabled(level int) bool { return level <= 1 }
+
+func (s repairSink) Info(_ int, msg string, kv ...any) {
+	switch {
+	case strings.HasPrefix(msg, "this process's reservations differed from the fleet's store"):
+		s.log.add(Event{Kind: KindRepair, Restored: kvInt(kv, "restored"), NotRestored: kvInt(kv, "notRestored"), Rereleased: kvInt(kv, "releasedAgain")})
+	case strings.HasPrefix(msg, "compared this process's reservations with the fleet's store"):
+		s.log.add(Event{Kind: KindRepair})
+	case strings.HasPrefix(msg, "released again a reservation of this process"):
+		s.log.add(keyed(Event{Kind: KindRerelease, Err: msg}, kv, "reservation"))
+	case msg == "port bound outside berth":
+		s.log.add(keyed(Event{Kind: KindProbeKey}, kv, "key"))
+	}
+}
+
+// keyed sets e's key from the value of name in a logr key-value list, a
+// key as store.Key and portalloc.Reservation print it: "tcp 127.0.0.1:80".
+func keyed(e Event, kv []any, name string) Event {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if k, _ := kv[i].(string); k == name {
+			v, _ := kv[i+1].(string)
+			proto, ap, _ := strings.Cut(v, " ")
+			if a, err := netip.ParseAddrPort(ap); err == nil {
+				e.Proto, e.Addr, e.Port = proto, a.Addr().String(), a.Port()
+			}
+		}
+	}
+	return e
+}
+
+func (s repairSink) Error(err error, msg string, kv ...any) {
+	s.errs.Error(err, s.log.proc+" ("+s.log.host+"): "+msg, kv...)
+}
+func (s repairSink) WithValues(...any) logr.LogSink { return s }
+func (s repairSink) WithName(string) logr.LogSink   { return s }
+
+// repairLogger is a worker's Config.Logger.
+func repairLogger(log *eventLog) logr.Logger {
+	return logr.New(repairSink{log: log, errs: portalloc.TextLogger(os.Stderr, slog.LevelError).GetSink()})
+}
+
+// kvInt returns the integer value of key in a logr key-value list.
+func kvInt(kv []any, key string) int64 {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if k, _ := kv[i].(string); k == key {
+			switch v := kv[i+1].(type) {
+			case int:
+				return int64(v)
+			case int64:
+				return v
+			}
+		}
+	}
+	return 0
+}
