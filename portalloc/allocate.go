@@ -94,7 +94,9 @@ func inStore[T any](ctx context.Context, a *Allocator, req Request, op func(stor
 		if s == nil {
 			return v, false, nil
 		}
+		a.repairMu.RLock()
 		got, err := op(s)
+		a.repairMu.RUnlock()
 		switch {
 		case err == nil:
 			return got, true, nil

@@ -39,7 +39,11 @@ type Allocator struct {
 	fb    fallback
 	bg    sync.WaitGroup // closes of stores a retry replaced
 
-	repairMu     sync.Mutex    // held by the one call that repairs a lost store
+	// repairMu is held by the one call that repairs a lost store or
+	// compares the rows with a fleet's store, and read-held by each call
+	// that grants, from the store's insert to the Allocator's hold: a
+	// comparison never finds a row just granted and not yet held.
+	repairMu     sync.RWMutex
 	restoreAgain atomic.Bool   // a reservation could not be put back for a passing reason
 	stop         chan struct{} // closed by Close: ends watch
 

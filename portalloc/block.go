@@ -58,6 +58,7 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 			}
 		}
 		probe := probeFunc(req)
+		a.repairMu.RLock() // from the insert to the hold (see repairMu)
 		rows, err := s.ScanBlock(ctx, store.ScanRequest{
 			Protocol: req.Protocol,
 			Addr:     req.Address,
@@ -66,8 +67,11 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 			Probe:    func(k store.Key) (bool, error) { return probe(k.Port) },
 		}, n)
 		if err == nil {
-			return a.holdBlock(ctx, s, req, rows)
+			rs, err := a.holdBlock(ctx, s, req, rows)
+			a.repairMu.RUnlock()
+			return rs, err
 		}
+		a.repairMu.RUnlock()
 		if attempt < maxReplacements {
 			var again bool
 			if again, err = a.replaced(ctx, s, err); again {

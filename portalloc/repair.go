@@ -172,8 +172,8 @@ func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) err
 func (a *Allocator) restore(ctx context.Context, s store.Store, held []Reservation, have map[store.Key]bool, where string) (put, failed int) {
 	a.restoreAgain.Store(false)
 	for _, r := range held {
-		if r.Backend != BackendStateStore || have[storeKey(r)] {
-			continue
+		if r.Backend != BackendStateStore || have[storeKey(r)] || !a.holds(r) {
+			continue // released since held was read: not to be put back
 		}
 		// No probe: this process may be listening on the port already.
 		_, err := s.Reserve(ctx, store.Request{Key: storeKey(r), Label: r.Label})
@@ -195,6 +195,14 @@ func (a *Allocator) restore(ctx context.Context, s store.Store, held []Reservati
 		}
 	}
 	return put, failed
+}
+
+// holds reports whether the Allocator still holds r.
+func (a *Allocator) holds(r Reservation) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.held[keyOf(r)]
+	return ok
 }
 
 // lostWithFile is where restore says the rows of a lost SQLite file went.
