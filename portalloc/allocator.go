@@ -41,8 +41,10 @@ type Allocator struct {
 
 	// repairMu is held by the one call that repairs a lost store or
 	// compares the rows with a fleet's store, and read-held by each call
-	// that grants, from the store's insert to the Allocator's hold: a
-	// comparison never finds a row just granted and not yet held.
+	// that grants, from the store's insert to the Allocator's hold, and by
+	// each release, from dropping the hold to deleting the row: a repair
+	// never finds a row just granted and not yet held, nor puts back one
+	// just released.
 	repairMu     sync.RWMutex
 	restoreAgain atomic.Bool   // a reservation could not be put back for a passing reason
 	stop         chan struct{} // closed by Close: ends watch

@@ -422,6 +422,10 @@ func (a *Allocator) repairRows(ctx context.Context, s keeper, why error) error {
 	return nil
 }
 
+// keyTurnWait is how long a comparison waits for a key's turn before it
+// leaves the key to the next check.
+const keyTurnWait = 50 * time.Millisecond
+
 // redo does again each release of this Allocator whose row is in have
 // (this process's rows in the store) while nothing in the process holds
 // it, drops the releases done and past redoWindow, and returns how many it
@@ -447,9 +451,15 @@ func (a *Allocator) redo(ctx context.Context, s store.Store, have map[store.Key]
 		}
 		r := Reservation{Protocol: k.Protocol, Address: k.Addr, Port: k.Port, Backend: BackendStateStore}
 		rk := a.refKeyOf(r)
-		ent, err := refs.lock(ctx, rk)
+		// A grant or a release of the key may hold its turn and wait for
+		// this comparison (repairMu): take the turn only briefly, and
+		// leave the key to the next check when it is busy.
+		lctx, cancel := context.WithTimeout(ctx, keyTurnWait)
+		ent, err := refs.lock(lctx, rk)
+		cancel()
 		if err != nil {
-			return redone, pending + 1
+			pending++
+			continue
 		}
 		// Held again since (by this Allocator, another of the process,
 		// a set or a pool): the row is theirs now.

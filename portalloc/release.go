@@ -65,22 +65,30 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 		return fmt.Errorf("portalloc: release %s: %w", r, err)
 	}
 	defer refs.unlock(rk, e)
+	// A repair (which puts back what the Allocator holds) waits for the
+	// hold to go and the row with it, so that it never puts back a row
+	// just released (see repairMu).
+	a.repairMu.RLock()
 	had, left := refs.drop(e, a, via)
 	if had > 0 {
 		a.unhold(r, false)
 	}
 	switch {
 	case left > 0 && had > 0:
+		a.repairMu.RUnlock()
 		a.log.V(1).Info("released a hold; the port stays reserved for the other holders in this process", "reservation", r.String(), "holds", left)
 		return nil
 	case left > 0:
+		a.repairMu.RUnlock()
 		return fmt.Errorf("portalloc: release %s: %w: this Allocator does not hold it; %s holds it and releases it", r, ErrInvalidRequest, refs.describe(e, a, via))
 	case keepRow:
+		a.repairMu.RUnlock()
 		return nil
 	}
 	// The last hold in this process, or a row nobody here tracks (made by
 	// an Allocator since closed, or handed to this process).
 	err = s.Release(ctx, storeKey(r), store.Owner{})
+	a.repairMu.RUnlock()
 	for try, on := 0, s; err != nil && try < maxReplacements; try++ {
 		var again bool
 		if again, err = a.replaced(ctx, on, err); !again {
