@@ -17,7 +17,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-go/berth/internal/clocklock"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -91,29 +90,7 @@ func TestStoppedLockHolderNamed(t *testing.T) {
 // and 0.6 s steps across a second boundary. The clock is set back from the
 // monotonic clock after each step, and in a cleanup should the test fail.
 func TestHolderSurvivesClockSteps(t *testing.T) {
-	if unix.Geteuid() != 0 {
-		t.Skip("stepping the wall clock needs root; run the tests as root to include it")
-	}
-	lctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	unlock, err := clocklock.Lock(lctx)
-	if err != nil {
-		t.Skipf("another program has been stepping the clock for 2 minutes: %v", err)
-	}
-	defer func() { _ = unlock() }()
-	var real0, mono0 unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono0)
-	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &real0)
-	trueNow := func() int64 {
-		var m unix.Timespec
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m)
-		return real0.Nano() + m.Nano() - mono0.Nano()
-	}
-	setClock := func(ns int64) error {
-		ts := unix.NsecToTimespec(ns)
-		return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
-	}
-	t.Cleanup(func() { _ = setClock(trueNow()) })
+	trueNow, setClock := takeClock(t)
 
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "berth.db")

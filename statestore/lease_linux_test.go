@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-go/berth/internal/clocklock"
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/statestore"
 )
@@ -19,30 +18,8 @@ import (
 // -300 s does not make it late. The wall clock is set back from the
 // monotonic clock after the steps, and in a cleanup should the test fail.
 func TestLeaseSurvivesClockSteps(t *testing.T) {
-	if unix.Geteuid() != 0 {
-		t.Skip("stepping the wall clock needs root; run the tests as root to include it")
-	}
 	testports.Hold(t, testports.Statestore)
-	lctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	unlock, err := clocklock.Lock(lctx)
-	if err != nil {
-		t.Skipf("another program has been stepping the clock for 2 minutes: %v", err)
-	}
-	t.Cleanup(func() { _ = unlock() }) // after the clock is set back (cleanups run last first)
-	var real0, mono0 unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono0)
-	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &real0)
-	trueNow := func() int64 {
-		var m unix.Timespec
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m)
-		return real0.Nano() + m.Nano() - mono0.Nano()
-	}
-	setClock := func(ns int64) error {
-		ts := unix.NsecToTimespec(ns)
-		return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
-	}
-	t.Cleanup(func() { _ = setClock(trueNow()) })
+	trueNow, setClock := takeClock(t)
 	step := func(d time.Duration) {
 		t.Helper()
 		if err := setClock(trueNow() + int64(d)); err != nil {
