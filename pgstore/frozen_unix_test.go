@@ -3,14 +3,12 @@
 package pgstore_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,24 +18,6 @@ import (
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/store"
 )
-
-// lockedBuffer is a bytes.Buffer the store's goroutines may log to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // TestFrozenServer: with every process of the server stopped (SIGSTOP),
 // each call, the lease renewal and Open fail within Options.Timeout with
@@ -50,7 +30,7 @@ func TestFrozenServer(t *testing.T) {
 	c.RequirePassword(t, pw)
 	dsn := fmt.Sprintf("postgres://postgres:%s@/postgres?host=%s&sslmode=disable", pw, url.QueryEscape(c.Dir))
 	const name = "PostgreSQL store postgres://postgres:xxxxx@/postgres?host="
-	var logs lockedBuffer
+	var logs pgcluster.LogBuffer
 	const timeout = 300 * time.Millisecond
 	const margin = time.Second
 	opts := pgstore.Options{

@@ -3,14 +3,12 @@
 package portalloc_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,24 +21,6 @@ import (
 // every form of connection string, and look for in everything berth
 // shows.
 const secretPW = "Sekr3t-PW-9f2"
-
-// syncBuffer is a bytes.Buffer for a logger that goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // margin is what a bounded call may take beyond its timeout on a loaded
 // machine.
@@ -56,7 +36,7 @@ func TestFleetStoreFrozen(t *testing.T) {
 	c := pgcluster.Start(t)
 	c.RequirePassword(t, secretPW)
 	dsn := fmt.Sprintf("postgres://postgres:%s@/postgres?host=%s&sslmode=disable", secretPW, url.QueryEscape(c.Dir))
-	var logs syncBuffer
+	var logs pgcluster.LogBuffer
 	const timeout = time.Second
 	cfg := portalloc.Config{
 		Store: dsn, Host: "frozen", StateDir: t.TempDir(), Range: allocRange, AllowEphemeralOverlap: true,
@@ -176,7 +156,7 @@ func TestFleetSecretsNeverShown(t *testing.T) {
 			if tc.pgpassword != "" {
 				t.Setenv("PGPASSWORD", tc.pgpassword)
 			}
-			var logs syncBuffer
+			var logs pgcluster.LogBuffer
 			cfg := portalloc.Config{
 				Store: tc.dsn, Host: "secretive", StateDir: t.TempDir(), Range: allocRange, AllowEphemeralOverlap: true,
 				Timeout: 5 * time.Second, Logger: portalloc.TextLogger(&logs, slog.LevelDebug),

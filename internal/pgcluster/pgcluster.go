@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -234,4 +235,23 @@ func (g *guard) Skip(args ...any) { g.Helper(); g.TB.Skip(g.clean(fmt.Sprint(arg
 func (g *guard) Skipf(format string, args ...any) {
 	g.Helper()
 	g.TB.Skip(g.clean(fmt.Sprintf(format, args...)))
+}
+
+// LogBuffer is a buffer for a logger the store's goroutines share, for a
+// test to read what was logged. Its zero value is ready to use.
+type LogBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
