@@ -191,3 +191,13 @@ func newAllocator(t *testing.T, cfg portalloc.Config) *portalloc.Allocator {
 	})
 	return a
 }
+
+// readLine reads the next line a worker prints, without its newline.
+func readLine(t *testing.T, p *proc) string {
+	t.Helper()
+	line, err := p.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("worker pid %d: %v (said %q)", p.cmd.Process.Pid, err, line)
+	}
+	return strings.TrimSuffix(line, "\n")
+}

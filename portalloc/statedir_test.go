@@ -328,13 +328,3 @@ func TestExplicitStateDirTakesNothingOver(t *testing.T) {
 		t.Errorf("the old store's own Reserve of its port = %v; want it still served there", err)
 	}
 }
-
-// readLine reads the next line a worker prints, without its newline.
-func readLine(t *testing.T, p *proc) string {
-	t.Helper()
-	line, err := p.out.ReadString('\n')
-	if err != nil {
-		t.Fatalf("worker pid %d: %v (said %q)", p.cmd.Process.Pid, err, line)
-	}
-	return strings.TrimSuffix(line, "\n")
-}

@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -126,7 +125,7 @@ func (c *Cluster) Freeze(tb testing.TB) {
 		tb.Fatalf("the cluster's processes: %v", err)
 	}
 	for _, pid := range pids {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		if err := stop(pid); err != nil {
 			c.thaw()
 			tb.Skipf("cannot stop the server's process %d: %v", pid, err)
 		}
@@ -144,7 +143,7 @@ func (c *Cluster) Thaw(tb testing.TB) {
 func (c *Cluster) thaw() {
 	// The postmaster (the first stopped) last.
 	for i := len(c.frozen) - 1; i >= 0; i-- {
-		_ = syscall.Kill(c.frozen[i], syscall.SIGCONT)
+		_ = cont(c.frozen[i])
 	}
 	c.frozen = nil
 }

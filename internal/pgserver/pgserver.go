@@ -21,7 +21,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -236,7 +235,7 @@ func (s *Server) Pids() ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgserver: %s/postmaster.pid: %w", s.Data, err)
 	}
-	if err := syscall.Kill(pm, 0); errors.Is(err, syscall.ESRCH) {
+	if gone(pm) {
 		return nil, nil // a stale file
 	}
 	return append([]int{pm}, Children(pm)...), nil
@@ -280,7 +279,7 @@ func (s *Server) Kill() error {
 		return err
 	}
 	for _, pid := range pids {
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		if err := sigkill(pid); err != nil {
 			return fmt.Errorf("pgserver: kill %s's process %d: %w", s.Name, pid, err)
 		}
 	}
@@ -288,7 +287,7 @@ func (s *Server) Kill() error {
 	// child: poll).
 	deadline := time.Now().Add(10 * time.Second)
 	for _, pid := range pids {
-		for syscall.Kill(pid, 0) == nil && !zombie(pid) {
+		for exists(pid) && !zombie(pid) {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("pgserver: %s's process %d still runs 10s after SIGKILL", s.Name, pid)
 			}

@@ -1,0 +1,29 @@
+//go:build !unix
+
+package pgserver
+
+import (
+	"errors"
+	"os"
+)
+
+// gone reports whether no process pid exists.
+func gone(pid int) bool {
+	_, err := os.FindProcess(pid)
+	return err != nil
+}
+
+// exists reports whether pid names a process this program may signal.
+func exists(pid int) bool { return !gone(pid) }
+
+// sigkill kills pid; a process already gone is not an error.
+func sigkill(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return nil
+	}
+	if err := p.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	return nil
+}
