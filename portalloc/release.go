@@ -151,20 +151,31 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, sharedError(r, refs.describe(e, a, via)))
 	}
 	key := storeKey(r)
-	err = s.Transfer(ctx, key, store.Owner{}, to)
+	// A repair (which puts back what the Allocator holds) waits from the
+	// store's transfer to the hold's end, so that it never puts back, as
+	// this process's, a row just handed over (see repairMu).
+	handOff := func(on store.Store) error {
+		a.repairMu.RLock()
+		defer a.repairMu.RUnlock()
+		if err := on.Transfer(ctx, key, store.Owner{}, to); err != nil {
+			return err
+		}
+		refs.dropAll(e, a)
+		a.unhold(r, true)
+		return nil
+	}
+	err = handOff(s)
 	for try, on := 0, s; err != nil && try < maxReplacements; try++ {
 		var again bool
 		if again, err = a.replaced(ctx, on, err); !again {
 			break
 		}
 		on = a.db()
-		err = on.Transfer(ctx, key, store.Owner{}, to) // the row is back
+		err = handOff(on) // the row is back
 	}
 	if err != nil {
 		return a.rowErr(fmt.Sprintf("transfer to pid %d of", pid), r, err)
 	}
-	refs.dropAll(e, a)
-	a.unhold(r, true)
 	if a.handOver(r, to, via) {
 		a.pruneHanded(ctx, a.db())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strconv"
@@ -114,14 +115,25 @@ func (s *Store) holdMark(key Key, own Owner) error {
 	return nil
 }
 
-// markFor marks own's reservation of key outside a transaction: a row
-// handed to own.
-func (s *Store) markFor(key Key, own Owner) {
-	if m, ok := s.markOf(key, own); ok {
-		if _, err := marker.Hold(s.ns, m); err != nil {
-			s.log.V(1).Info("could not mark a reservation", "key", key.String(), "error", err.Error())
-		}
+// markFor marks own's reservation of key, a row about to be handed to
+// own, and reports whether it made the mark now. When it cannot for want
+// of a descriptor it fails with an error wrapping ErrTransient, as
+// holdMark does: handed over unmarked, the row would be lost with the
+// file while own lives. A process that holds Limit marks already hands it
+// over without one.
+func (s *Store) markFor(key Key, own Owner) (bool, error) {
+	m, ok := s.markOf(key, own)
+	if !ok {
+		return false, nil
 	}
+	made, err := marker.Hold(s.ns, m)
+	if err != nil {
+		if !errors.Is(err, marker.ErrTooMany) && transient.Is(err) {
+			return false, shortErr("mark "+key.String()+" for "+own.String(), err)
+		}
+		s.log.V(1).Info("could not mark a reservation", "key", key.String(), "error", err.Error())
+	}
+	return made, nil
 }
 
 // dropMark ends the mark of own's reservation of key.
@@ -160,9 +172,7 @@ func (s *Store) sameFile() error {
 		return storageErr("stat "+s.path, err)
 	case !os.SameFile(fi, s.file):
 		return fmt.Errorf("database file %s was replaced since the store opened it: %w", s.path, ErrLost)
-	case fi.Size() == 0 || fi.Size() < s.size.Load():
-		// berth never shrinks its file (it never vacuums): a smaller one
-		// was truncated, and a checkpoint has written some pages back.
+	case s.truncated(fi):
 		return fmt.Errorf("database file %s was truncated since the store opened it: %w", s.path, ErrLost)
 	}
 	if n := fi.Size(); n > s.size.Load() {
@@ -170,6 +180,27 @@ func (s *Store) sameFile() error {
 	}
 	return nil
 }
+
+// truncated reports whether the store's file, fi, was truncated since the
+// store opened it. berth never shrinks its file (it never vacuums): one
+// that is empty or smaller than it was seen was truncated, and a
+// checkpoint may have written some pages back since. A checkpoint can
+// also write back the last page and make it as long as before; the first
+// page then lacks SQLite's header unless it was in the WAL too.
+func (s *Store) truncated(fi os.FileInfo) bool {
+	if fi.Size() == 0 || fi.Size() < s.size.Load() {
+		return true
+	}
+	if s.head == nil {
+		return false
+	}
+	var b [len(sqliteHeader)]byte
+	n, err := s.head.ReadAt(b[:], 0)
+	return n < len(b) || (err != nil && !errors.Is(err, io.EOF)) || string(b[:]) != sqliteHeader
+}
+
+// sqliteHeader is how every SQLite database file begins.
+const sqliteHeader = "SQLite format 3\x00"
 
 // Check reports, with an error wrapping ErrLost, that the database file is
 // no longer the one the store opened (see store.Checker); a closed store
@@ -227,7 +258,7 @@ func moveAside(path, tag string, now time.Time) error {
 // opens a lost store again.
 func (s *Store) SetAsideIfTruncated(ctx context.Context) (bool, error) {
 	fi, err := os.Stat(s.path)
-	if err != nil || !os.SameFile(fi, s.file) || (fi.Size() != 0 && fi.Size() >= s.size.Load()) {
+	if err != nil || !os.SameFile(fi, s.file) || (fi.Size() != 0 && !s.truncated(fi)) {
 		return false, nil //nolint:nilerr // gone or replaced: nothing of this store's to move
 	}
 	lock := flock.New(s.path+".migrate.lock", flock.SetPermissions(0o600))
@@ -245,7 +276,7 @@ func (s *Store) SetAsideIfTruncated(ctx context.Context) (bool, error) {
 	defer func() { _ = wl.Close() }()
 	// Under the locks, again: another holder may have done it.
 	fi, err = os.Stat(s.path)
-	if err != nil || !os.SameFile(fi, s.file) || (fi.Size() != 0 && fi.Size() >= s.size.Load()) {
+	if err != nil || !os.SameFile(fi, s.file) || (fi.Size() != 0 && !s.truncated(fi)) {
 		return false, nil //nolint:nilerr // done by another holder meanwhile
 	}
 	if err := moveAside(s.path, "lost", time.Now()); err != nil {

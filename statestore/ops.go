@@ -65,18 +65,26 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 	if !to.Alive(ctx) {
 		return &FieldError{Field: "owner", Value: to.String(), Want: "a running process"}
 	}
+	// The new owner's mark comes first: a row handed over without one
+	// would be lost with the file while its new owner lives.
+	made, err := s.markFor(key, to)
+	if err != nil {
+		return err
+	}
 	packed, _ := netaddr.Pack(key.Addr)
 	args := append([]any{to.PID, to.Start, to.Scope, to.Name,
 		string(key.Protocol), int(key.Port), packed}, ownerArgs(from)...)
 	n, err := s.exec(ctx, "transfer "+key.String(), func(int64) { s.cache.stale() }, s.st.transfer, args...)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("transfer %s: %w for %s", key, ErrNotFound, from)
+	}
 	if err != nil {
+		if made {
+			s.dropMark(key, to)
+		}
 		return err
 	}
-	if n == 0 {
-		return fmt.Errorf("transfer %s: %w for %s", key, ErrNotFound, from)
-	}
 	s.dropMark(key, from)
-	s.markFor(key, to)
 	return nil
 }
 

@@ -136,3 +136,51 @@ func TestUnmarkedReservationRefused(t *testing.T) {
 		t.Fatalf("rows of port 24122 = %v, %v; want none", rows, err)
 	}
 }
+
+// In the mode "unmarked-transfer" a worker opens the store, reserves port
+// 24123, leaves itself no descriptor to spare and hands the row to its
+// parent (the test), and reports what became of it.
+func init() {
+	extraWorkers["unmarked-transfer"] = func(ctx context.Context, db string, out *json.Encoder, _ func()) error {
+		s, err := statestore.Open(ctx, db, statestore.Options{SweepInterval: -1})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24123)}); err != nil {
+			return err
+		}
+		parent, err := statestore.LookupOwner(ctx, os.Getppid())
+		if err != nil {
+			return err
+		}
+		if err := testproc.LeaveSpareFDs(0); err != nil {
+			return err
+		}
+		if err := s.Transfer(ctx, tcp(lo4, 24123), statestore.Owner{}, parent); err != nil {
+			return out.Encode(starvedEvent{Error: err.Error(), Transient: errors.Is(err, statestore.ErrTransient), Storage: errors.Is(err, statestore.ErrStorage)})
+		}
+		return out.Encode(starvedEvent{})
+	}
+}
+
+// TestUnmarkedTransferRefused: a row is handed to another process only
+// with that process's mark, which keeps it should the store be lost while
+// it lives; with no descriptor left for the mark, Transfer fails with
+// ErrTransient and the row stays its owner's.
+func TestUnmarkedTransferRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "berth.db")
+	w := startWorker(t, "unmarked-transfer", path)
+	var ev starvedEvent
+	if !w.events.Scan() || json.Unmarshal(w.events.Bytes(), &ev) != nil {
+		t.Fatalf("worker said %q", w.events.Text())
+	}
+	if !ev.Transient || ev.Storage || !strings.Contains(ev.Error, "too many open files") {
+		t.Fatalf("Transfer with no descriptor for the new owner's mark = %+v; want ErrTransient, not ErrStorage, saying too many open files", ev)
+	}
+	s := openAt(t, path)
+	rows, err := s.List(context.Background(), statestore.Filter{Port: 24123})
+	if err != nil || len(rows) != 1 || rows[0].Owner.PID != w.cmd.Process.Pid {
+		t.Fatalf("rows of port 24123 = %v, %v; want the worker's (pid %d)", rows, err, w.cmd.Process.Pid)
+	}
+}

@@ -97,6 +97,7 @@ type Store struct {
 	path string
 	file os.FileInfo  // the database file as opened, to notice a replacement
 	size atomic.Int64 // the largest size the file was seen with, to notice a truncation
+	head *os.File     // the file as opened, read for its header to notice a truncation
 	log  logr.Logger
 	now  func() time.Time
 	self Owner
@@ -266,6 +267,16 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 	// the old one, which nobody else reads: Open starts again.
 	s.file = file
 	s.size.Store(file.Size())
+	head, err := os.Open(path)
+	if err != nil {
+		_ = s.closeDB()
+		return nil, shortErr("open "+path, err)
+	}
+	s.head = head
+	if hf, err := head.Stat(); err != nil || !os.SameFile(hf, file) {
+		_ = s.closeDB()
+		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, ErrLost)
+	}
 	if err := s.sameFile(); err != nil {
 		_ = s.closeDB()
 		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, err)
@@ -342,6 +353,9 @@ func (s *Store) closeDB() error {
 	}
 	if s.spare != nil {
 		errs = append(errs, s.spare.Close())
+	}
+	if s.head != nil {
+		errs = append(errs, s.head.Close())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close: %w", err)

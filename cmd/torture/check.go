@@ -550,13 +550,21 @@ func Check(dir string) (Report, error) {
 		failoverWindow(c, failovers, repairs)
 	}
 	rep.FailoverProbes = failoverProbes(probes, probeKeys, claims)
+	// The claims of each protocol and port: a question about one key
+	// reads its claims, not the run's million.
+	byKey := map[portKey][]*claim{}
+	for _, c := range claims {
+		k := portKey{c.proto, c.port}
+		byKey[k] = append(byKey[k], c)
+	}
+	of := func(e Event) []*claim { return byKey[portKey{e.Proto, e.Port}] }
 	for _, e := range probeKeys {
-		rep.ProbeKeys = append(rep.ProbeKeys, fmt.Sprintf("%s %s:%d on %s by %s at %s%s", e.Proto, e.Addr, e.Port, e.Host, e.Proc, stamp(e.T, base), heldBy(claims, e, base)))
+		rep.ProbeKeys = append(rep.ProbeKeys, fmt.Sprintf("%s %s:%d on %s by %s at %s%s", e.Proto, e.Addr, e.Port, e.Host, e.Proc, stamp(e.T, base), heldBy(of(e), e, base)))
 	}
 	for _, e := range rereleases {
 		// The release the repair did again was of a claim of the
 		// process's that had ended; one that is open now lost its row.
-		for _, c := range claims {
+		for _, c := range of(e) {
 			if c.proc == e.Proc && c.child == "" && c.holder == "" && c.proto == e.Proto && c.port == e.Port && c.addr.String() == e.Addr &&
 				c.start < e.T && e.T < c.end {
 				violate("%s released again by its own process's comparison with the store at %s while it held it (granted at %s): its row is gone, and the port can be granted to another process of its host",
@@ -571,21 +579,22 @@ func Check(dir string) (Report, error) {
 		frozen[proc] = append(frozen[proc], span{since, math.MaxInt64})
 	}
 	for _, f := range failed {
-		if c := childClaim(claims, f.e); c != nil && c.lost != 0 && c.lost <= f.e.T && f.e.T <= c.found {
+		cs := of(f.e)
+		if c := childClaim(cs, f.e); c != nil && c.lost != 0 && c.lost <= f.e.T && f.e.T <= c.found {
 			rep.Unguarded++
 			continue
 		}
-		if heldByLostLeases(claims, f.e) {
+		if heldByLostLeases(cs, f.e) {
 			rep.LostLeases++
 			continue
 		}
-		if failoverLostBind(claims, f.e) {
+		if failoverLostBind(cs, f.e) {
 			rep.FailoverLost++
 			continue
 		}
-		violate("%s%s", f.msg, heldBy(claims, f.e, base))
+		violate("%s%s", f.msg, heldBy(cs, f.e, base))
 	}
-	rep.CrossHost = overlaps(claims, violate, &rep, base)
+	rep.CrossHost = overlaps(byKey, violate, &rep, base)
 	slices.Sort(rep.Latencies)
 	progress(&rep, calls, grants, frozen, base, stop)
 	return rep, nil
@@ -711,13 +720,9 @@ func heldByLostLeases(claims []*claim, e Event) bool {
 // A conflict over a claim that no process could speak for when the other
 // began (see claim.lost) is counted in rep, as Unguarded (a hand-off) or
 // LostLeases (a lease), not as a violation.
-func overlaps(claims []*claim, violate func(string, ...any), rep *Report, base int64) (crossHost int) {
-	groups := map[string][]*claim{}
-	for _, c := range claims {
-		k := c.proto + fmt.Sprint(c.port)
-		groups[k] = append(groups[k], c)
-	}
+func overlaps(groups map[portKey][]*claim, violate func(string, ...any), rep *Report, base int64) (crossHost int) {
 	for _, g := range groups {
+		g = slices.Clone(g)
 		slices.SortFunc(g, func(a, b *claim) int { return compare(a.start, b.start) })
 		for i, a := range g {
 			for _, b := range g[i+1:] {
@@ -741,6 +746,12 @@ func overlaps(claims []*claim, violate func(string, ...any), rep *Report, base i
 		}
 	}
 	return crossHost
+}
+
+// portKey is a protocol and a port: the claims that can conflict.
+type portKey struct {
+	proto string
+	port  uint16
 }
 
 func compare(a, b int64) int {
@@ -905,8 +916,17 @@ func failoverLostBind(claims []*claim, e Event) bool {
 // being granted. Where the workers logged the probes' keys (keys), a
 // probe counts only if such a claim conflicts with its key; else any
 // claim of the host in its window will do.
-func failoverProbes(probes, keys []Event, claims []*claim) int64 {
+func failoverProbes(probes, keys []Event, all []*claim) int64 {
+	var claims []*claim // those with a window: none without failovers
+	for _, c := range all {
+		if len(c.failWin) > 0 {
+			claims = append(claims, c)
+		}
+	}
 	var n int64
+	if len(claims) == 0 {
+		return 0
+	}
 	if len(keys) > 0 {
 		for _, k := range keys {
 			a, err := netip.ParseAddr(k.Addr)
