@@ -251,7 +251,7 @@ func (a *Allocator) normalize(req Request) (Request, error) {
 	if i := slices.Index(req.Prefer, 0); i >= 0 {
 		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: fmt.Sprintf("Request.Prefer[%d]", i), Value: "0", Want: "a port from 1 to 65535"})
 	}
-	return req, nil
+	return a.scopeLabel(req)
 }
 
 func (a *Allocator) begin(ctx context.Context, req Request) (context.Context, context.CancelFunc, Request, error) {

@@ -47,6 +47,8 @@ func (a *Allocator) candidates(ctx context.Context, s store.Store, req Request, 
 	var it *portrange.Iter
 	if req.Order == OrderLowest {
 		it = set.Lowest()
+	} else if seeded := a.scopeSeed(req); seeded != nil {
+		it = set.Candidates(seeded)
 	} else {
 		a.rngMu.Lock()
 		it = set.Candidates(a.rng)

@@ -150,6 +150,18 @@ type Config struct {
 	// Order is the order in which Allocate tries the ports of Range when a
 	// Request does not set its own; zero: OrderRandom.
 	Order Order
+	// Scope keeps this Allocator's labels, sticky ports and sets apart from
+	// those of other scopes, so that two checkouts of one project can use
+	// the same labels side by side, and each gets its own sticky ports
+	// back: ScopeGit (the root of the current git worktree), ScopeDir (the
+	// working directory) or a name of the caller's own; zero: no scope,
+	// the labels as they are. New resolves a mode once (see ResolveScope),
+	// and Config() returns the scope it resolved to. Each Request.Label is
+	// recorded as ScopedLabel(scope, label), and a labelled request tries
+	// the range in an order seeded by the scope and the label. A scope
+	// never changes which ports conflict: it names ports, it does not
+	// share them.
+	Scope string
 	// Timeout bounds one Allocate or Reserve, New's opening of the store,
 	// and Close's releases; zero: DefaultTimeout.
 	Timeout time.Duration
@@ -174,11 +186,15 @@ const (
 	EnvHost                  = "BERTH_HOST"
 )
 
+// EnvScope (BERTH_SCOPE) is declared in scope.go.
+
 // ConfigFromEnv returns a Config from the environment: BERTH_MODE,
 // BERTH_PORT_RANGE ("20000-32767"), BERTH_PORT_EXCLUDE ("22000-22100,25565"),
 // BERTH_STATE_DIR, BERTH_TIMEOUT (a Go duration such as "10s"),
 // BERTH_ALLOW_EPHEMERAL_OVERLAP (true or false), BERTH_STORE and
-// BERTH_HOST (see Config.Store and Config.Host) and BERTH_LOG. Unset or
+// BERTH_HOST (see Config.Store and Config.Host), BERTH_SCOPE (see
+// Config.Scope; resolved here, against the working directory of the
+// moment) and BERTH_LOG. Unset or
 // empty variables leave their field at its zero value. The error joins
 // one error for each variable refused (errors.Join): a *RangeError for the
 // two range variables, a *FieldError for the others, each naming the
@@ -233,6 +249,13 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		c.Store = v
 	}
 	c.Host = get(EnvHost)
+	if v := get(EnvScope); v != "" {
+		s, err := resolveScope(EnvScope, v)
+		if err != nil {
+			errs = append(errs, errors.Unwrap(err)) // the *FieldError, without the prefix
+		}
+		c.Scope = s
+	}
 	if v := get(EnvTimeout); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -299,6 +322,11 @@ func (c Config) withDefaults() (Config, error) {
 			c.Mode = ModeStateStore // a fleet's store never falls back
 		}
 	}
+	scope, err := resolveScope("Config.Scope", c.Scope)
+	if err != nil {
+		return Config{}, err
+	}
+	c.Scope = scope
 	switch {
 	case c.Order == "":
 		c.Order = OrderRandom
