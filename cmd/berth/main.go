@@ -99,12 +99,12 @@ type app struct {
 	// stateDirDefault: cfg.StateDir is the default, not set by a flag or
 	// variable, so a store at the previous default is taken over.
 	stateDirDefault bool
-	takeOverErr     error  // a take-over that failed, for doctor to report
+	takeOverErr     error // a take-over that failed, for doctor to report
 	// scopeGiven: --scope was given, so ls and release --all keep to the
 	// scope (BERTH_SCOPE alone scopes labels only).
 	scopeGiven bool
-	name            string // the running command's, for messages
-	ran             bool   // a command's own code ran (its errors are not usage errors by default)
+	name       string // the running command's, for messages
+	ran        bool   // a command's own code ran (its errors are not usage errors by default)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
