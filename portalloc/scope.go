@@ -149,16 +149,23 @@ func ScopedLabel(scope, label string) string {
 }
 
 // UnscopedLabel returns the label that recorded, a label as a reservation
-// records it, has in scope, and whether recorded belongs to scope at all:
-// recorded without "@" and scope for a scope, recorded itself for the empty
-// scope when it has no "@" (a label with one belongs to a scope, or was
-// given so on purpose: it is still found by its whole text).
+// records it, has in scope, and whether recorded belongs to scope at all
+// ("" and false when it does not): recorded without "@" and scope for a
+// scope, recorded itself for the empty scope when it has no "@" (a label
+// with one belongs to a scope, or was given so on purpose: it is still
+// found by its whole text, as berth port and PortOf look labels up).
 func UnscopedLabel(recorded, scope string) (string, bool) {
 	if scope == "" {
-		return recorded, recorded != "" && !strings.Contains(recorded, scopeSep)
+		if recorded == "" || strings.Contains(recorded, scopeSep) {
+			return "", false
+		}
+		return recorded, true
 	}
 	label, ok := strings.CutSuffix(recorded, scopeSep+scope)
-	return label, ok && label != ""
+	if !ok || label == "" {
+		return "", false
+	}
+	return label, true
 }
 
 // scopeLabel records req's label in the Allocator's scope, and checks that

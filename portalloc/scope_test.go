@@ -196,3 +196,46 @@ func TestScopeSeededOrder(t *testing.T) {
 		t.Errorf("8 labels of scope shop start at %d ports; want them mostly apart", len(seen))
 	}
 }
+
+// TestPortOfLiveOnly: PortOf and LivePorts see the reservations of live
+// owners only (here, a worker process's, until it exits), and never take
+// them.
+func TestPortOfLiveOnly(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir})
+	free, err := a.Allocate(ctx, portalloc.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, free); err != nil {
+		t.Fatal(err)
+	}
+	w := holdInWorker(t, dir, netip.MustParseAddr("127.0.0.1"), free.Port) // labelled "worker"
+	s, err := portalloc.OpenStore(ctx, portalloc.Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	got, err := portalloc.PortOf(ctx, s, "", "worker", portalloc.TCP)
+	if err != nil || got.Port != free.Port || got.Var != "WORKER_PORT" || got.OwnerPID != w.cmd.Process.Pid {
+		t.Errorf("PortOf(worker) = %+v, %v; want port %d of pid %d as WORKER_PORT", got, err, free.Port, w.cmd.Process.Pid)
+	}
+	if _, err := portalloc.PortOf(ctx, s, "", "worker", portalloc.UDP); !errors.Is(err, portalloc.ErrNoReservation) {
+		t.Errorf("PortOf(worker, udp) = %v; want ErrNoReservation", err)
+	}
+	if _, err := portalloc.PortOf(ctx, s, "shop", "worker", portalloc.TCP); !errors.Is(err, portalloc.ErrNoReservation) {
+		t.Errorf("PortOf in scope shop of the empty scope's label = %v; want ErrNoReservation", err)
+	}
+	var fe *portalloc.FieldError
+	if _, err := portalloc.PortOf(ctx, s, "", "", portalloc.TCP); !errors.As(err, &fe) {
+		t.Errorf("PortOf(\"\") = %v; want a *FieldError", err)
+	}
+	w.kill(t)
+	if got, err := portalloc.PortOf(ctx, s, "", "worker", portalloc.TCP); !errors.Is(err, portalloc.ErrNoReservation) {
+		t.Errorf("PortOf(worker) after the worker died = %+v, %v; want ErrNoReservation", got, err)
+	}
+	if ports, err := portalloc.LivePorts(ctx, s, ""); err != nil || len(ports) != 0 {
+		t.Errorf("LivePorts after the worker died = %+v, %v; want none", ports, err)
+	}
+}

@@ -26,6 +26,8 @@ type runFlags struct {
 	listen bool
 	sticky bool
 	addr   string
+	// envFile is --env-file: the variables, written for COMMAND's lifetime.
+	envFile string
 }
 
 // runSet is the name of the set berth run makes of its --port ports, one
@@ -113,7 +115,8 @@ COMMAND and its arguments, flags included.`,
   berth run --port http --port metrics -- ./app
   berth run --scope git --sticky --port web -- ./dev-server   # this checkout's port, as last time
   berth run --set stack.json -- docker compose up
-  berth run --listen --port http -- ./socket-activated-server`,
+  berth run --listen --port http -- ./socket-activated-server
+  berth run --port web --env-file .env -- docker compose up   # ${WEB_PORT} in compose.yaml`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usagef("run needs a COMMAND to run: berth run --port NAME -- COMMAND ARGS...")
@@ -126,6 +129,7 @@ COMMAND and its arguments, flags included.`,
 	cmd.Flags().StringVar(&f.set, "set", "", "a set spec (JSON) whose ports COMMAND gets, in its members' variables")
 	cmd.Flags().BoolVar(&f.listen, "listen", false, "bind the ports and pass the sockets systemd-style (LISTEN_FDS)")
 	cmd.Flags().StringVar(&f.addr, "addr", "127.0.0.1", "address the --port ports are for; 0.0.0.0 and :: are the wildcards")
+	cmd.Flags().StringVar(&f.envFile, "env-file", "", "also write COMMAND's port variables to this file (NAME=PORT lines: docker compose's .env, an editor's envFile) while COMMAND runs; removed when it exits")
 	cmd.Flags().BoolVar(&f.sticky, "sticky", false, "give each --port the port it had last time (in this --scope) when it is free")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error { return a.runRun(ctx, &f, args) })
 	return cmd
@@ -259,6 +263,11 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	a.fallbackHint(al)
 	if err := al.Close(); err != nil {
 		return err
+	}
+	if f.envFile != "" {
+		if err := writeEnvFile(f.envFile, env); err != nil {
+			return err
+		}
 	}
 	if err := statestore.KeepMarksAcrossExec(); err != nil {
 		return err
