@@ -141,12 +141,22 @@ type Config struct {
 	// Range is where Allocate picks ports; zero: DefaultRange.
 	Range Range
 	// Exclude lists ports Allocate never hands out. Reserve may still take
-	// them: a caller that names a port has chosen it.
+	// them: a caller that names a port has chosen it. Allocate also leaves
+	// out, whatever Exclude says, Linux's net.ipv4.ip_local_reserved_ports
+	// (read by New; Reserve refuses them too, see Request.AllowOSReserved)
+	// and, unless AllowBrowserRestricted, the ports browsers refuse.
+	// Exclusions lists all of it.
 	Exclude []Range
 	// AllowEphemeralOverlap keeps the OS ephemeral range in Range. When it
 	// is false (the zero value) the ephemeral range is cut out of Range,
 	// with a warning logged once per process.
 	AllowEphemeralOverlap bool
+	// AllowBrowserRestricted keeps in Range, and in Request.Prefer, the
+	// ports web browsers refuse to connect to (BrowserRestrictedPorts:
+	// 6000, 6665-6669, 10080, ...). When it is false (the zero value)
+	// Allocate never hands them out, so that a dev server is never given a
+	// port the browser will not open. Reserve takes them either way.
+	AllowBrowserRestricted bool
 	// Order is the order in which Allocate tries the ports of Range when a
 	// Request does not set its own; zero: OrderRandom.
 	Order Order
@@ -191,7 +201,8 @@ const (
 // ConfigFromEnv returns a Config from the environment: BERTH_MODE,
 // BERTH_PORT_RANGE ("20000-32767"), BERTH_PORT_EXCLUDE ("22000-22100,25565"),
 // BERTH_STATE_DIR, BERTH_TIMEOUT (a Go duration such as "10s"),
-// BERTH_ALLOW_EPHEMERAL_OVERLAP (true or false), BERTH_STORE and
+// BERTH_ALLOW_EPHEMERAL_OVERLAP and BERTH_ALLOW_BROWSER_RESTRICTED (true or
+// false), BERTH_STORE and
 // BERTH_HOST (see Config.Store and Config.Host), BERTH_SCOPE (see
 // Config.Scope; resolved here, against the working directory of the
 // moment) and BERTH_LOG. Unset or
@@ -269,6 +280,13 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 			bad(EnvAllowEphemeralOverlap, v, `"true" or "false"`)
 		}
 		c.AllowEphemeralOverlap = b
+	}
+	if v := get(EnvAllowBrowserRestricted); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			bad(EnvAllowBrowserRestricted, v, `"true" or "false"`)
+		}
+		c.AllowBrowserRestricted = b
 	}
 	if v := get(EnvLog); v != "" {
 		var level slog.Level

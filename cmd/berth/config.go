@@ -23,7 +23,7 @@ type globalFlags struct {
 	stateDir, rangeS, mode, logLevel string
 	store, host                      string
 	scope                            string
-	strict                           bool
+	strict, allowBrowser             bool
 	timeout                          time.Duration
 	verbose                          int
 }
@@ -34,6 +34,7 @@ func (g *globalFlags) add(root *cobra.Command) {
 	fs.StringVar(&g.store, "store", "", "a PostgreSQL database shared by a fleet of hosts, instead of the SQLite store in the state directory: postgres://..., host=... dbname=..., or its unix socket directory (default $BERTH_STORE)")
 	fs.StringVar(&g.host, "host", "", "this host's name in the fleet --store is shared by (default $BERTH_HOST, else the hostname)")
 	fs.StringVar(&g.scope, "scope", "", `keep labels, sticky ports and sets apart per scope: "git" (the root of the current git worktree), "dir" (the current directory) or a name; "" for none (default $BERTH_SCOPE)`)
+	fs.BoolVar(&g.allowBrowser, "allow-browser-restricted", false, "also hand out the ports web browsers refuse to connect to (6000, 6665-6669, 10080, ...; default $BERTH_ALLOW_BROWSER_RESTRICTED, else false)")
 	fs.StringVar(&g.rangeS, "range", "", "port range FIRST-LAST that berth hands ports out of (default $BERTH_PORT_RANGE, else 20000-32767)")
 	fs.StringVar(&g.mode, "mode", "", "statestore, statestore-with-fallback or mru (default $BERTH_MODE, else statestore-with-fallback)")
 	fs.BoolVar(&g.strict, "strict", false, "fail when the state store cannot be used instead of falling back to the MRU file (same as --mode statestore)")
@@ -71,6 +72,9 @@ func (a *app) configure(cmd *cobra.Command) error {
 			return err
 		}
 		cfg.Scope = s
+	}
+	if g.allowBrowser {
+		cfg.AllowBrowserRestricted = true
 	}
 	if g.rangeS != "" {
 		if cfg.Range, err = portalloc.ParseRange(g.rangeS); err != nil {

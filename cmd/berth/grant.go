@@ -35,7 +35,8 @@ type grantFlags struct {
 	prefer     []uint
 	order      string
 	sticky     bool
-	ownerPIDv1 int // --owner-pid, the older spelling of --owner PID
+	allowRes   bool // --allow-reserved
+	ownerPIDv1 int  // --owner-pid, the older spelling of --owner PID
 }
 
 func (f *grantFlags) add(cmd *cobra.Command, allocate bool) {
@@ -46,6 +47,7 @@ func (f *grantFlags) add(cmd *cobra.Command, allocate bool) {
 	fs.BoolVar(&f.json, "json", false, "print JSON")
 	addOwner(cmd, &f.owner, &f.ownerPIDv1)
 	f.holderFlags.add(cmd, true)
+	fs.BoolVar(&f.allowRes, "allow-reserved", false, "take a port of net.ipv4.ip_local_reserved_ports, which the administrator keeps for other software, when it is named (reserve PORT, --prefer)")
 	if allocate {
 		fs.IntVar(&f.count, "count", 1, "how many ports, one per line")
 		fs.IntVar(&f.block, "block", 0, "a contiguous block of this many ports: BASE to BASE+N-1, all reserved; prints BASE")
@@ -114,7 +116,7 @@ func (f *grantFlags) request() (portalloc.Request, error) {
 	if err != nil {
 		return portalloc.Request{}, err
 	}
-	req := portalloc.Request{Protocol: portalloc.TCP, Address: addr, Label: f.label, Sticky: f.sticky}
+	req := portalloc.Request{Protocol: portalloc.TCP, Address: addr, Label: f.label, Sticky: f.sticky, AllowOSReserved: f.allowRes}
 	if f.udp {
 		req.Protocol = portalloc.UDP
 	}
