@@ -86,7 +86,8 @@ func LivePorts(ctx context.Context, s store.Store, scope string) ([]LivePort, er
 
 // PortOf returns the live reservation of label in scope for protocol
 // (zero: TCP); where there are several (one label on two addresses), the
-// newest. It reads s and changes nothing. When there is none, the error
+// newest. A label with no live reservation of its own also finds the port
+// berth run --port label gives its command (labelled run/port/label). It reads s and changes nothing. When there is none, the error
 // wraps ErrNoReservation; a label that could not be recorded is a
 // *FieldError for "label".
 func PortOf(ctx context.Context, s store.Store, scope, label string, protocol Protocol) (LivePort, error) {
@@ -102,20 +103,26 @@ func PortOf(ctx context.Context, s store.Store, scope, label string, protocol Pr
 	if protocol != TCP && protocol != UDP {
 		return LivePort{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`})
 	}
-	rows, err := s.List(ctx, store.Filter{Protocol: protocol, Label: ScopedLabel(scope, label)})
-	if err != nil {
-		return LivePort{}, fmt.Errorf("portalloc: port of %q: %w", label, err)
-	}
 	var (
 		best  LivePort
 		found bool
 	)
-	for _, r := range rows {
-		if !live(ctx, r) {
-			continue
+	// The label itself, else the --port NAME of berth run (run/port/NAME).
+	for _, l := range []string{label, "run/port/" + label} {
+		rows, err := s.List(ctx, store.Filter{Protocol: protocol, Label: ScopedLabel(scope, l)})
+		if err != nil {
+			return LivePort{}, fmt.Errorf("portalloc: port of %q: %w", label, err)
 		}
-		if lp := livePort(r, label, scope); !found || lp.Created.After(best.Created) {
-			best, found = lp, true
+		for _, r := range rows {
+			if !live(ctx, r) {
+				continue
+			}
+			if lp := livePort(r, l, scope); !found || lp.Created.After(best.Created) {
+				best, found = lp, true
+			}
+		}
+		if found {
+			break
 		}
 	}
 	if !found {

@@ -20,8 +20,9 @@ func (a *app) portCmd() *cobra.Command {
 		Short: "Print the port of the live reservation labelled LABEL; exit 3 if there is none",
 		Long: `Print the port of the live reservation labelled LABEL in the scope in effect
 (--scope, else $BERTH_SCOPE; without either, labels of no scope), whoever holds
-it. It changes nothing: the port stays its holder's. Where the label has
-several live reservations (two addresses), the newest. Exit 3 when none.`,
+it; the port of 'berth run --port NAME' is found as NAME too. It changes
+nothing: the port stays its holder's. Where the label has several live
+reservations (two addresses), the newest. Exit 3 when none.`,
 		Example: `  berth port web
   curl "http://127.0.0.1:$(berth port --scope git web)/"`,
 		Args: exactArgs(1, "LABEL"),
