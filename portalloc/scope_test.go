@@ -239,3 +239,32 @@ func TestPortOfLiveOnly(t *testing.T) {
 		t.Errorf("LivePorts after the worker died = %+v, %v; want none", ports, err)
 	}
 }
+
+// TestScopeSets: one set spec allocated in two scopes gets two sets of
+// ports; allocated again in the same scope, it gets the ports it holds
+// back.
+func TestScopeSets(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	spec := portalloc.SetSpec{Name: "dev", Groups: []portalloc.GroupSpec{{Name: "web", Ports: []portalloc.PortSpec{{Name: "http"}}}}}
+	port := func(a *portalloc.Allocator) portalloc.Reservation {
+		t.Helper()
+		s, err := a.AllocateSet(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return member(t, s, "web", 0).Ports["http"]
+	}
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Scope: "shop"})
+	b := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Scope: "shop-wt2"})
+	ra, rb := port(a), port(b)
+	if ra.Port == rb.Port {
+		t.Errorf("set dev in scopes shop and shop-wt2: both port %d; want two", ra.Port)
+	}
+	if ra.Label != "dev/web/0/http@shop" {
+		t.Errorf("label of dev's port in scope shop = %q; want %q", ra.Label, "dev/web/0/http@shop")
+	}
+	if again := port(a); again.Port != ra.Port {
+		t.Errorf("set dev allocated again in scope shop: port %d; want the one it holds, %d", again.Port, ra.Port)
+	}
+}
