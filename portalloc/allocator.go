@@ -52,6 +52,8 @@ type Allocator struct {
 	rngMu sync.Mutex // guards rng
 	rng   *rand.Rand
 
+	excl excluded // ports left out besides Config.Exclude (exclude.go)
+
 	ctr counters
 
 	mu     sync.Mutex // guards held, handed, handedPruneAt, pools, poolNames, closed and released
@@ -143,11 +145,13 @@ func newAllocator(ctx context.Context, cfg Config, open Opener, given store.Stor
 			cfg.Mode = ModeStateStore // a given store never falls back
 		}
 	}
-	set, err := candidateSet(cfg)
+	excl := readExcluded(cfg)
+	set, err := candidateSet(cfg, excl)
 	if err != nil {
 		return nil, err
 	}
 	a := &Allocator{
+		excl:   excl,
 		cfg:    cfg,
 		log:    cfg.Logger,
 		warn:   warnLogger(cfg),
@@ -251,7 +255,10 @@ func (a *Allocator) normalize(req Request) (Request, error) {
 	if i := slices.Index(req.Prefer, 0); i >= 0 {
 		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: fmt.Sprintf("Request.Prefer[%d]", i), Value: "0", Want: "a port from 1 to 65535"})
 	}
-	return req, nil
+	if err := a.checkPrefer(req); err != nil {
+		return Request{}, err
+	}
+	return a.scopeLabel(req)
 }
 
 func (a *Allocator) begin(ctx context.Context, req Request) (context.Context, context.CancelFunc, Request, error) {

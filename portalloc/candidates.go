@@ -13,7 +13,7 @@ var ephemeralWarning sync.Once
 
 // candidateSet is the range less exclusions, the OS ephemeral range (unless
 // allowed) and the ports the OS reserves for itself.
-func candidateSet(cfg Config) (*portrange.Set, error) {
+func candidateSet(cfg Config, excl excluded) (*portrange.Set, error) {
 	exclude := internalRanges(cfg.Exclude)
 	if !cfg.AllowEphemeralOverlap {
 		eph, err := portrange.Ephemeral()
@@ -33,6 +33,7 @@ func candidateSet(cfg Config) (*portrange.Set, error) {
 		cfg.Logger.Info("could not read the ports the OS reserves", "error", err.Error())
 	}
 	exclude = append(exclude, reserved...)
+	exclude = append(exclude, excl.ranges()...) // ip_local_reserved_ports, browsers' restricted ports
 	set := portrange.NewSet(portrange.Range(cfg.Range), exclude...)
 	if set.Len() == 0 {
 		return nil, fmt.Errorf("%w: port range %s (Config.Range, BERTH_PORT_RANGE or --range) has no port left after exclusions and the OS ephemeral range; widen it, or set Config.AllowEphemeralOverlap (BERTH_ALLOW_EPHEMERAL_OVERLAP=true) to keep the overlap", ErrInvalidRequest, cfg.Range)
@@ -47,6 +48,8 @@ func (a *Allocator) candidates(ctx context.Context, s store.Store, req Request, 
 	var it *portrange.Iter
 	if req.Order == OrderLowest {
 		it = set.Lowest()
+	} else if seeded := a.scopeSeed(req); seeded != nil {
+		it = set.Candidates(seeded)
 	} else {
 		a.rngMu.Lock()
 		it = set.Candidates(a.rng)
@@ -56,10 +59,12 @@ func (a *Allocator) candidates(ctx context.Context, s store.Store, req Request, 
 	if len(req.Prefer) > 0 {
 		prefer := req.Prefer
 		next = func() (uint16, bool) {
-			if len(prefer) > 0 {
+			for len(prefer) > 0 {
 				p := prefer[0]
 				prefer = prefer[1:]
-				return p, true
+				if !a.skipPreferred(p) {
+					return p, true
+				}
 			}
 			return it.Next()
 		}

@@ -141,15 +141,37 @@ type Config struct {
 	// Range is where Allocate picks ports; zero: DefaultRange.
 	Range Range
 	// Exclude lists ports Allocate never hands out. Reserve may still take
-	// them: a caller that names a port has chosen it.
+	// them: a caller that names a port has chosen it. Allocate also leaves
+	// out, whatever Exclude says, Linux's net.ipv4.ip_local_reserved_ports
+	// (read by New; Reserve refuses them too, see Request.AllowOSReserved)
+	// and, unless AllowBrowserRestricted, the ports browsers refuse.
+	// Exclusions lists all of it.
 	Exclude []Range
 	// AllowEphemeralOverlap keeps the OS ephemeral range in Range. When it
 	// is false (the zero value) the ephemeral range is cut out of Range,
 	// with a warning logged once per process.
 	AllowEphemeralOverlap bool
+	// AllowBrowserRestricted keeps in Range, and in Request.Prefer, the
+	// ports web browsers refuse to connect to (BrowserRestrictedPorts:
+	// 6000, 6665-6669, 10080, ...). When it is false (the zero value)
+	// Allocate never hands them out, so that a dev server is never given a
+	// port the browser will not open. Reserve takes them either way.
+	AllowBrowserRestricted bool
 	// Order is the order in which Allocate tries the ports of Range when a
 	// Request does not set its own; zero: OrderRandom.
 	Order Order
+	// Scope keeps this Allocator's labels, sticky ports and sets apart from
+	// those of other scopes, so that two checkouts of one project can use
+	// the same labels side by side, and each gets its own sticky ports
+	// back: ScopeGit (the root of the current git worktree), ScopeDir (the
+	// working directory) or a name of the caller's own; zero: no scope,
+	// the labels as they are. New resolves a mode once (see ResolveScope),
+	// and Config() returns the scope it resolved to. Each Request.Label is
+	// recorded as ScopedLabel(scope, label), and a labelled request tries
+	// the range in an order seeded by the scope and the label. A scope
+	// never changes which ports conflict: it names ports, it does not
+	// share them.
+	Scope string
 	// Timeout bounds one Allocate or Reserve, New's opening of the store,
 	// and Close's releases; zero: DefaultTimeout.
 	Timeout time.Duration
@@ -174,11 +196,16 @@ const (
 	EnvHost                  = "BERTH_HOST"
 )
 
+// EnvScope (BERTH_SCOPE) is declared in scope.go.
+
 // ConfigFromEnv returns a Config from the environment: BERTH_MODE,
 // BERTH_PORT_RANGE ("20000-32767"), BERTH_PORT_EXCLUDE ("22000-22100,25565"),
 // BERTH_STATE_DIR, BERTH_TIMEOUT (a Go duration such as "10s"),
-// BERTH_ALLOW_EPHEMERAL_OVERLAP (true or false), BERTH_STORE and
-// BERTH_HOST (see Config.Store and Config.Host) and BERTH_LOG. Unset or
+// BERTH_ALLOW_EPHEMERAL_OVERLAP and BERTH_ALLOW_BROWSER_RESTRICTED (true or
+// false), BERTH_STORE and
+// BERTH_HOST (see Config.Store and Config.Host), BERTH_SCOPE (see
+// Config.Scope; resolved here, against the working directory of the
+// moment) and BERTH_LOG. Unset or
 // empty variables leave their field at its zero value. The error joins
 // one error for each variable refused (errors.Join): a *RangeError for the
 // two range variables, a *FieldError for the others, each naming the
@@ -233,6 +260,13 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		c.Store = v
 	}
 	c.Host = get(EnvHost)
+	if v := get(EnvScope); v != "" {
+		s, err := resolveScope(EnvScope, v)
+		if err != nil {
+			errs = append(errs, errors.Unwrap(err)) // the *FieldError, without the prefix
+		}
+		c.Scope = s
+	}
 	if v := get(EnvTimeout); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -246,6 +280,13 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 			bad(EnvAllowEphemeralOverlap, v, `"true" or "false"`)
 		}
 		c.AllowEphemeralOverlap = b
+	}
+	if v := get(EnvAllowBrowserRestricted); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			bad(EnvAllowBrowserRestricted, v, `"true" or "false"`)
+		}
+		c.AllowBrowserRestricted = b
 	}
 	if v := get(EnvLog); v != "" {
 		var level slog.Level
@@ -299,6 +340,11 @@ func (c Config) withDefaults() (Config, error) {
 			c.Mode = ModeStateStore // a fleet's store never falls back
 		}
 	}
+	scope, err := resolveScope("Config.Scope", c.Scope)
+	if err != nil {
+		return Config{}, err
+	}
+	c.Scope = scope
 	switch {
 	case c.Order == "":
 		c.Order = OrderRandom

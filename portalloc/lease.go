@@ -150,7 +150,7 @@ func (a *Allocator) ReleaseHolder(ctx context.Context, holder string, f HolderFi
 	if err != nil {
 		return 0, err
 	}
-	n, err := ls.ReleaseLease(ctx, holder, store.Filter{Protocol: f.Protocol, Port: f.Port, Label: f.Label})
+	n, err := ls.ReleaseLease(ctx, holder, store.Filter{Protocol: f.Protocol, Port: f.Port, Label: ScopedLabel(a.cfg.Scope, f.Label)})
 	if err != nil {
 		return 0, a.leaseErr(what, err)
 	}

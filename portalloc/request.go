@@ -50,10 +50,17 @@ type Request struct {
 	// MaxLabelLen bytes of printable UTF-8 (see MaxLabelLen); zero: none.
 	Label string
 	// Sticky asks Allocate for the port last handed out under Label (kept
-	// in the state store across restarts) when it is free and in the
-	// range; otherwise any free port, with the reason logged. It needs a
-	// Label. The MRU backend remembers nothing and ignores it.
+	// in the state store across restarts; in Config.Scope, when it has
+	// one) when it is free and in the range; otherwise any free port, with
+	// the reason logged. It needs a Label. The MRU backend remembers
+	// nothing and ignores it.
 	Sticky bool
+	// AllowOSReserved lets Reserve, and Allocate through Prefer, take a
+	// port of Linux's net.ipv4.ip_local_reserved_ports, which an
+	// administrator keeps for other software: without it they refuse such
+	// a port with a *FieldError that says so. Allocate never hands one out
+	// from the range.
+	AllowOSReserved bool
 }
 
 // Reservation is a port handed out by an Allocator.

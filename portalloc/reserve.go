@@ -32,6 +32,9 @@ func (a *Allocator) Reserve(ctx context.Context, req Request, port uint16) (r Re
 
 // reserve is Reserve after begin, with the hold taken by via.
 func (a *Allocator) reserve(ctx context.Context, req Request, port uint16, via string) (Reservation, error) {
+	if err := a.excl.refuseLocal("port", port, req.AllowOSReserved); err != nil {
+		return Reservation{}, err
+	}
 	a.retryStore(ctx)
 	if !a.fb.active.Load() {
 		if r, done, err := a.reserveStore(ctx, req, port, via); done {

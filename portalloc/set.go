@@ -113,7 +113,7 @@ func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error)
 		if !req.Address.IsValid() {
 			req.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 		}
-		if r, ok := existing[req.Label]; ok && r.Protocol == req.Protocol && r.Address == req.Address.Unmap() && (p.Port == 0 || r.Port == p.Port) {
+		if r, ok := existing[ScopedLabel(a.cfg.Scope, req.Label)]; ok && r.Protocol == req.Protocol && r.Address == req.Address.Unmap() && (p.Port == 0 || r.Port == p.Port) {
 			r, err := a.adopt(ctx, r, via)
 			if err == nil {
 				taken = append(taken, hold{r, true})

@@ -22,7 +22,8 @@ import (
 type globalFlags struct {
 	stateDir, rangeS, mode, logLevel string
 	store, host                      string
-	strict                           bool
+	scope                            string
+	strict, allowBrowser             bool
 	timeout                          time.Duration
 	verbose                          int
 }
@@ -32,6 +33,8 @@ func (g *globalFlags) add(root *cobra.Command) {
 	fs.StringVar(&g.stateDir, "state-dir", "", "state directory (default $BERTH_STATE_DIR, else $XDG_STATE_HOME/berth or ~/.local/state/berth; on macOS ~/Library/Application Support/berth, on Windows %LocalAppData%\\berth)")
 	fs.StringVar(&g.store, "store", "", "a PostgreSQL database shared by a fleet of hosts, instead of the SQLite store in the state directory: postgres://..., host=... dbname=..., or its unix socket directory (default $BERTH_STORE)")
 	fs.StringVar(&g.host, "host", "", "this host's name in the fleet --store is shared by (default $BERTH_HOST, else the hostname)")
+	fs.StringVar(&g.scope, "scope", "", `keep labels, sticky ports and sets apart per scope: "git" (the root of the current git worktree), "dir" (the current directory) or a name; "" for none (default $BERTH_SCOPE)`)
+	fs.BoolVar(&g.allowBrowser, "allow-browser-restricted", false, "also hand out the ports web browsers refuse to connect to (6000, 6665-6669, 10080, ...; default $BERTH_ALLOW_BROWSER_RESTRICTED, else false)")
 	fs.StringVar(&g.rangeS, "range", "", "port range FIRST-LAST that berth hands ports out of (default $BERTH_PORT_RANGE, else 20000-32767)")
 	fs.StringVar(&g.mode, "mode", "", "statestore, statestore-with-fallback or mru (default $BERTH_MODE, else statestore-with-fallback)")
 	fs.BoolVar(&g.strict, "strict", false, "fail when the state store cannot be used instead of falling back to the MRU file (same as --mode statestore)")
@@ -59,6 +62,19 @@ func (a *app) configure(cmd *cobra.Command) error {
 	}
 	if g.host != "" {
 		cfg.Host = g.host
+	}
+	if a.scopeGiven = cmd.Flags().Changed("scope"); a.scopeGiven {
+		s, err := portalloc.ResolveScope(g.scope)
+		var fe *portalloc.FieldError
+		if errors.As(err, &fe) {
+			return usagef("--scope %q: want %s", g.scope, fe.Want)
+		} else if err != nil {
+			return err
+		}
+		cfg.Scope = s
+	}
+	if g.allowBrowser {
+		cfg.AllowBrowserRestricted = true
 	}
 	if g.rangeS != "" {
 		if cfg.Range, err = portalloc.ParseRange(g.rangeS); err != nil {

@@ -22,7 +22,7 @@ import (
 func (a *app) doctorCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "doctor",
-		Short:   "State directory, schema, mode in effect, ranges, and ports bound outside berth",
+		Short:   "State directory, schema, mode in effect, ranges, what berth leaves out of them and why, and ports bound outside berth",
 		Example: "  berth doctor",
 		Args:    noArgs("doctor", ""),
 		// A take-over that failed is reported with the rest.
@@ -97,9 +97,7 @@ func (a *app) runDoctor(ctx context.Context) error {
 		return err
 	}
 	line("range", "%s: %d ports, %d can be handed out", cfg.Range, cfg.Range.Size(), u.Ports)
-	if len(cfg.Exclude) > 0 {
-		line("excluded", "%v", cfg.Exclude)
-	}
+	printExclusions(line, cfg)
 	eph, ephErr := portalloc.EphemeralRange()
 	switch {
 	case ephErr != nil:

@@ -34,7 +34,9 @@ type grantFlags struct {
 	block      int
 	prefer     []uint
 	order      string
-	ownerPIDv1 int // --owner-pid, the older spelling of --owner PID
+	sticky     bool
+	allowRes   bool // --allow-reserved
+	ownerPIDv1 int  // --owner-pid, the older spelling of --owner PID
 }
 
 func (f *grantFlags) add(cmd *cobra.Command, allocate bool) {
@@ -45,11 +47,13 @@ func (f *grantFlags) add(cmd *cobra.Command, allocate bool) {
 	fs.BoolVar(&f.json, "json", false, "print JSON")
 	addOwner(cmd, &f.owner, &f.ownerPIDv1)
 	f.holderFlags.add(cmd, true)
+	fs.BoolVar(&f.allowRes, "allow-reserved", false, "take a port of net.ipv4.ip_local_reserved_ports, which the administrator keeps for other software, when it is named (reserve PORT, --prefer)")
 	if allocate {
 		fs.IntVar(&f.count, "count", 1, "how many ports, one per line")
 		fs.IntVar(&f.block, "block", 0, "a contiguous block of this many ports: BASE to BASE+N-1, all reserved; prints BASE")
 		fs.UintSliceVar(&f.prefer, "prefer", nil, "ports to try first, in order, comma-separated (3000,3001); then the range")
 		fs.StringVar(&f.order, "order", "", "how to go through the range: random (the default) or lowest (lowest free port first)")
+		fs.BoolVar(&f.sticky, "sticky", false, "the port this --label had last time (in this --scope), when it is free; needs --label")
 	}
 }
 
@@ -112,7 +116,7 @@ func (f *grantFlags) request() (portalloc.Request, error) {
 	if err != nil {
 		return portalloc.Request{}, err
 	}
-	req := portalloc.Request{Protocol: portalloc.TCP, Address: addr, Label: f.label}
+	req := portalloc.Request{Protocol: portalloc.TCP, Address: addr, Label: f.label, Sticky: f.sticky, AllowOSReserved: f.allowRes}
 	if f.udp {
 		req.Protocol = portalloc.UDP
 	}
@@ -218,7 +222,8 @@ at the end of the build, and berth warns. 'berth run' avoids the question.`,
 		Example: `  PORT=$(berth get --label web)
   berth get --count 3 --udp
   berth get --prefer 3000,3001 --label dev-server
-  BASE=$(berth get --block 3)   # BASE, BASE+1 and BASE+2`,
+  BASE=$(berth get --block 3)   # BASE, BASE+1 and BASE+2
+  PORT=$(berth get --scope git --label web --sticky)   # this checkout's web port, as last time`,
 		Args: noArgs("get", "did you mean 'berth reserve PORT'?"),
 	}
 	f.add(cmd, true)
@@ -230,6 +235,10 @@ at the end of the build, and berth warns. 'berth run' avoids the question.`,
 			return usagef("--block %d: want 1 to %d", f.block, portalloc.MaxBlock)
 		case cmd.Flags().Changed("block") && cmd.Flags().Changed("count"):
 			return usagef("--block with --count: give one of them")
+		case f.sticky && f.label == "":
+			return usagef("--sticky needs --label: a sticky port is remembered under its label")
+		case f.sticky && (f.count > 1 || f.block > 0):
+			return usagef("--sticky with --count or --block: a label remembers one port; give each port a --label of its own")
 		case f.set(cmd):
 			return a.getLeased(ctx, cmd, &f, &f.holderFlags)
 		}
@@ -361,16 +370,24 @@ func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags
 	if err != nil || s == nil {
 		return nil, nil, own, err
 	}
-	rows, err := s.List(ctx, statestore.Filter{Port: port, Label: f.label, OwnerPID: own.PID})
+	label := ""
+	if f.label != "" {
+		label = portalloc.ScopedLabel(a.cfg.Scope, f.label)
+	}
+	rows, err := s.List(ctx, statestore.Filter{Port: port, Label: label, OwnerPID: own.PID})
 	if err != nil {
 		_ = s.Close()
 		return nil, nil, own, err
 	}
 	mine := rows[:0]
 	for _, r := range rows {
-		if r.Owner.Same(own) { // not the pid's earlier process: that is for reap
-			mine = append(mine, r)
+		if !r.Owner.Same(own) { // not the pid's earlier process: that is for reap
+			continue
 		}
+		if _, in := portalloc.UnscopedLabel(r.Label, a.cfg.Scope); f.all && a.scopeGiven && !in {
+			continue // --all --scope: the scope's ports only
+		}
+		mine = append(mine, r)
 	}
 	return s, mine, own, nil
 }
@@ -382,11 +399,13 @@ func (a *app) releaseCmd() *cobra.Command {
 		Short: "Release ports of the calling shell (or --owner): a PORT, those with --label, or --all",
 		Long: `Release ports of --owner, by default the shell that ran berth: the given PORT
 (every protocol and address the owner holds it for), those labelled --label,
-or with --all every port the owner holds. Ports of exited processes need no
-release: berth reaps them.`,
+or with --all every port the owner holds; --all --scope S only the ports
+labelled in scope S. Ports of exited processes need no release: berth reaps
+them.`,
 		Example: `  berth release 8080
   berth release --label web
-  berth release --all --owner 4242`,
+  berth release --all --owner 4242
+  berth release --all --scope git   # the ports of this checkout's labels`,
 		Args: maxArgs(1, "PORT"),
 	}
 	f.add(cmd, "release")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -28,7 +29,13 @@ func (a *app) lsCmd() *cobra.Command {
 		// The table shows at most maxLabelWidth characters of a label and
 		// maxNameWidth of a process name (see shown); --json shows them
 		// whole, escaped for the terminal (see jsonSafe).
-		Example: "  berth ls --label api.http\n  berth ls --json | jq '.[] | select(.alive == false)'",
+		Long: `List reservations: who holds which port, and whether the holder still runs.
+
+With --scope, only the reservations labelled in that scope, their labels shown
+without it; otherwise every reservation, a label of a scope shown as
+LABEL@SCOPE. --label names a label of the scope in effect (--scope, else
+$BERTH_SCOPE).`,
+		Example: "  berth ls --label api.http\n  berth ls --scope git\n  berth ls --json | jq '.[] | select(.alive == false)'",
 		Args:    noArgs("ls", "filter with --port, --label, --owner"),
 	}
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
@@ -144,7 +151,10 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 	if f.owner < 0 {
 		return usagef("--owner %d: want a process id above 0", f.owner)
 	}
-	flt.Label, flt.OwnerPID = f.label, f.owner
+	flt.OwnerPID = f.owner
+	if f.label != "" {
+		flt.Label = portalloc.ScopedLabel(a.cfg.Scope, f.label)
+	}
 	var rows []statestore.Reservation
 	s, err := a.openStore(ctx)
 	if err != nil {
@@ -158,6 +168,9 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 	}
 	if f.holder != "" {
 		rows = ofHolder(rows, f.holder)
+	}
+	if a.scopeGiven {
+		rows = inScope(rows, a.cfg.Scope)
 	}
 	if f.json {
 		out := make([]rowJSON, 0, len(rows))
@@ -196,6 +209,19 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 			pid, name, age(now.Sub(r.Created)), alive)
 	}
 	return tw.Flush()
+}
+
+// inScope returns the rows labelled in scope, with their labels as the
+// scope knows them (see portalloc.UnscopedLabel).
+func inScope(rows []statestore.Reservation, scope string) []statestore.Reservation {
+	out := rows[:0]
+	for _, r := range rows {
+		if l, ok := portalloc.UnscopedLabel(r.Label, scope); ok {
+			r.Label = l
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func dash(s string) string {

@@ -8,6 +8,8 @@
 //	berth transfer PORT|--label L --to PID    hand ports to another process
 //	berth release PORT|--label L|--all        release ports
 //	berth ls                                  who holds which port, alive or not
+//	berth port LABEL                          the port of a live reservation (exit 3: none)
+//	berth env [--format sh|dotenv|json]       the live reservations of a scope as variables
 //	berth reap                                delete reservations of exited processes
 //	berth doctor                              state store, mode, ranges and outside listeners
 //	berth host retire NAME                    delete a decommissioned host's reservations (--store)
@@ -53,8 +55,8 @@
 // with every control and format character as a JSON \u escape. Errors and
 // doctor's report are printed escaped too.
 //
-// Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 port held or
-// range exhausted.
+// Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 port held,
+// range exhausted, or no live reservation of the label (berth port).
 package main
 
 import (
@@ -99,14 +101,20 @@ type app struct {
 	// stateDirDefault: cfg.StateDir is the default, not set by a flag or
 	// variable, so a store at the previous default is taken over.
 	stateDirDefault bool
-	takeOverErr     error  // a take-over that failed, for doctor to report
-	name            string // the running command's, for messages
-	ran             bool   // a command's own code ran (its errors are not usage errors by default)
+	takeOverErr     error // a take-over that failed, for doctor to report
+	// scopeGiven: --scope was given, so ls and release --all keep to the
+	// scope (BERTH_SCOPE alone scopes labels only).
+	scopeGiven bool
+	name       string // the running command's, for messages
+	ran        bool   // a command's own code ran (its errors are not usage errors by default)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == placeArg {
 		return placeAndExec(args[1:], stderr)
+	}
+	if len(args) > 0 && args[0] == envWatchArg {
+		return watchEnvFile(args[1:])
 	}
 	a := &app{stdout: stdout, stderr: stderr}
 	root := a.root() //nolint:contextcheck // commands get ctx through ExecuteContextC and cmd.Context()
@@ -135,7 +143,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 		return exitUsage
-	case errors.Is(err, portalloc.ErrPortHeld), errors.Is(err, portalloc.ErrRangeExhausted):
+	case errors.Is(err, portalloc.ErrPortHeld), errors.Is(err, portalloc.ErrRangeExhausted), errors.Is(err, portalloc.ErrNoReservation):
 		return exitHeld
 	case errors.Is(err, portalloc.ErrHolderNotFound):
 		return exitNoLease
@@ -160,8 +168,9 @@ A port can also belong to a named holder instead (--holder NAME --ttl D): it
 outlives the shell, until 'berth release --holder' or until its lease ends;
 'berth renew' extends the lease.
 
-Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted,
-4 the holder has no port whose lease has not ended.`,
+Exit codes: 0 success, 1 failure, 2 usage error, 3 port held, range exhausted or
+(berth port) no live reservation of the label, 4 the holder has no port whose
+lease has not ended.`,
 		Example: `  berth run --port web -- sh -c './server --listen=:$WEB_PORT'
   PORT=$(berth get --label api)
   berth ls`,
@@ -189,7 +198,7 @@ Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted,
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(flagError)
 	a.global.add(root)
-	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.renewCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.reapCmd(), a.doctorCmd(), a.hostCmd(), a.fleetCmd())
+	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.renewCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.reapCmd(), a.portCmd(), a.envCmd(), a.doctorCmd(), a.hostCmd(), a.fleetCmd())
 	return root
 }
 

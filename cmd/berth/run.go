@@ -24,7 +24,10 @@ type runFlags struct {
 	ports  []string
 	set    string
 	listen bool
+	sticky bool
 	addr   string
+	// envFile is --env-file: the variables, written for COMMAND's lifetime.
+	envFile string
 }
 
 // runSet is the name of the set berth run makes of its --port ports, one
@@ -38,12 +41,12 @@ const (
 // portSpec turns the values of --port, NAME[:tcp|:udp], into a set spec of
 // one group. Each port is in $NAME_PORT (NAME upper-cased, '-' as '_'), as
 // berth run has always named them; portalloc checks the names.
-func portSpec(values []string, addr netip.Addr) (portalloc.SetSpec, error) {
+func portSpec(values []string, addr netip.Addr, sticky bool) (portalloc.SetSpec, error) {
 	g := portalloc.GroupSpec{Name: runGroup}
 	seen := map[string]string{} // --port value by variable
 	for _, s := range values {
 		name, proto, hasProto := strings.Cut(s, ":")
-		p := portalloc.PortSpec{Name: name, Scope: portalloc.ScopeGroup, Protocol: portalloc.TCP, Address: addr,
+		p := portalloc.PortSpec{Name: name, Scope: portalloc.ScopeGroup, Protocol: portalloc.TCP, Address: addr, Sticky: sticky,
 			Env: strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_PORT"}
 		switch {
 		case !hasProto, proto == "tcp":
@@ -110,8 +113,10 @@ COMMAND and its arguments, flags included.`,
 		Example: `  berth run --port web -- ./server --addr 127.0.0.1:$WEB_PORT   # shell expands too early
   berth run --port web -- sh -c './server --addr 127.0.0.1:$WEB_PORT'
   berth run --port http --port metrics -- ./app
+  berth run --scope git --sticky --port web -- ./dev-server   # this checkout's port, as last time
   berth run --set stack.json -- docker compose up
-  berth run --listen --port http -- ./socket-activated-server`,
+  berth run --listen --port http -- ./socket-activated-server
+  berth run --port web --env-file .env -- docker compose up   # ${WEB_PORT} in compose.yaml`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usagef("run needs a COMMAND to run: berth run --port NAME -- COMMAND ARGS...")
@@ -124,6 +129,8 @@ COMMAND and its arguments, flags included.`,
 	cmd.Flags().StringVar(&f.set, "set", "", "a set spec (JSON) whose ports COMMAND gets, in its members' variables")
 	cmd.Flags().BoolVar(&f.listen, "listen", false, "bind the ports and pass the sockets systemd-style (LISTEN_FDS)")
 	cmd.Flags().StringVar(&f.addr, "addr", "127.0.0.1", "address the --port ports are for; 0.0.0.0 and :: are the wildcards")
+	cmd.Flags().StringVar(&f.envFile, "env-file", "", "also write COMMAND's port variables to this file (NAME=PORT lines: docker compose's .env, an editor's envFile) while COMMAND runs; removed when it exits")
+	cmd.Flags().BoolVar(&f.sticky, "sticky", false, "give each --port the port it had last time (in this --scope) when it is free")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error { return a.runRun(ctx, &f, args) })
 	return cmd
 }
@@ -135,7 +142,7 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	}
 	var ports *portalloc.SetSpec
 	if len(f.ports) > 0 {
-		sp, err := portSpec(f.ports, addr)
+		sp, err := portSpec(f.ports, addr, f.sticky)
 		if err != nil {
 			return err
 		}
@@ -169,6 +176,9 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	}
 	if ports == nil && spec == nil {
 		return usagef("run needs --port or --set: which ports should COMMAND have?")
+	}
+	if f.sticky && ports == nil {
+		return usagef("--sticky applies to --port ports; a --set spec says \"sticky\" per port")
 	}
 	if f.listen && spec != nil {
 		return usagef("--listen with --set: berth run binds --port ports only; let the set's programs bind theirs")
@@ -253,6 +263,11 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	a.fallbackHint(al)
 	if err := al.Close(); err != nil {
 		return err
+	}
+	if f.envFile != "" {
+		if err := writeEnvFile(f.envFile, env); err != nil {
+			return err
+		}
 	}
 	if err := statestore.KeepMarksAcrossExec(); err != nil {
 		return err

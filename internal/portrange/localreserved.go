@@ -1,0 +1,27 @@
+package portrange
+
+import (
+	"fmt"
+	"strings"
+)
+
+// LocalReservedFile is where Linux keeps net.ipv4.ip_local_reserved_ports:
+// ports an administrator keeps for other software, which the kernel never
+// picks as an ephemeral port and berth never hands out from a range.
+const LocalReservedFile = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+
+// LocalReserved returns the ranges of net.ipv4.ip_local_reserved_ports,
+// read afresh on every call (an administrator may change them at any
+// time; the callers read them once per Allocator); nil where the OS has no
+// such list.
+func LocalReserved() ([]Range, error) { return localReserved() }
+
+// parseLocalReserved parses the sysctl's value, such as "8080,9000-9100\n";
+// an empty list is a newline alone.
+func parseLocalReserved(s string) ([]Range, error) {
+	rs, err := ParseList(strings.TrimSpace(s))
+	if err != nil {
+		return nil, fmt.Errorf("portrange: %s: %w", LocalReservedFile, err)
+	}
+	return rs, nil
+}

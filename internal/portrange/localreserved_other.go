@@ -1,0 +1,5 @@
+//go:build !linux
+
+package portrange
+
+func localReserved() ([]Range, error) { return nil, nil }

@@ -1,0 +1,99 @@
+package portalloc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/berth-go/berth/internal/portrange"
+	"github.com/berth-go/berth/portalloc"
+)
+
+// setLocalReserved sets net.ipv4.ip_local_reserved_ports to value for the
+// test and puts the old value back when it ends, failed or not. It skips
+// the test where it cannot write the sysctl (not root, a read-only /proc).
+func setLocalReserved(t *testing.T, value string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it sets net.ipv4.ip_local_reserved_ports")
+	}
+	old, err := os.ReadFile(portrange.LocalReservedFile)
+	if err != nil {
+		t.Skipf("cannot read %s: %v", portrange.LocalReservedFile, err)
+	}
+	if err := os.WriteFile(portrange.LocalReservedFile, []byte(value), 0); err != nil {
+		t.Skipf("cannot set net.ipv4.ip_local_reserved_ports (%v): a container without a writable /proc/sys?", err)
+	}
+	t.Cleanup(func() {
+		// An empty list is written as a newline; the file reads so.
+		restore := strings.TrimSpace(string(old))
+		if restore == "" {
+			restore = "\n"
+		}
+		if err := os.WriteFile(portrange.LocalReservedFile, []byte(restore), 0); err != nil {
+			t.Errorf("could not restore net.ipv4.ip_local_reserved_ports to %q: %v", old, err)
+		}
+	})
+}
+
+// TestLocalReservedPortsNeverHandedOut: with four ports of a twelve-port
+// range in net.ipv4.ip_local_reserved_ports, Allocate hands out the other
+// eight and then runs out; Reserve and Prefer of a reserved port are
+// refused with a *FieldError that names the sysctl, unless the request
+// allows it.
+func TestLocalReservedPortsNeverHandedOut(t *testing.T) {
+	ctx := context.Background()
+	base := freeRun(t, 12)
+	reserved := portalloc.Range{First: base + 4, Last: base + 7}
+	setLocalReserved(t, reserved.String())
+
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: portalloc.Range{First: base, Last: base + 11}})
+	n := 0
+	for {
+		r, err := a.Allocate(ctx, portalloc.Request{})
+		if errors.Is(err, portalloc.ErrRangeExhausted) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reserved.Contains(r.Port) {
+			t.Errorf("Allocate handed out %d, which net.ipv4.ip_local_reserved_ports (%v) reserves", r.Port, reserved)
+		}
+		n++
+	}
+	if n != 8 {
+		t.Errorf("Allocate handed out %d ports of 12 with 4 reserved; want 8", n)
+	}
+
+	_, err := a.Reserve(ctx, portalloc.Request{}, reserved.First)
+	var fe *portalloc.FieldError
+	if !errors.As(err, &fe) || fe.Field != "port" || !strings.Contains(err.Error(), "net.ipv4.ip_local_reserved_ports ("+reserved.String()+")") || !errors.Is(err, portalloc.ErrInvalidRequest) {
+		t.Errorf("Reserve(%d) = %v; want a *FieldError for port that names net.ipv4.ip_local_reserved_ports and %v", reserved.First, err, reserved)
+	}
+	_, err = a.Allocate(ctx, portalloc.Request{Prefer: []uint16{reserved.Last}})
+	if !errors.As(err, &fe) || fe.Field != "Request.Prefer[0]" {
+		t.Errorf("Allocate(Prefer %d) = %v; want a *FieldError for Request.Prefer[0]", reserved.Last, err)
+	}
+
+	r, err := a.Reserve(ctx, portalloc.Request{AllowOSReserved: true}, reserved.First)
+	if err != nil || r.Port != reserved.First {
+		t.Errorf("Reserve(%d) with AllowOSReserved = %v, %v; want it reserved", reserved.First, r.Port, err)
+	}
+	r, err = a.Allocate(ctx, portalloc.Request{Prefer: []uint16{reserved.Last}, AllowOSReserved: true})
+	if err != nil || r.Port != reserved.Last {
+		t.Errorf("Allocate(Prefer %d) with AllowOSReserved = %v, %v; want %d", reserved.Last, r.Port, err, reserved.Last)
+	}
+
+	ex, err := portalloc.Exclusions(portalloc.Config{})
+	found := false
+	for _, e := range ex {
+		found = found || e.Source == "net.ipv4.ip_local_reserved_ports" && fmt.Sprint(e.Ports) == fmt.Sprint([]portalloc.Range{reserved})
+	}
+	if !found || err != nil {
+		t.Errorf("Exclusions() = %+v, %v; want net.ipv4.ip_local_reserved_ports with %v", ex, err, reserved)
+	}
+}

@@ -1,0 +1,270 @@
+package portalloc_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/berth-go/berth/portalloc"
+)
+
+func TestResolveScope(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		bad      string // a part of the error, for input refused
+	}{
+		{in: "", want: ""},
+		{in: "shop", want: "shop"},
+		{in: "my shop/feature-x", want: "my shop/feature-x"},
+		{in: `C:\src\shop`, want: `C:\src\shop`}, // a drive letter is no mode
+		{in: "git:", bad: `"git:" is not a scope mode berth knows`},
+		{in: "env:SHOP", bad: `"env:" is not a scope mode berth knows`},
+		{in: "https://example.com/shop", bad: `"https:" is not a scope mode`},
+		{in: "shop\x1b[2J", bad: `it has '\x1b' at byte 4`},
+		{in: strings.Repeat("s", portalloc.MaxScopeLen+1), bad: "has 201 bytes: give a shorter name"},
+	} {
+		got, err := portalloc.ResolveScope(tc.in)
+		if tc.bad == "" {
+			if err != nil || got != tc.want {
+				t.Errorf("ResolveScope(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+			}
+			continue
+		}
+		var fe *portalloc.FieldError
+		if !errors.As(err, &fe) || fe.Field != "Config.Scope" || !errors.Is(err, portalloc.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.bad) {
+			t.Errorf("ResolveScope(%q) = %q, %v; want a *FieldError for Config.Scope wrapping ErrInvalidRequest that says %q", tc.in, got, err, tc.bad)
+		}
+	}
+}
+
+// TestResolveScopeGitAndDir: "git" is the nearest directory up that holds
+// .git (a file in a linked worktree), "dir" the working directory; outside
+// a worktree "git" is refused.
+func TestResolveScopeGitAndDir(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt := filepath.Join(root, "wt")
+	sub := filepath.Join(wt, "cmd", "server")
+	if err := os.MkdirAll(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wt, ".git"), []byte("gitdir: /elsewhere/.git/worktrees/wt\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(sub)
+	if got, err := portalloc.ResolveScope(portalloc.ScopeGit); got != wt || err != nil {
+		t.Errorf("ResolveScope(git) in %s = %q, %v; want %q", sub, got, err, wt)
+	}
+	if got, err := portalloc.ResolveScope(portalloc.ScopeDir); got != sub || err != nil {
+		t.Errorf("ResolveScope(dir) in %s = %q, %v; want %q", sub, got, err, sub)
+	}
+	t.Chdir(root)
+	if got, err := portalloc.ResolveScope(portalloc.ScopeGit); err == nil || !strings.Contains(err.Error(), "is in no git worktree") {
+		t.Errorf("ResolveScope(git) in %s = %q, %v; want an error that says it is in no git worktree", root, got, err)
+	}
+}
+
+func TestScopedLabel(t *testing.T) {
+	for _, tc := range []struct {
+		scope, label, recorded string
+	}{
+		{"", "web", "web"},
+		{"shop", "web", "web@shop"},
+		{"/home/ana/src/shop", "run/port/web", "run/port/web@/home/ana/src/shop"},
+		{"shop", "api@v2", "api@v2@shop"},
+	} {
+		if got := portalloc.ScopedLabel(tc.scope, tc.label); got != tc.recorded {
+			t.Errorf("ScopedLabel(%q, %q) = %q; want %q", tc.scope, tc.label, got, tc.recorded)
+		}
+		if got, ok := portalloc.UnscopedLabel(tc.recorded, tc.scope); got != tc.label || !ok {
+			t.Errorf("UnscopedLabel(%q, %q) = %q, %v; want %q, true", tc.recorded, tc.scope, got, ok, tc.label)
+		}
+	}
+	for _, tc := range []struct{ recorded, scope string }{
+		{"web@shop", ""},      // a label of a scope is not the empty scope's
+		{"web@shop", "shop2"}, // nor another scope's
+		{"web@shop", "hop"},   // a scope is matched whole
+		{"@shop", "shop"},     // no label
+		{"web", "shop"},       // the empty scope's
+		{"", ""},              // no label at all
+	} {
+		if got, ok := portalloc.UnscopedLabel(tc.recorded, tc.scope); ok {
+			t.Errorf("UnscopedLabel(%q, %q) = %q, true; want false", tc.recorded, tc.scope, got)
+		}
+	}
+}
+
+// TestScopeStickyPortsApart: two scopes of one store use the label "web"
+// at once and get two ports; each gets its own back after a restart (a new
+// Allocator); and a sticky port another process holds is never handed out
+// again, whatever the scope remembers.
+func TestScopeStickyPortsApart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	open := func(scope string) *portalloc.Allocator {
+		t.Helper()
+		a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Range: allocRange, Scope: scope})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	web := portalloc.Request{Label: "web", Sticky: true}
+	first := map[string]uint16{}
+	var as []*portalloc.Allocator
+	for _, scope := range []string{"shop", "shop-wt2"} {
+		a := open(scope)
+		as = append(as, a)
+		r, err := a.Allocate(ctx, web)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "web@" + scope; r.Label != want {
+			t.Errorf("scope %s: Allocate(web).Label = %q; want %q", scope, r.Label, want)
+		}
+		first[scope] = r.Port
+	}
+	if first["shop"] == first["shop-wt2"] {
+		t.Fatalf("scopes shop and shop-wt2 both hold port %d for web; want two ports", first["shop"])
+	}
+	for _, a := range as {
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A restart: each scope gets its port back.
+	for _, scope := range []string{"shop-wt2", "shop"} {
+		a := open(scope)
+		r, err := a.Allocate(ctx, web)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Port != first[scope] {
+			t.Errorf("scope %s after a restart: port %d; want its sticky port %d", scope, r.Port, first[scope])
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another process holds shop's sticky port: shop gets another one.
+	holdInWorker(t, dir, netip.MustParseAddr("127.0.0.1"), first["shop"])
+	a := open("shop")
+	defer func() { _ = a.Close() }()
+	r, err := a.Allocate(ctx, web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Port == first["shop"] {
+		t.Errorf("scope shop got its sticky port %d while another process holds it", r.Port)
+	}
+}
+
+// TestScopeSeededOrder: in a fresh store, a label's first port in a scope
+// is the same every time (an order seeded by the scope's name and the
+// label), and other labels mostly start elsewhere.
+func TestScopeSeededOrder(t *testing.T) {
+	ctx := context.Background()
+	firstPort := func(scope, label string) uint16 {
+		t.Helper()
+		a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Scope: scope})
+		r, err := a.Allocate(ctx, portalloc.Request{Label: label})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Release(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Port
+	}
+	// A path scope counts by its last element: the same checkout at
+	// another place (another machine, another user) starts alike.
+	p1, p2 := firstPort("/home/ana/src/shop", "web"), firstPort("/srv/ci/work/shop", "web")
+	if p1 != p2 {
+		t.Errorf("first port of web in /home/ana/src/shop = %d, in /srv/ci/work/shop = %d; want the same", p1, p2)
+	}
+	seen := map[uint16]bool{}
+	for _, l := range []string{"web", "api", "db", "cache", "metrics", "grpc", "admin", "docs"} {
+		seen[firstPort("shop", l)] = true
+	}
+	if len(seen) < 6 {
+		t.Errorf("8 labels of scope shop start at %d ports; want them mostly apart", len(seen))
+	}
+}
+
+// TestPortOfLiveOnly: PortOf and LivePorts see the reservations of live
+// owners only (here, a worker process's, until it exits), and never take
+// them.
+func TestPortOfLiveOnly(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir})
+	free, err := a.Allocate(ctx, portalloc.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx, free); err != nil {
+		t.Fatal(err)
+	}
+	w := holdInWorker(t, dir, netip.MustParseAddr("127.0.0.1"), free.Port) // labelled "worker"
+	s, err := portalloc.OpenStore(ctx, portalloc.Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	got, err := portalloc.PortOf(ctx, s, "", "worker", portalloc.TCP)
+	if err != nil || got.Port != free.Port || got.Var != "WORKER_PORT" || got.OwnerPID != w.cmd.Process.Pid {
+		t.Errorf("PortOf(worker) = %+v, %v; want port %d of pid %d as WORKER_PORT", got, err, free.Port, w.cmd.Process.Pid)
+	}
+	if _, err := portalloc.PortOf(ctx, s, "", "worker", portalloc.UDP); !errors.Is(err, portalloc.ErrNoReservation) {
+		t.Errorf("PortOf(worker, udp) = %v; want ErrNoReservation", err)
+	}
+	if _, err := portalloc.PortOf(ctx, s, "shop", "worker", portalloc.TCP); !errors.Is(err, portalloc.ErrNoReservation) {
+		t.Errorf("PortOf in scope shop of the empty scope's label = %v; want ErrNoReservation", err)
+	}
+	var fe *portalloc.FieldError
+	if _, err := portalloc.PortOf(ctx, s, "", "", portalloc.TCP); !errors.As(err, &fe) {
+		t.Errorf("PortOf(\"\") = %v; want a *FieldError", err)
+	}
+	w.kill(t)
+	if got, err := portalloc.PortOf(ctx, s, "", "worker", portalloc.TCP); !errors.Is(err, portalloc.ErrNoReservation) {
+		t.Errorf("PortOf(worker) after the worker died = %+v, %v; want ErrNoReservation", got, err)
+	}
+	if ports, err := portalloc.LivePorts(ctx, s, ""); err != nil || len(ports) != 0 {
+		t.Errorf("LivePorts after the worker died = %+v, %v; want none", ports, err)
+	}
+}
+
+// TestScopeSets: one set spec allocated in two scopes gets two sets of
+// ports; allocated again in the same scope, it gets the ports it holds
+// back.
+func TestScopeSets(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	spec := portalloc.SetSpec{Name: "dev", Groups: []portalloc.GroupSpec{{Name: "web", Ports: []portalloc.PortSpec{{Name: "http"}}}}}
+	port := func(a *portalloc.Allocator) portalloc.Reservation {
+		t.Helper()
+		s, err := a.AllocateSet(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return member(t, s, "web", 0).Ports["http"]
+	}
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Scope: "shop"})
+	b := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Scope: "shop-wt2"})
+	ra, rb := port(a), port(b)
+	if ra.Port == rb.Port {
+		t.Errorf("set dev in scopes shop and shop-wt2: both port %d; want two", ra.Port)
+	}
+	if ra.Label != "dev/web/0/http@shop" {
+		t.Errorf("label of dev's port in scope shop = %q; want %q", ra.Label, "dev/web/0/http@shop")
+	}
+	if again := port(a); again.Port != ra.Port {
+		t.Errorf("set dev allocated again in scope shop: port %d; want the one it holds, %d", again.Port, ra.Port)
+	}
+}
