@@ -189,7 +189,7 @@ Exit codes: 0 success, 1 failure, 2 usage error, 3 port held or range exhausted,
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(flagError)
 	a.global.add(root)
-	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.renewCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.reapCmd(), a.doctorCmd(), a.hostCmd(), a.fleetCmd())
+	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.renewCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.whoCmd(), a.reapCmd(), a.doctorCmd(), a.hostCmd(), a.fleetCmd())
 	return root
 }
 
