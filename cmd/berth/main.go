@@ -119,6 +119,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cmd != nil && cmd != root {
 		name = cmd.CommandPath()
 	}
+	var ec *exitCode
+	if errors.As(err, &ec) { // berth run's COMMAND's, which said why itself
+		return ec.code
+	}
 	err = inUserWords(err)
 	if errors.Is(err, context.DeadlineExceeded) {
 		printErr(stderr, name+": ", err, fmt.Sprintf(" (gave up after --timeout %v)", a.cfg.Timeout))
