@@ -8,6 +8,7 @@
 //	berth transfer PORT|--label L --to PID    hand ports to another process
 //	berth release PORT|--label L|--all        release ports
 //	berth ls                                  who holds which port, alive or not
+//	berth who PORT... [--kill[=SIGNAL]]        berth's reservation and every process bound to PORT
 //	berth reap                                delete reservations of exited processes
 //	berth doctor                              state store, mode, ranges and outside listeners
 //	berth host retire NAME                    delete a decommissioned host's reservations (--store)

@@ -286,7 +286,7 @@ func (a *app) printWho(reports []who.Report, protos []portalloc.Protocol) error 
 					alive = colour(a.stdout, "31", "lease ended")
 				}
 			}
-			fmt.Fprintf(tw, "  reserved\t%s %s\tlabel %s\t%s\t%s\n", x.Protocol, x.Addr, dash(shown(x.Label, maxLabelWidth)), owner, alive)
+			fmt.Fprintf(tw, "  reserved\t%s %s  label %s  %s  %s\n", x.Protocol, x.Addr, dash(shown(x.Label, maxLabelWidth)), owner, alive)
 		}
 		if len(r.Reservations) == 0 {
 			fmt.Fprintf(tw, "  reserved\tno reservation by berth\n")
