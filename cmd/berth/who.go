@@ -115,10 +115,13 @@ func parseSignal(s string) (syscall.Signal, error) {
 // Text of who's JSON.
 type (
 	whoJSON struct {
-		Port         uint16          `json:"port"`
-		Protocol     string          `json:"protocol,omitempty"` // the PORT/PROTO asked for
-		Reservations []whoResJSON    `json:"reservations"`
-		Sockets      []whoSocketJSON `json:"sockets"`
+		Port         uint16       `json:"port"`
+		Protocol     string       `json:"protocol,omitempty"` // the PORT/PROTO asked for
+		Reservations []whoResJSON `json:"reservations"`
+		// ReservationsUnknown says why berth's store could not be read;
+		// absent when it could.
+		ReservationsUnknown string          `json:"reservations_unknown,omitempty"`
+		Sockets             []whoSocketJSON `json:"sockets"`
 		// SocketsUnknown says why the system could not tell which
 		// sockets are bound to the port; absent when it could.
 		SocketsUnknown string `json:"sockets_unknown,omitempty"`
@@ -171,14 +174,23 @@ func (a *app) runWho(ctx context.Context, f *whoFlags, args []string) error {
 			return err
 		}
 	}
+	// A store that cannot be read leaves the system's side to show: that
+	// is what someone asking who holds a port needs most.
+	var storeErr error // why berth's reservations are not shown
 	s, err := a.openStore(ctx)
 	if err != nil {
-		return err
+		printErr(a.stderr, a.name+": ", err, "; showing the sockets alone")
+		s, storeErr = nil, err
 	}
 	if s != nil {
 		defer func() { _ = s.Close() }()
 	}
 	reports, err := who.Lookup(ctx, s, nums...)
+	if err != nil && s != nil && ctx.Err() == nil {
+		printErr(a.stderr, a.name+": ", err, "; showing the sockets alone")
+		storeErr = err
+		reports, err = who.Lookup(ctx, nil, nums...)
+	}
 	if err != nil {
 		return err
 	}
@@ -199,10 +211,10 @@ func (a *app) runWho(ctx context.Context, f *whoFlags, args []string) error {
 		protos = append(protos, p.proto)
 	}
 	if f.json {
-		if err := a.writeJSON(whoJSONOf(shownReports, protos)); err != nil {
+		if err := a.writeJSON(whoJSONOf(shownReports, protos, storeErr)); err != nil {
 			return err
 		}
-	} else if err := a.printWho(shownReports, protos); err != nil {
+	} else if err := a.printWho(shownReports, protos, storeErr); err != nil {
 		return err
 	}
 	if f.kill == "" {
@@ -234,7 +246,7 @@ func narrow(r who.Report, proto portalloc.Protocol) who.Report {
 	return out
 }
 
-func whoJSONOf(reports []who.Report, protos []portalloc.Protocol) []whoJSON {
+func whoJSONOf(reports []who.Report, protos []portalloc.Protocol, storeErr error) []whoJSON {
 	out := make([]whoJSON, 0, len(reports))
 	for i, r := range reports {
 		j := whoJSON{Port: r.Port, Protocol: string(protos[i]), Reservations: []whoResJSON{}, Sockets: []whoSocketJSON{}}
@@ -258,6 +270,9 @@ func whoJSONOf(reports []who.Report, protos []portalloc.Protocol) []whoJSON {
 		if r.SocketsErr != nil {
 			j.SocketsUnknown = r.SocketsErr.Error()
 		}
+		if storeErr != nil {
+			j.ReservationsUnknown = storeErr.Error()
+		}
 		out = append(out, j)
 	}
 	return out
@@ -266,7 +281,7 @@ func whoJSONOf(reports []who.Report, protos []portalloc.Protocol) []whoJSON {
 // printWho prints the reports as a block per port: its reservations, then
 // its sockets, one line per process that holds each; connected sockets of
 // the same processes and address are counted on one line.
-func (a *app) printWho(reports []who.Report, protos []portalloc.Protocol) error {
+func (a *app) printWho(reports []who.Report, protos []portalloc.Protocol, storeErr error) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	for i, r := range reports {
 		head := fmt.Sprintf("port %d", r.Port)
@@ -288,7 +303,10 @@ func (a *app) printWho(reports []who.Report, protos []portalloc.Protocol) error 
 			}
 			fmt.Fprintf(tw, "  reserved\t%s %s  label %s  %s  %s\n", x.Protocol, x.Addr, dash(shown(x.Label, maxLabelWidth)), owner, alive)
 		}
-		if len(r.Reservations) == 0 {
+		switch {
+		case storeErr != nil:
+			fmt.Fprintf(tw, "  reserved\tunknown: berth's state store could not be read\n")
+		case len(r.Reservations) == 0:
 			fmt.Fprintf(tw, "  reserved\tno reservation by berth\n")
 		}
 		if r.SocketsErr != nil {
