@@ -14,9 +14,6 @@ import (
 	"strings"
 )
 
-// Supported reports whether this system shows which processes bind a port.
-const Supported = true
-
 // tables are the files of the sockets of this network namespace.
 var tables = []struct{ proto, path string }{
 	{"tcp", "/proc/net/tcp"}, {"tcp", "/proc/net/tcp6"},

@@ -8,9 +8,6 @@ import (
 	"runtime"
 )
 
-// Supported reports whether this system shows which processes bind a port.
-const Supported = false
-
 var errUnsupported = fmt.Errorf("%s does not show berth which sockets are bound or which processes hold them: %w", runtime.GOOS, errors.ErrUnsupported)
 
 // List is not available on this system.
