@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +20,16 @@ func berthOut(env []string, args ...string) (string, error) {
 	cmd.Env = env
 	b, err := cmd.CombinedOutput()
 	return string(b), err
+}
+
+// me returns the name of the user the test runs as.
+func me(t *testing.T) string {
+	t.Helper()
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Username
 }
 
 // oneSpace returns s with each run of spaces as one, so that a test
@@ -57,7 +68,7 @@ func TestWhoOutsideListener(t *testing.T) {
 
 	out, err := berthOut(env, "who", strconv.Itoa(port))
 	out = oneSpace(out)
-	want := fmt.Sprintf("bound tcp %s LISTEN pid %d root berth-testserve berth-testserver listen %s", addr, pid, addr)
+	want := fmt.Sprintf("bound tcp %s LISTEN pid %d %s berth-testserve berth-testserver listen %s", addr, pid, me(t), addr)
 	if err != nil || !strings.Contains(out, want) || !strings.Contains(out, "no reservation by berth") {
 		t.Errorf("berth who %d = %q, %v; want a line with %q", port, out, err, want)
 	}
@@ -97,8 +108,8 @@ func TestWhoRunListen(t *testing.T) {
 	out = oneSpace(out)
 	for _, want := range []string{
 		fmt.Sprintf("reserved tcp 127.0.0.1 label run/port/web pid %d (berth) alive", p.cmd.Process.Pid),
-		fmt.Sprintf("bound tcp 127.0.0.1:%s LISTEN pid %d root berth berth run --listen", port, p.cmd.Process.Pid),
-		fmt.Sprintf("bound tcp 127.0.0.1:%s LISTEN pid %s root berth-testserve berth-testserver serve-once %s", port, server, portFile),
+		fmt.Sprintf("bound tcp 127.0.0.1:%s LISTEN pid %d %s berth berth run --listen", port, p.cmd.Process.Pid, me(t)),
+		fmt.Sprintf("bound tcp 127.0.0.1:%s LISTEN pid %s %s berth-testserve berth-testserver serve-once %s", port, server, me(t), portFile),
 	} {
 		if err != nil || !strings.Contains(out, want) {
 			t.Errorf("berth who %s = %q, %v; want a line with %q", port, out, err, want)
