@@ -19,6 +19,7 @@ type lsFlags struct {
 	port, label string
 	owner       int
 	holder      string
+	bound       bool
 }
 
 func (a *app) lsCmd() *cobra.Command {
@@ -45,6 +46,7 @@ $BERTH_SCOPE).`,
 	cmd.Flags().IntVar(&f.owner, "owner-pid", 0, "the older spelling of --owner")
 	_ = cmd.Flags().MarkHidden("owner-pid")
 	cmd.Flags().StringVar(&f.holder, "holder", "", "only the ports of this named holder")
+	cmd.Flags().BoolVar(&f.bound, "bound", false, "show whether each port is bound right now (BOUND: yes, no, or ? where the system cannot tell)")
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error { return a.runLs(ctx, &f) })
 	return cmd
 }
@@ -172,9 +174,16 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 	if a.scopeGiven {
 		rows = inScope(rows, a.cfg.Scope)
 	}
+	var bound []bool
+	boundKnown := false
+	if f.bound {
+		if bound, boundKnown, err = boundRows(ctx, rows); err != nil {
+			return err
+		}
+	}
 	if f.json {
-		out := make([]rowJSON, 0, len(rows))
-		for _, r := range rows {
+		out := make([]any, 0, len(rows))
+		for i, r := range rows {
 			var started *time.Time
 			if at, ok := r.Owner.StartedAt(); ok {
 				at = at.UTC()
@@ -185,14 +194,30 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 			if r.Owner.IsLease() {
 				leaseJSONFields(&row, r)
 			}
+			if f.bound {
+				// Bound is null where the system cannot tell.
+				var b *bool
+				if boundKnown {
+					b = &bound[i]
+				}
+				out = append(out, struct {
+					rowJSON
+					Bound *bool `json:"bound"`
+				}{row, b})
+				continue
+			}
 			out = append(out, row)
 		}
 		return a.writeJSON(out)
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROTO\tADDRESS\tPORT\tLABEL\tKIND\tPID\tPROCESS\tAGE\tALIVE")
+	boundCol := ""
+	if f.bound {
+		boundCol = "\tBOUND"
+	}
+	fmt.Fprintln(tw, "PROTO\tADDRESS\tPORT\tLABEL\tKIND\tPID\tPROCESS\tAGE\tALIVE"+boundCol)
 	now := time.Now()
-	for _, r := range rows {
+	for i, r := range rows {
 		alive := "yes"
 		if !r.Owner.Alive(ctx) {
 			alive = colour(a.stdout, "31", "dead")
@@ -204,6 +229,9 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 			if alive == "ended" {
 				alive = colour(a.stdout, "31", alive)
 			}
+		}
+		if f.bound {
+			alive += "\t" + boundWord(bound, boundKnown, i)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Protocol, r.Addr, r.Port, dash(shown(r.Label, maxLabelWidth)), r.Kind,
 			pid, name, age(now.Sub(r.Created)), alive)

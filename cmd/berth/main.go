@@ -10,6 +10,7 @@
 //	berth ls                                  who holds which port, alive or not
 //	berth port LABEL                          the port of a live reservation (exit 3: none)
 //	berth env [--format sh|dotenv|json]       the live reservations of a scope as variables
+//	berth who PORT... [--kill[=SIGNAL]]        berth's reservation and every process bound to PORT
 //	berth reap                                delete reservations of exited processes
 //	berth doctor                              state store, mode, ranges and outside listeners
 //	berth host retire NAME                    delete a decommissioned host's reservations (--store)
@@ -127,6 +128,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cmd != nil && cmd != root {
 		name = cmd.CommandPath()
 	}
+	var ec *exitCode
+	if errors.As(err, &ec) { // berth run's COMMAND's, which said why itself
+		return ec.code
+	}
 	err = inUserWords(err)
 	if errors.Is(err, context.DeadlineExceeded) {
 		printErr(stderr, name+": ", err, fmt.Sprintf(" (gave up after --timeout %v)", a.cfg.Timeout))
@@ -198,7 +203,7 @@ lease has not ended.`,
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(flagError)
 	a.global.add(root)
-	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.renewCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.reapCmd(), a.portCmd(), a.envCmd(), a.doctorCmd(), a.hostCmd(), a.fleetCmd())
+	root.AddCommand(a.runCmd(), a.getCmd(), a.reserveCmd(), a.renewCmd(), a.transferCmd(), a.releaseCmd(), a.lsCmd(), a.portCmd(), a.envCmd(), a.whoCmd(), a.reapCmd(), a.doctorCmd(), a.hostCmd(), a.fleetCmd())
 	return root
 }
 

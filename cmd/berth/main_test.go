@@ -25,7 +25,8 @@ import (
 // script calling berth both start a process of their own.
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"berth": func() { os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) },
+		"berth":            func() { os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) },
+		"berth-testserver": func() { os.Exit(testServer(os.Args[1:])) },
 	})
 }
 

@@ -28,6 +28,9 @@ type runFlags struct {
 	addr   string
 	// envFile is --env-file: the variables, written for COMMAND's lifetime.
 	envFile string
+	// restart and watch make berth run stay COMMAND's parent (supervise).
+	restart string
+	watch   []string
 }
 
 // runSet is the name of the set berth run makes of its --port ports, one
@@ -89,7 +92,7 @@ func portFlagErr(s string, err error) error {
 func (a *app) runCmd() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "run [--port NAME[:udp]]... [--set SPEC.json] [--listen] [--] COMMAND [ARGS...]",
+		Use:   "run [--port NAME[:udp]]... [--set SPEC.json] [--listen] [--restart POLICY] [--watch PATH]... [--] COMMAND [ARGS...]",
 		Short: "Run COMMAND with ports of its own, in its environment, for as long as it runs",
 		Long: `Reserve ports, put them in the environment, and replace berth with COMMAND
 (exec: same process id), so that COMMAND owns its ports for exactly as long as
@@ -108,6 +111,19 @@ does (LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES; descriptors from 3, in the
 order of --port), for programs that take their sockets that way: no other
 program can bind the port in between.
 
+With --restart on-failure|always or --watch PATH, berth stays COMMAND's
+parent instead: it holds the ports (and the sockets of --listen) for its own
+lifetime and starts COMMAND again when it exits (on-failure: with a status
+other than 0; backoff from 100ms, doubling to 10s) or when a file under a
+watched PATH changes (SIGTERM to COMMAND, SIGKILL 5s later; checked every
+200ms, after 300ms without further change). With --listen, a client that
+connects between two runs waits in the backlog and is served by the next.
+COMMAND runs in a process group of its own, without the terminal as its
+input; SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to it, and
+SIGINT or SIGTERM also end berth once COMMAND has exited, with its status.
+The ports are released when berth ends; killed with SIGKILL, it takes
+COMMAND with it (on Linux) and its ports are reaped.
+
 Everything after the first argument that is not a flag (or after --) is
 COMMAND and its arguments, flags included.`,
 		Example: `  berth run --port web -- ./server --addr 127.0.0.1:$WEB_PORT   # shell expands too early
@@ -116,7 +132,8 @@ COMMAND and its arguments, flags included.`,
   berth run --scope git --sticky --port web -- ./dev-server   # this checkout's port, as last time
   berth run --set stack.json -- docker compose up
   berth run --listen --port http -- ./socket-activated-server
-  berth run --port web --env-file .env -- docker compose up   # ${WEB_PORT} in compose.yaml`,
+  berth run --port web --env-file .env -- docker compose up   # ${WEB_PORT} in compose.yaml
+  berth run --listen --port http --restart on-failure --watch ./src -- ./server`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usagef("run needs a COMMAND to run: berth run --port NAME -- COMMAND ARGS...")
@@ -131,6 +148,8 @@ COMMAND and its arguments, flags included.`,
 	cmd.Flags().StringVar(&f.addr, "addr", "127.0.0.1", "address the --port ports are for; 0.0.0.0 and :: are the wildcards")
 	cmd.Flags().StringVar(&f.envFile, "env-file", "", "also write COMMAND's port variables to this file (NAME=PORT lines: docker compose's .env, an editor's envFile) while COMMAND runs; removed when it exits")
 	cmd.Flags().BoolVar(&f.sticky, "sticky", false, "give each --port the port it had last time (in this --scope) when it is free")
+	cmd.Flags().StringVar(&f.restart, "restart", restartNo, "stay COMMAND's parent and start it again when it exits: no, on-failure or always")
+	cmd.Flags().StringArrayVar(&f.watch, "watch", nil, "stay COMMAND's parent and start it again when a file under PATH changes; repeat for more")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error { return a.runRun(ctx, &f, args) })
 	return cmd
 }
@@ -182,6 +201,9 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	}
 	if f.listen && spec != nil {
 		return usagef("--listen with --set: berth run binds --port ports only; let the set's programs bind theirs")
+	}
+	if err := f.checkSupervise(); err != nil {
+		return err
 	}
 	path, err := exec.LookPath(args[0])
 	if err != nil {
@@ -244,6 +266,24 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		}
 	}
 
+	// The file lives as long as this process: COMMAND's, once it execs
+	// COMMAND, or COMMAND's parent's when it supervises.
+	if f.envFile != "" {
+		if err := writeEnvFile(f.envFile, env); err != nil {
+			return err
+		}
+	}
+	if f.supervising() {
+		// The ports stay this process's, for as long as it runs: al
+		// releases them when it closes.
+		environ := append(withoutListenVars(os.Environ()), env...)
+		if len(files) > 0 {
+			environ = append(environ, "LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_FDNAMES="+strings.Join(names, ":"))
+		}
+		a.fallbackHint(al)
+		return a.supervise(context.WithoutCancel(ctx), path, args, environ, files, f)
+	}
+
 	// From here the ports are COMMAND's: this process's, which COMMAND
 	// becomes.
 	self := os.Getpid()
@@ -263,11 +303,6 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	a.fallbackHint(al)
 	if err := al.Close(); err != nil {
 		return err
-	}
-	if f.envFile != "" {
-		if err := writeEnvFile(f.envFile, env); err != nil {
-			return err
-		}
 	}
 	if err := statestore.KeepMarksAcrossExec(); err != nil {
 		return err

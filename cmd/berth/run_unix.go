@@ -103,6 +103,9 @@ func place(args []string) error {
 			return fmt.Errorf("socket placement: %w", err)
 		}
 	}
+	// The program keeps this process's id: berth run's own when it execs,
+	// a new child's when berth run --restart starts one.
+	env = append(withoutVar(env, "LISTEN_PID"), "LISTEN_PID="+strconv.Itoa(os.Getpid()))
 	path, argv := args[1+n], args[2+n:]
 	return fmt.Errorf("exec %s: %w", path, syscall.Exec(path, argv, env))
 }

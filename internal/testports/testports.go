@@ -22,6 +22,7 @@
 //	statestore              26300-26363   storetest's worker processes listen on their grants
 //	pgstore                 26400-26463   storetest's worker processes listen on their grants
 //	internal/owner          26500-26563   a killed holder's port, bound again once it is judged exited
+//	portalloc/who           26600-26663   listeners of worker processes that Lookup finds
 //	portalloc               27000-32767   Allocators above 29000, ports tests pick below
 //
 // All of them lie below the Linux ephemeral range (32768-60999), from which
@@ -72,6 +73,7 @@ var (
 	Statestore   = Range{First: 26300, Last: 26363}
 	Pgstore      = Range{First: 26400, Last: 26463}
 	Owner        = Range{First: 26500, Last: 26563}
+	Who          = Range{First: 26600, Last: 26663}
 	Portalloc    = Range{First: 27000, Last: 32767}
 )
 
@@ -94,5 +96,6 @@ var All = []struct {
 	{"statestore", Statestore},
 	{"pgstore", Pgstore},
 	{"internal/owner", Owner},
+	{"portalloc/who", Who},
 	{"portalloc", Portalloc},
 }

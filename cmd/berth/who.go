@@ -1,0 +1,439 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/who"
+)
+
+// whoFlags are berth who's flags.
+type whoFlags struct {
+	json bool
+	kill string // the signal of --kill; "" without it
+}
+
+// maxArgsWidth is how many characters who shows of a command line.
+const maxArgsWidth = 160
+
+// killWait is how long who --kill waits for the processes it signalled to
+// exit, within --timeout.
+const killWait = 5 * time.Second
+
+func (a *app) whoCmd() *cobra.Command {
+	var f whoFlags
+	cmd := &cobra.Command{
+		Use:   "who PORT[/tcp|/udp]...",
+		Short: "Show who holds a port: berth's reservation and every process bound to it",
+		Long: `For each PORT, show berth's reservations of it (owner, label, alive) and every
+socket the system shows bound to it, berth's or not: listening, unconnected
+(UDP) or connected, with the pid, user, name and command line of each process
+that holds it. PORT/tcp or PORT/udp shows one protocol only.
+
+Only Linux tells which process binds a port (/proc/net and /proc/PID/fd);
+elsewhere berth who shows its reservations and says that the system cannot
+tell the rest. A process that is not root cannot see another user's
+descriptors: such a socket is shown with its user, without a process.
+
+--kill signals the processes that hold the ports (TERM, or --kill=SIGNAL),
+those the caller may signal only: never another user's process unless berth
+runs as root. It says what it did, then waits up to 5s for them to exit; it
+fails (exit 1) when it could not signal one, or one still runs.`,
+		Example: `  berth who 3000
+  berth who --json 3000 5432/tcp
+  berth who --kill 3000          # SIGTERM whatever holds port 3000
+  berth who --kill=KILL 3000`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("who needs a PORT: berth who PORT...")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
+	cmd.Flags().StringVar(&f.kill, "kill", "", "signal the processes bound to the ports: TERM, or --kill=SIGNAL (name or number)")
+	cmd.Flags().Lookup("kill").NoOptDefVal = "TERM"
+	cmd.RunE = a.action(func(ctx context.Context, args []string) error { return a.runWho(ctx, &f, args) })
+	return cmd
+}
+
+// whoPort is one PORT argument: a port, and a protocol or "" for both.
+type whoPort struct {
+	port  uint16
+	proto portalloc.Protocol
+}
+
+// parseWhoPort parses PORT, PORT/tcp or PORT/udp.
+func parseWhoPort(s string) (whoPort, error) {
+	num, proto, hasProto := strings.Cut(s, "/")
+	n, err := strconv.ParseUint(num, 10, 16)
+	if err != nil || n == 0 {
+		return whoPort{}, usagef("PORT %q: want a port number from 1 to 65535, optionally with /tcp or /udp", s)
+	}
+	p := whoPort{port: uint16(n)}
+	switch {
+	case !hasProto:
+	case proto == "tcp", proto == "udp":
+		p.proto = portalloc.Protocol(proto)
+	default:
+		return whoPort{}, usagef("PORT %q: want /tcp or /udp after the port, not /%s", s, proto)
+	}
+	return p, nil
+}
+
+// parseSignal parses the value of --kill: a name with or without SIG
+// (TERM, SIGKILL, usr1) or a number.
+func parseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n < 1 || n > 64 {
+			return 0, usagef("--kill %q: want a signal number from 1 to 64, or a name such as TERM, INT, HUP or KILL", s)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig, ok := signalByName(name); ok {
+		return sig, nil
+	}
+	return 0, usagef("--kill %q: want a signal name such as TERM, INT, HUP or KILL (%s), or its number", s, strings.Join(signalNames(), ", "))
+}
+
+// Text of who's JSON.
+type (
+	whoJSON struct {
+		Port         uint16       `json:"port"`
+		Protocol     string       `json:"protocol,omitempty"` // the PORT/PROTO asked for
+		Reservations []whoResJSON `json:"reservations"`
+		// ReservationsUnknown says why berth's store could not be read;
+		// absent when it could.
+		ReservationsUnknown string          `json:"reservations_unknown,omitempty"`
+		Sockets             []whoSocketJSON `json:"sockets"`
+		// SocketsUnknown says why the system could not tell which
+		// sockets are bound to the port; absent when it could.
+		SocketsUnknown string `json:"sockets_unknown,omitempty"`
+	}
+	whoResJSON struct {
+		Protocol  string `json:"protocol"`
+		Address   string `json:"address"`
+		Label     string `json:"label"`
+		Kind      string `json:"kind"`
+		OwnerPID  int    `json:"owner_pid"`
+		OwnerName string `json:"owner_name"`
+		Holder    string `json:"holder,omitempty"`
+		Alive     bool   `json:"alive"`
+	}
+	whoSocketJSON struct {
+		Protocol  string        `json:"protocol"`
+		Local     string        `json:"local"`
+		Remote    string        `json:"remote,omitempty"`
+		State     string        `json:"state"`
+		UID       int           `json:"uid"`
+		User      string        `json:"user"`
+		Processes []whoProcJSON `json:"processes"`
+	}
+	whoProcJSON struct {
+		PID  int      `json:"pid"`
+		UID  int      `json:"uid"`
+		User string   `json:"user"`
+		Name string   `json:"name"`
+		Args []string `json:"args"`
+	}
+)
+
+func (a *app) runWho(ctx context.Context, f *whoFlags, args []string) error {
+	var (
+		ports []whoPort
+		nums  []uint16
+	)
+	for _, s := range args {
+		p, err := parseWhoPort(s)
+		if err != nil {
+			return err
+		}
+		ports = append(ports, p)
+		nums = append(nums, p.port)
+	}
+	var sig syscall.Signal
+	if f.kill != "" {
+		var err error
+		if sig, err = parseSignal(f.kill); err != nil {
+			return err
+		}
+	}
+	// A store that cannot be read leaves the system's side to show: that
+	// is what someone asking who holds a port needs most.
+	var storeErr error // why berth's reservations are not shown
+	s, err := a.openStore(ctx)
+	if err != nil {
+		printErr(a.stderr, a.name+": ", err, "; showing the sockets alone")
+		s, storeErr = nil, err
+	}
+	if s != nil {
+		defer func() { _ = s.Close() }()
+	}
+	reports, err := who.Lookup(ctx, s, nums...)
+	if err != nil && s != nil && ctx.Err() == nil {
+		printErr(a.stderr, a.name+": ", err, "; showing the sockets alone")
+		storeErr = err
+		reports, err = who.Lookup(ctx, nil, nums...)
+	}
+	if err != nil {
+		return err
+	}
+	byPort := map[uint16]who.Report{}
+	for _, r := range reports {
+		byPort[r.Port] = r
+	}
+	// Each PORT as asked, narrowed to its protocol, once.
+	var shownReports []who.Report
+	var protos []portalloc.Protocol
+	seen := map[whoPort]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		shownReports = append(shownReports, narrow(byPort[p.port], p.proto))
+		protos = append(protos, p.proto)
+	}
+	if f.json {
+		if err := a.writeJSON(whoJSONOf(shownReports, protos, storeErr)); err != nil {
+			return err
+		}
+	} else if err := a.printWho(shownReports, protos, storeErr); err != nil {
+		return err
+	}
+	if f.kill == "" {
+		return nil
+	}
+	out := a.stdout
+	if f.json {
+		out = a.stderr // the JSON stays JSON
+	}
+	return killHolders(ctx, out, shownReports, sig)
+}
+
+// narrow keeps r's reservations and sockets of proto ("": all).
+func narrow(r who.Report, proto portalloc.Protocol) who.Report {
+	if proto == "" {
+		return r
+	}
+	out := who.Report{Port: r.Port, SocketsErr: r.SocketsErr}
+	for _, x := range r.Reservations {
+		if x.Protocol == proto {
+			out.Reservations = append(out.Reservations, x)
+		}
+	}
+	for _, x := range r.Sockets {
+		if x.Protocol == proto {
+			out.Sockets = append(out.Sockets, x)
+		}
+	}
+	return out
+}
+
+func whoJSONOf(reports []who.Report, protos []portalloc.Protocol, storeErr error) []whoJSON {
+	out := make([]whoJSON, 0, len(reports))
+	for i, r := range reports {
+		j := whoJSON{Port: r.Port, Protocol: string(protos[i]), Reservations: []whoResJSON{}, Sockets: []whoSocketJSON{}}
+		for _, x := range r.Reservations {
+			rj := whoResJSON{string(x.Protocol), x.Addr.String(), x.Label, string(x.Kind), x.Owner.PID, x.Owner.Name, "", x.Alive}
+			if x.Owner.IsLease() {
+				rj.OwnerName, rj.Holder = "", x.Owner.Name
+			}
+			j.Reservations = append(j.Reservations, rj)
+		}
+		for _, s := range r.Sockets {
+			sj := whoSocketJSON{Protocol: string(s.Protocol), Local: s.Local.String(), State: s.State, UID: s.UID, User: s.User, Processes: []whoProcJSON{}}
+			if s.Remote.IsValid() {
+				sj.Remote = s.Remote.String()
+			}
+			for _, p := range s.Processes {
+				sj.Processes = append(sj.Processes, whoProcJSON{p.PID, p.UID, p.User, p.Name, p.Args})
+			}
+			j.Sockets = append(j.Sockets, sj)
+		}
+		if r.SocketsErr != nil {
+			j.SocketsUnknown = r.SocketsErr.Error()
+		}
+		if storeErr != nil {
+			j.ReservationsUnknown = storeErr.Error()
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// printWho prints the reports as a block per port: its reservations, then
+// its sockets, one line per process that holds each; connected sockets of
+// the same processes and address are counted on one line.
+func (a *app) printWho(reports []who.Report, protos []portalloc.Protocol, storeErr error) error {
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	for i, r := range reports {
+		head := fmt.Sprintf("port %d", r.Port)
+		if protos[i] != "" {
+			head += "/" + string(protos[i])
+		}
+		fmt.Fprintln(tw, head)
+		for _, x := range r.Reservations {
+			alive := "alive"
+			if !x.Alive {
+				alive = colour(a.stdout, "31", "dead (reaped when it stands in the way)")
+			}
+			owner := fmt.Sprintf("pid %d (%s)", x.Owner.PID, dash(shown(x.Owner.Name, maxNameWidth)))
+			if x.Owner.IsLease() {
+				owner = "holder " + shown(x.Owner.Name, maxNameWidth)
+				if !x.Alive {
+					alive = colour(a.stdout, "31", "lease ended")
+				}
+			}
+			fmt.Fprintf(tw, "  reserved\t%s %s  label %s  %s  %s\n", x.Protocol, x.Addr, dash(shown(x.Label, maxLabelWidth)), owner, alive)
+		}
+		switch {
+		case storeErr != nil:
+			fmt.Fprintf(tw, "  reserved\tunknown: berth's state store could not be read\n")
+		case len(r.Reservations) == 0:
+			fmt.Fprintf(tw, "  reserved\tno reservation by berth\n")
+		}
+		if r.SocketsErr != nil {
+			fmt.Fprintf(tw, "  bound\tunknown: %s\n", printable(r.SocketsErr.Error()))
+			continue
+		}
+		if len(r.Sockets) == 0 {
+			fmt.Fprintf(tw, "  bound\tno socket is bound to it\n")
+		}
+		for _, l := range socketLines(r.Sockets) {
+			fmt.Fprintf(tw, "  bound\t%s\n", l)
+		}
+	}
+	return tw.Flush()
+}
+
+// socketLines words sockets, one line per socket and process, counting
+// the connected sockets a process holds on one address.
+func socketLines(socks []who.Socket) []string {
+	var lines []string
+	count := map[string]int{}
+	for _, s := range socks {
+		state := s.State
+		if s.Remote.IsValid() {
+			state = "connected"
+		}
+		where := fmt.Sprintf("%s %s\t%s", s.Protocol, s.Local, state)
+		var procs []string
+		for _, p := range s.Processes {
+			procs = append(procs, fmt.Sprintf("pid %d\t%s\t%s\t%s", p.PID, dash(shown(p.User, maxNameWidth)), dash(shown(p.Name, maxNameWidth)), shown(strings.Join(p.Args, " "), maxArgsWidth)))
+		}
+		if len(procs) == 0 {
+			procs = []string{fmt.Sprintf("-\t%s\t-\t(its processes are hidden: they are another user's; root sees them)", dash(shown(s.User, maxNameWidth)))}
+		}
+		for _, p := range procs {
+			l := where + "\t" + p
+			if count[l] == 0 {
+				lines = append(lines, l)
+			}
+			count[l]++
+		}
+	}
+	for i, l := range lines {
+		if n := count[l]; n > 1 {
+			where, rest, _ := strings.Cut(l, "\tconnected\t")
+			lines[i] = fmt.Sprintf("%s\tconnected (%d)\t%s", where, n, rest)
+		}
+	}
+	return lines
+}
+
+// killHolders signals the processes that hold the reports' sockets, each
+// once, and waits up to killWait for them to exit. It says what it did on
+// w, and fails when a process could not be signalled or still runs.
+func killHolders(ctx context.Context, w io.Writer, reports []who.Report, sig syscall.Signal) error {
+	var (
+		procs   []who.Process
+		seen    = map[int]bool{}
+		hidden  []string
+		unknown bool
+	)
+	for _, r := range reports {
+		if r.SocketsErr != nil {
+			unknown = true
+		}
+		for _, s := range r.Sockets {
+			if len(s.Processes) == 0 {
+				hidden = append(hidden, fmt.Sprintf("port %d (%s %s of user %s)", r.Port, s.Protocol, s.Local, shown(s.User, maxNameWidth)))
+			}
+			for _, p := range s.Processes {
+				if !seen[p.PID] {
+					seen[p.PID] = true
+					procs = append(procs, p)
+				}
+			}
+		}
+	}
+	var failed []string
+	for _, h := range hidden {
+		fmt.Fprintf(w, "not signalled: the processes holding %s are another user's\n", h)
+		failed = append(failed, h)
+	}
+	if unknown {
+		fmt.Fprintf(w, "signalled nothing: this system does not tell which processes are bound to a port\n")
+		return errors.New("--kill: this system does not tell which processes hold the ports")
+	}
+	if len(procs) == 0 && len(hidden) == 0 {
+		fmt.Fprintf(w, "signalled nothing: no process is bound to the ports\n")
+		return nil
+	}
+	var sent []who.Process
+	for _, p := range procs {
+		what := fmt.Sprintf("pid %d (%s)", p.PID, shown(p.Name, maxNameWidth))
+		if err := who.Signal(p, sig); err != nil {
+			switch {
+			case errors.Is(err, os.ErrProcessDone):
+				fmt.Fprintf(w, "not signalled %s: it has exited\n", what)
+				continue
+			case errors.Is(err, who.ErrNotPermitted):
+				fmt.Fprintf(w, "not signalled %s: it belongs to user %s, and only root may signal another user's process\n", what, shown(p.User, maxNameWidth))
+			default:
+				fmt.Fprintf(w, "not signalled %s: %s\n", what, printable(err.Error()))
+			}
+			failed = append(failed, what)
+			continue
+		}
+		fmt.Fprintf(w, "sent %s to %s\n", signalName(sig), what)
+		sent = append(sent, p)
+	}
+	// Wait for them to go, so that a script can bind the port next.
+	deadline := time.Now().Add(killWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	for len(sent) > 0 && time.Now().Before(deadline) {
+		sent = slices.DeleteFunc(sent, func(p who.Process) bool { return !running(p.PID) })
+		if len(sent) > 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for _, p := range sent {
+		what := fmt.Sprintf("pid %d (%s)", p.PID, shown(p.Name, maxNameWidth))
+		fmt.Fprintf(w, "%s still runs %v after %s; --kill=KILL ends it at once\n", what, killWait.Round(time.Second), signalName(sig))
+		failed = append(failed, what)
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("--kill: %d holders not stopped: %s", len(failed), strings.Join(failed, ", "))
+	}
+	return nil
+}
