@@ -270,13 +270,13 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 // withDefaults validates c and fills in its zero values.
 func (c Config) withDefaults() (Config, error) {
 	invalid := func(field, value, want string) error {
-		return fmt.Errorf("%w: Config.%s %s: want %s", ErrInvalidRequest, field, value, want)
+		return &FieldError{Field: "Config." + field, Value: value, Want: want}
 	}
 	switch {
 	case c.Mode == "":
 		c.Mode = ModeStateStoreWithFallback
 	case !c.Mode.valid():
-		return Config{}, invalid("Mode", strconv.Quote(string(c.Mode)), `"statestore", "statestore-with-fallback" or "mru"`)
+		return Config{}, invalid("Mode", string(c.Mode), `"statestore", "statestore-with-fallback" or "mru"`)
 	}
 	if c.Range == (Range{}) {
 		c.Range = DefaultRange
@@ -290,11 +290,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Store != "" {
 		if _, err := storeDSN(c.Store); err != nil {
-			return Config{}, fmt.Errorf("portalloc: %w", storeFieldError("Config.Store", c.Store, err))
+			return Config{}, storeFieldError("Config.Store", c.Store, err)
 		}
 		switch c.Mode {
 		case ModeMRU:
-			return Config{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Config.Mode", Value: string(c.Mode), Want: `"statestore" with a Config.Store: the MRU file cannot share a fleet's reservations`})
+			return Config{}, &FieldError{Field: "Config.Mode", Value: string(c.Mode), Want: `"statestore" with a Config.Store: the MRU file cannot share a fleet's reservations`}
 		case ModeStateStoreWithFallback:
 			c.Mode = ModeStateStore // a fleet's store never falls back
 		}
@@ -303,7 +303,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.Order == "":
 		c.Order = OrderRandom
 	case !c.Order.valid():
-		return Config{}, invalid("Order", strconv.Quote(string(c.Order)), `"random" or "lowest"`)
+		return Config{}, invalid("Order", string(c.Order), `"random" or "lowest"`)
 	}
 	switch {
 	case c.Timeout == 0:
@@ -322,7 +322,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.StateDir = r.dir
 	}
 	if strings.ContainsRune(c.StateDir, 0) {
-		return Config{}, invalid("StateDir", strconv.Quote(c.StateDir), "a directory path")
+		return Config{}, invalid("StateDir", c.StateDir, "a directory path without a NUL byte")
 	}
 	return c, nil
 }

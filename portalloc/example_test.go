@@ -100,7 +100,7 @@ func ExampleParseRange() {
 	fmt.Println(err)
 	// Output:
 	// 20000 32767 12768 <nil>
-	// port range "30000-20000": first port is above the last; write it as FIRST-LAST with FIRST <= LAST
+	// portalloc: port range "30000-20000": want FIRST-LAST with FIRST <= LAST; the first port is above the last
 }
 
 func ExampleConfigFromEnv() {
