@@ -180,9 +180,9 @@ const (
 // BERTH_ALLOW_EPHEMERAL_OVERLAP (true or false), BERTH_STORE and
 // BERTH_HOST (see Config.Store and Config.Host) and BERTH_LOG. Unset or
 // empty variables leave their field at its zero value. The error joins
-// one error for each variable refused (errors.Join): a *RangeError for the
-// two range variables, a *FieldError for the others, each naming the
-// variable in its Field and wrapping ErrInvalidRequest.
+// one error for each variable refused (errors.Join), each a *FieldError
+// naming the variable in its Field and wrapping ErrInvalidRequest. It has
+// no "portalloc: " prefix: each line names its variable.
 //
 // BERTH_LOG sets Logger to an slog text handler on standard error (through
 // logr.FromSlogHandler) at one of three levels: "warn" (errors and the

@@ -89,7 +89,7 @@ func ExampleAllocator_Reserve() {
 	fmt.Println(err)
 	// Output:
 	// true true
-	// tcp 127.0.0.1:28080 conflicts with this process's own reservation of tcp 0.0.0.0:28080 (label "proxy"); release that first or choose another port
+	// portalloc: reserve: tcp 127.0.0.1:28080 conflicts with this process's own reservation of tcp 0.0.0.0:28080 (label "proxy"); release that first or choose another port
 }
 
 func ExampleParseRange() {
