@@ -83,17 +83,20 @@ type ConflictError = store.ConflictError
 // package store declares, under this name.
 type FieldError = store.FieldError
 
-// OpError is the error a call of an Allocator (and New, OpenStore,
-// ParseRange, ...) returns: Op names the call, as a verb ("allocate",
-// "reserve", "listen", "reap", "close") or a verb with what it acted on
-// ("renew the leases of holder \"ci/job-1\""), or is empty where Err
-// names it ("release tcp 127.0.0.1:24989: ...") or the call is a
-// constructor or a parse; Err says what went wrong. Its message is
-// "portalloc: Op: Err" ("portalloc: Err" for an empty Op): the package's
-// prefix is added once, here, and never by the code under the call.
-// errors.Is and errors.As see through it to Err. A program that words
-// errors for its own users (a command line that names the call already)
-// can print Err instead.
+// OpError is the error of a call: of New, NewWithOpener, NewWithStore,
+// OpenStore, OpenStoreWith, ParseRange, ParseRanges and the state
+// directory functions, and of an Allocator's Allocate, Reserve,
+// AllocateBlock, AllocateLease, ReserveLease, Renew, ReleaseHolder,
+// Listen, ListenPacket, Release, Transfer, Reap and Close. Op names the
+// call, as a verb ("allocate", "reserve", "listen", "reap", "close") or a
+// verb with what it acted on (`renew the leases of holder "ci/job-1"`), or
+// is empty where Err names it ("release tcp 127.0.0.1:24989: ...") or the
+// call is a constructor or a parse; Err says what went wrong. Its message
+// is "portalloc: Op: Err" ("portalloc: Err" for an empty Op): the
+// package's prefix is added once, here, and never by the code under the
+// call. errors.Is and errors.As see through it to Err. A program that
+// words errors for its own users (a command line whose command names the
+// call already) can print Err instead.
 type OpError struct {
 	Op  string
 	Err error

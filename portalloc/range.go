@@ -31,7 +31,7 @@ var DefaultRange = Range{First: 20000, Last: 32767}
 // Deprecated: use FieldError, the one type of refused input. Where code
 // read RangeError's Input, read Value; where it read Reason, read Want
 // (and At).
-type RangeError = store.RangeError
+type RangeError = store.FieldError
 
 // rangeErr names field in a *FieldError of package portrange (a range
 // refused by a parse or by Valid); nil stays nil.
