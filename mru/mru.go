@@ -59,6 +59,7 @@ import (
 	"github.com/berth-go/berth/internal/filelock"
 	"github.com/berth-go/berth/internal/safefs"
 	"github.com/berth-go/berth/internal/transient"
+	"github.com/berth-go/berth/store"
 )
 
 const (
@@ -184,13 +185,15 @@ type Request struct {
 const maxOSTries = 64
 
 // Allocate picks a port that is bindable now and was not handed out within
-// Window, records it, and returns it.
+// Window, records it, and returns it. A request it refuses (a protocol
+// other than "tcp" or "udp", a Next without a Probe) is a
+// *store.FieldError, for which errors.Is(err, store.ErrInvalid) holds.
 func (f *File) Allocate(ctx context.Context, req Request) (uint16, error) {
 	if req.Protocol != "tcp" && req.Protocol != "udp" {
-		return 0, fmt.Errorf("protocol %q: want tcp or udp", req.Protocol)
+		return 0, &store.FieldError{Field: "Request.Protocol", Value: req.Protocol, Want: `"tcp" or "udp"`}
 	}
 	if req.Next != nil && req.Probe == nil {
-		return 0, errors.New("a candidate iterator needs a probe")
+		return 0, &store.FieldError{Field: "Request.Probe", Value: "nil", Want: "a probe, which a Request with a candidate iterator (Next) needs"}
 	}
 	var port uint16
 	err := f.update(ctx, func(recent func(string, uint16) bool, now time.Time) ([]Entry, error) {
@@ -209,10 +212,11 @@ func (f *File) Allocate(ctx context.Context, req Request) (uint16, error) {
 }
 
 // Record remembers a port handed out by other means (a specific port a
-// caller asked for), so Allocate skips it for Window.
+// caller asked for), so Allocate skips it for Window. A protocol other than
+// "tcp" or "udp" is refused with a *store.FieldError.
 func (f *File) Record(ctx context.Context, protocol string, port uint16) error {
 	if protocol != "tcp" && protocol != "udp" {
-		return fmt.Errorf("protocol %q: want tcp or udp", protocol)
+		return &store.FieldError{Field: "protocol", Value: protocol, Want: `"tcp" or "udp"`}
 	}
 	return f.update(ctx, func(_ func(string, uint16) bool, now time.Time) ([]Entry, error) {
 		return []Entry{{Protocol: protocol, Port: port, At: now.UnixMilli()}}, nil

@@ -38,22 +38,29 @@ func CheckDSN(s string) error {
 	err := dsn.Check(s)
 	var de *dsn.Error
 	if errors.As(err, &de) {
-		return &DSNError{Reason: de.Reason}
+		return &DSNError{Reason: de.Reason, redacted: Redact(s)}
 	}
 	return err
 }
 
 // DSNError reports a DSN that Open refuses before connecting (see
 // CheckDSN): Reason says why. Its message never quotes the DSN, which may
-// hold a password. errors.Is(err, store.ErrInvalid) holds for it.
+// hold a password. It wraps a *store.FieldError for the field "dsn" (whose
+// Value is the DSN with its passwords hidden, see Redact), so
+// errors.As(err, &fe) and errors.Is(err, store.ErrInvalid) hold for it.
 type DSNError struct {
 	Reason string
+
+	redacted string // the DSN as Redact shows it
 }
 
 func (e *DSNError) Error() string { return (&dsn.Error{Reason: e.Reason}).Error() }
 
-// Unwrap returns store.ErrInvalid.
-func (e *DSNError) Unwrap() error { return store.ErrInvalid }
+// Unwrap returns the *store.FieldError of the refused DSN, which wraps
+// store.ErrInvalid.
+func (e *DSNError) Unwrap() error {
+	return &store.FieldError{Field: "dsn", Value: e.redacted, Want: dsn.Forms + "; " + e.Reason}
+}
 
 // Redact returns dsn with every password in it replaced by Redacted, for
 // messages and logs: the password of a URL's user information (one or

@@ -242,7 +242,8 @@ type RetireOptions struct {
 
 // HostLiveError reports a retirement refused because the host's lease is
 // live: berth processes of that host ran within the last lease period, and
-// may still hold and use its ports. It wraps store.ErrInvalid.
+// may still hold and use its ports. It wraps a *store.FieldError for the
+// field "host", and so store.ErrInvalid.
 type HostLiveError struct {
 	Host string
 	// Expires is when the lease ends, by the server's clock; Left is how
@@ -258,5 +259,8 @@ func (e *HostLiveError) Error() string {
 		e.Host, e.Expires.UTC().Format(time.RFC3339), e.Left.Round(time.Second))
 }
 
-// Unwrap returns store.ErrInvalid.
-func (e *HostLiveError) Unwrap() error { return store.ErrInvalid }
+// Unwrap returns a *store.FieldError for the field "host", which wraps
+// store.ErrInvalid: the refusal is of the host named.
+func (e *HostLiveError) Unwrap() error {
+	return &store.FieldError{Field: "host", Value: e.Host, Want: "a host whose lease has ended, or RetireOptions.Force (berth host retire --force)"}
+}

@@ -238,7 +238,8 @@ func (s *Store) Retire(ctx context.Context, host string, opts RetireOptions) (in
 // held, under a live lease, by another boot: most likely another machine
 // configured with the same name. Two machines under one name would take
 // each other's processes for exited and hand out ports still in use, so
-// the Store refuses instead. It wraps store.ErrInvalid.
+// the Store refuses instead. It wraps a *store.FieldError for the field
+// "host", and so store.ErrInvalid.
 type HostInUseError struct {
 	// Host is the name in use.
 	Host string
@@ -256,7 +257,11 @@ func (e *HostInUseError) Error() string {
 		e.Host, e.BootID, e.Left.Round(time.Second))
 }
 
-func (e *HostInUseError) Unwrap() error { return store.ErrInvalid }
+// Unwrap returns a *store.FieldError for the field "host", which wraps
+// store.ErrInvalid: the name is refused, not the machine.
+func (e *HostInUseError) Unwrap() error {
+	return &store.FieldError{Field: "host", Value: e.Host, Want: "a host name no other machine uses under a live lease (--host or BERTH_HOST; Options.Host)"}
+}
 
 // UnknownHostError reports a host name no Store has registered in the
 // database. It wraps store.ErrNotFound.

@@ -247,7 +247,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		// pgconn hides passwords only as far as it recognises them, and
 		// its error keeps the DSN whole in a field: only its message,
 		// scrubbed, is kept.
-		return nil, fmt.Errorf("open: dsn %s: %w: %s", Redact(dsn), store.ErrInvalid, pgdsn.NewScrubber(dsn).String(err.Error()))
+		return nil, fmt.Errorf("open: %w", &store.FieldError{Field: "dsn", Value: Redact(dsn),
+			Want: "a connection string pgx can read; " + pgdsn.NewScrubber(dsn).String(err.Error())})
 	}
 	s := &Store{
 		name:    "PostgreSQL store " + Redact(dsn),

@@ -3,7 +3,6 @@ package portalloc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 
 	"github.com/berth-go/berth/internal/netaddr"
@@ -19,16 +18,18 @@ func probeKey(k store.Key) (bool, error) {
 
 // Allocate reserves a free port of the configured range for req and returns
 // it. The port has been bind-probed on req.Address. It returns an error
-// wrapping ErrRangeExhausted when no port is free.
+// wrapping ErrRangeExhausted when no port is free, and a *FieldError
+// wrapping ErrInvalidRequest for a field of req it refuses.
 func (a *Allocator) Allocate(ctx context.Context, req Request) (r Reservation, err error) {
 	defer func() { a.ctr.count(false, err) }()
+	defer func() { err = opError("allocate", err) }()
 	ctx, cancel, req, err := a.begin(ctx, req)
 	if err != nil {
 		return Reservation{}, err
 	}
 	defer cancel()
 	if req.Sticky && req.Label == "" {
-		return Reservation{}, fmt.Errorf("%w: a sticky request needs a Label to remember its port under", ErrInvalidRequest)
+		return Reservation{}, &FieldError{Field: "Request.Label", Value: "", Want: "a label to remember the port under, which a sticky request (Request.Sticky) needs"}
 	}
 	return a.allocate(ctx, req, a.set, probeFunc(req), "")
 }

@@ -95,7 +95,8 @@ type Allocator struct {
 // (NewWithOpener) and fails with ErrStoreUnavailable when it cannot: a
 // fleet's store never falls back.
 func New(ctx context.Context, cfg Config) (*Allocator, error) {
-	return newAllocator(ctx, cfg, nil, nil, "New")
+	a, err := newAllocator(ctx, cfg, nil, nil, "New")
+	return a, opError("", err)
 }
 
 // NewWithOpener is New for a program that can open the store a
@@ -104,7 +105,8 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 // Allocator never falls back to the MRU file. Without a Config.Store, open
 // is not used: the Allocator reserves in the SQLite store, as New's does.
 func NewWithOpener(ctx context.Context, cfg Config, open Opener) (*Allocator, error) {
-	return newAllocator(ctx, cfg, open, nil, "New")
+	a, err := newAllocator(ctx, cfg, open, nil, "New")
+	return a, opError("", err)
 }
 
 // NewWithStore returns an Allocator that reserves in s, a store the
@@ -120,13 +122,14 @@ func NewWithOpener(ctx context.Context, cfg Config, open Opener) (*Allocator, er
 // FleetStore), calls fail until the program replaces the Allocator.
 func NewWithStore(ctx context.Context, cfg Config, s store.Store) (*Allocator, error) {
 	if s == nil {
-		return nil, fmt.Errorf("portalloc: NewWithStore: %w", &FieldError{Field: "store", Value: "nil", Want: "an open store.Store"})
+		return nil, opError("NewWithStore", &FieldError{Field: "store", Value: "nil", Want: "an open store.Store"})
 	}
-	return newAllocator(ctx, cfg, nil, s, "NewWithStore")
+	a, err := newAllocator(ctx, cfg, nil, s, "NewWithStore")
+	return a, opError("", err)
 }
 
 // newAllocator is New, NewWithOpener and NewWithStore (call names which,
-// for messages).
+// for messages). Its errors have no prefix: the public call adds it.
 func newAllocator(ctx context.Context, cfg Config, open Opener, given store.Store, call string) (*Allocator, error) {
 	ext := cfg.Store != "" || given != nil
 	defaulted := cfg.StateDir == "" && !ext
@@ -140,7 +143,7 @@ func newAllocator(ctx context.Context, cfg Config, open Opener, given store.Stor
 	if given != nil {
 		switch cfg.Mode {
 		case ModeMRU:
-			return nil, fmt.Errorf("portalloc: %w", &FieldError{Field: "Config.Mode", Value: string(cfg.Mode), Want: `"statestore" with NewWithStore: the Allocator reserves in the store it is given`})
+			return nil, &FieldError{Field: "Config.Mode", Value: string(cfg.Mode), Want: `"statestore" with NewWithStore: the Allocator reserves in the store it is given`}
 		case ModeStateStoreWithFallback:
 			cfg.Mode = ModeStateStore // a given store never falls back
 		}
@@ -192,7 +195,7 @@ func newAllocator(ctx context.Context, cfg Config, open Opener, given store.Stor
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, ctxErr
 			}
-			return nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 		}
 	}
 	opened, err := a.openStore(octx)
@@ -202,15 +205,15 @@ func newAllocator(ctx context.Context, cfg Config, open Opener, given store.Stor
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			if errors.Is(err, ctxErr) {
-				return nil, fmt.Errorf("portalloc: %w", err) // it names the store and the step
+				return nil, err // it names the store and the step
 			}
-			return nil, fmt.Errorf("portalloc: open %s: %w", a.dbPath, ctxErr)
+			return nil, fmt.Errorf("open %s: %w", a.dbPath, ctxErr)
 		}
 		if isTransient(err) && !errors.Is(err, store.ErrBusy) && !errors.Is(err, context.DeadlineExceeded) {
 			return nil, transientErr(err)
 		}
 		if cfg.Mode == ModeStateStore || isTransient(err) || errors.Is(err, ErrUnsafe) || errors.Is(err, statestore.ErrMoved) {
-			return nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 		}
 		a.fallBack(err)
 		return a, nil
@@ -226,34 +229,34 @@ func (a *Allocator) Config() Config { return a.cfg }
 
 func (a *Allocator) normalize(req Request) (Request, error) {
 	if err := checkLabel(req.Label); err != nil {
-		return Request{}, err
+		return Request{}, refused(err)
 	}
 	switch req.Protocol {
 	case "":
 		req.Protocol = TCP
 	case TCP, UDP:
 	default:
-		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Request.Protocol", Value: string(req.Protocol), Want: `"tcp" or "udp"`})
+		return Request{}, &FieldError{Field: "Request.Protocol", Value: string(req.Protocol), Want: `"tcp" or "udp"`}
 	}
 	if !req.Address.IsValid() {
 		req.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
 	addr, err := netaddr.Normalize(req.Address)
 	if err != nil {
-		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Request.Address", Value: req.Address.String(), Want: "an IPv4 or IPv6 address without a zone, such as 127.0.0.1, ::1, 0.0.0.0 or ::"})
+		return Request{}, &FieldError{Field: "Request.Address", Value: req.Address.String(), Want: "an IPv4 or IPv6 address without a zone, such as 127.0.0.1, ::1, 0.0.0.0 or ::"}
 	}
 	req.Address = addr
 	switch {
 	case req.Order == "":
 		req.Order = a.cfg.Order
 	case !req.Order.valid():
-		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Request.Order", Value: string(req.Order), Want: `"random" or "lowest"`})
+		return Request{}, &FieldError{Field: "Request.Order", Value: string(req.Order), Want: `"random" or "lowest"`}
 	}
 	if len(req.Prefer) > MaxPrefer {
-		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Request.Prefer", Value: fmt.Sprintf("%d ports", len(req.Prefer)), Want: fmt.Sprintf("at most %d ports (MaxPrefer)", MaxPrefer)})
+		return Request{}, &FieldError{Field: "Request.Prefer", Value: fmt.Sprintf("%d ports", len(req.Prefer)), Want: fmt.Sprintf("at most %d ports (MaxPrefer)", MaxPrefer)}
 	}
 	if i := slices.Index(req.Prefer, 0); i >= 0 {
-		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: fmt.Sprintf("Request.Prefer[%d]", i), Value: "0", Want: "a port from 1 to 65535"})
+		return Request{}, &FieldError{Field: fmt.Sprintf("Request.Prefer[%d]", i), Value: "0", Want: "a port from 1 to 65535"}
 	}
 	if err := a.checkPrefer(req); err != nil {
 		return Request{}, err
@@ -266,7 +269,7 @@ func (a *Allocator) begin(ctx context.Context, req Request) (context.Context, co
 	closed := a.closed
 	a.mu.Unlock()
 	if closed {
-		return nil, nil, Request{}, fmt.Errorf("portalloc: %w", ErrClosed)
+		return nil, nil, Request{}, ErrClosed
 	}
 	req, err := a.normalize(req)
 	if err != nil {
@@ -355,7 +358,7 @@ func (a *Allocator) Close() error {
 	}
 	errs = append(errs, a.mru.Close()) // its lock file, kept open between calls
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("portalloc: close: %w", err)
+		return opError("close", err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/berth-go/berth/store"
 )
@@ -27,8 +28,9 @@ const MaxBlock = store.MaxBlock
 // ErrRangeExhausted.
 func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs []Reservation, err error) {
 	defer func() { a.ctr.count(false, err) }()
+	defer func() { err = opError("allocate", err) }()
 	if n < 1 || n > MaxBlock {
-		return nil, fmt.Errorf("%w: block of %d ports: want 1 to %d", ErrInvalidRequest, n, MaxBlock)
+		return nil, &FieldError{Field: "n", Value: strconv.Itoa(n), Want: fmt.Sprintf("a block of 1 to %d ports (MaxBlock)", MaxBlock)}
 	}
 	ctx, cancel, req, err := a.begin(ctx, req)
 	if err != nil {
@@ -36,7 +38,7 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 	}
 	defer cancel()
 	if req.Sticky {
-		return nil, fmt.Errorf("%w: a block cannot be sticky; give its base port in Request.Prefer instead", ErrInvalidRequest)
+		return nil, &FieldError{Field: "Request.Sticky", Value: "true", Want: "false: a block cannot be sticky; give its base port in Request.Prefer instead"}
 	}
 	a.retryStore(ctx)
 	for attempt := 0; ; attempt++ {
@@ -46,7 +48,7 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 			if cause := a.FallbackCause(); cause != nil {
 				why = cause.Error()
 			}
-			return nil, fmt.Errorf("portalloc: block of %d ports: %w (%s), and the MRU file serves single ports only", n, ErrStoreUnavailable, why)
+			return nil, fmt.Errorf("block of %d ports: %w (%s), and the MRU file serves single ports only", n, ErrStoreUnavailable, why)
 		}
 		next, _ := a.candidates(ctx, s, req, a.set)
 		whole := func() (uint16, bool) {
@@ -79,12 +81,12 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 			}
 		}
 		if errors.Is(err, store.ErrExhausted) {
-			return nil, fmt.Errorf("portalloc: block of %d %s ports on %s in %s: %w", n, req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
+			return nil, fmt.Errorf("block of %d %s ports on %s in %s: %w", n, req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
 		}
 		if serr := a.storeErr(ctx, err, req); serr != nil {
 			return nil, serr
 		}
-		return nil, fmt.Errorf("portalloc: block of %d ports: %w: %w", n, ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("block of %d ports: %w: %w", n, ErrStoreUnavailable, err)
 	}
 }
 

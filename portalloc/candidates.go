@@ -2,7 +2,6 @@ package portalloc
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"github.com/berth-go/berth/internal/portrange"
@@ -36,7 +35,8 @@ func candidateSet(cfg Config, excl excluded) (*portrange.Set, error) {
 	exclude = append(exclude, excl.ranges()...) // ip_local_reserved_ports, browsers' restricted ports
 	set := portrange.NewSet(portrange.Range(cfg.Range), exclude...)
 	if set.Len() == 0 {
-		return nil, fmt.Errorf("%w: port range %s (Config.Range, BERTH_PORT_RANGE or --range) has no port left after exclusions and the OS ephemeral range; widen it, or set Config.AllowEphemeralOverlap (BERTH_ALLOW_EPHEMERAL_OVERLAP=true) to keep the overlap", ErrInvalidRequest, cfg.Range)
+		return nil, &FieldError{Field: "Config.Range", Value: cfg.Range.String(),
+			Want: "a range with ports left after Config.Exclude, the OS ephemeral range and the ports the OS reserves; widen it (Config.Range, BERTH_PORT_RANGE or --range), or set Config.AllowEphemeralOverlap (BERTH_ALLOW_EPHEMERAL_OVERLAP=true) to keep the overlap"}
 	}
 	return set, nil
 }

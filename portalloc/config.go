@@ -207,9 +207,9 @@ const (
 // Config.Scope; resolved here, against the working directory of the
 // moment) and BERTH_LOG. Unset or
 // empty variables leave their field at its zero value. The error joins
-// one error for each variable refused (errors.Join): a *RangeError for the
-// two range variables, a *FieldError for the others, each naming the
-// variable in its Field and wrapping ErrInvalidRequest.
+// one error for each variable refused (errors.Join), each a *FieldError
+// naming the variable in its Field and wrapping ErrInvalidRequest. It has
+// no "portalloc: " prefix: each line names its variable.
 //
 // BERTH_LOG sets Logger to an slog text handler on standard error (through
 // logr.FromSlogHandler) at one of three levels: "warn" (errors and the
@@ -311,13 +311,13 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 // withDefaults validates c and fills in its zero values.
 func (c Config) withDefaults() (Config, error) {
 	invalid := func(field, value, want string) error {
-		return fmt.Errorf("%w: Config.%s %s: want %s", ErrInvalidRequest, field, value, want)
+		return &FieldError{Field: "Config." + field, Value: value, Want: want}
 	}
 	switch {
 	case c.Mode == "":
 		c.Mode = ModeStateStoreWithFallback
 	case !c.Mode.valid():
-		return Config{}, invalid("Mode", strconv.Quote(string(c.Mode)), `"statestore", "statestore-with-fallback" or "mru"`)
+		return Config{}, invalid("Mode", string(c.Mode), `"statestore", "statestore-with-fallback" or "mru"`)
 	}
 	if c.Range == (Range{}) {
 		c.Range = DefaultRange
@@ -331,11 +331,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Store != "" {
 		if _, err := storeDSN(c.Store); err != nil {
-			return Config{}, fmt.Errorf("portalloc: %w", storeFieldError("Config.Store", c.Store, err))
+			return Config{}, storeFieldError("Config.Store", c.Store, err)
 		}
 		switch c.Mode {
 		case ModeMRU:
-			return Config{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Config.Mode", Value: string(c.Mode), Want: `"statestore" with a Config.Store: the MRU file cannot share a fleet's reservations`})
+			return Config{}, &FieldError{Field: "Config.Mode", Value: string(c.Mode), Want: `"statestore" with a Config.Store: the MRU file cannot share a fleet's reservations`}
 		case ModeStateStoreWithFallback:
 			c.Mode = ModeStateStore // a fleet's store never falls back
 		}
@@ -349,7 +349,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.Order == "":
 		c.Order = OrderRandom
 	case !c.Order.valid():
-		return Config{}, invalid("Order", strconv.Quote(string(c.Order)), `"random" or "lowest"`)
+		return Config{}, invalid("Order", string(c.Order), `"random" or "lowest"`)
 	}
 	switch {
 	case c.Timeout == 0:
@@ -368,7 +368,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.StateDir = r.dir
 	}
 	if strings.ContainsRune(c.StateDir, 0) {
-		return Config{}, invalid("StateDir", strconv.Quote(c.StateDir), "a directory path")
+		return Config{}, invalid("StateDir", c.StateDir, "a directory path without a NUL byte")
 	}
 	return c, nil
 }

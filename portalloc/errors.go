@@ -24,7 +24,8 @@ var (
 	// berth. The error is a *ConflictError with the detail.
 	ErrPortHeld = store.ErrHeld
 	// ErrInvalidRequest: a request or configuration field is out of its
-	// accepted values; the message names the field and what is accepted.
+	// accepted values. The error is a *FieldError (errors.As) that names
+	// the field, the value, and what is accepted.
 	ErrInvalidRequest = store.ErrInvalid
 	// ErrStoreUnavailable: the state store could not be used. In every
 	// mode a busy store (another process held its lock longer than the call
@@ -70,13 +71,65 @@ var (
 // package store declares, under this name.
 type ConflictError = store.ConflictError
 
-// FieldError reports a field of a Request, Config or spec whose value is
-// not accepted: Field names it as the caller wrote it (e.g.
-// "Request.Label"), Value is what was given and Want what is accepted.
-// errors.Is(err, ErrInvalidRequest) holds for it. A program that takes the
-// value from a flag or a variable can name that instead of Field. It is
-// the type package store declares, under this name.
+// FieldError reports refused input: a field of a Request, Config or spec,
+// or a variable, whose value is not accepted. Field names it as the caller
+// wrote it (e.g. "Request.Label", "BERTH_PORT_RANGE"), Value is what was
+// given, At where in it it went wrong (an item of a list; empty when the
+// whole value is refused) and Want what is accepted.
+// errors.Is(err, ErrInvalidRequest) holds for it. Every error of a call
+// that wraps ErrInvalidRequest for refused input wraps one, so
+// errors.As(err, &fe) finds it. A program that takes the value from a
+// flag or a variable can name that instead of Field. It is the type
+// package store declares, under this name.
 type FieldError = store.FieldError
+
+// OpError is the error of a call: of New, NewWithOpener, NewWithStore,
+// OpenStore, OpenStoreWith, ParseRange, ParseRanges and the state
+// directory functions, and of an Allocator's Allocate, Reserve,
+// AllocateBlock, AllocateLease, ReserveLease, Renew, ReleaseHolder,
+// Listen, ListenPacket, Release, Transfer, Reap and Close. Op names the
+// call, as a verb ("allocate", "reserve", "listen", "reap", "close") or a
+// verb with what it acted on (`renew the leases of holder "ci/job-1"`), or
+// is empty where Err names it ("release tcp 127.0.0.1:24989: ...") or the
+// call is a constructor or a parse; Err says what went wrong. Its message
+// is "portalloc: Op: Err" ("portalloc: Err" for an empty Op): the
+// package's prefix is added once, here, and never by the code under the
+// call. errors.Is and errors.As see through it to Err. A program that
+// words errors for its own users (a command line whose command names the
+// call already) can print Err instead.
+type OpError struct {
+	Op  string
+	Err error
+}
+
+func (e *OpError) Error() string {
+	if e.Op == "" {
+		return "portalloc: " + e.Err.Error()
+	}
+	return "portalloc: " + e.Op + ": " + e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *OpError) Unwrap() error { return e.Err }
+
+// opError is the error a public call returns: err in an *OpError for op,
+// the one place the prefix "portalloc: " is added. nil stays nil.
+func opError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &OpError{Op: op, Err: err}
+}
+
+// refused returns the *FieldError in err without what wraps it (a prefix
+// checkLabel puts on it), or err when it holds none.
+func refused(err error) error {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return err
+}
 
 // rowErr puts an error of the store's Release or Transfer of r into
 // portalloc's words: one prefix, and a portalloc sentinel to test for.
@@ -84,13 +137,13 @@ func (a *Allocator) rowErr(op string, r Reservation, err error) error {
 	err = a.closedErr(err)
 	switch {
 	case errors.Is(err, ErrClosed):
-		return fmt.Errorf("portalloc: %s %s: %w", op, r, ErrClosed)
+		return fmt.Errorf("%s %s: %w", op, r, ErrClosed)
 	case errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("portalloc: %s %s: %w (released already, reaped, or transferred)", op, r, ErrNotHeld)
+		return fmt.Errorf("%s %s: %w (released already, reaped, or transferred)", op, r, ErrNotHeld)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("portalloc: %s %s: %w", op, r, err)
+		return fmt.Errorf("%s %s: %w", op, r, err)
 	}
-	return fmt.Errorf("portalloc: %s %s: %w: %w", op, r, ErrStoreUnavailable, err)
+	return fmt.Errorf("%s %s: %w: %w", op, r, ErrStoreUnavailable, err)
 }
 
 // storeErr translates a state store error. It returns nil when the caller
@@ -105,7 +158,7 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 	case errors.As(err, &ce):
 		return ce
 	case errors.Is(err, store.ErrExhausted):
-		return fmt.Errorf("portalloc: %s on %s in %s: %w", req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
+		return fmt.Errorf("%s on %s in %s: %w", req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
 	case errors.Is(ctx.Err(), context.Canceled):
 		return ctx.Err() // the caller gave up
 	case ctx.Err() != nil && !isTransient(err):
@@ -118,24 +171,24 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 			err = fmt.Errorf("%w: %w", err, ctxErr)
 		}
-		return fmt.Errorf("portalloc: %w (gave up waiting; it is not damaged, and berth does not fall back for it): %w", ErrStoreUnavailable, err)
+		return fmt.Errorf("%w (gave up waiting; it is not damaged, and berth does not fall back for it): %w", ErrStoreUnavailable, err)
 	case errors.Is(err, ErrUnsafe):
-		return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err) // to fix, never to fall back for
+		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err) // to fix, never to fall back for
 	case errors.Is(err, store.ErrInvalid):
-		return fmt.Errorf("portalloc: %w: %w", ErrInvalidRequest, err)
+		return err // a *FieldError: ErrInvalidRequest is store.ErrInvalid
 	case errors.Is(err, store.ErrClosed) && a.isClosed():
 		return ErrClosed
 	case errors.Is(err, store.ErrStorage) || errors.Is(err, store.ErrClosed) ||
 		errors.Is(err, store.ErrDamaged) || errors.Is(err, store.ErrSchemaTooNew):
 		if a.cfg.Mode == ModeStateStore {
-			return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
+			return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 		}
 		a.fallBack(err)
 		return nil
 	case errors.Is(err, store.ErrLost):
 		// Lost again right after a repair: the MRU file would serve without
 		// knowing what the lost file held.
-		return fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	default:
 		// A probe error: says nothing about the store.
 		return a.probeErr(err, req)
@@ -149,13 +202,13 @@ func transientErr(err error) error {
 	if short := transient.Wrap(err); short != nil && !errors.Is(err, ErrTransient) {
 		err = short
 	}
-	return fmt.Errorf("portalloc: %w (berth does not fall back for it): %w", ErrStoreUnavailable, err)
+	return fmt.Errorf("%w (berth does not fall back for it): %w", ErrStoreUnavailable, err)
 }
 
 func (a *Allocator) mruErr(ctx context.Context, err error, req Request) error {
 	switch {
 	case errors.Is(err, mru.ErrExhausted):
-		return fmt.Errorf("portalloc: %s on %s in %s: %w", req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
+		return fmt.Errorf("%s on %s in %s: %w", req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	default:
@@ -168,10 +221,11 @@ func (a *Allocator) mruErr(ctx context.Context, err error, req Request) error {
 // or memory says so and wraps ErrTransient.
 func (a *Allocator) probeErr(err error, req Request) error {
 	if errors.Is(err, syscall.EADDRNOTAVAIL) {
-		return fmt.Errorf("portalloc: %w: address %s is not an address of this host: %w", ErrInvalidRequest, req.Address, err)
+		// The system's error stays wrapped: errors.Is(err, EADDRNOTAVAIL).
+		return fmt.Errorf("%w: %w", &FieldError{Field: "Request.Address", Value: req.Address.String(), Want: "an address of this host (or 0.0.0.0 or ::)"}, err)
 	}
 	if short := transient.Wrap(err); short != nil && !errors.Is(err, ErrTransient) {
 		err = short
 	}
-	return fmt.Errorf("portalloc: %w", err)
+	return err
 }

@@ -89,7 +89,7 @@ func ExampleAllocator_Reserve() {
 	fmt.Println(err)
 	// Output:
 	// true true
-	// tcp 127.0.0.1:28080 conflicts with this process's own reservation of tcp 0.0.0.0:28080 (label "proxy"); release that first or choose another port
+	// portalloc: reserve: tcp 127.0.0.1:28080 conflicts with this process's own reservation of tcp 0.0.0.0:28080 (label "proxy"); release that first or choose another port
 }
 
 func ExampleParseRange() {
@@ -100,7 +100,7 @@ func ExampleParseRange() {
 	fmt.Println(err)
 	// Output:
 	// 20000 32767 12768 <nil>
-	// port range "30000-20000": first port is above the last; write it as FIRST-LAST with FIRST <= LAST
+	// portalloc: port range "30000-20000": want FIRST-LAST with FIRST <= LAST; the first port is above the last
 }
 
 func ExampleConfigFromEnv() {

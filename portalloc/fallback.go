@@ -251,7 +251,7 @@ func (a *Allocator) readHeld(ctx context.Context) (held statestore.HeldSet, read
 		if cause := a.FallbackCause(); cause != nil {
 			why = ": " + cause.Error()
 		}
-		return statestore.HeldSet{}, false, fmt.Errorf("portalloc: %w%s; and the MRU file cannot read the store to skip the ports it holds (%w), so it hands out none: run 'berth doctor' for the cause and what to do, or set %s=%s to hand out ports from the MRU file blind on purpose",
+		return statestore.HeldSet{}, false, fmt.Errorf("%w%s; and the MRU file cannot read the store to skip the ports it holds (%w), so it hands out none: run 'berth doctor' for the cause and what to do, or set %s=%s to hand out ports from the MRU file blind on purpose",
 			ErrStoreUnavailable, why, err, EnvMode, ModeMRU)
 	}
 	if !a.fb.blind.Swap(true) {

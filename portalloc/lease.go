@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/internal/transient"
 	"github.com/berth-go/berth/store"
 )
@@ -44,8 +45,9 @@ var ErrHolderNotFound = errors.New("holder holds no such reservation")
 // Holder and Expires set.
 func (a *Allocator) AllocateLease(ctx context.Context, req Request, l Lease) (r Reservation, err error) {
 	defer func() { a.ctr.count(false, err) }()
+	defer func() { err = opError("allocate", err) }()
 	if req.Sticky && req.Label == "" {
-		return Reservation{}, fmt.Errorf("%w: a sticky request needs a Label to remember its port under", ErrInvalidRequest)
+		return Reservation{}, &FieldError{Field: "Request.Label", Value: "", Want: "a label to remember the port under, which a sticky request (Request.Sticky) needs"}
 	}
 	return a.lease(ctx, req, l, func(ctx context.Context, s store.Store, ls store.LeaseStore, req Request) (store.Reservation, error) {
 		next, sticky := a.candidates(ctx, s, req, a.set)
@@ -69,8 +71,9 @@ func (a *Allocator) AllocateLease(ctx context.Context, req Request, l Lease) (r 
 // over with l.TTL.
 func (a *Allocator) ReserveLease(ctx context.Context, req Request, port uint16, l Lease) (r Reservation, err error) {
 	defer func() { a.ctr.count(true, err) }()
+	defer func() { err = opError("reserve", err) }()
 	if port == 0 {
-		return Reservation{}, fmt.Errorf("%w: port 0: want a port from 1 to 65535 (use AllocateLease for any free port)", ErrInvalidRequest)
+		return Reservation{}, &FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535 (AllocateLease chooses a free one)"}
 	}
 	return a.lease(ctx, req, l, func(ctx context.Context, _ store.Store, ls store.LeaseStore, req Request) (store.Reservation, error) {
 		key := store.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
@@ -81,7 +84,7 @@ func (a *Allocator) ReserveLease(ctx context.Context, req Request, port uint16, 
 // lease runs op for a lease request on the Allocator's lease store.
 func (a *Allocator) lease(ctx context.Context, req Request, l Lease, op func(context.Context, store.Store, store.LeaseStore, Request) (store.Reservation, error)) (Reservation, error) {
 	if err := l.Check(); err != nil {
-		return Reservation{}, fmt.Errorf("portalloc: %w", err)
+		return Reservation{}, err
 	}
 	ctx, cancel, req, err := a.begin(ctx, req)
 	if err != nil {
@@ -89,9 +92,9 @@ func (a *Allocator) lease(ctx context.Context, req Request, l Lease, op func(con
 	}
 	defer cancel()
 	what := fmt.Sprintf("lease a %s port on %s for holder %q", req.Protocol, req.Address, l.Holder)
-	s, ls, err := a.leaseStore(ctx, what)
+	s, ls, err := a.leaseStore(ctx)
 	if err != nil {
-		return Reservation{}, err
+		return Reservation{}, fmt.Errorf("%s: %w", what, err)
 	}
 	row, err := op(ctx, s, ls, req)
 	if err != nil {
@@ -100,9 +103,9 @@ func (a *Allocator) lease(ctx context.Context, req Request, l Lease, op func(con
 		case errors.As(err, &ce):
 			return Reservation{}, ce
 		case errors.Is(err, store.ErrExhausted):
-			return Reservation{}, fmt.Errorf("portalloc: %s in %s: %w", what, a.cfg.Range, ErrRangeExhausted)
+			return Reservation{}, fmt.Errorf("%s in %s: %w", what, a.cfg.Range, ErrRangeExhausted)
 		}
-		return Reservation{}, a.leaseErr(what, err)
+		return Reservation{}, fmt.Errorf("%s: %w", what, a.leaseErr(err))
 	}
 	r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: row.Label,
 		Backend: BackendStateStore, Holder: l.Holder, Expires: row.Expires}
@@ -115,17 +118,21 @@ func (a *Allocator) lease(ctx context.Context, req Request, l Lease, op func(con
 // none (never made, released, or every lease ended) is an error wrapping
 // ErrHolderNotFound: an ended lease is never revived.
 func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
-	what := fmt.Sprintf("renew the leases of holder %q", holder)
+	n, err := a.renew(ctx, holder, ttl)
+	return n, opError("renew the leases of holder "+quoteHolder(holder), err)
+}
+
+func (a *Allocator) renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
 	if err := (Lease{Holder: holder, TTL: ttl}).Check(); err != nil {
-		return 0, fmt.Errorf("portalloc: %s: %w", what, err)
+		return 0, err
 	}
-	_, ls, err := a.leaseStore(ctx, what)
+	_, ls, err := a.leaseStore(ctx)
 	if err != nil {
 		return 0, err
 	}
 	n, err := ls.RenewLease(ctx, holder, ttl)
 	if err != nil {
-		return 0, a.leaseErr(what, err)
+		return 0, a.leaseErr(err)
 	}
 	return n, nil
 }
@@ -137,31 +144,53 @@ func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration)
 func (a *Allocator) ReleaseHolder(ctx context.Context, holder string, f HolderFilter) (int, error) {
 	ctx, cancel := a.releaseContext(ctx)
 	defer cancel()
-	what := fmt.Sprintf("release the reservations of holder %q", holder)
+	n, err := a.releaseHolder(ctx, holder, f)
+	return n, opError(releaseHolderOp(holder), err)
+}
+
+// releaseHolderOp is the operation prefix of ReleaseHolder's errors, and
+// of Release's of a reservation under a lease.
+func releaseHolderOp(holder string) string {
+	return "release the reservations of holder " + quoteHolder(holder)
+}
+
+// quoteHolder quotes a holder's name for an operation prefix, cut after
+// 64 bytes as a refused value is.
+func quoteHolder(holder string) string { return portrange.Quote(holder) }
+
+// releaseHolder is ReleaseHolder under the release's context, without
+// the operation prefix.
+func (a *Allocator) releaseHolder(ctx context.Context, holder string, f HolderFilter) (int, error) {
 	if err := store.CheckHolder(holder); err != nil {
-		return 0, fmt.Errorf("portalloc: %s: %w", what, err)
+		return 0, err
 	}
 	if f.Label != "" {
 		if err := checkLabel(f.Label); err != nil {
+			var fe *FieldError
+			if errors.As(err, &fe) {
+				named := *fe
+				named.Field = "HolderFilter.Label"
+				return 0, &named
+			}
 			return 0, err
 		}
 	}
-	_, ls, err := a.leaseStore(ctx, what)
+	_, ls, err := a.leaseStore(ctx)
 	if err != nil {
 		return 0, err
 	}
 	n, err := ls.ReleaseLease(ctx, holder, store.Filter{Protocol: f.Protocol, Port: f.Port, Label: ScopedLabel(a.cfg.Scope, f.Label)})
 	if err != nil {
-		return 0, a.leaseErr(what, err)
+		return 0, a.leaseErr(err)
 	}
 	return n, nil
 }
 
 // leaseStore returns the Allocator's state store as a lease store, or an
 // error wrapping ErrStoreUnavailable when it has none.
-func (a *Allocator) leaseStore(ctx context.Context, what string) (store.Store, store.LeaseStore, error) {
+func (a *Allocator) leaseStore(ctx context.Context) (store.Store, store.LeaseStore, error) {
 	if a.isClosed() {
-		return nil, nil, fmt.Errorf("portalloc: %s: %w", what, ErrClosed)
+		return nil, nil, ErrClosed
 	}
 	a.retryStore(ctx)
 	s := a.db()
@@ -170,32 +199,33 @@ func (a *Allocator) leaseStore(ctx context.Context, what string) (store.Store, s
 		if err := a.FallbackCause(); err != nil {
 			cause += " (" + err.Error() + ")"
 		}
-		return nil, nil, fmt.Errorf("portalloc: %s: %w: a lease needs the state store, and %s", what, ErrStoreUnavailable, cause)
+		return nil, nil, fmt.Errorf("%w: a lease needs the state store, and %s", ErrStoreUnavailable, cause)
 	}
 	ls, ok := s.(store.LeaseStore)
 	if !ok {
-		return nil, nil, fmt.Errorf("portalloc: %s: %w: the store %T keeps no leases of one host", what, ErrStoreUnavailable, s)
+		return nil, nil, fmt.Errorf("%w: the store %T keeps no leases of one host", ErrStoreUnavailable, s)
 	}
 	return s, ls, nil
 }
 
 // leaseErr translates an error of a lease call of the store. A lease never
-// falls back: the MRU file cannot keep one.
-func (a *Allocator) leaseErr(what string, err error) error {
+// falls back: the MRU file cannot keep one. The caller says what the call
+// was.
+func (a *Allocator) leaseErr(err error) error {
 	err = a.closedErr(err)
 	switch {
 	case errors.Is(err, ErrClosed):
-		return fmt.Errorf("portalloc: %s: %w", what, ErrClosed)
+		return ErrClosed
 	case errors.Is(err, store.ErrNotFound):
 		// The store's message repeats the operation; what it says is all
 		// in ErrHolderNotFound.
-		return fmt.Errorf("portalloc: %s: %w (none was made, it was released, or its lease has ended; an ended lease is not renewed: get the ports again)", what, ErrHolderNotFound)
+		return fmt.Errorf("%w (none was made, it was released, or its lease has ended; an ended lease is not renewed: get the ports again)", ErrHolderNotFound)
 	case errors.Is(err, store.ErrInvalid):
-		return fmt.Errorf("portalloc: %s: %w", what, err)
+		return err
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("portalloc: %s: %w", what, err)
+		return err
 	case errors.Is(err, ErrTransient), transient.Is(err) && errors.Is(err, store.ErrStorage):
-		return fmt.Errorf("portalloc: %s: %w", what, transientErr(err)) // the store's own shortage
+		return transientErr(err) // the store's own shortage
 	case transient.Is(err):
 		// The bind probe's shortage (out of descriptors, say): it wraps
 		// ErrTransient, as every shortage does, and says nothing about
@@ -203,7 +233,7 @@ func (a *Allocator) leaseErr(what string, err error) error {
 		if short := transient.Wrap(err); short != nil {
 			err = short
 		}
-		return fmt.Errorf("portalloc: %s: %w", what, err)
+		return err
 	}
-	return fmt.Errorf("portalloc: %s: %w: %w", what, ErrStoreUnavailable, err)
+	return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 }

@@ -18,12 +18,14 @@ import (
 //
 // A listener can be handed to a child process with a listenfd.Handoff.
 func (a *Allocator) Listen(ctx context.Context, req Request) (Reservation, net.Listener, error) {
-	return listenBound(ctx, a, req, TCP, func(ap string) (net.Listener, error) { return net.Listen("tcp", ap) })
+	r, l, err := listenBound(ctx, a, req, TCP, func(ap string) (net.Listener, error) { return net.Listen("tcp", ap) })
+	return r, l, opError("listen", err)
 }
 
 // ListenPacket is Listen for UDP: it returns the port bound.
 func (a *Allocator) ListenPacket(ctx context.Context, req Request) (Reservation, net.PacketConn, error) {
-	return listenBound(ctx, a, req, UDP, func(ap string) (net.PacketConn, error) { return net.ListenPacket("udp", ap) })
+	r, c, err := listenBound(ctx, a, req, UDP, func(ap string) (net.PacketConn, error) { return net.ListenPacket("udp", ap) })
+	return r, c, opError("listen", err)
 }
 
 // listenBound allocates for req with bind in place of the probe and returns
@@ -34,7 +36,7 @@ func listenBound[S io.Closer](ctx context.Context, a *Allocator, req Request, pr
 		req.Protocol = proto
 	}
 	if req.Protocol != proto {
-		return Reservation{}, none, fmt.Errorf("%w: protocol %q: want %q here (Listen is for tcp, ListenPacket for udp)", ErrInvalidRequest, req.Protocol, proto)
+		return Reservation{}, none, &FieldError{Field: "Request.Protocol", Value: string(req.Protocol), Want: fmt.Sprintf("%q here (Listen is for tcp, ListenPacket for udp)", proto)}
 	}
 	var (
 		sock  S

@@ -33,8 +33,8 @@ const fleetPackage = "github.com/berth-go/berth/portalloc/fleet"
 // errNoOpener refuses a Config.Store where no Opener was given: portalloc
 // does not link the PostgreSQL client it needs.
 func errNoOpener(call string, s string) error {
-	return fmt.Errorf("portalloc: %w", &FieldError{Field: "Config.Store", Value: dsn.Redact(s),
-		Want: fmt.Sprintf("no Store with portalloc.%s, which links no PostgreSQL client: import %q and call fleet.%s (it opens the PostgreSQL store Config.Store names), or leave Store empty for the SQLite store", call, fleetPackage, call)})
+	return &FieldError{Field: "Config.Store", Value: dsn.Redact(s),
+		Want: fmt.Sprintf("no Store with portalloc.%s, which links no PostgreSQL client: import %q and call fleet.%s (it opens the PostgreSQL store Config.Store names), or leave Store empty for the SQLite store", call, fleetPackage, call)}
 }
 
 // OpenStore opens the store cfg names, for a program that reads or changes
@@ -49,7 +49,7 @@ func errNoOpener(call string, s string) error {
 // github.com/berth-go/berth/portalloc/fleet, or with OpenStoreWith.
 func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
 	if cfg.Store != "" {
-		return nil, errNoOpener("OpenStore", cfg.Store)
+		return nil, opError("", errNoOpener("OpenStore", cfg.Store))
 	}
 	return OpenStoreWith(ctx, cfg, nil)
 }
@@ -58,6 +58,11 @@ func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
 // fleet.OpenStore passes fleet.Open). A nil open, or an empty cfg.Store,
 // opens the SQLite file in cfg.StateDir as OpenStore does.
 func OpenStoreWith(ctx context.Context, cfg Config, open Opener) (store.Store, error) {
+	s, err := openStoreWith(ctx, cfg, open)
+	return s, opError("", err)
+}
+
+func openStoreWith(ctx context.Context, cfg Config, open Opener) (store.Store, error) {
 	if cfg.Store != "" && open == nil {
 		return nil, errNoOpener("OpenStore", cfg.Store)
 	}
@@ -68,7 +73,7 @@ func OpenStoreWith(ctx context.Context, cfg Config, open Opener) (store.Store, e
 	}
 	if defaulted {
 		if err := takeOver(ctx, cfg.StateDir, cfg.Logger, cfg.Timeout); err != nil {
-			return nil, fmt.Errorf("portalloc: %w", err)
+			return nil, err
 		}
 	}
 	return openBacking(ctx, cfg, open, true)

@@ -11,7 +11,7 @@ import (
 // Range is the ports First through Last, both included: store.Range, the
 // one port-range type of berth, under the name portalloc has always given
 // it (see store.Range for its methods: Size, Contains, Overlaps, String
-// and Valid, whose error is a *RangeError). The zero Range is empty and
+// and Valid, whose error is a *FieldError). The zero Range is empty and
 // not valid; where Config or PoolSpec take one, zero means their default.
 // Range is a small value: copy it freely.
 type Range = store.Range
@@ -21,49 +21,54 @@ type Range = store.Range
 // hands one of its ports to an outgoing connection.
 var DefaultRange = Range{First: 20000, Last: 32767}
 
-// RangeError reports a port range, or a list of them, that is not
-// accepted: store.RangeError. Field names where the text came from: a
-// variable such as BERTH_PORT_RANGE, a field such as Config.Range, or ""
-// for the argument of ParseRange, ParseRanges or Range.Valid. Input is the
-// text as given, Reason what is wrong and what is accepted.
-// errors.Is(err, ErrInvalidRequest) holds for it.
-type RangeError = store.RangeError
+// RangeError is FieldError: a port range, or a list of them, that is not
+// accepted is refused as any other input is (store.RangeError). Field
+// names where the text came from: a variable such as BERTH_PORT_RANGE, a
+// field such as Config.Range, or "port range" for the argument of
+// ParseRange, ParseRanges or Range.Valid; Value is the text as given, At
+// the item or part of it that is wrong, and Want what is accepted.
+//
+// Deprecated: use FieldError, the one type of refused input. Where code
+// read RangeError's Input, read Value; where it read Reason, read Want
+// (and At).
+type RangeError = store.FieldError
 
-// rangeErr puts an error of package portrange into a *RangeError for
-// field; nil stays nil.
+// rangeErr names field in a *FieldError of package portrange (a range
+// refused by a parse or by Valid); nil stays nil.
 func rangeErr(field string, err error) error {
-	var pe *portrange.ParseError
+	var fe *FieldError
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &pe):
-		named := *pe
+	case errors.As(err, &fe):
+		named := *fe
 		named.Field = field
 		return &named
 	default:
-		return fmt.Errorf("%w: %s: %w", ErrInvalidRequest, field, err)
+		return fmt.Errorf("%s: %w", field, err)
 	}
 }
 
 // ParseRange parses "FIRST-LAST" (e.g. "20000-32767") or a single port
 // ("25565"). Ports run from 1 to 65535, FIRST <= LAST; no spaces or signs.
-// The error is a *RangeError.
+// The error is "portalloc: " and a *FieldError for the field "port range"
+// (errors.As), which wraps ErrInvalidRequest.
 func ParseRange(s string) (Range, error) {
 	r, err := portrange.Parse(s)
 	if err != nil {
-		return Range{}, rangeErr("", err)
+		return Range{}, opError("", err)
 	}
 	return Range(r), nil
 }
 
 // ParseRanges parses a comma-separated list of ranges, such as
 // "22000-22100,25565". The empty string is the empty list. The error is
-// a *RangeError whose Input is the whole list and whose Reason names the
-// item.
+// "portalloc: " and a *FieldError for the field "port range" whose Value
+// is the whole list and whose At names the item.
 func ParseRanges(s string) ([]Range, error) {
 	rs, err := portrange.ParseList(s)
 	if err != nil {
-		return nil, rangeErr("", err)
+		return nil, opError("", err)
 	}
 	return ranges(rs), nil
 }

@@ -25,9 +25,9 @@ func TestRange(t *testing.T) {
 	}
 }
 
-// TestRangeErrors: every way a range is refused gives a *RangeError that
-// names where the text came from, what it was and why, and wraps
-// ErrInvalidRequest.
+// TestRangeErrors: every way a range is refused gives a *FieldError that
+// names where the text came from, what it was, where in it and why, and
+// wraps ErrInvalidRequest.
 func TestRangeErrors(t *testing.T) {
 	_, errParse := portalloc.ParseRange("30000-20000")
 	_, errList := portalloc.ParseRanges("22000-22100,x")
@@ -36,32 +36,31 @@ func TestRangeErrors(t *testing.T) {
 	t.Setenv(portalloc.EnvPortExclude, "1-2,70000")
 	t.Setenv(portalloc.EnvMode, "fast")
 	_, errEnv := portalloc.ConfigFromEnv()
-	for _, tc := range []struct {
-		name              string
-		err               error
-		field, input, why string
-	}{
-		{"ParseRange", errParse, "", "30000-20000", "first port is above the last"},
-		{"ParseRanges", errList, "", "22000-22100,x", `item "x": "x" is not a port number`},
-		{"Valid", errValid, "", "0-5", "port 0 is not a port"},
-		{"ConfigFromEnv BERTH_PORT_RANGE", errEnv, portalloc.EnvPortRange, "abc", `"abc" is not a port number`},
-	} {
-		var re *portalloc.RangeError
-		if !errors.As(tc.err, &re) || re.Field != tc.field || re.Input != tc.input || !strings.Contains(re.Reason, tc.why) || !errors.Is(tc.err, portalloc.ErrInvalidRequest) {
-			t.Errorf("%s = %v; want a *RangeError{Field: %q, Input: %q} saying %q, wrapping ErrInvalidRequest", tc.name, tc.err, tc.field, tc.input, tc.why)
-		}
-	}
 	// ConfigFromEnv reports every bad variable, each by name.
 	j, ok := errEnv.(interface{ Unwrap() []error }) //nolint:errorlint // the join itself is what is tested
 	if !ok || len(j.Unwrap()) != 3 {
 		t.Fatalf("ConfigFromEnv = %v; want three joined errors", errEnv)
 	}
+	for _, tc := range []struct {
+		name                   string
+		err                    error
+		field, value, at, want string
+	}{
+		{"ParseRange", errParse, "port range", "30000-20000", "", "the first port is above the last"},
+		{"ParseRanges", errList, "port range", "22000-22100,x", `item 2 "x"`, `"x" is not a port number`},
+		{"Valid", errValid, "port range", "0-5", "", "port 0 is not a port"},
+		{"ConfigFromEnv BERTH_PORT_RANGE", j.Unwrap()[1], portalloc.EnvPortRange, "abc", "", `"abc" is not a port number`},
+	} {
+		var fe *portalloc.FieldError
+		if !errors.As(tc.err, &fe) || fe.Field != tc.field || fe.Value != tc.value || fe.At != tc.at || !strings.Contains(fe.Want, tc.want) || !errors.Is(tc.err, portalloc.ErrInvalidRequest) {
+			t.Errorf("%s = %v; want a *FieldError{Field: %q, Value: %q, At: %q} saying %q, wrapping ErrInvalidRequest", tc.name, tc.err, tc.field, tc.value, tc.at, tc.want)
+		}
+	}
 	var fe *portalloc.FieldError
 	if !errors.As(j.Unwrap()[0], &fe) || fe.Field != portalloc.EnvMode || fe.Value != "fast" {
 		t.Errorf("ConfigFromEnv's first error = %v; want a *FieldError for BERTH_MODE", j.Unwrap()[0])
 	}
-	var re *portalloc.RangeError
-	if !errors.As(j.Unwrap()[2], &re) || re.Field != portalloc.EnvPortExclude || re.Input != "1-2,70000" || !strings.Contains(re.Reason, `item "70000"`) {
-		t.Errorf("ConfigFromEnv's third error = %v; want a *RangeError for BERTH_PORT_EXCLUDE naming the item", j.Unwrap()[2])
+	if !errors.As(j.Unwrap()[2], &fe) || fe.Field != portalloc.EnvPortExclude || fe.Value != "1-2,70000" || fe.At != `item 2 "70000"` {
+		t.Errorf("ConfigFromEnv's third error = %v; want a *FieldError for BERTH_PORT_EXCLUDE naming the item", j.Unwrap()[2])
 	}
 }

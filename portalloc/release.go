@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
@@ -32,10 +33,10 @@ func (a *Allocator) Release(ctx context.Context, r Reservation) error {
 	ctx, cancel := a.releaseContext(ctx)
 	defer cancel()
 	if r.Holder != "" {
-		_, err := a.ReleaseHolder(ctx, r.Holder, HolderFilter{Protocol: r.Protocol, Port: r.Port})
-		return err
+		_, err := a.releaseHolder(ctx, r.Holder, HolderFilter{Protocol: r.Protocol, Port: r.Port})
+		return opError(releaseHolderOp(r.Holder), err)
 	}
-	return a.release(ctx, r, "", false)
+	return opError("", a.release(ctx, r, "", false)) // its errors say "release <r>"
 }
 
 // releaseContext is the context of a release: ctx's values without its
@@ -45,14 +46,15 @@ func (a *Allocator) releaseContext(ctx context.Context) (context.Context, contex
 }
 
 // release drops one hold of r by via. With keepRow it never deletes the
-// row: an AllocateSet that fails leaves rows that existed before it.
+// row: an AllocateSet that fails leaves rows that existed before it. Its
+// errors begin "release <r>: ", without the package's prefix.
 func (a *Allocator) release(ctx context.Context, r Reservation, via string, keepRow bool) error {
 	if a.isClosed() {
-		return fmt.Errorf("portalloc: release %s: %w (Close has released everything the Allocator held)", r, ErrClosed)
+		return fmt.Errorf("release %s: %w (Close has released everything the Allocator held)", r, ErrClosed)
 	}
 	s, err := a.rowStore(r)
 	if err != nil {
-		return err
+		return fmt.Errorf("release %s: %w", r, err)
 	}
 	if s == nil {
 		// The MRU file keeps the port as recently handed out until it expires.
@@ -62,7 +64,7 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 	rk := a.refKeyOf(r)
 	e, err := refs.lock(ctx, rk)
 	if err != nil {
-		return fmt.Errorf("portalloc: release %s: %w", r, err)
+		return fmt.Errorf("release %s: %w", r, err)
 	}
 	defer refs.unlock(rk, e)
 	// A repair (which puts back what the Allocator holds) waits for the
@@ -80,7 +82,8 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 		return nil
 	case left > 0:
 		a.repairMu.RUnlock()
-		return fmt.Errorf("portalloc: release %s: %w: this Allocator does not hold it; %s holds it and releases it", r, ErrInvalidRequest, refs.describe(e, a, via))
+		return fmt.Errorf("release %s: %w", r, &FieldError{Field: "Reservation", Value: r.String(),
+			Want: fmt.Sprintf("a reservation this Allocator holds; %s holds it and releases it", refs.describe(e, a, via))})
 	case keepRow:
 		a.repairMu.RUnlock()
 		return nil
@@ -122,16 +125,18 @@ func (a *Allocator) release(ctx context.Context, r Reservation, via string, keep
 // or pool, or a second Reserve of the same port), since the transfer would
 // take the port from them.
 func (a *Allocator) Transfer(ctx context.Context, r Reservation, pid int) error {
-	return a.transfer(ctx, r, pid, "")
+	return opError("", a.transfer(ctx, r, pid, "")) // its errors say "transfer <r>"
 }
 
+// transfer is Transfer with the holds of via. Its errors begin
+// "transfer <r>", without the package's prefix.
 func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via string) error {
 	if a.isClosed() {
-		return fmt.Errorf("portalloc: transfer %s: %w", r, ErrClosed)
+		return fmt.Errorf("transfer %s: %w", r, ErrClosed)
 	}
 	s, err := a.rowStore(r)
 	if err != nil {
-		return err
+		return fmt.Errorf("transfer %s: %w", r, err)
 	}
 	if s == nil { // an MRU reservation has no owner to change
 		a.unhold(r, true)
@@ -139,16 +144,16 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 	}
 	to, err := statestore.LookupOwner(ctx, pid)
 	if err != nil {
-		return fmt.Errorf("portalloc: transfer %s: %w: pid %d is not a running process: %w", r, ErrInvalidRequest, pid, err)
+		return fmt.Errorf("transfer %s: %w: %w", r, &FieldError{Field: "pid", Value: strconv.Itoa(pid), Want: "the pid of a running process"}, err)
 	}
 	rk := a.refKeyOf(r)
 	e, err := refs.lock(ctx, rk)
 	if err != nil {
-		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, err)
+		return fmt.Errorf("transfer %s to pid %d: %w", r, pid, err)
 	}
 	defer refs.unlock(rk, e)
 	if mine, all := refs.count(e, a); all > 1 || all > mine {
-		return fmt.Errorf("portalloc: transfer %s to pid %d: %w", r, pid, sharedError(r, refs.describe(e, a, via)))
+		return fmt.Errorf("transfer %s to pid %d: %w", r, pid, sharedError(r, refs.describe(e, a, via)))
 	}
 	key := storeKey(r)
 	// A repair (which puts back what the Allocator holds) waits from the
@@ -189,33 +194,31 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 // does it now. In the MRU backend there is nothing to reap.
 func (a *Allocator) Reap(ctx context.Context) (int, error) {
 	if a.isClosed() {
-		return 0, fmt.Errorf("portalloc: reap: %w", ErrClosed)
+		return 0, opError("reap", ErrClosed)
 	}
 	s := a.db()
 	if s == nil {
 		return 0, nil
 	}
 	n, err := s.Reap(ctx)
-	if err != nil {
-		return n, fmt.Errorf("portalloc: reap: %w", a.closedErr(err))
-	}
-	return n, nil
+	return n, opError("reap", a.closedErr(err))
 }
 
 // rowStore returns the state store that holds r's row, or nil for a
 // reservation of the MRU file. A reservation of neither backend, or of a
-// store this Allocator does not have open, is an ErrInvalidRequest.
+// store this Allocator does not have open, is a *FieldError.
 func (a *Allocator) rowStore(r Reservation) (store.Store, error) {
 	switch r.Backend {
 	case BackendMRU:
 		return nil, nil
 	case BackendStateStore:
 	default:
-		return nil, fmt.Errorf("%w: reservation backend %q: want %q or %q", ErrInvalidRequest, r.Backend, BackendStateStore, BackendMRU)
+		return nil, &FieldError{Field: "Reservation.Backend", Value: string(r.Backend), Want: fmt.Sprintf("%q or %q", BackendStateStore, BackendMRU)}
 	}
 	s := a.db()
 	if s == nil {
-		return nil, fmt.Errorf("%w: reservation %s is from a state store this Allocator does not have", ErrInvalidRequest, r)
+		return nil, &FieldError{Field: "Reservation", Value: r.String(),
+			Want: "a reservation of this Allocator, which serves from the MRU file and has no state store to change it in"}
 	}
 	return s, nil
 }

@@ -2,7 +2,6 @@ package portalloc
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/berth-go/berth/internal/probe"
 	"github.com/berth-go/berth/statestore"
@@ -19,8 +18,9 @@ import (
 // documentation).
 func (a *Allocator) Reserve(ctx context.Context, req Request, port uint16) (r Reservation, err error) {
 	defer func() { a.ctr.count(true, err) }()
+	defer func() { err = opError("reserve", err) }()
 	if port == 0 {
-		return Reservation{}, fmt.Errorf("%w: port 0: want a port from 1 to 65535 (use Allocate for any free port)", ErrInvalidRequest)
+		return Reservation{}, &FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535 (Allocate chooses a free one)"}
 	}
 	ctx, cancel, req, err := a.begin(ctx, req)
 	if err != nil {

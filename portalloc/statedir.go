@@ -110,7 +110,7 @@ func forRoot(p place) (resolved, error) {
 		return r, nil
 	}
 	refuse := func(reason string) (resolved, error) {
-		return resolved{}, fmt.Errorf("portalloc: %w: running as root, the default state directory %s is in a directory of uid %d (%s is another user's, as sudo keeps it), and berth never creates root's files there; %s: set %s or Config.StateDir to a directory of root's",
+		return resolved{}, fmt.Errorf("%w: running as root, the default state directory %s is in a directory of uid %d (%s is another user's, as sudo keeps it), and berth never creates root's files there; %s: set %s or Config.StateDir to a directory of root's",
 			ErrUnsafe, p.dir, uid, p.vars, reason, EnvStateDir)
 	}
 	root, err := lookupRoot()
@@ -132,7 +132,7 @@ func forRoot(p place) (resolved, error) {
 func defaultState() (resolved, error) {
 	p, err := statePlace()
 	if err != nil {
-		return resolved{}, fmt.Errorf("portalloc: no default state directory (%w); set %s or Config.StateDir", err, EnvStateDir)
+		return resolved{}, fmt.Errorf("no default state directory (%w); set %s or Config.StateDir", err, EnvStateDir)
 	}
 	return forRoot(p)
 }
@@ -168,7 +168,7 @@ var (
 // default, os.UserCacheDir()/berth.
 func DefaultStateDir() (string, error) {
 	r, err := defaultState()
-	return r.dir, err
+	return r.dir, opError("", err)
 }
 
 // DefaultStateDirReason returns DefaultStateDir and, for people to read, why
@@ -180,7 +180,7 @@ func DefaultStateDir() (string, error) {
 func DefaultStateDirReason() (dir, reason string, err error) {
 	r, err := defaultState()
 	if err != nil {
-		return "", "", err
+		return "", "", opError("", err)
 	}
 	reason = r.reason + "; " + stateNotCache
 	if old := previousDefault(r.dir); old != "" {
@@ -216,14 +216,14 @@ func DefaultStateDirReason() (dir, reason string, err error) {
 func TakeOverDefaultStateDir(ctx context.Context, log logr.Logger) (string, error) {
 	r, err := defaultState()
 	if err != nil {
-		return "", err
+		return "", opError("", err)
 	}
 	busy := DefaultTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		busy = time.Until(dl)
 	}
 	if err := takeOver(ctx, r.dir, log, busy); err != nil {
-		return "", fmt.Errorf("portalloc: %w", err)
+		return "", opError("", err)
 	}
 	return r.dir, nil
 }

@@ -84,7 +84,11 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 		}
 		return err
 	}
-	s.dropMark(key, from)
+	if mf, ok := s.markOf(key, from); ok {
+		if mt, _ := s.markOf(key, to); mt != mf { // a transfer to itself keeps its mark
+			marker.Drop(s.ns, mf)
+		}
+	}
 	return nil
 }
 

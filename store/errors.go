@@ -15,8 +15,8 @@ import (
 // sentinels of the same meaning are these very values.
 var (
 	// ErrInvalid: a request field is out of its accepted values. The error
-	// is a *FieldError (or, from portalloc, a message) that names the field,
-	// or a *RangeError for a port range.
+	// is a *FieldError that names the field, what was given and what is
+	// accepted.
 	ErrInvalid = portrange.ErrInvalid
 	// ErrHeld: the port is reserved by a live owner or bound outside berth.
 	// The error is a *ConflictError.
@@ -66,28 +66,37 @@ var (
 	ErrStorage = errors.New("state store failed")
 )
 
-// FieldError reports a request field whose value is not accepted.
-type FieldError struct {
-	Field string // the field, e.g. "protocol"
-	Value string // the value given
-	Want  string // what is accepted
-}
-
-// Error quotes Value, and cuts it after 64 bytes, so that a value from a
-// file or a terminal can neither flood nor forge the message.
-func (e *FieldError) Error() string {
-	v := strconv.Quote(e.Value)
-	if len(e.Value) > maxQuoted {
-		v = strconv.Quote(e.Value[:maxQuoted]) + "..."
-	}
-	return fmt.Sprintf("%s %s: want %s", e.Field, v, e.Want)
-}
-
-// maxQuoted is the most bytes of a value an error message shows.
-const maxQuoted = 64
-
-// Unwrap returns ErrInvalid.
-func (e *FieldError) Unwrap() error { return ErrInvalid }
+// FieldError reports refused input: a field, flag or variable whose value
+// is not accepted. Every refused request, configuration, range or spec of
+// berth is one (store.RangeError and portalloc.FieldError, RangeError and
+// statestore.FieldError are other names of it), so a caller tests for one
+// shape:
+//
+//	var fe *store.FieldError
+//	if errors.As(err, &fe) { ... fe.Field, fe.Value, fe.At, fe.Want ... }
+//
+// and errors.Is(err, ErrInvalid) holds for it. Its fields:
+//
+//	Field string  what was refused as the caller wrote it: a field
+//	              ("protocol", "Request.Label", "Config.Exclude[1]"), a
+//	              variable ("BERTH_PORT_RANGE"), a flag, or for the
+//	              argument of a parse what it parses ("port range")
+//	Value string  the value or input given, as text
+//	At    string  where in Value it went wrong when not the whole of it
+//	              is: an item of a list (`item 2 "70000"`), an index, an
+//	              offset, or a path into a document
+//	              ("groups[1].ports[0].name"); empty when Value is refused
+//	              whole
+//	Want  string  what is accepted, and after a semicolon, where it helps,
+//	              what is wrong with Value ("...; it is empty")
+//
+// Its message reads `Field "Value" at At: want Want`, leaving out what is
+// empty; it quotes Value and cuts it after 64 bytes, so that a value from a
+// file or a terminal can neither flood nor forge the message. A program
+// that took the value from a flag or a variable of its own replaces Field
+// in a copy before it prints the error. The type is declared in an internal
+// package, the lowest that refuses input (Range.Valid returns it).
+type FieldError = portrange.FieldError
 
 // ConflictError reports a port that cannot be reserved because someone holds
 // it. errors.Is(err, ErrHeld) holds for it.

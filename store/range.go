@@ -12,14 +12,19 @@ import "github.com/berth-go/berth/internal/portrange"
 //	Overlaps(o Range) bool     whether it and o share a port
 //	String() string            "FIRST-LAST", or "PORT" for one port
 //	Valid() error              nil for a non-empty range of ports 1-65535,
-//	                           FIRST <= LAST; else a *RangeError
+//	                           FIRST <= LAST; else a *FieldError
 type Range = portrange.Range
 
-// RangeError reports a port range, or a list of them, that is not
-// accepted: Field names where the text came from ("" for a parse or
-// Valid), Input is the text as given, Reason what is wrong and what is
-// accepted. errors.Is(err, ErrInvalid) holds for it.
-type RangeError = portrange.ParseError
+// RangeError is FieldError: a port range, or a list of them, that is not
+// accepted is refused as any other input is. Field names where the text
+// came from ("port range" for a parse or Valid), Value is the text as
+// given, At the item or part of it that is wrong, and Want what is
+// accepted.
+//
+// Deprecated: use FieldError, the one type of refused input. Where code
+// read RangeError's Input, read Value; where it read Reason, read Want
+// (and At).
+type RangeError = FieldError
 
 // MaxBlock is the most ports one ScanBlock reserves.
 const MaxBlock = 1024

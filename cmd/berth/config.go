@@ -78,9 +78,11 @@ func (a *app) configure(cmd *cobra.Command) error {
 	}
 	if g.rangeS != "" {
 		if cfg.Range, err = portalloc.ParseRange(g.rangeS); err != nil {
-			var re *portalloc.RangeError
-			if errors.As(err, &re) {
-				return usagef("--range %q: %s", g.rangeS, re.Reason)
+			var fe *portalloc.FieldError
+			if errors.As(err, &fe) {
+				named := *fe
+				named.Field = "--range"
+				return usagef("%s", named.Error())
 			}
 			return usagef("--range %q: %v", g.rangeS, err)
 		}
@@ -149,39 +151,24 @@ func (a *app) takeOver(ctx context.Context) error {
 }
 
 // envError words an error of portalloc.ConfigFromEnv as VARIABLE="value":
-// what is wrong, one line for each bad variable. The errors still wrap
-// portalloc.ErrInvalidRequest.
+// what is wrong, one line for each bad variable (see userVariable). The
+// errors still wrap portalloc.ErrInvalidRequest.
 func envError(err error) error {
 	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok { //nolint:errorlint // ConfigFromEnv joins one error per variable
+	var j interface{ Unwrap() []error }
+	if errors.As(err, &j) { // ConfigFromEnv joins one error per variable
 		errs = j.Unwrap()
 	}
 	out := make([]error, len(errs))
 	for i, e := range errs {
-		var (
-			fe *portalloc.FieldError
-			re *portalloc.RangeError
-		)
-		switch {
-		case errors.As(e, &fe):
-			out[i] = &reworded{msg: fmt.Sprintf("%s=%q: want %s", fe.Field, fe.Value, fe.Want), err: e}
-		case errors.As(e, &re):
-			out[i] = &reworded{msg: fmt.Sprintf("%s=%q: %s", re.Field, re.Input, re.Reason), err: e}
-		default:
-			out[i] = e
+		out[i] = e
+		var fe *portalloc.FieldError
+		if errors.As(e, &fe) {
+			out[i] = &userError{msg: userVariable(fe), err: e}
 		}
 	}
 	return errors.Join(out...)
 }
-
-// reworded is err with the message msg.
-type reworded struct {
-	msg string
-	err error
-}
-
-func (e *reworded) Error() string { return e.msg }
-func (e *reworded) Unwrap() error { return e.err }
 
 // level returns the log level -v or --log-level asks for, or nil.
 func (g *globalFlags) level() (*slog.Level, error) {

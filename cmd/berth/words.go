@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/berth-go/berth/portalloc"
@@ -32,23 +33,51 @@ var requestFlags = map[string]string{
 }
 
 // inUserWords puts an error of portalloc into the words of berth's users:
-// a refused Request field is named by the flag its value came from, and the
-// library's "portalloc: " prefix goes, since the command's name leads the
-// line. The error still wraps what it wrapped.
+// a refused field is named by the flag or variable its value came from
+// (see userField), and the library's "portalloc: " prefix goes, since the
+// command's name leads the line. The error still wraps what it wrapped.
 func inUserWords(err error) error {
 	var fe *portalloc.FieldError
 	if errors.As(err, &fe) {
-		field, _, _ := strings.Cut(fe.Field, "[") // Request.Prefer[2]
-		if flag, ok := requestFlags[field]; ok {
-			named := *fe
-			named.Field = flag
-			return &userError{msg: named.Error(), err: err}
+		if msg, ok := userField(fe); ok {
+			return &userError{msg: msg, err: err}
 		}
 	}
-	if msg, ok := strings.CutPrefix(err.Error(), "portalloc: "); ok {
-		return &userError{msg: msg, err: err}
+	msg, ok := strings.CutPrefix(err.Error(), "portalloc: ")
+	if !ok {
+		return err
 	}
-	return err
+	// A call named by a verb alone ("allocate", "reserve") is what the
+	// command's name says already: "berth get: state store unavailable",
+	// not "berth get: allocate: state store unavailable". A verb with what
+	// it acted on stays.
+	var oe *portalloc.OpError
+	if errors.As(err, &oe) && oe.Op != "" && !strings.ContainsRune(oe.Op, ' ') {
+		msg = strings.TrimPrefix(msg, oe.Op+": ")
+	}
+	return &userError{msg: msg, err: err}
+}
+
+// userField words a refused field as berth's users gave it: a field of a
+// request by its flag (requestFlags), as --flag "value". It reports false
+// for a field berth's users do not give by flag.
+func userField(fe *portalloc.FieldError) (string, bool) {
+	named := *fe
+	field, index, _ := strings.Cut(fe.Field, "[") // Request.Prefer[2]
+	if flag, ok := requestFlags[field]; ok {
+		named.Field = flag
+		if n, err := strconv.Atoi(strings.TrimSuffix(index, "]")); err == nil && named.At == "" {
+			named.At = "item " + strconv.Itoa(n+1) // of the flag's list: --prefer 3000,0
+		}
+		return named.Error(), true
+	}
+	return "", false
+}
+
+// userVariable words an error of portalloc.ConfigFromEnv, whose Field is
+// the variable, as VARIABLE="value", the way the shell sets it.
+func userVariable(fe *portalloc.FieldError) string {
+	return fe.Field + "=" + strings.TrimPrefix(fe.Error(), fe.Field+" ")
 }
 
 // userError is an error with a message of berth's own.

@@ -24,7 +24,7 @@ import (
 	"strings"
 )
 
-// ErrInvalid is wrapped by every parse error of this package. It is the
+// ErrInvalid is wrapped by every error of this package. It is the
 // one sentinel of refused input of berth: package store names it
 // store.ErrInvalid and package portalloc ErrInvalidRequest, so a range
 // error is one of a refused request wherever it surfaces.
@@ -60,45 +60,30 @@ func (r Range) String() string {
 }
 
 // Valid returns nil for a non-empty range of ports 1-65535, FIRST <= LAST,
-// and otherwise a *ParseError that says what is wrong.
+// and otherwise a *FieldError that says what is wrong.
 func (r Range) Valid() error {
 	if r.First == 0 {
-		return &ParseError{Input: r.String(), Reason: "port 0 is not a port; ports run from 1 to 65535"}
+		return refuse(r.String(), "", ports, "port 0 is not a port")
 	}
 	if r.First > r.Last {
-		return &ParseError{Input: fmt.Sprintf("%d-%d", r.First, r.Last), Reason: "first port is above the last; write it as FIRST-LAST with FIRST <= LAST"}
+		return refuse(fmt.Sprintf("%d-%d", r.First, r.Last), "", ordered, "the first port is above the last")
 	}
 	return nil
 }
 
-// ParseError reports a port range, or a list of them, that is not
-// accepted (portalloc.RangeError names it). Field names where the text
-// came from: a variable such as BERTH_PORT_RANGE, a field such as
-// Config.Range, or "" for the argument of a parse or of Valid. Input is
-// the text as given, Reason what is wrong and what is accepted.
-type ParseError struct {
-	Field  string
-	Input  string
-	Reason string
-}
-
-func (e *ParseError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("port range %q: %s", e.Input, e.Reason)
-	}
-	return fmt.Sprintf("%s %q: %s", e.Field, e.Input, e.Reason)
-}
-
-// Unwrap returns ErrInvalid.
-func (e *ParseError) Unwrap() error { return ErrInvalid }
-
-const syntax = "want FIRST-LAST (e.g. 20000-32767) or a single port, with ports 1-65535"
+// What a range accepts, for FieldError.Want.
+const (
+	syntax  = "FIRST-LAST (e.g. 20000-32767) or a single port, with ports 1 to 65535"
+	ports   = "ports from 1 to 65535"
+	ordered = "FIRST-LAST with FIRST <= LAST"
+)
 
 // Parse parses "FIRST-LAST" or a single port "PORT". It accepts decimal
-// digits only: no spaces, signs or leading "+".
+// digits only: no spaces, signs or leading "+". The error is a
+// *FieldError for the field "port range".
 func Parse(s string) (Range, error) {
 	if s == "" {
-		return Range{}, &ParseError{Input: s, Reason: "empty; " + syntax}
+		return Range{}, refuse(s, "", syntax, "it is empty")
 	}
 	first, last, isRange := strings.Cut(s, "-")
 	a, err := parsePort(s, first)
@@ -113,9 +98,9 @@ func Parse(s string) (Range, error) {
 	}
 	r := Range{First: a, Last: b}
 	if err := r.Valid(); err != nil {
-		var pe *ParseError
-		if errors.As(err, &pe) {
-			pe.Input = s
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			fe.Value = s
 		}
 		return Range{}, err
 	}
@@ -124,37 +109,39 @@ func Parse(s string) (Range, error) {
 
 func parsePort(input, s string) (uint16, error) {
 	if s == "" {
-		return 0, &ParseError{Input: input, Reason: "missing port; " + syntax}
+		return 0, refuse(input, "", syntax, "a port is missing")
 	}
 	for _, c := range s {
 		if c < '0' || c > '9' {
-			return 0, &ParseError{Input: input, Reason: fmt.Sprintf("%q is not a port number; %s", s, syntax)}
+			return 0, refuse(input, "", syntax, Quote(s)+" is not a port number")
 		}
 	}
 	n, err := strconv.ParseUint(s, 10, 32)
 	if err != nil || n > 65535 {
-		return 0, &ParseError{Input: input, Reason: fmt.Sprintf("%s is above 65535, the highest port", s)}
+		return 0, refuse(input, "", ports, clip(s)+" is above 65535, the highest port")
 	}
 	if n == 0 {
-		return 0, &ParseError{Input: input, Reason: "port 0 is not a port; ports run from 1 to 65535"}
+		return 0, refuse(input, "", ports, "port 0 is not a port")
 	}
 	return uint16(n), nil
 }
 
 // ParseList parses a comma-separated list of ranges, e.g.
-// "22000-22100,25565". The empty string is the empty list.
+// "22000-22100,25565". The empty string is the empty list. The error is a
+// *FieldError whose Value is the whole list and whose At names the item.
 func ParseList(s string) ([]Range, error) {
 	if s == "" {
 		return nil, nil
 	}
 	var out []Range
+	n := 0
 	for part := range strings.SplitSeq(s, ",") {
+		n++
 		r, err := Parse(part)
 		if err != nil {
-			var pe *ParseError
-			if errors.As(err, &pe) {
-				pe.Reason = fmt.Sprintf("item %q: %s", pe.Input, pe.Reason)
-				pe.Input = s
+			var fe *FieldError
+			if errors.As(err, &fe) {
+				fe.Value, fe.At = s, item(n, part)
 			}
 			return nil, err
 		}

@@ -27,8 +27,8 @@ func TestParse(t *testing.T) {
 		{" 1-2", Range{}, "not a port number"},
 		{"1-2 ", Range{}, "not a port number"},
 		{"+1-2", Range{}, "not a port number"},
-		{"-1-2", Range{}, "missing port"},
-		{"1-", Range{}, "missing port"},
+		{"-1-2", Range{}, "a port is missing"},
+		{"1-", Range{}, "a port is missing"},
 		{"1--2", Range{}, "not a port number"},
 		{"1-2-3", Range{}, "not a port number"},
 		{"0x10-0x20", Range{}, "not a port number"},
@@ -46,8 +46,10 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q) = %v, nil; want error containing %q", tt.in, got, tt.err)
 			continue
 		}
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), tt.in) {
-			t.Errorf("Parse(%q) error = %q; want ErrInvalid quoting the input and saying %q", tt.in, err, tt.err)
+		var fe *FieldError
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), tt.in) ||
+			!errors.As(err, &fe) || fe.Field != "port range" || fe.Value != tt.in || fe.Want == "" {
+			t.Errorf("Parse(%q) error = %q; want a *FieldError for the port range %q wrapping ErrInvalid and saying %q", tt.in, err, tt.in, tt.err)
 		}
 	}
 }
@@ -60,9 +62,11 @@ func TestParseList(t *testing.T) {
 	if got, err := ParseList(""); err != nil || got != nil {
 		t.Errorf("ParseList(\"\") = %v, %v; want nil, nil", got, err)
 	}
-	for _, bad := range []string{",", "1-2,", "1-2,,3", "1-2, 3", "1-2,x"} {
-		if _, err := ParseList(bad); !errors.Is(err, ErrInvalid) {
-			t.Errorf("ParseList(%q) error = %v; want ErrInvalid", bad, err)
+	for bad, at := range map[string]string{",": `item 1 ""`, "1-2,": `item 2 ""`, "1-2,,3": `item 2 ""`, "1-2, 3": `item 2 " 3"`, "1-2,x": `item 2 "x"`} {
+		_, err := ParseList(bad)
+		var fe *FieldError
+		if !errors.Is(err, ErrInvalid) || !errors.As(err, &fe) || fe.Value != bad || fe.At != at {
+			t.Errorf("ParseList(%q) error = %v; want a *FieldError of the whole list at %s, wrapping ErrInvalid", bad, err, at)
 		}
 	}
 }

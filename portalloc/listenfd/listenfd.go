@@ -77,11 +77,12 @@ type Handoff struct {
 // descriptor until Close; the caller may close l once the child started.
 // The name goes into LISTEN_FDNAMES: 1 to MaxSocketNameLen printable ASCII
 // characters other than ':', each name once per Handoff. Other names are
-// refused with an error wrapping portalloc.ErrInvalidRequest.
+// refused with a *portalloc.FieldError, which wraps
+// portalloc.ErrInvalidRequest.
 func (h *Handoff) Add(name string, l net.Listener) error {
 	fl, ok := l.(interface{ File() (*os.File, error) })
 	if !ok {
-		return fmt.Errorf("%w: listener %q is a %T, which has no file descriptor to pass", portalloc.ErrInvalidRequest, name, l)
+		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "listener", Value: fmt.Sprintf("%T %s", l, name), Want: "a listener with a file descriptor to pass, such as a *net.TCPListener"})
 	}
 	return h.add(name, fl.File)
 }
@@ -90,7 +91,7 @@ func (h *Handoff) Add(name string, l net.Listener) error {
 func (h *Handoff) AddPacketConn(name string, c net.PacketConn) error {
 	fc, ok := c.(interface{ File() (*os.File, error) })
 	if !ok {
-		return fmt.Errorf("%w: packet conn %q is a %T, which has no file descriptor to pass", portalloc.ErrInvalidRequest, name, c)
+		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "packet conn", Value: fmt.Sprintf("%T %s", c, name), Want: "a packet conn with a file descriptor to pass, such as a *net.UDPConn"})
 	}
 	return h.add(name, fc.File)
 }
@@ -100,7 +101,7 @@ func (h *Handoff) add(name string, file func() (*os.File, error)) error {
 		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "socket name", Value: name, Want: nameWant + "; " + why})
 	}
 	if slices.Contains(h.names, name) {
-		return fmt.Errorf("%w: socket name %q is handed off already; each socket needs a name of its own", portalloc.ErrInvalidRequest, name)
+		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "socket name", Value: name, Want: "a name of its own for each socket; this one is handed off already"})
 	}
 	f, err := file()
 	if err != nil {
@@ -115,13 +116,13 @@ func (h *Handoff) add(name string, file func() (*os.File, error)) error {
 // have no ExtraFiles of its own: the sockets must be descriptors 3 onward.
 func (h *Handoff) Apply(cmd *exec.Cmd) error {
 	if cmd == nil {
-		return fmt.Errorf("%w: Handoff.Apply: cmd is nil", portalloc.ErrInvalidRequest)
+		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "cmd", Value: "nil", Want: "the *exec.Cmd to hand the sockets to"})
 	}
 	if len(cmd.ExtraFiles) > 0 {
-		return fmt.Errorf("%w: cmd already has ExtraFiles; the handed-off sockets must start at descriptor 3", portalloc.ErrInvalidRequest)
+		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "cmd.ExtraFiles", Value: fmt.Sprintf("%d files", len(cmd.ExtraFiles)), Want: "none: the handed-off sockets must start at descriptor 3"})
 	}
 	if cmd.Process != nil {
-		return fmt.Errorf("%w: cmd has already started", portalloc.ErrInvalidRequest)
+		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "cmd", Value: cmd.String(), Want: "a command that has not started yet"})
 	}
 	cmd.ExtraFiles = append(cmd.ExtraFiles, h.files...)
 	env := cmd.Env
@@ -197,7 +198,7 @@ func Inherit() (Inherited, error) {
 	}
 	n, err := strconv.Atoi(nStr)
 	if err != nil || n < 0 || n > 1024 {
-		return in, fmt.Errorf("%w: %s=%q: want a count of descriptors from 0 to 1024", portalloc.ErrInvalidRequest, EnvListenFDs, nStr)
+		return in, fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: EnvListenFDs, Value: nStr, Want: "a count of descriptors from 0 to 1024"})
 	}
 	names := strings.Split(os.Getenv(EnvListenFDNames), ":")
 	seen := map[string]int{}
