@@ -263,7 +263,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if v := get(EnvScope); v != "" {
 		s, err := resolveScope(EnvScope, v)
 		if err != nil {
-			errs = append(errs, errors.Unwrap(err)) // the *FieldError, without the prefix
+			errs = append(errs, err) // the *FieldError
 		}
 		c.Scope = s
 	}

@@ -92,8 +92,8 @@ func (e excluded) refuseLocal(field string, port uint16, allow bool) error {
 	if allow || !e.localHas(port) {
 		return nil
 	}
-	return fmt.Errorf("portalloc: %w", &FieldError{Field: field, Value: fmt.Sprint(port),
-		Want: fmt.Sprintf("a port outside net.ipv4.ip_local_reserved_ports (%s), which the administrator keeps for other software; set Request.AllowOSReserved (berth --allow-reserved) to take it anyway", e.localList())})
+	return &FieldError{Field: field, Value: fmt.Sprint(port),
+		Want: fmt.Sprintf("a port outside net.ipv4.ip_local_reserved_ports (%s), which the administrator keeps for other software; set Request.AllowOSReserved (berth --allow-reserved) to take it anyway", e.localList())}
 }
 
 // checkPrefer refuses a request that prefers a port the administrator
@@ -181,5 +181,5 @@ func joinErrs(errs []error) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("portalloc: exclusions: %w", errors.Join(errs...))
+	return opError("exclusions", errors.Join(errs...))
 }

@@ -63,7 +63,7 @@ func livePort(r store.Reservation, label, scope string) LivePort {
 func LivePorts(ctx context.Context, s store.Store, scope string) ([]LivePort, error) {
 	rows, err := s.List(ctx, store.Filter{})
 	if err != nil {
-		return nil, fmt.Errorf("portalloc: list the live ports: %w", err)
+		return nil, opError("list the live ports", err)
 	}
 	byVar := map[string]LivePort{}
 	for _, r := range rows {
@@ -95,13 +95,13 @@ func PortOf(ctx context.Context, s store.Store, scope, label string, protocol Pr
 		protocol = TCP
 	}
 	if label == "" {
-		return LivePort{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "label", Value: label, Want: "the label of a reservation"})
+		return LivePort{}, opError("", &FieldError{Field: "label", Value: label, Want: "the label of a reservation"})
 	}
 	if err := store.CheckLabel(label); err != nil {
-		return LivePort{}, fmt.Errorf("portalloc: %w", err)
+		return LivePort{}, opError("", err)
 	}
 	if protocol != TCP && protocol != UDP {
-		return LivePort{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`})
+		return LivePort{}, opError("", &FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`})
 	}
 	var (
 		best  LivePort
@@ -111,7 +111,7 @@ func PortOf(ctx context.Context, s store.Store, scope, label string, protocol Pr
 	for _, l := range []string{label, "run/port/" + label} {
 		rows, err := s.List(ctx, store.Filter{Protocol: protocol, Label: ScopedLabel(scope, l)})
 		if err != nil {
-			return LivePort{}, fmt.Errorf("portalloc: port of %q: %w", label, err)
+			return LivePort{}, opError(fmt.Sprintf("port of %q", label), err)
 		}
 		for _, r := range rows {
 			if !live(ctx, r) {
@@ -130,7 +130,7 @@ func PortOf(ctx context.Context, s store.Store, scope, label string, protocol Pr
 		if scope != "" {
 			in = fmt.Sprintf(" in scope %q", scope)
 		}
-		return LivePort{}, fmt.Errorf("portalloc: %s port of %q%s: %w", protocol, label, in, ErrNoReservation)
+		return LivePort{}, opError("", fmt.Errorf("%s port of %q%s: %w", protocol, label, in, ErrNoReservation))
 	}
 	return best, nil
 }
@@ -205,10 +205,10 @@ func WriteEnv(w io.Writer, ports []LivePort, format EnvFormat) error {
 			_, err = w.Write(append(out, '\n'))
 		}
 	default:
-		return fmt.Errorf("portalloc: %w", &FieldError{Field: "format", Value: string(format), Want: `"sh", "dotenv" or "json"`})
+		return opError("", &FieldError{Field: "format", Value: string(format), Want: `"sh", "dotenv" or "json"`})
 	}
 	if err != nil {
-		return fmt.Errorf("portalloc: write the ports' variables: %w", err)
+		return opError("write the ports' variables", err)
 	}
 	return nil
 }

@@ -58,13 +58,16 @@ const scopeWant = `"git" (the root of the current git worktree), "dir" (the curr
 // (a word and a colon, such as "git:" or "env:X"), a name that is not
 // printable UTF-8 or is longer than MaxScopeLen, and ScopeGit outside a
 // git worktree.
-func ResolveScope(s string) (string, error) { return resolveScope("Config.Scope", s) }
+func ResolveScope(s string) (string, error) {
+	scope, err := resolveScope("Config.Scope", s)
+	return scope, opError("", err)
+}
 
 // resolveScope is ResolveScope with the field (or variable, or flag) that
 // gave s named in the error.
 func resolveScope(field, s string) (string, error) {
 	bad := func(want string) error {
-		return fmt.Errorf("portalloc: %w", &FieldError{Field: field, Value: s, Want: want})
+		return &FieldError{Field: field, Value: s, Want: want}
 	}
 	switch {
 	case s == "":
@@ -102,8 +105,8 @@ func resolveScope(field, s string) (string, error) {
 
 func checkScopeLen(field, given, scope string) (string, error) {
 	if len(scope) > MaxScopeLen {
-		return "", fmt.Errorf("portalloc: %w", &FieldError{Field: field, Value: given,
-			Want: fmt.Sprintf("%s; %q has %d bytes: give a shorter name", scopeWant, scope, len(scope))})
+		return "", &FieldError{Field: field, Value: given,
+			Want: fmt.Sprintf("%s; %q has %d bytes: give a shorter name", scopeWant, scope, len(scope))}
 	}
 	return scope, nil
 }
@@ -176,8 +179,8 @@ func (a *Allocator) scopeLabel(req Request) (Request, error) {
 	}
 	l := ScopedLabel(a.cfg.Scope, req.Label)
 	if len(l) > MaxLabelLen {
-		return Request{}, fmt.Errorf("portalloc: %w", &FieldError{Field: "Request.Label", Value: req.Label,
-			Want: fmt.Sprintf("at most %d bytes together with the scope %q and %q (%d bytes now): a shorter label or scope", MaxLabelLen, a.cfg.Scope, scopeSep, len(l))})
+		return Request{}, &FieldError{Field: "Request.Label", Value: req.Label,
+			Want: fmt.Sprintf("at most %d bytes together with the scope %q and %q (%d bytes now): a shorter label or scope", MaxLabelLen, a.cfg.Scope, scopeSep, len(l))}
 	}
 	req.Label = l
 	return req, nil

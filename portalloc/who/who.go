@@ -92,7 +92,7 @@ type Process struct {
 // tell is in each Report's SocketsErr.
 func Lookup(ctx context.Context, s store.Store, ports ...uint16) ([]Report, error) {
 	if i := slices.Index(ports, 0); i >= 0 {
-		return nil, fmt.Errorf("who: ports[%d] is 0: %w; want a port from 1 to 65535", i, store.ErrInvalid)
+		return nil, fmt.Errorf("who: %w", &store.FieldError{Field: fmt.Sprintf("ports[%d]", i), Value: "0", Want: "a port from 1 to 65535"})
 	}
 	ports = slices.Clone(ports)
 	slices.Sort(ports)
@@ -240,7 +240,7 @@ var ErrNotPermitted = errors.New("the process belongs to another user")
 func Signal(p Process, sig syscall.Signal) error {
 	switch {
 	case p.PID <= 1:
-		return fmt.Errorf("who: signal pid %d: %w; want a process id above 1", p.PID, store.ErrInvalid)
+		return fmt.Errorf("who: signal: %w", &store.FieldError{Field: "Process.PID", Value: strconv.Itoa(p.PID), Want: "a process id above 1"})
 	case p.PID == os.Getpid():
 		return fmt.Errorf("who: signal pid %d: that is this very process", p.PID)
 	}
