@@ -54,16 +54,20 @@ type Allocator struct {
 
 	ctr counters
 
-	mu     sync.Mutex // guards held, handed, handedPruneAt, pools, poolNames, closed and released
+	mu     sync.Mutex // guards held, handed, handedPruneAt, claimed, attached, attachOrder, closed and released
 	held   map[heldKey]*holding
 	handed map[heldKey]handed // rows Transfer gave to other processes
 	// handedPruneAt is the size of handed at which a Transfer next looks
 	// for exited owners in it (see handedPrune).
 	handedPruneAt int
-	pools         []*Pool
-	poolNames     map[string]bool // of the pools open or being made
-	closed        bool
-	released      map[store.Key]release // on a fleet's store: see redo in fleet.go
+	// claimed are the names of the pools being made (package pool, through
+	// package seam), attached those open, with what Close calls to close
+	// them, in attachOrder.
+	claimed     map[string]bool
+	attached    map[string]func(context.Context) error
+	attachOrder []string
+	closed      bool
+	released    map[store.Key]release // on a fleet's store: see redo in fleet.go
 
 	// ext is true when the store is not the SQLite file in StateDir: one
 	// of a Config.Store, opened by opener, or one given to NewWithStore.
@@ -159,10 +163,9 @@ func newAllocator(ctx context.Context, cfg Config, open Opener, given store.Stor
 		held:   map[heldKey]*holding{},
 		stop:   make(chan struct{}),
 
-		poolNames: map[string]bool{},
-		ext:       ext,
-		opener:    open,
-		given:     given,
+		ext:    ext,
+		opener: open,
+		given:  given,
 	}
 	if cfg.Mode == ModeMRU {
 		a.fb.active.Store(true)
@@ -287,7 +290,7 @@ func (a *Allocator) closedErr(err error) error {
 	return err
 }
 
-// Close closes the Allocator's pools, drops every hold it still has (the
+// Close closes the Allocator's pools (package pool), drops every hold it still has (the
 // rows no other holder of this process holds are released), releases the
 // rows it handed (Transfer, Set.Transfer, Set.TransferAll) to processes
 // that have exited by now, leaving those of processes that still run to
@@ -310,15 +313,17 @@ func (a *Allocator) Close() error {
 		a.mu.Unlock()
 		return nil
 	}
-	pools := a.pools
-	a.pools = nil
+	var pools []func(context.Context) error
+	for _, name := range a.attachOrder {
+		pools = append(pools, a.attached[name])
+	}
 	a.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
 	defer cancel()
 	// Pools first, while their idle members can still be released.
 	var errs []error
-	for _, p := range pools {
-		if err := p.close(ctx); err != nil {
+	for _, closePool := range pools {
+		if err := closePool(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

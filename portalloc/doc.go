@@ -54,12 +54,13 @@
 // Backend, FallbackCause and Held stay readable after it (Held is then
 // empty, and Metrics reports no Usage). Every other method returns an error
 // wrapping ErrClosed: Allocate, AllocateBlock, Reserve, Listen,
-// ListenPacket, AllocateSet, NewPool, Release, Transfer, Reap and Usage, and of its pools Take,
-// Return and Update (Pool.Close is idempotent too). Set.Release returns nil
+// ListenPacket, AllocateSet, Release, Transfer, Reap and Usage, and of its
+// pools (package pool) New, Take, Return and Update (a pool's Close is
+// idempotent too). Set.Release returns nil
 // after Close, as it does when there is nothing left to release: Close has
 // already released what the set held. What only reads what a set or pool
 // already has stays valid too: Set.Members, Set.Member, Set.Manifest,
-// Set.WriteManifest, Member.Env, Pool.Status, Pool.Idle and Pool.Err. A
+// Set.WriteManifest, Member.Env, and a pool's Status, Idle and Err. A
 // call in flight when Close runs either completes or returns an error
 // wrapping ErrClosed.
 //
@@ -143,8 +144,8 @@
 // GroupSpec.EnvNames). A spec is checked whole before any port is taken;
 // SetSpec.ValidateOneEnv also checks that all members' variables fit one
 // environment; Listen binds a port inside the reserving
-// transaction and package listenfd (Unix) passes the socket to a child; NewPool keeps ports
-// reserved ahead of time for hot paths; Stats, Usage and Metrics expose
+// transaction and package listenfd (Unix) passes the socket to a child;
+// package pool keeps ports reserved ahead of time for hot paths; Stats, Usage and Metrics expose
 // metrics, and package expvarmetrics publishes them through expvar. Package
 // porttest gives tests their ports.
 //

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/berth-go/berth/portalloc"
 )
@@ -134,53 +133,6 @@ func ExampleAllocator_Transfer() {
 	fmt.Println(len(a.Held()))
 	// Output:
 	// 0
-}
-
-// A warm pool keeps ports reserved ahead of time; Take hands one out from
-// memory, and Update moves the pool to another range member by member.
-func ExampleAllocator_NewPool() {
-	a, done := exampleAllocator(29500)
-	defer done()
-	ctx := context.Background()
-
-	p, err := a.NewPool(ctx, "workers", portalloc.PoolSpec{Size: 2, Range: portalloc.Range{First: 29500, Last: 29549}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer p.Close()
-
-	r, err := p.Take(ctx)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("taken from the first half:", r.Port < 29550)
-	if err := p.Return(r); err != nil {
-		fmt.Println(err)
-		return
-	}
-
-	if err := p.Update(portalloc.PoolSpec{Size: 2, Range: portalloc.Range{First: 29550, Last: 29599}}); err != nil {
-		fmt.Println(err)
-		return
-	}
-	for deadline := time.Now().Add(10 * time.Second); p.Status().Updating || p.Status().Idle < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			fmt.Println("update not done:", p.Status(), p.Err())
-			return
-		}
-	}
-	r, err = p.Take(ctx)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer func() { _ = p.Return(r) }()
-	fmt.Println("taken from the second half:", r.Port >= 29550)
-	// Output:
-	// taken from the first half: true
-	// taken from the second half: true
 }
 
 // Stats counts this Allocator's calls; Usage reads how full the range is

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/pool"
 )
 
 // misuse is one call that a caller gets wrong, and the sentinel its error
@@ -40,11 +41,11 @@ func TestMisuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	twoMember := two.Members()[0]
-	pool, err := a.NewPool(ctx, "hot", portalloc.PoolSpec{Size: 1})
+	hot, err := pool.New(ctx, a, "hot", pool.Spec{Size: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	closedPool, err := a.NewPool(ctx, "closed", portalloc.PoolSpec{Size: 1})
+	closedPool, err := pool.New(ctx, a, "closed", pool.Spec{Size: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestMisuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpool, err := c.NewPool(ctx, "closing", portalloc.PoolSpec{Size: 2})
+	cpool, err := pool.New(ctx, c, "closing", pool.Spec{Size: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,20 +90,20 @@ func TestMisuse(t *testing.T) {
 		{"Set.Member of a known member", func() error { _, err := one.Member("g", 1); return err }, nil},
 
 		// Pools.
-		{"NewPool with a name in use", func() error { _, err := a.NewPool(ctx, "hot", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
-		{"NewPool with an empty name", func() error { _, err := a.NewPool(ctx, "", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
-		{"NewPool with an ESC in its name", func() error { _, err := a.NewPool(ctx, "p\x1b[2J", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
-		{"Pool.Update after Pool.Close", func() error { return closedPool.Update(portalloc.PoolSpec{Size: 2}) }, portalloc.ErrClosed},
+		{"NewPool with a name in use", func() error { _, err := pool.New(ctx, a, "hot", pool.Spec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
+		{"NewPool with an empty name", func() error { _, err := pool.New(ctx, a, "", pool.Spec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
+		{"NewPool with an ESC in its name", func() error { _, err := pool.New(ctx, a, "p\x1b[2J", pool.Spec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
+		{"Pool.Update after Pool.Close", func() error { return closedPool.Update(pool.Spec{Size: 2}) }, portalloc.ErrClosed},
 		{"Pool.Take after Pool.Close", func() error { _, err := closedPool.Take(ctx); return err }, portalloc.ErrClosed},
 		{"Pool.Close twice", closedPool.Close, nil},
 		{"NewPool with the name of a closed pool", func() error {
-			p, err := a.NewPool(ctx, "closed", portalloc.PoolSpec{Size: 1})
+			p, err := pool.New(ctx, a, "closed", pool.Spec{Size: 1})
 			if err == nil {
 				err = p.Close()
 			}
 			return err
 		}, nil},
-		{"Pool.Update of an open pool", func() error { return pool.Update(portalloc.PoolSpec{Size: 1, MaxUnavailable: "1"}) }, nil},
+		{"Pool.Update of an open pool", func() error { return hot.Update(pool.Spec{Size: 1, MaxUnavailable: "1"}) }, nil},
 
 		// Labels.
 		{"Allocate with a title-change label", func() error { _, err := a.Allocate(ctx, hostile); return err }, portalloc.ErrInvalidRequest},
@@ -129,7 +130,7 @@ func TestMisuse(t *testing.T) {
 		{"Listen after Close", func() error { _, _, err := c.Listen(ctx, portalloc.Request{}); return err }, portalloc.ErrClosed},
 		{"ListenPacket after Close", func() error { _, _, err := c.ListenPacket(ctx, portalloc.Request{}); return err }, portalloc.ErrClosed},
 		{"AllocateSet after Close", func() error { _, err := c.AllocateSet(ctx, spec("late")); return err }, portalloc.ErrClosed},
-		{"NewPool after Close", func() error { _, err := c.NewPool(ctx, "late", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrClosed},
+		{"NewPool after Close", func() error { _, err := pool.New(ctx, c, "late", pool.Spec{Size: 1}); return err }, portalloc.ErrClosed},
 		{"Release after Close", func() error { return c.Release(ctx, cr) }, portalloc.ErrClosed},
 		{"Transfer after Close", func() error { return c.Transfer(ctx, cr, 1) }, portalloc.ErrClosed},
 		{"Reap after Close", func() error { _, err := c.Reap(ctx); return err }, portalloc.ErrClosed},
@@ -137,7 +138,7 @@ func TestMisuse(t *testing.T) {
 		{"Set.Transfer after Close", func() error { return cset.Transfer(ctx, cset.Members()[0], 1) }, portalloc.ErrClosed},
 		{"Set.Release after Close", func() error { return cset.Release(ctx) }, nil},
 		{"Pool.Take after Close", func() error { _, err := cpool.Take(ctx); return err }, portalloc.ErrClosed},
-		{"Pool.Update after Close", func() error { return cpool.Update(portalloc.PoolSpec{Size: 1}) }, portalloc.ErrClosed},
+		{"Pool.Update after Close", func() error { return cpool.Update(pool.Spec{Size: 1}) }, portalloc.ErrClosed},
 		{"Pool.Return after Close", func() error { return cpool.Return(taken) }, portalloc.ErrClosed},
 		{"Pool.Close after Close", cpool.Close, nil},
 		{"Stats, Held, Metrics after Close", func() error {

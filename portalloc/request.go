@@ -11,7 +11,7 @@ type Order string
 
 const (
 	// OrderRandom walks the range from a random port by a random stride,
-	// the ports above the range's static band first (see PoolSpec.Band).
+	// the ports above the range's static band first (see Config.Range).
 	// Allocators racing on one store start in different places, so they
 	// rarely want the same port: the default.
 	OrderRandom Order = "random"

@@ -76,6 +76,7 @@ var known = map[string]string{
 	"porttest":  "github.com/berth-go/berth/portalloc/porttest",
 	"portalloc": "github.com/berth-go/berth/portalloc",
 	"fleet":     "github.com/berth-go/berth/portalloc/fleet",
+	"pool":      "github.com/berth-go/berth/portalloc/pool",
 }
 
 var selector = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Z]`)
