@@ -292,7 +292,7 @@ func (a *Allocator) closedErr(err error) error {
 
 // Close closes the Allocator's pools (package pool), drops every hold it still has (the
 // rows no other holder of this process holds are released), releases the
-// rows it handed (Transfer, Set.Transfer, Set.TransferAll) to processes
+// rows it handed (Transfer, and a set's Transfer and TransferAll) to processes
 // that have exited by now, leaving those of processes that still run to
 // them, and closes the state store. Later calls return errors wrapping ErrClosed (see "After
 // Close" in the package documentation); Close itself is idempotent.

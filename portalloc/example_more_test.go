@@ -6,9 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/berth-go/berth/portalloc"
 )
@@ -27,49 +24,6 @@ func exampleAllocator(first uint16) (*portalloc.Allocator, func()) {
 		return nil, func() {}
 	}
 	return a, func() { _ = a.Close(); os.RemoveAll(dir) }
-}
-
-// A set wires services together: each member gets its own ports and the
-// variables that point at the others'.
-func ExampleAllocator_AllocateSet() {
-	a, done := exampleAllocator(29100)
-	defer done()
-	ctx := context.Background()
-
-	set, err := a.AllocateSet(ctx, portalloc.SetSpec{
-		Name: "shop",
-		Groups: []portalloc.GroupSpec{
-			{Name: "db", Ports: []portalloc.PortSpec{{Name: "sql"}}},
-			{
-				Name: "api", Members: 2,
-				Ports: []portalloc.PortSpec{{Name: "http"}},
-				Refs:  []portalloc.RefSpec{{Env: "DATABASE_PORT", To: "db.sql"}},
-			},
-		},
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer func() { _ = set.Release(ctx) }()
-
-	db := set.Members()[0].Ports["sql"].Port
-	for _, m := range set.Members() {
-		var names []string
-		for _, kv := range m.Env() {
-			name, value, _ := strings.Cut(kv, "=")
-			if name == "DATABASE_PORT" && value == strconv.Itoa(int(db)) {
-				name += "=<db.sql>"
-			}
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		fmt.Println(m.Group, m.Index, names)
-	}
-	// Output:
-	// db 0 [DB_SQL_PORT]
-	// api 0 [API_HTTP_PORT DATABASE_PORT=<db.sql>]
-	// api 1 [API_HTTP_PORT DATABASE_PORT=<db.sql>]
 }
 
 // Listen returns the port already bound: nothing can take it between the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/pool"
+	"github.com/berth-go/berth/portalloc/portset"
 )
 
 // misuse is one call that a caller gets wrong, and the sentinel its error
@@ -27,16 +28,16 @@ var misuseExtra []func(t *testing.T) []misuse
 // documented readers returns an error wrapping ErrClosed.
 func TestMisuse(t *testing.T) {
 	ctx := context.Background()
-	spec := func(name string) portalloc.SetSpec {
-		return portalloc.SetSpec{Name: name, Groups: []portalloc.GroupSpec{{Name: "g", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}}}}}
+	spec := func(name string) portset.SetSpec {
+		return portset.SetSpec{Name: name, Groups: []portset.GroupSpec{{Name: "g", Members: 2, Ports: []portset.PortSpec{{Name: "http"}}}}}
 	}
 	// A live Allocator with two sets and a pool.
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
-	one, err := a.AllocateSet(ctx, spec("one"))
+	one, err := portset.Allocate(ctx, a, spec("one"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, err := a.AllocateSet(ctx, spec("two"))
+	two, err := portset.Allocate(ctx, a, spec("two"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestMisuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cset, err := c.AllocateSet(ctx, spec("closing"))
+	cset, err := portset.Allocate(ctx, c, spec("closing"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestMisuse(t *testing.T) {
 		{"Reserve after Close", func() error { _, err := c.Reserve(ctx, portalloc.Request{}, port); return err }, portalloc.ErrClosed},
 		{"Listen after Close", func() error { _, _, err := c.Listen(ctx, portalloc.Request{}); return err }, portalloc.ErrClosed},
 		{"ListenPacket after Close", func() error { _, _, err := c.ListenPacket(ctx, portalloc.Request{}); return err }, portalloc.ErrClosed},
-		{"AllocateSet after Close", func() error { _, err := c.AllocateSet(ctx, spec("late")); return err }, portalloc.ErrClosed},
+		{"AllocateSet after Close", func() error { _, err := portset.Allocate(ctx, c, spec("late")); return err }, portalloc.ErrClosed},
 		{"NewPool after Close", func() error { _, err := pool.New(ctx, c, "late", pool.Spec{Size: 1}); return err }, portalloc.ErrClosed},
 		{"Release after Close", func() error { return c.Release(ctx, cr) }, portalloc.ErrClosed},
 		{"Transfer after Close", func() error { return c.Transfer(ctx, cr, 1) }, portalloc.ErrClosed},
@@ -181,7 +182,7 @@ func TestMisuse(t *testing.T) {
 	}
 
 	// What the refused transfers would have moved is still this process's.
-	for _, m := range []*portalloc.Member{one.Members()[0], twoMember} {
+	for _, m := range []*portset.Member{one.Members()[0], twoMember} {
 		r := m.Ports["http"]
 		if got, err := a.Reserve(ctx, portalloc.Request{Address: r.Address}, r.Port); err != nil || got.Port != r.Port {
 			t.Errorf("Reserve(%d) after the refused transfers = %v, %v; want this process's reservation back", r.Port, got, err)

@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/berth-go/berth/portalloc/internal/names"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -46,19 +47,19 @@ func FuzzCheckLabel(f *testing.F) {
 			printableMessage(t, err)
 		}
 
-		if err := checkName("pool name", label); err == nil {
-			if label == "" || len(label) > MaxNameLen || !isLetter(label[0]) ||
+		if err := names.Check("pool name", label); err == nil {
+			if label == "" || len(label) > names.MaxLen || !isLetter(label[0]) ||
 				strings.ContainsFunc(label, func(r rune) bool {
 					return r > unicode.MaxASCII || !isLetter(byte(r)) && !isDigit(byte(r)) && r != '_' && r != '-'
 				}) {
-				t.Fatalf("checkName(%q) = nil; want an error", label)
+				t.Fatalf("names.Check(%q) = nil; want an error", label)
 			}
 			if checkLabel("pool:"+label) != nil || checkLabel(label+"/"+label+"/9999/"+label) != nil {
 				t.Fatalf("name %q makes a label checkLabel refuses", label)
 			}
 		} else {
 			if !errors.Is(err, ErrInvalidRequest) {
-				t.Fatalf("checkName(%q) = %v; want ErrInvalidRequest", label, err)
+				t.Fatalf("names.Check(%q) = %v; want ErrInvalidRequest", label, err)
 			}
 			printableMessage(t, err)
 		}
@@ -111,3 +112,6 @@ func TestCheckLabel(t *testing.T) {
 		t.Errorf("checkLabel(1 MiB) = %.600v; want a short error", err)
 	}
 }
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+func isDigit(c byte) bool  { return c >= '0' && c <= '9' }

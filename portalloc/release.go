@@ -45,7 +45,7 @@ func (a *Allocator) releaseContext(ctx context.Context) (context.Context, contex
 }
 
 // release drops one hold of r by via. With keepRow it never deletes the
-// row: an AllocateSet that fails leaves rows that existed before it.
+// row: a set allocation (portset.Allocate) that fails leaves rows that existed before it.
 func (a *Allocator) release(ctx context.Context, r Reservation, via string, keepRow bool) error {
 	if a.isClosed() {
 		return fmt.Errorf("portalloc: release %s: %w (Close has released everything the Allocator held)", r, ErrClosed)

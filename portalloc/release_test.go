@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/portset"
 )
 
 // TestReleaseWithCancelledContext: the shutdown path releases. A deferred
@@ -20,8 +21,8 @@ func TestReleaseWithCancelledContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := a.AllocateSet(context.Background(), portalloc.SetSpec{Name: "shutdown", Groups: []portalloc.GroupSpec{
-		{Name: "api", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}, {Name: "grpc", Scope: portalloc.ScopeGroup}}},
+	set, err := portset.Allocate(context.Background(), a, portset.SetSpec{Name: "shutdown", Groups: []portset.GroupSpec{
+		{Name: "api", Members: 2, Ports: []portset.PortSpec{{Name: "http"}, {Name: "grpc", Scope: portset.ScopeGroup}}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -59,8 +60,8 @@ func TestReleaseReapsExitedChildren(t *testing.T) {
 	ctx := context.Background()
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
 	dir := a.Config().StateDir
-	set, err := a.AllocateSet(ctx, portalloc.SetSpec{Name: "kids", Groups: []portalloc.GroupSpec{
-		{Name: "svc", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}}},
+	set, err := portset.Allocate(ctx, a, portset.SetSpec{Name: "kids", Groups: []portset.GroupSpec{
+		{Name: "svc", Members: 2, Ports: []portset.PortSpec{{Name: "http"}}},
 	}})
 	if err != nil {
 		t.Fatal(err)

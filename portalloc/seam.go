@@ -50,7 +50,6 @@ func init() {
 		},
 		Normalize:  (*Allocator).normalize,
 		Candidates: func(a *Allocator) *portrange.Set { return a.set },
-		CheckName:  checkName,
 		Closed:     (*Allocator).isClosed,
 		Claim:      (*Allocator).claim,
 		Attach:     (*Allocator).attach,

@@ -108,7 +108,7 @@ func TestFleetCallsNeedAFleetStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	_, err = a.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: portalloc.Band{First: 40000, Last: 40009}, Holder: "pod/x"})
+	_, err = fleet.Reserve(ctx, a, fleet.FleetRequest{Protocol: portalloc.TCP, Band: fleet.Band{First: 40000, Last: 40009}, Holder: "pod/x"})
 	var fe *portalloc.FieldError
 	if !errors.As(err, &fe) || fe.Field != "Config.Store" {
 		t.Errorf("ReserveFleet on a given SQLite store = %v; want a *FieldError for Config.Store", err)

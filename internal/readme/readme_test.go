@@ -77,6 +77,7 @@ var known = map[string]string{
 	"portalloc": "github.com/berth-go/berth/portalloc",
 	"fleet":     "github.com/berth-go/berth/portalloc/fleet",
 	"pool":      "github.com/berth-go/berth/portalloc/pool",
+	"portset":   "github.com/berth-go/berth/portalloc/portset",
 }
 
 var selector = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Z]`)

@@ -14,8 +14,23 @@
 //	a, err := fleet.New(ctx, cfg) // the PostgreSQL store of cfg.Store, else the SQLite one
 //
 // New and OpenStore take any Config: without a Store they do what
-// portalloc.New and portalloc.OpenStore do. Importing fleet has no side
-// effects: it registers nothing.
+// portalloc.New and portalloc.OpenStore do.
+//
+// # Fleet-wide reservations
+//
+// An Allocator on a fleet's store also serves owners that are not
+// processes of a host: a pod not yet scheduled, a job. Reserve reserves a
+// port of a band of the caller's own that is free on every host, for a
+// named holder under a lease on the server's clock; ReserveSet reserves
+// the ports of a portset.SetSpec so, all or none. The holder's controller
+// renews the leases (Renew), gives a reservation its host once that is
+// known (Narrow) and releases it (Release); Leases lists them. Such a
+// reservation is the holder's, not the process's: the Allocator's Close
+// leaves it, and a lease that runs out is reaped by any host. They reach
+// the store through its store.FleetStore interface; on the SQLite store
+// they return a *portalloc.FieldError for Config.Store.
+//
+// Importing fleet has no side effects: it registers nothing.
 package fleet
 
 import (

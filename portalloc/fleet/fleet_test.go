@@ -49,7 +49,7 @@ func TestNewOpensTheFleetStore(t *testing.T) {
 	if !strings.HasPrefix(a.Database(), "PostgreSQL store ") || a.Config().Mode != portalloc.ModeStateStore {
 		t.Errorf("fleet.New: Database %q, Mode %q; want the PostgreSQL store, mode statestore", a.Database(), a.Config().Mode)
 	}
-	r, err := a.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: portalloc.Band{First: 41000, Last: 41009}, Holder: "pod/default/web-0", TTL: time.Minute})
+	r, err := fleet.Reserve(ctx, a, fleet.FleetRequest{Protocol: portalloc.TCP, Band: fleet.Band{First: 41000, Last: 41009}, Holder: "pod/default/web-0", TTL: time.Minute})
 	if err != nil || r.Port < 41000 || r.Port > 41009 {
 		t.Fatalf("ReserveFleet = %+v, %v; want a port of 41000-41009", r, err)
 	}
@@ -66,7 +66,7 @@ func TestNewOpensTheFleetStore(t *testing.T) {
 	if err != nil || len(leases) != 1 || leases[0].Port != r.Port || leases[0].Holder != r.Holder {
 		t.Errorf("Leases through fleet.OpenStore = %+v, %v; want the one of %+v", leases, err, r)
 	}
-	if err := a.ReleaseFleet(ctx, r); err != nil {
+	if err := fleet.Release(ctx, a, r); err != nil {
 		t.Errorf("ReleaseFleet = %v", err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/internal/probe"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/internal/names"
 	"github.com/berth-go/berth/portalloc/internal/seam"
 )
 
@@ -56,17 +57,17 @@ type Spec struct {
 	// rounded up), at least 1; zero: "25%".
 	MaxUnavailable string
 	// Prefer lists ports for members to take first, in this order, each
-	// with the full guarantee of Request.Prefer (free in the store,
+	// with the full guarantee of portalloc.Request.Prefer (free in the store,
 	// bind-probed): every member allocated, when the pool fills, refills,
 	// rolls to a new spec or a Take finds it empty, takes the first of them
 	// that is free, then a port of Range in Order. A preferred port held
 	// by another process or bound outside berth is passed over. Like
-	// Request.Prefer, they may lie outside Range. At most MaxPrefer ports,
+	// portalloc.Request.Prefer, they may lie outside Range. At most MaxPrefer ports,
 	// none of them 0; zero: none.
 	Prefer []uint16
 	// Order is the order in which members walk Range after Prefer:
 	// OrderRandom or OrderLowest (members from the low end up); zero: the
-	// Allocator's Config.Order.
+	// Allocator's portalloc.Config.Order.
 	Order portalloc.Order
 }
 
@@ -191,7 +192,7 @@ type StepInfo struct {
 // portset). After a's Close, New returns an error wrapping
 // portalloc.ErrClosed.
 func New(ctx context.Context, a *portalloc.Allocator, name string, spec Spec) (*Pool, error) {
-	if err := core.CheckName("pool name", name); err != nil {
+	if err := names.Check("pool name", name); err != nil {
 		return nil, err
 	}
 	via := fmt.Sprintf("pool %q", name)
@@ -224,7 +225,7 @@ func New(ctx context.Context, a *portalloc.Allocator, name string, spec Spec) (*
 }
 
 // releaseIdle releases the idle members of a pool that New gives up on,
-// within Config.Timeout whatever became of ctx.
+// within portalloc.Config.Timeout whatever became of ctx.
 func (p *Pool) releaseIdle(ctx context.Context) {
 	ctx, cancel := core.ReleaseContext(ctx, p.a)
 	defer cancel()
@@ -398,7 +399,7 @@ func (p *Pool) Take(ctx context.Context) (portalloc.Reservation, error) {
 
 // Return gives a taken member back. A member of an older revision, or one
 // beyond the pool's size, is released instead of kept; that release waits
-// at most Config.Timeout.
+// at most portalloc.Config.Timeout.
 func (p *Pool) Return(r portalloc.Reservation) error {
 	p.mu.Lock()
 	m, ok := p.inUse[r]
@@ -425,7 +426,7 @@ func (p *Pool) Return(r portalloc.Reservation) error {
 // changes where members are allocated: Range (or Band), Address, Protocol,
 // Prefer or Order. A change of Size or MaxUnavailable alone needs none.
 // Takes go on working meanwhile. After Close it returns an error wrapping
-// ErrClosed.
+// portalloc.ErrClosed.
 func (p *Pool) Update(spec Spec) error {
 	p.mu.Lock()
 	closed := p.closed
@@ -651,8 +652,8 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 
 // Close stops the background work and releases every idle member. Members
 // in use stay reserved until returned (Return then releases them) or until
-// the Allocator closes. It takes at most Config.Timeout. Close is
-// idempotent; after it Take and Update return errors wrapping ErrClosed,
+// the Allocator closes. It takes at most portalloc.Config.Timeout. Close is
+// idempotent; after it Take and Update return errors wrapping portalloc.ErrClosed,
 // and the pool's name may be used by a new pool.
 func (p *Pool) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.a.Config().Timeout)

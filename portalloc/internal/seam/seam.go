@@ -54,9 +54,6 @@ type Core[A, R, Q any] struct {
 	// Candidates is the set of ports Allocate walks: the range less the
 	// exclusions and the OS ephemeral range, split into bands.
 	Candidates func(a A) *portrange.Set
-	// CheckName checks a set, group, port or pool name (named field in
-	// the error) by the one rule of names.
-	CheckName func(field, name string) error
 	// Closed reports whether Close has been called.
 	Closed func(a A) bool
 	// Claim reserves name among the Allocator's attachments (its pools),
