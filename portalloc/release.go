@@ -20,7 +20,7 @@ import (
 // an error, and deletes nothing.
 //
 // A reservation of a holder under a lease (r.Holder set) is released for
-// its holder, as ReleaseHolder releases its port.
+// its holder, as package lease's Release releases its port.
 //
 // A release goes on when ctx is cancelled or its deadline passes: ctx
 // gives only its values, and the release has a deadline of its own,
@@ -32,7 +32,7 @@ func (a *Allocator) Release(ctx context.Context, r Reservation) error {
 	ctx, cancel := a.releaseContext(ctx)
 	defer cancel()
 	if r.Holder != "" {
-		_, err := a.ReleaseHolder(ctx, r.Holder, HolderFilter{Protocol: r.Protocol, Port: r.Port})
+		_, err := a.releaseHolder(ctx, r.Holder, store.Filter{Protocol: r.Protocol, Port: r.Port})
 		return err
 	}
 	return a.release(ctx, r, "", false)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/lease"
 	"github.com/berth-go/berth/portalloc/portset"
 )
 
@@ -27,7 +28,7 @@ func TestReleaseWithCancelledContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AllocateLease(context.Background(), portalloc.Request{Label: "shutdown/lease"}, portalloc.Lease{Holder: "ci/job-1", TTL: time.Hour}); err != nil {
+	if _, err := lease.Allocate(context.Background(), a, portalloc.Request{Label: "shutdown/lease"}, lease.Lease{Holder: "ci/job-1", TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if got := rowsLabelled(t, dir, "shutdown/"); len(got) != 5 {
@@ -42,7 +43,7 @@ func TestReleaseWithCancelledContext(t *testing.T) {
 	if err := set.Release(ctx); err != nil {
 		t.Errorf("Set.Release(cancelled ctx) = %v; want nil", err)
 	}
-	if n, err := a.ReleaseHolder(ctx, "ci/job-1", portalloc.HolderFilter{}); n != 1 || err != nil {
+	if n, err := lease.Release(ctx, a, "ci/job-1", lease.Filter{}); n != 1 || err != nil {
 		t.Errorf("ReleaseHolder(cancelled ctx) = %d, %v; want 1, nil", n, err)
 	}
 	if got := rowsLabelled(t, dir, "shutdown/"); len(got) != 0 {

@@ -64,7 +64,7 @@ type Reservation struct {
 	Label    string
 	Backend  string // BackendStateStore or BackendMRU
 	// Holder names the holder of a reservation made under a lease
-	// (AllocateLease, ReserveLease); "" for one this process holds.
+	// (package lease); "" for one this process holds.
 	Holder string
 	// Expires is when a holder's lease ends, for this process's clock:
 	// compare it with time.Now(), which is immune to wall-clock steps in

@@ -2,6 +2,7 @@ package portalloc
 
 import (
 	"context"
+	"time"
 
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/portalloc/internal/seam"
@@ -61,6 +62,19 @@ func init() {
 			})
 			return err
 		},
+		AllocateLease: func(ctx context.Context, a *Allocator, req Request, l store.Lease) (Reservation, error) {
+			return a.allocateLease(ctx, req, l)
+		},
+		ReserveLease: func(ctx context.Context, a *Allocator, req Request, port uint16, l store.Lease) (Reservation, error) {
+			return a.reserveLease(ctx, req, port, l)
+		},
+		Renew: func(ctx context.Context, a *Allocator, holder string, ttl time.Duration) (int, error) {
+			return a.renew(ctx, holder, ttl)
+		},
+		ReleaseHolder: func(ctx context.Context, a *Allocator, holder string, f store.Filter) (int, error) {
+			return a.releaseHolder(ctx, holder, f)
+		},
+		ErrHolderNotFound: errHolderNotFound,
 	})
 }
 

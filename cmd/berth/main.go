@@ -70,6 +70,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/lease"
 )
 
 // Exit codes.
@@ -137,7 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case errors.Is(err, portalloc.ErrPortHeld), errors.Is(err, portalloc.ErrRangeExhausted):
 		return exitHeld
-	case errors.Is(err, portalloc.ErrHolderNotFound):
+	case errors.Is(err, lease.ErrHolderNotFound):
 		return exitNoLease
 	default:
 		return exitFailure

@@ -13,6 +13,7 @@ package seam
 
 import (
 	"context"
+	"time"
 
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/store"
@@ -73,6 +74,14 @@ type Core[A, R, Q any] struct {
 	// words, a refused field named after typ. Without a fleet's store it
 	// fails with a *FieldError for Config.Store.
 	OnFleet func(ctx context.Context, a A, op, typ string, call func(context.Context, store.FleetStore) error) error
+	// AllocateLease, ReserveLease, Renew and ReleaseHolder are package
+	// lease's Allocate, Reserve, Renew and Release; their errors wrap
+	// ErrHolderNotFound where the holder holds nothing to act on.
+	AllocateLease     func(ctx context.Context, a A, req Q, l store.Lease) (R, error)
+	ReserveLease      func(ctx context.Context, a A, req Q, port uint16, l store.Lease) (R, error)
+	Renew             func(ctx context.Context, a A, holder string, ttl time.Duration) (int, error)
+	ReleaseHolder     func(ctx context.Context, a A, holder string, f store.Filter) (int, error)
+	ErrHolderNotFound error
 }
 
 var core any
