@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 	"github.com/berth-go/berth/portalloc/pool"
 	"github.com/berth-go/berth/portalloc/portset"
 )
@@ -149,7 +150,7 @@ func TestMisuse(t *testing.T) {
 			if h := c.Held(); len(h) != 0 {
 				return fmt.Errorf("Held() = %v; want none", h)
 			}
-			if m := c.Metrics(ctx); m.UsageError == "" {
+			if m := expvarmetrics.Read(ctx, c); m.UsageError == "" {
 				return fmt.Errorf("Metrics() = %+v; want a UsageError", m)
 			}
 			if c.Backend() != portalloc.BackendStateStore || c.FallbackCause() != nil || c.Config().StateDir == "" {

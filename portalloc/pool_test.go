@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 	"github.com/berth-go/berth/portalloc/pool"
 )
 
@@ -101,7 +102,7 @@ func TestStatsScript(t *testing.T) {
 	}
 
 	// Metrics has both, as package expvarmetrics publishes them.
-	if m := a.Metrics(ctx); m.Stats != want || m.Usage.Reserved != 2 || m.UsageError != "" {
+	if m := expvarmetrics.Read(ctx, a); m.Stats != want || m.Usage.Reserved != 2 || m.UsageError != "" {
 		t.Errorf("Metrics() = %+v", m)
 	}
 }

@@ -154,23 +154,3 @@ func (a *Allocator) Usage(ctx context.Context) (Usage, error) {
 	u.Available = u.Ports - u.Reserved
 	return u, nil
 }
-
-// Metrics is the counters and the range's usage together, as package
-// expvarmetrics publishes them.
-type Metrics struct {
-	Stats Stats `json:"stats"`
-	Usage Usage `json:"usage"`
-	// UsageError says why Usage is missing, if it is.
-	UsageError string `json:"usage_error,omitempty"`
-}
-
-// Metrics returns Stats and Usage together; Usage queries the store.
-func (a *Allocator) Metrics(ctx context.Context) Metrics {
-	m := Metrics{Stats: a.Stats()}
-	u, err := a.Usage(ctx)
-	if err != nil {
-		m.UsageError = err.Error()
-	}
-	m.Usage = u
-	return m
-}

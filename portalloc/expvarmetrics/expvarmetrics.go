@@ -17,10 +17,32 @@ import (
 	"github.com/berth-go/berth/portalloc"
 )
 
+// Metrics is an Allocator's Stats and the range's Usage together, as
+// Publish publishes them.
+type Metrics struct {
+	Stats portalloc.Stats `json:"stats"`
+	Usage portalloc.Usage `json:"usage"`
+	// UsageError says why Usage is missing, if it is.
+	UsageError string `json:"usage_error,omitempty"`
+}
+
+// Read returns a's Stats and Usage together; Usage queries the store,
+// within ctx. After a is closed, Stats are as they were and UsageError
+// says the Allocator is closed.
+func Read(ctx context.Context, a *portalloc.Allocator) Metrics {
+	m := Metrics{Stats: a.Stats()}
+	u, err := a.Usage(ctx)
+	if err != nil {
+		m.UsageError = err.Error()
+	}
+	m.Usage = u
+	return m
+}
+
 // Timeout bounds the store query behind a read of a published variable.
 const Timeout = 2 * time.Second
 
-// Publish exposes a's Metrics as the expvar variable name, which
+// Publish exposes a's Metrics (see Read) as the expvar variable name, which
 // expvar.Handler (and so /debug/vars on http.DefaultServeMux) serves as
 // JSON. Nothing is computed until the variable is read; each read queries
 // the store for Usage, bounded by Timeout. After a is closed the variable
@@ -42,7 +64,7 @@ func Publish(a *portalloc.Allocator, name string) error {
 	expvar.Publish(name, expvar.Func(func() any {
 		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 		defer cancel()
-		return a.Metrics(ctx)
+		return Read(ctx, a)
 	}))
 	return nil
 }
