@@ -72,7 +72,7 @@ type Allocator struct {
 	// ext is true when the store is not the SQLite file in StateDir: one
 	// of a Config.Store, opened by opener, or one given to NewWithStore.
 	ext       bool
-	opener    Opener
+	opener    opener
 	given     store.Store
 	givenUsed atomic.Bool // given has been handed to the Allocator
 }
@@ -94,18 +94,18 @@ type Allocator struct {
 // New links no PostgreSQL client: a Config.Store is refused with a
 // *FieldError for Config.Store that says to call fleet.New of package
 // github.com/berth-go/berth/portalloc/fleet, which opens that database
-// (NewWithOpener) and fails with ErrStoreUnavailable when it cannot: a
+// and fails with ErrStoreUnavailable when it cannot: a
 // fleet's store never falls back.
 func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	return newAllocator(ctx, cfg, nil, nil, "New")
 }
 
-// NewWithOpener is New for a program that can open the store a
-// Config.Store names: open opens it (fleet.New passes fleet.Open). Any
+// newWithOpener is New for a program that can open the store a
+// Config.Store names: open opens it (fleet.New passes its own). Any
 // failure to open it is an error wrapping ErrStoreUnavailable, and the
 // Allocator never falls back to the MRU file. Without a Config.Store, open
 // is not used: the Allocator reserves in the SQLite store, as New's does.
-func NewWithOpener(ctx context.Context, cfg Config, open Opener) (*Allocator, error) {
+func newWithOpener(ctx context.Context, cfg Config, open opener) (*Allocator, error) {
 	return newAllocator(ctx, cfg, open, nil, "New")
 }
 
@@ -127,9 +127,9 @@ func NewWithStore(ctx context.Context, cfg Config, s store.Store) (*Allocator, e
 	return newAllocator(ctx, cfg, nil, s, "NewWithStore")
 }
 
-// newAllocator is New, NewWithOpener and NewWithStore (call names which,
+// newAllocator is New, newWithOpener and NewWithStore (call names which,
 // for messages).
-func newAllocator(ctx context.Context, cfg Config, open Opener, given store.Store, call string) (*Allocator, error) {
+func newAllocator(ctx context.Context, cfg Config, open opener, given store.Store, call string) (*Allocator, error) {
 	ext := cfg.Store != "" || given != nil
 	defaulted := cfg.StateDir == "" && !ext
 	cfg, err := cfg.withDefaults()

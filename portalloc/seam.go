@@ -13,7 +13,7 @@ import (
 // the Allocator's holds and store through package seam, and through
 // nothing else: what they need of it is listed here.
 func init() {
-	seam.Set(seam.Core[*Allocator, Reservation, Request]{
+	seam.Set(seam.Core[*Allocator, Reservation, Request, Config]{
 		Allocate: func(ctx context.Context, a *Allocator, req Request, within *portrange.Set, via string) (Reservation, error) {
 			ctx, cancel, req, err := a.begin(ctx, req)
 			if err != nil {
@@ -75,6 +75,8 @@ func init() {
 			return a.releaseHolder(ctx, holder, f)
 		},
 		ErrHolderNotFound: errHolderNotFound,
+		NewWithOpener:     newWithOpener,
+		OpenStoreWith:     openStoreWith,
 	})
 }
 

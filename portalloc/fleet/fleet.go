@@ -51,7 +51,7 @@ import (
 // falls back to the MRU file). The Allocator's fleet-wide calls
 // (ReserveFleet, ...) use the store as a store.FleetStore.
 func New(ctx context.Context, cfg portalloc.Config) (*portalloc.Allocator, error) {
-	return portalloc.NewWithOpener(ctx, cfg, Open)
+	return core.NewWithOpener(ctx, cfg, open)
 }
 
 // OpenStore opens the store cfg names, as portalloc.OpenStore does, for a
@@ -59,17 +59,17 @@ func New(ctx context.Context, cfg portalloc.Config) (*portalloc.Allocator, error
 // PostgreSQL database of cfg.Store, or else the SQLite file in
 // cfg.StateDir. The store runs no background sweep. The caller closes it.
 func OpenStore(ctx context.Context, cfg portalloc.Config) (store.Store, error) {
-	return portalloc.OpenStoreWith(ctx, cfg, Open)
+	return core.OpenStoreWith(ctx, cfg, open)
 }
 
-// Open opens the PostgreSQL store cfg.Store names, as this host
-// (cfg.Host), with cfg.Logger and cfg.Timeout: the portalloc.Opener that
-// New and OpenStore hand to portalloc. cfg.Store is a connection string or
+// open opens the PostgreSQL store cfg.Store names, as this host
+// (cfg.Host), with cfg.Logger and cfg.Timeout: what New and OpenStore
+// hand to portalloc to open a Config.Store. cfg.Store is a connection string or
 // the absolute path of the directory of the server's unix socket; any
 // other value, the empty one included, is a *portalloc.FieldError for
-// Config.Store that never shows its password. With opts.Tool the store
+// Config.Store that never shows its password. A tool's store
 // runs no background sweep.
-func Open(ctx context.Context, cfg portalloc.Config, opts portalloc.OpenOptions) (store.Store, error) {
+func open(ctx context.Context, cfg portalloc.Config, tool bool) (store.Store, error) {
 	conn, err := dsn.FromStore(cfg.Store)
 	if err != nil || cfg.Store == "" {
 		want := "a PostgreSQL connection string or the absolute path of the directory of its unix socket"
@@ -79,7 +79,7 @@ func Open(ctx context.Context, cfg portalloc.Config, opts portalloc.OpenOptions)
 		return nil, fmt.Errorf("fleet: open: %w", &portalloc.FieldError{Field: "Config.Store", Value: dsn.Redact(cfg.Store), Want: want})
 	}
 	po := pgstore.Options{Host: cfg.Host, Logger: cfg.Logger, Timeout: cfg.Timeout}
-	if opts.Tool {
+	if tool {
 		po.SweepInterval = -1
 	}
 	s, err := pgstore.Open(ctx, conn, po)

@@ -2,7 +2,6 @@ package fleet_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -93,19 +92,5 @@ func TestNewWithoutStore(t *testing.T) {
 	defer s.Close()
 	if _, ok := s.(store.FleetStore); ok {
 		t.Errorf("fleet.OpenStore without a Store = %T; want the SQLite store, no FleetStore", s)
-	}
-}
-
-// TestOpenRefusesWhatIsNoStore: Open, called directly, refuses a
-// Config.Store that is not a connection string or a socket directory,
-// with a *FieldError that hides its password, before connecting.
-func TestOpenRefusesWhatIsNoStore(t *testing.T) {
-	const pw = "Sekr3t-PW-9f2"
-	for _, s := range []string{"", "db.example", "POSTGRES://u:" + pw + "@db.example/berth"} {
-		_, err := fleet.Open(context.Background(), portalloc.Config{Store: s}, portalloc.OpenOptions{})
-		var fe *portalloc.FieldError
-		if !errors.As(err, &fe) || fe.Field != "Config.Store" || !errors.Is(err, portalloc.ErrInvalidRequest) || strings.Contains(err.Error(), pw) {
-			t.Errorf("Open(Store %q) = %v; want a *FieldError for Config.Store, the password hidden", strings.ReplaceAll(s, pw, "<pw>"), err)
-		}
 	}
 }

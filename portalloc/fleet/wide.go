@@ -13,7 +13,7 @@ import (
 
 // core is what the fleet-wide calls reach of an Allocator beyond its
 // exported methods: its fleet store.
-var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request]()
+var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request, portalloc.Config]()
 
 // Band is a range of ports, First to Last inclusive, that fleet-wide
 // reservations are drawn from: store.Range, as portalloc.Range is.

@@ -22,7 +22,7 @@ import (
 
 // core is what the leases reach of an Allocator beyond its exported
 // methods: its lease store.
-var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request]()
+var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request, portalloc.Config]()
 
 // Lease names the holder of a reservation that belongs to no process, and
 // how long it lasts: see Allocate. Holder is 1 to store.MaxHolderLen

@@ -32,7 +32,7 @@ import (
 
 // core is what a pool reaches of its Allocator beyond its exported
 // methods: holds under the pool's name, and the candidate ports.
-var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request]()
+var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request, portalloc.Config]()
 
 // Spec describes a pool's members. The zero value of every field is a
 // working default.

@@ -14,7 +14,7 @@ import (
 
 // core is what a set reaches of its Allocator beyond its exported methods:
 // holds under the set's name, and the rows this process has.
-var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request]()
+var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request, portalloc.Config]()
 
 // Set is an allocated SetSpec. It is safe for concurrent use only for
 // reading; Release and Transfer must not run concurrently.

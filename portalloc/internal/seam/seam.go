@@ -5,8 +5,9 @@
 //
 // Package portalloc fills in a Core once, in an init function, with its
 // own unexported methods; a concept package reads it with Get, giving the
-// same type arguments: A is *portalloc.Allocator, R portalloc.Reservation
-// and Q portalloc.Request (seam cannot name them: portalloc imports it).
+// same type arguments: A is *portalloc.Allocator, R portalloc.Reservation,
+// Q portalloc.Request and C portalloc.Config (seam cannot name them:
+// portalloc imports it).
 // The door stays small on purpose: a concept that needs more of the
 // Allocator than this belongs in portalloc.
 package seam
@@ -23,7 +24,7 @@ import (
 // holder of a hold for the process-wide count of holds of a row and for
 // messages (`pool "web"`, `set "dev"`; "" is the Allocator's own); see
 // portalloc's refs.go.
-type Core[A, R, Q any] struct {
+type Core[A, R, Q, C any] struct {
 	// Allocate takes a free port of within (the Allocator's candidates, or
 	// a narrower set of them) for req, held by via, counted in Stats as an
 	// Allocate.
@@ -82,13 +83,19 @@ type Core[A, R, Q any] struct {
 	Renew             func(ctx context.Context, a A, holder string, ttl time.Duration) (int, error)
 	ReleaseHolder     func(ctx context.Context, a A, holder string, f store.Filter) (int, error)
 	ErrHolderNotFound error
+	// NewWithOpener is portalloc.New for a program that can open the
+	// store a Config.Store names, and OpenStoreWith portalloc.OpenStore:
+	// open opens it, as a tool's when tool is true (no background sweep).
+	// Package fleet hands them its PostgreSQL store.
+	NewWithOpener func(ctx context.Context, cfg C, open func(ctx context.Context, cfg C, tool bool) (store.Store, error)) (A, error)
+	OpenStoreWith func(ctx context.Context, cfg C, open func(ctx context.Context, cfg C, tool bool) (store.Store, error)) (store.Store, error)
 }
 
 var core any
 
 // Set makes c the Core that Get returns; portalloc calls it once, at init.
-func Set[A, R, Q any](c Core[A, R, Q]) { core = c }
+func Set[A, R, Q, C any](c Core[A, R, Q, C]) { core = c }
 
 // Get returns the Core portalloc set, for package-level variables of the
 // concept packages (which portalloc's init precedes).
-func Get[A, R, Q any]() Core[A, R, Q] { return core.(Core[A, R, Q]) }
+func Get[A, R, Q, C any]() Core[A, R, Q, C] { return core.(Core[A, R, Q, C]) }
