@@ -156,8 +156,8 @@ func newAllocator(ctx context.Context, cfg Config, open opener, given store.Stor
 		log:    cfg.Logger,
 		warn:   warnLogger(cfg),
 		set:    set,
-		mru:    mru.New(filepath.Join(cfg.StateDir, MRUFile), mru.Options{Logger: cfg.Logger}),
-		dbPath: filepath.Join(cfg.StateDir, DatabaseFile),
+		mru:    mru.New(filepath.Join(cfg.StateDir, mruFile), mru.Options{Logger: cfg.Logger}),
+		dbPath: filepath.Join(cfg.StateDir, databaseFile),
 		dbKey:  "postgres " + cfg.Host + " " + cfg.Store, // replaced below for the SQLite file
 		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		held:   map[heldKey]*holding{},

@@ -66,7 +66,7 @@ type Config struct {
 	// Mode selects the backend; zero: ModeStateStoreWithFallback.
 	Mode Mode
 	// StateDir holds the state store (berth.db) and the MRU file
-	// (mru.json); zero: DefaultStateDir. It is created with mode 0700, its
+	// (mru.json); zero: statedir.Default. It is created with mode 0700, its
 	// files with 0600.
 	//
 	// The default is a state directory, not a cache directory: the store
@@ -90,7 +90,7 @@ type Config struct {
 	// Earlier berths kept the store in os.UserCacheDir()/berth. With a
 	// zero StateDir, New and OpenStore first move a store found there into
 	// the default when the default has none yet (see
-	// TakeOverDefaultStateDir); when that fails they refuse with an error
+	// statedir.TakeOver); when that fails they refuse with an error
 	// wrapping ErrStoreUnavailable rather than open an empty store beside
 	// the one holding the reservations. A StateDir that is set, by the
 	// program or BERTH_STATE_DIR, is used as it is: nothing is taken over;
@@ -326,12 +326,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
-
-// The files an Allocator keeps in its state directory.
-const (
-	DatabaseFile = "berth.db" // the SQLite state store
-	MRUFile      = "mru.json" // the MRU fallback's record
-)
 
 // TextLogger returns a logger for Config.Logger that writes slog's text
 // format to w, from level on; BERTH_LOG sets one on standard error. berth

@@ -13,6 +13,7 @@ import (
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/portalloc/portset"
+	"github.com/berth-go/berth/portalloc/statedir"
 )
 
 // fleetDSN returns a connection string to a schema of this test's own on
@@ -88,8 +89,8 @@ func TestFleetStoreNeverFallsBack(t *testing.T) {
 			t.Errorf("New with mode %q and an unreachable Store = %v; want ErrStoreUnavailable", mode, err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, portalloc.MRUFile)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("an unreachable fleet store left %s (%v); want no MRU file", portalloc.MRUFile, err)
+	if _, err := os.Stat(filepath.Join(dir, statedir.MRUFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("an unreachable fleet store left %s (%v); want no MRU file", statedir.MRUFile, err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	migfiles "github.com/berth-go/berth/internal/migrations"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/lease"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -131,7 +132,7 @@ func allocateBound(t *testing.T, a *portalloc.Allocator, n int) []portalloc.Rese
 // schemaVersion reads the schema version of the store in dir.
 func schemaVersion(t *testing.T, dir string) uint {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, portalloc.DatabaseFile)+"?mode=ro&_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, statedir.DatabaseFile)+"?mode=ro&_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestAllocatorSharesStoreWithNewerBuild(t *testing.T) {
 					t.Errorf("port %d granted to both builds", p)
 				}
 			}
-			path := filepath.Join(dir, portalloc.DatabaseFile)
+			path := filepath.Join(dir, statedir.DatabaseFile)
 			held, err := statestore.ReadHeld(ctx, path)
 			if err != nil || held.Len() != len(oldRes)+len(newPorts) {
 				t.Errorf("rows in the store = %d, %v; want %d", held.Len(), err, len(oldRes)+len(newPorts))

@@ -84,7 +84,7 @@ func openBacking(ctx context.Context, cfg Config, open opener, tool bool) (store
 	if tool {
 		opts.SweepInterval, opts.BusyTimeout = -1, cfg.Timeout
 	}
-	s, err := statestore.Open(ctx, filepath.Join(cfg.StateDir, DatabaseFile), opts)
+	s, err := statestore.Open(ctx, filepath.Join(cfg.StateDir, databaseFile), opts)
 	if err != nil {
 		return nil, err
 	}

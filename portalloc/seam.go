@@ -74,9 +74,12 @@ func init() {
 		ReleaseHolder: func(ctx context.Context, a *Allocator, holder string, f store.Filter) (int, error) {
 			return a.releaseHolder(ctx, holder, f)
 		},
-		ErrHolderNotFound: errHolderNotFound,
-		NewWithOpener:     newWithOpener,
-		OpenStoreWith:     openStoreWith,
+		ErrHolderNotFound:       errHolderNotFound,
+		NewWithOpener:           newWithOpener,
+		DefaultStateDir:         defaultStateDir,
+		DefaultStateDirReason:   defaultStateDirReason,
+		TakeOverDefaultStateDir: takeOverDefaultStateDir,
+		OpenStoreWith:           openStoreWith,
 	})
 }
 
@@ -129,3 +132,10 @@ func (a *Allocator) detach(name string) {
 		a.attachOrder = a.attachOrder[:i]
 	}
 }
+
+// The files an Allocator keeps in its state directory: package statedir
+// exports them.
+const (
+	databaseFile = seam.DatabaseFile
+	mruFile      = seam.MRUFile
+)

@@ -27,6 +27,7 @@ import (
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/listenfd"
 	"github.com/berth-go/berth/portalloc/portset"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -167,7 +168,7 @@ func TestSetsAcrossProcesses(t *testing.T) {
 	}
 	// The dead set's rows are gone: reaped by this Allocator on its way, or
 	// by another process's background sweep that ran after the kill.
-	st, err := statestore.Open(context.Background(), filepath.Join(dir, portalloc.DatabaseFile), statestore.Options{SweepInterval: -1})
+	st, err := statestore.Open(context.Background(), filepath.Join(dir, statedir.DatabaseFile), statestore.Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

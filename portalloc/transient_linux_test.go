@@ -18,6 +18,7 @@ import (
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/lease"
+	"github.com/berth-go/berth/portalloc/statedir"
 )
 
 // A process that runs out of file descriptors must never hand out a port
@@ -188,7 +189,7 @@ func TestOutOfDescriptorsNeverHandsOutAHeldPort(t *testing.T) {
 			if c.mode == string(portalloc.ModeMRU) {
 				// A port the MRU file handed out in an earlier run
 				// stays recent; each run starts afresh.
-				if err := os.Remove(filepath.Join(dir, portalloc.MRUFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				if err := os.Remove(filepath.Join(dir, statedir.MRUFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 					t.Fatal(err)
 				}
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/berth-go/berth/internal/transient"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -475,7 +476,7 @@ func parsePort(what, s string) (uint16, error) {
 	return uint16(n), nil
 }
 
-func (a *app) dbPath() string { return filepath.Join(a.cfg.StateDir, portalloc.DatabaseFile) }
+func (a *app) dbPath() string { return filepath.Join(a.cfg.StateDir, statedir.DatabaseFile) }
 
 // openStore opens the state store for reading or changing rows. It returns
 // nil and no error when there is no store yet. Its waits for a store that

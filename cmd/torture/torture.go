@@ -20,6 +20,7 @@ import (
 	"github.com/berth-go/berth/internal/netns"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -632,14 +633,14 @@ var losses = []struct {
 		return err
 	}},
 	{"replaced the database with an empty file", func(dir string) error {
-		db := filepath.Join(dir, portalloc.DatabaseFile)
+		db := filepath.Join(dir, statedir.DatabaseFile)
 		if err := os.Remove(db); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		return os.WriteFile(db, nil, 0o600)
 	}},
 	{"truncated the database", func(dir string) error {
-		err := os.Truncate(filepath.Join(dir, portalloc.DatabaseFile), 0)
+		err := os.Truncate(filepath.Join(dir, statedir.DatabaseFile), 0)
 		if errors.Is(err, os.ErrNotExist) {
 			return nil // lost already, and not made again yet
 		}

@@ -155,7 +155,7 @@ func TestTestprocImportsStandardLibrary(t *testing.T) {
 // noPostgres are the packages that must not link a PostgreSQL client:
 // every program that gives tests their ports, or keeps one host's
 // reservations, imports them.
-var noPostgres = []string{"portalloc", "portalloc/lease", "portalloc/pool", "portalloc/portset", "portalloc/porttest", "portalloc/listenfd", "portalloc/expvarmetrics", "statestore", "store", "store/storetest", "mru"}
+var noPostgres = []string{"portalloc", "portalloc/lease", "portalloc/pool", "portalloc/portset", "portalloc/statedir", "portalloc/porttest", "portalloc/listenfd", "portalloc/expvarmetrics", "statestore", "store", "store/storetest", "mru"}
 
 // postgresModules are the import path prefixes of a PostgreSQL client and
 // of what it brings.

@@ -12,6 +12,7 @@ import (
 	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/store"
 )
 
@@ -79,7 +80,7 @@ func TestNewWithoutStore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fleet.New without a Store = %v", err)
 	}
-	if want := dir + "/" + portalloc.DatabaseFile; a.Database() != want {
+	if want := dir + "/" + statedir.DatabaseFile; a.Database() != want {
 		t.Errorf("Database() = %q; want %q", a.Database(), want)
 	}
 	if err := a.Close(); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/portset"
 	"github.com/berth-go/berth/portalloc/porttest"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -63,7 +64,7 @@ func TestMain(m *testing.M) {
 
 func rows(t *testing.T) []statestore.Reservation {
 	t.Helper()
-	s, err := statestore.Open(context.Background(), filepath.Join(stateDir, portalloc.DatabaseFile), statestore.Options{SweepInterval: -1})
+	s, err := statestore.Open(context.Background(), filepath.Join(stateDir, statedir.DatabaseFile), statestore.Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/store"
+	"github.com/go-logr/logr"
 )
 
 // Core is what an Allocator a lends its concept packages. via names the
@@ -88,8 +89,19 @@ type Core[A, R, Q, C any] struct {
 	// open opens it, as a tool's when tool is true (no background sweep).
 	// Package fleet hands them its PostgreSQL store.
 	NewWithOpener func(ctx context.Context, cfg C, open func(ctx context.Context, cfg C, tool bool) (store.Store, error)) (A, error)
-	OpenStoreWith func(ctx context.Context, cfg C, open func(ctx context.Context, cfg C, tool bool) (store.Store, error)) (store.Store, error)
+	// DefaultStateDir, DefaultStateDirReason and TakeOverDefaultStateDir
+	// are package statedir's Default, DefaultReason and TakeOver.
+	DefaultStateDir         func() (string, error)
+	DefaultStateDirReason   func() (dir, reason string, err error)
+	TakeOverDefaultStateDir func(ctx context.Context, log logr.Logger) (string, error)
+	OpenStoreWith           func(ctx context.Context, cfg C, open func(ctx context.Context, cfg C, tool bool) (store.Store, error)) (store.Store, error)
 }
+
+// The files an Allocator keeps in its state directory.
+const (
+	DatabaseFile = "berth.db" // the SQLite state store
+	MRUFile      = "mru.json" // the MRU fallback's record
+)
 
 var core any
 
