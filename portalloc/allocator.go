@@ -89,7 +89,7 @@ type Allocator struct {
 // directory that cannot be written) is an error wrapping
 // ErrStoreUnavailable in ModeStateStore; in ModeStateStoreWithFallback the
 // Allocator serves from the MRU file instead, loudly, and tries the store
-// again every StoreRetryInterval.
+// again every 5 seconds.
 //
 // New links no PostgreSQL client: a Config.Store is refused with a
 // *FieldError for Config.Store that says to call fleet.New of package

@@ -9,9 +9,6 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// MaxBlock is the most ports one AllocateBlock reserves (store.MaxBlock).
-const MaxBlock = store.MaxBlock
-
 // AllocateBlock reserves n consecutive ports of the range, a base port and
 // the n-1 after it, for software configured by a base port (a node that
 // listens on base, base+1 and base+2; an RTP media range). Every port of
@@ -27,8 +24,8 @@ const MaxBlock = store.MaxBlock
 // ErrRangeExhausted.
 func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs []Reservation, err error) {
 	defer func() { a.ctr.count(false, err) }()
-	if n < 1 || n > MaxBlock {
-		return nil, fmt.Errorf("%w: block of %d ports: want 1 to %d", ErrInvalidRequest, n, MaxBlock)
+	if n < 1 || n > store.MaxBlock {
+		return nil, fmt.Errorf("%w: block of %d ports: want 1 to %d", ErrInvalidRequest, n, store.MaxBlock)
 	}
 	ctx, cancel, req, err := a.begin(ctx, req)
 	if err != nil {

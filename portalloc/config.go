@@ -32,7 +32,7 @@ const (
 	// logging the switch. The MRU allocator skips the ports the store
 	// holds, and when it cannot read the store either, it hands out none:
 	// the call fails with an error wrapping ErrStoreUnavailable. The store
-	// is tried again every StoreRetryInterval. See the package
+	// is tried again every 5 seconds. See the package
 	// documentation.
 	ModeStateStoreWithFallback Mode = "statestore-with-fallback"
 	// ModeMRU uses the legacy MRU-file allocator only. It skips the ports

@@ -34,7 +34,7 @@ type Stats struct {
 	Reaped int64
 	// Fallbacks counts switches from the state store to the MRU backend.
 	// After a fallback the Allocator tries the store again every
-	// StoreRetryInterval, so a store that heals and fails again counts
+	// 5 seconds, so a store that heals and fails again counts
 	// again.
 	Fallbacks int64
 	// Blind counts ports the MRU backend handed out while the state store

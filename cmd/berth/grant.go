@@ -227,8 +227,8 @@ at the end of the build, and berth warns. 'berth run' avoids the question.`,
 		switch {
 		case f.count < 1:
 			return usagef("--count %d: want 1 or more", f.count)
-		case cmd.Flags().Changed("block") && (f.block < 1 || f.block > portalloc.MaxBlock):
-			return usagef("--block %d: want 1 to %d", f.block, portalloc.MaxBlock)
+		case cmd.Flags().Changed("block") && (f.block < 1 || f.block > store.MaxBlock):
+			return usagef("--block %d: want 1 to %d", f.block, store.MaxBlock)
 		case cmd.Flags().Changed("block") && cmd.Flags().Changed("count"):
 			return usagef("--block with --count: give one of them")
 		case f.set(cmd):

@@ -129,7 +129,7 @@ const (
 	// environment variable names, so they hold neither separator, are
 	// never read as a member index, and always make a valid variable
 	// name. The longest set label, "set/group/9999/port", stays within
-	// portalloc.MaxLabelLen.
+	// store.MaxLabelLen.
 	MaxNameLen = names.MaxLen
 	// MaxEnvNameLen is the longest environment variable name a SetSpec
 	// names itself (PortSpec.Env, RefSpec.Env), in bytes: ASCII letters,

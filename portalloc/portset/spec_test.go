@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/portset"
+	"github.com/berth-go/berth/store"
 )
 
 var (
@@ -241,8 +242,8 @@ func checkLimits(t *testing.T, size int, spec portset.SetSpec) {
 	}
 	label := func(l string) {
 		t.Helper()
-		if len(l) > portalloc.MaxLabelLen || !utf8.ValidString(l) || strings.ContainsFunc(l, func(r rune) bool { return !unicode.IsPrint(r) }) {
-			t.Fatalf("accepted spec makes label %q: want at most %d printable bytes", l, portalloc.MaxLabelLen)
+		if len(l) > store.MaxLabelLen || !utf8.ValidString(l) || strings.ContainsFunc(l, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			t.Fatalf("accepted spec makes label %q: want at most %d printable bytes", l, store.MaxLabelLen)
 		}
 	}
 	if size > portset.MaxSetSpecSize {
