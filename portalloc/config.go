@@ -88,7 +88,7 @@ type Config struct {
 	// does, for the short life of a test run.
 	//
 	// Earlier berths kept the store in os.UserCacheDir()/berth. With a
-	// zero StateDir, New and OpenStore first move a store found there into
+	// zero StateDir, New and fleet.OpenStore first move a store found there into
 	// the default when the default has none yet (see
 	// statedir.TakeOver); when that fails they refuse with an error
 	// wrapping ErrStoreUnavailable rather than open an empty store beside
@@ -131,7 +131,7 @@ type Config struct {
 	//
 	// portalloc links no PostgreSQL client: a program opens the database
 	// Store names through package github.com/berth-go/berth/portalloc/fleet
-	// (fleet.New, fleet.OpenStore), which does. New and OpenStore refuse a
+	// (fleet.New, fleet.OpenStore), which does. New refuses a
 	// Store with a *FieldError that says so.
 	Store string
 	// Host is this host's name in the fleet a Store is shared by; zero:

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 )
 
 // exampleAllocator opens an Allocator on a state directory of its own, in a
@@ -104,7 +105,7 @@ func ExampleAllocator_Stats() {
 	}
 	st := a.Stats()
 	fmt.Println(st.Backend, st.Held, st.Allocations.Dynamic)
-	u, err := a.Usage(ctx)
+	u, err := expvarmetrics.ReadUsage(ctx, a)
 	if err != nil {
 		fmt.Println(err)
 		return

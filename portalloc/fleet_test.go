@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/portalloc/portset"
 	"github.com/berth-go/berth/portalloc/statedir"
@@ -69,7 +70,7 @@ func TestFleetStore(t *testing.T) {
 	if err != nil || again.Port != base {
 		t.Errorf("host-a Allocate after the release = %+v, %v; want %d back", again, err, base)
 	}
-	if u, err := b.Usage(ctx); err != nil || u.Reserved != 1 {
+	if u, err := expvarmetrics.ReadUsage(ctx, b); err != nil || u.Reserved != 1 {
 		t.Errorf("host-b Usage = %+v, %v; want its one port", u, err)
 	}
 }

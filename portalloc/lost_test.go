@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-go/berth/internal/marker"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/store"
 )
@@ -188,7 +189,7 @@ func TestHolderSurvivesLostStore(t *testing.T) {
 				t.Logf("intruder: %s", tries)
 
 				// The holder's row is back, under its label.
-				s, err := portalloc.OpenStore(context.Background(), portalloc.Config{StateDir: dir})
+				s, err := fleet.OpenStore(context.Background(), portalloc.Config{StateDir: dir})
 				if err != nil {
 					t.Fatal(err)
 				}

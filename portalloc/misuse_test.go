@@ -136,7 +136,7 @@ func TestMisuse(t *testing.T) {
 		{"Release after Close", func() error { return c.Release(ctx, cr) }, portalloc.ErrClosed},
 		{"Transfer after Close", func() error { return c.Transfer(ctx, cr, 1) }, portalloc.ErrClosed},
 		{"Reap after Close", func() error { _, err := c.Reap(ctx); return err }, portalloc.ErrClosed},
-		{"Usage after Close", func() error { _, err := c.Usage(ctx); return err }, portalloc.ErrClosed},
+		{"Usage after Close", func() error { _, err := expvarmetrics.ReadUsage(ctx, c); return err }, portalloc.ErrClosed},
 		{"Set.Transfer after Close", func() error { return cset.Transfer(ctx, cset.Members()[0], 1) }, portalloc.ErrClosed},
 		{"Set.Release after Close", func() error { return cset.Release(ctx) }, nil},
 		{"Pool.Take after Close", func() error { _, err := cpool.Take(ctx); return err }, portalloc.ErrClosed},

@@ -31,26 +31,14 @@ func errNoOpener(call string, s string) error {
 		Want: fmt.Sprintf("no Store with portalloc.%s, which links no PostgreSQL client: import %q and call fleet.%s (it opens the PostgreSQL store Config.Store names), or leave Store empty for the SQLite store", call, fleetPackage, call)})
 }
 
-// OpenStore opens the store cfg names, for a program that reads or changes
-// its rows directly, as berth's ls, reap, release and transfer do: the
-// SQLite file in cfg.StateDir (created if missing). The store runs no
-// background sweep, and a busy SQLite store is waited for up to
+// openStoreWith is fleet.OpenStore: it opens the store cfg names, for a
+// program that reads or changes its rows directly, as berth's ls, reap,
+// release and transfer do: the store a cfg.Store names, through open, or
+// else the SQLite file in cfg.StateDir (created if missing), after taking
+// over the previous default's when cfg.StateDir is empty. The store runs
+// no background sweep, and a busy SQLite store is waited for up to
 // cfg.Timeout. It never falls back: an error is the store's. The caller
 // closes the store.
-//
-// A cfg.Store (a PostgreSQL database) is refused with a *FieldError for
-// Config.Store: open it with fleet.OpenStore of package
-// github.com/berth-go/berth/portalloc/fleet.
-func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
-	if cfg.Store != "" {
-		return nil, errNoOpener("OpenStore", cfg.Store)
-	}
-	return openStoreWith(ctx, cfg, nil)
-}
-
-// openStoreWith is OpenStore for a cfg.Store that open opens (see opener;
-// fleet.OpenStore passes its own). A nil open, or an empty cfg.Store,
-// opens the SQLite file in cfg.StateDir as OpenStore does.
 func openStoreWith(ctx context.Context, cfg Config, open opener) (store.Store, error) {
 	if cfg.Store != "" && open == nil {
 		return nil, errNoOpener("OpenStore", cfg.Store)
@@ -73,7 +61,7 @@ func openStoreWith(ctx context.Context, cfg Config, open opener) (store.Store, e
 // waits for a busy SQLite store as long as cfg.Timeout allows.
 func openBacking(ctx context.Context, cfg Config, open opener, tool bool) (store.Store, error) {
 	if cfg.Store != "" {
-		if open == nil { // New and OpenStore refuse it before
+		if open == nil { // New refuses it before
 			return nil, errNoOpener("New", cfg.Store)
 		}
 		return open(ctx, cfg, tool)

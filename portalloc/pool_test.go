@@ -86,8 +86,8 @@ func TestStatsScript(t *testing.T) {
 	if got := a.Stats(); got != want {
 		t.Errorf("Stats() = %+v; want %+v", got, want)
 	}
-	u, err := a.Usage(ctx)
-	if err != nil || u != (portalloc.Usage{Ports: 2, Reserved: 2, Available: 0}) {
+	u, err := expvarmetrics.ReadUsage(ctx, a)
+	if err != nil || u != (expvarmetrics.Usage{Ports: 2, Reserved: 2, Available: 0}) {
 		t.Errorf("Usage() = %+v, %v; want 2 ports, 2 reserved, 0 available", u, err)
 	}
 

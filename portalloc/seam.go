@@ -74,7 +74,10 @@ func init() {
 		ReleaseHolder: func(ctx context.Context, a *Allocator, holder string, f store.Filter) (int, error) {
 			return a.releaseHolder(ctx, holder, f)
 		},
-		ErrHolderNotFound:       errHolderNotFound,
+		ErrHolderNotFound: errHolderNotFound,
+		Usage: func(ctx context.Context, a *Allocator) (int, int, error) {
+			return a.usage(ctx)
+		},
 		NewWithOpener:           newWithOpener,
 		DefaultStateDir:         defaultStateDir,
 		DefaultStateDirReason:   defaultStateDirReason,

@@ -22,7 +22,7 @@ func TestNewRefusesStoreWithoutFleet(t *testing.T) {
 	dir := t.TempDir()
 	cfg := portalloc.Config{Store: "postgres://berth:" + pw + "@db.example/berth", StateDir: dir, Range: allocRange}
 	_, errNew := portalloc.New(context.Background(), cfg)
-	_, errOpen := portalloc.OpenStore(context.Background(), cfg)
+	_, errOpen := fleet.OpenStore(context.Background(), cfg)
 	for name, err := range map[string]error{"New": errNew, "OpenStore": errOpen} {
 		var fe *portalloc.FieldError
 		if !errors.As(err, &fe) || fe.Field != "Config.Store" || !errors.Is(err, portalloc.ErrInvalidRequest) ||

@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
@@ -93,7 +94,7 @@ func (a *app) runDoctor(ctx context.Context) error {
 	default:
 		line("database", "%s (schema version %d)", al.Database(), statestore.SchemaVersion)
 	}
-	u, err := al.Usage(ctx)
+	u, err := expvarmetrics.ReadUsage(ctx, al)
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,9 @@
 //	...
 //	a, err := fleet.New(ctx, cfg) // the PostgreSQL store of cfg.Store, else the SQLite one
 //
-// New and OpenStore take any Config: without a Store they do what
-// portalloc.New and portalloc.OpenStore do.
+// New and OpenStore take any Config: without a Store, New does what
+// portalloc.New does, and OpenStore opens the SQLite store of the
+// Config's state directory.
 //
 // # Fleet-wide reservations
 //
@@ -48,16 +49,20 @@ import (
 // portalloc.Config.Store): it validates cfg, opens the store within
 // cfg.Timeout, and fails with an error wrapping
 // portalloc.ErrStoreUnavailable when it cannot (a fleet's store never
-// falls back to the MRU file). The Allocator's fleet-wide calls
-// (ReserveFleet, ...) use the store as a store.FleetStore.
+// falls back to the MRU file). The fleet-wide calls (Reserve, ...) use
+// the store as a store.FleetStore.
 func New(ctx context.Context, cfg portalloc.Config) (*portalloc.Allocator, error) {
 	return core.NewWithOpener(ctx, cfg, open)
 }
 
-// OpenStore opens the store cfg names, as portalloc.OpenStore does, for a
-// program that reads or changes its rows directly (berth ls, reap): the
-// PostgreSQL database of cfg.Store, or else the SQLite file in
-// cfg.StateDir. The store runs no background sweep. The caller closes it.
+// OpenStore opens the store cfg names, for a program that reads or
+// changes its rows directly, as berth's ls, reap, release and transfer
+// do: the PostgreSQL database of cfg.Store, or else the SQLite file in
+// cfg.StateDir (created if missing; with an empty StateDir, the default,
+// after taking over a store left at the previous default, as
+// portalloc.New does). The store runs no background sweep, and a busy
+// SQLite store is waited for up to cfg.Timeout. It never falls back: an
+// error is the store's. The caller closes the store.
 func OpenStore(ctx context.Context, cfg portalloc.Config) (store.Store, error) {
 	return core.OpenStoreWith(ctx, cfg, open)
 }

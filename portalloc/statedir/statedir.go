@@ -34,7 +34,7 @@ const (
 // or ~/.local/state/berth when XDG_STATE_HOME is unset or relative; on macOS
 // ~/Library/Application Support/berth; on Windows %LocalAppData%\berth.
 // For root when that lies in another user's home it is root's own (see
-// portalloc.Config.StateDir). It only names the directory: portalloc.New and portalloc.OpenStore, and
+// portalloc.Config.StateDir). It only names the directory: portalloc.New and fleet.OpenStore, and
 // TakeOver, first take over a store left at the previous
 // default, os.UserCacheDir()/berth.
 func Default() (string, error) { return core.DefaultStateDir() }
@@ -52,7 +52,7 @@ func DefaultReason() (dir, reason string, err error) { return core.DefaultStateD
 // ~root/.cache/berth under the rule of portalloc.Config.StateDir), when the new
 // directory has no store yet and the old one has: a cache directory is
 // deleted by cleaners while the programs whose ports it records still run.
-// portalloc.New and portalloc.OpenStore do the same when portalloc.Config.StateDir is empty; a program
+// portalloc.New and fleet.OpenStore do the same when portalloc.Config.StateDir is empty; a program
 // that fills in portalloc.Config.StateDir with the default itself (as the berth
 // command does, to show it) calls this instead of Default.
 //
