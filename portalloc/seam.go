@@ -9,9 +9,9 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// The concept packages (pool, portset, fleet, holder, expvarmetrics) reach
-// the Allocator's holds and store through package seam, and through
-// nothing else: what they need of it is listed here.
+// The concept packages (pool, portset, fleet, lease, statedir,
+// expvarmetrics) reach the Allocator's holds and store through package
+// seam, and through nothing else: what they need of it is listed here.
 func init() {
 	seam.Set(seam.Core[*Allocator, Reservation, Request, Config]{
 		Allocate: func(ctx context.Context, a *Allocator, req Request, within *portrange.Set, via string) (Reservation, error) {
@@ -55,7 +55,6 @@ func init() {
 		Claim:      (*Allocator).claim,
 		Attach:     (*Allocator).attach,
 		Detach:     (*Allocator).detach,
-		Store:      (*Allocator).db,
 		OnFleet: func(ctx context.Context, a *Allocator, op, typ string, call func(context.Context, store.FleetStore) error) error {
 			_, err := onFleet(ctx, a, op, typ, func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
 				return struct{}{}, call(ctx, fs)

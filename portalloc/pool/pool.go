@@ -6,6 +6,10 @@
 // like any other, labelled "pool:<name>", with the full guarantee: free
 // in the store and bind-probed when reserved, and probed again while
 // idle. The Allocator's Close closes its pools.
+//
+// After the Allocator's Close, New, Take, Return and Update return errors
+// wrapping portalloc.ErrClosed; Close is idempotent; Status, Idle and Err
+// stay valid.
 package pool
 
 import (

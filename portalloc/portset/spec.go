@@ -15,6 +15,15 @@
 // GroupSpec.EnvNames). A spec is checked whole before any port is taken;
 // SetSpec.ValidateOneEnv also checks that all members' variables fit one
 // environment.
+//
+// # After the Allocator's Close
+//
+// Allocate returns an error wrapping portalloc.ErrClosed, and so do
+// Set.Transfer and Set.TransferAll for a port the set still holds.
+// Set.Release returns nil, as it does when there is
+// nothing left to release: Close has already released what the set held.
+// What only reads what a set already has stays valid: Set.Members,
+// Set.Member, Set.Manifest, Set.WriteManifest and Member.Env.
 package portset
 
 import (

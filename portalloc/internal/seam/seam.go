@@ -1,13 +1,15 @@
 // Package seam is the one door through which portalloc's concept packages
-// (pool, portset, fleet, holder, expvarmetrics) reach what an Allocator
-// does not export: the holds a set or a pool takes of a row under its own
-// name, the candidate ports of its range, and its store.
+// (pool, portset, fleet, lease, statedir, expvarmetrics) reach what an
+// Allocator does not export: the holds a set or a pool takes of a row
+// under its own name, the candidate ports of its range, and its store.
 //
 // Package portalloc fills in a Core once, in an init function, with its
 // own unexported methods; a concept package reads it with Get, giving the
 // same type arguments: A is *portalloc.Allocator, R portalloc.Reservation,
 // Q portalloc.Request and C portalloc.Config (seam cannot name them:
-// portalloc imports it).
+// portalloc imports it). Being internal to portalloc, it is no API: users
+// see only the concept packages' functions.
+//
 // The door stays small on purpose: a concept that needs more of the
 // Allocator than this belongs in portalloc.
 package seam
@@ -16,12 +18,15 @@ import (
 	"context"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/store"
-	"github.com/go-logr/logr"
 )
 
-// Core is what an Allocator a lends its concept packages. via names the
+// Core is what an Allocator a lends its concept packages: the holds of
+// sets and pools (package portset, pool) first, then what package fleet,
+// expvarmetrics, lease and statedir each need. via names the
 // holder of a hold for the process-wide count of holds of a row and for
 // messages (`pool "web"`, `set "dev"`; "" is the Allocator's own); see
 // portalloc's refs.go.
@@ -68,9 +73,6 @@ type Core[A, R, Q, C any] struct {
 	Attach func(a A, name string, close func(context.Context) error) bool
 	// Detach frees a claimed or attached name.
 	Detach func(a A, name string)
-	// Store returns the store the Allocator reserves in now; nil in the
-	// MRU backend.
-	Store func(a A) store.Store
 	// OnFleet runs call on the Allocator's fleet store (a store.FleetStore)
 	// within Config.Timeout, for op, and puts its error in portalloc's
 	// words, a refused field named after typ. Without a fleet's store it
@@ -92,12 +94,12 @@ type Core[A, R, Q, C any] struct {
 	// open opens it, as a tool's when tool is true (no background sweep).
 	// Package fleet hands them its PostgreSQL store.
 	NewWithOpener func(ctx context.Context, cfg C, open func(ctx context.Context, cfg C, tool bool) (store.Store, error)) (A, error)
+	OpenStoreWith func(ctx context.Context, cfg C, open func(ctx context.Context, cfg C, tool bool) (store.Store, error)) (store.Store, error)
 	// DefaultStateDir, DefaultStateDirReason and TakeOverDefaultStateDir
 	// are package statedir's Default, DefaultReason and TakeOver.
 	DefaultStateDir         func() (string, error)
 	DefaultStateDirReason   func() (dir, reason string, err error)
 	TakeOverDefaultStateDir func(ctx context.Context, log logr.Logger) (string, error)
-	OpenStoreWith           func(ctx context.Context, cfg C, open func(ctx context.Context, cfg C, tool bool) (store.Store, error)) (store.Store, error)
 }
 
 // The files an Allocator keeps in its state directory.
