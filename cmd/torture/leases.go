@@ -36,9 +36,9 @@ func (w *worker) leaseTTL() time.Duration {
 }
 
 // leaseSteps renews the worker's leases that are due, ends those whose
-// time is up (seven in ten it releases with ReleaseHolder; the others it
+// time is up (seven in ten it releases with lease.Release; the others it
 // drops: closes the socket and stops renewing, so that they run out), and
-// now and then takes a new one, by AllocateLease or ReserveLease.
+// now and then takes a new one, by lease.Allocate or lease.Reserve.
 func (w *worker) leaseSteps(ctx context.Context) {
 	w.renewDue(ctx)
 	now := monotonic()
@@ -148,7 +148,7 @@ func (w *worker) renewDue(ctx context.Context) {
 }
 
 // releaseLease closes the lease's socket, logs its release, then releases
-// it with ReleaseHolder.
+// it with lease.Release.
 func (w *worker) releaseLease(ctx context.Context, l *leased) {
 	_ = l.sock.Close()
 	delete(w.leases, l.holder)

@@ -115,10 +115,10 @@ type Config struct {
 	// no port may be granted twice meanwhile. Zero: never.
 	LoseStore time.Duration
 	// Leases has every worker also hold ports through named holders'
-	// leases on the SQLite store (AllocateLease, ReserveLease): holders
+	// leases on the SQLite store (lease.Allocate, lease.Reserve): holders
 	// "w3/lease-7", TTLs of 2-3 s. A worker binds each leased port and
 	// keeps it bound while it renews the lease; it releases some
-	// (ReleaseHolder) and drops others (closes the socket, stops renewing),
+	// (lease.Release) and drops others (closes the socket, stops renewing),
 	// and a killed worker's leases stay. A lease holds its port until it
 	// is released or runs out, whoever lives: no one else may be granted
 	// the port before. SQLite store only.
