@@ -56,21 +56,25 @@ type Allocator struct {
 
 	ctr counters
 
-	mu     sync.Mutex // guards held, handed, handedPruneAt, pools, poolNames, closed and released
+	mu     sync.Mutex // guards held, handed, handedPruneAt, claimed, attached, attachOrder, closed and released
 	held   map[heldKey]*holding
 	handed map[heldKey]handed // rows Transfer gave to other processes
 	// handedPruneAt is the size of handed at which a Transfer next looks
 	// for exited owners in it (see handedPrune).
 	handedPruneAt int
-	pools         []*Pool
-	poolNames     map[string]bool // of the pools open or being made
-	closed        bool
-	released      map[store.Key]release // on a fleet's store: see redo in fleet.go
+	// claimed are the names of the pools being made (package pool, through
+	// package seam), attached those open, with what Close calls to close
+	// them, in attachOrder.
+	claimed     map[string]bool
+	attached    map[string]func(context.Context) error
+	attachOrder []string
+	closed      bool
+	released    map[store.Key]release // on a fleet's store: see redo in fleet.go
 
 	// ext is true when the store is not the SQLite file in StateDir: one
 	// of a Config.Store, opened by opener, or one given to NewWithStore.
 	ext       bool
-	opener    Opener
+	opener    opener
 	given     store.Store
 	givenUsed atomic.Bool // given has been handed to the Allocator
 }
@@ -87,24 +91,24 @@ type Allocator struct {
 // directory that cannot be written) is an error wrapping
 // ErrStoreUnavailable in ModeStateStore; in ModeStateStoreWithFallback the
 // Allocator serves from the MRU file instead, loudly, and tries the store
-// again every StoreRetryInterval.
+// again every 5 seconds.
 //
 // New links no PostgreSQL client: a Config.Store is refused with a
 // *FieldError for Config.Store that says to call fleet.New of package
 // github.com/berth-go/berth/portalloc/fleet, which opens that database
-// (NewWithOpener) and fails with ErrStoreUnavailable when it cannot: a
+// and fails with ErrStoreUnavailable when it cannot: a
 // fleet's store never falls back.
 func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	a, err := newAllocator(ctx, cfg, nil, nil, "New")
 	return a, opError("", err)
 }
 
-// NewWithOpener is New for a program that can open the store a
-// Config.Store names: open opens it (fleet.New passes fleet.Open). Any
+// newWithOpener is New for a program that can open the store a
+// Config.Store names: open opens it (fleet.New passes its own). Any
 // failure to open it is an error wrapping ErrStoreUnavailable, and the
 // Allocator never falls back to the MRU file. Without a Config.Store, open
 // is not used: the Allocator reserves in the SQLite store, as New's does.
-func NewWithOpener(ctx context.Context, cfg Config, open Opener) (*Allocator, error) {
+func newWithOpener(ctx context.Context, cfg Config, open opener) (*Allocator, error) {
 	a, err := newAllocator(ctx, cfg, open, nil, "New")
 	return a, opError("", err)
 }
@@ -128,9 +132,9 @@ func NewWithStore(ctx context.Context, cfg Config, s store.Store) (*Allocator, e
 	return a, opError("", err)
 }
 
-// newAllocator is New, NewWithOpener and NewWithStore (call names which,
+// newAllocator is New, newWithOpener and NewWithStore (call names which,
 // for messages). Its errors have no prefix: the public call adds it.
-func newAllocator(ctx context.Context, cfg Config, open Opener, given store.Store, call string) (*Allocator, error) {
+func newAllocator(ctx context.Context, cfg Config, open opener, given store.Store, call string) (*Allocator, error) {
 	ext := cfg.Store != "" || given != nil
 	defaulted := cfg.StateDir == "" && !ext
 	cfg, err := cfg.withDefaults()
@@ -159,17 +163,16 @@ func newAllocator(ctx context.Context, cfg Config, open Opener, given store.Stor
 		log:    cfg.Logger,
 		warn:   warnLogger(cfg),
 		set:    set,
-		mru:    mru.New(filepath.Join(cfg.StateDir, MRUFile), mru.Options{Logger: cfg.Logger}),
-		dbPath: filepath.Join(cfg.StateDir, DatabaseFile),
+		mru:    mru.New(filepath.Join(cfg.StateDir, mruFile), mru.Options{Logger: cfg.Logger}),
+		dbPath: filepath.Join(cfg.StateDir, databaseFile),
 		dbKey:  "postgres " + cfg.Host + " " + cfg.Store, // replaced below for the SQLite file
 		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		held:   map[heldKey]*holding{},
 		stop:   make(chan struct{}),
 
-		poolNames: map[string]bool{},
-		ext:       ext,
-		opener:    open,
-		given:     given,
+		ext:    ext,
+		opener: open,
+		given:  given,
 	}
 	if cfg.Mode == ModeMRU {
 		a.fb.active.Store(true)
@@ -297,9 +300,9 @@ func (a *Allocator) closedErr(err error) error {
 	return err
 }
 
-// Close closes the Allocator's pools, drops every hold it still has (the
+// Close closes the Allocator's pools (package pool), drops every hold it still has (the
 // rows no other holder of this process holds are released), releases the
-// rows it handed (Transfer, Set.Transfer, Set.TransferAll) to processes
+// rows it handed (Transfer, and a set's Transfer and TransferAll) to processes
 // that have exited by now, leaving those of processes that still run to
 // them, and closes the state store. Later calls return errors wrapping ErrClosed (see "After
 // Close" in the package documentation); Close itself is idempotent.
@@ -320,15 +323,17 @@ func (a *Allocator) Close() error {
 		a.mu.Unlock()
 		return nil
 	}
-	pools := a.pools
-	a.pools = nil
+	var pools []func(context.Context) error
+	for _, name := range a.attachOrder {
+		pools = append(pools, a.attached[name])
+	}
 	a.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
 	defer cancel()
 	// Pools first, while their idle members can still be released.
 	var errs []error
-	for _, p := range pools {
-		if err := p.close(ctx); err != nil {
+	for _, closePool := range pools {
+		if err := closePool(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

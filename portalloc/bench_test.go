@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/pool"
 )
 
 // BenchmarkAllocateRelease compares one Allocate+Release of each backend
@@ -236,7 +237,7 @@ func BenchmarkPool(b *testing.B) {
 	}
 	defer a.Close()
 	b.Run("take-return", func(b *testing.B) {
-		p, err := a.NewPool(ctx, "bench", portalloc.PoolSpec{Size: 8})
+		p, err := pool.New(ctx, a, "bench", pool.Spec{Size: 8})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,9 +10,6 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// MaxBlock is the most ports one AllocateBlock reserves (store.MaxBlock).
-const MaxBlock = store.MaxBlock
-
 // AllocateBlock reserves n consecutive ports of the range, a base port and
 // the n-1 after it, for software configured by a base port (a node that
 // listens on base, base+1 and base+2; an RTP media range). Every port of
@@ -29,8 +26,8 @@ const MaxBlock = store.MaxBlock
 func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs []Reservation, err error) {
 	defer func() { a.ctr.count(false, err) }()
 	defer func() { err = opError("allocate", err) }()
-	if n < 1 || n > MaxBlock {
-		return nil, &FieldError{Field: "n", Value: strconv.Itoa(n), Want: fmt.Sprintf("a block of 1 to %d ports (MaxBlock)", MaxBlock)}
+	if n < 1 || n > store.MaxBlock {
+		return nil, &FieldError{Field: "n", Value: strconv.Itoa(n), Want: fmt.Sprintf("a block of 1 to %d ports (store.MaxBlock)", store.MaxBlock)}
 	}
 	ctx, cancel, req, err := a.begin(ctx, req)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/store"
 )
 
 // TestAllocateBlock: a block is n consecutive bindable ports of the range,
@@ -109,7 +110,7 @@ func TestAllocateBlockRace(t *testing.T) {
 func TestAllocateBlockInvalid(t *testing.T) {
 	ctx := context.Background()
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
-	for _, n := range []int{0, -1, portalloc.MaxBlock + 1} {
+	for _, n := range []int{0, -1, store.MaxBlock + 1} {
 		if _, err := a.AllocateBlock(ctx, portalloc.Request{}, n); !errors.Is(err, portalloc.ErrInvalidRequest) {
 			t.Errorf("AllocateBlock(%d) = %v; want ErrInvalidRequest", n, err)
 		}

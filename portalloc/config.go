@@ -32,7 +32,7 @@ const (
 	// logging the switch. The MRU allocator skips the ports the store
 	// holds, and when it cannot read the store either, it hands out none:
 	// the call fails with an error wrapping ErrStoreUnavailable. The store
-	// is tried again every StoreRetryInterval. See the package
+	// is tried again every 5 seconds. See the package
 	// documentation.
 	ModeStateStoreWithFallback Mode = "statestore-with-fallback"
 	// ModeMRU uses the legacy MRU-file allocator only. It skips the ports
@@ -66,7 +66,7 @@ type Config struct {
 	// Mode selects the backend; zero: ModeStateStoreWithFallback.
 	Mode Mode
 	// StateDir holds the state store (berth.db) and the MRU file
-	// (mru.json); zero: DefaultStateDir. It is created with mode 0700, its
+	// (mru.json); zero: statedir.Default. It is created with mode 0700, its
 	// files with 0600.
 	//
 	// The default is a state directory, not a cache directory: the store
@@ -88,9 +88,9 @@ type Config struct {
 	// does, for the short life of a test run.
 	//
 	// Earlier berths kept the store in os.UserCacheDir()/berth. With a
-	// zero StateDir, New and OpenStore first move a store found there into
+	// zero StateDir, New and fleet.OpenStore first move a store found there into
 	// the default when the default has none yet (see
-	// TakeOverDefaultStateDir); when that fails they refuse with an error
+	// statedir.TakeOver); when that fails they refuse with an error
 	// wrapping ErrStoreUnavailable rather than open an empty store beside
 	// the one holding the reservations. A StateDir that is set, by the
 	// program or BERTH_STATE_DIR, is used as it is: nothing is taken over;
@@ -131,7 +131,7 @@ type Config struct {
 	//
 	// portalloc links no PostgreSQL client: a program opens the database
 	// Store names through package github.com/berth-go/berth/portalloc/fleet
-	// (fleet.New, fleet.OpenStore), which does. New and OpenStore refuse a
+	// (fleet.New, fleet.OpenStore), which does. New refuses a
 	// Store with a *FieldError that says so.
 	Store string
 	// Host is this host's name in the fleet a Store is shared by; zero:
@@ -372,12 +372,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
-
-// The files an Allocator keeps in its state directory.
-const (
-	DatabaseFile = "berth.db" // the SQLite state store
-	MRUFile      = "mru.json" // the MRU fallback's record
-)
 
 // TextLogger returns a logger for Config.Logger that writes slog's text
 // format to w, from level on; BERTH_LOG sets one on standard error. berth

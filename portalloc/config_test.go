@@ -7,6 +7,7 @@ import (
 
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 )
 
 // TestEphemeralRangeCutOut: the part of Range inside the OS ephemeral range
@@ -25,7 +26,7 @@ func TestEphemeralRangeCutOut(t *testing.T) {
 	}
 	ctx := context.Background()
 	cut := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: r})
-	if u, err := cut.Usage(ctx); err != nil || u.Ports != 1000 {
+	if u, err := expvarmetrics.ReadUsage(ctx, cut); err != nil || u.Ports != 1000 {
 		t.Errorf("Usage().Ports with the overlap cut out = %d, %v; want 1000", u.Ports, err)
 	}
 	for range 50 {
@@ -38,7 +39,7 @@ func TestEphemeralRangeCutOut(t *testing.T) {
 		}
 	}
 	kept := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: r, AllowEphemeralOverlap: true})
-	if u, err := kept.Usage(ctx); err != nil || u.Ports != 1100 {
+	if u, err := expvarmetrics.ReadUsage(ctx, kept); err != nil || u.Ports != 1100 {
 		t.Errorf("Usage().Ports with the overlap allowed = %d, %v; want 1100", u.Ports, err)
 	}
 }

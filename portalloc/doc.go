@@ -9,6 +9,25 @@
 // transaction that records it, so no other berth process can choose it in
 // between.
 //
+// This package is the core: the Allocator, its Config, Request and
+// Reservation, the range type, the errors, Listen, blocks of consecutive
+// ports (AllocateBlock) and Transfer. Each further concept is a package of
+// its own, built on the Allocator:
+//
+//   - portalloc/portset: the named ports of a set of processes, all or
+//     none, with each member's environment variables;
+//   - portalloc/pool: ports reserved ahead of time for hot paths, rolled
+//     to a new spec a few at a time;
+//   - portalloc/lease: ports of named holders under a lease, which outlive
+//     the process that asked;
+//   - portalloc/fleet: a fleet's PostgreSQL store (Config.Store), and
+//     ports free on every host of the fleet;
+//   - portalloc/statedir: where the state store lives by default, and why;
+//   - portalloc/expvarmetrics: the range's usage, and the metrics through
+//     expvar;
+//   - portalloc/listenfd: a bound socket passed to a child (Unix);
+//   - portalloc/porttest: ports for tests.
+//
 // # State directory
 //
 // The store lives in a state directory, not a cache directory (see
@@ -18,13 +37,12 @@
 // $XDG_STATE_HOME/berth or ~/.local/state/berth on Linux (macOS: ~/Library/
 // Application Support/berth, Windows: %LocalAppData%\berth). A store left
 // at the previous default, os.UserCacheDir()/berth, is moved there with its
-// reservations by the first Allocator that uses the default (see
-// TakeOverDefaultStateDir); DefaultStateDirReason says where the store is
-// and why.
+// reservations by the first Allocator that uses the default (see package
+// statedir, which also says where the store is and why).
 //
 // Example is a whole program: it handles every error and releases what it
 // takes. A program that stops on a signal (signal.NotifyContext) may defer
-// Release, Set.Release and Close under the context the signal cancels:
+// Release, a set's Release and Close under the context the signal cancels:
 // they release all the same, within Config.Timeout.
 //
 // # Reservation lifecycle
@@ -35,33 +53,29 @@
 // port, the background sweep, or statestore's Reap deletes it. Transfer gives
 // a reservation to another process, such as a child the caller started, so
 // the port stays reserved exactly as long as that process runs; once it
-// has exited, Close (or the Release of the Set that handed it over)
+// has exited, Close (or the Release of the set that handed it over)
 // releases it.
 //
 // Several Allocators in one process share its identity, so the store has
 // one row for a port however many of them hold it: a Reserve of a key the
 // process already holds, from any Allocator, returns that reservation. Each
-// such Reserve, and each Set and Pool that uses the row, takes a hold of
-// it, counted process-wide per state store file; Release, Close, Set.Release
-// and a failed AllocateSet drop holds, and the row is deleted only when the
+// such Reserve, and each set and pool that uses the row, takes a hold of
+// it, counted process-wide per state store file; Release, Close, a set's
+// Release and a failed set allocation drop holds, and the row is deleted
+// only when the
 // last hold in the process is dropped. So one Allocator's Close never frees
 // a port that another Allocator of the process still hands out. Transfer
 // refuses a row that anything else in the process holds too.
 //
 // # After Close
 //
-// Close is idempotent: a second Close returns nil. Config, Stats, Metrics,
-// Backend, FallbackCause and Held stay readable after it (Held is then
-// empty, and Metrics reports no Usage). Every other method returns an error
-// wrapping ErrClosed: Allocate, AllocateBlock, Reserve, Listen,
-// ListenPacket, AllocateSet, NewPool, Release, Transfer, Reap and Usage, and of its pools Take,
-// Return and Update (Pool.Close is idempotent too). Set.Release returns nil
-// after Close, as it does when there is nothing left to release: Close has
-// already released what the set held. What only reads what a set or pool
-// already has stays valid too: Set.Members, Set.Member, Set.Manifest,
-// Set.WriteManifest, Member.Env, Pool.Status, Pool.Idle and Pool.Err. A
-// call in flight when Close runs either completes or returns an error
-// wrapping ErrClosed.
+// Close is idempotent: a second Close returns nil. Config, Stats,
+// Backend, FallbackCause, Database and Held stay readable after it (Held
+// is then empty). Every other method returns an error wrapping ErrClosed:
+// Allocate, AllocateBlock, Reserve, Listen, ListenPacket, Release,
+// Transfer and Reap; so do the concept packages' calls that use the
+// Allocator (see each package). A call in flight when Close runs either
+// completes or returns an error wrapping ErrClosed.
 //
 // # Fallback
 //
@@ -85,8 +99,8 @@
 // nothing in this mode: the call fails with an error wrapping
 // ErrStoreUnavailable that says why; `berth doctor` tells what to do. Only
 // ModeMRU, chosen on purpose (BERTH_MODE=mru), serves blind then, which is
-// logged and counted in Stats.Blind. Every StoreRetryInterval the next
-// call tries the store again, and the Allocator goes back to it once it
+// logged and counted in Stats.Blind. Every 5 seconds the next call tries
+// the store again, and the Allocator goes back to it once it
 // works.
 //
 // # Losing the store
@@ -96,8 +110,8 @@
 // Allocator knows what it holds, so when its store's file is deleted,
 // replaced or truncated under it, it opens the store at the same place
 // again (a new, empty one if need be) and puts its reservations back:
-// at its next write, which checks the file before and after, or within
-// CheckInterval when it is idle. A reservation another process took in
+// at its next write, which checks the file before and after, or within a
+// second when it is idle. A reservation another process took in
 // between cannot be put back; that is logged as an error naming both
 // owners and counted in Stats.Lost (Stats.Restored counts those put back).
 //
@@ -111,7 +125,7 @@
 // caller. A row handed to another process with Transfer stays marked by
 // the process that handed it over, for as long as both run. Elsewhere, a
 // holder's reservations are missing from a new store until the holder
-// notices, within one CheckInterval. Reservations whose owner holds no
+// notices, within a second. Reservations whose owner holds no
 // Allocator (berth get's, which belong to the shell that ran it, once berth
 // has exited; a child's, once its parent has exited; a named holder's
 // lease) have no one to put them back: they are lost with the file, so
@@ -134,38 +148,18 @@
 // first), after the ports of Request.Prefer; AllocateBlock takes n
 // consecutive ports at once.
 //
-// # Beyond single ports
+// Listen and ListenPacket bind the port inside the reserving transaction
+// and hand over the bound socket, so nothing can take the port between
+// the reservation and the bind.
 //
-// AllocateSet reserves the named ports of groups of processes and gives each
-// member its environment: one variable per port of its group,
-// <GROUP>_<PORT>_PORT (upper case, '-' as '_') unless PortSpec.Env names
-// it, and one per reference, named by its RefSpec.Env exactly (see
-// GroupSpec.EnvNames). A spec is checked whole before any port is taken;
-// SetSpec.ValidateOneEnv also checks that all members' variables fit one
-// environment; Listen binds a port inside the reserving
-// transaction and package listenfd (Unix) passes the socket to a child; NewPool keeps ports
-// reserved ahead of time for hot paths; Stats, Usage and Metrics expose
-// metrics, and package expvarmetrics publishes them through expvar. Package
-// porttest gives tests their ports.
-//
-// # Fleet-wide reservations
+// # A fleet's store
 //
 // With a Config.Store the hosts of a fleet share one PostgreSQL store
 // (package pgstore), opened by package portalloc/fleet (fleet.New), which
 // a program imports when it wants one: portalloc itself links no
 // PostgreSQL client, and an Allocator talks to any store through the
-// interfaces of package store (store.Store, and store.FleetStore for the
-// calls below). Such an Allocator also serves owners that are not
-// processes of a host: a pod not yet scheduled, a job. ReserveFleet
-// reserves a port of a band of the caller's own that is free on every
-// host, for a named holder under a lease on the server's clock;
-// ReserveFleetSet reserves the ports of a SetSpec so, all or none. The
-// holder's controller renews the leases (RenewFleet), gives a reservation
-// its host once that is known (NarrowFleet) and releases it (ReleaseFleet);
-// FleetLeases lists them. Such a reservation is the holder's, not the
-// process's: Close leaves it, and a lease that runs out is reaped by any
-// host. On the SQLite store these calls return a *FieldError for
-// Config.Store.
+// interfaces of package store (store.Store, and store.FleetStore for
+// fleet-wide reservations, which package fleet makes).
 //
 // Importing portalloc (or porttest) has no side effects: it registers no
 // HTTP handler, flag or expvar variable.

@@ -17,8 +17,8 @@ import (
 // package store (ErrExhausted, ErrHeld, ErrInvalid, ErrUnsafe), so an error
 // from a store tests the same.
 var (
-	// ErrRangeExhausted: no port of the range is free (for ReserveFleet
-	// and ReserveFleetSet: of the band, on every host).
+	// ErrRangeExhausted: no port of the range is free (for fleet.Reserve
+	// and fleet.ReserveSet: of the band, on every host).
 	ErrRangeExhausted = store.ErrExhausted
 	// ErrPortHeld: the port is reserved by a live process or bound outside
 	// berth. The error is a *ConflictError with the detail.
@@ -48,7 +48,7 @@ var (
 	ErrClosed = errors.New("allocator closed")
 	// ErrNotHeld: Release or Transfer of a reservation that this process
 	// does not hold in the store: released already, reaped, or transferred
-	// to another process. For RenewFleet, ReleaseFleet and NarrowFleet:
+	// to another process. For fleet.Renew, fleet.Release and fleet.Narrow:
 	// no such fleet-wide reservation of the holder's (released, its lease
 	// ran out and was reaped, or it is another holder's).
 	ErrNotHeld = errors.New("not held by this process")

@@ -44,7 +44,7 @@ func TestStoreErrFallsBackOnlyForFailures(t *testing.T) {
 				cfg:  Config{Mode: ModeStateStoreWithFallback},
 				log:  logr.Discard(),
 				warn: logr.Discard(),
-				mru:  mru.New(filepath.Join(t.TempDir(), MRUFile), mru.Options{}),
+				mru:  mru.New(filepath.Join(t.TempDir(), mruFile), mru.Options{}),
 				held: map[heldKey]*holding{},
 			}
 			got := a.storeErr(context.Background(), c.err, Request{Protocol: TCP})

@@ -6,12 +6,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 )
 
 // exampleAllocator opens an Allocator on a state directory of its own, in a
@@ -28,49 +25,6 @@ func exampleAllocator(first uint16) (*portalloc.Allocator, func()) {
 		return nil, func() {}
 	}
 	return a, func() { _ = a.Close(); os.RemoveAll(dir) }
-}
-
-// A set wires services together: each member gets its own ports and the
-// variables that point at the others'.
-func ExampleAllocator_AllocateSet() {
-	a, done := exampleAllocator(29100)
-	defer done()
-	ctx := context.Background()
-
-	set, err := a.AllocateSet(ctx, portalloc.SetSpec{
-		Name: "shop",
-		Groups: []portalloc.GroupSpec{
-			{Name: "db", Ports: []portalloc.PortSpec{{Name: "sql"}}},
-			{
-				Name: "api", Members: 2,
-				Ports: []portalloc.PortSpec{{Name: "http"}},
-				Refs:  []portalloc.RefSpec{{Env: "DATABASE_PORT", To: "db.sql"}},
-			},
-		},
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer func() { _ = set.Release(ctx) }()
-
-	db := set.Members()[0].Ports["sql"].Port
-	for _, m := range set.Members() {
-		var names []string
-		for _, kv := range m.Env() {
-			name, value, _ := strings.Cut(kv, "=")
-			if name == "DATABASE_PORT" && value == strconv.Itoa(int(db)) {
-				name += "=<db.sql>"
-			}
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		fmt.Println(m.Group, m.Index, names)
-	}
-	// Output:
-	// db 0 [DB_SQL_PORT]
-	// api 0 [API_HTTP_PORT DATABASE_PORT=<db.sql>]
-	// api 1 [API_HTTP_PORT DATABASE_PORT=<db.sql>]
 }
 
 // Listen returns the port already bound: nothing can take it between the
@@ -136,53 +90,6 @@ func ExampleAllocator_Transfer() {
 	// 0
 }
 
-// A warm pool keeps ports reserved ahead of time; Take hands one out from
-// memory, and Update moves the pool to another range member by member.
-func ExampleAllocator_NewPool() {
-	a, done := exampleAllocator(29500)
-	defer done()
-	ctx := context.Background()
-
-	p, err := a.NewPool(ctx, "workers", portalloc.PoolSpec{Size: 2, Range: portalloc.Range{First: 29500, Last: 29549}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer p.Close()
-
-	r, err := p.Take(ctx)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("taken from the first half:", r.Port < 29550)
-	if err := p.Return(r); err != nil {
-		fmt.Println(err)
-		return
-	}
-
-	if err := p.Update(portalloc.PoolSpec{Size: 2, Range: portalloc.Range{First: 29550, Last: 29599}}); err != nil {
-		fmt.Println(err)
-		return
-	}
-	for deadline := time.Now().Add(10 * time.Second); p.Status().Updating || p.Status().Idle < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			fmt.Println("update not done:", p.Status(), p.Err())
-			return
-		}
-	}
-	r, err = p.Take(ctx)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer func() { _ = p.Return(r) }()
-	fmt.Println("taken from the second half:", r.Port >= 29550)
-	// Output:
-	// taken from the first half: true
-	// taken from the second half: true
-}
-
 // Stats counts this Allocator's calls; Usage reads how full the range is
 // for every process.
 func ExampleAllocator_Stats() {
@@ -198,7 +105,7 @@ func ExampleAllocator_Stats() {
 	}
 	st := a.Stats()
 	fmt.Println(st.Backend, st.Held, st.Allocations.Dynamic)
-	u, err := a.Usage(ctx)
+	u, err := expvarmetrics.ReadUsage(ctx, a)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -119,36 +119,3 @@ func ExampleConfigFromEnv() {
 	// statestore 21000-21999 <nil>
 	// BERTH_MODE "fast": want "statestore", "statestore-with-fallback" or "mru"
 }
-
-// Each member of a group gets one variable per port of its group and one
-// per reference. A port's is <GROUP>_<PORT>_PORT, upper case with '-' as
-// '_', unless its Env names it; a reference's is its Env exactly, with
-// nothing added.
-func ExampleGroupSpec_EnvNames() {
-	web := portalloc.GroupSpec{
-		Name: "web",
-		Ports: []portalloc.PortSpec{
-			{Name: "http"},
-			{Name: "http-admin"},
-			{Name: "metrics", Env: "METRICS_PORT"},
-		},
-		Refs: []portalloc.RefSpec{{Env: "API_GRPC", To: "api.grpc"}},
-	}
-	fmt.Println(web.EnvNames())
-	// Output: [WEB_HTTP_PORT WEB_HTTP_ADMIN_PORT METRICS_PORT API_GRPC]
-}
-
-// Two groups that each give their port as $PORT are a valid spec when
-// each member runs with its own Member.Env; in one environment (berth run
-// --set) the two would collide.
-func ExampleSetSpec_ValidateOneEnv() {
-	spec := portalloc.SetSpec{Name: "dev", Groups: []portalloc.GroupSpec{
-		{Name: "api", Ports: []portalloc.PortSpec{{Name: "http", Env: "PORT"}}},
-		{Name: "web", Ports: []portalloc.PortSpec{{Name: "http", Env: "PORT"}}},
-	}}
-	fmt.Println(spec.Validate())
-	fmt.Println(spec.ValidateOneEnv())
-	// Output:
-	// <nil>
-	// set spec: groups[1].ports[0]: $PORT would be port web.http here and port api.http by groups[0].ports[0]; one environment holds one of them: give them different names
-}

@@ -18,6 +18,7 @@ import (
 	"github.com/berth-go/berth/internal/pgserver"
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 	"github.com/berth-go/berth/portalloc/fleet"
 )
 
@@ -438,7 +439,7 @@ func TestRetireLiveHost(t *testing.T) {
 	if !errors.As(err, &live) || n != 0 || live.Host != "live-a" || live.Left <= 0 {
 		t.Fatalf("RetireHost of a live host = %d, %v; want a *HostLiveError", n, err)
 	}
-	if rows, _ := a.Usage(ctx); rows.Reserved != 2 {
+	if rows, _ := expvarmetrics.ReadUsage(ctx, a); rows.Reserved != 2 {
 		t.Fatalf("live-a's rows after a refused retirement = %d; want 2", rows.Reserved)
 	}
 	if n, err = other.Retire(ctx, "live-a", pgstore.RetireOptions{Force: true}); err != nil || n != 2 {
@@ -447,7 +448,7 @@ func TestRetireLiveHost(t *testing.T) {
 	retired := time.Now()
 	deadline := retired.Add(20 * time.Second)
 	for {
-		u, err := a.Usage(ctx)
+		u, err := expvarmetrics.ReadUsage(ctx, a)
 		if err == nil && u.Reserved == 2 {
 			break
 		}

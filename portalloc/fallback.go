@@ -18,13 +18,13 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// StoreRetryInterval is how long an Allocator in
+// storeRetryInterval is how long an Allocator in
 // ModeStateStoreWithFallback that fell back to the MRU file waits before it
 // tries the state store again: the first Allocate or Reserve after it opens
 // the store afresh and, when that works, serves from the store from then on.
-const StoreRetryInterval = 5 * time.Second
+const storeRetryInterval = 5 * time.Second
 
-// storeRetryEvery, in nanoseconds, overrides StoreRetryInterval when it is
+// storeRetryEvery, in nanoseconds, overrides storeRetryInterval when it is
 // not zero: tests shorten it.
 var storeRetryEvery atomic.Int64
 
@@ -33,7 +33,7 @@ func storeRetry() time.Duration {
 	if d := storeRetryEvery.Load(); d > 0 {
 		return time.Duration(d)
 	}
-	return StoreRetryInterval
+	return storeRetryInterval
 }
 
 // fallback is the state of an Allocator's fallback to the MRU file.

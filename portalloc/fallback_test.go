@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth-go/berth/internal/filelock"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -72,7 +73,7 @@ func setSchemaVersion(t *testing.T, dir string, v uint) {
 // read it but not write to it, and falls back to the MRU file.
 func newerStore(t *testing.T, dir string) {
 	t.Helper()
-	s, err := statestore.Open(context.Background(), filepath.Join(dir, portalloc.DatabaseFile), statestore.Options{SweepInterval: -1})
+	s, err := statestore.Open(context.Background(), filepath.Join(dir, statedir.DatabaseFile), statestore.Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

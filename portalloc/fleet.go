@@ -10,47 +10,6 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Band is a range of ports, First to Last inclusive, that fleet-wide
-// reservations are drawn from: store.Range, as Range is.
-type Band = store.Range
-
-// FleetRequest asks ReserveFleet for a port that is free on every host of
-// the fleet, held by a named holder under a lease. Protocol, Band and
-// Holder are required; a zero Addr is 0.0.0.0 (the port on every
-// address), a zero TTL DefaultFleetTTL. It is the type package store
-// declares, under this name: see store.FleetRequest for every field.
-type FleetRequest = store.FleetRequest
-
-// FleetReservation is a reservation held under a lease: its Key, Holder
-// and Label, the Host it was narrowed to ("" while it is fleet-wide), and
-// when its lease Expires by the PostgreSQL server's clock. It is the type
-// package store declares, under this name.
-type FleetReservation = store.FleetReservation
-
-// DefaultFleetTTL is the lease of a fleet-wide reservation whose request
-// has no TTL.
-const DefaultFleetTTL = store.DefaultFleetTTL
-
-// FleetSetRequest asks ReserveFleetSet for every port of a SetSpec,
-// fleet-wide, for one holder.
-type FleetSetRequest struct {
-	// Spec names the ports, as for AllocateSet: a group-scoped port is
-	// one reservation, a member-scoped one one per member, each labelled
-	// "<set>/<group>/<member>/<port>" or "<set>/<group>/<port>". A port's
-	// zero Address is 0.0.0.0 here (the port on every address), and a
-	// fixed Port is reserved as it is, wherever it lies. Prefer, Order
-	// and Sticky choose among a host's range and are refused; Env and
-	// Refs are validated but not used (no environment is made). Required.
-	Spec SetSpec
-	// Band is where the ports that are not fixed are drawn from; required.
-	Band Band
-	// Holder names the owner of every port of the set, e.g.
-	// "pod/default/web-0"; required.
-	Holder string
-	// TTL is the lease of every port of the set; zero: DefaultFleetTTL.
-	TTL time.Duration
-}
-
 // fleetWant says what Config.Store must be for the fleet-wide calls.
 const fleetWant = "a fleet's PostgreSQL store: fleet-wide reservations are shared by the hosts of a fleet, and the SQLite store has one host"
 
@@ -86,153 +45,6 @@ func onFleet[T any](ctx context.Context, a *Allocator, op, typ string, call func
 	return v, nil
 }
 
-// ReserveFleet reserves for req.Holder, under a lease of req.TTL on the
-// PostgreSQL server's clock, a port of req.Band that is free on every host
-// of the fleet, for an owner whose host is not known yet (a pod not yet
-// scheduled) or that is not a process (a pod, a job): no process of any
-// host is granted the port while the reservation lasts; one that asks gets
-// a *ConflictError naming the lease. The search starts at a random port
-// of the band, so controllers reserving at once rarely want the same one.
-//
-// The reservation lasts until ReleaseFleet, or until its lease runs out
-// unless RenewFleet extends it (renew every third of the TTL or so);
-// NarrowFleet gives it its host once that is known. It is the holder's,
-// not this process's: Close does not release it, and any Allocator of any
-// host of the fleet can renew, narrow or release it by the holder's name.
-//
-// It needs a Config.Store: on the SQLite store it returns a *FieldError
-// for Config.Store (wrapping ErrInvalidRequest). A band with no port free
-// on every host is an error wrapping ErrRangeExhausted; a refused field of
-// req a *FieldError naming it ("FleetRequest.Holder"); a store that
-// failed or did not answer an error wrapping ErrStoreUnavailable.
-func (a *Allocator) ReserveFleet(ctx context.Context, req FleetRequest) (FleetReservation, error) {
-	return onFleet(ctx, a, "reserve fleet-wide", "FleetRequest", func(ctx context.Context, fs store.FleetStore) (FleetReservation, error) {
-		return fs.ReserveFleet(ctx, req)
-	})
-}
-
-// ReserveFleetSet reserves every port of req.Spec fleet-wide for
-// req.Holder, all of them or none: the ports are granted in one
-// transaction of the fleet's store, and when one cannot be had (its band
-// is exhausted) none is left reserved. Concurrent sets, from any host,
-// never share a port. It returns the reservations in spec order (groups,
-// then each group's ports, a member-scoped port once per member), each
-// labelled as FleetSetRequest.Spec says. Renew, narrow and release them
-// one by one, as ReserveFleet's.
-//
-// A spec that is not valid, or that asks for what a fleet-wide set does
-// not do, is a *SpecError, checked before anything else (a closed
-// Allocator, or one without a fleet store, reports the spec first); the
-// other errors are ReserveFleet's, a refused
-// field named as "FleetSetRequest.Band".
-func (a *Allocator) ReserveFleetSet(ctx context.Context, req FleetSetRequest) ([]FleetReservation, error) {
-	reqs, err := fleetSetRequests(req)
-	if err != nil {
-		return nil, err
-	}
-	op := fmt.Sprintf("reserve fleet-wide set %q", req.Spec.Name)
-	return onFleet(ctx, a, op, "FleetSetRequest", func(ctx context.Context, fs store.FleetStore) ([]FleetReservation, error) {
-		return fs.ReserveFleetSet(ctx, reqs)
-	})
-}
-
-// fleetSetRequests validates req's spec and makes one store request of
-// each port of it, in spec order.
-func fleetSetRequests(req FleetSetRequest) ([]FleetRequest, error) {
-	if _, err := req.Spec.index(setLimits); err != nil {
-		return nil, err
-	}
-	var reqs []FleetRequest
-	for gi, g := range req.Spec.Groups {
-		for pi, p := range g.Ports {
-			field := fmt.Sprintf("groups[%d].ports[%d]", gi, pi)
-			switch {
-			case len(p.Prefer) > 0:
-				return nil, &SpecError{Field: field + ".prefer", Reason: "a fleet-wide set draws its ports from the request's band; prefer is for a host's range"}
-			case p.Order != "":
-				return nil, &SpecError{Field: field + ".order", Reason: "a fleet-wide set draws its ports from the request's band; order is for a host's range"}
-			case p.Sticky:
-				return nil, &SpecError{Field: field + ".sticky", Reason: "a fleet-wide set has no host to remember its ports on; sticky is for a host's range"}
-			}
-			band := req.Band
-			if p.Port != 0 {
-				band = Band{First: p.Port, Last: p.Port}
-			}
-			one := func(member int) {
-				reqs = append(reqs, FleetRequest{Protocol: p.Protocol, Addr: p.Address, Band: band, Holder: req.Holder,
-					Label: label(req.Spec.Name, g.Name, member, p.Name), TTL: req.TTL})
-			}
-			if scopeOf(p) == ScopeGroup {
-				one(-1)
-			} else {
-				for m := range members(g) {
-					one(m)
-				}
-			}
-			if len(reqs) > store.MaxFleetSet {
-				return nil, &SpecError{Field: field, Reason: fmt.Sprintf("the set would reserve more than %d ports fleet-wide (store.MaxFleetSet)", store.MaxFleetSet)}
-			}
-		}
-	}
-	for i := range reqs {
-		if reqs[i].Protocol == "" {
-			reqs[i].Protocol = TCP
-		}
-	}
-	return reqs, nil
-}
-
-// RenewFleet extends r's lease to ttl from now by the server's clock
-// (zero: DefaultFleetTTL), checked against r.Holder: r's Key and Holder
-// are what count, as ReserveFleet or FleetLeases returned them. A
-// reservation that is gone (released, or lapsed and reaped), or that is
-// another holder's, is an error wrapping ErrNotHeld: its port may be
-// someone else's now; reserve again.
-func (a *Allocator) RenewFleet(ctx context.Context, r FleetReservation, ttl time.Duration) error {
-	_, err := onFleet(ctx, a, "renew fleet-wide", "FleetReservation", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
-		return struct{}{}, fs.RenewFleet(ctx, r.Key, r.Holder, ttl)
-	})
-	return err
-}
-
-// ReleaseFleet deletes r's reservation, fleet-wide or narrowed, checked
-// against r.Holder: the release path of the holder's controller, e.g. a
-// pod's finalizer. Another holder's reservation is never touched. One
-// that is gone, or another holder's, is an error wrapping ErrNotHeld.
-func (a *Allocator) ReleaseFleet(ctx context.Context, r FleetReservation) error {
-	_, err := onFleet(ctx, a, "release fleet-wide", "FleetReservation", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
-		return struct{}{}, fs.ReleaseFleet(ctx, r.Key, r.Holder)
-	})
-	return err
-}
-
-// NarrowFleet makes r's fleet-wide reservation one of host (a name as
-// Config.Host takes it), e.g. once its pod is bound to a node: the port
-// is free again on every other host and stays r.Holder's on host, under
-// its lease. Narrowing to the host it is on already does nothing; one
-// narrowed to another host is a *FieldError for "host" (release it and
-// reserve again). A host no berth has run on yet is registered by the
-// name: check it, a misspelt one holds the port on a host that does not
-// exist. One that is gone, or another holder's, is an error wrapping
-// ErrNotHeld.
-func (a *Allocator) NarrowFleet(ctx context.Context, r FleetReservation, host string) error {
-	_, err := onFleet(ctx, a, "narrow fleet-wide", "FleetReservation", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
-		return struct{}{}, fs.NarrowFleet(ctx, r.Key, r.Holder, host)
-	})
-	return err
-}
-
-// FleetLeases returns every reservation of the fleet held under a lease,
-// fleet-wide or narrowed to a host, ordered by holder, protocol, port and
-// address: how a controller that restarted finds what its holders hold.
-// Leases that ran out are included until reaped; their Expires, by the
-// server's clock, says so.
-func (a *Allocator) FleetLeases(ctx context.Context) ([]FleetReservation, error) {
-	return onFleet(ctx, a, "list fleet-wide", "", func(ctx context.Context, fs store.FleetStore) ([]FleetReservation, error) {
-		return fs.Leases(ctx)
-	})
-}
-
 // fleetFields names a fleet store's request fields as portalloc's callers
 // write them, after the type's name.
 var fleetFields = map[string]string{
@@ -255,7 +67,7 @@ func (a *Allocator) fleetErr(op, typ string, err error) error {
 		return nil
 	case errors.As(err, &fe):
 		named := *fe
-		// RenewFleet's ttl is a parameter of its own, not a field.
+		// fleet.Renew's ttl is a parameter of its own, not a field.
 		if f, ok := fleetFields[fe.Field]; ok && typ != "" && (fe.Field != "ttl" || typ != "FleetReservation") {
 			named.Field = typ + "." + f
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-go/berth/internal/pgcluster"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/statedir"
 )
 
 // secretPW is the password the tests below give the server and put in
@@ -61,7 +62,7 @@ func TestFleetStoreFrozen(t *testing.T) {
 			t0.Errorf("%s with the server frozen = nil; want an error", what)
 		case !strings.Contains(msg, "PostgreSQL store postgres://postgres:xxxxx@/postgres"):
 			t0.Errorf("%s with the server frozen = %q; want it to name the store, password hidden", what, msg)
-		case strings.Contains(msg, portalloc.DatabaseFile):
+		case strings.Contains(msg, statedir.DatabaseFile):
 			t0.Errorf("%s with the server frozen = %q; names the SQLite file, not the store it was given", what, msg)
 		case !strings.Contains(msg, step):
 			t0.Errorf("%s with the server frozen = %q; want it to say %q timed out", what, msg, step)
@@ -82,7 +83,7 @@ func TestFleetStoreFrozen(t *testing.T) {
 	if took > timeout+margin {
 		t0.Errorf("Close with the server frozen took %v; want at most Timeout %v and %v", took, timeout, margin)
 	}
-	if err != nil && strings.Contains(err.Error(), portalloc.DatabaseFile) {
+	if err != nil && strings.Contains(err.Error(), statedir.DatabaseFile) {
 		t0.Errorf("Close = %v; names the SQLite file", err)
 	}
 

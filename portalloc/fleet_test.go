@@ -11,7 +11,10 @@ import (
 
 	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/portset"
+	"github.com/berth-go/berth/portalloc/statedir"
 )
 
 // fleetDSN returns a connection string to a schema of this test's own on
@@ -67,7 +70,7 @@ func TestFleetStore(t *testing.T) {
 	if err != nil || again.Port != base {
 		t.Errorf("host-a Allocate after the release = %+v, %v; want %d back", again, err, base)
 	}
-	if u, err := b.Usage(ctx); err != nil || u.Reserved != 1 {
+	if u, err := expvarmetrics.ReadUsage(ctx, b); err != nil || u.Reserved != 1 {
 		t.Errorf("host-b Usage = %+v, %v; want its one port", u, err)
 	}
 }
@@ -87,8 +90,8 @@ func TestFleetStoreNeverFallsBack(t *testing.T) {
 			t.Errorf("New with mode %q and an unreachable Store = %v; want ErrStoreUnavailable", mode, err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, portalloc.MRUFile)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("an unreachable fleet store left %s (%v); want no MRU file", portalloc.MRUFile, err)
+	if _, err := os.Stat(filepath.Join(dir, statedir.MRUFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("an unreachable fleet store left %s (%v); want no MRU file", statedir.MRUFile, err)
 	}
 }
 
@@ -130,22 +133,22 @@ func TestStoreConfigRefused(t *testing.T) {
 func TestFleetReservationsNeedAFleetStore(t *testing.T) {
 	ctx := context.Background()
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
-	r := portalloc.FleetReservation{Holder: "pod/default/web-0"}
-	spec := portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "g", Ports: []portalloc.PortSpec{{Name: "p"}}}}}
+	r := fleet.FleetReservation{Holder: "pod/default/web-0"}
+	spec := portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "g", Ports: []portset.PortSpec{{Name: "p"}}}}}
 	for name, call := range map[string]func() error{
 		"ReserveFleet": func() error {
-			_, err := a.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: portalloc.Band{First: 27000, Last: 27001}, Holder: "x"})
+			_, err := fleet.Reserve(ctx, a, fleet.FleetRequest{Protocol: portalloc.TCP, Band: fleet.Band{First: 27000, Last: 27001}, Holder: "x"})
 			return err
 		},
 		"ReserveFleetSet": func() error {
-			_, err := a.ReserveFleetSet(ctx, portalloc.FleetSetRequest{Spec: spec, Band: portalloc.Band{First: 27000, Last: 27001}, Holder: "x"})
+			_, err := fleet.ReserveSet(ctx, a, fleet.FleetSetRequest{Spec: spec, Band: fleet.Band{First: 27000, Last: 27001}, Holder: "x"})
 			return err
 		},
-		"RenewFleet":   func() error { return a.RenewFleet(ctx, r, 0) },
-		"ReleaseFleet": func() error { return a.ReleaseFleet(ctx, r) },
-		"NarrowFleet":  func() error { return a.NarrowFleet(ctx, r, "node-1") },
+		"RenewFleet":   func() error { return fleet.Renew(ctx, a, r, 0) },
+		"ReleaseFleet": func() error { return fleet.Release(ctx, a, r) },
+		"NarrowFleet":  func() error { return fleet.Narrow(ctx, a, r, "node-1") },
 		"FleetLeases": func() error {
-			_, err := a.FleetLeases(ctx)
+			_, err := fleet.Leases(ctx, a)
 			return err
 		},
 	} {
@@ -166,14 +169,14 @@ func TestFleetReservations(t *testing.T) {
 	dsn := fleetDSN(t)
 	ctx := context.Background()
 	base := freeRun(t, 2)
-	band := portalloc.Band{First: base, Last: base + 1}
+	band := fleet.Band{First: base, Last: base + 1}
 	cfg := portalloc.Config{Store: dsn, Range: allocRange, AllowEphemeralOverlap: true}
 	hostA, hostB := cfg, cfg
 	hostA.Host, hostB.Host = "host-a", "host-b"
 	ctl := newAllocator(t, hostA)
 	b := newAllocator(t, hostB)
 
-	r, err := ctl.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-0", Label: "web", TTL: time.Hour})
+	r, err := fleet.Reserve(ctx, ctl, fleet.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-0", Label: "web", TTL: time.Hour})
 	if err != nil || r.Port < base || r.Port > base+1 || r.Host != "" || r.Addr.String() != "0.0.0.0" {
 		t.Fatalf("ReserveFleet = %+v, %v; want a port of %d-%d on 0.0.0.0, fleet-wide", r, err, base, base+1)
 	}
@@ -184,25 +187,25 @@ func TestFleetReservations(t *testing.T) {
 	}
 	other := r
 	other.Holder = "pod/default/web-1"
-	if err := ctl.RenewFleet(ctx, other, time.Minute); !errors.Is(err, portalloc.ErrNotHeld) {
+	if err := fleet.Renew(ctx, ctl, other, time.Minute); !errors.Is(err, portalloc.ErrNotHeld) {
 		t.Errorf("RenewFleet by another holder = %v; want ErrNotHeld", err)
 	}
-	if err := b.RenewFleet(ctx, r, 2*time.Hour); err != nil {
+	if err := fleet.Renew(ctx, b, r, 2*time.Hour); err != nil {
 		t.Errorf("RenewFleet from another host's Allocator = %v", err)
 	}
 	var tfe *portalloc.FieldError
-	if err := b.RenewFleet(ctx, r, -time.Second); !errors.As(err, &tfe) || tfe.Field != "ttl" {
+	if err := fleet.Renew(ctx, b, r, -time.Second); !errors.As(err, &tfe) || tfe.Field != "ttl" {
 		t.Errorf("RenewFleet(-1s) = %v; want a *FieldError for ttl", err)
 	}
-	_, err = ctl.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: ""})
+	_, err = fleet.Reserve(ctx, ctl, fleet.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: ""})
 	var fe *portalloc.FieldError
 	if !errors.As(err, &fe) || fe.Field != "FleetRequest.Holder" || !strings.HasPrefix(err.Error(), "portalloc: reserve fleet-wide: FleetRequest.Holder") {
 		t.Errorf("ReserveFleet without a holder = %v; want a *FieldError for FleetRequest.Holder", err)
 	}
-	if _, err := ctl.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-1", TTL: time.Hour}); err != nil {
+	if _, err := fleet.Reserve(ctx, ctl, fleet.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-1", TTL: time.Hour}); err != nil {
 		t.Fatalf("ReserveFleet of the band's other port = %v", err)
 	}
-	_, err = ctl.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-2"})
+	_, err = fleet.Reserve(ctx, ctl, fleet.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-2"})
 	if !errors.Is(err, portalloc.ErrRangeExhausted) || strings.Count(err.Error(), "portalloc: ") != 1 {
 		t.Errorf("ReserveFleet on a full band = %v; want ErrRangeExhausted, prefixed once", err)
 	}
@@ -210,14 +213,14 @@ func TestFleetReservations(t *testing.T) {
 	if err := ctl.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ctl.FleetLeases(ctx); !errors.Is(err, portalloc.ErrClosed) {
+	if _, err := fleet.Leases(ctx, ctl); !errors.Is(err, portalloc.ErrClosed) {
 		t.Errorf("FleetLeases after Close = %v; want ErrClosed", err)
 	}
-	leases, err := b.FleetLeases(ctx)
+	leases, err := fleet.Leases(ctx, b)
 	if err != nil || len(leases) != 2 || leases[0].Holder != "pod/default/web-0" || leases[0].Port != r.Port || leases[0].Label != "web" {
 		t.Fatalf("FleetLeases after the controller's Close = %+v, %v; want both leases, web-0's first", leases, err)
 	}
-	if err := b.NarrowFleet(ctx, leases[0], "host-a"); err != nil {
+	if err := fleet.Narrow(ctx, b, leases[0], "host-a"); err != nil {
 		t.Fatalf("NarrowFleet(host-a) = %v", err)
 	}
 	if got, err := b.Reserve(ctx, portalloc.Request{Label: "x"}, r.Port); err != nil {
@@ -225,10 +228,10 @@ func TestFleetReservations(t *testing.T) {
 	} else if err := b.Release(ctx, got); err != nil {
 		t.Error(err)
 	}
-	if err := b.ReleaseFleet(ctx, leases[0]); err != nil {
+	if err := fleet.Release(ctx, b, leases[0]); err != nil {
 		t.Errorf("ReleaseFleet = %v", err)
 	}
-	if err := b.ReleaseFleet(ctx, leases[0]); !errors.Is(err, portalloc.ErrNotHeld) || strings.Count(err.Error(), "portalloc: ") != 1 {
+	if err := fleet.Release(ctx, b, leases[0]); !errors.Is(err, portalloc.ErrNotHeld) || strings.Count(err.Error(), "portalloc: ") != 1 {
 		t.Errorf("ReleaseFleet again = %v; want ErrNotHeld, prefixed once", err)
 	}
 }
@@ -240,20 +243,20 @@ func TestFleetSet(t *testing.T) {
 	ctx := context.Background()
 	base := freeRun(t, 4)
 	a := newAllocator(t, portalloc.Config{Store: dsn, Host: "host-a", Range: allocRange, AllowEphemeralOverlap: true})
-	spec := portalloc.SetSpec{Name: "shop", Groups: []portalloc.GroupSpec{
-		{Name: "api", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}}},
-		{Name: "lb", Ports: []portalloc.PortSpec{{Name: "admin", Scope: portalloc.ScopeGroup}}},
+	spec := portset.SetSpec{Name: "shop", Groups: []portset.GroupSpec{
+		{Name: "api", Members: 2, Ports: []portset.PortSpec{{Name: "http"}}},
+		{Name: "lb", Ports: []portset.PortSpec{{Name: "admin", Scope: portset.ScopeGroup}}},
 	}}
 	// Leases of an hour: other programs' tests step this machine's clock.
-	req := portalloc.FleetSetRequest{Spec: spec, Band: portalloc.Band{First: base, Last: base + 1}, Holder: "job/shop", TTL: time.Hour}
-	if _, err := a.ReserveFleetSet(ctx, req); !errors.Is(err, portalloc.ErrRangeExhausted) {
+	req := fleet.FleetSetRequest{Spec: spec, Band: fleet.Band{First: base, Last: base + 1}, Holder: "job/shop", TTL: time.Hour}
+	if _, err := fleet.ReserveSet(ctx, a, req); !errors.Is(err, portalloc.ErrRangeExhausted) {
 		t.Errorf("ReserveFleetSet of 3 ports on a band of 2 = %v; want ErrRangeExhausted", err)
 	}
-	if leases, err := a.FleetLeases(ctx); err != nil || len(leases) != 0 {
+	if leases, err := fleet.Leases(ctx, a); err != nil || len(leases) != 0 {
 		t.Errorf("FleetLeases after the failed set = %+v, %v; want none left behind", leases, err)
 	}
 	req.Band.Last = base + 3
-	rs, err := a.ReserveFleetSet(ctx, req)
+	rs, err := fleet.ReserveSet(ctx, a, req)
 	if err != nil || len(rs) != 3 {
 		t.Fatalf("ReserveFleetSet = %+v, %v; want 3 ports", rs, err)
 	}
@@ -266,15 +269,15 @@ func TestFleetSet(t *testing.T) {
 	}
 
 	bad := req
-	bad.Spec.Groups = []portalloc.GroupSpec{{Name: "api", Ports: []portalloc.PortSpec{{Name: "http", Prefer: []uint16{base}}}}}
-	var se *portalloc.SpecError
-	if _, err := a.ReserveFleetSet(ctx, bad); !errors.As(err, &se) || se.Field != "groups[0].ports[0].prefer" {
+	bad.Spec.Groups = []portset.GroupSpec{{Name: "api", Ports: []portset.PortSpec{{Name: "http", Prefer: []uint16{base}}}}}
+	var se *portset.SpecError
+	if _, err := fleet.ReserveSet(ctx, a, bad); !errors.As(err, &se) || se.Field != "groups[0].ports[0].prefer" {
 		t.Errorf("ReserveFleetSet with prefer = %v; want a *SpecError for groups[0].ports[0].prefer", err)
 	}
 	bad = req
 	bad.Holder = ""
 	var fe *portalloc.FieldError
-	if _, err := a.ReserveFleetSet(ctx, bad); !errors.As(err, &fe) || fe.Field != "FleetSetRequest.Holder" {
+	if _, err := fleet.ReserveSet(ctx, a, bad); !errors.As(err, &fe) || fe.Field != "FleetSetRequest.Holder" {
 		t.Errorf("ReserveFleetSet without a holder = %v; want a *FieldError for FleetSetRequest.Holder", err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 // A row Transfer gives to a child belongs to the child: it stays reserved
 // while the child runs, even if this process dies first. Once the child
 // has exited, the row is dead, and the store reaps it when it stands in
-// the way, in the background, or on a Reap. Set.Release and Close do not
+// the way, in the background, or on a Reap. A set's Release (package portset) and Close do not
 // wait for that: they release the rows this Allocator handed to children
 // that have exited by then, so that a program that starts children,
 // transfers their ports and releases its set leaves nothing behind.

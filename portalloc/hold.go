@@ -2,8 +2,11 @@ package portalloc
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"strings"
 
+	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
 
@@ -57,7 +60,7 @@ func (a *Allocator) unhold(r Reservation, all bool) {
 }
 
 // adopt takes a hold, by via, of r: a row this process already has in the
-// store (an AllocateSet found it by its label).
+// store (a set (package portset) found it by its label).
 func (a *Allocator) adopt(ctx context.Context, r Reservation, via string) (Reservation, error) {
 	if r.Backend != BackendStateStore {
 		if !a.hold(r) {
@@ -108,4 +111,60 @@ func (a *Allocator) dropHolds(ctx context.Context, s store.Store, r Reservation)
 		return nil
 	}
 	return s.Release(ctx, storeKey(r), store.Owner{})
+}
+
+// obtain reserves port for req, or allocates one when port is 0, with the
+// hold taken by via.
+func (a *Allocator) obtain(ctx context.Context, req Request, port uint16, via string) (r Reservation, err error) {
+	defer func() { a.ctr.count(port != 0, err) }()
+	ctx, cancel, req, err := a.begin(ctx, req)
+	if err != nil {
+		return Reservation{}, err
+	}
+	defer cancel()
+	if port != 0 {
+		return a.reserve(ctx, req, port, via)
+	}
+	return a.allocate(ctx, req, a.set, probeFunc(req), via)
+}
+
+// ownRows returns this process's reservations whose label starts with
+// prefix, from the store (so a new Allocator finds what an earlier one of
+// the same process holds) or, in the MRU backend, from this Allocator; and
+// the keys of every row this process has in the store, or nil when they
+// could not be read.
+func (a *Allocator) ownRows(ctx context.Context, prefix string) (map[string]Reservation, map[heldKey]bool, error) {
+	out := map[string]Reservation{}
+	s := a.db()
+	if a.fb.active.Load() || s == nil {
+		for _, r := range a.Held() {
+			if strings.HasPrefix(r.Label, prefix) {
+				out[r.Label] = r
+			}
+		}
+		return out, nil, nil
+	}
+	self, err := statestore.Self()
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := s.List(ctx, store.Filter{OwnerPID: self.PID})
+	if err != nil {
+		if a.cfg.Mode == ModeStateStore || isTransient(err) {
+			return nil, nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
+		}
+		return out, nil, nil // the allocations below fall back, and find nothing to reuse
+	}
+	before := map[heldKey]bool{}
+	for _, r := range rows {
+		if !r.Owner.Same(self) {
+			continue
+		}
+		res := Reservation{Protocol: r.Protocol, Address: r.Addr, Port: r.Port, Label: r.Label, Backend: BackendStateStore}
+		before[keyOf(res)] = true
+		if strings.HasPrefix(r.Label, prefix) {
+			out[r.Label] = res
+		}
+	}
+	return out, before, nil
 }

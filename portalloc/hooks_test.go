@@ -3,14 +3,14 @@ package portalloc
 import "time"
 
 // SetStoreRetryInterval makes Allocators that fell back try the state store
-// again after d instead of StoreRetryInterval, until restore is called.
+// again after d instead of storeRetryInterval, until restore is called.
 func SetStoreRetryInterval(d time.Duration) (restore func()) {
 	old := storeRetryEvery.Swap(int64(d))
 	return func() { storeRetryEvery.Store(old) }
 }
 
 // SetCheckInterval makes Allocators check their store for a loss every d
-// instead of CheckInterval, until restore is called.
+// instead of defaultCheckInterval, until restore is called.
 func SetCheckInterval(d time.Duration) (restore func()) {
 	old := checkEvery.Swap(int64(d))
 	return func() { checkEvery.Store(old) }

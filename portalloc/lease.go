@@ -11,39 +11,13 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Lease names the holder of a reservation that belongs to no process, and
-// how long it lasts: see AllocateLease. Holder is 1 to store.MaxHolderLen
-// bytes of printable UTF-8 (e.g. "ci/job-4711"); TTL is from
-// store.MinLeaseTTL (1s) to store.MaxLeaseTTL (720h, 30 days).
-type Lease = store.Lease
+// errHolderNotFound is wrapped by the errors of renew and releaseHolder
+// when the holder holds no reservation they can act on; package lease
+// exports it as ErrHolderNotFound.
+var errHolderNotFound = errors.New("holder holds no such reservation")
 
-// HolderFilter selects which reservations of a holder ReleaseHolder
-// releases. The zero HolderFilter selects all of them.
-type HolderFilter struct {
-	Protocol Protocol // zero: either
-	Port     uint16   // zero: any
-	Label    string   // zero: any
-}
-
-// ErrHolderNotFound is wrapped by the errors of Renew and ReleaseHolder
-// when the holder holds no reservation they can act on: none was made,
-// it was released, or (for Renew) its lease has ended. An ended lease is
-// never renewed: another owner may have its port by now.
-var ErrHolderNotFound = errors.New("holder holds no such reservation")
-
-// AllocateLease is Allocate for a named holder: the port belongs to
-// l.Holder under a lease of l.TTL instead of to this process, so it
-// outlives the process that asked (a CI job's port, a development
-// environment that a shell script starts). It lasts until ReleaseHolder
-// releases it or its lease ends: l.TTL after the grant or the last Renew,
-// by a clock no wall-clock step moves (see the statestore package), or at
-// the next boot. The Allocator does not hold it: Close leaves it.
-//
-// Leases need the state store: in the MRU mode, or while the Allocator
-// has fallen back to the MRU file, AllocateLease returns an error wrapping
-// ErrStoreUnavailable and never falls back. The returned Reservation has
-// Holder and Expires set.
-func (a *Allocator) AllocateLease(ctx context.Context, req Request, l Lease) (r Reservation, err error) {
+// allocateLease is lease.Allocate.
+func (a *Allocator) allocateLease(ctx context.Context, req Request, l store.Lease) (r Reservation, err error) {
 	defer func() { a.ctr.count(false, err) }()
 	defer func() { err = opError("allocate", err) }()
 	if req.Sticky && req.Label == "" {
@@ -65,15 +39,12 @@ func (a *Allocator) AllocateLease(ctx context.Context, req Request, l Lease) (r 
 	})
 }
 
-// ReserveLease is Reserve for a named holder (see AllocateLease): port,
-// whether or not it lies in the range, for l.Holder under a lease of
-// l.TTL. When the holder holds exactly this port already, its lease starts
-// over with l.TTL.
-func (a *Allocator) ReserveLease(ctx context.Context, req Request, port uint16, l Lease) (r Reservation, err error) {
+// reserveLease is lease.Reserve.
+func (a *Allocator) reserveLease(ctx context.Context, req Request, port uint16, l store.Lease) (r Reservation, err error) {
 	defer func() { a.ctr.count(true, err) }()
 	defer func() { err = opError("reserve", err) }()
 	if port == 0 {
-		return Reservation{}, &FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535 (AllocateLease chooses a free one)"}
+		return Reservation{}, &FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535 (lease.Allocate chooses a free one)"}
 	}
 	return a.lease(ctx, req, l, func(ctx context.Context, _ store.Store, ls store.LeaseStore, req Request) (store.Reservation, error) {
 		key := store.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
@@ -82,7 +53,7 @@ func (a *Allocator) ReserveLease(ctx context.Context, req Request, port uint16, 
 }
 
 // lease runs op for a lease request on the Allocator's lease store.
-func (a *Allocator) lease(ctx context.Context, req Request, l Lease, op func(context.Context, store.Store, store.LeaseStore, Request) (store.Reservation, error)) (Reservation, error) {
+func (a *Allocator) lease(ctx context.Context, req Request, l store.Lease, op func(context.Context, store.Store, store.LeaseStore, Request) (store.Reservation, error)) (Reservation, error) {
 	if err := l.Check(); err != nil {
 		return Reservation{}, err
 	}
@@ -113,17 +84,9 @@ func (a *Allocator) lease(ctx context.Context, req Request, l Lease, op func(con
 	return r, nil
 }
 
-// Renew sets the lease of every reservation of holder whose lease has not
-// ended to ttl from now, and returns how many there are. A holder with
-// none (never made, released, or every lease ended) is an error wrapping
-// ErrHolderNotFound: an ended lease is never revived.
-func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
-	n, err := a.renew(ctx, holder, ttl)
-	return n, opError("renew the leases of holder "+quoteHolder(holder), err)
-}
-
+// renew is lease.Renew. Its errors have no prefix: the public call adds it.
 func (a *Allocator) renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
-	if err := (Lease{Holder: holder, TTL: ttl}).Check(); err != nil {
+	if err := (store.Lease{Holder: holder, TTL: ttl}).Check(); err != nil {
 		return 0, err
 	}
 	_, ls, err := a.leaseStore(ctx)
@@ -137,18 +100,7 @@ func (a *Allocator) renew(ctx context.Context, holder string, ttl time.Duration)
 	return n, nil
 }
 
-// ReleaseHolder releases the reservations of holder that f selects (the
-// zero HolderFilter: all of them) and returns how many; none is an error
-// wrapping ErrHolderNotFound. Like Release, it goes on when ctx is
-// cancelled, within a deadline of its own of Config.Timeout.
-func (a *Allocator) ReleaseHolder(ctx context.Context, holder string, f HolderFilter) (int, error) {
-	ctx, cancel := a.releaseContext(ctx)
-	defer cancel()
-	n, err := a.releaseHolder(ctx, holder, f)
-	return n, opError(releaseHolderOp(holder), err)
-}
-
-// releaseHolderOp is the operation prefix of ReleaseHolder's errors, and
+// releaseHolderOp is the operation prefix of lease.Release's errors, and
 // of Release's of a reservation under a lease.
 func releaseHolderOp(holder string) string {
 	return "release the reservations of holder " + quoteHolder(holder)
@@ -158,9 +110,9 @@ func releaseHolderOp(holder string) string {
 // 64 bytes as a refused value is.
 func quoteHolder(holder string) string { return portrange.Quote(holder) }
 
-// releaseHolder is ReleaseHolder under the release's context, without
+// releaseHolder is lease.Release under the release's context, without
 // the operation prefix.
-func (a *Allocator) releaseHolder(ctx context.Context, holder string, f HolderFilter) (int, error) {
+func (a *Allocator) releaseHolder(ctx context.Context, holder string, f store.Filter) (int, error) {
 	if err := store.CheckHolder(holder); err != nil {
 		return 0, err
 	}
@@ -169,7 +121,7 @@ func (a *Allocator) releaseHolder(ctx context.Context, holder string, f HolderFi
 			var fe *FieldError
 			if errors.As(err, &fe) {
 				named := *fe
-				named.Field = "HolderFilter.Label"
+				named.Field = "Filter.Label"
 				return 0, &named
 			}
 			return 0, err
@@ -219,7 +171,7 @@ func (a *Allocator) leaseErr(err error) error {
 	case errors.Is(err, store.ErrNotFound):
 		// The store's message repeats the operation; what it says is all
 		// in ErrHolderNotFound.
-		return fmt.Errorf("%w (none was made, it was released, or its lease has ended; an ended lease is not renewed: get the ports again)", ErrHolderNotFound)
+		return fmt.Errorf("%w (none was made, it was released, or its lease has ended; an ended lease is not renewed: get the ports again)", errHolderNotFound)
 	case errors.Is(err, store.ErrInvalid):
 		return err
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

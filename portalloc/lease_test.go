@@ -16,6 +16,8 @@ import (
 
 	migfiles "github.com/berth-go/berth/internal/migrations"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/lease"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -70,7 +72,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		r, err := a.AllocateLease(ctx, portalloc.Request{Label: "job"}, portalloc.Lease{Holder: os.Getenv("BERTH_TEST_HOLDER"), TTL: ttl})
+		r, err := lease.Allocate(ctx, a, portalloc.Request{Label: "job"}, lease.Lease{Holder: os.Getenv("BERTH_TEST_HOLDER"), TTL: ttl})
 		if err != nil {
 			return err
 		}
@@ -130,7 +132,7 @@ func allocateBound(t *testing.T, a *portalloc.Allocator, n int) []portalloc.Rese
 // schemaVersion reads the schema version of the store in dir.
 func schemaVersion(t *testing.T, dir string) uint {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, portalloc.DatabaseFile)+"?mode=ro&_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, statedir.DatabaseFile)+"?mode=ro&_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +200,7 @@ func TestAllocatorSharesStoreWithNewerBuild(t *testing.T) {
 					t.Errorf("port %d granted to both builds", p)
 				}
 			}
-			path := filepath.Join(dir, portalloc.DatabaseFile)
+			path := filepath.Join(dir, statedir.DatabaseFile)
 			held, err := statestore.ReadHeld(ctx, path)
 			if err != nil || held.Len() != len(oldRes)+len(newPorts) {
 				t.Errorf("rows in the store = %d, %v; want %d", held.Len(), err, len(oldRes)+len(newPorts))
@@ -242,13 +244,13 @@ func TestLeaseOutlivesAllocator(t *testing.T) {
 	if !errors.As(err, &ce) || !ce.Holder.Owner.IsLease() || ce.Holder.Owner.Name != "ci/job-7" {
 		t.Fatalf("Reserve(%d) of a leased port = %v; want a ConflictError naming holder ci/job-7", port, err)
 	}
-	if n, err := a.Renew(ctx, "ci/job-7", 2*time.Hour); err != nil || n != 1 {
+	if n, err := lease.Renew(ctx, a, "ci/job-7", 2*time.Hour); err != nil || n != 1 {
 		t.Errorf("Renew(ci/job-7) = %d, %v; want 1", n, err)
 	}
-	if n, err := a.ReleaseHolder(ctx, "ci/job-7", portalloc.HolderFilter{}); err != nil || n != 1 {
+	if n, err := lease.Release(ctx, a, "ci/job-7", lease.Filter{}); err != nil || n != 1 {
 		t.Errorf("ReleaseHolder(ci/job-7) = %d, %v; want 1", n, err)
 	}
-	if _, err := a.Renew(ctx, "ci/job-7", time.Hour); !errors.Is(err, portalloc.ErrHolderNotFound) {
+	if _, err := lease.Renew(ctx, a, "ci/job-7", time.Hour); !errors.Is(err, lease.ErrHolderNotFound) {
 		t.Errorf("Renew after release = %v; want ErrHolderNotFound", err)
 	}
 	if _, err := a.Reserve(ctx, portalloc.Request{}, uint16(port)); err != nil {
@@ -262,20 +264,20 @@ func TestLeaseRequestErrors(t *testing.T) {
 	ctx := context.Background()
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
 	for _, tc := range []struct {
-		l    portalloc.Lease
+		l    lease.Lease
 		want string
 	}{
-		{portalloc.Lease{Holder: "", TTL: time.Hour}, "holder"},
-		{portalloc.Lease{Holder: "x", TTL: 0}, `ttl "0s": want a duration from 1s to 720h (30 days)`},
-		{portalloc.Lease{Holder: "x", TTL: 800 * time.Hour}, `ttl "800h0m0s"`},
+		{lease.Lease{Holder: "", TTL: time.Hour}, "holder"},
+		{lease.Lease{Holder: "x", TTL: 0}, `ttl "0s": want a duration from 1s to 720h (30 days)`},
+		{lease.Lease{Holder: "x", TTL: 800 * time.Hour}, `ttl "800h0m0s"`},
 	} {
-		_, err := a.AllocateLease(ctx, portalloc.Request{}, tc.l)
+		_, err := lease.Allocate(ctx, a, portalloc.Request{}, tc.l)
 		if !errors.Is(err, portalloc.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("AllocateLease(%+v) = %v; want ErrInvalidRequest mentioning %q", tc.l, err, tc.want)
 		}
 	}
 	m := newAllocator(t, portalloc.Config{Mode: portalloc.ModeMRU})
-	if _, err := m.AllocateLease(ctx, portalloc.Request{}, portalloc.Lease{Holder: "x", TTL: time.Hour}); !errors.Is(err, portalloc.ErrStoreUnavailable) {
+	if _, err := lease.Allocate(ctx, m, portalloc.Request{}, lease.Lease{Holder: "x", TTL: time.Hour}); !errors.Is(err, portalloc.ErrStoreUnavailable) {
 		t.Errorf("AllocateLease in the MRU mode = %v; want ErrStoreUnavailable", err)
 	}
 }

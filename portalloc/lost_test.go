@@ -14,6 +14,8 @@ import (
 
 	"github.com/berth-go/berth/internal/marker"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/store"
 )
 
@@ -106,19 +108,19 @@ func TestHolderSurvivesLostStore(t *testing.T) {
 	}{
 		{"state directory removed", func(dir string) error { return os.RemoveAll(dir) }},
 		{"database replaced by an empty file", func(dir string) error {
-			db := filepath.Join(dir, portalloc.DatabaseFile)
+			db := filepath.Join(dir, statedir.DatabaseFile)
 			if err := os.Remove(db); err != nil {
 				return err
 			}
 			return os.WriteFile(db, nil, 0o600)
 		}},
 		{"database truncated in place", func(dir string) error {
-			return os.Truncate(filepath.Join(dir, portalloc.DatabaseFile), 0)
+			return os.Truncate(filepath.Join(dir, statedir.DatabaseFile), 0)
 		}},
 		// What a checkpoint makes of a truncated file: some pages back,
 		// not all. Nobody but its holders can tell it from a damaged one.
 		{"database truncated to half", func(dir string) error {
-			db := filepath.Join(dir, portalloc.DatabaseFile)
+			db := filepath.Join(dir, statedir.DatabaseFile)
 			fi, err := os.Stat(db)
 			if err != nil {
 				return err
@@ -187,7 +189,7 @@ func TestHolderSurvivesLostStore(t *testing.T) {
 				t.Logf("intruder: %s", tries)
 
 				// The holder's row is back, under its label.
-				s, err := portalloc.OpenStore(context.Background(), portalloc.Config{StateDir: dir})
+				s, err := fleet.OpenStore(context.Background(), portalloc.Config{StateDir: dir})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
+	"github.com/berth-go/berth/portalloc/pool"
+	"github.com/berth-go/berth/portalloc/portset"
 )
 
 // misuse is one call that a caller gets wrong, and the sentinel its error
@@ -26,25 +29,25 @@ var misuseExtra []func(t *testing.T) []misuse
 // documented readers returns an error wrapping ErrClosed.
 func TestMisuse(t *testing.T) {
 	ctx := context.Background()
-	spec := func(name string) portalloc.SetSpec {
-		return portalloc.SetSpec{Name: name, Groups: []portalloc.GroupSpec{{Name: "g", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}}}}}
+	spec := func(name string) portset.SetSpec {
+		return portset.SetSpec{Name: name, Groups: []portset.GroupSpec{{Name: "g", Members: 2, Ports: []portset.PortSpec{{Name: "http"}}}}}
 	}
 	// A live Allocator with two sets and a pool.
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
-	one, err := a.AllocateSet(ctx, spec("one"))
+	one, err := portset.Allocate(ctx, a, spec("one"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, err := a.AllocateSet(ctx, spec("two"))
+	two, err := portset.Allocate(ctx, a, spec("two"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	twoMember := two.Members()[0]
-	pool, err := a.NewPool(ctx, "hot", portalloc.PoolSpec{Size: 1})
+	hot, err := pool.New(ctx, a, "hot", pool.Spec{Size: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	closedPool, err := a.NewPool(ctx, "closed", portalloc.PoolSpec{Size: 1})
+	closedPool, err := pool.New(ctx, a, "closed", pool.Spec{Size: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +64,11 @@ func TestMisuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cset, err := c.AllocateSet(ctx, spec("closing"))
+	cset, err := portset.Allocate(ctx, c, spec("closing"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpool, err := c.NewPool(ctx, "closing", portalloc.PoolSpec{Size: 2})
+	cpool, err := pool.New(ctx, c, "closing", pool.Spec{Size: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,20 +92,20 @@ func TestMisuse(t *testing.T) {
 		{"Set.Member of a known member", func() error { _, err := one.Member("g", 1); return err }, nil},
 
 		// Pools.
-		{"NewPool with a name in use", func() error { _, err := a.NewPool(ctx, "hot", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
-		{"NewPool with an empty name", func() error { _, err := a.NewPool(ctx, "", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
-		{"NewPool with an ESC in its name", func() error { _, err := a.NewPool(ctx, "p\x1b[2J", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
-		{"Pool.Update after Pool.Close", func() error { return closedPool.Update(portalloc.PoolSpec{Size: 2}) }, portalloc.ErrClosed},
+		{"NewPool with a name in use", func() error { _, err := pool.New(ctx, a, "hot", pool.Spec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
+		{"NewPool with an empty name", func() error { _, err := pool.New(ctx, a, "", pool.Spec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
+		{"NewPool with an ESC in its name", func() error { _, err := pool.New(ctx, a, "p\x1b[2J", pool.Spec{Size: 1}); return err }, portalloc.ErrInvalidRequest},
+		{"Pool.Update after Pool.Close", func() error { return closedPool.Update(pool.Spec{Size: 2}) }, portalloc.ErrClosed},
 		{"Pool.Take after Pool.Close", func() error { _, err := closedPool.Take(ctx); return err }, portalloc.ErrClosed},
 		{"Pool.Close twice", closedPool.Close, nil},
 		{"NewPool with the name of a closed pool", func() error {
-			p, err := a.NewPool(ctx, "closed", portalloc.PoolSpec{Size: 1})
+			p, err := pool.New(ctx, a, "closed", pool.Spec{Size: 1})
 			if err == nil {
 				err = p.Close()
 			}
 			return err
 		}, nil},
-		{"Pool.Update of an open pool", func() error { return pool.Update(portalloc.PoolSpec{Size: 1, MaxUnavailable: "1"}) }, nil},
+		{"Pool.Update of an open pool", func() error { return hot.Update(pool.Spec{Size: 1, MaxUnavailable: "1"}) }, nil},
 
 		// Labels.
 		{"Allocate with a title-change label", func() error { _, err := a.Allocate(ctx, hostile); return err }, portalloc.ErrInvalidRequest},
@@ -128,16 +131,16 @@ func TestMisuse(t *testing.T) {
 		{"Reserve after Close", func() error { _, err := c.Reserve(ctx, portalloc.Request{}, port); return err }, portalloc.ErrClosed},
 		{"Listen after Close", func() error { _, _, err := c.Listen(ctx, portalloc.Request{}); return err }, portalloc.ErrClosed},
 		{"ListenPacket after Close", func() error { _, _, err := c.ListenPacket(ctx, portalloc.Request{}); return err }, portalloc.ErrClosed},
-		{"AllocateSet after Close", func() error { _, err := c.AllocateSet(ctx, spec("late")); return err }, portalloc.ErrClosed},
-		{"NewPool after Close", func() error { _, err := c.NewPool(ctx, "late", portalloc.PoolSpec{Size: 1}); return err }, portalloc.ErrClosed},
+		{"AllocateSet after Close", func() error { _, err := portset.Allocate(ctx, c, spec("late")); return err }, portalloc.ErrClosed},
+		{"NewPool after Close", func() error { _, err := pool.New(ctx, c, "late", pool.Spec{Size: 1}); return err }, portalloc.ErrClosed},
 		{"Release after Close", func() error { return c.Release(ctx, cr) }, portalloc.ErrClosed},
 		{"Transfer after Close", func() error { return c.Transfer(ctx, cr, 1) }, portalloc.ErrClosed},
 		{"Reap after Close", func() error { _, err := c.Reap(ctx); return err }, portalloc.ErrClosed},
-		{"Usage after Close", func() error { _, err := c.Usage(ctx); return err }, portalloc.ErrClosed},
+		{"Usage after Close", func() error { _, err := expvarmetrics.ReadUsage(ctx, c); return err }, portalloc.ErrClosed},
 		{"Set.Transfer after Close", func() error { return cset.Transfer(ctx, cset.Members()[0], 1) }, portalloc.ErrClosed},
 		{"Set.Release after Close", func() error { return cset.Release(ctx) }, nil},
 		{"Pool.Take after Close", func() error { _, err := cpool.Take(ctx); return err }, portalloc.ErrClosed},
-		{"Pool.Update after Close", func() error { return cpool.Update(portalloc.PoolSpec{Size: 1}) }, portalloc.ErrClosed},
+		{"Pool.Update after Close", func() error { return cpool.Update(pool.Spec{Size: 1}) }, portalloc.ErrClosed},
 		{"Pool.Return after Close", func() error { return cpool.Return(taken) }, portalloc.ErrClosed},
 		{"Pool.Close after Close", cpool.Close, nil},
 		{"Stats, Held, Metrics after Close", func() error {
@@ -147,7 +150,7 @@ func TestMisuse(t *testing.T) {
 			if h := c.Held(); len(h) != 0 {
 				return fmt.Errorf("Held() = %v; want none", h)
 			}
-			if m := c.Metrics(ctx); m.UsageError == "" {
+			if m := expvarmetrics.Read(ctx, c); m.UsageError == "" {
 				return fmt.Errorf("Metrics() = %+v; want a UsageError", m)
 			}
 			if c.Backend() != portalloc.BackendStateStore || c.FallbackCause() != nil || c.Config().StateDir == "" {
@@ -180,7 +183,7 @@ func TestMisuse(t *testing.T) {
 	}
 
 	// What the refused transfers would have moved is still this process's.
-	for _, m := range []*portalloc.Member{one.Members()[0], twoMember} {
+	for _, m := range []*portset.Member{one.Members()[0], twoMember} {
 		r := m.Ports["http"]
 		if got, err := a.Reserve(ctx, portalloc.Request{Address: r.Address}, r.Port); err != nil || got.Port != r.Port {
 			t.Errorf("Reserve(%d) after the refused transfers = %v, %v; want this process's reservation back", r.Port, got, err)

@@ -7,11 +7,13 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/berth-go/berth/portalloc/internal/names"
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // FuzzCheckLabel: the label validator never panics; every label it
-// accepts is within MaxLabelLen bytes of valid, printable UTF-8; every
+// accepts is within store.MaxLabelLen bytes of valid, printable UTF-8; every
 // refusal wraps ErrInvalidRequest, names Request.Label and is itself short
 // and printable, whatever it quotes. The set-name validator is held to its
 // own rule on the same input, and statestore.CheckLabel must agree with
@@ -21,7 +23,7 @@ func FuzzCheckLabel(f *testing.F) {
 		"", "api.http", "dev/api/0/http", "pool:hot", "ünïcödé ok", "with space",
 		"\x1b[31mred\x1b[0m", "\x1b]0;pwned\x07", "web\ntcp 127.0.0.1 8080 forged", "nul\x00byte",
 		"bad\xffutf8", "\u202eevil", "nbsp\u00a0", "\ufffd", "tab\t", "del\x7f", "c1\u009b",
-		strings.Repeat("a", MaxLabelLen), strings.Repeat("a", MaxLabelLen+1), strings.Repeat("é", 200),
+		strings.Repeat("a", store.MaxLabelLen), strings.Repeat("a", store.MaxLabelLen+1), strings.Repeat("é", 200),
 	} {
 		f.Add(s)
 	}
@@ -31,7 +33,7 @@ func FuzzCheckLabel(f *testing.F) {
 			t.Fatalf("checkLabel(%q) = %v but statestore.CheckLabel = %v; want the same rule in both", label, err, sErr)
 		}
 		if err == nil {
-			if len(label) > MaxLabelLen || !utf8.ValidString(label) {
+			if len(label) > store.MaxLabelLen || !utf8.ValidString(label) {
 				t.Fatalf("checkLabel(%q) = nil; want an error: %d bytes, valid UTF-8 %v", label, len(label), utf8.ValidString(label))
 			}
 			for _, r := range label {
@@ -46,19 +48,19 @@ func FuzzCheckLabel(f *testing.F) {
 			printableMessage(t, err)
 		}
 
-		if err := checkName("pool name", label); err == nil {
-			if label == "" || len(label) > MaxNameLen || !isLetter(label[0]) ||
+		if err := names.Check("pool name", label); err == nil {
+			if label == "" || len(label) > names.MaxLen || !isLetter(label[0]) ||
 				strings.ContainsFunc(label, func(r rune) bool {
 					return r > unicode.MaxASCII || !isLetter(byte(r)) && !isDigit(byte(r)) && r != '_' && r != '-'
 				}) {
-				t.Fatalf("checkName(%q) = nil; want an error", label)
+				t.Fatalf("names.Check(%q) = nil; want an error", label)
 			}
 			if checkLabel("pool:"+label) != nil || checkLabel(label+"/"+label+"/9999/"+label) != nil {
 				t.Fatalf("name %q makes a label checkLabel refuses", label)
 			}
 		} else {
 			if !errors.Is(err, ErrInvalidRequest) {
-				t.Fatalf("checkName(%q) = %v; want ErrInvalidRequest", label, err)
+				t.Fatalf("names.Check(%q) = %v; want ErrInvalidRequest", label, err)
 			}
 			printableMessage(t, err)
 		}
@@ -84,8 +86,8 @@ func TestCheckLabel(t *testing.T) {
 		{"api.http", ""},
 		{"dev/api/0/http", ""},
 		{"ünïcödé and spaces", ""},
-		{strings.Repeat("é", MaxLabelLen/2), ""},
-		{strings.Repeat("a", MaxLabelLen+1), "it has 257 bytes"},
+		{strings.Repeat("é", store.MaxLabelLen/2), ""},
+		{strings.Repeat("a", store.MaxLabelLen+1), "it has 257 bytes"},
 		{"\x1b[31mred", `'\x1b' at byte 0`},
 		{"x\x1b]0;pwned\x07", `'\x1b' at byte 1`},
 		{"web\nforged row", `'\n' at byte 3`},
@@ -111,3 +113,6 @@ func TestCheckLabel(t *testing.T) {
 		t.Errorf("checkLabel(1 MiB) = %.600v; want a short error", err)
 	}
 }
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+func isDigit(c byte) bool  { return c >= '0' && c <= '9' }

@@ -10,59 +10,50 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Opener opens the store a Config.Store names, for NewWithOpener and
-// OpenStoreWith: package github.com/berth-go/berth/portalloc/fleet has the
-// one of a fleet's PostgreSQL store (fleet.Open), so that only a program
+// opener opens the store a Config.Store names: package
+// github.com/berth-go/berth/portalloc/fleet hands portalloc the one of a
+// fleet's PostgreSQL store (through package seam), so that only a program
 // that asks for PostgreSQL links a client of it. cfg is the Config as New
-// completed it (defaults filled in, Store checked); opts say what the
-// store is for. The store's errors are returned as they are: the caller
-// wraps them in ErrStoreUnavailable.
-type Opener func(ctx context.Context, cfg Config, opts OpenOptions) (store.Store, error)
-
-// OpenOptions say how an Opener opens a store.
-type OpenOptions struct {
-	// Tool is true for OpenStoreWith, a program that reads or changes the
-	// rows directly (berth ls, reap, release): the store runs no sweep in
-	// the background and may wait up to Config.Timeout for a busy store.
-	Tool bool
-}
+// completed it (defaults filled in, Store checked); tool is true for a
+// program that reads or changes the rows directly (berth ls, reap,
+// release): the store then runs no sweep in the background and may wait up
+// to Config.Timeout for a busy store. The store's errors are returned as
+// they are: the caller wraps them in ErrStoreUnavailable.
+type opener = func(ctx context.Context, cfg Config, tool bool) (store.Store, error)
 
 // fleetPackage is the package that opens a Config.Store, for messages.
 const fleetPackage = "github.com/berth-go/berth/portalloc/fleet"
 
-// errNoOpener refuses a Config.Store where no Opener was given: portalloc
+// errNoOpener refuses a Config.Store where no opener was given: portalloc
 // does not link the PostgreSQL client it needs.
 func errNoOpener(call string, s string) error {
 	return &FieldError{Field: "Config.Store", Value: dsn.Redact(s),
 		Want: fmt.Sprintf("no Store with portalloc.%s, which links no PostgreSQL client: import %q and call fleet.%s (it opens the PostgreSQL store Config.Store names), or leave Store empty for the SQLite store", call, fleetPackage, call)}
 }
 
-// OpenStore opens the store cfg names, for a program that reads or changes
-// its rows directly, as berth's ls, reap, release and transfer do: the
-// SQLite file in cfg.StateDir (created if missing). The store runs no
-// background sweep, and a busy SQLite store is waited for up to
-// cfg.Timeout. It never falls back: an error is the store's. The caller
-// closes the store.
-//
-// A cfg.Store (a PostgreSQL database) is refused with a *FieldError for
-// Config.Store: open it with fleet.OpenStore of package
-// github.com/berth-go/berth/portalloc/fleet, or with OpenStoreWith.
+// OpenStore opens the SQLite store an Allocator of cfg would use, for a
+// program that reads or changes its rows directly (PortOf, LivePorts,
+// who.Lookup, a Reap of its own): the file in cfg.StateDir, created if
+// missing, after taking over the previous default's when cfg.StateDir is
+// empty. It runs no background sweep, waits up to cfg.Timeout for a busy
+// store, and never falls back. The caller closes the store. A cfg.Store
+// (a PostgreSQL database) is refused with a *FieldError for Config.Store:
+// fleet.OpenStore of package github.com/berth-go/berth/portalloc/fleet
+// opens either.
 func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
-	if cfg.Store != "" {
-		return nil, opError("", errNoOpener("OpenStore", cfg.Store))
-	}
-	return OpenStoreWith(ctx, cfg, nil)
-}
-
-// OpenStoreWith is OpenStore for a cfg.Store that open opens (see Opener;
-// fleet.OpenStore passes fleet.Open). A nil open, or an empty cfg.Store,
-// opens the SQLite file in cfg.StateDir as OpenStore does.
-func OpenStoreWith(ctx context.Context, cfg Config, open Opener) (store.Store, error) {
-	s, err := openStoreWith(ctx, cfg, open)
+	s, err := openStoreWith(ctx, cfg, nil)
 	return s, opError("", err)
 }
 
-func openStoreWith(ctx context.Context, cfg Config, open Opener) (store.Store, error) {
+// openStoreWith is fleet.OpenStore: it opens the store cfg names, for a
+// program that reads or changes its rows directly, as berth's ls, reap,
+// release and transfer do: the store a cfg.Store names, through open, or
+// else the SQLite file in cfg.StateDir (created if missing), after taking
+// over the previous default's when cfg.StateDir is empty. The store runs
+// no background sweep, and a busy SQLite store is waited for up to
+// cfg.Timeout. It never falls back: an error is the store's. The caller
+// closes the store.
+func openStoreWith(ctx context.Context, cfg Config, open opener) (store.Store, error) {
 	if cfg.Store != "" && open == nil {
 		return nil, errNoOpener("OpenStore", cfg.Store)
 	}
@@ -82,12 +73,12 @@ func openStoreWith(ctx context.Context, cfg Config, open Opener) (store.Store, e
 // openBacking opens the store cfg names: through open for a Config.Store,
 // else the SQLite file in cfg.StateDir. A tool's store sweeps nothing and
 // waits for a busy SQLite store as long as cfg.Timeout allows.
-func openBacking(ctx context.Context, cfg Config, open Opener, tool bool) (store.Store, error) {
+func openBacking(ctx context.Context, cfg Config, open opener, tool bool) (store.Store, error) {
 	if cfg.Store != "" {
-		if open == nil { // New and OpenStore refuse it before
+		if open == nil { // New refuses it before
 			return nil, errNoOpener("New", cfg.Store)
 		}
-		return open(ctx, cfg, OpenOptions{Tool: tool})
+		return open(ctx, cfg, tool)
 	}
 	// A store locked by something else for half the allocation timeout
 	// is busy: the caller gets an error wrapping ErrStoreUnavailable.
@@ -95,7 +86,7 @@ func openBacking(ctx context.Context, cfg Config, open Opener, tool bool) (store
 	if tool {
 		opts.SweepInterval, opts.BusyTimeout = -1, cfg.Timeout
 	}
-	s, err := statestore.Open(ctx, filepath.Join(cfg.StateDir, DatabaseFile), opts)
+	s, err := statestore.Open(ctx, filepath.Join(cfg.StateDir, databaseFile), opts)
 	if err != nil {
 		return nil, err
 	}

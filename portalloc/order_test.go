@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/portset"
 )
 
 // TestPrefer: preferred ports are tried first, in order, each with the full
@@ -111,8 +112,8 @@ func TestSetPrefer(t *testing.T) {
 	base := freeRun(t, 10)
 	rng := portalloc.Range{First: base + 5, Last: base + 9}
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: rng, AllowEphemeralOverlap: true})
-	set, err := a.AllocateSet(ctx, portalloc.SetSpec{Name: "prefer", Groups: []portalloc.GroupSpec{
-		{Name: "web", Members: 3, Ports: []portalloc.PortSpec{{Name: "http", Prefer: []uint16{base, base + 1}, Order: portalloc.OrderLowest}}},
+	set, err := portset.Allocate(ctx, a, portset.SetSpec{Name: "prefer", Groups: []portset.GroupSpec{
+		{Name: "web", Members: 3, Ports: []portset.PortSpec{{Name: "http", Prefer: []uint16{base, base + 1}, Order: portalloc.OrderLowest}}},
 	}})
 	if err != nil {
 		t.Fatal(err)

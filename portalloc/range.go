@@ -12,7 +12,7 @@ import (
 // one port-range type of berth, under the name portalloc has always given
 // it (see store.Range for its methods: Size, Contains, Overlaps, String
 // and Valid, whose error is a *FieldError). The zero Range is empty and
-// not valid; where Config or PoolSpec take one, zero means their default.
+// not valid; where Config or a pool's spec takes one, zero means their default.
 // Range is a small value: copy it freely.
 type Range = store.Range
 

@@ -11,6 +11,7 @@ import (
 	"github.com/berth-go/berth/mru"
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/lease"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -53,14 +54,14 @@ func TestRefusedInput(t *testing.T) {
 	req := func(r portalloc.Request) func() error {
 		return func() error { _, err := a.Allocate(ctx, r); return err }
 	}
-	lease := func(l portalloc.Lease) func() error {
-		return func() error { _, err := a.AllocateLease(ctx, portalloc.Request{}, l); return err }
+	leaseOf := func(l lease.Lease) func() error {
+		return func() error { _, err := lease.Allocate(ctx, a, portalloc.Request{}, l); return err }
 	}
 	tooMany := make([]uint16, portalloc.MaxPrefer+1)
 	for i := range tooMany {
 		tooMany[i] = uint16(20000 + i)
 	}
-	ok := portalloc.Lease{Holder: "ci/refused", TTL: time.Minute}
+	ok := lease.Lease{Holder: "ci/refused", TTL: time.Minute}
 	mf := mru.New(dir+"/refused-mru.json", mru.Options{})
 	t.Cleanup(func() { _ = mf.Close() })
 	st, err := statestore.Open(ctx, t.TempDir()+"/berth.db", statestore.Options{SweepInterval: -1})
@@ -82,22 +83,22 @@ func TestRefusedInput(t *testing.T) {
 		{"Reserve port 0", "port", true, func() error { _, err := a.Reserve(ctx, portalloc.Request{}, 0); return err }},
 		{"Reserve protocol", "Request.Protocol", true, func() error { _, err := a.Reserve(ctx, portalloc.Request{Protocol: "x"}, port); return err }},
 		{"AllocateBlock of 0", "n", true, func() error { _, err := a.AllocateBlock(ctx, portalloc.Request{}, 0); return err }},
-		{"AllocateBlock too long", "n", true, func() error { _, err := a.AllocateBlock(ctx, portalloc.Request{}, portalloc.MaxBlock+1); return err }},
+		{"AllocateBlock too long", "n", true, func() error { _, err := a.AllocateBlock(ctx, portalloc.Request{}, store.MaxBlock+1); return err }},
 		{"AllocateBlock sticky", "Request.Sticky", true, func() error {
 			_, err := a.AllocateBlock(ctx, portalloc.Request{Label: "b", Sticky: true}, 2)
 			return err
 		}},
-		{"AllocateLease holder", "holder", true, lease(portalloc.Lease{TTL: time.Minute})},
-		{"AllocateLease ttl", "ttl", true, lease(portalloc.Lease{Holder: "ci/x", TTL: 10000 * time.Hour})},
+		{"AllocateLease holder", "holder", true, leaseOf(lease.Lease{TTL: time.Minute})},
+		{"AllocateLease ttl", "ttl", true, leaseOf(lease.Lease{Holder: "ci/x", TTL: 10000 * time.Hour})},
 		{"AllocateLease sticky without label", "Request.Label", true, func() error {
-			_, err := a.AllocateLease(ctx, portalloc.Request{Sticky: true}, ok)
+			_, err := lease.Allocate(ctx, a, portalloc.Request{Sticky: true}, ok)
 			return err
 		}},
-		{"ReserveLease port 0", "port", true, func() error { _, err := a.ReserveLease(ctx, portalloc.Request{}, 0, ok); return err }},
-		{"Renew ttl", "ttl", true, func() error { _, err := a.Renew(ctx, "ci/x", 0); return err }},
-		{"ReleaseHolder holder", "holder", true, func() error { _, err := a.ReleaseHolder(ctx, "", portalloc.HolderFilter{}); return err }},
-		{"ReleaseHolder label", "HolderFilter.Label", true, func() error {
-			_, err := a.ReleaseHolder(ctx, "ci/x", portalloc.HolderFilter{Label: "\x1b"})
+		{"ReserveLease port 0", "port", true, func() error { _, err := lease.Reserve(ctx, a, portalloc.Request{}, 0, ok); return err }},
+		{"Renew ttl", "ttl", true, func() error { _, err := lease.Renew(ctx, a, "ci/x", 0); return err }},
+		{"ReleaseHolder holder", "holder", true, func() error { _, err := lease.Release(ctx, a, "", lease.Filter{}); return err }},
+		{"ReleaseHolder label", "Filter.Label", true, func() error {
+			_, err := lease.Release(ctx, a, "ci/x", lease.Filter{Label: "\x1b"})
 			return err
 		}},
 		{"Listen udp", "Request.Protocol", true, func() error { _, _, err := a.Listen(ctx, portalloc.Request{Protocol: portalloc.UDP}); return err }},

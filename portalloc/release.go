@@ -21,7 +21,7 @@ import (
 // an error, and deletes nothing.
 //
 // A reservation of a holder under a lease (r.Holder set) is released for
-// its holder, as ReleaseHolder releases its port.
+// its holder, as package lease's Release releases its port.
 //
 // A release goes on when ctx is cancelled or its deadline passes: ctx
 // gives only its values, and the release has a deadline of its own,
@@ -33,7 +33,7 @@ func (a *Allocator) Release(ctx context.Context, r Reservation) error {
 	ctx, cancel := a.releaseContext(ctx)
 	defer cancel()
 	if r.Holder != "" {
-		_, err := a.releaseHolder(ctx, r.Holder, HolderFilter{Protocol: r.Protocol, Port: r.Port})
+		_, err := a.releaseHolder(ctx, r.Holder, store.Filter{Protocol: r.Protocol, Port: r.Port})
 		return opError(releaseHolderOp(r.Holder), err)
 	}
 	return opError("", a.release(ctx, r, "", false)) // its errors say "release <r>"
@@ -46,8 +46,9 @@ func (a *Allocator) releaseContext(ctx context.Context) (context.Context, contex
 }
 
 // release drops one hold of r by via. With keepRow it never deletes the
-// row: an AllocateSet that fails leaves rows that existed before it. Its
-// errors begin "release <r>: ", without the package's prefix.
+// row: a set allocation (portset.Allocate) that fails leaves rows that
+// existed before it. Its errors begin "release <r>: ", without the
+// package's prefix.
 func (a *Allocator) release(ctx context.Context, r Reservation, via string, keepRow bool) error {
 	if a.isClosed() {
 		return fmt.Errorf("release %s: %w (Close has released everything the Allocator held)", r, ErrClosed)

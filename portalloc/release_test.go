@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/lease"
+	"github.com/berth-go/berth/portalloc/portset"
 )
 
 // TestReleaseWithCancelledContext: the shutdown path releases. A deferred
@@ -20,13 +22,13 @@ func TestReleaseWithCancelledContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := a.AllocateSet(context.Background(), portalloc.SetSpec{Name: "shutdown", Groups: []portalloc.GroupSpec{
-		{Name: "api", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}, {Name: "grpc", Scope: portalloc.ScopeGroup}}},
+	set, err := portset.Allocate(context.Background(), a, portset.SetSpec{Name: "shutdown", Groups: []portset.GroupSpec{
+		{Name: "api", Members: 2, Ports: []portset.PortSpec{{Name: "http"}, {Name: "grpc", Scope: portset.ScopeGroup}}},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AllocateLease(context.Background(), portalloc.Request{Label: "shutdown/lease"}, portalloc.Lease{Holder: "ci/job-1", TTL: time.Hour}); err != nil {
+	if _, err := lease.Allocate(context.Background(), a, portalloc.Request{Label: "shutdown/lease"}, lease.Lease{Holder: "ci/job-1", TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if got := rowsLabelled(t, dir, "shutdown/"); len(got) != 5 {
@@ -41,7 +43,7 @@ func TestReleaseWithCancelledContext(t *testing.T) {
 	if err := set.Release(ctx); err != nil {
 		t.Errorf("Set.Release(cancelled ctx) = %v; want nil", err)
 	}
-	if n, err := a.ReleaseHolder(ctx, "ci/job-1", portalloc.HolderFilter{}); n != 1 || err != nil {
+	if n, err := lease.Release(ctx, a, "ci/job-1", lease.Filter{}); n != 1 || err != nil {
 		t.Errorf("ReleaseHolder(cancelled ctx) = %d, %v; want 1, nil", n, err)
 	}
 	if got := rowsLabelled(t, dir, "shutdown/"); len(got) != 0 {
@@ -59,8 +61,8 @@ func TestReleaseReapsExitedChildren(t *testing.T) {
 	ctx := context.Background()
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
 	dir := a.Config().StateDir
-	set, err := a.AllocateSet(ctx, portalloc.SetSpec{Name: "kids", Groups: []portalloc.GroupSpec{
-		{Name: "svc", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}}},
+	set, err := portset.Allocate(ctx, a, portset.SetSpec{Name: "kids", Groups: []portset.GroupSpec{
+		{Name: "svc", Members: 2, Ports: []portset.PortSpec{{Name: "http"}}},
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -11,15 +11,15 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// CheckInterval is how often an Allocator that holds reservations asks its
+// defaultCheckInterval is how often an Allocator that holds reservations asks its
 // store whether they may have been lost (store.Checker): the state store's
 // file deleted (a cache cleaner, rm -rf), replaced or truncated. When they
 // may have, it reopens the store and puts them back (see "Losing the store"
 // in the package documentation). Every write finds a loss at once; the
 // check finds it for an Allocator that is idle.
-const CheckInterval = time.Second
+const defaultCheckInterval = time.Second
 
-// checkEvery, in nanoseconds, overrides CheckInterval when it is not zero:
+// checkEvery, in nanoseconds, overrides defaultCheckInterval when it is not zero:
 // tests shorten it.
 var checkEvery atomic.Int64
 
@@ -27,7 +27,7 @@ func checkInterval() time.Duration {
 	if d := checkEvery.Load(); d > 0 {
 		return time.Duration(d)
 	}
-	return CheckInterval
+	return defaultCheckInterval
 }
 
 // watch asks the store every checkInterval whether it was lost while the

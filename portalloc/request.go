@@ -11,7 +11,7 @@ type Order string
 
 const (
 	// OrderRandom walks the range from a random port by a random stride,
-	// the ports above the range's static band first (see PoolSpec.Band).
+	// the ports above the range's static band first (see Config.Range).
 	// Allocators racing on one store start in different places, so they
 	// rarely want the same port: the default.
 	OrderRandom Order = "random"
@@ -46,8 +46,15 @@ type Request struct {
 	Prefer []uint16
 	// Order overrides Config.Order for this request.
 	Order Order
-	// Label is the caller's name for the port, shown in listings: at most
-	// MaxLabelLen bytes of printable UTF-8 (see MaxLabelLen); zero: none.
+	// Label is the caller's name for the port, shown in listings; zero:
+	// none. It is at most store.MaxLabelLen (256) bytes of valid,
+	// printable UTF-8: no control character (NUL, ESC, newline, tab, DEL,
+	// the C1 controls) and nothing else that unicode.IsPrint refuses
+	// (format characters such as the bidirectional overrides, separators
+	// other than the ASCII space), nor U+FFFD, the mark of bytes that were
+	// not UTF-8. A terminal that shows such a label shows what it says,
+	// never a forged row or a colour change. The state store holds labels
+	// to the same rule (store.CheckLabel).
 	Label string
 	// Sticky asks Allocate for the port last handed out under Label (kept
 	// in the state store across restarts; in Config.Scope, when it has
@@ -71,7 +78,7 @@ type Reservation struct {
 	Label    string
 	Backend  string // BackendStateStore or BackendMRU
 	// Holder names the holder of a reservation made under a lease
-	// (AllocateLease, ReserveLease); "" for one this process holds.
+	// (package lease); "" for one this process holds.
 	Holder string
 	// Expires is when a holder's lease ends, for this process's clock:
 	// compare it with time.Now(), which is immune to wall-clock steps in

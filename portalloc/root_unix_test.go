@@ -89,17 +89,17 @@ func TestRootKeepsOutOfAnotherUsersHome(t *testing.T) {
 		t.Fatal(err)
 	}
 	rootOwn := filepath.Join(root.HomeDir, ".local", "state", "berth")
-	if got, err := DefaultStateDir(); err != nil || got != rootOwn {
-		t.Errorf("DefaultStateDir() with HOME=%s = %q, %v; want root's own %s", alice.HomeDir, got, err, rootOwn)
+	if got, err := defaultStateDir(); err != nil || got != rootOwn {
+		t.Errorf("defaultStateDir() with HOME=%s = %q, %v; want root's own %s", alice.HomeDir, got, err, rootOwn)
 	}
-	if _, why, err := DefaultStateDirReason(); err != nil || !strings.Contains(why, "root's own ~root/.local/state/berth") {
-		t.Errorf("DefaultStateDirReason() with HOME=%s = %q, %v; want it to say root uses its own", alice.HomeDir, why, err)
+	if _, why, err := defaultStateDirReason(); err != nil || !strings.Contains(why, "root's own ~root/.local/state/berth") {
+		t.Errorf("defaultStateDirReason() with HOME=%s = %q, %v; want it to say root uses its own", alice.HomeDir, why, err)
 	}
 	// XDG_STATE_HOME in that user's home, as sudo keeps it, is not taken
 	// either.
 	t.Setenv("XDG_STATE_HOME", filepath.Join(alice.HomeDir, ".state"))
-	if got, err := DefaultStateDir(); err != nil || got != rootOwn {
-		t.Errorf("DefaultStateDir() with XDG_STATE_HOME=%s = %q, %v; want root's own %s", filepath.Join(alice.HomeDir, ".state"), got, err, rootOwn)
+	if got, err := defaultStateDir(); err != nil || got != rootOwn {
+		t.Errorf("defaultStateDir() with XDG_STATE_HOME=%s = %q, %v; want root's own %s", filepath.Join(alice.HomeDir, ".state"), got, err, rootOwn)
 	}
 	t.Setenv("XDG_STATE_HOME", "")
 
@@ -111,7 +111,7 @@ func TestRootKeepsOutOfAnotherUsersHome(t *testing.T) {
 	// Root's own store at the previous default, ~root/.cache/berth,
 	// moves to root's own state directory; the one in the other user's
 	// home would not be root's to take.
-	oldOwn := filepath.Join(rootHome, ".cache", "berth", DatabaseFile)
+	oldOwn := filepath.Join(rootHome, ".cache", "berth", databaseFile)
 	s, err := statestore.Open(context.Background(), oldOwn, statestore.Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -132,10 +132,10 @@ func TestRootKeepsOutOfAnotherUsersHome(t *testing.T) {
 	if got := a.Config().StateDir; got != want {
 		t.Errorf("StateDir = %s; want %s", got, want)
 	}
-	if _, err := os.Stat(filepath.Join(want, DatabaseFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(want, databaseFile)); err != nil {
 		t.Errorf("no state store in root's own directory: %v", err)
 	}
-	if m, ok, err := statestore.ReadMoved(oldOwn); err != nil || !ok || m.To != filepath.Join(want, DatabaseFile) {
+	if m, ok, err := statestore.ReadMoved(oldOwn); err != nil || !ok || m.To != filepath.Join(want, databaseFile) {
 		t.Errorf("root's store at %s: moved %v to %q (%v); want it taken over into %s", oldOwn, ok, m.To, err, want)
 	}
 	if len(logged) == 0 {
@@ -200,7 +200,7 @@ func TestTakeOverRefusesForeignOldDir(t *testing.T) {
 	t.Setenv("XDG_STATE_HOME", "")
 	t.Setenv("XDG_CACHE_HOME", "")
 	oldDir := filepath.Join(home, ".cache", "berth")
-	s, err := statestore.Open(context.Background(), filepath.Join(oldDir, DatabaseFile), statestore.Options{SweepInterval: -1})
+	s, err := statestore.Open(context.Background(), filepath.Join(oldDir, databaseFile), statestore.Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,10 +217,10 @@ func TestTakeOverRefusesForeignOldDir(t *testing.T) {
 	if !errors.Is(err, ErrUnsafe) || !errors.Is(err, ErrStoreUnavailable) || !strings.Contains(err.Error(), "owned by uid 54321") || !strings.Contains(err.Error(), "nothing was moved") {
 		t.Errorf("New with an old default of uid 54321 = %v; want ErrUnsafe naming the owner and saying nothing was moved", err)
 	}
-	if _, err := os.Stat(filepath.Join(home, ".local", "state", "berth", DatabaseFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(home, ".local", "state", "berth", databaseFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a store was made at the new default after a refused take-over (%v)", err)
 	}
-	if fi, err := os.Stat(filepath.Join(oldDir, DatabaseFile)); err != nil || fi.Size() == 0 {
+	if fi, err := os.Stat(filepath.Join(oldDir, databaseFile)); err != nil || fi.Size() == 0 {
 		t.Errorf("the old store after a refused take-over: %v; want it as it was", err)
 	}
 }

@@ -31,7 +31,7 @@ const EnvScope = "BERTH_SCOPE"
 
 // MaxScopeLen is the longest scope, in bytes, once resolved. A label in a
 // scope is recorded with the scope (see ScopedLabel), and the two together
-// must fit in MaxLabelLen.
+// must fit in store.MaxLabelLen.
 const MaxScopeLen = 200
 
 // scopeSep joins a label and its scope in the label a reservation records.
@@ -178,9 +178,9 @@ func (a *Allocator) scopeLabel(req Request) (Request, error) {
 		return req, nil
 	}
 	l := ScopedLabel(a.cfg.Scope, req.Label)
-	if len(l) > MaxLabelLen {
+	if len(l) > store.MaxLabelLen {
 		return Request{}, &FieldError{Field: "Request.Label", Value: req.Label,
-			Want: fmt.Sprintf("at most %d bytes together with the scope %q and %q (%d bytes now): a shorter label or scope", MaxLabelLen, a.cfg.Scope, scopeSep, len(l))}
+			Want: fmt.Sprintf("at most %d bytes together with the scope %q and %q (%d bytes now): a shorter label or scope", store.MaxLabelLen, a.cfg.Scope, scopeSep, len(l))}
 	}
 	req.Label = l
 	return req, nil

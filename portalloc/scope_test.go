@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/portset"
 )
 
 func TestResolveScope(t *testing.T) {
@@ -246,10 +247,10 @@ func TestPortOfLiveOnly(t *testing.T) {
 func TestScopeSets(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	spec := portalloc.SetSpec{Name: "dev", Groups: []portalloc.GroupSpec{{Name: "web", Ports: []portalloc.PortSpec{{Name: "http"}}}}}
+	spec := portset.SetSpec{Name: "dev", Groups: []portset.GroupSpec{{Name: "web", Ports: []portset.PortSpec{{Name: "http"}}}}}
 	port := func(a *portalloc.Allocator) portalloc.Reservation {
 		t.Helper()
-		s, err := a.AllocateSet(ctx, spec)
+		s, err := portset.Allocate(ctx, a, spec)
 		if err != nil {
 			t.Fatal(err)
 		}

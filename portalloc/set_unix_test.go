@@ -26,6 +26,8 @@ import (
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/listenfd"
+	"github.com/berth-go/berth/portalloc/portset"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -48,12 +50,12 @@ func setWorker(ctx context.Context, mode string) error {
 		return err
 	}
 	defer a.Close()
-	spec, err := portalloc.ParseSetSpec([]byte(os.Getenv("BERTH_TEST_SPEC")))
+	spec, err := portset.ParseSetSpec([]byte(os.Getenv("BERTH_TEST_SPEC")))
 	if err != nil {
 		return err
 	}
 	_, _ = os.Stdin.Read(make([]byte, 1)) // start together
-	set, err := a.AllocateSet(ctx, spec)
+	set, err := portset.Allocate(ctx, a, spec)
 	if err != nil {
 		return err
 	}
@@ -82,10 +84,10 @@ func setWorker(ctx context.Context, mode string) error {
 type setProc struct {
 	*proc
 	children []int
-	manifest portalloc.Manifest
+	manifest portset.Manifest
 }
 
-func startSetWorker(t *testing.T, mode, dir, rng string, spec portalloc.SetSpec) *setProc {
+func startSetWorker(t *testing.T, mode, dir, rng string, spec portset.SetSpec) *setProc {
 	t.Helper()
 	js, _ := json.Marshal(spec)
 	return &setProc{proc: spawn(t, mode, "BERTH_STATE_DIR="+dir, "BERTH_TEST_RANGE="+rng, "BERTH_TEST_SPEC="+string(js))}
@@ -110,7 +112,7 @@ func (p *setProc) read(t *testing.T) {
 	}
 }
 
-func manifestPorts(m portalloc.Manifest) []uint16 {
+func manifestPorts(m portset.Manifest) []uint16 {
 	var out []uint16
 	for _, mem := range m.Members {
 		for _, p := range mem.Ports {
@@ -129,8 +131,8 @@ func TestSetsAcrossProcesses(t *testing.T) {
 	dir := t.TempDir()
 	base := freeRun(t, 100)
 	rng := fmt.Sprintf("%d-%d", base, base+99)
-	spec := func(name string, n int) portalloc.SetSpec {
-		return portalloc.SetSpec{Name: name, Groups: []portalloc.GroupSpec{{Name: "svc", Members: n, Ports: []portalloc.PortSpec{{Name: "http"}, {Name: "admin", Scope: portalloc.ScopeGroup}}}}}
+	spec := func(name string, n int) portset.SetSpec {
+		return portset.SetSpec{Name: name, Groups: []portset.GroupSpec{{Name: "svc", Members: n, Ports: []portset.PortSpec{{Name: "http"}, {Name: "admin", Scope: portset.ScopeGroup}}}}}
 	}
 	p1 := startSetWorker(t, "set", dir, rng, spec("one", 39)) // 40 ports each
 	p2 := startSetWorker(t, "set", dir, rng, spec("two", 39))
@@ -149,12 +151,12 @@ func TestSetsAcrossProcesses(t *testing.T) {
 	}
 	r, _ := portalloc.ParseRange(rng)
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir, Range: r, AllowEphemeralOverlap: true})
-	if _, err := a.AllocateSet(context.Background(), spec("three", 59)); !errors.Is(err, portalloc.ErrRangeExhausted) {
+	if _, err := portset.Allocate(context.Background(), a, spec("three", 59)); !errors.Is(err, portalloc.ErrRangeExhausted) {
 		t.Fatalf("a 60-port set beside 80 held ports = %v; want ErrRangeExhausted", err)
 	}
 	_ = p1.cmd.Process.Kill()
 	_ = p1.cmd.Wait()
-	set, err := a.AllocateSet(context.Background(), spec("three", 59))
+	set, err := portset.Allocate(context.Background(), a, spec("three", 59))
 	if err != nil {
 		t.Fatalf("a 60-port set after the holder of 40 was killed = %v", err)
 	}
@@ -166,7 +168,7 @@ func TestSetsAcrossProcesses(t *testing.T) {
 	}
 	// The dead set's rows are gone: reaped by this Allocator on its way, or
 	// by another process's background sweep that ran after the kill.
-	st, err := statestore.Open(context.Background(), filepath.Join(dir, portalloc.DatabaseFile), statestore.Options{SweepInterval: -1})
+	st, err := statestore.Open(context.Background(), filepath.Join(dir, statedir.DatabaseFile), statestore.Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +193,7 @@ func TestSetsAcrossProcesses(t *testing.T) {
 func TestOrchestratorCrash(t *testing.T) {
 	dir := t.TempDir()
 	base := freeRun(t, 100)
-	orch := startSetWorker(t, "orch", dir, fmt.Sprintf("%d-%d", base, base+99), portalloc.SetSpec{Name: "app", Groups: []portalloc.GroupSpec{{Name: "svc", Ports: []portalloc.PortSpec{{Name: "http"}}}}})
+	orch := startSetWorker(t, "orch", dir, fmt.Sprintf("%d-%d", base, base+99), portset.SetSpec{Name: "app", Groups: []portset.GroupSpec{{Name: "svc", Ports: []portset.PortSpec{{Name: "http"}}}}})
 	_, _ = orch.stdin.Write([]byte{1})
 	orch.read(t)
 	if len(orch.children) != 1 {

@@ -19,6 +19,7 @@ import (
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/portset"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -138,36 +139,36 @@ func TestSetAtomicEachStore(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			st := kind.open(t)
 			ctx := context.Background()
-			dynamic := func(extra ...portalloc.GroupSpec) portalloc.SetSpec {
-				return portalloc.SetSpec{Name: "atom", Groups: append([]portalloc.GroupSpec{
-					{Name: "api", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}}},
-					{Name: "lb", Ports: []portalloc.PortSpec{{Name: "admin", Scope: portalloc.ScopeGroup}}},
+			dynamic := func(extra ...portset.GroupSpec) portset.SetSpec {
+				return portset.SetSpec{Name: "atom", Groups: append([]portset.GroupSpec{
+					{Name: "api", Members: 2, Ports: []portset.PortSpec{{Name: "http"}}},
+					{Name: "lb", Ports: []portset.PortSpec{{Name: "admin", Scope: portset.ScopeGroup}}},
 				}, extra...)}
 			}
-			fixed := func(port uint16) portalloc.GroupSpec {
-				return portalloc.GroupSpec{Name: "db", Ports: []portalloc.PortSpec{{Name: "pg", Port: port}}}
+			fixed := func(port uint16) portset.GroupSpec {
+				return portset.GroupSpec{Name: "db", Ports: []portset.PortSpec{{Name: "pg", Port: port}}}
 			}
 			for _, tc := range []struct {
 				name string
 				// setup makes one port of the set unobtainable and returns
 				// the set and the range to allocate from.
-				setup func(t *testing.T) (portalloc.SetSpec, portalloc.Range)
+				setup func(t *testing.T) (portset.SetSpec, portalloc.Range)
 				want  error
 			}{
-				{"fixed port held by another process", func(t *testing.T) (portalloc.SetSpec, portalloc.Range) {
+				{"fixed port held by another process", func(t *testing.T) (portset.SetSpec, portalloc.Range) {
 					t.Helper()
 					base := freeRun(t, 5)
 					holdPorts(t, st, base+4)
 					return dynamic(fixed(base + 4)), portalloc.Range{First: base, Last: base + 3}
 				}, portalloc.ErrPortHeld},
-				{"fixed port bound outside berth", func(t *testing.T) (portalloc.SetSpec, portalloc.Range) {
+				{"fixed port bound outside berth", func(t *testing.T) (portset.SetSpec, portalloc.Range) {
 					t.Helper()
 					base := freeRun(t, 5)
 					l := listen(t, lo4, base+4)
 					t.Cleanup(func() { _ = l.Close() })
 					return dynamic(fixed(base + 4)), portalloc.Range{First: base, Last: base + 3}
 				}, portalloc.ErrPortHeld},
-				{"range runs out midway", func(t *testing.T) (portalloc.SetSpec, portalloc.Range) {
+				{"range runs out midway", func(t *testing.T) (portset.SetSpec, portalloc.Range) {
 					t.Helper()
 					// 3 ports wanted of 4, 2 held elsewhere: 2 are taken,
 					// and the third is not there.
@@ -180,7 +181,7 @@ func TestSetAtomicEachStore(t *testing.T) {
 					spec, rng := tc.setup(t)
 					a := newAllocator(t, st.config(rng))
 					before := len(st.rows(t))
-					set, err := a.AllocateSet(ctx, spec)
+					set, err := portset.Allocate(ctx, a, spec)
 					if !errors.Is(err, tc.want) || set != nil {
 						t.Fatalf("AllocateSet = %v, %v; want nil and an error wrapping %v", set, err, tc.want)
 					}
@@ -226,7 +227,7 @@ func TestConcurrentSetsEachStore(t *testing.T) {
 			rng := portalloc.Range{First: base, Last: base + size - 1}
 			type result struct {
 				name string
-				set  *portalloc.Set
+				set  *portset.Set
 				err  error
 			}
 			results := make([]result, sets)
@@ -240,8 +241,8 @@ func TestConcurrentSetsEachStore(t *testing.T) {
 				wg.Go(func() {
 					name := fmt.Sprintf("race%d", i)
 					<-start
-					set, err := allocators[i].AllocateSet(ctx, portalloc.SetSpec{Name: name, Groups: []portalloc.GroupSpec{
-						{Name: "svc", Members: perSet, Ports: []portalloc.PortSpec{{Name: "http"}}},
+					set, err := portset.Allocate(ctx, allocators[i], portset.SetSpec{Name: name, Groups: []portset.GroupSpec{
+						{Name: "svc", Members: perSet, Ports: []portset.PortSpec{{Name: "http"}}},
 					}})
 					results[i] = result{name, set, err}
 				})

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/portset"
 )
 
 // Several Allocators, sets and pools of one process reserve as the same
@@ -173,16 +174,16 @@ func TestFailedSetKeepsEarlierReservation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := portalloc.SetSpec{Name: "s", Groups: []portalloc.GroupSpec{{Name: "g", Ports: []portalloc.PortSpec{
-		{Name: "first", Scope: portalloc.ScopeGroup, Port: mine},
-		{Name: "second", Scope: portalloc.ScopeGroup, Port: theirs},
+	spec := portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "g", Ports: []portset.PortSpec{
+		{Name: "first", Scope: portset.ScopeGroup, Port: mine},
+		{Name: "second", Scope: portset.ScopeGroup, Port: theirs},
 	}}}}
 	b := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir})
 	for _, x := range []struct {
 		name string
 		a    *portalloc.Allocator
 	}{{"the same Allocator", a}, {"another Allocator", b}} {
-		if _, err := x.a.AllocateSet(ctx, spec); !errors.Is(err, portalloc.ErrPortHeld) {
+		if _, err := portset.Allocate(ctx, x.a, spec); !errors.Is(err, portalloc.ErrPortHeld) {
 			t.Fatalf("AllocateSet from %s over a port another process holds = %v; want ErrPortHeld", x.name, err)
 		}
 		if got, want := otherProcessGets(t, dir, mine), fmt.Sprint("held ", os.Getpid()); got != want {
@@ -201,7 +202,7 @@ func TestFailedSetKeepsEarlierReservation(t *testing.T) {
 	if err := a.Transfer(ctx, rMine, os.Getpid()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.AllocateSet(ctx, spec); !errors.Is(err, portalloc.ErrPortHeld) {
+	if _, err := portset.Allocate(ctx, b, spec); !errors.Is(err, portalloc.ErrPortHeld) {
 		t.Fatalf("AllocateSet over a row handed to this process = %v; want ErrPortHeld", err)
 	}
 	if got, want := otherProcessGets(t, dir, mine), fmt.Sprint("held ", os.Getpid()); got != want {
@@ -209,14 +210,14 @@ func TestFailedSetKeepsEarlierReservation(t *testing.T) {
 	}
 
 	// The ports an earlier allocation of the same spec holds stay too.
-	ok := portalloc.SetSpec{Name: "t", Groups: []portalloc.GroupSpec{{Name: "g", Ports: []portalloc.PortSpec{{Name: "http"}}}}}
-	set, err := a.AllocateSet(ctx, ok)
+	ok := portset.SetSpec{Name: "t", Groups: []portset.GroupSpec{{Name: "g", Ports: []portset.PortSpec{{Name: "http"}}}}}
+	set, err := portset.Allocate(ctx, a, ok)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := ok
-	bad.Groups = append(slices.Clone(ok.Groups), portalloc.GroupSpec{Name: "db", Ports: []portalloc.PortSpec{{Name: "pg", Port: theirs}}})
-	if _, err := b.AllocateSet(ctx, bad); !errors.Is(err, portalloc.ErrPortHeld) {
+	bad.Groups = append(slices.Clone(ok.Groups), portset.GroupSpec{Name: "db", Ports: []portset.PortSpec{{Name: "pg", Port: theirs}}})
+	if _, err := portset.Allocate(ctx, b, bad); !errors.Is(err, portalloc.ErrPortHeld) {
 		t.Fatalf("AllocateSet of the grown spec = %v; want ErrPortHeld", err)
 	}
 	http := member(t, set, "g", 0).Ports["http"].Port

@@ -128,7 +128,7 @@ func forRoot(p place) (resolved, error) {
 	}, nil
 }
 
-// defaultState is DefaultStateDir with how it was chosen.
+// defaultState is defaultStateDir with how it was chosen.
 func defaultState() (resolved, error) {
 	p, err := statePlace()
 	if err != nil {
@@ -158,33 +158,21 @@ var (
 	lookupRoot = func() (*user.User, error) { return user.LookupId("0") }
 )
 
-// DefaultStateDir returns the state directory used when Config.StateDir is
-// empty: on Linux and the other Unix systems but macOS $XDG_STATE_HOME/berth,
-// or ~/.local/state/berth when XDG_STATE_HOME is unset or relative; on macOS
-// ~/Library/Application Support/berth; on Windows %LocalAppData%\berth.
-// For root when that lies in another user's home it is root's own (see
-// Config.StateDir). It only names the directory: New and OpenStore, and
-// TakeOverDefaultStateDir, first take over a store left at the previous
-// default, os.UserCacheDir()/berth.
-func DefaultStateDir() (string, error) {
+// defaultStateDir is statedir.Default.
+func defaultStateDir() (string, error) {
 	r, err := defaultState()
 	return r.dir, opError("", err)
 }
 
-// DefaultStateDirReason returns DefaultStateDir and, for people to read, why
-// it is that directory: the rule or variable that chose it, that it holds
-// state, not cache, and, once berth has taken over the store of the
-// previous default, from where and when. For example
-//
-//	the default: $XDG_STATE_HOME unset, so ~/.local/state/berth; state, not cache, so cache cleaners leave it; taken over from /home/u/.cache/berth on 2026-11-26 12:53:41 UTC
-func DefaultStateDirReason() (dir, reason string, err error) {
+// defaultStateDirReason is statedir.DefaultReason.
+func defaultStateDirReason() (dir, reason string, err error) {
 	r, err := defaultState()
 	if err != nil {
 		return "", "", opError("", err)
 	}
 	reason = r.reason + "; " + stateNotCache
 	if old := previousDefault(r.dir); old != "" {
-		m, ok, err := statestore.ReadMoved(filepath.Join(old, DatabaseFile))
+		m, ok, err := statestore.ReadMoved(filepath.Join(old, databaseFile))
 		if ok && err == nil && filepath.Clean(filepath.Dir(m.To)) == filepath.Clean(r.dir) {
 			reason += fmt.Sprintf("; taken over from %s on %s", old, m.At.UTC().Format(time.DateTime+" MST"))
 		}
@@ -192,28 +180,8 @@ func DefaultStateDirReason() (dir, reason string, err error) {
 	return r.dir, reason, nil
 }
 
-// TakeOverDefaultStateDir returns DefaultStateDir after moving into it the
-// state store of the previous default, os.UserCacheDir()/berth (root's own
-// ~root/.cache/berth under the rule of Config.StateDir), when the new
-// directory has no store yet and the old one has: a cache directory is
-// deleted by cleaners while the programs whose ports it records still run.
-// New and OpenStore do the same when Config.StateDir is empty; a program
-// that fills in Config.StateDir with the default itself (as the berth
-// command does, to show it) calls this instead of DefaultStateDir.
-//
-// The store moves with its reservations, sticky ports and MRU file, under
-// its own locks, so no reservation is lost and no port is granted twice
-// meanwhile, and however many processes take over at once the store moves
-// once (see statestore.TakeOver). The old directory keeps a note saying
-// where the store went. Waits for the stores' locks end when ctx is done.
-//
-// When the move fails, nothing has moved and the error says why: an error
-// wrapping ErrUnsafe when the old directory is not safe to read (another
-// user's, or writable by others), one wrapping statestore.ErrBusy when its
-// lock is held too long, and so on. berth then refuses rather than open an
-// empty store beside the one holding the reservations: fix the cause, or
-// set BERTH_STATE_DIR to the old directory to keep using it there.
-func TakeOverDefaultStateDir(ctx context.Context, log logr.Logger) (string, error) {
+// takeOverDefaultStateDir is statedir.TakeOver.
+func takeOverDefaultStateDir(ctx context.Context, log logr.Logger) (string, error) {
 	r, err := defaultState()
 	if err != nil {
 		return "", opError("", err)
@@ -236,10 +204,10 @@ func takeOver(ctx context.Context, dir string, log logr.Logger, busy time.Durati
 	if old == "" {
 		return nil
 	}
-	_, err := statestore.TakeOver(ctx, filepath.Join(old, DatabaseFile), filepath.Join(dir, DatabaseFile), statestore.TakeOverOptions{
+	_, err := statestore.TakeOver(ctx, filepath.Join(old, databaseFile), filepath.Join(dir, databaseFile), statestore.TakeOverOptions{
 		Logger:      log,
 		BusyTimeout: busy,
-		Carry:       []string{MRUFile},
+		Carry:       []string{mruFile},
 	})
 	switch {
 	case errors.Is(err, ErrUnsafe):

@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -90,8 +91,8 @@ func TestDefaultStateDirLinux(t *testing.T) {
 	} {
 		t.Setenv("HOME", tc.home)
 		t.Setenv("XDG_STATE_HOME", tc.xdg)
-		dir, why, err := portalloc.DefaultStateDirReason()
-		got, gerr := portalloc.DefaultStateDir()
+		dir, why, err := statedir.DefaultReason()
+		got, gerr := statedir.Default()
 		if got != dir || (gerr == nil) != (err == nil) {
 			t.Errorf("HOME=%q XDG_STATE_HOME=%q: DefaultStateDir() = %q, %v; DefaultStateDirReason says %q, %v", tc.home, tc.xdg, got, gerr, dir, err)
 		}
@@ -139,7 +140,7 @@ func TestTakeOverWithLiveHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = m.Close()
-	mruBefore, err := os.ReadFile(filepath.Join(oldDir, portalloc.MRUFile))
+	mruBefore, err := os.ReadFile(filepath.Join(oldDir, statedir.MRUFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,14 +175,14 @@ func TestTakeOverWithLiveHolder(t *testing.T) {
 	if r, err := b.Allocate(ctx, portalloc.Request{Label: "api", Sticky: true}); err != nil || r.Port != sticky.Port {
 		t.Errorf("sticky Allocate(api) after the take-over = %v, %v; want port %d again", r, err, sticky.Port)
 	}
-	if got, err := os.ReadFile(filepath.Join(newDir, portalloc.MRUFile)); err != nil || string(got) != string(mruBefore) {
+	if got, err := os.ReadFile(filepath.Join(newDir, statedir.MRUFile)); err != nil || string(got) != string(mruBefore) {
 		t.Errorf("MRU file in %s = %q, %v; want the old one, %q", newDir, got, err, mruBefore)
 	}
-	note, ok, err := statestore.ReadMoved(filepath.Join(oldDir, portalloc.DatabaseFile))
-	if err != nil || !ok || note.To != filepath.Join(newDir, portalloc.DatabaseFile) {
+	note, ok, err := statestore.ReadMoved(filepath.Join(oldDir, statedir.DatabaseFile))
+	if err != nil || !ok || note.To != filepath.Join(newDir, statedir.DatabaseFile) {
 		t.Errorf("note in %s = %+v, %v, %v; want one naming %s", oldDir, note, ok, err, newDir)
 	}
-	if _, why, err := portalloc.DefaultStateDirReason(); err != nil || !strings.Contains(why, "taken over from "+oldDir+" on ") {
+	if _, why, err := statedir.DefaultReason(); err != nil || !strings.Contains(why, "taken over from "+oldDir+" on ") {
 		t.Errorf("DefaultStateDirReason() = %q, %v; want it to say the store was taken over from %s", why, err, oldDir)
 	}
 	// The Allocator open on the old directory across the move can no
@@ -277,10 +278,10 @@ func TestTakeOverRefusesUnsafeOldDir(t *testing.T) {
 					t.Errorf("New(%s) with the old default %s = %v; want ErrUnsafe saying %q and that nothing was moved", mode, tc.name, err, tc.says)
 				}
 			}
-			if _, err := os.Stat(filepath.Join(newDir, portalloc.DatabaseFile)); !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(filepath.Join(newDir, statedir.DatabaseFile)); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("a store was made at the new default after a refused take-over (%v)", err)
 			}
-			if _, ok, _ := statestore.ReadMoved(filepath.Join(oldDir, portalloc.DatabaseFile)); ok {
+			if _, ok, _ := statestore.ReadMoved(filepath.Join(oldDir, statedir.DatabaseFile)); ok {
 				t.Errorf("a refused take-over left a note in %s", oldDir)
 			}
 			if err := os.Chown(oldDir, os.Geteuid(), os.Getegid()); err != nil {
@@ -321,7 +322,7 @@ func TestExplicitStateDirTakesNothingOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if _, ok, _ := statestore.ReadMoved(filepath.Join(oldDir, portalloc.DatabaseFile)); ok {
+	if _, ok, _ := statestore.ReadMoved(filepath.Join(oldDir, statedir.DatabaseFile)); ok {
 		t.Errorf("an explicit StateDir took over the store at %s", oldDir)
 	}
 	if _, err := a.Reserve(ctx, portalloc.Request{Address: r.Address}, r.Port); err != nil {

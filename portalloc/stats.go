@@ -34,7 +34,7 @@ type Stats struct {
 	Reaped int64
 	// Fallbacks counts switches from the state store to the MRU backend.
 	// After a fallback the Allocator tries the store again every
-	// StoreRetryInterval, so a store that heals and fails again counts
+	// 5 seconds, so a store that heals and fails again counts
 	// again.
 	Fallbacks int64
 	// Blind counts ports the MRU backend handed out while the state store
@@ -118,59 +118,26 @@ func (a *Allocator) Stats() Stats {
 	return st
 }
 
-// Usage is how much of the configured range is taken.
-type Usage struct {
-	// Ports is the number of ports Allocate may hand out: the range less
-	// exclusions and the OS ephemeral range.
-	Ports int
-	// Reserved is how many of those ports have at least one reservation in
-	// the store, by any process.
-	Reserved int
-	// Available is Ports less Reserved.
-	Available int
-}
-
-// Usage reads from the store how much of the range is reserved. Unlike
-// Stats it queries the store; in the MRU backend it reports only Ports.
-func (a *Allocator) Usage(ctx context.Context) (Usage, error) {
+// usage returns how many ports Allocate may hand out, and how many of
+// them have a reservation in the store (package expvarmetrics' Usage).
+// In the MRU backend it reports only the ports.
+func (a *Allocator) usage(ctx context.Context) (ports, reserved int, err error) {
 	if a.isClosed() {
-		return Usage{}, fmt.Errorf("portalloc: usage: %w", ErrClosed)
+		return 0, 0, fmt.Errorf("portalloc: usage: %w", ErrClosed)
 	}
-	u := Usage{Ports: a.set.Len()}
+	ports = a.set.Len()
 	s := a.db()
 	if s == nil || a.fb.active.Load() {
-		u.Available = u.Ports
-		return u, nil
+		return ports, 0, nil
 	}
-	ports, err := s.ReservedPorts(ctx, a.cfg.Range.First, a.cfg.Range.Last)
+	rows, err := s.ReservedPorts(ctx, a.cfg.Range.First, a.cfg.Range.Last)
 	if err != nil {
-		return Usage{}, fmt.Errorf("portalloc: usage: %w", a.closedErr(err))
+		return 0, 0, fmt.Errorf("portalloc: usage: %w", a.closedErr(err))
 	}
-	for _, p := range ports {
+	for _, p := range rows {
 		if a.set.Contains(p) {
-			u.Reserved++
+			reserved++
 		}
 	}
-	u.Available = u.Ports - u.Reserved
-	return u, nil
-}
-
-// Metrics is the counters and the range's usage together, as package
-// expvarmetrics publishes them.
-type Metrics struct {
-	Stats Stats `json:"stats"`
-	Usage Usage `json:"usage"`
-	// UsageError says why Usage is missing, if it is.
-	UsageError string `json:"usage_error,omitempty"`
-}
-
-// Metrics returns Stats and Usage together; Usage queries the store.
-func (a *Allocator) Metrics(ctx context.Context) Metrics {
-	m := Metrics{Stats: a.Stats()}
-	u, err := a.Usage(ctx)
-	if err != nil {
-		m.UsageError = err.Error()
-	}
-	m.Usage = u
-	return m
+	return ports, reserved, nil
 }

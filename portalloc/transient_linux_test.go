@@ -17,6 +17,8 @@ import (
 
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/lease"
+	"github.com/berth-go/berth/portalloc/statedir"
 )
 
 // A process that runs out of file descriptors must never hand out a port
@@ -92,21 +94,21 @@ func starved(ctx context.Context) error {
 		}
 	}
 	if err == nil {
-		lease := portalloc.Lease{Holder: "starved", TTL: time.Second}
+		l := lease.Lease{Holder: "starved", TTL: time.Second}
 		switch os.Getenv("BERTH_TEST_OP") {
 		case "reserve":
 			r, err = a.Reserve(ctx, portalloc.Request{}, uint16(port))
 		case "lease":
-			r, err = a.AllocateLease(ctx, portalloc.Request{}, lease)
+			r, err = lease.Allocate(ctx, a, portalloc.Request{}, l)
 		case "reserve-lease":
-			r, err = a.ReserveLease(ctx, portalloc.Request{}, uint16(port), lease)
+			r, err = lease.Reserve(ctx, a, portalloc.Request{}, uint16(port), l)
 		default:
 			r, err = a.Allocate(ctx, portalloc.Request{})
 		}
 		if err == nil && r.Holder != "" {
 			// The next run must find P+1 free again; a release that
 			// fails leaves a lease of a second.
-			_, _ = a.ReleaseHolder(ctx, lease.Holder, portalloc.HolderFilter{})
+			_, _ = lease.Release(ctx, a, l.Holder, lease.Filter{})
 		}
 		st := a.Stats()
 		res.Fallbacks, res.Blind = st.Fallbacks, st.Blind
@@ -187,7 +189,7 @@ func TestOutOfDescriptorsNeverHandsOutAHeldPort(t *testing.T) {
 			if c.mode == string(portalloc.ModeMRU) {
 				// A port the MRU file handed out in an earlier run
 				// stays recent; each run starts afresh.
-				if err := os.Remove(filepath.Join(dir, portalloc.MRUFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				if err := os.Remove(filepath.Join(dir, statedir.MRUFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 					t.Fatal(err)
 				}
 			}

@@ -14,16 +14,15 @@ import (
 )
 
 // TestNewRefusesStoreWithoutFleet: portalloc links no PostgreSQL client,
-// so New and OpenStore refuse a Config.Store with a *FieldError that says
-// which package opens it, its password hidden; nothing is opened, not
-// even the SQLite store in its place.
+// so New refuses a Config.Store with a *FieldError that says which package
+// opens it, its password hidden; nothing is opened, not even the SQLite
+// store in its place.
 func TestNewRefusesStoreWithoutFleet(t *testing.T) {
 	const pw = "Sekr3t-PW-9f2"
 	dir := t.TempDir()
 	cfg := portalloc.Config{Store: "postgres://berth:" + pw + "@db.example/berth", StateDir: dir, Range: allocRange}
 	_, errNew := portalloc.New(context.Background(), cfg)
-	_, errOpen := portalloc.OpenStore(context.Background(), cfg)
-	for name, err := range map[string]error{"New": errNew, "OpenStore": errOpen} {
+	for name, err := range map[string]error{"New": errNew} {
 		var fe *portalloc.FieldError
 		if !errors.As(err, &fe) || fe.Field != "Config.Store" || !errors.Is(err, portalloc.ErrInvalidRequest) ||
 			!strings.Contains(err.Error(), `"github.com/berth-go/berth/portalloc/fleet"`) || !strings.Contains(err.Error(), "fleet."+name) || strings.Contains(err.Error(), pw) {
@@ -31,7 +30,7 @@ func TestNewRefusesStoreWithoutFleet(t *testing.T) {
 		}
 	}
 	if matches, _ := filepath.Glob(filepath.Join(dir, "*")); len(matches) != 0 {
-		t.Errorf("New and OpenStore refused the Store but made %v", matches)
+		t.Errorf("New refused the Store but made %v", matches)
 	}
 	// With the opener, the same Config reaches the server (here none).
 	ctx, cancel := context.WithTimeout(context.Background(), 0)
@@ -108,7 +107,7 @@ func TestFleetCallsNeedAFleetStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	_, err = a.ReserveFleet(ctx, portalloc.FleetRequest{Protocol: portalloc.TCP, Band: portalloc.Band{First: 40000, Last: 40009}, Holder: "pod/x"})
+	_, err = fleet.Reserve(ctx, a, fleet.FleetRequest{Protocol: portalloc.TCP, Band: fleet.Band{First: 40000, Last: 40009}, Holder: "pod/x"})
 	var fe *portalloc.FieldError
 	if !errors.As(err, &fe) || fe.Field != "Config.Store" {
 		t.Errorf("ReserveFleet on a given SQLite store = %v; want a *FieldError for Config.Store", err)

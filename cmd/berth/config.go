@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth-go/berth/internal/safefs"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/statedir"
 )
 
 // globalFlags are the flags every command takes.
@@ -121,7 +122,7 @@ func (a *app) configure(cmd *cobra.Command) error {
 		cfg.Logger = logr.New(&warnSink{w: a.stderr, prefix: a.name + ": "})
 	}
 	if cfg.StateDir == "" {
-		if cfg.StateDir, a.stateDirWhy, err = portalloc.DefaultStateDirReason(); err != nil {
+		if cfg.StateDir, a.stateDirWhy, err = statedir.DefaultReason(); err != nil {
 			return err
 		}
 		a.stateDirDefault = true
@@ -133,17 +134,17 @@ func (a *app) configure(cmd *cobra.Command) error {
 // takeOver moves into the default state directory the store left at the
 // previous default (os.UserCacheDir()/berth), when the state directory is
 // the default, the SQLite store is in use and the default has no store yet
-// (see portalloc.TakeOverDefaultStateDir). A command that fills in
+// (see statedir.TakeOver). A command that fills in
 // Config.StateDir itself must, or it would open an empty store beside the
 // one that holds the reservations.
 func (a *app) takeOver(ctx context.Context) error {
 	if !a.stateDirDefault || a.cfg.Store != "" || a.cfg.Mode == portalloc.ModeMRU {
 		return nil
 	}
-	if _, err := portalloc.TakeOverDefaultStateDir(ctx, a.cfg.Logger); err != nil {
+	if _, err := statedir.TakeOver(ctx, a.cfg.Logger); err != nil {
 		return err
 	}
-	_, why, err := portalloc.DefaultStateDirReason()
+	_, why, err := statedir.DefaultReason()
 	if err == nil {
 		a.stateDirWhy = why // now with where it was taken over from
 	}

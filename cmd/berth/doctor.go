@@ -14,7 +14,9 @@ import (
 
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -73,7 +75,7 @@ func (a *app) runDoctor(ctx context.Context) error {
 	cfg := al.Config()
 	switch cause := al.FallbackCause(); {
 	case cfg.Mode == portalloc.ModeMRU:
-		line("mode", "mru: the MRU file %s, as configured", filepath.Join(cfg.StateDir, portalloc.MRUFile))
+		line("mode", "mru: the MRU file %s, as configured", filepath.Join(cfg.StateDir, statedir.MRUFile))
 	case cause != nil:
 		line("mode", "%s: serving from the MRU file because the state store failed: %v", cfg.Mode, cause)
 		if held, err := statestore.ReadHeld(ctx, a.dbPath()); err != nil {
@@ -92,7 +94,7 @@ func (a *app) runDoctor(ctx context.Context) error {
 	default:
 		line("database", "%s (schema version %d)", al.Database(), statestore.SchemaVersion)
 	}
-	u, err := al.Usage(ctx)
+	u, err := expvarmetrics.ReadUsage(ctx, al)
 	if err != nil {
 		return err
 	}

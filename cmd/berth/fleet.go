@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/portset"
 	"github.com/berth-go/berth/store"
 )
 
@@ -95,7 +96,7 @@ reserved as it is; the others come from --band.`,
 	}
 	f.addKey(cmd)
 	cmd.Flags().StringVar(&f.band, "band", "", "the ports to draw from, FIRST-LAST such as 40000-40999: a band of the fleet's own, apart from the hosts' --range (required)")
-	cmd.Flags().DurationVar(&f.ttl, "ttl", 0, "how long the lease lasts unless renewed (default "+portalloc.DefaultFleetTTL.String()+", at most 168h)")
+	cmd.Flags().DurationVar(&f.ttl, "ttl", 0, "how long the lease lasts unless renewed (default "+fleet.DefaultFleetTTL.String()+", at most 168h)")
 	cmd.Flags().StringVar(&f.label, "label", "", "a name for the port, shown by berth fleet ls")
 	cmd.Flags().StringVar(&f.set, "set", "", "a set spec (JSON file): reserve every port of it for --holder, all or none")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
@@ -103,7 +104,7 @@ reserved as it is; the others come from --band.`,
 		if err := a.needHolder(f.holder); err != nil {
 			return err
 		}
-		var band portalloc.Band
+		var band fleet.Band
 		if f.band == "" {
 			return usagef("--band is missing: want the ports to draw from, FIRST-LAST such as 40000-40999")
 		}
@@ -112,7 +113,7 @@ reserved as it is; the others come from --band.`,
 			return usagef("--band %q: want FIRST-LAST such as 40000-40999, 1 <= FIRST <= LAST <= 65535", f.band)
 		}
 		band = r
-		var spec *portalloc.SetSpec
+		var spec *portset.SetSpec
 		if f.set != "" {
 			switch {
 			case cmd.Flags().Changed("label"):
@@ -126,7 +127,7 @@ reserved as it is; the others come from --band.`,
 			}
 			spec = &sp
 		}
-		req := portalloc.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: f.holder, Label: f.label, TTL: f.ttl}
+		req := fleet.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: f.holder, Label: f.label, TTL: f.ttl}
 		if spec == nil {
 			if req.Addr, err = parseAddr(f.addr); err != nil {
 				return err
@@ -141,7 +142,7 @@ reserved as it is; the others come from --band.`,
 		}
 		defer func() { _ = al.Close() }() // the reservations are the holder's: Close leaves them
 		if spec == nil {
-			got, err := al.ReserveFleet(ctx, req)
+			got, err := fleet.Reserve(ctx, al, req)
 			if err != nil {
 				return err
 			}
@@ -151,7 +152,7 @@ reserved as it is; the others come from --band.`,
 			fmt.Fprintln(a.stdout, got.Port)
 			return nil
 		}
-		rs, err := al.ReserveFleetSet(ctx, portalloc.FleetSetRequest{Spec: *spec, Band: band, Holder: f.holder, TTL: f.ttl})
+		rs, err := fleet.ReserveSet(ctx, al, fleet.FleetSetRequest{Spec: *spec, Band: band, Holder: f.holder, TTL: f.ttl})
 		if err != nil {
 			return err
 		}
@@ -172,7 +173,7 @@ reserved as it is; the others come from --band.`,
 
 // selectLeases returns the reservations of --holder that PORT (args, with
 // --udp and --addr) or --all names.
-func (a *app) selectLeases(ctx context.Context, al *portalloc.Allocator, f *fleetFlags, args []string) ([]portalloc.FleetReservation, error) {
+func (a *app) selectLeases(ctx context.Context, al *portalloc.Allocator, f *fleetFlags, args []string) ([]fleet.FleetReservation, error) {
 	if len(args) == 1 {
 		port, err := parsePort("port", args[0])
 		if err != nil {
@@ -186,13 +187,13 @@ func (a *app) selectLeases(ctx context.Context, al *portalloc.Allocator, f *flee
 		if f.udp {
 			key.Protocol = portalloc.UDP
 		}
-		return []portalloc.FleetReservation{{Key: key, Holder: f.holder}}, nil
+		return []fleet.FleetReservation{{Key: key, Holder: f.holder}}, nil
 	}
-	all, err := al.FleetLeases(ctx)
+	all, err := fleet.Leases(ctx, al)
 	if err != nil {
 		return nil, err
 	}
-	var mine []portalloc.FleetReservation
+	var mine []fleet.FleetReservation
 	for _, r := range all {
 		if r.Holder == f.holder {
 			mine = append(mine, r)
@@ -206,7 +207,7 @@ func (a *app) selectLeases(ctx context.Context, al *portalloc.Allocator, f *flee
 // onLeases checks the selection f and args make, opens the fleet's
 // Allocator and runs fn on the reservations selected, as renew and release
 // do.
-func (a *app) onLeases(ctx context.Context, f *fleetFlags, args []string, fn func(*portalloc.Allocator, []portalloc.FleetReservation) error) error {
+func (a *app) onLeases(ctx context.Context, f *fleetFlags, args []string, fn func(*portalloc.Allocator, []fleet.FleetReservation) error) error {
 	if err := a.checkSelect(f, args); err != nil {
 		return err
 	}
@@ -250,15 +251,15 @@ it may be someone else's now; reserve again.`,
 		Args: maxArgs(1, "PORT"),
 	}
 	f.addKey(cmd)
-	cmd.Flags().DurationVar(&f.ttl, "ttl", 0, "the lease from now (default "+portalloc.DefaultFleetTTL.String()+", at most 168h)")
+	cmd.Flags().DurationVar(&f.ttl, "ttl", 0, "the lease from now (default "+fleet.DefaultFleetTTL.String()+", at most 168h)")
 	cmd.Flags().BoolVar(&f.all, "all", false, "renew every port of --holder")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		return a.onLeases(ctx, &f, args, func(al *portalloc.Allocator, rs []portalloc.FleetReservation) error {
+		return a.onLeases(ctx, &f, args, func(al *portalloc.Allocator, rs []fleet.FleetReservation) error {
 			if len(rs) == 0 {
 				return fmt.Errorf("%w: %s holds no fleet-wide port; 'berth fleet ls' lists the leases", portalloc.ErrNotHeld, strconv.Quote(f.holder))
 			}
 			for _, r := range rs {
-				if err := al.RenewFleet(ctx, r, f.ttl); err != nil {
+				if err := fleet.Renew(ctx, al, r, f.ttl); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "renewed %s of %s\n", r.Key, printable(strconv.Quote(f.holder)))
@@ -285,9 +286,9 @@ touched; a PORT --holder does not hold is an error.`,
 	f.addKey(cmd)
 	cmd.Flags().BoolVar(&f.all, "all", false, "release every port of --holder")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		return a.onLeases(ctx, &f, args, func(al *portalloc.Allocator, rs []portalloc.FleetReservation) error {
+		return a.onLeases(ctx, &f, args, func(al *portalloc.Allocator, rs []fleet.FleetReservation) error {
 			for _, r := range rs {
-				err := al.ReleaseFleet(ctx, r)
+				err := fleet.Release(ctx, al, r)
 				if errors.Is(err, portalloc.ErrNotHeld) && f.all {
 					continue // lapsed and reaped since the listing
 				}
@@ -337,7 +338,7 @@ check it: a misspelt one holds the port on a host that does not exist.`,
 		if err != nil {
 			return err
 		}
-		if err := al.NarrowFleet(ctx, rs[0], f.to); err != nil {
+		if err := fleet.Narrow(ctx, al, rs[0], f.to); err != nil {
 			return err
 		}
 		fmt.Fprintf(a.stdout, "narrowed %s of %s to host %s\n", rs[0].Key, printable(strconv.Quote(f.holder)), printable(f.to))
@@ -359,7 +360,7 @@ type leaseJSON struct {
 	Created  time.Time `json:"created"`
 }
 
-func toLeaseJSON(r portalloc.FleetReservation) leaseJSON {
+func toLeaseJSON(r fleet.FleetReservation) leaseJSON {
 	return leaseJSON{r.Holder, string(r.Protocol), r.Addr.String(), r.Port, r.Label, r.Host, r.Expires.UTC(), r.Created.UTC()}
 }
 
@@ -384,7 +385,7 @@ out is listed until a host reaps it.`,
 			return err
 		}
 		defer func() { _ = al.Close() }()
-		all, err := al.FleetLeases(ctx)
+		all, err := fleet.Leases(ctx, al)
 		if err != nil {
 			return err
 		}

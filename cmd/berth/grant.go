@@ -16,6 +16,7 @@ import (
 	"github.com/berth-go/berth/internal/transient"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -231,8 +232,8 @@ at the end of the build, and berth warns. 'berth run' avoids the question.`,
 		switch {
 		case f.count < 1:
 			return usagef("--count %d: want 1 or more", f.count)
-		case cmd.Flags().Changed("block") && (f.block < 1 || f.block > portalloc.MaxBlock):
-			return usagef("--block %d: want 1 to %d", f.block, portalloc.MaxBlock)
+		case cmd.Flags().Changed("block") && (f.block < 1 || f.block > store.MaxBlock):
+			return usagef("--block %d: want 1 to %d", f.block, store.MaxBlock)
 		case cmd.Flags().Changed("block") && cmd.Flags().Changed("count"):
 			return usagef("--block with --count: give one of them")
 		case f.sticky && f.label == "":
@@ -494,7 +495,7 @@ func parsePort(what, s string) (uint16, error) {
 	return uint16(n), nil
 }
 
-func (a *app) dbPath() string { return filepath.Join(a.cfg.StateDir, portalloc.DatabaseFile) }
+func (a *app) dbPath() string { return filepath.Join(a.cfg.StateDir, statedir.DatabaseFile) }
 
 // openStore opens the state store for reading or changing rows. It returns
 // nil and no error when there is no store yet. Its waits for a store that

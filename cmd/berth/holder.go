@@ -9,6 +9,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/lease"
 	"github.com/berth-go/berth/store"
 )
 
@@ -123,10 +124,10 @@ func (a *app) getLeased(ctx context.Context, cmd *cobra.Command, f *grantFlags, 
 		return err
 	}
 	defer func() { _ = al.Close() }() // a holder's ports stay
-	l := portalloc.Lease{Holder: h.holder, TTL: h.ttl}
+	l := lease.Lease{Holder: h.holder, TTL: h.ttl}
 	var rs []portalloc.Reservation
 	for range f.count {
-		r, err := al.AllocateLease(ctx, req, l)
+		r, err := lease.Allocate(ctx, al, req, l)
 		if err != nil {
 			// All or nothing, as for a process: give back what this run took.
 			for _, r := range rs {
@@ -153,7 +154,7 @@ func (a *app) reserveLeased(ctx context.Context, cmd *cobra.Command, f *grantFla
 		return err
 	}
 	defer func() { _ = al.Close() }()
-	r, err := al.ReserveLease(ctx, req, port, portalloc.Lease{Holder: h.holder, TTL: h.ttl})
+	r, err := lease.Reserve(ctx, al, req, port, lease.Lease{Holder: h.holder, TTL: h.ttl})
 	if err != nil {
 		return err
 	}
@@ -165,7 +166,7 @@ func (a *app) releaseLeased(ctx context.Context, cmd *cobra.Command, f *selectFl
 	if err := h.check(cmd); err != nil {
 		return err
 	}
-	var flt portalloc.HolderFilter
+	var flt lease.Filter
 	switch {
 	case len(args) == 1:
 		p, err := parsePort("port", args[0])
@@ -185,7 +186,7 @@ func (a *app) releaseLeased(ctx context.Context, cmd *cobra.Command, f *selectFl
 		return err
 	}
 	defer func() { _ = al.Close() }()
-	n, err := al.ReleaseHolder(ctx, h.holder, flt)
+	n, err := lease.Release(ctx, al, h.holder, flt)
 	if err != nil {
 		return err
 	}
@@ -218,7 +219,7 @@ as it does for a holder with no ports. Get the ports again then.`,
 			return err
 		}
 		defer func() { _ = al.Close() }()
-		n, err := al.Renew(ctx, h.holder, h.ttl)
+		n, err := lease.Renew(ctx, al, h.holder, h.ttl)
 		if err != nil {
 			return err
 		}

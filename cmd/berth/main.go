@@ -73,6 +73,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/lease"
 )
 
 // Exit codes.
@@ -150,7 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case errors.Is(err, portalloc.ErrPortHeld), errors.Is(err, portalloc.ErrRangeExhausted), errors.Is(err, portalloc.ErrNoReservation):
 		return exitHeld
-	case errors.Is(err, portalloc.ErrHolderNotFound):
+	case errors.Is(err, lease.ErrHolderNotFound):
 		return exitNoLease
 	default:
 		return exitFailure

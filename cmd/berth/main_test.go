@@ -17,6 +17,7 @@ import (
 	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -164,7 +165,7 @@ func rawRow(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	self, err := statestore.Self()
 	ts.Check(err)
-	path := filepath.Join(ts.Getenv("BERTH_STATE_DIR"), portalloc.DatabaseFile)
+	path := filepath.Join(ts.Getenv("BERTH_STATE_DIR"), statedir.DatabaseFile)
 	ctx := context.Background()
 	st, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
 	ts.Check(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/portset"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -44,41 +45,41 @@ const (
 // portSpec turns the values of --port, NAME[:tcp|:udp], into a set spec of
 // one group. Each port is in $NAME_PORT (NAME upper-cased, '-' as '_'), as
 // berth run has always named them; portalloc checks the names.
-func portSpec(values []string, addr netip.Addr, sticky bool) (portalloc.SetSpec, error) {
-	g := portalloc.GroupSpec{Name: runGroup}
+func portSpec(values []string, addr netip.Addr, sticky bool) (portset.SetSpec, error) {
+	g := portset.GroupSpec{Name: runGroup}
 	seen := map[string]string{} // --port value by variable
 	for _, s := range values {
 		name, proto, hasProto := strings.Cut(s, ":")
-		p := portalloc.PortSpec{Name: name, Scope: portalloc.ScopeGroup, Protocol: portalloc.TCP, Address: addr, Sticky: sticky,
+		p := portset.PortSpec{Name: name, Scope: portset.ScopeGroup, Protocol: portalloc.TCP, Address: addr, Sticky: sticky,
 			Env: strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_PORT"}
 		switch {
 		case !hasProto, proto == "tcp":
 		case proto == "udp":
 			p.Protocol = portalloc.UDP
 		default:
-			return portalloc.SetSpec{}, usagef("--port %q: want NAME, NAME:tcp or NAME:udp", s)
+			return portset.SetSpec{}, usagef("--port %q: want NAME, NAME:tcp or NAME:udp", s)
 		}
 		// Each port on its own first, so a bad name is reported as such
 		// rather than as a duplicate of another bad one.
-		one := portalloc.SetSpec{Name: runSet, Groups: []portalloc.GroupSpec{{Name: runGroup, Ports: []portalloc.PortSpec{p}}}}
+		one := portset.SetSpec{Name: runSet, Groups: []portset.GroupSpec{{Name: runGroup, Ports: []portset.PortSpec{p}}}}
 		if err := one.Validate(); err != nil {
-			return portalloc.SetSpec{}, portFlagErr(s, err)
+			return portset.SetSpec{}, portFlagErr(s, err)
 		}
 		switch prev, dup := seen[p.Env]; {
 		case dup && prev == s:
-			return portalloc.SetSpec{}, usagef("--port %q twice: two ports would both be $%s; give each a name of its own", s, p.Env)
+			return portset.SetSpec{}, usagef("--port %q twice: two ports would both be $%s; give each a name of its own", s, p.Env)
 		case dup:
-			return portalloc.SetSpec{}, usagef("--port %q and --port %q would both be $%s; give each a name of its own", prev, s, p.Env)
+			return portset.SetSpec{}, usagef("--port %q and --port %q would both be $%s; give each a name of its own", prev, s, p.Env)
 		}
 		seen[p.Env] = s
 		g.Ports = append(g.Ports, p)
 	}
-	return portalloc.SetSpec{Name: runSet, Groups: []portalloc.GroupSpec{g}}, nil
+	return portset.SetSpec{Name: runSet, Groups: []portset.GroupSpec{g}}, nil
 }
 
 // portFlagErr words what portalloc found wrong with the port of --port s.
 func portFlagErr(s string, err error) error {
-	var se *portalloc.SpecError
+	var se *portset.SpecError
 	if !errors.As(err, &se) {
 		return err
 	}
@@ -101,7 +102,7 @@ it runs and they come back when it exits, crashed or not.
 --port web gives COMMAND WEB_PORT=<port> (the name upper-cased, '-' as '_');
 --port dns:udp a UDP port in DNS_PORT. The --port ports are reserved all or
 none, as a set named "run": berth ls shows them as run/port/NAME. --set
-reserves every port of a set spec (the JSON of portalloc.SetSpec) and gives
+reserves every port of a set spec (the JSON of portset.SetSpec) and gives
 COMMAND every member's variables; a spec whose members would give one
 variable different ports (two groups with the same env, a member-scoped
 port of a group of several members) is refused before a port is taken.
@@ -159,7 +160,7 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ports *portalloc.SetSpec
+	var ports *portset.SetSpec
 	if len(f.ports) > 0 {
 		sp, err := portSpec(f.ports, addr, f.sticky)
 		if err != nil {
@@ -167,7 +168,7 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		}
 		ports = &sp
 	}
-	var spec *portalloc.SetSpec
+	var spec *portset.SetSpec
 	if f.set != "" {
 		sp, err := readSetSpec(f.set)
 		if err != nil {
@@ -185,7 +186,7 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		if ports != nil {
 			for _, g := range sp.Groups {
 				for _, k := range g.EnvNames() {
-					if slices.ContainsFunc(ports.Groups[0].Ports, func(p portalloc.PortSpec) bool { return p.Env == k }) {
+					if slices.ContainsFunc(ports.Groups[0].Ports, func(p portset.PortSpec) bool { return p.Env == k }) {
 						return usagef("--set %s: $%s is both a --port and a variable of group %q of the set; rename the --port", f.set, k, g.Name)
 					}
 				}
@@ -220,11 +221,11 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		env   []string
 		rs    []portalloc.Reservation
 		names []string
-		sets  []*portalloc.Set
+		sets  []*portset.Set
 	)
 	if ports != nil {
 		// All of them or none.
-		set, err := al.AllocateSet(ctx, *ports)
+		set, err := portset.Allocate(ctx, al, *ports)
 		if err != nil {
 			return err
 		}
@@ -237,7 +238,7 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		env = m.Env()
 	}
 	if spec != nil {
-		set, err := al.AllocateSet(ctx, *spec)
+		set, err := portset.Allocate(ctx, al, *spec)
 		if err != nil {
 			return err
 		}
@@ -361,14 +362,14 @@ func withoutVar(env []string, name string) []string {
 
 // readSetSpec reads and parses the set spec file a --set flag names; a
 // file that cannot be read or parsed is a usage error naming the flag.
-func readSetSpec(path string) (portalloc.SetSpec, error) {
+func readSetSpec(path string) (portset.SetSpec, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return portalloc.SetSpec{}, usagef("--set: %v", err)
+		return portset.SetSpec{}, usagef("--set: %v", err)
 	}
-	sp, err := portalloc.ParseSetSpec(b)
+	sp, err := portset.ParseSetSpec(b)
 	if err != nil {
-		return portalloc.SetSpec{}, usagef("--set %s: %v", path, err)
+		return portset.SetSpec{}, usagef("--set %s: %v", path, err)
 	}
 	return sp, nil
 }

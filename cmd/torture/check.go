@@ -102,7 +102,7 @@ type Report struct {
 	// violation; printed apart.
 	Unguarded int
 	// LeaseGrants counts the grants of leases (also in Grants),
-	// LeaseReservations those of them by ReserveLease; Renewals the
+	// LeaseReservations those of them by lease.Reserve; Renewals the
 	// renewals, LeaseReleases the releases. LeaseExpiries counts the
 	// leases that ran out before any release: LeaseDrops of them dropped
 	// by their worker, KilledLeases held by a worker that was killed, and

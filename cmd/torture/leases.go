@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/lease"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -35,9 +36,9 @@ func (w *worker) leaseTTL() time.Duration {
 }
 
 // leaseSteps renews the worker's leases that are due, ends those whose
-// time is up (seven in ten it releases with ReleaseHolder; the others it
+// time is up (seven in ten it releases with lease.Release; the others it
 // drops: closes the socket and stops renewing, so that they run out), and
-// now and then takes a new one, by AllocateLease or ReserveLease.
+// now and then takes a new one, by lease.Allocate or lease.Reserve.
 func (w *worker) leaseSteps(ctx context.Context) {
 	w.renewDue(ctx)
 	now := monotonic()
@@ -61,7 +62,7 @@ func (w *worker) leaseSteps(ctx context.Context) {
 func (w *worker) takeLease(ctx context.Context, static bool) {
 	req := w.request()
 	w.nlease++
-	l := portalloc.Lease{Holder: fmt.Sprintf("%s/lease-%d", w.proc, w.nlease), TTL: w.leaseTTL()}
+	l := lease.Lease{Holder: fmt.Sprintf("%s/lease-%d", w.proc, w.nlease), TTL: w.leaseTTL()}
 	since := monotonic()
 	var r portalloc.Reservation
 	op := "allocate-lease"
@@ -71,9 +72,9 @@ func (w *worker) takeLease(ctx context.Context, static bool) {
 	err := w.call(ctx, op, func(ctx context.Context) (err error) {
 		if static {
 			port := w.rangeOf.First + uint16(w.rng.IntN(w.rangeOf.Size()))
-			r, err = w.a.ReserveLease(ctx, req, port, l)
+			r, err = lease.Reserve(ctx, w.a, req, port, l)
 		} else {
-			r, err = w.a.AllocateLease(ctx, req, l)
+			r, err = lease.Allocate(ctx, w.a, req, l)
 		}
 		return err
 	})
@@ -123,7 +124,7 @@ func (w *worker) renewDue(ctx context.Context) {
 		}
 		var n int
 		err := w.call(ctx, "renew", func(ctx context.Context) (err error) {
-			n, err = w.a.Renew(ctx, l.holder, l.ttl)
+			n, err = lease.Renew(ctx, w.a, l.holder, l.ttl)
 			return err
 		})
 		switch {
@@ -133,7 +134,7 @@ func (w *worker) renewDue(ctx context.Context) {
 				Holder: l.holder, TTLNS: int64(l.ttl), Since: since})
 		case err == nil:
 			w.log.add(Event{Kind: KindError, Err: fmt.Sprintf("renew %q: %d reservations renewed; want 1", l.holder, n)})
-		case errors.Is(err, portalloc.ErrHolderNotFound):
+		case errors.Is(err, lease.ErrHolderNotFound):
 			_ = l.sock.Close()
 			delete(w.leases, l.holder)
 			w.log.add(Event{Kind: KindLeaseEnded, Proto: string(l.r.Protocol), Addr: l.r.Address.String(), Port: l.r.Port,
@@ -147,7 +148,7 @@ func (w *worker) renewDue(ctx context.Context) {
 }
 
 // releaseLease closes the lease's socket, logs its release, then releases
-// it with ReleaseHolder.
+// it with lease.Release.
 func (w *worker) releaseLease(ctx context.Context, l *leased) {
 	_ = l.sock.Close()
 	delete(w.leases, l.holder)
@@ -160,11 +161,11 @@ func (w *worker) releaseLease(ctx context.Context, l *leased) {
 // by itself within its TTL.
 func (w *worker) giveBackLease(ctx context.Context, l *leased) {
 	err := w.call(context.WithoutCancel(ctx), "release-lease", func(ctx context.Context) error {
-		_, err := w.a.ReleaseHolder(ctx, l.holder, portalloc.HolderFilter{})
+		_, err := lease.Release(ctx, w.a, l.holder, lease.Filter{})
 		return err
 	})
 	switch {
-	case err == nil, errors.Is(err, portalloc.ErrHolderNotFound), timedOut(err), passing(err):
+	case err == nil, errors.Is(err, lease.ErrHolderNotFound), timedOut(err), passing(err):
 	default:
 		w.log.add(Event{Kind: KindError, Err: "release lease: " + unexpected(err)})
 	}

@@ -48,7 +48,7 @@
 // go on: the store must keep those ports off every host.
 //
 // -leases has the workers also hold ports through named holders' leases
-// (AllocateLease, ReserveLease, Renew, ReleaseHolder) on the SQLite store:
+// (lease.Allocate, lease.Reserve, lease.Renew, lease.Release) on the SQLite store:
 // holders named "w3/lease-7", TTLs of 2-3 s. A worker binds each leased
 // port and keeps it bound while it renews the lease, releases some, and
 // drops others (closes the socket and stops renewing); a killed worker's

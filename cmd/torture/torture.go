@@ -20,6 +20,7 @@ import (
 	"github.com/berth-go/berth/internal/netns"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -114,10 +115,10 @@ type Config struct {
 	// no port may be granted twice meanwhile. Zero: never.
 	LoseStore time.Duration
 	// Leases has every worker also hold ports through named holders'
-	// leases on the SQLite store (AllocateLease, ReserveLease): holders
+	// leases on the SQLite store (lease.Allocate, lease.Reserve): holders
 	// "w3/lease-7", TTLs of 2-3 s. A worker binds each leased port and
 	// keeps it bound while it renews the lease; it releases some
-	// (ReleaseHolder) and drops others (closes the socket, stops renewing),
+	// (lease.Release) and drops others (closes the socket, stops renewing),
 	// and a killed worker's leases stay. A lease holds its port until it
 	// is released or runs out, whoever lives: no one else may be granted
 	// the port before. SQLite store only.
@@ -632,14 +633,14 @@ var losses = []struct {
 		return err
 	}},
 	{"replaced the database with an empty file", func(dir string) error {
-		db := filepath.Join(dir, portalloc.DatabaseFile)
+		db := filepath.Join(dir, statedir.DatabaseFile)
 		if err := os.Remove(db); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		return os.WriteFile(db, nil, 0o600)
 	}},
 	{"truncated the database", func(dir string) error {
-		err := os.Truncate(filepath.Join(dir, portalloc.DatabaseFile), 0)
+		err := os.Truncate(filepath.Join(dir, statedir.DatabaseFile), 0)
 		if errors.Is(err, os.ErrNotExist) {
 			return nil // lost already, and not made again yet
 		}

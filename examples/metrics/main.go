@@ -92,7 +92,7 @@ func run(ctx context.Context, serve string, out io.Writer) error {
 	mux.Handle("/debug/vars", expvar.Handler())
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		WritePrometheus(w, a.Metrics(r.Context()))
+		WritePrometheus(w, expvarmetrics.Read(r.Context(), a))
 	})
 
 	if err := session(ctx, a); err != nil {

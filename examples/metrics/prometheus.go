@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
 )
 
 // WritePrometheus writes m in Prometheus' text exposition format.
-func WritePrometheus(w io.Writer, m portalloc.Metrics) {
+func WritePrometheus(w io.Writer, m expvarmetrics.Metrics) {
 	metric := func(name, kind, help string) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind)
 	}

@@ -25,16 +25,17 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/portset"
 )
 
 // spec is the system: three groups of one member each. web's refs put the
 // other services' ports in its environment.
-var spec = portalloc.SetSpec{
+var spec = portset.SetSpec{
 	Name: "demo",
-	Groups: []portalloc.GroupSpec{
-		{Name: "api", Ports: []portalloc.PortSpec{{Name: "http"}}},
-		{Name: "auth", Ports: []portalloc.PortSpec{{Name: "http"}}},
-		{Name: "web", Ports: []portalloc.PortSpec{{Name: "http"}}, Refs: []portalloc.RefSpec{
+	Groups: []portset.GroupSpec{
+		{Name: "api", Ports: []portset.PortSpec{{Name: "http"}}},
+		{Name: "auth", Ports: []portset.PortSpec{{Name: "http"}}},
+		{Name: "web", Ports: []portset.PortSpec{{Name: "http"}}, Refs: []portset.RefSpec{
 			{Env: "API_ADDR_PORT", To: "api.http"},
 			{Env: "AUTH_ADDR_PORT", To: "auth.http"},
 		}},
@@ -67,7 +68,7 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer func() { _ = a.Close() }()
-	set, err := a.AllocateSet(ctx, spec)
+	set, err := portset.Allocate(ctx, a, spec)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -56,7 +57,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("port %d; want one in %v, from BERTH_PORT_RANGE", p, testports.Orchestrator)
 		}
 	}
-	s, err := statestore.Open(context.Background(), filepath.Join(dir, portalloc.DatabaseFile), statestore.Options{SweepInterval: -1})
+	s, err := statestore.Open(context.Background(), filepath.Join(dir, statedir.DatabaseFile), statestore.Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

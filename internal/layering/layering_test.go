@@ -1,7 +1,9 @@
 // Package layering_test fails when an import arrow points the wrong way:
-// cmd and examples -> portalloc/fleet -> portalloc -> statestore, pgstore,
-// mru -> store -> internal, and when a package that must not link a
-// PostgreSQL client (portalloc, porttest, statestore, ...) does.
+// cmd and examples -> portalloc/fleet -> portalloc's concept packages
+// (portset, pool, lease, statedir, expvarmetrics, listenfd, porttest) ->
+// portalloc, the core -> statestore, pgstore, mru -> store -> internal,
+// and when a package that must not link a PostgreSQL client (portalloc,
+// porttest, statestore, ...) does.
 package layering_test
 
 import (
@@ -31,11 +33,13 @@ func layer(dir string) int {
 	case dir == "statestore" || dir == "pgstore" || dir == "mru":
 		return 2
 	case dir == fleetPackage:
-		return 4 // opens a fleet's store (pgstore) and hands it to portalloc
-	case strings.HasPrefix(dir, "portalloc"):
-		return 3
+		return 5 // opens a fleet's store (pgstore) and hands it to portalloc
+	case dir == "portalloc" || strings.HasPrefix(dir, "portalloc/internal/"):
+		return 3 // the core, and the seam its concept packages reach it by
+	case strings.HasPrefix(dir, "portalloc/"):
+		return 4 // a concept package, built on the core
 	default: // cmd, examples
-		return 5
+		return 6
 	}
 }
 
@@ -113,8 +117,12 @@ func TestImportDirection(t *testing.T) {
 				continue // portalloc's external tests open fleets' stores through it
 			} else if drivers[dep] && layer(rel) == layer("portalloc") && !test {
 				t.Errorf("%s imports %s: portalloc and its packages reach a fleet's store only through package store's interfaces; %s opens it", rel, p, fleetPackage)
-			} else if layer(dep) > layer(rel) || (layer(dep) == layer(rel) && !strings.HasPrefix(dep, rel+"/") && !sameFamily(dep, rel)) {
-				t.Errorf("%s imports %s: imports flow cmd, examples -> portalloc/fleet -> portalloc -> statestore, pgstore, mru -> store -> internal", rel, p)
+			} else if layer(dep) > layer(rel) && !test {
+				t.Errorf("%s imports %s: imports flow cmd, examples -> portalloc/fleet -> portalloc's concept packages -> portalloc -> statestore, pgstore, mru -> store -> internal; the core reaches no concept package", rel, p)
+			} else if layer(dep) > layer(rel) && !sameFamily(dep, rel) {
+				t.Errorf("%s imports %s: imports flow cmd, examples -> portalloc/fleet -> portalloc's concept packages -> portalloc -> statestore, pgstore, mru -> store -> internal", rel, p)
+			} else if layer(dep) == layer(rel) && !strings.HasPrefix(dep, rel+"/") && !sameFamily(dep, rel) {
+				t.Errorf("%s imports %s: imports flow cmd, examples -> portalloc/fleet -> portalloc's concept packages -> portalloc -> statestore, pgstore, mru -> store -> internal", rel, p)
 			}
 		}
 		return nil
@@ -155,7 +163,7 @@ func TestTestprocImportsStandardLibrary(t *testing.T) {
 // noPostgres are the packages that must not link a PostgreSQL client:
 // every program that gives tests their ports, or keeps one host's
 // reservations, imports them.
-var noPostgres = []string{"portalloc", "portalloc/porttest", "portalloc/listenfd", "portalloc/who", "portalloc/expvarmetrics", "statestore", "store", "store/storetest", "mru"}
+var noPostgres = []string{"portalloc", "portalloc/lease", "portalloc/pool", "portalloc/portset", "portalloc/statedir", "portalloc/porttest", "portalloc/listenfd", "portalloc/who", "portalloc/expvarmetrics", "statestore", "store", "store/storetest", "mru"}
 
 // postgresModules are the import path prefixes of a PostgreSQL client and
 // of what it brings.
@@ -221,4 +229,31 @@ func postgresDeps(t *testing.T, pkg string) []string {
 		}
 	}
 	return bad
+}
+
+// TestLayer: the ranks TestImportDirection checks arrows against put the
+// core below its concept packages, and those below the package that opens
+// a fleet's store and the programs.
+func TestLayer(t *testing.T) {
+	order := [][]string{
+		{"internal/probe"},
+		{"store", "store/storetest"},
+		{"statestore", "pgstore", "mru"},
+		{"portalloc", "portalloc/internal/seam", "portalloc/internal/names"},
+		{"portalloc/pool", "portalloc/portset", "portalloc/lease", "portalloc/statedir", "portalloc/expvarmetrics", "portalloc/listenfd", "portalloc/porttest"},
+		{fleetPackage},
+		{"cmd/berth", "examples/fleet"},
+	}
+	for i, rank := range order {
+		for _, dir := range rank {
+			if got, want := layer(dir), layer(order[i][0]); got != want {
+				t.Errorf("layer(%q) = %d; want %d, the rank of %q", dir, got, want, order[i][0])
+			}
+			if i > 0 {
+				if below := order[i-1][0]; layer(below) >= layer(dir) {
+					t.Errorf("layer(%q) = %d; want it above layer(%q) = %d", dir, layer(dir), below, layer(below))
+				}
+			}
+		}
+	}
 }

@@ -76,6 +76,9 @@ var known = map[string]string{
 	"porttest":  "github.com/berth-go/berth/portalloc/porttest",
 	"portalloc": "github.com/berth-go/berth/portalloc",
 	"fleet":     "github.com/berth-go/berth/portalloc/fleet",
+	"pool":      "github.com/berth-go/berth/portalloc/pool",
+	"portset":   "github.com/berth-go/berth/portalloc/portset",
+	"lease":     "github.com/berth-go/berth/portalloc/lease",
 }
 
 var selector = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Z]`)

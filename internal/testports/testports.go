@@ -23,7 +23,9 @@
 //	pgstore                 26400-26463   storetest's worker processes listen on their grants
 //	internal/owner          26500-26563   a killed holder's port, bound again once it is judged exited
 //	portalloc/who           26600-26663   listeners of worker processes that Lookup finds
-//	portalloc               27000-32767   Allocators above 29000, ports tests pick below
+//	portalloc               27000-32767   Allocators above 29000, ports tests pick below;
+//	                                      its concept packages (pool, portset, lease,
+//	                                      expvarmetrics) bind here too, under its lock
 //
 // All of them lie below the Linux ephemeral range (32768-60999), from which
 // the kernel picks the port of an outgoing connection or of a bind to port

@@ -36,7 +36,7 @@ func ExamplePublish() {
 		fmt.Println(err)
 		return
 	}
-	var m portalloc.Metrics
+	var m expvarmetrics.Metrics
 	if err := json.Unmarshal([]byte(expvar.Get(name).String()), &m); err != nil {
 		fmt.Println(err)
 		return

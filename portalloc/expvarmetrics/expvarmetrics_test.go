@@ -44,11 +44,11 @@ func TestPublish(t *testing.T) {
 		}
 	}
 
-	var m portalloc.Metrics
+	var m expvarmetrics.Metrics
 	if err := json.Unmarshal([]byte(expvar.Get(name).String()), &m); err != nil {
 		t.Fatal(err)
 	}
-	if want := a.Metrics(context.Background()); m != want || m.Stats.Backend != portalloc.BackendStateStore || m.Usage.Ports == 0 {
+	if want := expvarmetrics.Read(context.Background(), a); m != want || m.Stats.Backend != portalloc.BackendStateStore || m.Usage.Ports == 0 {
 		t.Errorf("expvar %s = %+v; want %+v, from the state store", name, m, want)
 	}
 
@@ -64,7 +64,7 @@ func TestPublish(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	m = portalloc.Metrics{}
+	m = expvarmetrics.Metrics{}
 	if err := json.Unmarshal([]byte(expvar.Get(name).String()), &m); err != nil || m.UsageError == "" {
 		t.Errorf("expvar %s after Close = %+v, %v; want a UsageError", name, m, err)
 	}

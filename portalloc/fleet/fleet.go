@@ -13,9 +13,25 @@
 //	...
 //	a, err := fleet.New(ctx, cfg) // the PostgreSQL store of cfg.Store, else the SQLite one
 //
-// New and OpenStore take any Config: without a Store they do what
-// portalloc.New and portalloc.OpenStore do. Importing fleet has no side
-// effects: it registers nothing.
+// New and OpenStore take any Config: without a Store, New does what
+// portalloc.New does, and OpenStore opens the SQLite store of the
+// Config's state directory.
+//
+// # Fleet-wide reservations
+//
+// An Allocator on a fleet's store also serves owners that are not
+// processes of a host: a pod not yet scheduled, a job. Reserve reserves a
+// port of a band of the caller's own that is free on every host, for a
+// named holder under a lease on the server's clock; ReserveSet reserves
+// the ports of a portset.SetSpec so, all or none. The holder's controller
+// renews the leases (Renew), gives a reservation its host once that is
+// known (Narrow) and releases it (Release); Leases lists them. Such a
+// reservation is the holder's, not the process's: the Allocator's Close
+// leaves it, and a lease that runs out is reaped by any host. They reach
+// the store through its store.FleetStore interface; on the SQLite store
+// they return a *portalloc.FieldError for Config.Store.
+//
+// Importing fleet has no side effects: it registers nothing.
 package fleet
 
 import (
@@ -33,28 +49,32 @@ import (
 // portalloc.Config.Store): it validates cfg, opens the store within
 // cfg.Timeout, and fails with an error wrapping
 // portalloc.ErrStoreUnavailable when it cannot (a fleet's store never
-// falls back to the MRU file). The Allocator's fleet-wide calls
-// (ReserveFleet, ...) use the store as a store.FleetStore.
+// falls back to the MRU file). The fleet-wide calls (Reserve, ...) use
+// the store as a store.FleetStore.
 func New(ctx context.Context, cfg portalloc.Config) (*portalloc.Allocator, error) {
-	return portalloc.NewWithOpener(ctx, cfg, Open)
+	return core.NewWithOpener(ctx, cfg, open)
 }
 
-// OpenStore opens the store cfg names, as portalloc.OpenStore does, for a
-// program that reads or changes its rows directly (berth ls, reap): the
-// PostgreSQL database of cfg.Store, or else the SQLite file in
-// cfg.StateDir. The store runs no background sweep. The caller closes it.
+// OpenStore opens the store cfg names, for a program that reads or
+// changes its rows directly, as berth's ls, reap, release and transfer
+// do: the PostgreSQL database of cfg.Store, or else the SQLite file in
+// cfg.StateDir (created if missing; with an empty StateDir, the default,
+// after taking over a store left at the previous default, as
+// portalloc.New does). The store runs no background sweep, and a busy
+// SQLite store is waited for up to cfg.Timeout. It never falls back: an
+// error is the store's. The caller closes the store.
 func OpenStore(ctx context.Context, cfg portalloc.Config) (store.Store, error) {
-	return portalloc.OpenStoreWith(ctx, cfg, Open)
+	return core.OpenStoreWith(ctx, cfg, open)
 }
 
-// Open opens the PostgreSQL store cfg.Store names, as this host
-// (cfg.Host), with cfg.Logger and cfg.Timeout: the portalloc.Opener that
-// New and OpenStore hand to portalloc. cfg.Store is a connection string or
+// open opens the PostgreSQL store cfg.Store names, as this host
+// (cfg.Host), with cfg.Logger and cfg.Timeout: what New and OpenStore
+// hand to portalloc to open a Config.Store. cfg.Store is a connection string or
 // the absolute path of the directory of the server's unix socket; any
 // other value, the empty one included, is a *portalloc.FieldError for
-// Config.Store that never shows its password. With opts.Tool the store
+// Config.Store that never shows its password. A tool's store
 // runs no background sweep.
-func Open(ctx context.Context, cfg portalloc.Config, opts portalloc.OpenOptions) (store.Store, error) {
+func open(ctx context.Context, cfg portalloc.Config, tool bool) (store.Store, error) {
 	conn, err := dsn.FromStore(cfg.Store)
 	if err != nil || cfg.Store == "" {
 		want := "a PostgreSQL connection string or the absolute path of the directory of its unix socket"
@@ -64,7 +84,7 @@ func Open(ctx context.Context, cfg portalloc.Config, opts portalloc.OpenOptions)
 		return nil, fmt.Errorf("fleet: open: %w", &portalloc.FieldError{Field: "Config.Store", Value: dsn.Redact(cfg.Store), Want: want})
 	}
 	po := pgstore.Options{Host: cfg.Host, Logger: cfg.Logger, Timeout: cfg.Timeout}
-	if opts.Tool {
+	if tool {
 		po.SweepInterval = -1
 	}
 	s, err := pgstore.Open(ctx, conn, po)

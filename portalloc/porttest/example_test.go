@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/portset"
 	"github.com/berth-go/berth/portalloc/porttest"
 )
 
@@ -119,9 +119,9 @@ func ExampleAddr() {
 // member's variables ready for its exec.Cmd.
 func ExampleSet() {
 	testStack := func(t *testing.T) { //nolint:thelper // a test function, not a helper
-		set := porttest.Set(t, portalloc.SetSpec{Name: "stack", Groups: []portalloc.GroupSpec{
-			{Name: "api", Ports: []portalloc.PortSpec{{Name: "http"}}},
-			{Name: "db", Ports: []portalloc.PortSpec{{Name: "sql"}}},
+		set := porttest.Set(t, portset.SetSpec{Name: "stack", Groups: []portset.GroupSpec{
+			{Name: "api", Ports: []portset.PortSpec{{Name: "http"}}},
+			{Name: "db", Ports: []portset.PortSpec{{Name: "sql"}}},
 		}})
 		for _, m := range set.Members() {
 			_ = m.Env() // API_HTTP_PORT=..., DB_SQL_PORT=...

@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/porttest"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -49,7 +50,7 @@ func TestFallbackIsLogged(t *testing.T) {
 	dir := t.TempDir()
 	// A store a newer berth changed so that older berths may not write to
 	// it (a newer write version): this one can read it, not write to it.
-	path := filepath.Join(dir, portalloc.DatabaseFile)
+	path := filepath.Join(dir, statedir.DatabaseFile)
 	s, err := statestore.Open(context.Background(), path, statestore.Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/portset"
 )
 
 var (
@@ -298,11 +299,11 @@ func PacketConn(tb testing.TB, opts ...Option) net.PacketConn {
 
 // Set allocates every port of spec for tb (see portalloc.AllocateSet) and
 // releases them when tb ends. The set's name is made unique per test.
-func Set(tb testing.TB, spec portalloc.SetSpec) *portalloc.Set {
+func Set(tb testing.TB, spec portset.SetSpec) *portset.Set {
 	tb.Helper()
 	a := allocator(tb)
 	spec.Name = fmt.Sprintf("%s-%p", spec.Name, tb)
-	s, err := a.AllocateSet(context.Background(), spec)
+	s, err := portset.Allocate(context.Background(), a, spec)
 	if err != nil {
 		tb.Fatalf("porttest: cannot allocate set for %s: %v", tb.Name(), err)
 	}

@@ -20,7 +20,9 @@ import (
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/portset"
 	"github.com/berth-go/berth/portalloc/porttest"
+	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -62,7 +64,7 @@ func TestMain(m *testing.M) {
 
 func rows(t *testing.T) []statestore.Reservation {
 	t.Helper()
-	s, err := statestore.Open(context.Background(), filepath.Join(stateDir, portalloc.DatabaseFile), statestore.Options{SweepInterval: -1})
+	s, err := statestore.Open(context.Background(), filepath.Join(stateDir, statedir.DatabaseFile), statestore.Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +116,7 @@ func TestListenerAndSet(t *testing.T) {
 	if _, err := net.Listen("tcp", ln.Addr().String()); err == nil {
 		t.Error("the listener's port could be bound again")
 	}
-	s := porttest.Set(t, portalloc.SetSpec{Name: "web", Groups: []portalloc.GroupSpec{{Name: "app", Members: 2, Ports: []portalloc.PortSpec{{Name: "http"}}}}})
+	s := porttest.Set(t, portset.SetSpec{Name: "web", Groups: []portset.GroupSpec{{Name: "app", Members: 2, Ports: []portset.PortSpec{{Name: "http"}}}}})
 	if a, b := s.Members()[0].Ports["http"].Port, s.Members()[1].Ports["http"].Port; a == b {
 		t.Errorf("both members got port %d", a)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/porttest"
+	"github.com/berth-go/berth/portalloc/statedir"
 )
 
 // TestSandboxWorker takes a port as a test in a sandbox does, and prints
@@ -75,7 +76,7 @@ func TestNoHome(t *testing.T) {
 			t.Errorf("%s: %s = %v, %v; want a directory of mode 0700", tc.name, dir, fi, err)
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(dir, portalloc.DatabaseFile)); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, statedir.DatabaseFile)); err != nil {
 			t.Errorf("%s: no store in %s: %v", tc.name, dir, err)
 		}
 	}
@@ -96,7 +97,7 @@ func TestNoHome(t *testing.T) {
 	if ok || !strings.Contains(out, dir+" is owned by uid 65534") {
 		t.Errorf("a %s of another user: worker passed %v; want it to fail saying who owns it:\n%s", want, ok, out)
 	}
-	if _, err := os.Stat(filepath.Join(dir, portalloc.DatabaseFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, statedir.DatabaseFile)); err == nil {
 		t.Errorf("a store was made in another user's directory %s", dir)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/berth-go/berth/internal/safefs"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/statedir"
 )
 
 // stateDir returns the state directory porttest uses when BERTH_STATE_DIR
@@ -23,7 +24,7 @@ import (
 // them, and a temporary directory may be cleaned under them); a test run
 // is over long before that.
 func stateDir() (dir, why string, err error) {
-	def, err := portalloc.DefaultStateDir()
+	def, err := statedir.Default()
 	switch {
 	case err != nil:
 		why = err.Error()

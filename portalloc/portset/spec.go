@@ -1,4 +1,30 @@
-package portalloc
+// Package portset reserves the named ports of a set of processes that must
+// find each other, all of them or none, and gives each member its
+// environment: groups of members (api with 3 replicas, db with 1), each
+// with named ports, and variables that carry other groups' ports.
+//
+// A set's ports are reservations of an Allocator (package portalloc), held
+// by the set under its name: a row stays reserved until every set,
+// Allocator and pool of the process that holds it has released it.
+//
+// # Variables
+//
+// Each member gets one variable per port of its group,
+// <GROUP>_<PORT>_PORT (upper case, '-' as '_') unless PortSpec.Env names
+// it, and one per reference, named by its RefSpec.Env exactly (see
+// GroupSpec.EnvNames). A spec is checked whole before any port is taken;
+// SetSpec.ValidateOneEnv also checks that all members' variables fit one
+// environment.
+//
+// # After the Allocator's Close
+//
+// Allocate returns an error wrapping portalloc.ErrClosed, and so do
+// Set.Transfer and Set.TransferAll for a port the set still holds.
+// Set.Release returns nil, as it does when there is
+// nothing left to release: Close has already released what the set held.
+// What only reads what a set already has stays valid: Set.Members,
+// Set.Member, Set.Manifest, Set.WriteManifest and Member.Env.
+package portset
 
 import (
 	"bytes"
@@ -8,6 +34,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/internal/names"
 )
 
 // Scope says who shares a port of a port set.
@@ -51,8 +80,8 @@ type GroupSpec struct {
 type PortSpec struct {
 	Name string `json:"name"`
 	// Scope is ScopeMember (the zero value) or ScopeGroup.
-	Scope    Scope    `json:"scope,omitempty"`
-	Protocol Protocol `json:"protocol,omitempty"` // zero: TCP
+	Scope    Scope              `json:"scope,omitempty"`
+	Protocol portalloc.Protocol `json:"protocol,omitempty"` // zero: TCP
 	// Address is the address the port is for; zero: 127.0.0.1.
 	Address netip.Addr `json:"address,omitzero"`
 	// Port fixes the port number instead of allocating one; it is then
@@ -69,14 +98,14 @@ type PortSpec struct {
 	// members share one environment.
 	Env string `json:"env,omitempty"`
 	// Sticky asks for the port this entry had last time (see
-	// Request.Sticky).
+	// portalloc.Request.Sticky).
 	Sticky bool `json:"sticky,omitempty"`
-	// Prefer and Order are Request.Prefer and Request.Order for this
+	// Prefer and Order are portalloc.Request.Prefer and portalloc.Request.Order for this
 	// port: ports to try first (the first free one is taken, each member
 	// of a member-scoped port taking the next), then the range in this
 	// order. Not with a fixed Port.
-	Prefer []uint16 `json:"prefer,omitempty"`
-	Order  Order    `json:"order,omitempty"`
+	Prefer []uint16        `json:"prefer,omitempty"`
+	Order  portalloc.Order `json:"order,omitempty"`
 }
 
 // RefSpec sets Env to another port of the set: To is "group.port" for a
@@ -97,10 +126,28 @@ type SpecError struct {
 
 func (e *SpecError) Error() string { return fmt.Sprintf("set spec: %s: %s", e.Field, e.Reason) }
 
-// Unwrap returns ErrInvalidRequest.
-func (e *SpecError) Unwrap() error { return ErrInvalidRequest }
+// Unwrap returns portalloc.ErrInvalidRequest.
+func (e *SpecError) Unwrap() error { return portalloc.ErrInvalidRequest }
 
-// Limits of a SetSpec. ParseSetSpec, Validate and AllocateSet refuse a
+// Limits of the names a SetSpec gives, in bytes.
+const (
+	// MaxNameLen is the longest set, group, port or pool name, in bytes.
+	// A name is 1 to MaxNameLen ASCII letters, digits, '_' and '-',
+	// starting with a letter: names are joined with '/' and '.' into
+	// labels and references, and upper-cased (with '-' as '_') into
+	// environment variable names, so they hold neither separator, are
+	// never read as a member index, and always make a valid variable
+	// name. The longest set label, "set/group/9999/port", stays within
+	// store.MaxLabelLen.
+	MaxNameLen = names.MaxLen
+	// MaxEnvNameLen is the longest environment variable name a SetSpec
+	// names itself (PortSpec.Env, RefSpec.Env), in bytes: ASCII letters,
+	// digits and '_', not starting with a digit. Derived names,
+	// "<GROUP>_<PORT>_PORT", have at most 2*MaxNameLen+6 bytes.
+	MaxEnvNameLen = names.MaxEnvLen
+)
+
+// Limits of a SetSpec. ParseSetSpec, Validate and Allocate refuse a
 // spec beyond one of them with a *SpecError that names the limit. They
 // bound the work and memory a spec from a file can cost: parsing and
 // validating take time and memory linear in the spec's size, and an
@@ -140,7 +187,7 @@ var setLimits = specLimits{
 
 // ParseSetSpec parses and validates a JSON SetSpec of at most
 // MaxSetSpecSize bytes. Unknown fields are errors, so a misspelt key does
-// not pass silently. Errors are *SpecError, which wraps ErrInvalidRequest.
+// not pass silently. Errors are *SpecError, which wraps portalloc.ErrInvalidRequest.
 func ParseSetSpec(data []byte) (SetSpec, error) {
 	return parseSetSpec(data, setLimits)
 }
@@ -165,8 +212,8 @@ func parseSetSpec(data []byte, lim specLimits) (SetSpec, error) {
 }
 
 // Validate checks the spec on its own, within the limits above;
-// AllocateSet also checks that the range can hold it. Errors are
-// *SpecError, which wraps ErrInvalidRequest.
+// Allocate also checks that the range can hold it. Errors are
+// *SpecError, which wraps portalloc.ErrInvalidRequest.
 func (s SetSpec) Validate() error {
 	_, err := s.index(setLimits)
 	return err
@@ -182,7 +229,7 @@ func (s SetSpec) Validate() error {
 // setting it gives the same port (a group-scoped port, or references to
 // one port from two groups) is fine. A spec whose members each run as a
 // process of their own, with their own Member.Env, needs only Validate.
-// Errors are *SpecError, which wraps ErrInvalidRequest.
+// Errors are *SpecError, which wraps portalloc.ErrInvalidRequest.
 func (s SetSpec) ValidateOneEnv() error {
 	ix, err := s.index(setLimits)
 	if err != nil {
@@ -280,7 +327,7 @@ type envKey struct {
 // groups with map lookups, and field names for errors are made only for
 // the error returned.
 func (s SetSpec) index(lim specLimits) (*specIndex, error) {
-	if why := nameProblem(s.Name); why != "" {
+	if why := names.Problem(s.Name); why != "" {
 		return nil, &SpecError{Field: "name", Reason: nameReason(s.Name, why)}
 	}
 	switch {
@@ -316,8 +363,8 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 	}
 	useEnv := func(gi, who int, name string, explicit bool) error {
 		if explicit || who < 0 {
-			if why := envNameProblem(name); why != "" {
-				return &SpecError{Field: envField(gi, who), Reason: fmt.Sprintf("%s: want %s; %s", quoteShort(name), envNameWant, why)}
+			if why := names.EnvProblem(name); why != "" {
+				return &SpecError{Field: envField(gi, who), Reason: fmt.Sprintf("%s: want %s; %s", names.QuoteShort(name), names.EnvWant, why)}
 			}
 		}
 		k := envKey{gi, name}
@@ -330,7 +377,7 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 	ports, env := 0, 0
 	for gi, g := range s.Groups {
 		gf := func() string { return fmt.Sprintf("groups[%d]", gi) }
-		if why := nameProblem(g.Name); why != "" {
+		if why := names.Problem(g.Name); why != "" {
 			return nil, &SpecError{Field: gf() + ".name", Reason: nameReason(g.Name, why)}
 		}
 		if _, dup := ix.groups[g.Name]; dup {
@@ -353,7 +400,7 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 		}
 		for pi, p := range g.Ports {
 			pf := func() string { return fmt.Sprintf("%s.ports[%d]", gf(), pi) }
-			if why := nameProblem(p.Name); why != "" {
+			if why := names.Problem(p.Name); why != "" {
 				return nil, &SpecError{Field: pf() + ".name", Reason: nameReason(p.Name, why)}
 			}
 			pk := portKey{gi, p.Name}
@@ -364,12 +411,12 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 			switch p.Scope {
 			case "", ScopeMember, ScopeGroup:
 			default:
-				return nil, &SpecError{Field: pf() + ".scope", Reason: fmt.Sprintf("%s; want %q or %q", quoteShort(string(p.Scope)), ScopeMember, ScopeGroup)}
+				return nil, &SpecError{Field: pf() + ".scope", Reason: fmt.Sprintf("%s; want %q or %q", names.QuoteShort(string(p.Scope)), ScopeMember, ScopeGroup)}
 			}
 			switch p.Protocol {
-			case "", TCP, UDP:
+			case "", portalloc.TCP, portalloc.UDP:
 			default:
-				return nil, &SpecError{Field: pf() + ".protocol", Reason: fmt.Sprintf("%s; want \"tcp\" or \"udp\"", quoteShort(string(p.Protocol)))}
+				return nil, &SpecError{Field: pf() + ".protocol", Reason: fmt.Sprintf("%s; want \"tcp\" or \"udp\"", names.QuoteShort(string(p.Protocol)))}
 			}
 			if p.Address.IsValid() && p.Address.Zone() != "" {
 				return nil, &SpecError{Field: pf() + ".address", Reason: "zoned IPv6 addresses are not supported"}
@@ -380,16 +427,16 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 			if p.Port != 0 && (len(p.Prefer) > 0 || p.Order != "") {
 				return nil, &SpecError{Field: pf() + ".prefer", Reason: "a fixed port is not chosen; prefer and order are for allocated ports"}
 			}
-			if len(p.Prefer) > MaxPrefer {
-				return nil, &SpecError{Field: pf() + ".prefer", Reason: fmt.Sprintf("%d ports; want at most %d (MaxPrefer)", len(p.Prefer), MaxPrefer)}
+			if len(p.Prefer) > portalloc.MaxPrefer {
+				return nil, &SpecError{Field: pf() + ".prefer", Reason: fmt.Sprintf("%d ports; want at most %d (MaxPrefer)", len(p.Prefer), portalloc.MaxPrefer)}
 			}
 			if slices.Contains(p.Prefer, 0) {
 				return nil, &SpecError{Field: pf() + ".prefer", Reason: "port 0 is not a port; want ports from 1 to 65535"}
 			}
 			switch p.Order {
-			case "", OrderRandom, OrderLowest:
+			case "", portalloc.OrderRandom, portalloc.OrderLowest:
 			default:
-				return nil, &SpecError{Field: pf() + ".order", Reason: fmt.Sprintf("%s; want %q or %q", quoteShort(string(p.Order)), OrderRandom, OrderLowest)}
+				return nil, &SpecError{Field: pf() + ".order", Reason: fmt.Sprintf("%s; want %q or %q", names.QuoteShort(string(p.Order)), portalloc.OrderRandom, portalloc.OrderLowest)}
 			}
 			if p.Sticky && p.Port != 0 {
 				return nil, &SpecError{Field: pf() + ".sticky", Reason: "a fixed port is always the same; sticky is for allocated ports"}
@@ -444,7 +491,7 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 
 // nameReason is a SpecError's reason for a refused name.
 func nameReason(name, why string) string {
-	return fmt.Sprintf("%s: want %s; %s", quoteShort(name), nameWant, why)
+	return fmt.Sprintf("%s: want %s; %s", names.QuoteShort(name), names.Want, why)
 }
 
 func members(g GroupSpec) int { return max(g.Members, 1) }
@@ -495,22 +542,22 @@ func (r portRef) String() string {
 func (s SetSpec) resolveRef(ix *specIndex, to string) (portRef, error) {
 	gname, rest, ok := strings.Cut(to, ".")
 	if !ok {
-		return portRef{}, fmt.Errorf("%s: want \"group.port\" or \"group.member.port\"", quoteShort(to))
+		return portRef{}, fmt.Errorf("%s: want \"group.port\" or \"group.member.port\"", names.QuoteShort(to))
 	}
 	mstr, name, three := strings.Cut(rest, ".")
 	if !three {
 		mstr, name = "", rest
 	} else if strings.Contains(name, ".") {
-		return portRef{}, fmt.Errorf("%s: want \"group.port\" or \"group.member.port\"", quoteShort(to))
+		return portRef{}, fmt.Errorf("%s: want \"group.port\" or \"group.member.port\"", names.QuoteShort(to))
 	}
 	gi, ok := ix.groups[gname]
 	if !ok {
-		return portRef{}, fmt.Errorf("%s: no group %s in the set", quoteShort(to), quoteShort(gname))
+		return portRef{}, fmt.Errorf("%s: no group %s in the set", names.QuoteShort(to), names.QuoteShort(gname))
 	}
 	g := &s.Groups[gi]
 	pi, ok := ix.ports[portKey{gi, name}]
 	if !ok {
-		return portRef{}, fmt.Errorf("%s: group %q has no port %s", quoteShort(to), g.Name, quoteShort(name))
+		return portRef{}, fmt.Errorf("%s: group %q has no port %s", names.QuoteShort(to), g.Name, names.QuoteShort(name))
 	}
 	p := &g.Ports[pi]
 	if !three {
@@ -520,11 +567,11 @@ func (s SetSpec) resolveRef(ix *specIndex, to string) (portRef, error) {
 		case members(*g) == 1:
 			return portRef{g.Name, p.Name, 0}, nil
 		}
-		return portRef{}, fmt.Errorf("%s: port %q is per member and group %q has %d members; name one, e.g. \"%s.0.%s\"", quoteShort(to), p.Name, g.Name, members(*g), g.Name, p.Name)
+		return portRef{}, fmt.Errorf("%s: port %q is per member and group %q has %d members; name one, e.g. \"%s.0.%s\"", names.QuoteShort(to), p.Name, g.Name, members(*g), g.Name, p.Name)
 	}
 	m, err := strconv.Atoi(mstr)
 	if err != nil || m < 0 || m >= members(*g) {
-		return portRef{}, fmt.Errorf("%s: member %s of group %q: want 0 to %d", quoteShort(to), quoteShort(mstr), g.Name, members(*g)-1)
+		return portRef{}, fmt.Errorf("%s: member %s of group %q: want 0 to %d", names.QuoteShort(to), names.QuoteShort(mstr), g.Name, members(*g)-1)
 	}
 	if scopeOf(*p) == ScopeGroup {
 		return portRef{g.Name, p.Name, -1}, nil // the same port for every member

@@ -1,4 +1,4 @@
-package portalloc_test
+package fleet_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // pod's node once it is bound, and releases it in the pod's finalizer.
 // It needs a fleet's store (BERTH_STORE), so it is compiled, not run, by
 // go test.
-func ExampleAllocator_ReserveFleet() {
+func ExampleReserve() {
 	ctx := context.Background()
 	cfg, err := portalloc.ConfigFromEnv()
 	if err != nil || cfg.Store == "" {
@@ -29,9 +29,9 @@ func ExampleAllocator_ReserveFleet() {
 	}
 	defer a.Close() // the reservation is the pod's: Close leaves it
 
-	r, err := a.ReserveFleet(ctx, portalloc.FleetRequest{
+	r, err := fleet.Reserve(ctx, a, fleet.FleetRequest{
 		Protocol: portalloc.TCP, // Addr zero: 0.0.0.0, the port on every address
-		Band:     portalloc.Band{First: 40000, Last: 40999},
+		Band:     fleet.Band{First: 40000, Last: 40999},
 		Holder:   "pod/default/web-0",
 		Label:    "web.http",
 		TTL:      time.Minute,
@@ -43,17 +43,17 @@ func ExampleAllocator_ReserveFleet() {
 	fmt.Println("web-0 gets port", r.Port, "on whichever node it lands")
 
 	// Every ~20s while the pod waits for a node:
-	if err := a.RenewFleet(ctx, r, time.Minute); err != nil {
+	if err := fleet.Renew(ctx, a, r, time.Minute); err != nil {
 		fmt.Println(err) // ErrNotHeld: the lease ran out; reserve again
 		return
 	}
 	// Once the pod is bound to node-3, the port is free on the others:
-	if err := a.NarrowFleet(ctx, r, "node-3"); err != nil {
+	if err := fleet.Narrow(ctx, a, r, "node-3"); err != nil {
 		fmt.Println(err)
 		return
 	}
 	// In the pod's finalizer:
-	if err := a.ReleaseFleet(ctx, r); err != nil {
+	if err := fleet.Release(ctx, a, r); err != nil {
 		fmt.Println(err)
 	}
 }

@@ -1,4 +1,4 @@
-package portalloc
+package portset
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package portalloc_test
+package lease_test
 
 import (
 	"context"
@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/lease"
 )
 
 // A port for a named holder, such as a CI job, outlives the process that
 // asked for it: it lasts until the holder releases it or its lease ends.
 // Renew extends the lease of every port the holder has.
-func ExampleAllocator_AllocateLease() {
+func ExampleAllocate() {
 	dir, _ := os.MkdirTemp("", "berth-example")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
@@ -24,7 +25,7 @@ func ExampleAllocator_AllocateLease() {
 	}
 	defer a.Close()
 
-	r, err := a.AllocateLease(ctx, portalloc.Request{Label: "db"}, portalloc.Lease{Holder: "ci/job-4711", TTL: 8 * time.Hour})
+	r, err := lease.Allocate(ctx, a, portalloc.Request{Label: "db"}, lease.Lease{Holder: "ci/job-4711", TTL: 8 * time.Hour})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -35,12 +36,12 @@ func ExampleAllocator_AllocateLease() {
 	_, err = a.Reserve(ctx, portalloc.Request{}, r.Port)
 	fmt.Println("held:", errors.Is(err, portalloc.ErrPortHeld))
 
-	n, err := a.Renew(ctx, "ci/job-4711", 12*time.Hour)
+	n, err := lease.Renew(ctx, a, "ci/job-4711", 12*time.Hour)
 	fmt.Println("renewed:", n, err)
-	n, err = a.ReleaseHolder(ctx, "ci/job-4711", portalloc.HolderFilter{})
+	n, err = lease.Release(ctx, a, "ci/job-4711", lease.Filter{})
 	fmt.Println("released:", n, err)
-	_, err = a.Renew(ctx, "ci/job-4711", time.Hour)
-	fmt.Println("renew after release:", errors.Is(err, portalloc.ErrHolderNotFound))
+	_, err = lease.Renew(ctx, a, "ci/job-4711", time.Hour)
+	fmt.Println("renew after release:", errors.Is(err, lease.ErrHolderNotFound))
 	// Output:
 	// holder: ci/job-4711 lease ends in about 8h: true
 	// held: true

@@ -1,4 +1,4 @@
-package portalloc
+package portset
 
 import (
 	"context"
@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
-	"strings"
 
-	"github.com/berth-go/berth/statestore"
-	"github.com/berth-go/berth/store"
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/internal/names"
+	"github.com/berth-go/berth/portalloc/internal/seam"
 )
+
+// core is what a set reaches of its Allocator beyond its exported methods:
+// holds under the set's name, and the rows this process has.
+var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request, portalloc.Config]()
 
 // Set is an allocated SetSpec. It is safe for concurrent use only for
 // reading; Release and Transfer must not run concurrently.
@@ -18,10 +22,10 @@ type Set struct {
 	Name    string
 	members []*Member
 	byName  map[memberKey]*Member
-	a       *Allocator
+	a       *portalloc.Allocator
 	via     string // the set's name for its holds (see refs)
 	// held are the reservations the set still holds, by label.
-	held map[string]Reservation
+	held map[string]portalloc.Reservation
 }
 
 type memberKey struct {
@@ -35,7 +39,7 @@ type Member struct {
 	Index int
 	// Ports are the member's ports by name: its own member-scoped ones and
 	// its group's shared ones.
-	Ports map[string]Reservation
+	Ports map[string]portalloc.Reservation
 	// Scopes gives each port's scope, by name.
 	Scopes map[string]Scope
 	env    []string
@@ -51,7 +55,7 @@ func (s *Set) Members() []*Member { return s.members }
 
 // Member returns member index of group. A group the set does not have, or
 // an index outside 0 to the group's members less one, is an error wrapping
-// ErrInvalidRequest that says what the set has; the member is then nil.
+// portalloc.ErrInvalidRequest that says what the set has; the member is then nil.
 func (s *Set) Member(group string, index int) (*Member, error) {
 	if m := s.byName[memberKey{group, index}]; m != nil {
 		return m, nil
@@ -61,9 +65,9 @@ func (s *Set) Member(group string, index int) (*Member, error) {
 		n = i + 1
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("portalloc: set %q: %w: no group %s", s.Name, ErrInvalidRequest, quoteShort(group))
+		return nil, fmt.Errorf("portalloc: set %q: %w: no group %s", s.Name, portalloc.ErrInvalidRequest, names.QuoteShort(group))
 	}
-	return nil, fmt.Errorf("portalloc: set %q: %w: group %q has no member %d; want 0 to %d", s.Name, ErrInvalidRequest, group, index, n-1)
+	return nil, fmt.Errorf("portalloc: set %q: %w: group %q has no member %d; want 0 to %d", s.Name, portalloc.ErrInvalidRequest, group, index, n-1)
 }
 
 func label(set, group string, member int, port string) string {
@@ -73,75 +77,75 @@ func label(set, group string, member int, port string) string {
 	return set + "/" + group + "/" + strconv.Itoa(member) + "/" + port
 }
 
-// AllocateSet reserves every port of spec, or none: when one cannot be had,
+// Allocate reserves every port of spec with a, or none: when one cannot be had,
 // the holds taken so far are dropped, and rows this call created are
 // released. Rows that existed before the call (a fixed port this process
 // had already reserved, or the ports of an earlier allocation of the same
-// spec) are never released by a failed AllocateSet. Allocating a spec again
+// spec) are never released by a failed Allocate. Allocating a spec again
 // from the same process returns the ports the process already holds for it,
 // each with a hold of the new Set: a row stays reserved until every Set,
 // Allocator and pool of the process that holds it has released it.
-func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error) {
-	if a.isClosed() {
-		return nil, fmt.Errorf("portalloc: allocate set: %w", ErrClosed)
+func Allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, error) {
+	if core.Closed(a) {
+		return nil, fmt.Errorf("portalloc: allocate set: %w", portalloc.ErrClosed)
 	}
 	ix, err := spec.index(setLimits)
 	if err != nil {
 		return nil, err
 	}
-	if ix.need > a.set.Len() {
-		return nil, &SpecError{Field: "groups", Reason: fmt.Sprintf("the set needs %d ports from the range and %s has %d to hand out", ix.need, a.cfg.Range, a.set.Len())}
+	if ix.need > core.Candidates(a).Len() {
+		return nil, &SpecError{Field: "groups", Reason: fmt.Sprintf("the set needs %d ports from the range and %s has %d to hand out", ix.need, a.Config().Range, core.Candidates(a).Len())}
 	}
-	existing, before, err := a.ownRows(ctx, spec.Name+"/")
+	existing, existedBefore, err := core.OwnRows(ctx, a, spec.Name+"/")
 	if err != nil {
 		return nil, err
 	}
 	via := fmt.Sprintf("set %q", spec.Name)
-	s := &Set{Name: spec.Name, a: a, via: via, held: map[string]Reservation{}, byName: map[memberKey]*Member{}}
+	s := &Set{Name: spec.Name, a: a, via: via, held: map[string]portalloc.Reservation{}, byName: map[memberKey]*Member{}}
 	// taken are the holds of this call, dropped if a later port fails;
 	// existed says the row was there before the call and must stay.
 	type hold struct {
-		r       Reservation
+		r       portalloc.Reservation
 		existed bool
 	}
 	var taken []hold
-	obtain := func(g GroupSpec, p PortSpec, member int) (Reservation, error) {
-		req := Request{Protocol: p.Protocol, Address: p.Address, Label: label(spec.Name, g.Name, member, p.Name), Sticky: p.Sticky, Prefer: p.Prefer, Order: p.Order}
+	obtain := func(g GroupSpec, p PortSpec, member int) (portalloc.Reservation, error) {
+		req := portalloc.Request{Protocol: p.Protocol, Address: p.Address, Label: label(spec.Name, g.Name, member, p.Name), Sticky: p.Sticky, Prefer: p.Prefer, Order: p.Order}
 		if req.Protocol == "" {
-			req.Protocol = TCP
+			req.Protocol = portalloc.TCP
 		}
 		if !req.Address.IsValid() {
 			req.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 		}
-		if r, ok := existing[ScopedLabel(a.cfg.Scope, req.Label)]; ok && r.Protocol == req.Protocol && r.Address == req.Address.Unmap() && (p.Port == 0 || r.Port == p.Port) {
-			r, err := a.adopt(ctx, r, via)
+		if r, ok := existing[portalloc.ScopedLabel(a.Config().Scope, req.Label)]; ok && r.Protocol == req.Protocol && r.Address == req.Address.Unmap() && (p.Port == 0 || r.Port == p.Port) {
+			r, err := core.Adopt(ctx, a, r, via)
 			if err == nil {
 				taken = append(taken, hold{r, true})
 			}
 			return r, err
 		}
-		r, err := a.obtain(ctx, req, p.Port, via)
+		r, err := core.Obtain(ctx, a, req, p.Port, via)
 		if err == nil {
 			// A scan only ever creates rows; Reserve may return one this
 			// process had, which stays (when unsure, it is kept).
-			existed := p.Port != 0 && (before == nil || before[keyOf(r)])
+			existed := p.Port != 0 && existedBefore(r)
 			taken = append(taken, hold{r, existed})
 		}
 		return r, err
 	}
 	fail := func(err error) (*Set, error) {
-		rctx, cancel := a.releaseContext(ctx)
+		rctx, cancel := core.ReleaseContext(ctx, a)
 		defer cancel()
 		for _, h := range taken {
-			_ = a.release(rctx, h.r, via, h.existed) // for logging only: reaping covers a failure
+			_ = core.Release(rctx, a, h.r, via, h.existed) // for logging only: reaping covers a failure
 		}
 		return nil, fmt.Errorf("portalloc: allocate set %q: %w", spec.Name, err)
 	}
-	byRef := map[portRef]Reservation{}
+	byRef := map[portRef]portalloc.Reservation{}
 	for _, g := range spec.Groups {
 		var group []*Member
 		for i := range members(g) {
-			m := &Member{Group: g.Name, Index: i, Ports: map[string]Reservation{}, Scopes: map[string]Scope{}, set: s}
+			m := &Member{Group: g.Name, Index: i, Ports: map[string]portalloc.Reservation{}, Scopes: map[string]Scope{}, set: s}
 			group = append(group, m)
 			s.byName[memberKey{g.Name, i}] = m
 		}
@@ -187,62 +191,6 @@ func (a *Allocator) AllocateSet(ctx context.Context, spec SetSpec) (*Set, error)
 	return s, nil
 }
 
-// obtain reserves port for req, or allocates one when port is 0, with the
-// hold taken by via.
-func (a *Allocator) obtain(ctx context.Context, req Request, port uint16, via string) (r Reservation, err error) {
-	defer func() { a.ctr.count(port != 0, err) }()
-	ctx, cancel, req, err := a.begin(ctx, req)
-	if err != nil {
-		return Reservation{}, err
-	}
-	defer cancel()
-	if port != 0 {
-		return a.reserve(ctx, req, port, via)
-	}
-	return a.allocate(ctx, req, a.set, probeFunc(req), via)
-}
-
-// ownRows returns this process's reservations whose label starts with
-// prefix, from the store (so a new Allocator finds what an earlier one of
-// the same process holds) or, in the MRU backend, from this Allocator; and
-// the keys of every row this process has in the store, or nil when they
-// could not be read.
-func (a *Allocator) ownRows(ctx context.Context, prefix string) (map[string]Reservation, map[heldKey]bool, error) {
-	out := map[string]Reservation{}
-	s := a.db()
-	if a.fb.active.Load() || s == nil {
-		for _, r := range a.Held() {
-			if strings.HasPrefix(r.Label, prefix) {
-				out[r.Label] = r
-			}
-		}
-		return out, nil, nil
-	}
-	self, err := statestore.Self()
-	if err != nil {
-		return nil, nil, err
-	}
-	rows, err := s.List(ctx, store.Filter{OwnerPID: self.PID})
-	if err != nil {
-		if a.cfg.Mode == ModeStateStore || isTransient(err) {
-			return nil, nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
-		}
-		return out, nil, nil // the allocations below fall back, and find nothing to reuse
-	}
-	before := map[heldKey]bool{}
-	for _, r := range rows {
-		if !r.Owner.Same(self) {
-			continue
-		}
-		res := Reservation{Protocol: r.Protocol, Address: r.Addr, Port: r.Port, Label: r.Label, Backend: BackendStateStore}
-		before[keyOf(res)] = true
-		if strings.HasPrefix(r.Label, prefix) {
-			out[r.Label] = res
-		}
-	}
-	return out, before, nil
-}
-
 // Release releases every port the set still holds, on whichever backend
 // served it: it drops the set's hold, and a row no other holder of the
 // process holds is deleted. It also releases the ports the set handed
@@ -252,23 +200,22 @@ func (a *Allocator) ownRows(ctx context.Context, prefix string) (map[string]Rese
 // and a row that is already gone is not an error; other errors are for
 // logging, since reaping covers what a failed release leaves behind.
 //
-// Like Allocator.Release it goes on when ctx is cancelled: the releases
-// share a deadline of their own, Config.Timeout, so that a deferred
+// Like portalloc.Allocator.Release it goes on when ctx is cancelled: the releases
+// share a deadline of their own, portalloc.Config.Timeout, so that a deferred
 // Release under a context the shutdown signal cancelled still releases.
 func (s *Set) Release(ctx context.Context) error {
-	ctx, cancel := s.a.releaseContext(ctx)
+	ctx, cancel := core.ReleaseContext(ctx, s.a)
 	defer cancel()
 	var errs []error
 	for l, r := range s.held {
-		if err := s.a.release(ctx, r, s.via, false); err != nil && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrClosed) {
+		if err := core.Release(ctx, s.a, r, s.via, false); err != nil && !errors.Is(err, portalloc.ErrNotHeld) && !errors.Is(err, portalloc.ErrClosed) {
 			errs = append(errs, err)
 		}
 		delete(s.held, l)
 	}
-	if !s.a.isClosed() {
+	if !core.Closed(s.a) {
 		// Ports the set handed to children that have exited.
-		mine := func(h handed) bool { return h.via == s.via }
-		if err := s.a.reapHanded(ctx, s.a.db(), mine, false); err != nil {
+		if err := core.ReapHanded(ctx, s.a, s.via); err != nil {
 			errs = append(errs, fmt.Errorf("portalloc: set %q: %w", s.Name, err))
 		}
 	}
@@ -278,18 +225,18 @@ func (s *Set) Release(ctx context.Context) error {
 // Transfer hands m's member-scoped ports to the running process pid, the
 // child the caller started for m, so they stay reserved exactly as long as
 // it runs, even if the caller dies first. Group-scoped ports are shared by
-// all members and stay with the caller. Like Allocator.Transfer it refuses
+// all members and stay with the caller. Like portalloc.Allocator.Transfer it refuses
 // a port that something else in this process holds too.
 //
 // m must be a member of s, as Members or Member return it: a nil member or
-// one of another set is refused with an error wrapping ErrInvalidRequest,
+// one of another set is refused with an error wrapping portalloc.ErrInvalidRequest,
 // and nothing is transferred.
 func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
 	switch {
 	case m == nil:
-		return fmt.Errorf("portalloc: set %q: transfer to pid %d: %w: member is nil; want one of the set's Members", s.Name, pid, ErrInvalidRequest)
+		return fmt.Errorf("portalloc: set %q: transfer to pid %d: %w: member is nil; want one of the set's Members", s.Name, pid, portalloc.ErrInvalidRequest)
 	case m.set != s:
-		return fmt.Errorf("portalloc: set %q: transfer %s member %d to pid %d: %w: the member belongs to another set; want one of this set's Members", s.Name, quoteShort(m.Group), m.Index, pid, ErrInvalidRequest)
+		return fmt.Errorf("portalloc: set %q: transfer %s member %d to pid %d: %w: the member belongs to another set; want one of this set's Members", s.Name, names.QuoteShort(m.Group), m.Index, pid, portalloc.ErrInvalidRequest)
 	}
 	for name, r := range m.Ports {
 		if m.Scopes[name] != ScopeMember {
@@ -298,7 +245,7 @@ func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
 		if _, ok := s.held[r.Label]; !ok {
 			continue // already handed over
 		}
-		if err := s.a.transfer(ctx, r, pid, s.via); err != nil {
+		if err := core.Transfer(ctx, s.a, r, pid, s.via); err != nil {
 			return err
 		}
 		delete(s.held, r.Label)
@@ -314,7 +261,7 @@ func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
 // such an error stay with pid.
 func (s *Set) TransferAll(ctx context.Context, pid int) error {
 	for l, r := range s.held {
-		if err := s.a.transfer(ctx, r, pid, s.via); err != nil {
+		if err := core.Transfer(ctx, s.a, r, pid, s.via); err != nil {
 			return err
 		}
 		delete(s.held, l)

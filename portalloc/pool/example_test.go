@@ -1,4 +1,4 @@
-package portalloc_test
+package pool_test
 
 import (
 	"context"
@@ -7,40 +7,11 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/pool"
 )
 
-// Usage counts the reservations of the range in the store, whoever made
-// them: here a second Allocator on the same state directory, as another
-// process would be.
-func ExampleAllocator_Usage() {
-	a, done := exampleAllocator(29800)
-	defer done()
-	ctx := context.Background()
-
-	b, err := portalloc.New(ctx, a.Config())
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer b.Close()
-	for _, x := range []*portalloc.Allocator{a, a, b} {
-		if _, err := x.Allocate(ctx, portalloc.Request{}); err != nil {
-			fmt.Println(err)
-			return
-		}
-	}
-	u, err := a.Usage(ctx)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("ports:", u.Ports, "reserved:", u.Reserved, "available:", u.Available)
-	// Output:
-	// ports: 100 reserved: 3 available: 97
-}
-
 // waitSettled waits until p has its idle members and no update under way.
-func waitSettled(p *portalloc.Pool) portalloc.PoolStatus {
+func waitSettled(p *pool.Pool) pool.Status {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st := p.Status()
@@ -59,7 +30,7 @@ func ExamplePool_Status() {
 	defer done()
 	ctx := context.Background()
 
-	p, err := a.NewPool(ctx, "workers", portalloc.PoolSpec{Size: 3})
+	p, err := pool.New(ctx, a, "workers", pool.Spec{Size: 3})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -86,7 +57,7 @@ func ExamplePool_Update() {
 	defer done()
 	ctx := context.Background()
 
-	p, err := a.NewPool(ctx, "web", portalloc.PoolSpec{Size: 2, MaxUnavailable: "1"})
+	p, err := pool.New(ctx, a, "web", pool.Spec{Size: 2, MaxUnavailable: "1"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -94,7 +65,7 @@ func ExamplePool_Update() {
 	defer p.Close()
 	before := p.Status().Revision
 
-	err = p.Update(portalloc.PoolSpec{Size: 2, MaxUnavailable: "1", Prefer: []uint16{29950}, Order: portalloc.OrderLowest})
+	err = p.Update(pool.Spec{Size: 2, MaxUnavailable: "1", Prefer: []uint16{29950}, Order: portalloc.OrderLowest})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -109,4 +80,51 @@ func ExamplePool_Update() {
 	// Output:
 	// new revision: true updated: 2 of 2
 	// preferred port taken: true
+}
+
+// A warm pool keeps ports reserved ahead of time; Take hands one out from
+// memory, and Update moves the pool to another range member by member.
+func Example() {
+	a, done := exampleAllocator(29500)
+	defer done()
+	ctx := context.Background()
+
+	p, err := pool.New(ctx, a, "workers", pool.Spec{Size: 2, Range: portalloc.Range{First: 29500, Last: 29549}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+
+	r, err := p.Take(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("taken from the first half:", r.Port < 29550)
+	if err := p.Return(r); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	if err := p.Update(pool.Spec{Size: 2, Range: portalloc.Range{First: 29550, Last: 29599}}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); p.Status().Updating || p.Status().Idle < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			fmt.Println("update not done:", p.Status(), p.Err())
+			return
+		}
+	}
+	r, err = p.Take(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = p.Return(r) }()
+	fmt.Println("taken from the second half:", r.Port >= 29550)
+	// Output:
+	// taken from the first half: true
+	// taken from the second half: true
 }

@@ -1,4 +1,16 @@
-package portalloc
+// Package pool keeps ports of an Allocator reserved ahead of time, so
+// that a hot path takes one without touching the state store, and rolls
+// them to a new spec a few at a time.
+//
+// A Pool's members are reservations of its Allocator (package portalloc)
+// like any other, labelled "pool:<name>", with the full guarantee: free
+// in the store and bind-probed when reserved, and probed again while
+// idle. The Allocator's Close closes its pools.
+//
+// After the Allocator's Close, New, Take, Return and Update return errors
+// wrapping portalloc.ErrClosed; Close is idempotent; Status, Idle and Err
+// stay valid.
+package pool
 
 import (
 	"context"
@@ -17,17 +29,24 @@ import (
 
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/internal/probe"
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/internal/names"
+	"github.com/berth-go/berth/portalloc/internal/seam"
 )
 
-// PoolSpec describes a pool's members. The zero value of every field is a
+// core is what a pool reaches of its Allocator beyond its exported
+// methods: holds under the pool's name, and the candidate ports.
+var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request, portalloc.Config]()
+
+// Spec describes a pool's members. The zero value of every field is a
 // working default.
-type PoolSpec struct {
+type Spec struct {
 	// Size is how many idle members the pool keeps reserved and ready;
 	// zero: 4.
 	Size int
 	// Range is where members are allocated; zero: the Allocator's range,
 	// or the band Band names. It must lie within the Allocator's range.
-	Range Range
+	Range portalloc.Range
 	// Band, instead of Range, names a band of the Allocator's range, as
 	// Kubernetes splits its service port range: "static", the low end, kept
 	// for callers that Reserve fixed ports (1/32 of the range, at least 16
@@ -36,24 +55,24 @@ type PoolSpec struct {
 	Band string
 	// Address and Protocol are the members'; zero: 127.0.0.1 and TCP.
 	Address  netip.Addr
-	Protocol Protocol
+	Protocol portalloc.Protocol
 	// MaxUnavailable bounds how many idle members a rolling update
 	// replaces at once: an integer ("3") or a percentage of Size ("25%",
 	// rounded up), at least 1; zero: "25%".
 	MaxUnavailable string
 	// Prefer lists ports for members to take first, in this order, each
-	// with the full guarantee of Request.Prefer (free in the store,
+	// with the full guarantee of portalloc.Request.Prefer (free in the store,
 	// bind-probed): every member allocated, when the pool fills, refills,
 	// rolls to a new spec or a Take finds it empty, takes the first of them
 	// that is free, then a port of Range in Order. A preferred port held
 	// by another process or bound outside berth is passed over. Like
-	// Request.Prefer, they may lie outside Range. At most MaxPrefer ports,
+	// portalloc.Request.Prefer, they may lie outside Range. At most MaxPrefer ports,
 	// none of them 0; zero: none.
 	Prefer []uint16
 	// Order is the order in which members walk Range after Prefer:
 	// OrderRandom or OrderLowest (members from the low end up); zero: the
-	// Allocator's Config.Order.
-	Order Order
+	// Allocator's portalloc.Config.Order.
+	Order portalloc.Order
 }
 
 // ParseMaxUnavailable returns how many members of a pool of size may be
@@ -64,7 +83,7 @@ func ParseMaxUnavailable(s string, size int) (int, error) {
 		s = "25%"
 	}
 	bad := func() (int, error) {
-		return 0, fmt.Errorf("%w: maxUnavailable %q: want a whole number such as \"3\" or a percentage from 0%% to 100%% such as \"25%%\"", ErrInvalidRequest, s)
+		return 0, fmt.Errorf("%w: maxUnavailable %q: want a whole number such as \"3\" or a percentage from 0%% to 100%% such as \"25%%\"", portalloc.ErrInvalidRequest, s)
 	}
 	num, pct := strings.CutSuffix(s, "%")
 	for _, c := range num {
@@ -88,20 +107,20 @@ func ParseMaxUnavailable(s string, size int) (int, error) {
 // revision is a short hash of what makes a member: where it is allocated,
 // and which ports it takes first. s has its defaults filled in, so a spec
 // that spells out a default is the same revision as one that leaves it zero.
-func (s PoolSpec) revision() string {
+func (s Spec) revision() string {
 	canon, _ := json.Marshal(struct {
 		Range    string
 		Address  string
-		Protocol Protocol
+		Protocol portalloc.Protocol
 		Prefer   []uint16
-		Order    Order
+		Order    portalloc.Order
 	}{s.Range.String(), s.Address.String(), s.Protocol, s.Prefer, s.Order})
 	sum := sha256.Sum256(canon)
 	return hex.EncodeToString(sum[:4])
 }
 
-// PoolStatus is a snapshot of a pool.
-type PoolStatus struct {
+// Status is a snapshot of a pool.
+type Status struct {
 	Size     int
 	Idle     int
 	InUse    int
@@ -115,7 +134,7 @@ type PoolStatus struct {
 
 // member is one reserved port of a pool.
 type member struct {
-	r        Reservation
+	r        portalloc.Reservation
 	revision string
 	created  time.Time
 }
@@ -132,15 +151,15 @@ type member struct {
 type Pool struct {
 	name string
 	via  string // the pool's name for its holds (see refs)
-	a    *Allocator
+	a    *portalloc.Allocator
 
 	mu        sync.Mutex // guards the fields below
-	spec      PoolSpec
+	spec      Spec
 	set       *portrange.Set
 	rev       string
 	budget    int
 	idle      []*member
-	inUse     map[Reservation]*member
+	inUse     map[portalloc.Reservation]*member
 	replacing int
 	closed    bool
 	lastErr   error
@@ -163,37 +182,35 @@ type StepInfo struct {
 	Unavailable int
 	// Budgeted counts the others: at most MaxUnavailable.
 	Budgeted int
-	Status   PoolStatus // after the step
+	Status   Status // after the step
 }
 
-// NewPool reserves spec.Size ports labelled "pool:<name>" and keeps them
+// New reserves spec.Size ports of a labelled "pool:<name>" and keeps them
 // ready. It returns once the pool is full.
 //
 // The name is the pool's within the Allocator: a name that an open pool
 // of the Allocator has already is refused with an error wrapping
-// ErrInvalidRequest (two pools of one name would share a label and tell
-// their members apart by nothing). Once a pool is closed its name may be
-// used again. Names follow the rules of set names (see SetSpec).
-func (a *Allocator) NewPool(ctx context.Context, name string, spec PoolSpec) (*Pool, error) {
-	if err := checkName("pool name", name); err != nil {
+// portalloc.ErrInvalidRequest (two pools of one name would share a label
+// and tell their members apart by nothing). Once a pool is closed its name
+// may be used again. Names follow the rules of set names (see package
+// portset). After a's Close, New returns an error wrapping
+// portalloc.ErrClosed.
+func New(ctx context.Context, a *portalloc.Allocator, name string, spec Spec) (*Pool, error) {
+	if err := names.Check("pool name", name); err != nil {
 		return nil, err
 	}
-	a.mu.Lock()
-	switch {
-	case a.closed:
-		a.mu.Unlock()
-		return nil, fmt.Errorf("portalloc: new pool %q: %w", name, ErrClosed)
-	case a.poolNames[name]:
-		a.mu.Unlock()
-		return nil, fmt.Errorf("portalloc: new pool %q: %w: this Allocator has an open pool of that name; close it first or choose another name", name, ErrInvalidRequest)
+	via := fmt.Sprintf("pool %q", name)
+	switch closed, taken := core.Claim(a, via); {
+	case closed:
+		return nil, fmt.Errorf("portalloc: new pool %q: %w", name, portalloc.ErrClosed)
+	case taken:
+		return nil, fmt.Errorf("portalloc: new pool %q: %w: this Allocator has an open pool of that name; close it first or choose another name", name, portalloc.ErrInvalidRequest)
 	}
-	a.poolNames[name] = true
-	a.mu.Unlock()
-	p := &Pool{name: name, via: fmt.Sprintf("pool %q", name), a: a, inUse: map[Reservation]*member{},
+	p := &Pool{name: name, via: via, a: a, inUse: map[portalloc.Reservation]*member{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	fail := func(err error) (*Pool, error) {
 		p.releaseIdle(ctx)
-		a.forgetPool(p)
+		core.Detach(a, via)
 		return nil, err
 	}
 	if err := p.setSpec(spec); err != nil {
@@ -204,70 +221,58 @@ func (a *Allocator) NewPool(ctx context.Context, name string, spec PoolSpec) (*P
 			return fail(err)
 		}
 	}
-	a.mu.Lock()
-	if a.closed {
-		a.mu.Unlock()
-		return fail(fmt.Errorf("portalloc: new pool %q: %w", name, ErrClosed))
+	if !core.Attach(a, via, p.close) {
+		return fail(fmt.Errorf("portalloc: new pool %q: %w", name, portalloc.ErrClosed))
 	}
-	a.pools = append(a.pools, p)
-	a.mu.Unlock()
-	go p.work() //nolint:contextcheck // the pool outlives NewPool's context; Close stops it
+	go p.work() //nolint:contextcheck // the pool outlives New's context; Close stops it
 	return p, nil
 }
 
-// forgetPool frees p's name and drops it from the Allocator's pools.
-func (a *Allocator) forgetPool(p *Pool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.poolNames, p.name)
-	a.pools = slices.DeleteFunc(a.pools, func(q *Pool) bool { return q == p })
-}
-
-// releaseIdle releases the idle members of a pool that NewPool gives up on,
-// within Config.Timeout whatever became of ctx.
+// releaseIdle releases the idle members of a pool that New gives up on,
+// within portalloc.Config.Timeout whatever became of ctx.
 func (p *Pool) releaseIdle(ctx context.Context) {
-	ctx, cancel := p.a.releaseContext(ctx)
+	ctx, cancel := core.ReleaseContext(ctx, p.a)
 	defer cancel()
 	for _, m := range p.idle {
-		_ = p.a.release(ctx, m.r, p.via, false) // reaping covers a failure
+		_ = core.Release(ctx, p.a, m.r, p.via, false) // reaping covers a failure
 	}
 }
 
 // setSpec validates spec and makes it current.
-func (p *Pool) setSpec(spec PoolSpec) error {
+func (p *Pool) setSpec(spec Spec) error {
 	if spec.Size == 0 {
 		spec.Size = 4
 	}
 	if spec.Size < 0 {
-		return fmt.Errorf("%w: pool size %d: want 1 or more", ErrInvalidRequest, spec.Size)
+		return fmt.Errorf("%w: pool size %d: want 1 or more", portalloc.ErrInvalidRequest, spec.Size)
 	}
-	switch static, dynamic := p.a.set.Bands(); {
-	case spec.Band != "" && spec.Range != (Range{}):
-		return fmt.Errorf("%w: pool spec sets both Range %s and Band %q; want one", ErrInvalidRequest, spec.Range, spec.Band)
+	switch static, dynamic := core.Candidates(p.a).Bands(); {
+	case spec.Band != "" && spec.Range != (portalloc.Range{}):
+		return fmt.Errorf("%w: pool spec sets both Range %s and Band %q; want one", portalloc.ErrInvalidRequest, spec.Range, spec.Band)
 	case spec.Band == "static" && static.Size() == 0:
-		return fmt.Errorf("%w: pool band \"static\": the range %s is too small to have one (17 ports or more)", ErrInvalidRequest, p.a.cfg.Range)
+		return fmt.Errorf("%w: pool band \"static\": the range %s is too small to have one (17 ports or more)", portalloc.ErrInvalidRequest, p.a.Config().Range)
 	case spec.Band == "static":
-		spec.Range = Range(static)
+		spec.Range = portalloc.Range(static)
 	case spec.Band == "dynamic":
-		spec.Range = Range(dynamic)
+		spec.Range = portalloc.Range(dynamic)
 	case spec.Band != "":
-		return fmt.Errorf("%w: pool band %q: want \"static\" or \"dynamic\"", ErrInvalidRequest, spec.Band)
-	case spec.Range == (Range{}):
-		spec.Range = p.a.cfg.Range
+		return fmt.Errorf("%w: pool band %q: want \"static\" or \"dynamic\"", portalloc.ErrInvalidRequest, spec.Band)
+	case spec.Range == (portalloc.Range{}):
+		spec.Range = p.a.Config().Range
 	}
 	if err := spec.Range.Valid(); err != nil {
-		return fmt.Errorf("%w: pool range: %w", ErrInvalidRequest, err)
+		return fmt.Errorf("%w: pool range: %w", portalloc.ErrInvalidRequest, err)
 	}
-	if !p.a.cfg.Range.Contains(spec.Range.First) || !p.a.cfg.Range.Contains(spec.Range.Last) {
-		return fmt.Errorf("%w: pool range %s: want a range inside the Allocator's %s", ErrInvalidRequest, spec.Range, p.a.cfg.Range)
+	if !p.a.Config().Range.Contains(spec.Range.First) || !p.a.Config().Range.Contains(spec.Range.Last) {
+		return fmt.Errorf("%w: pool range %s: want a range inside the Allocator's %s", portalloc.ErrInvalidRequest, spec.Range, p.a.Config().Range)
 	}
 	if spec.Protocol == "" {
-		spec.Protocol = TCP
+		spec.Protocol = portalloc.TCP
 	}
 	if !spec.Address.IsValid() {
 		spec.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
-	req, err := p.a.normalize(Request{Protocol: spec.Protocol, Address: spec.Address})
+	req, err := core.Normalize(p.a, portalloc.Request{Protocol: spec.Protocol, Address: spec.Address})
 	if err != nil {
 		return err
 	}
@@ -278,15 +283,15 @@ func (p *Pool) setSpec(spec PoolSpec) error {
 	}
 	switch {
 	case spec.Order == "":
-		spec.Order = p.a.cfg.Order
-	case !spec.Order.valid():
-		return fmt.Errorf("%w: PoolSpec.Order %q: want %q or %q", ErrInvalidRequest, spec.Order, OrderRandom, OrderLowest)
+		spec.Order = p.a.Config().Order
+	case spec.Order != portalloc.OrderRandom && spec.Order != portalloc.OrderLowest:
+		return fmt.Errorf("%w: Spec.Order %q: want %q or %q", portalloc.ErrInvalidRequest, spec.Order, portalloc.OrderRandom, portalloc.OrderLowest)
 	}
-	if len(spec.Prefer) > MaxPrefer {
-		return fmt.Errorf("%w: PoolSpec.Prefer lists %d ports: want at most %d (MaxPrefer)", ErrInvalidRequest, len(spec.Prefer), MaxPrefer)
+	if len(spec.Prefer) > portalloc.MaxPrefer {
+		return fmt.Errorf("%w: Spec.Prefer lists %d ports: want at most %d (MaxPrefer)", portalloc.ErrInvalidRequest, len(spec.Prefer), portalloc.MaxPrefer)
 	}
 	if i := slices.Index(spec.Prefer, 0); i >= 0 {
-		return fmt.Errorf("%w: PoolSpec.Prefer[%d] is 0: want ports from 1 to 65535", ErrInvalidRequest, i)
+		return fmt.Errorf("%w: Spec.Prefer[%d] is 0: want ports from 1 to 65535", portalloc.ErrInvalidRequest, i)
 	}
 	// The pool's own copy, since the caller may reuse its slice; nil when
 	// empty, so that an empty list and none are one revision.
@@ -296,20 +301,20 @@ func (p *Pool) setSpec(spec PoolSpec) error {
 	spec.Prefer = slices.Clone(spec.Prefer)
 	// The pool's own walk: the Allocator's set, narrowed to the pool's range.
 	var excl []portrange.Range
-	if spec.Range.First > p.a.cfg.Range.First {
-		excl = append(excl, portrange.Range{First: p.a.cfg.Range.First, Last: spec.Range.First - 1})
+	if spec.Range.First > p.a.Config().Range.First {
+		excl = append(excl, portrange.Range{First: p.a.Config().Range.First, Last: spec.Range.First - 1})
 	}
-	if spec.Range.Last < p.a.cfg.Range.Last {
-		excl = append(excl, portrange.Range{First: spec.Range.Last + 1, Last: p.a.cfg.Range.Last})
+	if spec.Range.Last < p.a.Config().Range.Last {
+		excl = append(excl, portrange.Range{First: spec.Range.Last + 1, Last: p.a.Config().Range.Last})
 	}
-	set := p.a.set.Without(excl...)
+	set := core.Candidates(p.a).Without(excl...)
 	if set.Len() < spec.Size {
-		return fmt.Errorf("%w: pool of %d in %s, which has %d ports to hand out", ErrInvalidRequest, spec.Size, spec.Range, set.Len())
+		return fmt.Errorf("%w: pool of %d in %s, which has %d ports to hand out", portalloc.ErrInvalidRequest, spec.Size, spec.Range, set.Len())
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return fmt.Errorf("portalloc: update pool %q: %w", p.name, ErrClosed)
+		return fmt.Errorf("portalloc: update pool %q: %w", p.name, portalloc.ErrClosed)
 	}
 	p.spec, p.set, p.rev, p.budget = spec, set, spec.revision(), budget
 	return nil
@@ -327,13 +332,8 @@ func (p *Pool) allocate(ctx context.Context) (*member, error) {
 	p.mu.Lock()
 	spec, set, rev := p.spec, p.set, p.rev
 	p.mu.Unlock()
-	req := Request{Protocol: spec.Protocol, Address: spec.Address, Label: "pool:" + p.name, Prefer: spec.Prefer, Order: spec.Order}
-	ctx, cancel, req, err := p.a.begin(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	defer cancel()
-	r, err := p.a.allocateIn(ctx, req, set, p.via)
+	req := portalloc.Request{Protocol: spec.Protocol, Address: spec.Address, Label: "pool:" + p.name, Prefer: spec.Prefer, Order: spec.Order}
+	r, err := core.Allocate(ctx, p.a, req, set, p.via)
 	if err != nil {
 		return nil, err
 	}
@@ -358,11 +358,11 @@ func (p *Pool) refillOne(ctx context.Context) error {
 	if keep {
 		return nil
 	}
-	rctx, cancel := p.a.releaseContext(ctx)
+	rctx, cancel := core.ReleaseContext(ctx, p.a)
 	defer cancel()
-	_ = p.a.release(rctx, m.r, p.via, false) // reaping covers a failure
+	_ = core.Release(rctx, p.a, m.r, p.via, false) // reaping covers a failure
 	if closed {
-		return ErrClosed
+		return portalloc.ErrClosed
 	}
 	return nil
 }
@@ -370,11 +370,11 @@ func (p *Pool) refillOne(ctx context.Context) error {
 // Take hands out an idle member. It stays reserved, now in use, until
 // Return. Take touches neither the store nor the network; the pool refills
 // in the background. With no idle member it allocates one on the spot.
-func (p *Pool) Take(ctx context.Context) (Reservation, error) {
+func (p *Pool) Take(ctx context.Context) (portalloc.Reservation, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return Reservation{}, fmt.Errorf("portalloc: take from pool %q: %w", p.name, ErrClosed)
+		return portalloc.Reservation{}, fmt.Errorf("portalloc: take from pool %q: %w", p.name, portalloc.ErrClosed)
 	}
 	// Prefer members of the current revision, newest last in idle.
 	i := slices.IndexFunc(p.idle, func(m *member) bool { return m.revision == p.rev })
@@ -392,7 +392,7 @@ func (p *Pool) Take(ctx context.Context) (Reservation, error) {
 	p.mu.Unlock()
 	m, err := p.allocate(ctx)
 	if err != nil {
-		return Reservation{}, err
+		return portalloc.Reservation{}, err
 	}
 	p.mu.Lock()
 	p.inUse[m.r] = m
@@ -403,13 +403,13 @@ func (p *Pool) Take(ctx context.Context) (Reservation, error) {
 
 // Return gives a taken member back. A member of an older revision, or one
 // beyond the pool's size, is released instead of kept; that release waits
-// at most Config.Timeout.
-func (p *Pool) Return(r Reservation) error {
+// at most portalloc.Config.Timeout.
+func (p *Pool) Return(r portalloc.Reservation) error {
 	p.mu.Lock()
 	m, ok := p.inUse[r]
 	if !ok {
 		p.mu.Unlock()
-		return fmt.Errorf("%w: %s is not a member of pool %q in use", ErrInvalidRequest, r, p.name)
+		return fmt.Errorf("%w: %s is not a member of pool %q in use", portalloc.ErrInvalidRequest, r, p.name)
 	}
 	delete(p.inUse, r)
 	keep := !p.closed && len(p.idle)+p.replacing < p.spec.Size
@@ -419,9 +419,9 @@ func (p *Pool) Return(r Reservation) error {
 	p.mu.Unlock()
 	p.nudge()
 	if !keep {
-		ctx, cancel := context.WithTimeout(context.Background(), p.a.cfg.Timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), p.a.Config().Timeout)
 		defer cancel()
-		return p.a.release(ctx, r, p.via, false)
+		return core.Release(ctx, p.a, r, p.via, false)
 	}
 	return nil
 }
@@ -430,13 +430,13 @@ func (p *Pool) Return(r Reservation) error {
 // changes where members are allocated: Range (or Band), Address, Protocol,
 // Prefer or Order. A change of Size or MaxUnavailable alone needs none.
 // Takes go on working meanwhile. After Close it returns an error wrapping
-// ErrClosed.
-func (p *Pool) Update(spec PoolSpec) error {
+// portalloc.ErrClosed.
+func (p *Pool) Update(spec Spec) error {
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
 	if closed {
-		return fmt.Errorf("portalloc: update pool %q: %w", p.name, ErrClosed)
+		return fmt.Errorf("portalloc: update pool %q: %w", p.name, portalloc.ErrClosed)
 	}
 	if err := p.setSpec(spec); err != nil {
 		return err
@@ -446,14 +446,14 @@ func (p *Pool) Update(spec PoolSpec) error {
 }
 
 // Status returns a snapshot of the pool.
-func (p *Pool) Status() PoolStatus {
+func (p *Pool) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.statusLocked()
 }
 
-func (p *Pool) statusLocked() PoolStatus {
-	st := PoolStatus{Size: p.spec.Size, Idle: len(p.idle), InUse: len(p.inUse), Revision: p.rev, Replacing: p.replacing}
+func (p *Pool) statusLocked() Status {
+	st := Status{Size: p.spec.Size, Idle: len(p.idle), InUse: len(p.inUse), Revision: p.rev, Replacing: p.replacing}
 	for _, m := range p.idle {
 		if m.revision == p.rev {
 			st.Updated++
@@ -469,10 +469,10 @@ func (p *Pool) statusLocked() PoolStatus {
 }
 
 // Idle returns the idle members' reservations.
-func (p *Pool) Idle() []Reservation {
+func (p *Pool) Idle() []portalloc.Reservation {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]Reservation, len(p.idle))
+	out := make([]portalloc.Reservation, len(p.idle))
 	for i, m := range p.idle {
 		out[i] = m.r
 	}
@@ -553,7 +553,7 @@ func (p *Pool) tend(ctx context.Context) (err error) {
 			p.mu.Lock()
 			p.lastErr = err
 			p.mu.Unlock()
-			p.a.log.Error(err, "pool could not refill or update; retrying", "pool", p.name, "in", retryEvery.String())
+			p.a.Config().Logger.Error(err, "pool could not refill or update; retrying", "pool", p.name, "in", retryEvery.String())
 		}
 	}()
 	for {
@@ -630,8 +630,8 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 		info.Replaced = append(info.Replaced, m.r.Port)
 		// Out of idle, the member is released here or not at all until
 		// the process exits: not even Close's cancelling of ctx stops it.
-		rctx, cancel := p.a.releaseContext(ctx)
-		_ = p.a.release(rctx, m.r, p.via, false) // for logging only
+		rctx, cancel := core.ReleaseContext(ctx, p.a)
+		_ = core.Release(rctx, p.a, m.r, p.via, false) // for logging only
 		cancel()
 		nm, err := p.allocate(ctx)
 		p.mu.Lock()
@@ -656,11 +656,11 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 
 // Close stops the background work and releases every idle member. Members
 // in use stay reserved until returned (Return then releases them) or until
-// the Allocator closes. It takes at most Config.Timeout. Close is
-// idempotent; after it Take and Update return errors wrapping ErrClosed,
+// the Allocator closes. It takes at most portalloc.Config.Timeout. Close is
+// idempotent; after it Take and Update return errors wrapping portalloc.ErrClosed,
 // and the pool's name may be used by a new pool.
 func (p *Pool) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), p.a.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.a.Config().Timeout)
 	defer cancel()
 	return p.close(ctx)
 }
@@ -678,7 +678,7 @@ func (p *Pool) close(ctx context.Context) error {
 	idle := p.idle
 	p.idle = nil
 	p.mu.Unlock()
-	p.a.forgetPool(p)
+	core.Detach(p.a, p.via)
 	select {
 	case <-p.done:
 	default:
@@ -690,7 +690,7 @@ func (p *Pool) close(ctx context.Context) error {
 	}
 	var errs []error
 	for _, m := range idle {
-		if err := p.a.release(ctx, m.r, p.via, false); err != nil {
+		if err := core.Release(ctx, p.a, m.r, p.via, false); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -1,9 +1,11 @@
-package portalloc
+package portset
 
 import (
 	"encoding/json"
 	"net/netip"
 	"os"
+
+	"github.com/berth-go/berth/portalloc"
 )
 
 // Manifest is the JSON form of an allocated set, for discovery tools.
@@ -22,12 +24,12 @@ type MemberManifest struct {
 
 // PortManifest is one port in a Manifest.
 type PortManifest struct {
-	Protocol Protocol   `json:"protocol"`
-	Address  netip.Addr `json:"address"`
-	Port     uint16     `json:"port"`
-	Scope    Scope      `json:"scope"`
-	Label    string     `json:"label"`
-	Backend  string     `json:"backend"`
+	Protocol portalloc.Protocol `json:"protocol"`
+	Address  netip.Addr         `json:"address"`
+	Port     uint16             `json:"port"`
+	Scope    Scope              `json:"scope"`
+	Label    string             `json:"label"`
+	Backend  string             `json:"backend"`
 }
 
 // Manifest returns the whole assignment.
