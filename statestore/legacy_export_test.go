@@ -7,3 +7,14 @@ import "context"
 func ConvertLegacyOwners(ctx context.Context, s *Store) (converted, deleted int, err error) {
 	return s.convertLegacyOwners(ctx)
 }
+
+// FailImports makes the marks' import of every new store fail with err
+// until the test ends.
+// A nil err lets them succeed again.
+func FailImports(t interface{ Cleanup(func()) }, err error) {
+	testHookImport = nil
+	if err != nil {
+		testHookImport = func() error { return err }
+	}
+	t.Cleanup(func() { testHookImport = nil })
+}

@@ -325,23 +325,32 @@ func lockWrites(ctx context.Context, path string, busy time.Duration) (*filelock
 	}
 }
 
-// importMarks records, in the store just created at path, a row for every
-// mark of a live holder of that path, and returns how many it recorded.
-// The rows carry no label (marks have none) until their holders put their
-// own rows back.
-func importMarks(ctx context.Context, path string, busy time.Duration, log logr.Logger) (int, error) {
+// testHookImport, when set by a test, runs first in importMarks and fails
+// it with its error.
+var testHookImport func() error
+
+// importMarks records, in file, the database just made for the store at
+// path, a row for every mark of a live holder of path, and returns how
+// many it recorded. The rows carry no label (marks have none) until their
+// holders put their own rows back.
+func importMarks(ctx context.Context, path, file string, busy time.Duration, log logr.Logger) (int, error) {
+	if testHookImport != nil {
+		if err := testHookImport(); err != nil {
+			return 0, err
+		}
+	}
 	marks, err := marker.List(marker.Namespace(path))
 	if err != nil || len(marks) == 0 {
 		return 0, err
 	}
-	db, err := openDB(dsn(path, busy, false, false))
+	db, err := openDB(dsn(file, busy, false, false))
 	if err != nil {
-		return 0, storageErr("open "+path, err)
+		return 0, storageErr("open "+file, err)
 	}
 	defer func() { _ = db.Close() }()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, classify(path, err)
+		return 0, classify(file, err)
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
 	now := time.Now().UnixNano()
@@ -360,14 +369,14 @@ func importMarks(ctx context.Context, path string, busy time.Duration, log logr.
 			VALUES (?, ?, ?, ?, ?, ?, ?, '', 'dynamic', ?)`,
 			m.Protocol, int(m.Port), packed, own.PID, own.Start, own.Scope, owner.NameOf(ctx, own.PID), now)
 		if err != nil {
-			return 0, classify(path, err)
+			return 0, classify(file, err)
 		}
 		if k, _ := res.RowsAffected(); k > 0 {
 			n++
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, classify(path, err)
+		return 0, classify(file, err)
 	}
 	if n > 0 {
 		log.Info("a new state store took over the reservations of live holders from their marks", "path", path, "reservations", n)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -103,9 +104,7 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 		} else if aside {
 			log.Info("the database file was truncated to nothing; set it aside with its WAL and made a new one", "path", path)
 		}
-		if err := initFile(ctx, path, busy); err != nil {
-			return 0, err
-		}
+		return st.version, makeFresh(ctx, path, st, k, busy, log)
 	}
 	if k.refuses(st) {
 		return st.version, tooNew(path, st, k)
@@ -116,12 +115,74 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 	if err := migrateUp(ctx, path, st, k, busy, log); err != nil {
 		return st.version, err
 	}
-	if st.fresh {
-		if _, err := importMarks(ctx, path, busy, log); err != nil {
-			return st.version, err
-		}
-	}
 	return st.version, nil
+}
+
+// makeFresh makes the database at path from nothing, in a file of its own
+// beside it: created, migrated, given the reservations of the live holders
+// of path's marks (importMarks), checkpointed into one file, and only then
+// renamed into place. A failure at any step (a process short of
+// descriptors, a crash) leaves no file at path that lacks the marks: the
+// next process to open path makes it again. Otherwise a file migrated by a
+// process that then failed to read the marks would serve every later one
+// as it is, and grant a live holder's port. The caller holds the migration
+// and write locks.
+func makeFresh(ctx context.Context, path string, st fileState, k schema, busy time.Duration, log logr.Logger) error {
+	tmp := path + freshSuffix
+	removeDBFiles(tmp) // a crash's leftover: never anyone's store
+	done := false
+	defer func() {
+		if !done {
+			removeDBFiles(tmp)
+		}
+	}()
+	if err := initFile(ctx, tmp, busy); err != nil {
+		return err
+	}
+	if err := migrateUp(ctx, tmp, st, k, busy, log); err != nil {
+		return err
+	}
+	if _, err := importMarks(ctx, path, tmp, busy, log); err != nil {
+		return err
+	}
+	if err := checkpointAll(ctx, tmp, busy); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return storageErr("create "+path, err)
+	}
+	done = true
+	removeDBFiles(tmp)              // its empty WAL and shared memory, if SQLite kept them
+	_ = syncDir(filepath.Dir(path)) // the rename is durable at the next write's fsync anyway
+	return nil
+}
+
+// freshSuffix names the file makeFresh builds a new database in.
+const freshSuffix = ".new"
+
+// checkpointAll writes every frame of path's WAL into path itself and
+// empties the WAL, so that the file alone is the whole database.
+func checkpointAll(ctx context.Context, path string, busy time.Duration) error {
+	db, err := openDB(dsn(path, busy, false, false))
+	if err != nil {
+		return storageErr("checkpoint "+path, err)
+	}
+	defer func() { _ = db.Close() }()
+	var busyFlag, logFrames, done int
+	if err := db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busyFlag, &logFrames, &done); err != nil {
+		return classify(path, err)
+	}
+	if busyFlag != 0 || done != logFrames {
+		return fmt.Errorf("checkpoint %s: %d of %d frames written: %w", path, done, logFrames, ErrBusy)
+	}
+	return nil
+}
+
+// removeDBFiles removes path and its WAL and shared-memory files.
+func removeDBFiles(path string) {
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		_ = os.Remove(path + suffix)
+	}
 }
 
 func tooNew(path string, st fileState, k schema) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -182,5 +183,51 @@ func TestUnmarkedTransferRefused(t *testing.T) {
 	rows, err := s.List(context.Background(), statestore.Filter{Port: 24123})
 	if err != nil || len(rows) != 1 || rows[0].Owner.PID != w.cmd.Process.Pid {
 		t.Fatalf("rows of port 24123 = %v, %v; want the worker's (pid %d)", rows, err, w.cmd.Process.Pid)
+	}
+}
+
+// TestFreshStoreWholeOrNotAtAll: a process that makes a new store where a
+// live holder's was lost, and fails to take in the holder's marks (short of
+// descriptors, say), leaves no store at the path: the next process to open
+// it makes it again, with the holder's reservations.
+func TestFreshStoreWholeOrNotAtAll(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state", "berth.db")
+	ports := []uint16{24131, 24132}
+	list, _ := json.Marshal(ports)
+	h := startWorker(t, "hold", path, "BERTH_TEST_PORTS="+string(list))
+	if e := h.next(t); e.Event != "done" {
+		t.Fatalf("holder: %+v", e)
+	}
+	if err := os.RemoveAll(filepath.Dir(path)); err != nil {
+		t.Fatal(err)
+	}
+	short := errors.New("too many open files (a test's)")
+	statestore.FailImports(t, short)
+	if s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1}); !errors.Is(err, short) {
+		if err == nil {
+			_ = s.Close()
+		}
+		t.Fatalf("Open of a new store whose import of the marks fails = %v; want that failure", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after the failed import, %s: %v; want no file", path, err)
+	}
+	statestore.FailImports(t, nil)
+	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rows, err := s.List(ctx, statestore.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint16
+	for _, r := range rows {
+		got = append(got, r.Port)
+	}
+	if !slices.Equal(got, ports) {
+		t.Fatalf("rows of the store made next = %v; want the live holder's %v", got, ports)
 	}
 }
