@@ -119,41 +119,10 @@ import (
 func main() {
 	MaybeRunRole() // workers and children are this same binary
 
-	var (
-		cfg     Config
-		rangeS  string
-		verbose bool
-	)
-	flag.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long the workers run")
-	flag.IntVar(&cfg.Workers, "workers", 6, "worker processes")
-	flag.StringVar(&rangeS, "range", SmallRange.String(), "port range FIRST-LAST")
-	flag.DurationVar(&cfg.KillEvery, "kill-every", 500*time.Millisecond, "SIGKILL a random worker this often (negative: never)")
-	flag.DurationVar(&cfg.Timeout, "timeout", 0, "bound of every portalloc call of the workers (default 10s, 1s with -freeze)")
-	flag.BoolVar(&cfg.ClockStep, "clock-step", false, "step the system clock (CLOCK_REALTIME) every 1-2 s while workers run; needs root")
-	flag.BoolVar(&cfg.Freeze, "freeze", false, "SIGSTOP a random worker about every second for 100ms-3s, then SIGCONT or SIGKILL it")
-	flag.StringVar(&cfg.Store, "store", "", `keep the reservations in this PostgreSQL database (a connection string), in a schema of the run's own; "auto": in a server the run starts (as the OS user postgres when root) and deletes`)
-	flag.DurationVar(&cfg.PGRestartEvery, "pg-restart-every", 0, "restart the run's own PostgreSQL server (pg_ctl restart -m fast) this often; starts one without -store (default: never)")
-	flag.DurationVar(&cfg.FailoverEvery, "failover-every", 0, "run the store on a primary and a streaming standby of the run's own, and fail over this often: SIGKILL the primary, promote the standby, build a new standby (default: never)")
-	flag.BoolVar(&cfg.SyncStandby, "sync-standby", false, "with -failover-every: a synchronous standby (synchronous_standby_names='*'), so that a failover loses nothing")
-	flag.IntVar(&cfg.Hosts, "hosts", 0, "with -store: run -workers workers on each of this many hosts, network namespaces named host-1..N; needs root")
-	flag.DurationVar(&cfg.RetireEvery, "retire-every", 5*time.Second, "with 2 -hosts or more: kill every process of a random host, retire it from another, and restart it this often (negative: never)")
-	flag.IntVar(&cfg.FleetWorkers, "fleet-workers", 0, "with -hosts: workers that hold fleet-wide ports and bind each on every host (default 1, none with -clock-step; negative: none)")
-	flag.DurationVar(&cfg.LoseStore, "lose-store", 0, "remove the state directory, or replace or truncate the database, at random this often (SQLite store only; default: never)")
-	flag.BoolVar(&cfg.Leases, "leases", false, "workers also hold ports under named holders' leases of 2-3 s, renewed while they live (SQLite store only)")
-	flag.BoolVar(&cfg.FDPressure, "fd-pressure", false, "workers lower their own RLIMIT_NOFILE to what they have open, at random, for up to 0.6 s (Linux only)")
-	flag.StringVar(&cfg.Dir, "dir", "", "keep state and logs here (default: a temporary directory, removed)")
-	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: random)")
-	flag.BoolVar(&verbose, "v", false, "print each kill, freeze and clock step")
-	flag.Parse()
-
-	r, err := portalloc.ParseRange(rangeS)
+	cfg, err := configFromFlags(flag.CommandLine, os.Args[1:])
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "torture: -range:", err)
+		fmt.Fprintln(os.Stderr, "torture:", err)
 		os.Exit(2)
-	}
-	cfg.Range = r
-	if verbose {
-		cfg.Progress = os.Stderr
 	}
 	// Run sets a stepped clock back before it returns: let every signal
 	// that ends a terminal session end it through ctx instead.
@@ -161,20 +130,69 @@ func main() {
 	defer stop()
 	sum, err := Run(ctx, cfg)
 	if err != nil {
-		if errors.Is(err, ErrNeedsRoot) {
-			fmt.Fprintln(os.Stderr, "torture: -clock-step:", strings.TrimPrefix(err.Error(), "torture: "))
-			os.Exit(2)
-		}
-		if errors.Is(err, netns.ErrUnsupported) || errors.Is(err, errHostsNeedStore) || errors.Is(err, errLoseStoreSQLite) ||
-			errors.Is(err, errLeasesSQLite) || errors.Is(err, errNoPressure) || errors.Is(err, errBadFaults) || errors.Is(err, errFaultsNeedOwnServer) {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "torture:", err)
-		os.Exit(1)
+		msg, code := runFailure(err)
+		fmt.Fprintln(os.Stderr, msg)
+		os.Exit(code)
 	}
 	sum.Print(os.Stdout)
 	if !sum.OK() {
 		os.Exit(1)
 	}
+}
+
+// configFromFlags defines the command's flags on fs, parses args and
+// returns the Config they make. fs's ErrorHandling decides what a bad
+// flag does; a bad -range value is returned as an error naming it.
+func configFromFlags(fs *flag.FlagSet, args []string) (Config, error) {
+	var (
+		cfg     Config
+		rangeS  string
+		verbose bool
+	)
+	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long the workers run")
+	fs.IntVar(&cfg.Workers, "workers", 6, "worker processes")
+	fs.StringVar(&rangeS, "range", SmallRange.String(), "port range FIRST-LAST")
+	fs.DurationVar(&cfg.KillEvery, "kill-every", 500*time.Millisecond, "SIGKILL a random worker this often (negative: never)")
+	fs.DurationVar(&cfg.Timeout, "timeout", 0, "bound of every portalloc call of the workers (default 10s, 1s with -freeze)")
+	fs.BoolVar(&cfg.ClockStep, "clock-step", false, "step the system clock (CLOCK_REALTIME) every 1-2 s while workers run; needs root")
+	fs.BoolVar(&cfg.Freeze, "freeze", false, "SIGSTOP a random worker about every second for 100ms-3s, then SIGCONT or SIGKILL it")
+	fs.StringVar(&cfg.Store, "store", "", `keep the reservations in this PostgreSQL database (a connection string), in a schema of the run's own; "auto": in a server the run starts (as the OS user postgres when root) and deletes`)
+	fs.DurationVar(&cfg.PGRestartEvery, "pg-restart-every", 0, "restart the run's own PostgreSQL server (pg_ctl restart -m fast) this often; starts one without -store (default: never)")
+	fs.DurationVar(&cfg.FailoverEvery, "failover-every", 0, "run the store on a primary and a streaming standby of the run's own, and fail over this often: SIGKILL the primary, promote the standby, build a new standby (default: never)")
+	fs.BoolVar(&cfg.SyncStandby, "sync-standby", false, "with -failover-every: a synchronous standby (synchronous_standby_names='*'), so that a failover loses nothing")
+	fs.IntVar(&cfg.Hosts, "hosts", 0, "with -store: run -workers workers on each of this many hosts, network namespaces named host-1..N; needs root")
+	fs.DurationVar(&cfg.RetireEvery, "retire-every", 5*time.Second, "with 2 -hosts or more: kill every process of a random host, retire it from another, and restart it this often (negative: never)")
+	fs.IntVar(&cfg.FleetWorkers, "fleet-workers", 0, "with -hosts: workers that hold fleet-wide ports and bind each on every host (default 1, none with -clock-step; negative: none)")
+	fs.DurationVar(&cfg.LoseStore, "lose-store", 0, "remove the state directory, or replace or truncate the database, at random this often (SQLite store only; default: never)")
+	fs.BoolVar(&cfg.Leases, "leases", false, "workers also hold ports under named holders' leases of 2-3 s, renewed while they live (SQLite store only)")
+	fs.BoolVar(&cfg.FDPressure, "fd-pressure", false, "workers lower their own RLIMIT_NOFILE to what they have open, at random, for up to 0.6 s (Linux only)")
+	fs.StringVar(&cfg.Dir, "dir", "", "keep state and logs here (default: a temporary directory, removed)")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (default: random)")
+	fs.BoolVar(&verbose, "v", false, "print each kill, freeze and clock step")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	r, err := portalloc.ParseRange(rangeS)
+	if err != nil {
+		return Config{}, fmt.Errorf("-range: %w", err)
+	}
+	cfg.Range = r
+	if verbose {
+		cfg.Progress = os.Stderr
+	}
+	return cfg, nil
+}
+
+// runFailure is what the command prints for an error of Run, and its exit
+// status: 2 for a flag the run cannot honour here (a mode this OS or user
+// lacks, a combination that makes no sense), 1 for a run that failed.
+func runFailure(err error) (msg string, code int) {
+	if errors.Is(err, ErrNeedsRoot) {
+		return "torture: -clock-step: " + strings.TrimPrefix(err.Error(), "torture: "), 2
+	}
+	if errors.Is(err, netns.ErrUnsupported) || errors.Is(err, errHostsNeedStore) || errors.Is(err, errLoseStoreSQLite) ||
+		errors.Is(err, errLeasesSQLite) || errors.Is(err, errNoPressure) || errors.Is(err, errBadFaults) || errors.Is(err, errFaultsNeedOwnServer) {
+		return err.Error(), 2
+	}
+	return "torture: " + err.Error(), 1
 }

@@ -1,0 +1,521 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/berth-go/berth/internal/netns"
+	"github.com/berth-go/berth/portalloc/statedir"
+	"github.com/berth-go/berth/statestore"
+)
+
+type supervisor struct {
+	cfg         Config
+	log         *eventLog
+	rng         *rand.Rand
+	clock       *clockStepper // nil unless cfg.ClockStep
+	hosts       []netns.NS    // the fleet's hosts with Hosts; none without
+	pg          *ownServer    // the run's own server; nil without
+	workers     []*workerProc
+	frozen      []frozenWorker // workers stopped by SIGSTOP, a subset of workers
+	started     int            // workers started, for their names
+	killed      []killedWorker // identities of the workers killed
+	reapedAtEnd int
+}
+
+type workerProc struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
+	name  string
+	host  int // index in supervisor.hosts; fleetHost for a fleet worker
+}
+
+// fleetHost is the host index of a fleet worker, which runs on no host.
+const fleetHost = -1
+
+// killedWorker is a worker the supervisor killed: its identity, to find
+// its rows after a Reap (pid and start time, since the pid will be
+// reused), and its host's index.
+type killedWorker struct {
+	owner statestore.Owner
+	host  int
+}
+
+// frozenWorker is a worker stopped until a time.
+type frozenWorker struct {
+	w     *workerProc
+	until time.Time
+}
+
+// drive starts the workers, brings the weather of s.cfg until the
+// deadline (see loop), and ends it (see endLoop). On an error it stops
+// the workers; otherwise they are still running, for verify to find the
+// rows of the killed ones reaped while the others live.
+func (s *supervisor) drive(ctx context.Context, deadline time.Time) error {
+	s.log.add(Event{Kind: KindStart, DurNS: int64(s.cfg.Timeout)})
+	for h := range max(1, len(s.hosts)) {
+		for range s.cfg.Workers {
+			if err := s.start(h); err != nil {
+				s.stopAll()
+				return err
+			}
+		}
+	}
+	for range s.cfg.FleetWorkers {
+		if err := s.start(fleetHost); err != nil {
+			s.stopAll()
+			return err
+		}
+	}
+	err := s.loop(ctx, deadline)
+	if endErr := s.endLoop(); err == nil {
+		err = endErr
+	}
+	if err != nil {
+		s.stopAll()
+		return err
+	}
+	return nil
+}
+
+// start starts a worker on the host of index h (0 without hosts), or a
+// fleet worker (h is fleetHost) in this process's namespace.
+func (s *supervisor) start(h int) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	s.started++
+	name := fmt.Sprintf("w%d", s.started)
+	role := "worker"
+	cmd := exec.Command(self)
+	if len(s.hosts) > 0 && h != fleetHost {
+		cmd = s.hosts[h].Command(self)
+	}
+	if h == fleetHost {
+		role, name = "fleet", fmt.Sprintf("f%d", s.started)
+	}
+	cmd.Env = append(os.Environ(), envRole+"="+role, envDir+"="+s.cfg.Dir, envProc+"="+name,
+		envRange+"="+s.cfg.Range.String(), envSeed+"="+strconv.FormatUint(s.rng.Uint64(), 10),
+		envTimeout+"="+s.cfg.Timeout.String())
+	if s.cfg.Leases && h != fleetHost {
+		cmd.Env = append(cmd.Env, envLeases+"=1")
+	}
+	if s.cfg.FDPressure && h != fleetHost {
+		cmd.Env = append(cmd.Env, envFDs+"=1")
+	}
+	if s.pg != nil && (s.cfg.PGRestartEvery > 0 || s.cfg.FailoverEvery > 0) {
+		cmd.Env = append(cmd.Env, envFaults+"=1")
+	}
+	switch {
+	case h == fleetHost:
+		names := make([]string, len(s.hosts))
+		for i, ns := range s.hosts {
+			names[i] = ns.Name
+		}
+		cmd.Env = append(cmd.Env, envStore+"="+s.cfg.Store, envNetns+"="+strings.Join(names, ","))
+	case s.cfg.Store != "":
+		cmd.Env = append(cmd.Env, envStore+"="+s.cfg.Store, envHost+"="+hostName(h))
+	}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("torture: start worker: %w", err)
+	}
+	s.workers = append(s.workers, &workerProc{cmd: cmd, stdin: stdin, name: name, host: h})
+	return nil
+}
+
+// loop, until the deadline: kills a random worker every KillEvery and
+// starts a replacement; steps the clock every 1-2 s (ClockStep); freezes a
+// random worker about every second, and thaws or kills the frozen ones
+// when their time is up (Freeze). Every time here is read from Go's
+// monotonic clock, which the steps do not move.
+func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
+	var nextKill, nextStep, nextFreeze, nextRetire, nextLoss, nextRestart, nextFailover time.Time // zero: never
+	now := time.Now()
+	if s.cfg.PGRestartEvery > 0 {
+		nextRestart = now.Add(s.cfg.PGRestartEvery)
+	}
+	if s.cfg.FailoverEvery > 0 {
+		nextFailover = now.Add(s.cfg.FailoverEvery)
+	}
+	if s.cfg.LoseStore > 0 {
+		nextLoss = now.Add(s.cfg.LoseStore)
+	}
+	if s.cfg.KillEvery > 0 {
+		nextKill = now.Add(s.cfg.KillEvery)
+	}
+	if s.cfg.RetireEvery > 0 {
+		nextRetire = now.Add(s.cfg.RetireEvery)
+	}
+	if s.clock != nil {
+		nextStep = now.Add(s.stepGap())
+	}
+	if s.cfg.Freeze {
+		nextFreeze = now.Add(s.freezeGap())
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		due := deadline
+		for _, t := range []time.Time{nextKill, nextStep, nextFreeze, nextRetire, nextLoss, nextRestart, nextFailover} {
+			if !t.IsZero() && t.Before(due) {
+				due = t
+			}
+		}
+		for _, f := range s.frozen {
+			if f.until.Before(due) {
+				due = f.until
+			}
+		}
+		timer.Reset(time.Until(due))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			return nil
+		}
+		if err := s.thawDue(ctx, now); err != nil {
+			return err
+		}
+		if !nextKill.IsZero() && !now.Before(nextKill) {
+			for !nextKill.After(now) {
+				nextKill = nextKill.Add(s.cfg.KillEvery)
+			}
+			if err := s.kill(ctx, s.workers[s.rng.IntN(len(s.workers))]); err != nil {
+				return err
+			}
+		}
+		if !nextRetire.IsZero() && !now.Before(nextRetire) {
+			nextRetire = now.Add(s.cfg.RetireEvery)
+			if err := s.retire(ctx); err != nil {
+				return err
+			}
+		}
+		if !nextStep.IsZero() && !now.Before(nextStep) {
+			nextStep = now.Add(s.stepGap())
+			if err := s.stepClock(); err != nil {
+				return err
+			}
+		}
+		if !nextFreeze.IsZero() && !now.Before(nextFreeze) {
+			nextFreeze = now.Add(s.freezeGap())
+			if err := s.freezeOne(now); err != nil {
+				return err
+			}
+		}
+		if !nextRestart.IsZero() && !now.Before(nextRestart) {
+			if err := s.restartServer(ctx); err != nil {
+				return err
+			}
+			nextRestart = time.Now().Add(s.cfg.PGRestartEvery)
+		}
+		if !nextFailover.IsZero() && !now.Before(nextFailover) {
+			if err := s.failover(ctx); err != nil {
+				return err
+			}
+			nextFailover = time.Now().Add(s.cfg.FailoverEvery)
+		}
+		if !nextLoss.IsZero() && !now.Before(nextLoss) {
+			nextLoss = now.Add(s.cfg.LoseStore)
+			if err := s.loseStore(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// The ways loseStore loses the store.
+var losses = []struct {
+	name string
+	lose func(dir string) error
+}{
+	{"removed the state directory", func(dir string) error {
+		// Workers make the directory again as it goes: try a few times.
+		var err error
+		for range 10 {
+			if err = os.RemoveAll(dir); err == nil {
+				return nil
+			}
+		}
+		return err
+	}},
+	{"replaced the database with an empty file", func(dir string) error {
+		db := filepath.Join(dir, statedir.DatabaseFile)
+		if err := os.Remove(db); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return os.WriteFile(db, nil, 0o600)
+	}},
+	{"truncated the database", func(dir string) error {
+		err := os.Truncate(filepath.Join(dir, statedir.DatabaseFile), 0)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // lost already, and not made again yet
+		}
+		return err
+	}},
+}
+
+// loseStore loses the workers' store in one of the ways of losses.
+func (s *supervisor) loseStore() error {
+	l := losses[s.rng.IntN(len(losses))]
+	if err := l.lose(filepath.Join(s.cfg.Dir, "state")); err != nil {
+		return fmt.Errorf("torture: lose the store: %w", err)
+	}
+	s.log.add(Event{Kind: KindLoseStore, Op: l.name})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "%s\n", l.name)
+	}
+	return nil
+}
+
+func (s *supervisor) stepGap() time.Duration {
+	return time.Second + time.Duration(s.rng.IntN(1000))*time.Millisecond
+}
+
+func (s *supervisor) freezeGap() time.Duration {
+	return 500*time.Millisecond + time.Duration(s.rng.IntN(1000))*time.Millisecond
+}
+
+// kill SIGKILLs w, frozen or not, and starts a replacement.
+func (s *supervisor) kill(ctx context.Context, w *workerProc) error {
+	if err := s.killOnly(ctx, w); err != nil {
+		return err
+	}
+	return s.start(w.host) // on the host it was on
+}
+
+// killOnly SIGKILLs w, frozen or not, and waits for it.
+func (s *supervisor) killOnly(ctx context.Context, w *workerProc) error {
+	pid := w.cmd.Process.Pid
+	// Its identity, to find its rows after a Reap: pid and start time,
+	// since the pid will be reused.
+	id, idErr := statestore.LookupOwner(ctx, pid)
+	// Logged before the signal: the victim's claims end no later.
+	s.log.add(Event{Kind: KindKill, Proc: w.name, PID: pid})
+	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("torture: kill %s (pid %d): %w", w.name, pid, err)
+	}
+	_ = w.cmd.Wait()
+	if idErr == nil {
+		s.killed = append(s.killed, killedWorker{owner: id, host: w.host})
+	}
+	_ = w.stdin.Close()
+	s.workers = slices.DeleteFunc(s.workers, func(x *workerProc) bool { return x == w })
+	wasFrozen := len(s.frozen)
+	s.frozen = slices.DeleteFunc(s.frozen, func(f frozenWorker) bool { return f.w == w })
+	if s.cfg.Progress != nil {
+		how := "killed worker"
+		if len(s.frozen) < wasFrozen {
+			how = "killed frozen worker"
+		}
+		fmt.Fprintf(s.cfg.Progress, "%s %s (pid %d)\n", how, w.name, pid)
+	}
+	return nil
+}
+
+// retire takes a random host down and brings it back: it SIGKILLs the
+// host's workers, then every other process in its namespace (their
+// children), retires it from another random host through
+// pgstore.RetireHost, logs the retirement, and starts fresh workers
+// there. The fleet workers, whose sockets on the host live in
+// namespaces of their own processes, go on: their fleet-wide rows are no
+// host's, and retirement leaves them.
+func (s *supervisor) retire(ctx context.Context) error {
+	v := s.rng.IntN(len(s.hosts))
+	by := (v + 1 + s.rng.IntN(len(s.hosts)-1)) % len(s.hosts)
+	for _, w := range slices.Clone(s.workers) {
+		if w.host == v {
+			if err := s.killOnly(ctx, w); err != nil {
+				return err
+			}
+		}
+	}
+	// Only the workers' children are left there; the fleet workers, never
+	// in a host's namespace but for the instant of a bind, are spared.
+	fleet := map[int]bool{}
+	for _, w := range s.workers {
+		if w.host == fleetHost {
+			fleet[w.cmd.Process.Pid] = true
+		}
+	}
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.hosts[v].KillAll(kctx, func(pid int) bool { return fleet[pid] }); err != nil {
+		return fmt.Errorf("torture: take %s down: %w", hostName(v), err)
+	}
+	n, err := retireHost(ctx, s.cfg.Store, hostName(by), hostName(v), s.cfg.Timeout)
+	for deadline := time.Now().Add(30 * time.Second); err != nil && s.pg != nil && unavailable(err) && time.Now().Before(deadline); {
+		// A connection that died with a restart or a failover: the
+		// operator tries again.
+		time.Sleep(50 * time.Millisecond)
+		n, err = retireHost(ctx, s.cfg.Store, hostName(by), hostName(v), s.cfg.Timeout)
+	}
+	if err != nil {
+		return err
+	}
+	s.log.add(Event{Kind: KindRetire, Host: hostName(v), Reaped: int64(n)})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "retired %s from %s: %d rows deleted\n", hostName(v), hostName(by), n)
+	}
+	for range s.cfg.Workers {
+		if err := s.start(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stepClock steps the wall clock once and logs the step.
+func (s *supervisor) stepClock() error {
+	d, err := s.clock.step(func(offset, frac time.Duration) time.Duration {
+		return nextStep(s.rng, offset, frac)
+	})
+	if err != nil {
+		return err
+	}
+	s.log.add(Event{Kind: KindClockStep, DurNS: int64(d)})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "stepped the clock by %v\n", d)
+	}
+	return nil
+}
+
+// freezeOne stops a random running worker for 100 ms to 3 s, unless half
+// the workers are frozen already: the others must be able to go on.
+func (s *supervisor) freezeOne(now time.Time) error {
+	if len(s.frozen) >= max(1, len(s.workers)/2) {
+		return nil
+	}
+	var running []*workerProc
+	for _, w := range s.workers {
+		if !slices.ContainsFunc(s.frozen, func(f frozenWorker) bool { return f.w == w }) {
+			running = append(running, w)
+		}
+	}
+	w := running[s.rng.IntN(len(running))]
+	d := 100*time.Millisecond + time.Duration(s.rng.IntN(2900))*time.Millisecond
+	pid := w.cmd.Process.Pid
+	// Logged before the signal: the frozen time it starts covers the stop.
+	s.log.add(Event{Kind: KindFreeze, Proc: w.name, PID: pid, DurNS: int64(d)})
+	if err := freeze(w.cmd.Process); err != nil {
+		if errors.Is(err, os.ErrProcessDone) {
+			// It exited on its own (and logged why); a kill replaces it.
+			s.log.add(Event{Kind: KindThaw, Proc: w.name, PID: pid, Err: err.Error()})
+			return nil
+		}
+		return fmt.Errorf("torture: freeze %s (pid %d): %w", w.name, pid, err)
+	}
+	s.frozen = append(s.frozen, frozenWorker{w: w, until: now.Add(d)})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "froze worker %s (pid %d) for %v\n", w.name, pid, d)
+	}
+	return nil
+}
+
+// thawDue lets go of the workers whose frozen time is up, killing one in
+// four instead.
+func (s *supervisor) thawDue(ctx context.Context, now time.Time) error {
+	var due []*workerProc
+	for _, f := range s.frozen {
+		if !now.Before(f.until) {
+			due = append(due, f.w)
+		}
+	}
+	for _, w := range due {
+		if s.rng.IntN(4) == 0 {
+			if err := s.kill(ctx, w); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.thaw(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// thaw sends w SIGCONT and logs it.
+func (s *supervisor) thaw(w *workerProc) error {
+	s.frozen = slices.DeleteFunc(s.frozen, func(f frozenWorker) bool { return f.w == w })
+	pid := w.cmd.Process.Pid
+	if err := thaw(w.cmd.Process); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("torture: thaw %s (pid %d): %w", w.name, pid, err)
+	}
+	// Logged after the signal: the frozen time it ends covers the stop.
+	s.log.add(Event{Kind: KindThaw, Proc: w.name, PID: pid})
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "thawed worker %s (pid %d)\n", w.name, pid)
+	}
+	return nil
+}
+
+// endLoop ends the weather: it marks the end of the run in the log, thaws
+// every frozen worker and sets the true time back.
+func (s *supervisor) endLoop() error {
+	s.log.add(Event{Kind: KindStop})
+	var errs []error
+	for len(s.frozen) > 0 { // thaw takes the worker off the list, whatever happens
+		if err := s.thaw(s.frozen[0].w); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.clock != nil {
+		if err := s.clock.close(); err != nil {
+			errs = append(errs, err)
+		} else if s.cfg.Progress != nil {
+			fmt.Fprintln(s.cfg.Progress, "set the clock back to the true time")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stopAll ends the workers gracefully: closing stdin makes each release
+// what it holds and exit. A worker that has not exited after stopWait is
+// stuck, and logged as such.
+func (s *supervisor) stopAll() {
+	for len(s.frozen) > 0 { // a stopped worker cannot read its stdin
+		_ = thaw(s.frozen[0].w.cmd.Process)
+		s.frozen = s.frozen[1:]
+	}
+	for _, w := range s.workers {
+		_ = w.stdin.Close()
+	}
+	wait := s.stopWait()
+	for _, w := range s.workers {
+		done := make(chan struct{})
+		go func() { _ = w.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(wait):
+			s.log.add(Event{Kind: KindStuck, Proc: w.name, PID: w.cmd.Process.Pid, DurNS: int64(wait)})
+			_ = w.cmd.Process.Kill()
+			<-done
+		}
+	}
+	s.workers = nil
+}
+
+// stopWait bounds how long a worker takes to stop: its current call, then
+// releasing up to maxHeld ports, each call bounded by the timeout but
+// normally quick.
+func (s *supervisor) stopWait() time.Duration { return 20*time.Second + 2*s.cfg.Timeout }

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/berth-go/berth/internal/netns"
+	"github.com/berth-go/berth/portalloc"
+)
+
+// teardown undoes setup, last step first. Each step returns the error
+// worth reporting, or nil when its failure does not matter.
+type teardown []func() error
+
+// add has run undo f, before every step added earlier.
+func (t *teardown) add(f func() error) { *t = append(*t, f) }
+
+// run takes every step, last added first, and joins their errors.
+func (t teardown) run() error {
+	var errs []error
+	for i := len(t) - 1; i >= 0; i-- {
+		if err := t[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setup makes everything the workers of cfg (defaults set) need: the
+// clock's lock or its stepper, the range's lock, the run's directory, a
+// PostgreSQL server and schema, the hosts' namespaces, and the
+// supervisor's log. It adds to td how to undo each as it goes, so that
+// td undoes what was made also when setup fails or panics half way. The
+// supervisor it returns has the final Config: its Dir and its Store (the
+// schema's connection string).
+func setup(ctx context.Context, cfg Config, td *teardown) (*supervisor, error) {
+	if cfg.Store != "" && !cfg.ClockStep {
+		unlock, err := holdClock(ctx, cfg.Progress)
+		if err != nil {
+			return nil, err
+		}
+		td.add(func() error { _ = unlock(); return nil })
+	}
+	var clock *clockStepper
+	if cfg.ClockStep {
+		var err error
+		if clock, err = startClockStepper(ctx); err != nil {
+			return nil, err
+		}
+		// The true time goes back however Run ends, a panic included; on
+		// the normal path endLoop has set it back already, and this does
+		// nothing.
+		td.add(clock.close)
+	}
+	// The kernel is the referee only if no one else binds the range: two
+	// runs on one range (a go test ./... next to a run by hand) would fail
+	// each other's binds. They take turns. Workers in namespaces of the
+	// run's own bind where no one else does.
+	if cfg.Hosts == 0 {
+		unlock, err := lockRange(ctx, cfg.Range, cfg.Progress)
+		if err != nil {
+			return nil, err
+		}
+		td.add(func() error { _ = unlock(); return nil })
+	}
+	if cfg.Dir == "" {
+		dir, err := os.MkdirTemp("", "berth-torture-")
+		if err != nil {
+			return nil, err
+		}
+		td.add(func() error { _ = os.RemoveAll(dir); return nil })
+		cfg.Dir = dir
+	}
+	var pg *ownServer
+	if cfg.Store == StoreAuto {
+		dir, derr := serverDir(cfg.Dir)
+		if derr != nil {
+			return nil, fmt.Errorf("torture: the server's directory: %w", derr)
+		}
+		var dsn string
+		var perr error
+		if pg, dsn, perr = startOwnServer(ctx, dir, cfg.FailoverEvery > 0, cfg.SyncStandby); perr != nil {
+			return nil, perr
+		}
+		// Stopped after the schema is dropped (added before it).
+		runDir := cfg.Dir
+		td.add(func() error {
+			if cerr := pg.close(ctx, runDir); cerr != nil {
+				return fmt.Errorf("torture: stop the run's server: %w", cerr)
+			}
+			return nil
+		})
+		cfg.Store = dsn
+	}
+	var hosts []netns.NS
+	if cfg.Store != "" {
+		dsn, drop, err := runSchema(ctx, cfg.Store)
+		if err != nil {
+			return nil, err
+		}
+		td.add(func() error { _ = drop(); return nil })
+		cfg.Store = dsn
+		var remove func() error
+		if hosts, remove, err = makeHosts(ctx, cfg.Hosts); err != nil {
+			return nil, err
+		}
+		td.add(func() error {
+			if rerr := remove(); rerr != nil {
+				return fmt.Errorf("torture: %w", rerr)
+			}
+			return nil
+		})
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "logs"), 0o700); err != nil {
+		return nil, err
+	}
+	log, err := openLog(cfg.Dir, "supervisor")
+	if err != nil {
+		return nil, err
+	}
+	td.add(func() error { _ = log.close(); return nil })
+	return &supervisor{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), clock: clock, hosts: hosts, pg: pg}, nil
+}
+
+// lockRange waits, as long as ctx allows, until no other run uses the
+// range r, and returns the function that lets go of it. Runs on ranges
+// that overlap without being equal do not see each other.
+func lockRange(ctx context.Context, r portalloc.Range, progress io.Writer) (unlock func() error, err error) {
+	l := flock.New(filepath.Join(os.TempDir(), fmt.Sprintf("berth-torture-%d-%d.lock", r.First, r.Last)))
+	ok, err := l.TryLock()
+	if err != nil {
+		return nil, fmt.Errorf("torture: lock %s: %w", l.Path(), err)
+	}
+	if ok {
+		return l.Unlock, nil
+	}
+	if progress != nil {
+		fmt.Fprintf(progress, "waiting for another torture run on %s to end\n", r)
+	}
+	if _, err := l.TryLockContext(ctx, 50*time.Millisecond); err != nil {
+		return nil, fmt.Errorf("torture: wait for another run on %s (%s): %w", r, l.Path(), err)
+	}
+	return l.Unlock, nil
+}

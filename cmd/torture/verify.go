@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/statestore"
+)
+
+// Summary is the outcome of a run.
+type Summary struct {
+	Config
+	Report
+	Elapsed time.Duration
+	// ReapedAtEnd is how many rows the final Reap deleted.
+	ReapedAtEnd int
+	// LeftBehind are rows of dead processes found after Reap.
+	LeftBehind []string
+}
+
+// OK reports whether the run proved every invariant, without an
+// unexpected error on the way.
+func (s Summary) OK() bool {
+	return s.ViolationCount == 0 && len(s.LeftBehind) == 0 && len(s.Errors) == 0 && s.Grants > 0 &&
+		len(s.Hangs) == 0 && len(s.Overruns) == 0
+}
+
+// verify judges the run that started at start, whose workers drive left
+// running: it checks that no row of a killed worker survived a Reap,
+// stops the workers, has Check prove the invariants from the logs, and
+// checks that a Reap then empties the store.
+func (s *supervisor) verify(ctx context.Context, start time.Time) (Summary, error) {
+	sum := Summary{Config: s.cfg}
+	// While the last workers still run: no row of a killed one may survive a Reap.
+	left, err := s.checkStore(ctx, false)
+	if err != nil {
+		s.stopAll()
+		return Summary{}, err
+	}
+	sum.LeftBehind = append(sum.LeftBehind, left...)
+	s.stopAll()
+	sum.Elapsed = time.Since(start)
+
+	rep, err := Check(s.cfg.Dir)
+	if err != nil {
+		return Summary{}, err
+	}
+	if s.cfg.Hosts > 0 && rep.ProbeFailures-rep.FailoverProbes > 0 {
+		// In namespaces of the run's own only the run binds: the store
+		// let a worker claim a port that a holder it knew of had bound.
+		rep.ViolationCount++
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d bind probes failed: the store let workers claim ports a holder had bound (berth's probe kept them from being granted)", rep.ProbeFailures-rep.FailoverProbes))
+		for _, k := range first(rep.ProbeKeys, 10) {
+			rep.Violations = append(rep.Violations, "  probe failed: "+k)
+		}
+	}
+	sum.Report = rep
+	// The workers have gone and their children (which outlive killed
+	// workers by design) end within a quarter second: after a Reap the
+	// table must then be empty.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		left, err = s.checkStore(ctx, true)
+		if err != nil {
+			return Summary{}, err
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sum.LeftBehind = append(sum.LeftBehind, left...)
+	sum.ReapedAtEnd = s.reapedAtEnd
+	return sum, nil
+}
+
+// checkStore reaps and lists the table, of every host with a Store. It
+// returns the rows owned by killed workers (which must have been reaped);
+// with all set, every row left counts, since no process of the run is
+// alive.
+func (s *supervisor) checkStore(ctx context.Context, all bool) ([]string, error) {
+	if all {
+		s.reapedAtEnd = 0
+	}
+	var left []string
+	for h := range max(1, len(s.hosts)) {
+		l, err := s.checkHost(ctx, h, all)
+		if err != nil {
+			return nil, err
+		}
+		left = append(left, l...)
+	}
+	return left, nil
+}
+
+// checkHost is checkStore for the host of index h.
+func (s *supervisor) checkHost(ctx context.Context, h int, all bool) ([]string, error) {
+	cfg := portalloc.Config{StateDir: filepath.Join(s.cfg.Dir, "state"), Timeout: s.cfg.Timeout}
+	where := ""
+	if s.cfg.Store != "" {
+		cfg.Store, cfg.Host = s.cfg.Store, hostName(h)
+		where = " on " + cfg.Host
+	}
+	st, err := fleet.OpenStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = st.Close() }()
+	n, err := st.Reap(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if all {
+		s.reapedAtEnd += n
+	}
+	rows, err := st.List(ctx, statestore.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	var left []string
+	for _, r := range rows {
+		if all || slices.ContainsFunc(s.killed, func(k killedWorker) bool { return k.host == h && r.Owner.Same(k.owner) }) {
+			left = append(left, fmt.Sprintf("%s of pid %d%s left after Reap", r.Key, r.Owner.PID, where))
+		}
+	}
+	return left, nil
+}
+
+// Print writes the summary for people.
+func (s Summary) Print(w io.Writer) {
+	secs := s.Elapsed.Seconds()
+	var modes string
+	if s.ClockStep {
+		modes += ", clock stepping"
+	}
+	if s.Freeze {
+		modes += ", freezing"
+	}
+	if s.LoseStore > 0 {
+		modes += fmt.Sprintf(", store lost every %v", s.LoseStore)
+	}
+	if s.Leases {
+		modes += ", leases"
+	}
+	if s.FDPressure {
+		modes += ", descriptor pressure"
+	}
+	if s.PGRestartEvery > 0 {
+		modes += fmt.Sprintf(", server restarted every %v", s.PGRestartEvery)
+	}
+	if s.FailoverEvery > 0 {
+		kind := "asynchronous"
+		if s.SyncStandby {
+			kind = "synchronous"
+		}
+		modes += fmt.Sprintf(", failover to an %s standby every %v", kind, s.FailoverEvery)
+	}
+	workers := fmt.Sprintf("%d workers", s.Workers)
+	switch {
+	case s.Hosts > 0:
+		workers = fmt.Sprintf("%d hosts of %d workers on PostgreSQL", s.Hosts, s.Workers)
+	case s.Store != "":
+		workers += " on PostgreSQL"
+	}
+	fmt.Fprintf(w, "berth torture: %s, %v, range %s (%d ports), kill every %v, timeout %v%s, seed %d\n",
+		workers, s.Duration, s.Range, s.Range.Size(), s.KillEvery, s.Timeout, modes, s.Seed)
+	fleet := ""
+	if s.FleetWorkers > 0 {
+		fleet = fmt.Sprintf(", %d fleet-wide", s.FleetGrants)
+	}
+	fmt.Fprintf(w, "grants          %d (%.0f/s): %d allocated, %d reserved, %d handed to children%s\n",
+		s.Grants, float64(s.Grants)/secs, s.Allocations, s.Reservations, s.Handoffs, fleet)
+	fmt.Fprintf(w, "range exhausted %d times\n", s.Exhausted)
+	fmt.Fprintf(w, "kills           %d\n", s.Kills)
+	if s.RetireEvery > 0 {
+		fmt.Fprintf(w, "retirements     %d every %v (every process of the host killed first), %d rows deleted\n",
+			s.Retirements, s.RetireEvery, s.RetiredRows)
+	}
+	if s.FleetWorkers > 0 {
+		fmt.Fprintf(w, "fleet-wide      %d grants to %d fleet workers, %d binds (each grant on all %d hosts), band exhausted %d times; hosts' workers refused a fleet-wide port %d times\n",
+			s.FleetGrants, s.FleetWorkers, s.FleetBinds, s.Hosts, s.FleetExhausted, s.LeaseRefusals)
+	}
+	if s.ClockStep {
+		fmt.Fprintf(w, "clock steps     %d (%d of %v either way, %d across a second boundary); true time set back\n",
+			s.ClockSteps, s.BigClockSteps, bigStep, s.ClockSteps-s.BigClockSteps)
+	}
+	if s.Freeze {
+		fmt.Fprintf(w, "freezes         %d (%d killed while frozen), longest %v\n",
+			s.Freezes, s.FrozenKills, s.LongestFreeze.Round(time.Millisecond))
+	}
+	if s.LoseStore > 0 {
+		fmt.Fprintf(w, "store losses    %d (directory removed, file replaced or truncated); %d conflicts over hand-offs lost with the store, their worker killed before the child bound\n", s.StoreLosses, s.Unguarded)
+	}
+	if s.Leases {
+		fmt.Fprintf(w, "leases          %d granted (%d reserved), %d renewals, %d released, %d ran out (%d dropped by their worker, %d of killed workers), %d found ended on renewal; %d conflicts over leases lost with the store, %d lease calls failed on a lost store\n",
+			s.LeaseGrants, s.LeaseReservations, s.Renewals, s.LeaseReleases, s.LeaseExpiries, s.LeaseDrops, s.KilledLeases, s.LeasesEnded, s.LostLeases, s.LostCalls)
+	}
+	if s.FDPressure {
+		fmt.Fprintf(w, "fd pressure     %d spells; %d calls failed with ErrTransient, %d binds refused with EMFILE (bound again after the spell), %d children not started for want of descriptors\n",
+			s.PressureSpells, s.Transients, s.EMFILEBinds, s.Shortages)
+	}
+	if s.PGRestartEvery > 0 || s.FailoverEvery > 0 {
+		if s.PGRestartEvery > 0 {
+			fmt.Fprintf(w, "server restarts %d (pg_ctl restart -m fast), longest %v\n", s.Restarts, s.LongestRestart.Round(time.Millisecond))
+		}
+		if s.FailoverEvery > 0 {
+			fmt.Fprintf(w, "failovers       %d (primary SIGKILLed, standby promoted, new standby built), longest %v\n", s.Failovers, s.LongestFailover.Round(time.Millisecond))
+		}
+		fmt.Fprintf(w, "repairs         %d comparisons with the store: %d rows put back, %d not (another process had the port), %d releases done again; %d calls failed on an unreachable server\n",
+			s.Repairs, s.Restored, s.NotRestored, s.Rereleased, s.Unavailable)
+		if s.FailoverEvery > 0 && !s.SyncStandby {
+			fmt.Fprintf(w, "failover losses %d conflicts and %d bind probes that failed over rows an asynchronous failover lost, before their holder put them back (documented; not violations)\n",
+				s.FailoverLost, s.FailoverProbes)
+		}
+	}
+	fmt.Fprintf(w, "calls           %d returned, %d timed out\n", s.Calls, s.Timeouts)
+	fmt.Fprintf(w, "longest gaps    %v without a grant (from +%.3fs), %v without a call returning (from +%.3fs); a hang is over %v\n",
+		s.GrantGap.Dur.Round(time.Millisecond), s.GrantGap.At.Seconds(), s.CallGap.Dur.Round(time.Millisecond), s.CallGap.At.Seconds(),
+		s.Timeout+HangMargin(s.Timeout))
+	if n := len(s.Slowest); n > 0 {
+		fmt.Fprintf(w, "slowest calls   each worker's slowest, of %d workers: median %v\n", n, s.Slowest[n/2].Dur.Round(time.Millisecond))
+		for _, c := range s.Slowest[:min(n, 8)] {
+			fmt.Fprintf(w, "  %s at +%.3fs\n", c, c.At.Seconds())
+		}
+	}
+	fmt.Fprintf(w, "rows reaped     %d by workers, %d by the final reap\n", s.ReapedByWorkers, s.ReapedAtEnd)
+	fmt.Fprintf(w, "bind failures   %d\n", s.BindFailures)
+	fmt.Fprintf(w, "probe failures  %d\n", s.ProbeFailures)
+	if s.Hosts > 1 {
+		fmt.Fprintf(w, "shared ports    %d times two hosts held one key at once (allowed: ports are per host)\n", s.CrossHost)
+	}
+	if n := len(s.Latencies); n > 0 {
+		fmt.Fprintf(w, "allocate        p50 %v  p99 %v  max %v  (n=%d)\n",
+			Percentile(s.Latencies, 50).Round(time.Microsecond), Percentile(s.Latencies, 99).Round(time.Microsecond),
+			s.Latencies[n-1].Round(time.Microsecond), n)
+	}
+	fmt.Fprintf(w, "errors          %d\n", len(s.Errors))
+	for _, e := range first(s.Errors, 10) {
+		fmt.Fprintf(w, "  %s\n", e)
+	}
+	fmt.Fprintf(w, "left behind     %d\n", len(s.LeftBehind))
+	for _, e := range first(s.LeftBehind, 10) {
+		fmt.Fprintf(w, "  %s\n", e)
+	}
+	fmt.Fprintf(w, "hangs           %d\n", len(s.Hangs))
+	for _, e := range first(s.Hangs, 10) {
+		fmt.Fprintf(w, "  %s\n", e)
+	}
+	fmt.Fprintf(w, "overruns        %d\n", len(s.Overruns))
+	for _, e := range first(s.Overruns, 10) {
+		fmt.Fprintf(w, "  %s\n", e)
+	}
+	fmt.Fprintf(w, "violations      %d\n", s.ViolationCount)
+	for _, v := range first(s.Violations, 20) {
+		fmt.Fprintf(w, "  %s\n", v)
+	}
+}
+
+func first(xs []string, n int) []string { return xs[:min(len(xs), n)] }
