@@ -321,12 +321,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Range == (Range{}) {
 		c.Range = DefaultRange
-	} else if err := c.Range.Valid(); err != nil {
-		return Config{}, rangeErr("Config.Range", portrange.Range(c.Range).Valid())
+	} else if err := c.Range.Validate(); err != nil {
+		return Config{}, rangeErr("Config.Range", portrange.Range(c.Range).Validate())
 	}
 	for i, x := range c.Exclude {
-		if err := x.Valid(); err != nil {
-			return Config{}, rangeErr(fmt.Sprintf("Config.Exclude[%d]", i), portrange.Range(x).Valid())
+		if err := x.Validate(); err != nil {
+			return Config{}, rangeErr(fmt.Sprintf("Config.Exclude[%d]", i), portrange.Range(x).Validate())
 		}
 	}
 	if c.Store != "" {

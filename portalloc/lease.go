@@ -54,7 +54,7 @@ func (a *Allocator) reserveLease(ctx context.Context, req Request, port uint16, 
 
 // lease runs op for a lease request on the Allocator's lease store.
 func (a *Allocator) lease(ctx context.Context, req Request, l store.Lease, op func(context.Context, store.Store, store.LeaseStore, Request) (store.Reservation, error)) (Reservation, error) {
-	if err := l.Check(); err != nil {
+	if err := l.Validate(); err != nil {
 		return Reservation{}, err
 	}
 	ctx, cancel, req, err := a.begin(ctx, req)
@@ -86,7 +86,7 @@ func (a *Allocator) lease(ctx context.Context, req Request, l store.Lease, op fu
 
 // renew is lease.Renew. Its errors have no prefix: the public call adds it.
 func (a *Allocator) renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
-	if err := (store.Lease{Holder: holder, TTL: ttl}).Check(); err != nil {
+	if err := (store.Lease{Holder: holder, TTL: ttl}).Validate(); err != nil {
 		return 0, err
 	}
 	_, ls, err := a.leaseStore(ctx)

@@ -11,7 +11,7 @@ import (
 // Range is the ports First through Last, both included: store.Range, the
 // one port-range type of berth, under the name portalloc has always given
 // it (see store.Range for its methods: Size, Contains, Overlaps, String
-// and Valid, whose error is a *FieldError). The zero Range is empty and
+// and Validate, whose error is a *FieldError). The zero Range is empty and
 // not valid; where Config or a pool's spec takes one, zero means their default.
 // Range is a small value: copy it freely.
 type Range = store.Range
@@ -25,7 +25,7 @@ var DefaultRange = Range{First: 20000, Last: 32767}
 // accepted is refused as any other input is (store.RangeError). Field
 // names where the text came from: a variable such as BERTH_PORT_RANGE, a
 // field such as Config.Range, or "port range" for the argument of
-// ParseRange, ParseRanges or Range.Valid; Value is the text as given, At
+// ParseRange, ParseRanges or Range.Validate; Value is the text as given, At
 // the item or part of it that is wrong, and Want what is accepted.
 //
 // Deprecated: use FieldError, the one type of refused input. Where code

@@ -20,8 +20,8 @@ func TestRange(t *testing.T) {
 	if one := (portalloc.Range{First: 80, Last: 80}); one.String() != "80" || one.Size() != 1 {
 		t.Errorf("Range 80-80: String %q, Size %d; want \"80\", 1", one.String(), one.Size())
 	}
-	if err := r.Valid(); err != nil {
-		t.Errorf("%v.Valid() = %v; want nil", r, err)
+	if err := r.Validate(); err != nil {
+		t.Errorf("%v.Validate() = %v; want nil", r, err)
 	}
 }
 
@@ -31,7 +31,7 @@ func TestRange(t *testing.T) {
 func TestRangeErrors(t *testing.T) {
 	_, errParse := portalloc.ParseRange("30000-20000")
 	_, errList := portalloc.ParseRanges("22000-22100,x")
-	errValid := portalloc.Range{First: 0, Last: 5}.Valid()
+	errValid := portalloc.Range{First: 0, Last: 5}.Validate()
 	t.Setenv(portalloc.EnvPortRange, "abc")
 	t.Setenv(portalloc.EnvPortExclude, "1-2,70000")
 	t.Setenv(portalloc.EnvMode, "fast")

@@ -141,7 +141,8 @@ func TestRefusedInput(t *testing.T) {
 		// Ranges, parsed and checked.
 		{"ParseRange", "port range", true, func() error { _, err := portalloc.ParseRange("1-x"); return err }},
 		{"ParseRanges", "port range", true, func() error { _, err := portalloc.ParseRanges("1-2,70000"); return err }},
-		{"Range.Valid", "port range", false, func() error { return portalloc.Range{First: 9, Last: 1}.Valid() }},
+		{"Range.Validate", "port range", false, func() error { return portalloc.Range{First: 9, Last: 1}.Validate() }},
+		{"Range.Valid", "port range", false, func() error { return portalloc.Range{First: 9, Last: 1}.Valid() }}, //nolint:staticcheck // the deprecated name still refuses
 
 		// The stores, which have no prefix of portalloc's.
 		{"statestore.Open path", "path", false, func() error { _, err := statestore.Open(ctx, "", statestore.Options{}); return err }},

@@ -43,7 +43,7 @@ type leaseGrant struct {
 
 // grant checks l and reads the clock for it.
 func grant(l Lease) (*leaseGrant, error) {
-	if err := l.Check(); err != nil {
+	if err := l.Validate(); err != nil {
 		return nil, err
 	}
 	now, err := owner.LeaseNow()

@@ -95,7 +95,7 @@ var (
 // file or a terminal can neither flood nor forge the message. A program
 // that took the value from a flag or a variable of its own replaces Field
 // in a copy before it prints the error. The type is declared in an internal
-// package, the lowest that refuses input (Range.Valid returns it).
+// package, the lowest that refuses input (Range.Validate returns it).
 type FieldError = portrange.FieldError
 
 // ConflictError reports a port that cannot be reserved because someone holds

@@ -55,13 +55,21 @@ func CheckLeaseTTL(ttl time.Duration) error {
 	return nil
 }
 
-// Check validates l: its holder and its TTL.
-func (l Lease) Check() error {
+// Validate returns nil for a lease store.LeaseStore accepts: its holder
+// passes CheckHolder and its TTL CheckLeaseTTL; otherwise their
+// *FieldError.
+func (l Lease) Validate() error {
 	if err := CheckHolder(l.Holder); err != nil {
 		return err
 	}
 	return CheckLeaseTTL(l.TTL)
 }
+
+// Check is Validate.
+//
+// Deprecated: use Validate, the name Go gives a check that returns an
+// error; Check stays for the programs that call it.
+func (l Lease) Check() error { return l.Validate() }
 
 // LeaseStore is implemented by stores that keep reservations for named
 // holders under a lease on one host (statestore.Store). The dispatcher

@@ -11,13 +11,14 @@ import "github.com/berth-go/berth/internal/portrange"
 //	Contains(p uint16) bool    whether p is in it
 //	Overlaps(o Range) bool     whether it and o share a port
 //	String() string            "FIRST-LAST", or "PORT" for one port
-//	Valid() error              nil for a non-empty range of ports 1-65535,
+//	Validate() error           nil for a non-empty range of ports 1-65535,
 //	                           FIRST <= LAST; else a *FieldError
+//	Valid() error              Validate, under its deprecated name
 type Range = portrange.Range
 
 // RangeError is FieldError: a port range, or a list of them, that is not
 // accepted is refused as any other input is. Field names where the text
-// came from ("port range" for a parse or Valid), Value is the text as
+// came from ("port range" for a parse or Validate), Value is the text as
 // given, At the item or part of it that is wrong, and Want what is
 // accepted.
 //

@@ -102,10 +102,10 @@ func TestCheckBlockAndOwners(t *testing.T) {
 // wrapping ErrInvalid, the error every name of the type returns, and
 // RangeError is another name of FieldError.
 func TestRangeIsOneType(t *testing.T) {
-	err := store.Range{First: 10, Last: 5}.Valid()
+	err := store.Range{First: 10, Last: 5}.Validate()
 	var fe *store.FieldError
 	if !errors.As(err, &fe) || !errors.Is(err, store.ErrInvalid) || fe.Field != "port range" || fe.Value != "10-5" || fe.Want == "" {
-		t.Errorf("Range{10, 5}.Valid() = %v; want a *FieldError for the port range 10-5 wrapping ErrInvalid", err)
+		t.Errorf("Range{10, 5}.Validate() = %v; want a *FieldError for the port range 10-5 wrapping ErrInvalid", err)
 	}
 	var re *store.RangeError = fe //nolint:staticcheck // the deprecated name must stay the same type
 	if re != fe {
@@ -113,5 +113,30 @@ func TestRangeIsOneType(t *testing.T) {
 	}
 	if r := (store.Range{First: 20000, Last: 20009}); r.Size() != 10 || !r.Contains(20009) || r.String() != "20000-20009" {
 		t.Errorf("Range{20000, 20009}: Size %d, Contains(20009) %v, String %q; want 10, true, 20000-20009", r.Size(), r.Contains(20009), r.String())
+	}
+}
+
+// TestLeaseValidate: a lease is refused for its holder or its TTL with a
+// *FieldError naming the field; the deprecated Check says the same.
+func TestLeaseValidate(t *testing.T) {
+	for _, tt := range []struct {
+		l         store.Lease
+		wantField string // "" for nil
+	}{
+		{store.Lease{Holder: "ci/job-1", TTL: store.MinLeaseTTL}, ""},
+		{store.Lease{Holder: "", TTL: store.MinLeaseTTL}, "holder"},
+		{store.Lease{Holder: "ci/job-1", TTL: store.MaxLeaseTTL + 1}, "ttl"},
+	} {
+		err := tt.l.Validate()
+		var fe *store.FieldError
+		switch {
+		case tt.wantField == "" && err != nil:
+			t.Errorf("%+v.Validate() = %v; want nil", tt.l, err)
+		case tt.wantField != "" && (!errors.As(err, &fe) || fe.Field != tt.wantField):
+			t.Errorf("%+v.Validate() = %v; want a *FieldError for %q", tt.l, err, tt.wantField)
+		}
+		if old := tt.l.Check(); (old == nil) != (err == nil) { //nolint:staticcheck // the deprecated name must agree
+			t.Errorf("%+v.Check() = %v; want what Validate says, %v", tt.l, old, err)
+		}
 	}
 }

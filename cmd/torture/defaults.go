@@ -155,7 +155,7 @@ func (c *Config) setDefaults() error {
 	if c.Range == (portalloc.Range{}) {
 		c.Range = SmallRange
 	}
-	if err := c.Range.Valid(); err != nil {
+	if err := c.Range.Validate(); err != nil {
 		return err
 	}
 	if c.KillEvery == 0 {

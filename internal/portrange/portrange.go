@@ -59,9 +59,9 @@ func (r Range) String() string {
 	return fmt.Sprintf("%d-%d", r.First, r.Last)
 }
 
-// Valid returns nil for a non-empty range of ports 1-65535, FIRST <= LAST,
+// Validate returns nil for a non-empty range of ports 1-65535, FIRST <= LAST,
 // and otherwise a *FieldError that says what is wrong.
-func (r Range) Valid() error {
+func (r Range) Validate() error {
 	if r.First == 0 {
 		return refuse(r.String(), "", ports, "port 0 is not a port")
 	}
@@ -70,6 +70,12 @@ func (r Range) Valid() error {
 	}
 	return nil
 }
+
+// Valid is Validate.
+//
+// Deprecated: use Validate, the name Go gives a check that returns an
+// error; Valid stays for the programs that call it.
+func (r Range) Valid() error { return r.Validate() }
 
 // What a range accepts, for FieldError.Want.
 const (
@@ -97,7 +103,7 @@ func Parse(s string) (Range, error) {
 		}
 	}
 	r := Range{First: a, Last: b}
-	if err := r.Valid(); err != nil {
+	if err := r.Validate(); err != nil {
 		var fe *FieldError
 		if errors.As(err, &fe) {
 			fe.Value = s

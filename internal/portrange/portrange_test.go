@@ -198,7 +198,7 @@ func TestEphemeral(t *testing.T) {
 	if err != nil {
 		t.Logf("Ephemeral: %v (using %v)", err, r)
 	}
-	if r.Valid() != nil {
+	if r.Validate() != nil {
 		t.Errorf("Ephemeral() = %v; want a valid range", r)
 	}
 }
@@ -217,7 +217,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if r.Valid() != nil {
+		if r.Validate() != nil {
 			t.Fatalf("Parse(%q) = %v, an invalid range", s, r)
 		}
 		back, err := Parse(r.String())

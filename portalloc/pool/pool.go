@@ -260,7 +260,7 @@ func (p *Pool) setSpec(spec Spec) error {
 	case spec.Range == (portalloc.Range{}):
 		spec.Range = p.a.Config().Range
 	}
-	if err := spec.Range.Valid(); err != nil {
+	if err := spec.Range.Validate(); err != nil {
 		return fmt.Errorf("%w: pool range: %w", portalloc.ErrInvalidRequest, err)
 	}
 	if !p.a.Config().Range.Contains(spec.Range.First) || !p.a.Config().Range.Contains(spec.Range.Last) {
