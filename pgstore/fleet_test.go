@@ -494,8 +494,8 @@ const (
 // drawAtOnce runs draw(0) to draw(n-1) in goroutines of their own, all at
 // once, and returns the ports they were granted, sorted. A failed draw
 // fails the test.
-func drawAtOnce(t *testing.T, n int, draw func(i int) (pgstore.FleetReservation, error)) []uint16 {
-	t.Helper()
+func drawAtOnce(tb testing.TB, n int, draw func(i int) (pgstore.FleetReservation, error)) []uint16 {
+	tb.Helper()
 	var (
 		wg  sync.WaitGroup
 		mu  sync.Mutex // guards got
@@ -505,7 +505,7 @@ func drawAtOnce(t *testing.T, n int, draw func(i int) (pgstore.FleetReservation,
 		wg.Go(func() {
 			r, err := draw(i)
 			if err != nil {
-				t.Errorf("ReserveFleet #%d = %v", i, err)
+				tb.Errorf("ReserveFleet #%d = %v", i, err)
 				return
 			}
 			mu.Lock()

@@ -21,34 +21,34 @@ import (
 // and returns a DSN for it: the tests below need btree_gist to be where
 // they put it, and the shared database has it already. It skips the test
 // without a key=value DSN or the right to create databases.
-func ownDatabase(t *testing.T) string {
-	t.Helper()
+func ownDatabase(tb testing.TB) string {
+	tb.Helper()
 	base := os.Getenv(envDSN)
 	if base == "" || strings.Contains(base, "://") {
-		t.Skipf("set %s to a key=value PostgreSQL DSN to run this test", envDSN)
+		tb.Skipf("set %s to a key=value PostgreSQL DSN to run this test", envDSN)
 	}
 	db, drop, err := pgschema.CreateDatabase(context.Background(), base, "berth_guard")
 	if errors.Is(err, pgschema.ErrNoCreateDB) {
-		t.Skipf("a database of the test's own: %v", err)
+		tb.Skipf("a database of the test's own: %v", err)
 	}
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if err := drop(); err != nil {
-			t.Errorf("drop the test's database: %v", err)
+			tb.Errorf("drop the test's database: %v", err)
 		}
 	})
 	return db
 }
 
-func hasGuard(t *testing.T, conn *pgx.Conn) bool {
-	t.Helper()
+func hasGuard(tb testing.TB, conn *pgx.Conn) bool {
+	tb.Helper()
 	var ok bool
 	err := conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_constraint"+
 		" WHERE conrelid = 'berth_port_allocations'::regclass AND conname = 'berth_port_allocations_no_conflict')").Scan(&ok)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return ok
 }
@@ -56,20 +56,20 @@ func hasGuard(t *testing.T, conn *pgx.Conn) bool {
 // extensionElsewhere makes a database of the test's own with btree_gist
 // in schema "other" and an empty schema "berth", and returns a connection
 // to the database (closed when the test ends) and a DSN for schema berth.
-func extensionElsewhere(t *testing.T) (admin *pgx.Conn, dsn string) {
-	t.Helper()
-	db := ownDatabase(t)
+func extensionElsewhere(tb testing.TB) (admin *pgx.Conn, dsn string) {
+	tb.Helper()
+	db := ownDatabase(tb)
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, db)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.Close(ctx) })
+	tb.Cleanup(func() { _ = admin.Close(ctx) })
 	for _, q := range []string{
 		"CREATE SCHEMA other", "CREATE EXTENSION btree_gist SCHEMA other", "CREATE SCHEMA berth",
 	} {
 		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
+			tb.Fatalf("%s: %v", q, err)
 		}
 	}
 	return admin, pgschema.WithParam(db, "search_path", "berth")

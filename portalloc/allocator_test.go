@@ -26,11 +26,11 @@ var (
 	any6 = netip.MustParseAddr("::")
 )
 
-func listen(t *testing.T, addr netip.Addr, port uint16) net.Listener {
-	t.Helper()
+func listen(tb testing.TB, addr netip.Addr, port uint16) net.Listener {
+	tb.Helper()
 	l, err := net.Listen("tcp", netip.AddrPortFrom(addr, port).String())
 	if err != nil {
-		t.Fatalf("port %d is not bindable: %v", port, err)
+		tb.Fatalf("port %d is not bindable: %v", port, err)
 	}
 	return l
 }
@@ -80,8 +80,8 @@ func TestConcurrentAllocate(t *testing.T) {
 // freeRun finds n consecutive ports of pickRange that are all bindable
 // right now, and returns the first. It starts at a random run, so one test
 // does not get the ports the last one used.
-func freeRun(t *testing.T, n int) uint16 {
-	t.Helper()
+func freeRun(tb testing.TB, n int) uint16 {
+	tb.Helper()
 	runs := pickRange.Size() / n
 	start := rand.IntN(runs)
 	for i := range runs {
@@ -99,7 +99,7 @@ func freeRun(t *testing.T, n int) uint16 {
 			return base
 		}
 	}
-	t.Fatalf("no run of %d free ports in %v", n, pickRange)
+	tb.Fatalf("no run of %d free ports in %v", n, pickRange)
 	return 0
 }
 

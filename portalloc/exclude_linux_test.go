@@ -15,26 +15,26 @@ import (
 // setLocalReserved sets net.ipv4.ip_local_reserved_ports to value for the
 // test and puts the old value back when it ends, failed or not. It skips
 // the test where it cannot write the sysctl (not root, a read-only /proc).
-func setLocalReserved(t *testing.T, value string) {
-	t.Helper()
+func setLocalReserved(tb testing.TB, value string) {
+	tb.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: it sets net.ipv4.ip_local_reserved_ports")
+		tb.Skip("needs root: it sets net.ipv4.ip_local_reserved_ports")
 	}
 	old, err := os.ReadFile(portrange.LocalReservedFile)
 	if err != nil {
-		t.Skipf("cannot read %s: %v", portrange.LocalReservedFile, err)
+		tb.Skipf("cannot read %s: %v", portrange.LocalReservedFile, err)
 	}
 	if err := os.WriteFile(portrange.LocalReservedFile, []byte(value), 0); err != nil {
-		t.Skipf("cannot set net.ipv4.ip_local_reserved_ports (%v): a container without a writable /proc/sys?", err)
+		tb.Skipf("cannot set net.ipv4.ip_local_reserved_ports (%v): a container without a writable /proc/sys?", err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		// An empty list is written as a newline; the file reads so.
 		restore := strings.TrimSpace(string(old))
 		if restore == "" {
 			restore = "\n"
 		}
 		if err := os.WriteFile(portrange.LocalReservedFile, []byte(restore), 0); err != nil {
-			t.Errorf("could not restore net.ipv4.ip_local_reserved_ports to %q: %v", old, err)
+			tb.Errorf("could not restore net.ipv4.ip_local_reserved_ports to %q: %v", old, err)
 		}
 	})
 }

@@ -53,11 +53,11 @@ func (c *logCounter) dump() string {
 // setSchemaVersion sets the schema version recorded in dir's store, as a
 // newer (or, to undo it, this) berth would have written it. A newer one
 // comes with a newer write version: a change this berth must not write to.
-func setSchemaVersion(t *testing.T, dir string, v uint) {
-	t.Helper()
+func setSchemaVersion(tb testing.TB, dir string, v uint) {
+	tb.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "berth.db")+"?_pragma=busy_timeout(5000)")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer db.Close()
 	w := statestore.WriteVersion
@@ -65,22 +65,22 @@ func setSchemaVersion(t *testing.T, dir string, v uint) {
 		w++
 	}
 	if _, err := db.Exec(fmt.Sprintf("UPDATE schema_migrations SET version = %d; PRAGMA user_version = %d", v, w)); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 
 // newerStore makes dir's store one a newer berth wrote: this berth can
 // read it but not write to it, and falls back to the MRU file.
-func newerStore(t *testing.T, dir string) {
-	t.Helper()
+func newerStore(tb testing.TB, dir string) {
+	tb.Helper()
 	s, err := statestore.Open(context.Background(), filepath.Join(dir, statedir.DatabaseFile), statestore.Options{SweepInterval: -1})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	setSchemaVersion(t, dir, statestore.SchemaVersion+1)
+	setSchemaVersion(tb, dir, statestore.SchemaVersion+1)
 }
 
 // TestFallbackSkipsPortsTheStoreHolds: another process holds a port in the

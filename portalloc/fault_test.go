@@ -65,10 +65,10 @@ type faultRig struct {
 	log        *logCounter
 }
 
-func newFaultRig(t *testing.T, dir string, timeout time.Duration) *faultRig {
-	t.Helper()
-	rig := &faultRig{dir: dir, heldPort: freeRun(t, 1), log: &logCounter{}}
-	holdInWorker(t, dir, lo4, rig.heldPort)
+func newFaultRig(tb testing.TB, dir string, timeout time.Duration) *faultRig {
+	tb.Helper()
+	rig := &faultRig{dir: dir, heldPort: freeRun(tb, 1), log: &logCounter{}}
+	holdInWorker(tb, dir, lo4, rig.heldPort)
 	// Close may fail after a fault (the store cannot release); its error
 	// is for logging, so these Allocators are closed without checking it.
 	for _, cfg := range []struct {
@@ -80,15 +80,15 @@ func newFaultRig(t *testing.T, dir string, timeout time.Duration) *faultRig {
 	} {
 		a, err := portalloc.New(context.Background(), cfg.cfg)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
-		t.Cleanup(func() { _ = a.Close() })
+		tb.Cleanup(func() { _ = a.Close() })
 		*cfg.dst = a
 	}
 	for _, a := range []*portalloc.Allocator{rig.strict, rig.fb} {
 		r, err := a.Allocate(context.Background(), portalloc.Request{})
 		if err != nil || r.Backend != portalloc.BackendStateStore {
-			t.Fatalf("Allocate before the fault = %+v, %v", r, err)
+			tb.Fatalf("Allocate before the fault = %+v, %v", r, err)
 		}
 	}
 	return rig
@@ -96,49 +96,49 @@ func newFaultRig(t *testing.T, dir string, timeout time.Duration) *faultRig {
 
 // expect checks both Allocators after the fault: strict fails with want in
 // its message, fallback serves bindable MRU ports and logs the switch once.
-func (rig *faultRig) expect(t *testing.T, want string) {
-	t.Helper()
+func (rig *faultRig) expect(tb testing.TB, want string) {
+	tb.Helper()
 	ctx := context.Background()
 	_, err := rig.strict.Allocate(ctx, portalloc.Request{})
 	if !errors.Is(err, portalloc.ErrStoreUnavailable) || !strings.Contains(err.Error(), want) {
-		t.Errorf("strict Allocate = %v; want ErrStoreUnavailable saying %q", err, want)
+		tb.Errorf("strict Allocate = %v; want ErrStoreUnavailable saying %q", err, want)
 	}
 	for range 3 {
 		r, err := rig.fb.Allocate(ctx, portalloc.Request{})
 		if err != nil || r.Backend != portalloc.BackendMRU {
-			t.Fatalf("fallback Allocate = %+v, %v; want a port from the MRU file", r, err)
+			tb.Fatalf("fallback Allocate = %+v, %v; want a port from the MRU file", r, err)
 		}
-		_ = listen(t, r.Address, r.Port).Close()
+		_ = listen(tb, r.Address, r.Port).Close()
 	}
 	if n := rig.log.count("state store unavailable"); n != 1 {
-		t.Errorf("the fallback was logged %d times; want once", n)
+		tb.Errorf("the fallback was logged %d times; want once", n)
 	}
 }
 
 // expectHeldSurvives checks that the other process's reservation is still in
 // the store once the fault is gone.
-func (rig *faultRig) expectHeldSurvives(t *testing.T) {
-	t.Helper()
+func (rig *faultRig) expectHeldSurvives(tb testing.TB) {
+	tb.Helper()
 	s, err := statestore.Open(context.Background(), filepath.Join(rig.dir, "berth.db"), statestore.Options{SweepInterval: -1})
 	if err != nil {
-		t.Fatalf("reopen after the fault: %v", err)
+		tb.Fatalf("reopen after the fault: %v", err)
 	}
 	defer s.Close()
 	rows, err := s.List(context.Background(), statestore.Filter{Port: rig.heldPort})
 	if err != nil || len(rows) != 1 || rows[0].Label != "worker" {
-		t.Errorf("the other process's reservation of port %d after the fault: %+v, %v", rig.heldPort, rows, err)
+		tb.Errorf("the other process's reservation of port %d after the fault: %+v, %v", rig.heldPort, rows, err)
 	}
 }
 
-func needRoot(t *testing.T, what string) {
-	t.Helper()
+func needRoot(tb testing.TB, what string) {
+	tb.Helper()
 	if os.Geteuid() != 0 {
-		t.Skipf("skipping: simulating %s needs root", what)
+		tb.Skipf("skipping: simulating %s needs root", what)
 	}
 }
 
-func run(t *testing.T, name string, args ...string) error {
-	t.Helper()
+func run(tb testing.TB, name string, args ...string) error {
+	tb.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
@@ -238,9 +238,9 @@ func holdWriteLock(ctx context.Context, db string) error {
 	return err
 }
 
-func startLocker(t *testing.T, dir string) io.Closer {
-	t.Helper()
-	return spawn(t, "locker", "BERTH_STATE_DIR="+dir).ready(t).stdin
+func startLocker(tb testing.TB, dir string) io.Closer {
+	tb.Helper()
+	return spawn(tb, "locker", "BERTH_STATE_DIR="+dir).ready(tb).stdin
 }
 
 // TestFaultForeignLock: a program outside berth holds the write lock for

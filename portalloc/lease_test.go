@@ -83,13 +83,13 @@ func init() {
 
 // newBuildPorts reads a newbuild worker's ports up to "ready"; a port the
 // kernel says another process has bound fails the test.
-func newBuildPorts(t *testing.T, p *proc) []uint16 {
-	t.Helper()
+func newBuildPorts(tb testing.TB, p *proc) []uint16 {
+	tb.Helper()
 	var ports []uint16
 	for {
 		line, err := p.out.ReadString('\n')
 		if err != nil {
-			t.Fatalf("newbuild worker: %v (after %q)", err, line)
+			tb.Fatalf("newbuild worker: %v (after %q)", err, line)
 		}
 		line = strings.TrimSpace(line)
 		if line == "ready" {
@@ -101,45 +101,45 @@ func newBuildPorts(t *testing.T, p *proc) []uint16 {
 		case "port":
 			ports = append(ports, uint16(port))
 		case "bindfail":
-			t.Errorf("the newer build was granted port %d, which another process has bound", port)
+			tb.Errorf("the newer build was granted port %d, which another process has bound", port)
 		default:
-			t.Fatalf("newbuild worker said %q", line)
+			tb.Fatalf("newbuild worker said %q", line)
 		}
 	}
 }
 
 // allocateBound allocates n ports with a and binds each, until the test
 // ends; a port the kernel says another process has bound fails the test.
-func allocateBound(t *testing.T, a *portalloc.Allocator, n int) []portalloc.Reservation {
-	t.Helper()
+func allocateBound(tb testing.TB, a *portalloc.Allocator, n int) []portalloc.Reservation {
+	tb.Helper()
 	var rs []portalloc.Reservation
 	for range n {
 		r, err := a.Allocate(context.Background(), portalloc.Request{Label: "old"})
 		if err != nil {
-			t.Fatalf("Allocate: %v", err)
+			tb.Fatalf("Allocate: %v", err)
 		}
 		l, err := net.Listen("tcp", r.AddrPort().String())
 		if err != nil {
-			t.Errorf("this build was granted port %d, which another process has bound: %v", r.Port, err)
+			tb.Errorf("this build was granted port %d, which another process has bound: %v", r.Port, err)
 			continue
 		}
-		t.Cleanup(func() { _ = l.Close() })
+		tb.Cleanup(func() { _ = l.Close() })
 		rs = append(rs, r)
 	}
 	return rs
 }
 
 // schemaVersion reads the schema version of the store in dir.
-func schemaVersion(t *testing.T, dir string) uint {
-	t.Helper()
+func schemaVersion(tb testing.TB, dir string) uint {
+	tb.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, statedir.DatabaseFile)+"?mode=ro&_pragma=busy_timeout(5000)")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer db.Close()
 	var v uint
 	if err := db.QueryRow("SELECT version FROM schema_migrations").Scan(&v); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return v
 }

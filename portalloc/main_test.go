@@ -168,10 +168,10 @@ func holdInWorker(tb testing.TB, dir string, addr netip.Addr, port uint16) *proc
 // newAllocator returns an Allocator on a fresh state directory, closed at
 // the end of the test. Without a Range it allocates from allocRange. With
 // a Store it is fleet.New's.
-func newAllocator(t *testing.T, cfg portalloc.Config) *portalloc.Allocator {
-	t.Helper()
+func newAllocator(tb testing.TB, cfg portalloc.Config) *portalloc.Allocator {
+	tb.Helper()
 	if cfg.StateDir == "" {
-		cfg.StateDir = t.TempDir()
+		cfg.StateDir = tb.TempDir()
 	}
 	if cfg.Range == (portalloc.Range{}) {
 		cfg.Range = allocRange
@@ -182,22 +182,22 @@ func newAllocator(t *testing.T, cfg portalloc.Config) *portalloc.Allocator {
 	}
 	a, err := newFn(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		tb.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if err := a.Close(); err != nil {
-			t.Errorf("Close: %v", err)
+			tb.Errorf("Close: %v", err)
 		}
 	})
 	return a
 }
 
 // readLine reads the next line a worker prints, without its newline.
-func readLine(t *testing.T, p *proc) string {
-	t.Helper()
+func readLine(tb testing.TB, p *proc) string {
+	tb.Helper()
 	line, err := p.out.ReadString('\n')
 	if err != nil {
-		t.Fatalf("worker pid %d: %v (said %q)", p.cmd.Process.Pid, err, line)
+		tb.Fatalf("worker pid %d: %v (said %q)", p.cmd.Process.Pid, err, line)
 	}
 	return strings.TrimSuffix(line, "\n")
 }

@@ -69,11 +69,11 @@ func FuzzCheckLabel(f *testing.F) {
 
 // printableMessage fails t when err's message could do something to a
 // terminal, or is long because its input was.
-func printableMessage(t *testing.T, err error) {
-	t.Helper()
+func printableMessage(tb testing.TB, err error) {
+	tb.Helper()
 	msg := err.Error()
 	if len(msg) > 512 || !utf8.ValidString(msg) || strings.ContainsFunc(msg, func(r rune) bool { return !unicode.IsPrint(r) }) {
-		t.Fatalf("error message %q is long or not printable", msg)
+		tb.Fatalf("error message %q is long or not printable", msg)
 	}
 }
 

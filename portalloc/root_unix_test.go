@@ -27,34 +27,34 @@ import (
 // otherUser creates a real user with a home of its own for the test (root
 // only; the test is skipped otherwise) and deletes it, home included, when
 // the test ends.
-func otherUser(t *testing.T) *user.User {
-	t.Helper()
+func otherUser(tb testing.TB) *user.User {
+	tb.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: it creates a second user with useradd, and checks what root does in that user's home")
+		tb.Skip("needs root: it creates a second user with useradd, and checks what root does in that user's home")
 	}
 	useradd, err := exec.LookPath("useradd")
 	if err != nil {
-		t.Skip("needs useradd to create a second user")
+		tb.Skip("needs useradd to create a second user")
 	}
 	name := fmt.Sprintf("berth%d", time.Now().UnixNano()%1e8)
 	if out, err := exec.Command(useradd, "--create-home", "--shell", "/bin/sh", name).CombinedOutput(); err != nil {
-		t.Skipf("useradd %s: %v: %s", name, err, out)
+		tb.Skipf("useradd %s: %v: %s", name, err, out)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if out, err := exec.Command("userdel", "--remove", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel --remove %s: %v: %s", name, err, out)
+			tb.Errorf("userdel --remove %s: %v: %s", name, err, out)
 		}
 	})
 	u, err := user.Lookup(name)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return u
 }
 
 // tree lists everything under dir, with owners.
-func tree(t *testing.T, dir string) map[string]uint32 {
-	t.Helper()
+func tree(tb testing.TB, dir string) map[string]uint32 {
+	tb.Helper()
 	out := map[string]uint32{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -68,7 +68,7 @@ func tree(t *testing.T, dir string) map[string]uint32 {
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return out
 }

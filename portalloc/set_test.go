@@ -30,11 +30,11 @@ func apiWebSpec() portset.SetSpec {
 }
 
 // member returns member i of group, failing the test if the set has none.
-func member(t *testing.T, s *portset.Set, group string, i int) *portset.Member {
-	t.Helper()
+func member(tb testing.TB, s *portset.Set, group string, i int) *portset.Member {
+	tb.Helper()
 	m, err := s.Member(group, i)
 	if err != nil {
-		t.Fatalf("Member(%q, %d) = %v", group, i, err)
+		tb.Fatalf("Member(%q, %d) = %v", group, i, err)
 	}
 	return m
 }
@@ -125,16 +125,16 @@ func TestAllocateSet(t *testing.T) {
 	}
 }
 
-func rowsLabelled(t *testing.T, dir, prefix string) []statestore.Reservation {
-	t.Helper()
+func rowsLabelled(tb testing.TB, dir, prefix string) []statestore.Reservation {
+	tb.Helper()
 	s, err := statestore.Open(context.Background(), dir+"/berth.db", statestore.Options{SweepInterval: -1})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer s.Close()
 	rows, err := s.List(context.Background(), statestore.Filter{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var out []statestore.Reservation
 	for _, r := range rows {

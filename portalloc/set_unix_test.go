@@ -87,18 +87,18 @@ type setProc struct {
 	manifest portset.Manifest
 }
 
-func startSetWorker(t *testing.T, mode, dir, rng string, spec portset.SetSpec) *setProc {
-	t.Helper()
+func startSetWorker(tb testing.TB, mode, dir, rng string, spec portset.SetSpec) *setProc {
+	tb.Helper()
 	js, _ := json.Marshal(spec)
-	return &setProc{proc: spawn(t, mode, "BERTH_STATE_DIR="+dir, "BERTH_TEST_RANGE="+rng, "BERTH_TEST_SPEC="+string(js))}
+	return &setProc{proc: spawn(tb, mode, "BERTH_STATE_DIR="+dir, "BERTH_TEST_RANGE="+rng, "BERTH_TEST_SPEC="+string(js))}
 }
 
-func (p *setProc) read(t *testing.T) {
-	t.Helper()
+func (p *setProc) read(tb testing.TB) {
+	tb.Helper()
 	for {
 		line, err := p.out.ReadString('\n')
 		if err != nil {
-			t.Fatalf("set worker pid %d ended: %v", p.cmd.Process.Pid, err)
+			tb.Fatalf("set worker pid %d ended: %v", p.cmd.Process.Pid, err)
 		}
 		if pid, ok := strings.CutPrefix(strings.TrimSpace(line), "child "); ok {
 			n, _ := strconv.Atoi(pid)
@@ -106,7 +106,7 @@ func (p *setProc) read(t *testing.T) {
 			continue
 		}
 		if err := json.Unmarshal([]byte(line), &p.manifest); err != nil {
-			t.Fatalf("set worker said %q", line)
+			tb.Fatalf("set worker said %q", line)
 		}
 		return
 	}
@@ -270,33 +270,33 @@ func TestListenerHandoffNoPIDWrapper(t *testing.T) {
 // handOffAndAsk allocates a listening port, hands it to a "serve" child
 // through h, gives the child the reservation, and returns the child's pid
 // and its answer over HTTP.
-func handOffAndAsk(t *testing.T, h listenfd.Handoff) (int, string) {
-	t.Helper()
+func handOffAndAsk(tb testing.TB, h listenfd.Handoff) (int, string) {
+	tb.Helper()
 	ctx := context.Background()
-	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
+	a := newAllocator(tb, portalloc.Config{Mode: portalloc.ModeStateStore})
 	r, ln, err := a.Listen(ctx, portalloc.Request{Label: "web"})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	// The port is taken from the moment Listen returns.
 	if l2, err := net.Listen("tcp", r.AddrPort().String()); err == nil {
 		_ = l2.Close()
-		t.Fatal("the allocated port was not bound")
+		tb.Fatal("the allocated port was not bound")
 	}
 	if err := h.Add("http", ln); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	cmd := testproc.Command(t, "serve")
+	cmd := testproc.Command(tb, "serve")
 	cmd.Stderr = os.Stderr
 	if err := h.Apply(cmd); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	if err := a.Transfer(ctx, r, cmd.Process.Pid); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	_ = h.Close()
 	_ = ln.Close() // the parent's copies; the child's socket stays open
@@ -304,7 +304,7 @@ func handOffAndAsk(t *testing.T, h listenfd.Handoff) (int, string) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + r.AddrPort().String() + "/")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()

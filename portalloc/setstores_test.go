@@ -112,11 +112,11 @@ var setStores = []struct {
 	}},
 }
 
-func listAll(t *testing.T, s store.Store) []store.Reservation {
-	t.Helper()
+func listAll(tb testing.TB, s store.Store) []store.Reservation {
+	tb.Helper()
 	rows, err := s.List(context.Background(), store.Filter{})
 	if err != nil {
-		t.Fatalf("List = %v", err)
+		tb.Fatalf("List = %v", err)
 	}
 	return rows
 }
@@ -203,13 +203,13 @@ func TestSetAtomicEachStore(t *testing.T) {
 
 // holdPorts reserves ports on 127.0.0.1 in st from a worker process, which
 // holds them until the test ends.
-func holdPorts(t *testing.T, st setStore, ports ...uint16) {
-	t.Helper()
+func holdPorts(tb testing.TB, st setStore, ports ...uint16) {
+	tb.Helper()
 	list := make([]string, len(ports))
 	for i, p := range ports {
 		list[i] = strconv.Itoa(int(p))
 	}
-	spawn(t, "reserveports", append(slices.Clone(st.env), "BERTH_TEST_PORTS="+strings.Join(list, ","))...).ready(t)
+	spawn(tb, "reserveports", append(slices.Clone(st.env), "BERTH_TEST_PORTS="+strings.Join(list, ","))...).ready(tb)
 }
 
 // TestConcurrentSetsEachStore: sets allocated at once from one range too

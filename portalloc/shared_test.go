@@ -48,12 +48,12 @@ func tryReserve(ctx context.Context) error {
 
 // otherProcessGets reports what another process gets when it reserves
 // port: "reserved", or "held PID".
-func otherProcessGets(t *testing.T, dir string, port uint16) string {
-	t.Helper()
-	p := spawn(t, "try", "BERTH_STATE_DIR="+dir, "BERTH_TEST_PORT="+strconv.Itoa(int(port)))
+func otherProcessGets(tb testing.TB, dir string, port uint16) string {
+	tb.Helper()
+	p := spawn(tb, "try", "BERTH_STATE_DIR="+dir, "BERTH_TEST_PORT="+strconv.Itoa(int(port)))
 	line, err := p.out.ReadString('\n')
 	if err != nil {
-		t.Fatalf("try worker: %q, %v", line, err)
+		tb.Fatalf("try worker: %q, %v", line, err)
 	}
 	_ = p.cmd.Wait()
 	return strings.TrimSpace(line)

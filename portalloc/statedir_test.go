@@ -60,13 +60,13 @@ func init() {
 // freshHome points HOME at a new directory of the test's, with
 // XDG_STATE_HOME, XDG_CACHE_HOME and BERTH_STATE_DIR unset (empty), and
 // returns it. Workers started later inherit it.
-func freshHome(t *testing.T) string {
-	t.Helper()
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("XDG_STATE_HOME", "")
-	t.Setenv("XDG_CACHE_HOME", "")
-	t.Setenv(portalloc.EnvStateDir, "")
+func freshHome(tb testing.TB) string {
+	tb.Helper()
+	home := tb.TempDir()
+	tb.Setenv("HOME", home)
+	tb.Setenv("XDG_STATE_HOME", "")
+	tb.Setenv("XDG_CACHE_HOME", "")
+	tb.Setenv(portalloc.EnvStateDir, "")
 	return home
 }
 

@@ -133,8 +133,8 @@ func starved(ctx context.Context) error {
 }
 
 // runStarved runs a "starved" worker and returns what it reported.
-func runStarved(t *testing.T, dir, mode, op string, afterNew bool, nofile int, port uint16) starvedResult {
-	t.Helper()
+func runStarved(tb testing.TB, dir, mode, op string, afterNew bool, nofile int, port uint16) starvedResult {
+	tb.Helper()
 	env := []string{
 		// Under -race a worker would sleep a second as it exits.
 		"GORACE=atexit_sleep_ms=0",
@@ -143,13 +143,13 @@ func runStarved(t *testing.T, dir, mode, op string, afterNew bool, nofile int, p
 	if afterNew {
 		env = append(env, "BERTH_TEST_AFTER_NEW=1")
 	}
-	p := spawn(t, "starved", env...)
+	p := spawn(tb, "starved", env...)
 	line, _ := p.out.ReadString('\n')
 	_ = p.stdin.Close()
 	_ = p.cmd.Wait()
 	var res starvedResult
 	if err := json.Unmarshal([]byte(line), &res); err != nil {
-		t.Fatalf("starved worker (mode %q, %s, RLIMIT_NOFILE %d) said %q", mode, op, nofile, line)
+		tb.Fatalf("starved worker (mode %q, %s, RLIMIT_NOFILE %d) said %q", mode, op, nofile, line)
 	}
 	return res
 }

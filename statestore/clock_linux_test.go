@@ -15,18 +15,18 @@ import (
 // returns the true time, read from the monotonic clock, and a setter. A
 // cleanup sets the true time back, should the test fail, and only then
 // lets the next program step the clock.
-func takeClock(t *testing.T) (trueNow func() int64, setClock func(ns int64) error) {
-	t.Helper()
+func takeClock(tb testing.TB) (trueNow func() int64, setClock func(ns int64) error) {
+	tb.Helper()
 	if unix.Geteuid() != 0 {
-		t.Skip("stepping the wall clock needs root; run the tests as root to include it")
+		tb.Skip("stepping the wall clock needs root; run the tests as root to include it")
 	}
 	lctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	unlock, err := clocklock.Lock(lctx)
 	if err != nil {
-		t.Skipf("another program has been stepping the clock for 2 minutes: %v", err)
+		tb.Skipf("another program has been stepping the clock for 2 minutes: %v", err)
 	}
-	t.Cleanup(func() { _ = unlock() }) // after the clock is set back (cleanups run last first)
+	tb.Cleanup(func() { _ = unlock() }) // after the clock is set back (cleanups run last first)
 	var real0, mono0 unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono0)
 	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &real0)
@@ -39,6 +39,6 @@ func takeClock(t *testing.T) (trueNow func() int64, setClock func(ns int64) erro
 		ts := unix.NsecToTimespec(ns)
 		return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
 	}
-	t.Cleanup(func() { _ = setClock(trueNow()) })
+	tb.Cleanup(func() { _ = setClock(trueNow()) })
 	return trueNow, setClock
 }

@@ -127,55 +127,55 @@ type compatWorker struct {
 	build string
 }
 
-func startCompat(t *testing.T, db, build string) *compatWorker {
-	t.Helper()
+func startCompat(tb testing.TB, db, build string) *compatWorker {
+	tb.Helper()
 	r := testports.Statestore
-	w := startWorker(t, "compat", db, envSchema+"="+build,
+	w := startWorker(tb, "compat", db, envSchema+"="+build,
 		fmt.Sprintf("BERTH_TEST_LO=%d", r.First), fmt.Sprintf("BERTH_TEST_HI=%d", r.Last))
-	if e := w.next(t); e.Event != "opened" {
-		t.Fatalf("build %q: Open = %s %s; want it opened", build, e.Event, e.Error)
+	if e := w.next(tb); e.Event != "opened" {
+		tb.Fatalf("build %q: Open = %s %s; want it opened", build, e.Event, e.Error)
 	}
 	return &compatWorker{worker: w, build: build}
 }
 
 // scan asks for n ports and returns those granted; it fails the test on a
 // port granted but bound by another process, and on any error.
-func (w *compatWorker) scan(t *testing.T, n int) []uint16 {
-	t.Helper()
+func (w *compatWorker) scan(tb testing.TB, n int) []uint16 {
+	tb.Helper()
 	if _, err := fmt.Fprintf(w.stdin, "scan %d\n", n); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var got []uint16
-	for _, e := range w.until(t, "done") {
+	for _, e := range w.until(tb, "done") {
 		switch e.Event {
 		case "grant":
 			got = append(got, e.Port)
 		case "bindfail":
-			t.Errorf("build %q was granted port %d, which another process has bound: %s", w.build, e.Port, e.Error)
+			tb.Errorf("build %q was granted port %d, which another process has bound: %s", w.build, e.Port, e.Error)
 		}
 	}
 	if len(got) != n {
-		t.Errorf("build %q got %d ports; want %d", w.build, len(got), n)
+		tb.Errorf("build %q got %d ports; want %d", w.build, len(got), n)
 	}
 	return got
 }
 
 // finish ends the worker and returns how many rows it released.
-func (w *compatWorker) finish(t *testing.T) int {
-	t.Helper()
+func (w *compatWorker) finish(tb testing.TB) int {
+	tb.Helper()
 	_ = w.stdin.Close()
-	e := w.until(t, "released")
+	e := w.until(tb, "released")
 	return int(e[len(e)-1].Port)
 }
 
-func schemaOf(t *testing.T, path string) (version, write uint) {
-	t.Helper()
-	db := migrationsDB(t, path)
+func schemaOf(tb testing.TB, path string) (version, write uint) {
+	tb.Helper()
+	db := migrationsDB(tb, path)
 	if err := db.QueryRow("SELECT version FROM schema_migrations").Scan(&version); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := db.QueryRow("PRAGMA user_version").Scan(&write); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return version, write
 }

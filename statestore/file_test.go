@@ -91,15 +91,15 @@ func TestDamagedFileRefused(t *testing.T) {
 	}
 }
 
-func makeForeignDB(t *testing.T, path string) {
-	t.Helper()
+func makeForeignDB(tb testing.TB, path string) {
+	tb.Helper()
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer db.Close()
 	if _, err := db.Exec("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL); INSERT INTO invoices VALUES (1, 9.5)"); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 
@@ -222,16 +222,16 @@ func TestCloseLeavesShortWAL(t *testing.T) {
 
 // countRows counts the reservations in the store at path through a plain
 // SQLite connection of its own, opened after the store has closed.
-func countRows(t *testing.T, path string) int {
-	t.Helper()
+func countRows(tb testing.TB, path string) int {
+	tb.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer db.Close()
 	var n int
 	if err := db.QueryRow("SELECT count(*) FROM port_allocations").Scan(&n); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return n
 }

@@ -198,16 +198,16 @@ func TestLockWaitsKeepDescriptors(t *testing.T) {
 // stoppedHolder starts a process that takes the write lock of db, stops it
 // with SIGSTOP, and returns its pid and a func that continues it and has it
 // let go.
-func stoppedHolder(t *testing.T, db string) (pid int, letGo func()) {
-	t.Helper()
-	w := startWorker(t, "flockholder", db)
-	w.until(t, "locked")
+func stoppedHolder(tb testing.TB, db string) (pid int, letGo func()) {
+	tb.Helper()
+	w := startWorker(tb, "flockholder", db)
+	w.until(tb, "locked")
 	pid = w.cmd.Process.Pid
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	reaped := false // once it is, pid may be another process's
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if !reaped {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
@@ -222,22 +222,22 @@ func stoppedHolder(t *testing.T, db string) (pid int, letGo func()) {
 
 // openBusy opens db with the given BusyTimeout and no sweep, and closes it
 // at the end of the test.
-func openBusy(t *testing.T, db string, busy time.Duration) *statestore.Store {
-	t.Helper()
+func openBusy(tb testing.TB, db string, busy time.Duration) *statestore.Store {
+	tb.Helper()
 	s, err := statestore.Open(context.Background(), db, statestore.Options{SweepInterval: -1, BusyTimeout: busy})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Close() })
+	tb.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
 // lockDescriptors counts this process's open descriptors of db's lock file.
-func lockDescriptors(t *testing.T, db string) int {
-	t.Helper()
+func lockDescriptors(tb testing.TB, db string) int {
+	tb.Helper()
 	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		t.Skipf("cannot list descriptors: %v", err)
+		tb.Skipf("cannot list descriptors: %v", err)
 	}
 	n := 0
 	for _, fd := range fds {

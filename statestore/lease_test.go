@@ -55,23 +55,23 @@ func init() {
 
 // leaseBy has a worker process take a port for holder under a lease of
 // ttl; the worker has exited when it returns.
-func leaseBy(t *testing.T, path, holder string, ttl time.Duration) uint16 {
-	t.Helper()
+func leaseBy(tb testing.TB, path, holder string, ttl time.Duration) uint16 {
+	tb.Helper()
 	r := testports.Statestore
-	w := startWorker(t, "lease", path, "BERTH_TEST_HOLDER="+holder, "BERTH_TEST_TTL="+ttl.String(),
+	w := startWorker(tb, "lease", path, "BERTH_TEST_HOLDER="+holder, "BERTH_TEST_TTL="+ttl.String(),
 		"BERTH_TEST_LO="+strconv.Itoa(int(r.First)), "BERTH_TEST_HI="+strconv.Itoa(int(r.Last)))
-	e := w.until(t, "grant")
+	e := w.until(tb, "grant")
 	if err := w.cmd.Wait(); err != nil {
-		t.Fatalf("lease worker: %v", err)
+		tb.Fatalf("lease worker: %v", err)
 	}
 	return e[len(e)-1].Port
 }
 
 // holderRows returns the rows of holder.
-func holderRows(t *testing.T, s *statestore.Store, holder string) []statestore.Reservation {
-	t.Helper()
+func holderRows(tb testing.TB, s *statestore.Store, holder string) []statestore.Reservation {
+	tb.Helper()
 	var out []statestore.Reservation
-	for _, r := range list(t, s) {
+	for _, r := range list(tb, s) {
 		if r.Owner.IsLease() && r.Owner.Name == holder {
 			out = append(out, r)
 		}
@@ -181,18 +181,18 @@ func TestLeaseRenewAndExpiry(t *testing.T) {
 
 // waitLeaseEnd waits until every lease of holder has ended as the store
 // reads it, without reaping.
-func waitLeaseEnd(t *testing.T, s *statestore.Store, holder string) {
-	t.Helper()
+func waitLeaseEnd(tb testing.TB, s *statestore.Store, holder string) {
+	tb.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		live := false
-		for _, r := range holderRows(t, s, holder) {
+		for _, r := range holderRows(tb, s, holder) {
 			live = live || r.LeaseLive()
 		}
 		if !live {
 			return
 		}
 	}
-	t.Fatalf("the leases of %s did not end", holder)
+	tb.Fatalf("the leases of %s did not end", holder)
 }
 
 // TestLeaseRelease: ReleaseLease deletes the rows of its holder that match,

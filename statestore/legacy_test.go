@@ -30,25 +30,25 @@ func init() {
 // version 3: gopsutil's wall-clock start in unix milliseconds, and on Linux
 // the scope "<boot id>/<pid namespace>" (bootID replaces the boot id when
 // not empty).
-func legacyOwner(t *testing.T, pid int, bootID string) statestore.Owner {
-	t.Helper()
+func legacyOwner(tb testing.TB, pid int, bootID string) statestore.Owner {
+	tb.Helper()
 	p, err := process.NewProcess(int32(pid))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ms, err := p.CreateTime()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	o := statestore.Owner{PID: pid, Start: ms, Name: "legacy"}
 	if runtime.GOOS == "linux" {
 		b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		ns, err := os.Readlink("/proc/self/ns/pid")
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		if bootID == "" {
 			bootID = strings.TrimSpace(string(b))
@@ -60,17 +60,17 @@ func legacyOwner(t *testing.T, pid int, bootID string) statestore.Owner {
 
 // insertRows writes rows on tcp 127.0.0.1 straight into the table, as an
 // earlier berth would have.
-func insertRows(t *testing.T, path string, rows map[uint16]statestore.Owner) {
-	t.Helper()
+func insertRows(tb testing.TB, path string, rows map[uint16]statestore.Owner) {
+	tb.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer db.Close()
 	for port, o := range rows {
 		if _, err := db.Exec(`INSERT INTO port_allocations (protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at)
 			VALUES ('tcp', ?, X'7f000001', ?, ?, ?, ?, 'legacy', 'dynamic', 0)`, int(port), o.PID, o.Start, o.Scope, o.Name); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 }

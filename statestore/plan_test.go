@@ -38,15 +38,15 @@ func TestConflictQueryUsesPrimaryKey(t *testing.T) {
 	}
 }
 
-func explain(t *testing.T, db *sql.DB, q string) string {
-	t.Helper()
+func explain(tb testing.TB, db *sql.DB, q string) string {
+	tb.Helper()
 	args := make([]any, strings.Count(q, "?"))
 	for i := range args {
 		args[i] = 1
 	}
 	rows, err := db.Query("EXPLAIN QUERY PLAN "+q, args...)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer rows.Close()
 	var b strings.Builder
@@ -54,12 +54,12 @@ func explain(t *testing.T, db *sql.DB, q string) string {
 		var id, parent, notused int
 		var detail string
 		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		b.WriteString(detail + "\n")
 	}
 	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return b.String()
 }

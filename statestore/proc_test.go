@@ -127,11 +127,11 @@ func TestMigrationRace(t *testing.T) {
 	}
 }
 
-func checkSchema(t *testing.T, path string) {
-	t.Helper()
+func checkSchema(tb testing.TB, path string) {
+	tb.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer db.Close()
 	var (
@@ -139,32 +139,32 @@ func checkSchema(t *testing.T, path string) {
 		dirty   bool
 	)
 	if err := db.QueryRow("SELECT version, dirty FROM schema_migrations").Scan(&version, &dirty); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if uint(version) != statestore.SchemaVersion || dirty {
-		t.Errorf("schema version %d dirty=%v; want %d clean", version, dirty, statestore.SchemaVersion)
+		tb.Errorf("schema version %d dirty=%v; want %d clean", version, dirty, statestore.SchemaVersion)
 	}
 	rows, err := db.Query("SELECT version, count(*) FROM schema_history GROUP BY version")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer rows.Close()
 	seen := 0
 	for rows.Next() {
 		var v, n int
 		if err := rows.Scan(&v, &n); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		seen++
 		if n != 1 {
-			t.Errorf("migration %d ran %d times; want once", v, n)
+			tb.Errorf("migration %d ran %d times; want once", v, n)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if uint(seen) != statestore.SchemaVersion {
-		t.Errorf("schema_history has %d migrations; want %d", seen, statestore.SchemaVersion)
+		tb.Errorf("schema_history has %d migrations; want %d", seen, statestore.SchemaVersion)
 	}
 }
 

@@ -21,24 +21,24 @@ import (
 // process's: one the test creates with useradd (removed at the end), or,
 // where useradd is missing, a uid no account uses. It skips unless root,
 // which alone can give files away.
-func otherUser(t *testing.T) (uid, gid int) {
-	t.Helper()
+func otherUser(tb testing.TB) (uid, gid int) {
+	tb.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a second user and give it files; run the tests as root to include it")
+		tb.Skip("needs root to create a second user and give it files; run the tests as root to include it")
 	}
 	name := fmt.Sprintf("berth%d", os.Getpid()%100000)
 	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Logf("useradd %s: %v: %s; using uid 54321 without an account", name, err, out)
+		tb.Logf("useradd %s: %v: %s; using uid 54321 without an account", name, err, out)
 		return 54321, 54321
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
+			tb.Errorf("userdel %s: %v: %s", name, err, out)
 		}
 	})
 	u, err := user.Lookup(name)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	uid, _ = strconv.Atoi(u.Uid)
 	gid, _ = strconv.Atoi(u.Gid)

@@ -49,11 +49,11 @@ func openAt(tb testing.TB, path string) *statestore.Store {
 	return s
 }
 
-func list(t *testing.T, s *statestore.Store) []statestore.Reservation {
-	t.Helper()
+func list(tb testing.TB, s *statestore.Store) []statestore.Reservation {
+	tb.Helper()
 	rs, err := s.List(context.Background(), statestore.Filter{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return rs
 }

@@ -75,13 +75,13 @@ func TestWriterThatWaitedSeesTheMove(t *testing.T) {
 
 // waitForFlockWaiter polls /proc/locks until process pid waits for a
 // flock ("->" marks a blocked request).
-func waitForFlockWaiter(t *testing.T, pid int) {
-	t.Helper()
+func waitForFlockWaiter(tb testing.TB, pid int) {
+	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		b, err := os.ReadFile("/proc/locks")
 		if err != nil {
-			t.Skipf("cannot read /proc/locks: %v", err)
+			tb.Skipf("cannot read /proc/locks: %v", err)
 		}
 		for _, l := range strings.Split(string(b), "\n") {
 			f := strings.Fields(l)
@@ -90,7 +90,7 @@ func waitForFlockWaiter(t *testing.T, pid int) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pid %d did not wait for the write lock within 10s", pid)
+			tb.Fatalf("pid %d did not wait for the write lock within 10s", pid)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -24,8 +24,8 @@ const secretPW = "Sekr3t-PW-9f2"
 // process's, without BERTH_* and PGPASSWORD, on a state directory of the
 // test's own and the last ports of cmd/berth's block, which the scripts
 // leave alone (TestScripts ends before these tests run).
-func fleetEnv(t *testing.T, extra ...string) []string {
-	t.Helper()
+func fleetEnv(tb testing.TB, extra ...string) []string {
+	tb.Helper()
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "BERTH_") && !strings.HasPrefix(kv, "PGPASSWORD=") {
@@ -34,7 +34,7 @@ func fleetEnv(t *testing.T, extra ...string) []string {
 	}
 	last := testports.CmdBerth.Last
 	return append(env, append([]string{
-		"BERTH_STATE_DIR=" + t.TempDir(),
+		"BERTH_STATE_DIR=" + tb.TempDir(),
 		fmt.Sprintf("BERTH_PORT_RANGE=%d-%d", last-5, last),
 		"BERTH_ALLOW_EPHEMERAL_OVERLAP=true",
 		"NO_COLOR=1",

@@ -21,9 +21,9 @@ import (
 
 // berthEnv returns an environment for berth with a state directory of its
 // own and the ports of r.
-func berthEnv(t *testing.T, r testports.Range) []string {
-	t.Helper()
-	return append(os.Environ(), "BERTH_STATE_DIR="+t.TempDir(), "BERTH_PORT_RANGE="+r.String(), "NO_COLOR=1")
+func berthEnv(tb testing.TB, r testports.Range) []string {
+	tb.Helper()
+	return append(os.Environ(), "BERTH_STATE_DIR="+tb.TempDir(), "BERTH_PORT_RANGE="+r.String(), "NO_COLOR=1")
 }
 
 // berthProc is a berth process a test started.
@@ -35,17 +35,17 @@ type berthProc struct {
 
 // startBerth starts berth (on PATH, from TestMain) with args; the test
 // SIGKILLs it at its end if it still runs.
-func startBerth(t *testing.T, env []string, args ...string) *berthProc {
-	t.Helper()
+func startBerth(tb testing.TB, env []string, args ...string) *berthProc {
+	tb.Helper()
 	p := &berthProc{cmd: exec.Command("berth", args...), out: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	// A child left behind would hold the output pipe open, and Wait with it.
 	p.cmd.WaitDelay = time.Second
 	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	})
@@ -54,13 +54,13 @@ func startBerth(t *testing.T, env []string, args ...string) *berthProc {
 }
 
 // wait waits up to 10s for p to exit and returns its status.
-func (p *berthProc) wait(t *testing.T) *os.ProcessState {
-	t.Helper()
+func (p *berthProc) wait(tb testing.TB) *os.ProcessState {
+	tb.Helper()
 	select {
 	case <-p.done:
 		return p.cmd.ProcessState
 	case <-time.After(10 * time.Second):
-		t.Fatalf("%s still runs after 10s", p.cmd.Args)
+		tb.Fatalf("%s still runs after 10s", p.cmd.Args)
 		return nil
 	}
 }
@@ -85,8 +85,8 @@ func (l *lockedBuffer) String() string {
 }
 
 // readFileWait waits up to 10s for path to exist and returns its content.
-func readFileWait(t *testing.T, path string, ok func(string) bool) string {
-	t.Helper()
+func readFileWait(tb testing.TB, path string, ok func(string) bool) string {
+	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		b, err := os.ReadFile(path)
@@ -94,7 +94,7 @@ func readFileWait(t *testing.T, path string, ok func(string) bool) string {
 			return string(b)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %q, %v after 10s", path, b, err)
+			tb.Fatalf("%s: %q, %v after 10s", path, b, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -23,11 +23,11 @@ func berthOut(env []string, args ...string) (string, error) {
 }
 
 // me returns the name of the user the test runs as.
-func me(t *testing.T) string {
-	t.Helper()
+func me(tb testing.TB) string {
+	tb.Helper()
 	u, err := user.Current()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return u.Username
 }

@@ -25,11 +25,11 @@ func TestMain(m *testing.M) {
 }
 
 // writeLogs writes synthetic per-process logs for the checker.
-func writeLogs(t *testing.T, logs map[string][]Event) string {
-	t.Helper()
-	dir := t.TempDir()
+func writeLogs(tb testing.TB, logs map[string][]Event) string {
+	tb.Helper()
+	dir := tb.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for name, evs := range logs {
 		var b []byte
@@ -38,7 +38,7 @@ func writeLogs(t *testing.T, logs map[string][]Event) string {
 			b = append(append(b, line...), '\n')
 		}
 		if err := os.WriteFile(filepath.Join(dir, "logs", name), b, 0o600); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	return dir
@@ -535,13 +535,13 @@ func TestRunFDPressure(t *testing.T) {
 	}
 }
 
-func checkRun(t *testing.T, sum Summary) {
-	t.Helper()
+func checkRun(tb testing.TB, sum Summary) {
+	tb.Helper()
 	var b strings.Builder
 	sum.Print(&b)
-	t.Log("\n" + b.String())
+	tb.Log("\n" + b.String())
 	if !sum.OK() {
-		t.Fatal("the run violated an invariant")
+		tb.Fatal("the run violated an invariant")
 	}
 }
 
@@ -594,30 +594,30 @@ func TestLockRange(t *testing.T) {
 
 // ownServerForTest skips unless the harness can start PostgreSQL servers
 // of its own here and make network namespaces.
-func ownServerForTest(t *testing.T) {
-	t.Helper()
+func ownServerForTest(tb testing.TB) {
+	tb.Helper()
 	if _, err := pgserver.Bin(); err != nil {
-		t.Skip(err)
+		tb.Skip(err)
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("the server faults run across network-namespace hosts: root only")
+		tb.Skip("the server faults run across network-namespace hosts: root only")
 	}
-	netns.ForTest(t, 1) // skips unless namespaces can be made here
+	netns.ForTest(tb, 1) // skips unless namespaces can be made here
 }
 
 // runFleet runs cfg, a run on PostgreSQL. Such a run waits for a program
 // that steps the clock to finish (see holdClock): this waits a while,
 // then skips rather than fails.
-func runFleet(t *testing.T, cfg Config) Summary {
-	t.Helper()
+func runFleet(tb testing.TB, cfg Config) Summary {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sum, err := Run(ctx, cfg)
 	if err != nil && ctx.Err() != nil && strings.Contains(err.Error(), "clocklock") {
-		t.Skipf("another program has been stepping the clock for 2 minutes: %v", err)
+		tb.Skipf("another program has been stepping the clock for 2 minutes: %v", err)
 	}
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return sum
 }

@@ -18,17 +18,17 @@ import (
 
 // storeDSN returns a connection string to a schema of this test's own on
 // the server BERTH_TEST_POSTGRES names, or skips the test.
-func storeDSN(t *testing.T) string {
-	t.Helper()
+func storeDSN(tb testing.TB) string {
+	tb.Helper()
 	base := os.Getenv("BERTH_TEST_POSTGRES")
 	if base == "" || strings.Contains(base, "://") {
-		t.Skip("set BERTH_TEST_POSTGRES to a key=value PostgreSQL DSN to run the fleet example (bash .ci/postgres start prints one)")
+		tb.Skip("set BERTH_TEST_POSTGRES to a key=value PostgreSQL DSN to run the fleet example (bash .ci/postgres start prints one)")
 	}
 	dsn, drop, err := pgschema.Create(context.Background(), base, "berth_fleet_example")
 	if err != nil {
-		t.Fatalf("BERTH_TEST_POSTGRES: %v", err)
+		tb.Fatalf("BERTH_TEST_POSTGRES: %v", err)
 	}
-	t.Cleanup(func() { _ = drop() })
+	tb.Cleanup(func() { _ = drop() })
 	return dsn
 }
 

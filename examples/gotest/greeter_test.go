@@ -37,17 +37,17 @@ func TestServe(t *testing.T) {
 	get(t, "http://"+l.Addr().String()+"/", "hello from listener\n")
 }
 
-func get(t *testing.T, url, want string) {
-	t.Helper()
+func get(tb testing.TB, url, want string) {
+	tb.Helper()
 	client := &http.Client{Timeout: 2 * time.Second}
 	resp, err := client.Get(url)
 	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
+		tb.Fatalf("GET %s: %v", url, err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	client.CloseIdleConnections()
 	if string(b) != want {
-		t.Fatalf("GET %s = %q; want %q", url, b, want)
+		tb.Fatalf("GET %s = %q; want %q", url, b, want)
 	}
 }

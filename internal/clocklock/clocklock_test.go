@@ -29,16 +29,16 @@ func TestLockExcludes(t *testing.T) {
 // lockOrSkip takes the lock, or skips the test when a program stepping the
 // clock (a torture run, another package's clock test) keeps it longer than
 // a test should wait.
-func lockOrSkip(t *testing.T) func() error {
-	t.Helper()
+func lockOrSkip(tb testing.TB) func() error {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	unlock, err := Lock(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		t.Skip("the clock-step lock stayed held for 2 minutes by another program stepping the clock; run this test when none does")
+		tb.Skip("the clock-step lock stayed held for 2 minutes by another program stepping the clock; run this test when none does")
 	}
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return unlock
 }

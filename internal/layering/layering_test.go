@@ -203,11 +203,11 @@ func TestFleetLinksPostgres(t *testing.T) {
 // postgresDeps returns the dependencies of the module's package pkg that
 // belong to a PostgreSQL client, as go list -deps names them. It skips the
 // test when the go command is not on PATH.
-func postgresDeps(t *testing.T, pkg string) []string {
-	t.Helper()
+func postgresDeps(tb testing.TB, pkg string) []string {
+	tb.Helper()
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
-		t.Skipf("go list needs the go command, which is not on PATH: %v", err)
+		tb.Skipf("go list needs the go command, which is not on PATH: %v", err)
 	}
 	cmd := exec.Command(goCmd, "list", "-deps", "./"+pkg)
 	cmd.Dir = "../.."
@@ -215,9 +215,9 @@ func postgresDeps(t *testing.T, pkg string) []string {
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			t.Fatalf("go list -deps ./%s: %v\n%s", pkg, err, ee.Stderr)
+			tb.Fatalf("go list -deps ./%s: %v\n%s", pkg, err, ee.Stderr)
 		}
-		t.Fatalf("go list -deps ./%s: %v", pkg, err)
+		tb.Fatalf("go list -deps ./%s: %v", pkg, err)
 	}
 	var bad []string
 	for _, dep := range strings.Fields(string(out)) {

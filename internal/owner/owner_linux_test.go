@@ -32,27 +32,27 @@ import (
 // statFields returns the fields of /proc/PID/stat after the command name,
 // read and split by the test itself: fields[0] is field 3 (state) and
 // fields[19] field 22 (starttime).
-func statFields(t *testing.T, pid int) []string {
-	t.Helper()
+func statFields(tb testing.TB, pid int) []string {
+	tb.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndex(s, ")")+1:])
 	if len(f) < 20 {
-		t.Fatalf("/proc/%d/stat = %q: too few fields", pid, s)
+		tb.Fatalf("/proc/%d/stat = %q: too few fields", pid, s)
 	}
 	return f
 }
 
 // field22 returns starttime of /proc/PID/stat as the test reads it.
-func field22(t *testing.T, pid int) int64 {
-	t.Helper()
-	f := statFields(t, pid)
+func field22(tb testing.TB, pid int) int64 {
+	tb.Helper()
+	f := statFields(tb, pid)
 	v, err := strconv.ParseInt(f[19], 10, 64)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return v
 }
@@ -175,23 +175,23 @@ func TestLookupChildInOwnPidNamespace(t *testing.T) {
 // legacyOf returns an identity of id's process in the format of earlier
 // berth releases: the scope "<boot id>/<pid namespace>" and start, which
 // those releases took from gopsutil's CreateTime (wall-clock unix ms).
-func legacyOf(t *testing.T, id Identity, start int64) Identity {
-	t.Helper()
+func legacyOf(tb testing.TB, id Identity, start int64) Identity {
+	tb.Helper()
 	sc, _ := parseScope(id.Scope)
 	return Identity{PID: id.PID, Start: start, Scope: sc.boot + "/" + sc.pidNS, Name: id.Name}
 }
 
 // createTime is the start gopsutil gives pid: what earlier berth releases
 // stored.
-func createTime(t *testing.T, pid int) int64 {
-	t.Helper()
+func createTime(tb testing.TB, pid int) int64 {
+	tb.Helper()
 	p, err := process.NewProcess(int32(pid))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ms, err := p.CreateTime()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return ms
 }
@@ -415,13 +415,13 @@ func TestJudge(t *testing.T) {
 // clock steps CLOCK_REALTIME and puts it back, by the monotonic clock,
 // which no step moves.
 type clock struct {
-	t            *testing.T
+	t            testing.TB
 	real0, mono0 int64 // CLOCK_REALTIME and CLOCK_MONOTONIC before any step, ns
 	stepped      bool
 }
 
-func newClock(t *testing.T) *clock {
-	t.Helper()
+func newClock(tb testing.TB) *clock {
+	tb.Helper()
 	// Other programs of the same run (go test runs packages in parallel)
 	// step the clock too: the true time read below is true only while none
 	// of them has the clock stepped.
@@ -432,24 +432,24 @@ func newClock(t *testing.T) *clock {
 	lock := flock.New(filepath.Join(os.TempDir(), "berth-clock-step.lock"))
 	if _, err := lock.TryLockContext(ctx, 20*time.Millisecond); err != nil {
 		// A long torture run may hold it: skip rather than fail.
-		t.Skipf("another program has been stepping the clock for 2 minutes: %v", err)
+		tb.Skipf("another program has been stepping the clock for 2 minutes: %v", err)
 	}
 	unlock := lock.Unlock
-	c := &clock{t: t, mono0: readClock(t, unix.CLOCK_MONOTONIC), real0: readClock(t, unix.CLOCK_REALTIME)}
+	c := &clock{t: tb, mono0: readClock(tb, unix.CLOCK_MONOTONIC), real0: readClock(tb, unix.CLOCK_REALTIME)}
 	// Restores the clock even when the test fails or panics mid-step, then
 	// lets the next program step it.
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		c.restore()
 		_ = unlock()
 	})
 	return c
 }
 
-func readClock(t *testing.T, id int32) int64 {
-	t.Helper()
+func readClock(tb testing.TB, id int32) int64 {
+	tb.Helper()
 	var ts unix.Timespec
 	if err := unix.ClockGettime(id, &ts); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return ts.Nano()
 }
@@ -564,9 +564,9 @@ func TestClockStep(t *testing.T) {
 
 // bootSecond is the boot time as /proc/stat's btime gives it, computed from
 // the clocks: the wall clock minus the time since boot, in whole seconds.
-func bootSecond(t *testing.T) int64 {
-	t.Helper()
-	return (readClock(t, unix.CLOCK_REALTIME) - readClock(t, unix.CLOCK_BOOTTIME)) / 1e9
+func bootSecond(tb testing.TB) int64 {
+	tb.Helper()
+	return (readClock(tb, unix.CLOCK_REALTIME) - readClock(tb, unix.CLOCK_BOOTTIME)) / 1e9
 }
 
 // TestEndedPidNamespace: an owner of another pid namespace counts as live
@@ -611,9 +611,9 @@ func TestEndedPidNamespace(t *testing.T) {
 // that has a process for the rest of the test: a child's own namespace
 // where one can be made (root), else a made-up one, which a process that
 // is not root cannot tell from a live one.
-func livePidNS(t *testing.T) string {
-	t.Helper()
-	cmd, err := startChild(t, func(c *exec.Cmd) {
+func livePidNS(tb testing.TB) string {
+	tb.Helper()
+	cmd, err := startChild(tb, func(c *exec.Cmd) {
 		c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
 	})
 	if err != nil {

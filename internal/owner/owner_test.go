@@ -32,21 +32,21 @@ func TestMain(m *testing.M) {
 // startChild starts a copy of the test binary that lives until the test
 // ends or it is killed. setup, when given, adjusts the command before it
 // starts; an error starting it is returned rather than failing the test.
-func startChild(t *testing.T, setup ...func(*exec.Cmd)) (*exec.Cmd, error) {
-	t.Helper()
-	cmd := testproc.Command(t, "child")
+func startChild(tb testing.TB, setup ...func(*exec.Cmd)) (*exec.Cmd, error) {
+	tb.Helper()
+	cmd := testproc.Command(tb, "child")
 	for _, f := range setup {
 		f(cmd)
 	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
 		_ = stdin.Close()
 		return nil, err
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = stdin.Close()
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -55,11 +55,11 @@ func startChild(t *testing.T, setup ...func(*exec.Cmd)) (*exec.Cmd, error) {
 }
 
 // mustStartChild is startChild for tests that cannot go on without a child.
-func mustStartChild(t *testing.T) *exec.Cmd {
-	t.Helper()
-	cmd, err := startChild(t)
+func mustStartChild(tb testing.TB) *exec.Cmd {
+	tb.Helper()
+	cmd, err := startChild(tb)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return cmd
 }
@@ -216,12 +216,12 @@ func TestStartedAt(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
+func waitFor(tb testing.TB, cond func() bool, what string) {
+	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			tb.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -148,11 +148,11 @@ func TestInspectFork(t *testing.T) {
 
 // childOf returns a child of process pid, or the zero Process when it has
 // none.
-func childOf(t *testing.T, pid int) Process {
-	t.Helper()
+func childOf(tb testing.TB, pid int) Process {
+	tb.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, e := range entries {
 		n, err := strconv.Atoi(e.Name())

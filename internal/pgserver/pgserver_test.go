@@ -13,28 +13,28 @@ import (
 
 // newCluster makes a Cluster in a short temporary directory, closed when
 // the test ends, or skips where PostgreSQL cannot be run.
-func newCluster(t *testing.T) *pgserver.Cluster {
-	t.Helper()
+func newCluster(tb testing.TB) *pgserver.Cluster {
+	tb.Helper()
 	root, err := os.MkdirTemp("", "pgs.")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := os.Remove(root); err != nil { // New makes it, for the servers' user
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	c, err := pgserver.New(root)
 	if errors.Is(err, pgserver.ErrNotInstalled) || errors.Is(err, pgserver.ErrNoUser) {
-		t.Skip(err)
+		tb.Skip(err)
 	}
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if err := c.Close(context.Background()); err != nil {
-			t.Error(err)
+			tb.Error(err)
 		}
 		if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("Close left %s: %v", root, err)
+			tb.Errorf("Close left %s: %v", root, err)
 		}
 	})
 	return c
@@ -42,23 +42,23 @@ func newCluster(t *testing.T) *pgserver.Cluster {
 
 // write inserts n into a table of the server dsn reaches (made if need
 // be) and returns how many rows the table has.
-func write(t *testing.T, dsn string, n int) int {
-	t.Helper()
+func write(tb testing.TB, dsn string, n int) int {
+	tb.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS t (n int)"); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, "INSERT INTO t VALUES ($1)", n); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var rows int
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&rows); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return rows
 }

@@ -9,20 +9,20 @@ import (
 	"github.com/berth-go/berth/internal/probe"
 )
 
-func hasIPv6(t *testing.T) {
-	t.Helper()
+func hasIPv6(tb testing.TB) {
+	tb.Helper()
 	l, err := net.Listen("tcp", "[::1]:0")
 	if err != nil {
-		t.Skipf("skipping: this host has no IPv6 loopback (%v)", err)
+		tb.Skipf("skipping: this host has no IPv6 loopback (%v)", err)
 	}
 	_ = l.Close()
 }
 
-func check(t *testing.T, network string, addr netip.Addr, port uint16, want bool) {
-	t.Helper()
+func check(tb testing.TB, network string, addr netip.Addr, port uint16, want bool) {
+	tb.Helper()
 	got, err := probe.Available(network, addr, port)
 	if err != nil || got != want {
-		t.Errorf("Available(%s, %v, %d) = %v, %v; want %v, nil", network, addr, port, got, err, want)
+		tb.Errorf("Available(%s, %v, %d) = %v, %v; want %v, nil", network, addr, port, got, err, want)
 	}
 }
 

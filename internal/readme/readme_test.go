@@ -28,12 +28,12 @@ type snippet struct {
 }
 
 // snippets returns the ```go blocks of the markdown file rel under root.
-func snippets(t *testing.T, root, rel string) []snippet {
-	t.Helper()
+func snippets(tb testing.TB, root, rel string) []snippet {
+	tb.Helper()
 	path := filepath.Join(root, rel)
 	f, err := os.Open(path)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer f.Close()
 	var (
@@ -56,10 +56,10 @@ func snippets(t *testing.T, root, rel string) []snippet {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if cur != nil {
-		t.Fatalf("%s:%d: a ```go block that never ends", path, cur.line-1)
+		tb.Fatalf("%s:%d: a ```go block that never ends", path, cur.line-1)
 	}
 	return out
 }

@@ -62,16 +62,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func rows(t *testing.T) []statestore.Reservation {
-	t.Helper()
+func rows(tb testing.TB) []statestore.Reservation {
+	tb.Helper()
 	s, err := statestore.Open(context.Background(), filepath.Join(stateDir, statedir.DatabaseFile), statestore.Options{SweepInterval: -1})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer s.Close()
 	rs, err := s.List(context.Background(), statestore.Filter{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return rs
 }

@@ -28,9 +28,9 @@ func TestSandboxWorker(t *testing.T) {
 // sandboxed runs TestSandboxWorker as a test of a sandbox would run: no
 // BERTH_STATE_DIR, no XDG variables, HOME as given ("" unsets it), and
 // TMPDIR tmp. It returns the worker's output and whether it passed.
-func sandboxed(t *testing.T, home, tmp string) (string, bool) {
-	t.Helper()
-	cmd := testproc.Command(t, "sandbox", "-test.run=^TestSandboxWorker$", "-test.v")
+func sandboxed(tb testing.TB, home, tmp string) (string, bool) {
+	tb.Helper()
+	cmd := testproc.Command(tb, "sandbox", "-test.run=^TestSandboxWorker$", "-test.v")
 	var env []string
 	for _, kv := range cmd.Env {
 		k, _, _ := strings.Cut(kv, "=")

@@ -50,14 +50,14 @@ func init() { testproc.Register("listen", listen) }
 
 // startListener starts the worker listen on port and waits until it
 // listens.
-func startListener(t *testing.T, port uint16) *exec.Cmd {
-	t.Helper()
-	cmd := testproc.Command(t, "listen", strconv.Itoa(int(port)))
-	stdin, stdout := testproc.Start(t, cmd)
-	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+func startListener(tb testing.TB, port uint16) *exec.Cmd {
+	tb.Helper()
+	cmd := testproc.Command(tb, "listen", strconv.Itoa(int(port)))
+	stdin, stdout := testproc.Start(tb, cmd)
+	tb.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil || line != "ready\n" {
-		t.Fatalf("worker listen %d said %q, %v; want ready", port, line, err)
+		tb.Fatalf("worker listen %d said %q, %v; want ready", port, line, err)
 	}
 	return cmd
 }
@@ -223,23 +223,23 @@ func init() {
 
 // copyForAll copies the executable at path to a directory every user may
 // read and returns the copy's path.
-func copyForAll(t *testing.T, path string) string {
-	t.Helper()
+func copyForAll(tb testing.TB, path string) string {
+	tb.Helper()
 	dir, err := os.MkdirTemp("", "who-test-")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	tb.Cleanup(func() { os.RemoveAll(dir) })
 	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	dst := filepath.Join(dir, "who.test")
 	if err := os.WriteFile(dst, b, 0o755); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return dst
 }

@@ -129,15 +129,15 @@ type raceWorker struct {
 // startRaceWorker starts a worker on the database locator names. When t
 // ends it closes the worker's stdin and waits for it to exit (killing it
 // after a while), and for its output to be read.
-func startRaceWorker(t *testing.T, locator string, ports []uint16) *raceWorker {
-	t.Helper()
-	cmd := testproc.Command(t, workerRole)
+func startRaceWorker(tb testing.TB, locator string, ports []uint16) *raceWorker {
+	tb.Helper()
+	cmd := testproc.Command(tb, workerRole)
 	list := make([]string, len(ports))
 	for i, p := range ports {
 		list[i] = strconv.Itoa(int(p))
 	}
 	cmd.Env = append(cmd.Env, envLocator+"="+locator, envPorts+"="+strings.Join(list, ","), envScans+"="+strconv.Itoa(raceScans))
-	stdin, stdout := testproc.Start(t, cmd)
+	stdin, stdout := testproc.Start(tb, cmd)
 	lines := make(chan string)
 	var reading sync.WaitGroup
 	reading.Go(func() {
@@ -147,7 +147,7 @@ func startRaceWorker(t *testing.T, locator string, ports []uint16) *raceWorker {
 			lines <- sc.Text()
 		}
 	})
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = stdin.Close()
 		// Drain what is left, so the reader ends with the worker.
 		go func() {
@@ -168,19 +168,19 @@ func startRaceWorker(t *testing.T, locator string, ports []uint16) *raceWorker {
 
 // next returns the worker's next line, failing t when the worker ends or
 // says nothing before deadline.
-func (w *raceWorker) next(t *testing.T, deadline <-chan time.Time) string {
-	t.Helper()
+func (w *raceWorker) next(tb testing.TB, deadline <-chan time.Time) string {
+	tb.Helper()
 	select {
 	case l, ok := <-w.lines:
 		if !ok {
-			t.Fatalf("worker pid %d ended early", w.cmd.Process.Pid)
+			tb.Fatalf("worker pid %d ended early", w.cmd.Process.Pid)
 		}
 		if strings.HasPrefix(l, "error ") {
-			t.Fatalf("worker pid %d: %s", w.cmd.Process.Pid, l)
+			tb.Fatalf("worker pid %d: %s", w.cmd.Process.Pid, l)
 		}
 		return l
 	case <-deadline:
-		t.Fatalf("worker pid %d said nothing for too long", w.cmd.Process.Pid)
+		tb.Fatalf("worker pid %d said nothing for too long", w.cmd.Process.Pid)
 	}
 	return ""
 }

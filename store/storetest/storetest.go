@@ -180,11 +180,11 @@ func key(p store.Protocol, addr string, port uint16) store.Key {
 	return store.Key{Protocol: p, Addr: netip.MustParseAddr(addr), Port: port}
 }
 
-func self(t *testing.T) store.Owner {
-	t.Helper()
+func self(tb testing.TB) store.Owner {
+	tb.Helper()
 	id, err := owner.Self()
 	if err != nil {
-		t.Fatalf("identify this process: %v", err)
+		tb.Fatalf("identify this process: %v", err)
 	}
 	return fromIdentity(id)
 }
@@ -195,15 +195,15 @@ func fromIdentity(id owner.Identity) store.Owner {
 
 // child starts a process that sleeps until the test ends and returns its
 // identity and a function that kills it and waits for it to be gone.
-func child(t *testing.T) (store.Owner, func()) {
-	t.Helper()
+func child(tb testing.TB) (store.Owner, func()) {
+	tb.Helper()
 	path, err := exec.LookPath("sleep")
 	if err != nil {
-		t.Skipf("no sleep command to start owner processes with: %v", err)
+		tb.Skipf("no sleep command to start owner processes with: %v", err)
 	}
 	cmd := exec.Command(path, "300")
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start an owner process: %v", err)
+		tb.Fatalf("start an owner process: %v", err)
 	}
 	var once sync.Once
 	kill := func() {
@@ -212,10 +212,10 @@ func child(t *testing.T) (store.Owner, func()) {
 			_ = cmd.Wait()
 		})
 	}
-	t.Cleanup(kill)
+	tb.Cleanup(kill)
 	id, err := owner.Lookup(context.Background(), cmd.Process.Pid)
 	if err != nil {
-		t.Fatalf("identify owner process %d: %v", cmd.Process.Pid, err)
+		tb.Fatalf("identify owner process %d: %v", cmd.Process.Pid, err)
 	}
 	return fromIdentity(id), kill
 }
