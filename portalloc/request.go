@@ -11,12 +11,12 @@ type Order string
 
 const (
 	// OrderRandom walks the range from a random port by a random stride,
-	// the ports above the range's static band first (see Config.Range).
+	// the ports above the range's static segment first (see Config.Range).
 	// Allocators racing on one store start in different places, so they
 	// rarely want the same port: the default.
 	OrderRandom Order = "random"
 	// OrderLowest tries the lowest port of the range first, then the next,
-	// bands ignored: predictable ports for people who read them. Allocators
+	// segments ignored: predictable ports for people who read them. Allocators
 	// racing on one store all want the same low ports; the store's write
 	// lock makes them take turns, so none is handed out twice, and each
 	// skips the ports the others hold from memory, without a probe.

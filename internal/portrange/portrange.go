@@ -1,19 +1,22 @@
 // Package portrange parses port ranges and walks them in the order berth
 // tries candidates.
 //
-// # Bands
+// # Segments
 //
-// A range is split as Kubernetes splits its NodePort range (KEP-3668): a
-// static band of StaticBandSize(size) ports at its low end, for ports that
-// callers ask for by number, and a dynamic band above it, which allocation
-// scans first. Only when the dynamic band is full does allocation fall back
-// to the static band.
+// A range is split in two segments, as Kubernetes splits its NodePort
+// range in two "bands" (KEP-3668; in berth a band is a fleet-wide range,
+// see store.FleetRequest): a static segment of StaticSegmentSize(size)
+// ports at its low end, for ports that callers ask for by number, and a
+// dynamic segment above it, which allocation scans first. Only when the
+// dynamic segment is full does allocation fall back to the static
+// segment.
 //
 // # Candidate order
 //
-// Each band is visited from a random start with a random stride coprime with
-// the band's size, so one pass visits every port exactly once without a list
-// of candidates, and allocators that start together do not walk in lockstep.
+// Each segment is visited from a random start with a random stride
+// coprime with the segment's size, so one pass visits every port exactly
+// once without a list of candidates, and allocators that start together do
+// not walk in lockstep.
 package portrange
 
 import (
@@ -156,9 +159,10 @@ func ParseList(s string) ([]Range, error) {
 	return out, nil
 }
 
-// StaticBandSize returns the size of the static band of a range of size
-// ports: 0 for ranges of 16 ports or fewer, else size/32 clamped to 16-128.
-func StaticBandSize(size int) int {
+// StaticSegmentSize returns the size of the static segment of a range of
+// size ports: 0 for ranges of 16 ports or fewer, else size/32 clamped to
+// 16-128.
+func StaticSegmentSize(size int) int {
 	if size <= 16 {
 		return 0
 	}
@@ -205,7 +209,7 @@ func popcount(w uint64) int {
 }
 
 // Without returns a copy of s with the ports of the given ranges taken out.
-// The copy keeps s's range, and so its bands.
+// The copy keeps s's range, and so its segments.
 func (s *Set) Without(exclude ...Range) *Set {
 	out := *s
 	for _, x := range exclude {
@@ -231,10 +235,10 @@ func (s *Set) Len() int { return s.size }
 // Contains reports whether p is in the set.
 func (s *Set) Contains(p uint16) bool { return s.allowed[p/64]&(1<<(p%64)) != 0 }
 
-// Bands returns the static (low) and dynamic (high) bands of the set's range.
-// The static band is empty for ranges of 16 ports or fewer.
-func (s *Set) Bands() (static, dynamic Range) {
-	n := StaticBandSize(s.r.Size())
+// Segments returns the static (low) and dynamic (high) segments of the
+// set's range. The static segment is empty for ranges of 16 ports or fewer.
+func (s *Set) Segments() (static, dynamic Range) {
+	n := StaticSegmentSize(s.r.Size())
 	if n == 0 {
 		return Range{}, s.r
 	}
@@ -243,51 +247,51 @@ func (s *Set) Bands() (static, dynamic Range) {
 }
 
 // Candidates returns an iterator over every port of the set, each once: the
-// dynamic band, then the static band, each from a random start by a random
-// stride coprime with its size. rng supplies the randomness (seed it for
+// dynamic segment, then the static segment, each from a random start by a
+// random stride coprime with its size. rng supplies the randomness (seed it for
 // reproducible tests); it is used only during this call.
 func (s *Set) Candidates(rng *rand.Rand) *Iter {
-	static, dynamic := s.Bands()
+	static, dynamic := s.Segments()
 	it := &Iter{set: s}
-	it.bands[0] = newWalk(dynamic, rng)
-	it.bands[1] = newWalk(static, rng)
+	it.segments[0] = newWalk(dynamic, rng)
+	it.segments[1] = newWalk(static, rng)
 	return it
 }
 
 // Lowest returns an iterator over every port of the set, each once, from
-// the lowest up, bands ignored.
+// the lowest up, segments ignored.
 func (s *Set) Lowest() *Iter {
 	it := &Iter{set: s}
 	if n := s.r.Size(); n > 0 {
-		it.bands[0] = walk{first: int(s.r.First), size: n, stride: 1, left: n}
+		it.segments[0] = walk{first: int(s.r.First), size: n, stride: 1, left: n}
 	}
 	return it
 }
 
 // Iter yields candidate ports. It is not safe for concurrent use.
 type Iter struct {
-	set   *Set
-	bands [2]walk
-	band  int
+	set      *Set
+	segments [2]walk
+	segment  int
 }
 
 // Next returns the next candidate port, or false when every port of the
 // set has been returned once.
 func (it *Iter) Next() (uint16, bool) {
-	for it.band < len(it.bands) {
-		w := &it.bands[it.band]
+	for it.segment < len(it.segments) {
+		w := &it.segments[it.segment]
 		for w.left > 0 {
 			p := w.next()
 			if it.set.Contains(p) {
 				return p, true
 			}
 		}
-		it.band++
+		it.segment++
 	}
 	return 0, false
 }
 
-// walk visits every port of a band once: start, start+stride, ... modulo
+// walk visits every port of a segment once: start, start+stride, ... modulo
 // the size. A stride coprime with the size makes that a permutation.
 type walk struct {
 	first       int

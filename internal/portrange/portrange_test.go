@@ -71,29 +71,29 @@ func TestParseList(t *testing.T) {
 	}
 }
 
-func TestStaticBandSize(t *testing.T) {
+func TestStaticSegmentSize(t *testing.T) {
 	for size, want := range map[int]int{10: 0, 16: 0, 17: 16, 128: 16, 511: 16, 2048: 64, 2768: 86, 4096: 128, 12768: 128} {
-		if got := StaticBandSize(size); got != want {
-			t.Errorf("StaticBandSize(%d) = %d; want %d", size, got, want)
+		if got := StaticSegmentSize(size); got != want {
+			t.Errorf("StaticSegmentSize(%d) = %d; want %d", size, got, want)
 		}
 	}
 }
 
 func TestBands(t *testing.T) {
 	s := NewSet(Range{20000, 32767})
-	static, dynamic := s.Bands()
+	static, dynamic := s.Segments()
 	if static != (Range{20000, 20127}) || dynamic != (Range{20128, 32767}) {
-		t.Errorf("Bands(20000-32767) = %v, %v; want 20000-20127, 20128-32767", static, dynamic)
+		t.Errorf("Segments(20000-32767) = %v, %v; want 20000-20127, 20128-32767", static, dynamic)
 	}
-	static, dynamic = NewSet(Range{100, 110}).Bands()
+	static, dynamic = NewSet(Range{100, 110}).Segments()
 	if static.Size() != 0 || dynamic != (Range{100, 110}) {
-		t.Errorf("Bands(100-110) = %v, %v; want no static band", static, dynamic)
+		t.Errorf("Segments(100-110) = %v, %v; want no static segment", static, dynamic)
 	}
 }
 
 // TestCandidatesVisitEveryPortOnce is the property the scan relies on: for
 // any range and seed, one pass yields every allowed port exactly once, the
-// whole dynamic band before any port of the static band.
+// whole dynamic segment before any port of the static segment.
 func TestCandidatesVisitEveryPortOnce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	sizes := []int{1, 2, 3, 4, 15, 16, 17, 31, 32, 33, 64, 97, 100, 128, 255, 256, 511, 1000, 2048, 2768, 4096, 12768}
@@ -109,7 +109,7 @@ func TestCandidatesVisitEveryPortOnce(t *testing.T) {
 			exclude = append(exclude, Range{uint16(a), uint16(min(a+rng.IntN(10), 65535))})
 		}
 		s := NewSet(r, exclude...)
-		static, _ := s.Bands()
+		static, _ := s.Segments()
 		for seed := range 5 {
 			it := s.Candidates(rand.New(rand.NewPCG(uint64(seed), uint64(size))))
 			seen := map[uint16]bool{}
@@ -129,7 +129,7 @@ func TestCandidatesVisitEveryPortOnce(t *testing.T) {
 				if static.Contains(p) {
 					inStatic = true
 				} else if inStatic {
-					t.Fatalf("range %v seed %d: dynamic port %d after the static band began", r, seed, p)
+					t.Fatalf("range %v seed %d: dynamic port %d after the static segment began", r, seed, p)
 				}
 			}
 			if len(seen) != s.Len() {

@@ -45,13 +45,21 @@ type Spec struct {
 	// zero: 4.
 	Size int
 	// Range is where members are allocated; zero: the Allocator's range,
-	// or the band Band names. It must lie within the Allocator's range.
+	// or the segment Segment names. It must lie within the Allocator's
+	// range.
 	Range portalloc.Range
-	// Band, instead of Range, names a band of the Allocator's range, as
-	// Kubernetes splits its service port range: "static", the low end, kept
-	// for callers that Reserve fixed ports (1/32 of the range, at least 16
-	// and at most 128 ports; none in a range of 16 ports or fewer), or
-	// "dynamic", the rest, where Allocate looks first. Zero: no band.
+	// Segment, instead of Range, names a segment of the Allocator's range,
+	// as Kubernetes splits its service port range: "static", the low end,
+	// kept for callers that Reserve fixed ports (1/32 of the range, at
+	// least 16 and at most 128 ports; none in a range of 16 ports or
+	// fewer), or "dynamic", the rest, where Allocate looks first. Zero: no
+	// segment.
+	Segment string
+	// Band is Segment, under its old name; Segment wins when both are
+	// set, and a spec that sets them differently is refused.
+	//
+	// Deprecated: use Segment. In berth a band is a fleet-wide range
+	// (fleet.Band).
 	Band string
 	// Address and Protocol are the members'; zero: 127.0.0.1 and TCP.
 	Address  netip.Addr
@@ -246,7 +254,14 @@ func (p *Pool) setSpec(spec Spec) error {
 	if spec.Size < 0 {
 		return fmt.Errorf("%w: pool size %d: want 1 or more", portalloc.ErrInvalidRequest, spec.Size)
 	}
-	switch static, dynamic := core.Candidates(p.a).Bands(); {
+	// The switch reads the segment under its old name, whichever the
+	// spec set.
+	segment, err := spec.segment()
+	if err != nil {
+		return err
+	}
+	spec.Band = segment
+	switch static, dynamic := core.Candidates(p.a).Segments(); {
 	case spec.Band != "" && spec.Range != (portalloc.Range{}):
 		return fmt.Errorf("%w: pool spec sets both Range %s and Band %q; want one", portalloc.ErrInvalidRequest, spec.Range, spec.Band)
 	case spec.Band == "static" && static.Size() == 0:
@@ -427,7 +442,7 @@ func (p *Pool) Return(r portalloc.Reservation) error {
 }
 
 // Update makes spec current and starts a rolling update to it, if it
-// changes where members are allocated: Range (or Band), Address, Protocol,
+// changes where members are allocated: Range (or Segment), Address, Protocol,
 // Prefer or Order. A change of Size or MaxUnavailable alone needs none.
 // Takes go on working meanwhile. After Close it returns an error wrapping
 // portalloc.ErrClosed.

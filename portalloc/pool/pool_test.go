@@ -232,33 +232,62 @@ func TestPoolUnavailableMemberReplaced(t *testing.T) {
 	}
 }
 
-func TestPoolBands(t *testing.T) {
+func TestPoolSegments(t *testing.T) {
 	ctx := context.Background()
-	// A range of 4,096 ports or more has a static band of 128 at its low end.
+	// A range of 4,096 ports or more has a static segment of 128 at its low end.
 	r := portalloc.Range(testports.Portalloc)
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: r})
-	for band, want := range map[string]portalloc.Range{
-		"static":  {First: r.First, Last: r.First + 127},
-		"dynamic": {First: r.First + 128, Last: r.Last},
+	for _, tt := range []struct {
+		spec pool.Spec
+		want portalloc.Range
+	}{
+		{pool.Spec{Size: 3, Segment: "static"}, portalloc.Range{First: r.First, Last: r.First + 127}},
+		{pool.Spec{Size: 3, Segment: "dynamic"}, portalloc.Range{First: r.First + 128, Last: r.Last}},
+		{pool.Spec{Size: 3, Band: "static"}, portalloc.Range{First: r.First, Last: r.First + 127}},                     //nolint:staticcheck // the deprecated name still works
+		{pool.Spec{Size: 3, Segment: "dynamic", Band: "dynamic"}, portalloc.Range{First: r.First + 128, Last: r.Last}}, //nolint:staticcheck // both names, one segment
 	} {
-		p, err := pool.New(ctx, a, band, pool.Spec{Size: 3, Band: band})
+		p, err := pool.New(ctx, a, "seg", tt.spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range p.Idle() {
-			if !want.Contains(r.Port) {
-				t.Errorf("band %s: member port %d; want one in %v", band, r.Port, want)
+		for _, m := range p.Idle() {
+			if !tt.want.Contains(m.Port) {
+				t.Errorf("pool.New(%+v): member port %d; want one in %v", tt.spec, m.Port, tt.want)
 			}
 		}
 		_ = p.Close()
 	}
 }
 
+// TestPoolSegmentRefused: a segment that names none, or Segment and its
+// deprecated name Band set to different segments, is refused with a
+// *FieldError naming the field the caller set.
+func TestPoolSegmentRefused(t *testing.T) {
+	a, _, _ := poolRig(t)
+	for _, tt := range []struct {
+		spec      pool.Spec
+		wantField string
+	}{
+		{pool.Spec{Segment: "middle"}, "Spec.Segment"},
+		{pool.Spec{Band: "middle"}, "Spec.Band"},                        //nolint:staticcheck // the deprecated name is still checked
+		{pool.Spec{Segment: "static", Band: "dynamic"}, "Spec.Segment"}, //nolint:staticcheck // both names, two segments
+	} {
+		p, err := pool.New(context.Background(), a, "bad", tt.spec)
+		var fe *portalloc.FieldError
+		if !errors.As(err, &fe) || fe.Field != tt.wantField || !errors.Is(err, portalloc.ErrInvalidRequest) {
+			if p != nil {
+				_ = p.Close()
+			}
+			t.Errorf("pool.New(%+v) = %v; want a *FieldError for %s", tt.spec, err, tt.wantField)
+		}
+	}
+}
+
 func TestPoolBadSpec(t *testing.T) {
 	a, _, _ := poolRig(t)
 	for _, spec := range []pool.Spec{
-		{Band: "middle"},
-		{Band: "static", Range: portalloc.Range{First: 20000, Last: 20010}},
+		{Segment: "middle"},
+		{Segment: "static", Range: portalloc.Range{First: 20000, Last: 20010}},
 		{Size: -1},
 		{Range: portalloc.Range{First: 10, Last: 20}},
 		{MaxUnavailable: "abc"},

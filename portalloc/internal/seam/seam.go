@@ -60,7 +60,7 @@ type Core[A, R, Q, C any] struct {
 	// does.
 	Normalize func(a A, req Q) (Q, error)
 	// Candidates is the set of ports Allocate walks: the range less the
-	// exclusions and the OS ephemeral range, split into bands.
+	// exclusions and the OS ephemeral range, split into segments.
 	Candidates func(a A) *portrange.Set
 	// Closed reports whether Close has been called.
 	Closed func(a A) bool
