@@ -19,7 +19,7 @@ import (
 //
 // The reading of connection strings lives in a package of its own, which
 // links no PostgreSQL client, so that portalloc hides the password of a
-// Config.Store in the same way without linking pgx.
+// Config.StoreDSN in the same way without linking pgx.
 
 // Redacted is what Redact puts in place of a password.
 const Redacted = dsn.Redacted

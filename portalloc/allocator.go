@@ -72,7 +72,7 @@ type Allocator struct {
 	released    map[store.Key]release // on a fleet's store: see redo in fleet.go
 
 	// ext is true when the store is not the SQLite file in StateDir: one
-	// of a Config.Store, opened by opener, or one given to NewWithStore.
+	// of a Config.StoreDSN, opened by opener, or one given to NewWithStore.
 	ext       bool
 	opener    opener
 	given     store.Store
@@ -93,8 +93,9 @@ type Allocator struct {
 // Allocator serves from the MRU file instead, loudly, and tries the store
 // again every 5 seconds.
 //
-// New links no PostgreSQL client: a Config.Store is refused with a
-// *FieldError for Config.Store that says to call fleet.New of package
+// New links no PostgreSQL client: a Config.StoreDSN is refused with a
+// *FieldError for Config.StoreDSN (Config.Store when the deprecated name
+// set it) that says to call fleet.New of package
 // github.com/berth-go/berth/portalloc/fleet, which opens that database
 // and fails with ErrStoreUnavailable when it cannot: a
 // fleet's store never falls back.
@@ -104,9 +105,9 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 }
 
 // newWithOpener is New for a program that can open the store a
-// Config.Store names: open opens it (fleet.New passes its own). Any
+// Config.StoreDSN names: open opens it (fleet.New passes its own). Any
 // failure to open it is an error wrapping ErrStoreUnavailable, and the
-// Allocator never falls back to the MRU file. Without a Config.Store, open
+// Allocator never falls back to the MRU file. Without a Config.StoreDSN, open
 // is not used: the Allocator reserves in the SQLite store, as New's does.
 func newWithOpener(ctx context.Context, cfg Config, open opener) (*Allocator, error) {
 	a, err := newAllocator(ctx, cfg, open, nil, "New")
@@ -135,14 +136,15 @@ func NewWithStore(ctx context.Context, cfg Config, s store.Store) (*Allocator, e
 // newAllocator is New, newWithOpener and NewWithStore (call names which,
 // for messages). Its errors have no prefix: the public call adds it.
 func newAllocator(ctx context.Context, cfg Config, open opener, given store.Store, call string) (*Allocator, error) {
-	ext := cfg.Store != "" || given != nil
+	db, field, _ := cfg.storeSetting() // withDefaults refuses two databases
+	ext := db != "" || given != nil
 	defaulted := cfg.StateDir == "" && !ext
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if given == nil && cfg.Store != "" && open == nil {
-		return nil, errNoOpener(call, cfg.Store)
+	if given == nil && cfg.StoreDSN != "" && open == nil {
+		return nil, errNoOpener(call, cfg.StoreDSN, field)
 	}
 	if given != nil {
 		switch cfg.Mode {
@@ -165,7 +167,7 @@ func newAllocator(ctx context.Context, cfg Config, open opener, given store.Stor
 		set:    set,
 		mru:    mru.New(filepath.Join(cfg.StateDir, mruFile), mru.Options{Logger: cfg.Logger}),
 		dbPath: filepath.Join(cfg.StateDir, databaseFile),
-		dbKey:  "postgres " + cfg.Host + " " + cfg.Store, // replaced below for the SQLite file
+		dbKey:  "postgres " + cfg.Host + " " + cfg.StoreDSN, // replaced below for the SQLite file
 		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		held:   map[heldKey]*holding{},
 		stop:   make(chan struct{}),
@@ -183,11 +185,11 @@ func newAllocator(ctx context.Context, cfg Config, open opener, given store.Stor
 		// What messages call the store, before anything can fail.
 		a.dbPath = fmt.Sprintf("the store given to NewWithStore (%T)", given)
 		a.dbKey = fmt.Sprintf("given %T %p", given, given)
-		if cfg.Store != "" {
-			a.dbPath = "PostgreSQL store " + dsn.Redact(cfg.Store)
+		if cfg.StoreDSN != "" {
+			a.dbPath = "PostgreSQL store " + dsn.Redact(cfg.StoreDSN)
 		}
-	case cfg.Store != "":
-		a.dbPath = "PostgreSQL store " + dsn.Redact(cfg.Store)
+	case cfg.StoreDSN != "":
+		a.dbPath = "PostgreSQL store " + dsn.Redact(cfg.StoreDSN)
 	}
 	octx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -310,7 +312,7 @@ func (a *Allocator) closedErr(err error) error {
 // Close is bounded: the pools and the releases share one deadline of
 // Config.Timeout, and closing the SQLite store then waits at most for a
 // call still in flight on it, which is bounded by the store's busy
-// timeout. With a Config.Store, Close returns by that deadline, and at
+// timeout. With a Config.StoreDSN, Close returns by that deadline, and at
 // most a second after the releases (a tenth of a second, when they used
 // the deadline up), even when the server does not answer: the store's
 // connections then go on closing in the background until the server

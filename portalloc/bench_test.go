@@ -18,7 +18,7 @@ import (
 
 // BenchmarkAllocateRelease compares one Allocate+Release of each backend
 // with a bare net.Listen("tcp", "127.0.0.1:0")+Close in the same run.
-// postgres is a fleet's store (Config.Store) on the server
+// postgres is a fleet's store (Config.StoreDSN) on the server
 // BERTH_TEST_POSTGRES names, skipped without it.
 func BenchmarkAllocateRelease(b *testing.B) {
 	for _, mode := range []portalloc.Mode{portalloc.ModeStateStore, portalloc.ModeMRU} {
@@ -33,7 +33,7 @@ func BenchmarkAllocateRelease(b *testing.B) {
 		})
 	}
 	b.Run("postgres", func(b *testing.B) {
-		a, err := fleet.New(context.Background(), portalloc.Config{Store: fleetDSN(b), Host: "bench", Range: allocRange})
+		a, err := fleet.New(context.Background(), portalloc.Config{StoreDSN: fleetDSN(b), Host: "bench", Range: allocRange})
 		if err != nil {
 			b.Fatal(err)
 		}

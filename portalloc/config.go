@@ -94,7 +94,7 @@ type Config struct {
 	// wrapping ErrStoreUnavailable rather than open an empty store beside
 	// the one holding the reservations. A StateDir that is set, by the
 	// program or BERTH_STATE_DIR, is used as it is: nothing is taken over;
-	// nor is anything in ModeMRU, which opens no store, or with a Store.
+	// nor is anything in ModeMRU, which opens no store, or with a StoreDSN.
 	//
 	// A process running as root never takes the default from another
 	// user's home: sudo keeps HOME (and XDG_STATE_HOME), and a directory
@@ -113,7 +113,7 @@ type Config struct {
 	// ErrStoreUnavailable, in every mode: it is a refusal to fix, as the
 	// error says, not a fault to fall back to the MRU file for.
 	StateDir string
-	// Store names a PostgreSQL database to keep the reservations in
+	// StoreDSN names a PostgreSQL database to keep the reservations in
 	// instead of the SQLite store in StateDir, so that the hosts of a
 	// fleet share one range without ever granting a port twice on one
 	// host: a connection string ("postgres://user@db.example/berth",
@@ -122,20 +122,37 @@ type Config struct {
 	// postgres:// or postgresql:// in lower case, as libpq takes it; any
 	// other string that is not key=value settings is refused (a
 	// *FieldError) before berth connects. Messages, logs, Database and
-	// every fmt verb of a Config show Store with its password hidden
+	// every fmt verb of a Config show StoreDSN with its password hidden
 	// (pgstore.Redact). Zero: the SQLite store. With
-	// a Store, berth never falls back to the MRU file (its grants would be
+	// a StoreDSN, berth never falls back to the MRU file (its grants would be
 	// invisible to the other hosts): a store that cannot be used is an
 	// error wrapping ErrStoreUnavailable, and Mode may not be ModeMRU.
 	// StateDir still holds nothing of the reservations then.
 	//
 	// portalloc links no PostgreSQL client: a program opens the database
-	// Store names through package github.com/berth-go/berth/portalloc/fleet
+	// StoreDSN names through package github.com/berth-go/berth/portalloc/fleet
 	// (fleet.New, fleet.OpenStore), which does. New refuses a
-	// Store with a *FieldError that says so.
+	// StoreDSN with a *FieldError that says so.
+	//
+	// The name says what the string is, a data source name as
+	// database/sql calls it, and keeps it apart from store.Store, the
+	// interface of an open store.
+	StoreDSN string
+	// Store is StoreDSN under its old name. Both are honoured: a field
+	// left as ConfigFromEnv filled it (BERTH_STORE, which fills both) or
+	// left zero yields to the other, so that a program that sets or clears
+	// Store after ConfigFromEnv goes on working; two set to different
+	// databases are refused with a *FieldError for Config.StoreDSN. New
+	// and Config() return a Config with both set to the database used.
+	//
+	// Deprecated: use StoreDSN. A field named Store beside the interface
+	// store.Store read as if it held one.
 	Store string
-	// Host is this host's name in the fleet a Store is shared by; zero:
-	// the hostname. It must name one machine. Without a Store it is not
+	// envStore is what ConfigFromEnv put in StoreDSN and Store: a field
+	// that still holds it was not set by the caller since.
+	envStore string
+	// Host is this host's name in the fleet a StoreDSN is shared by; zero:
+	// the hostname. It must name one machine. Without a StoreDSN it is not
 	// used.
 	Host string
 	// Range is where Allocate picks ports; zero: DefaultRange.
@@ -203,7 +220,7 @@ const (
 // BERTH_STATE_DIR, BERTH_TIMEOUT (a Go duration such as "10s"),
 // BERTH_ALLOW_EPHEMERAL_OVERLAP and BERTH_ALLOW_BROWSER_RESTRICTED (true or
 // false), BERTH_STORE and
-// BERTH_HOST (see Config.Store and Config.Host), BERTH_SCOPE (see
+// BERTH_HOST (see Config.StoreDSN and Config.Host), BERTH_SCOPE (see
 // Config.Scope; resolved here, against the working directory of the
 // moment) and BERTH_LOG. Unset or
 // empty variables leave their field at its zero value. The error joins
@@ -257,7 +274,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		if _, err := storeDSN(v); err != nil {
 			errs = append(errs, storeFieldError(EnvStore, v, err))
 		}
-		c.Store = v
+		c.StoreDSN, c.Store, c.envStore = v, v, v
 	}
 	c.Host = get(EnvHost)
 	if v := get(EnvScope); v != "" {
@@ -329,13 +346,18 @@ func (c Config) withDefaults() (Config, error) {
 			return Config{}, rangeErr(fmt.Sprintf("Config.Exclude[%d]", i), portrange.Range(x).Validate())
 		}
 	}
-	if c.Store != "" {
-		if _, err := storeDSN(c.Store); err != nil {
-			return Config{}, storeFieldError("Config.Store", c.Store, err)
+	db, field, err := c.storeSetting()
+	if err != nil {
+		return Config{}, err
+	}
+	c.StoreDSN, c.Store, c.envStore = db, db, db
+	if c.StoreDSN != "" {
+		if _, err := storeDSN(c.StoreDSN); err != nil {
+			return Config{}, storeFieldError(field, c.StoreDSN, err)
 		}
 		switch c.Mode {
 		case ModeMRU:
-			return Config{}, &FieldError{Field: "Config.Mode", Value: string(c.Mode), Want: `"statestore" with a Config.Store: the MRU file cannot share a fleet's reservations`}
+			return Config{}, &FieldError{Field: "Config.Mode", Value: string(c.Mode), Want: `"statestore" with a Config.StoreDSN: the MRU file cannot share a fleet's reservations`}
 		case ModeStateStoreWithFallback:
 			c.Mode = ModeStateStore // a fleet's store never falls back
 		}
@@ -405,15 +427,31 @@ func (h debugLevels) WithGroup(name string) slog.Handler {
 	return debugLevels{h.Handler.WithGroup(name)}
 }
 
-// storeWant says what Config.Store accepts, for error messages.
+// storeSetting returns the database c names, by StoreDSN or by its
+// deprecated name Store, and the field that named it, for messages. A
+// field that still holds what ConfigFromEnv put there (nothing, for a
+// Config made otherwise) yields to the other, which the caller set since;
+// two fields set to different databases are refused.
+func (c Config) storeSetting() (db, field string, err error) {
+	switch {
+	case c.StoreDSN == c.Store, c.Store == c.envStore:
+		return c.StoreDSN, "Config.StoreDSN", nil
+	case c.StoreDSN == c.envStore:
+		return c.Store, "Config.Store", nil
+	}
+	return "", "", &FieldError{Field: "Config.StoreDSN", Value: dsn.Redact(c.StoreDSN),
+		Want: "one database: Config.Store, its deprecated name, names another (" + dsn.Redact(c.Store) + "); set StoreDSN alone"}
+}
+
+// storeWant says what Config.StoreDSN accepts, for error messages.
 const storeWant = `a PostgreSQL connection string ("postgres://..." or "postgresql://...", the scheme in lower case, or "host=... dbname=...") or the absolute path of the directory of its unix socket`
 
-// storeDSN returns the pgx connection string that Config.Store s names: a
+// storeDSN returns the pgx connection string that Config.StoreDSN s names: a
 // connection string pgstore.CheckDSN takes, or else a socket directory
 // (see dsn.FromStore).
 func storeDSN(s string) (string, error) { return dsn.FromStore(s) }
 
-// storeFieldError refuses the Config.Store s, named field (the field, or
+// storeFieldError refuses the Config.StoreDSN s, named field (the field, or
 // the variable or flag it came from): it quotes s with its password
 // hidden, and says why it was refused.
 func storeFieldError(field, s string, err error) *FieldError {
@@ -426,15 +464,15 @@ func storeFieldError(field, s string, err error) *FieldError {
 }
 
 // String formats c for people to read, as %v and %+v do, with the
-// password of Config.Store hidden (see pgstore.Redact).
+// password of Config.StoreDSN hidden (see pgstore.Redact).
 func (c Config) String() string { return fmt.Sprintf("%+v", printedConfig(c)) }
 
-// GoString formats c as %#v does, with the password of Config.Store
+// GoString formats c as %#v does, with the password of Config.StoreDSN
 // hidden.
 func (c Config) GoString() string { return fmt.Sprintf("%#v", printedConfig(c)) }
 
 // Format formats c for every verb as fmt would format its fields, with
-// the password of Config.Store hidden: no %v, %+v, %#v or %s of a Config
+// the password of Config.StoreDSN hidden: no %v, %+v, %#v or %s of a Config
 // shows it.
 func (c Config) Format(f fmt.State, verb rune) {
 	fmt.Fprintf(f, fmt.FormatString(f, verb), printedConfig(c))
@@ -444,10 +482,10 @@ func (c Config) Format(f fmt.State, verb rune) {
 type configFields = Config
 
 // printedConfig returns c as a value of a type of the same name and
-// fields but no methods, with Store's password hidden: %#v shows it as
+// fields but no methods, with StoreDSN's password hidden: %#v shows it as
 // portalloc.Config.
 func printedConfig(c Config) any {
 	type Config configFields
-	c.Store = dsn.Redact(c.Store)
+	c.StoreDSN, c.Store, c.envStore = dsn.Redact(c.StoreDSN), dsn.Redact(c.Store), dsn.Redact(c.envStore)
 	return Config(c)
 }

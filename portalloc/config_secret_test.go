@@ -21,11 +21,11 @@ func TestConfigHidesPassword(t *testing.T) {
 		"host=db.example password='" + pw + " x' dbname=berth",
 		"postgre://u:" + pw + "@db.example/berth",
 	} {
-		cfg := portalloc.Config{Store: store, Host: "h", Range: portalloc.Range{First: 20000, Last: 20010}}
+		cfg := portalloc.Config{StoreDSN: store, Host: "h", Range: portalloc.Range{First: 20000, Last: 20010}}
 		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q"} {
 			got := fmt.Sprintf(verb, cfg)
 			if strings.Contains(got, pw) || !strings.Contains(got, "xxxxx") || !strings.Contains(got, "berth") {
-				t.Errorf("fmt.Sprintf(%q, Config{Store: %q}) = %q; want the fields, the password hidden", verb, pgstore.Redact(store), strings.ReplaceAll(got, pw, "<secret>"))
+				t.Errorf("fmt.Sprintf(%q, Config{StoreDSN: %q}) = %q; want the fields, the password hidden", verb, pgstore.Redact(store), strings.ReplaceAll(got, pw, "<secret>"))
 			}
 		}
 		if got := fmt.Sprintf("%#v", cfg); !strings.HasPrefix(got, "portalloc.Config{") {

@@ -20,7 +20,7 @@
 //     to a new spec a few at a time;
 //   - portalloc/lease: ports of named holders under a lease, which outlive
 //     the process that asked;
-//   - portalloc/fleet: a fleet's PostgreSQL store (Config.Store), and
+//   - portalloc/fleet: a fleet's PostgreSQL store (Config.StoreDSN), and
 //     ports free on every host of the fleet;
 //   - portalloc/statedir: where the state store lives by default, and why;
 //   - portalloc/expvarmetrics: the range's usage, and the metrics through
@@ -131,7 +131,7 @@
 // lease) have no one to put them back: they are lost with the file, so
 // keep the state directory (see Config.StateDir) out of reach of cleaners.
 //
-// A fleet's store (Config.Store) loses rows rather than a file: a failover
+// A fleet's store (Config.StoreDSN) loses rows rather than a file: a failover
 // to a PostgreSQL standby that had not received the last commits, or a
 // forced retirement of the host. The Allocator compares what it holds with
 // the store when a connection comes back to another or a restarted server
@@ -154,7 +154,7 @@
 //
 // # A fleet's store
 //
-// With a Config.Store the hosts of a fleet share one PostgreSQL store
+// With a Config.StoreDSN the hosts of a fleet share one PostgreSQL store
 // (package pgstore), opened by package portalloc/fleet (fleet.New), which
 // a program imports when it wants one: portalloc itself links no
 // PostgreSQL client, and an Allocator talks to any store through the

@@ -34,7 +34,7 @@ func init() {
 	// "refused PORT PID" (the holder's pid) for each, then "ready", and
 	// holds what it was granted until stdin closes.
 	workers["grab"] = func(ctx context.Context) error {
-		a, err := fleet.New(ctx, portalloc.Config{Store: os.Getenv("BERTH_TEST_DSN"), Host: os.Getenv("BERTH_TEST_HOST"),
+		a, err := fleet.New(ctx, portalloc.Config{StoreDSN: os.Getenv("BERTH_TEST_DSN"), Host: os.Getenv("BERTH_TEST_HOST"),
 			StateDir: os.Getenv("BERTH_STATE_DIR"), Timeout: 20 * time.Second})
 		if err != nil {
 			return err
@@ -214,7 +214,7 @@ func testFailover(t *testing.T, sync bool) { //nolint:thelper // the body of the
 	base := freeRun(t, 16)
 	port := func(i int) uint16 { return base + uint16(i) }
 	// Reserved ports are base..base+7; Allocate draws from base+8...
-	cfg := portalloc.Config{Store: dsn, Range: portalloc.Range{First: port(8), Last: port(15)}, AllowEphemeralOverlap: true,
+	cfg := portalloc.Config{StoreDSN: dsn, Range: portalloc.Range{First: port(8), Last: port(15)}, AllowEphemeralOverlap: true,
 		Order: portalloc.OrderLowest, Timeout: 20 * time.Second}
 	hostA, hostB, hostC := cfg, cfg, cfg
 	hostA.Host, hostB.Host, hostC.Host = "fo-a", "fo-b", "fo-c"
@@ -423,7 +423,7 @@ func TestRetireLiveHost(t *testing.T) {
 	dsn := fleetDSN(t)
 	ctx := context.Background()
 	base := freeRun(t, 2)
-	a := newAllocator(t, portalloc.Config{Store: dsn, Host: "live-a", Range: portalloc.Range{First: base, Last: base + 1}, AllowEphemeralOverlap: true})
+	a := newAllocator(t, portalloc.Config{StoreDSN: dsn, Host: "live-a", Range: portalloc.Range{First: base, Last: base + 1}, AllowEphemeralOverlap: true})
 	for i := range 2 {
 		if _, err := a.Reserve(ctx, portalloc.Request{Label: "live"}, base+uint16(i)); err != nil {
 			t.Fatal(err)

@@ -99,7 +99,7 @@ type backing struct{ s store.Store }
 
 // Database names the store the Allocator reserves in, for people to read:
 // the SQLite file's path, or the PostgreSQL connection string of
-// Config.Store with its password hidden.
+// Config.StoreDSN with its password hidden.
 func (a *Allocator) Database() string { return a.dbPath }
 
 // db returns the store, or nil.

@@ -6,23 +6,24 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/berth-go/berth/internal/dsn"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
 
-// fleetWant says what Config.Store must be for the fleet-wide calls.
+// fleetWant says what Config.StoreDSN must be for the fleet-wide calls.
 const fleetWant = "a fleet's PostgreSQL store: fleet-wide reservations are shared by the hosts of a fleet, and the SQLite store has one host"
 
 // fleet returns the Allocator's fleet store, or an error for op: the
 // Allocator is closed, or its store is no store.FleetStore (it has no
-// Config.Store).
+// Config.StoreDSN).
 func (a *Allocator) fleet(op string) (store.FleetStore, error) {
 	if a.isClosed() {
 		return nil, fmt.Errorf("portalloc: %s: %w", op, ErrClosed)
 	}
 	fs, ok := a.db().(store.FleetStore)
 	if !ok {
-		return nil, fmt.Errorf("portalloc: %s: %w", op, &FieldError{Field: "Config.Store", Value: a.cfg.Store, Want: fleetWant})
+		return nil, fmt.Errorf("portalloc: %s: %w", op, &FieldError{Field: "Config.StoreDSN", Value: dsn.Redact(a.cfg.StoreDSN), Want: fleetWant})
 	}
 	return fs, nil
 }

@@ -33,7 +33,7 @@ func fleetDSN(tb testing.TB) string {
 	return dsn
 }
 
-// TestFleetStore: with Config.Store an Allocator keeps its reservations in
+// TestFleetStore: with Config.StoreDSN an Allocator keeps its reservations in
 // PostgreSQL, per host: two hosts get the same lowest port, one host never
 // gets one port twice, and a Release gives it back.
 func TestFleetStore(t *testing.T) {
@@ -41,7 +41,7 @@ func TestFleetStore(t *testing.T) {
 	ctx := context.Background()
 	base := freeRun(t, 4)
 	rng := portalloc.Range{First: base, Last: base + 3}
-	cfg := portalloc.Config{Store: dsn, Range: rng, AllowEphemeralOverlap: true, Order: portalloc.OrderLowest}
+	cfg := portalloc.Config{StoreDSN: dsn, Range: rng, AllowEphemeralOverlap: true, Order: portalloc.OrderLowest}
 	hostA, hostB := cfg, cfg
 	hostA.Host, hostB.Host = "host-a", "host-b"
 	a1 := newAllocator(t, hostA)
@@ -85,7 +85,7 @@ func TestFleetStoreNeverFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []portalloc.Mode{"", portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback} {
-		_, err := fleet.New(context.Background(), portalloc.Config{Mode: mode, StateDir: dir, Store: nowhere, Range: allocRange})
+		_, err := fleet.New(context.Background(), portalloc.Config{Mode: mode, StateDir: dir, StoreDSN: nowhere, Range: allocRange})
 		if !errors.Is(err, portalloc.ErrStoreUnavailable) {
 			t.Errorf("New with mode %q and an unreachable Store = %v; want ErrStoreUnavailable", mode, err)
 		}
@@ -95,7 +95,7 @@ func TestFleetStoreNeverFallsBack(t *testing.T) {
 	}
 }
 
-// TestStoreConfigRefused: Config.Store and BERTH_STORE take connection
+// TestStoreConfigRefused: Config.StoreDSN and BERTH_STORE take connection
 // strings only, and the MRU mode cannot serve a fleet.
 func TestStoreConfigRefused(t *testing.T) {
 	ctx := context.Background()
@@ -103,15 +103,15 @@ func TestStoreConfigRefused(t *testing.T) {
 		cfg   portalloc.Config
 		field string
 	}{
-		{portalloc.Config{Store: "db.example"}, "Config.Store"},
-		{portalloc.Config{Store: "relative/dir"}, "Config.Store"},
-		{portalloc.Config{Store: "postgres://db.example/berth", Mode: portalloc.ModeMRU}, "Config.Mode"},
+		{portalloc.Config{StoreDSN: "db.example"}, "Config.StoreDSN"},
+		{portalloc.Config{StoreDSN: "relative/dir"}, "Config.StoreDSN"},
+		{portalloc.Config{StoreDSN: "postgres://db.example/berth", Mode: portalloc.ModeMRU}, "Config.Mode"},
 	} {
 		tc.cfg.StateDir = t.TempDir()
 		_, err := portalloc.New(ctx, tc.cfg)
 		var fe *portalloc.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, portalloc.ErrInvalidRequest) {
-			t.Errorf("New(Store %q, Mode %q) = %v; want a *FieldError for %s", tc.cfg.Store, tc.cfg.Mode, err, tc.field)
+			t.Errorf("New(Store %q, Mode %q) = %v; want a *FieldError for %s", tc.cfg.StoreDSN, tc.cfg.Mode, err, tc.field)
 		}
 	}
 	t.Setenv(portalloc.EnvStore, "db.example")
@@ -123,13 +123,13 @@ func TestStoreConfigRefused(t *testing.T) {
 	t.Setenv(portalloc.EnvStore, "postgres://u:secret@db.example/berth")
 	t.Setenv(portalloc.EnvHost, "ci-7")
 	cfg, err := portalloc.ConfigFromEnv()
-	if err != nil || cfg.Store != "postgres://u:secret@db.example/berth" || cfg.Host != "ci-7" {
+	if err != nil || cfg.StoreDSN != "postgres://u:secret@db.example/berth" || cfg.Host != "ci-7" {
 		t.Errorf("ConfigFromEnv = %+v, %v; want Store and Host from BERTH_STORE and BERTH_HOST", cfg, err)
 	}
 }
 
 // TestFleetReservationsNeedAFleetStore: on the SQLite store every
-// fleet-wide call says it needs a Config.Store, and changes nothing.
+// fleet-wide call says it needs a Config.StoreDSN, and changes nothing.
 func TestFleetReservationsNeedAFleetStore(t *testing.T) {
 	ctx := context.Background()
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
@@ -154,9 +154,9 @@ func TestFleetReservationsNeedAFleetStore(t *testing.T) {
 	} {
 		err := call()
 		var fe *portalloc.FieldError
-		if !errors.As(err, &fe) || fe.Field != "Config.Store" || !errors.Is(err, portalloc.ErrInvalidRequest) ||
+		if !errors.As(err, &fe) || fe.Field != "Config.StoreDSN" || !errors.Is(err, portalloc.ErrInvalidRequest) ||
 			!strings.Contains(err.Error(), "fleet's PostgreSQL store") || !strings.HasPrefix(err.Error(), "portalloc: ") {
-			t.Errorf("%s on the SQLite store = %v; want a *FieldError for Config.Store saying it needs a fleet's store", name, err)
+			t.Errorf("%s on the SQLite store = %v; want a *FieldError for Config.StoreDSN saying it needs a fleet's store", name, err)
 		}
 	}
 }
@@ -170,7 +170,7 @@ func TestFleetReservations(t *testing.T) {
 	ctx := context.Background()
 	base := freeRun(t, 2)
 	band := fleet.Band{First: base, Last: base + 1}
-	cfg := portalloc.Config{Store: dsn, Range: allocRange, AllowEphemeralOverlap: true}
+	cfg := portalloc.Config{StoreDSN: dsn, Range: allocRange, AllowEphemeralOverlap: true}
 	hostA, hostB := cfg, cfg
 	hostA.Host, hostB.Host = "host-a", "host-b"
 	ctl := newAllocator(t, hostA)
@@ -242,7 +242,7 @@ func TestFleetSet(t *testing.T) {
 	dsn := fleetDSN(t)
 	ctx := context.Background()
 	base := freeRun(t, 4)
-	a := newAllocator(t, portalloc.Config{Store: dsn, Host: "host-a", Range: allocRange, AllowEphemeralOverlap: true})
+	a := newAllocator(t, portalloc.Config{StoreDSN: dsn, Host: "host-a", Range: allocRange, AllowEphemeralOverlap: true})
 	spec := portset.SetSpec{Name: "shop", Groups: []portset.GroupSpec{
 		{Name: "api", Members: 2, Ports: []portset.PortSpec{{Name: "http"}}},
 		{Name: "lb", Ports: []portset.PortSpec{{Name: "admin", Scope: portset.ScopeGroup}}},

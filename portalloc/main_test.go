@@ -177,7 +177,7 @@ func newAllocator(tb testing.TB, cfg portalloc.Config) *portalloc.Allocator {
 		cfg.Range = allocRange
 	}
 	newFn := portalloc.New
-	if cfg.Store != "" {
+	if cfg.StoreDSN != "" {
 		newFn = fleet.New // portalloc links no PostgreSQL client
 	}
 	a, err := newFn(context.Background(), cfg)

@@ -10,25 +10,26 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// opener opens the store a Config.Store names: package
+// opener opens the store a Config.StoreDSN names: package
 // github.com/berth-go/berth/portalloc/fleet hands portalloc the one of a
 // fleet's PostgreSQL store (through package seam), so that only a program
 // that asks for PostgreSQL links a client of it. cfg is the Config as New
-// completed it (defaults filled in, Store checked); tool is true for a
+// completed it (defaults filled in, StoreDSN checked); tool is true for a
 // program that reads or changes the rows directly (berth ls, reap,
 // release): the store then runs no sweep in the background and may wait up
 // to Config.Timeout for a busy store. The store's errors are returned as
 // they are: the caller wraps them in ErrStoreUnavailable.
 type opener = func(ctx context.Context, cfg Config, tool bool) (store.Store, error)
 
-// fleetPackage is the package that opens a Config.Store, for messages.
+// fleetPackage is the package that opens a Config.StoreDSN, for messages.
 const fleetPackage = "github.com/berth-go/berth/portalloc/fleet"
 
-// errNoOpener refuses a Config.Store where no opener was given: portalloc
+// errNoOpener refuses the database s, set by the field named field
+// (Config.StoreDSN or Config.Store), where no opener was given: portalloc
 // does not link the PostgreSQL client it needs.
-func errNoOpener(call string, s string) error {
-	return &FieldError{Field: "Config.Store", Value: dsn.Redact(s),
-		Want: fmt.Sprintf("no Store with portalloc.%s, which links no PostgreSQL client: import %q and call fleet.%s (it opens the PostgreSQL store Config.Store names), or leave Store empty for the SQLite store", call, fleetPackage, call)}
+func errNoOpener(call, s, field string) error {
+	return &FieldError{Field: field, Value: dsn.Redact(s),
+		Want: fmt.Sprintf("no StoreDSN with portalloc.%s, which links no PostgreSQL client: import %q and call fleet.%s (it opens the PostgreSQL store Config.StoreDSN names), or leave StoreDSN empty for the SQLite store", call, fleetPackage, call)}
 }
 
 // OpenStore opens the SQLite store an Allocator of cfg would use, for a
@@ -36,8 +37,9 @@ func errNoOpener(call string, s string) error {
 // who.Lookup, a Reap of its own): the file in cfg.StateDir, created if
 // missing, after taking over the previous default's when cfg.StateDir is
 // empty. It runs no background sweep, waits up to cfg.Timeout for a busy
-// store, and never falls back. The caller closes the store. A cfg.Store
-// (a PostgreSQL database) is refused with a *FieldError for Config.Store:
+// store, and never falls back. The caller closes the store. A cfg.StoreDSN
+// (a PostgreSQL database) is refused with a *FieldError for
+// Config.StoreDSN (Config.Store when the deprecated name set it):
 // fleet.OpenStore of package github.com/berth-go/berth/portalloc/fleet
 // opens either.
 func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
@@ -47,17 +49,18 @@ func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
 
 // openStoreWith is fleet.OpenStore: it opens the store cfg names, for a
 // program that reads or changes its rows directly, as berth's ls, reap,
-// release and transfer do: the store a cfg.Store names, through open, or
+// release and transfer do: the store cfg.StoreDSN names, through open, or
 // else the SQLite file in cfg.StateDir (created if missing), after taking
 // over the previous default's when cfg.StateDir is empty. The store runs
 // no background sweep, and a busy SQLite store is waited for up to
 // cfg.Timeout. It never falls back: an error is the store's. The caller
 // closes the store.
 func openStoreWith(ctx context.Context, cfg Config, open opener) (store.Store, error) {
-	if cfg.Store != "" && open == nil {
-		return nil, errNoOpener("OpenStore", cfg.Store)
+	db, field, _ := cfg.storeSetting() // withDefaults refuses two databases
+	if db != "" && open == nil {
+		return nil, errNoOpener("OpenStore", db, field)
 	}
-	defaulted := cfg.StateDir == "" && cfg.Store == ""
+	defaulted := cfg.StateDir == "" && db == ""
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -70,13 +73,13 @@ func openStoreWith(ctx context.Context, cfg Config, open opener) (store.Store, e
 	return openBacking(ctx, cfg, open, true)
 }
 
-// openBacking opens the store cfg names: through open for a Config.Store,
+// openBacking opens the store cfg names: through open for a Config.StoreDSN,
 // else the SQLite file in cfg.StateDir. A tool's store sweeps nothing and
 // waits for a busy SQLite store as long as cfg.Timeout allows.
 func openBacking(ctx context.Context, cfg Config, open opener, tool bool) (store.Store, error) {
-	if cfg.Store != "" {
+	if cfg.StoreDSN != "" {
 		if open == nil { // New refuses it before
-			return nil, errNoOpener("New", cfg.Store)
+			return nil, errNoOpener("New", cfg.StoreDSN, "Config.StoreDSN")
 		}
 		return open(ctx, cfg, tool)
 	}

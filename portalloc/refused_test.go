@@ -123,18 +123,18 @@ func TestRefusedInput(t *testing.T) {
 		{"New order", "Config.Order", true, func() error { return newWith(portalloc.Config{Order: "up"}) }},
 		{"New timeout", "Config.Timeout", true, func() error { return newWith(portalloc.Config{Timeout: -time.Second}) }},
 		{"New state dir", "Config.StateDir", true, func() error { return newWith(portalloc.Config{StateDir: "a\x00b"}) }},
-		{"New store", "Config.Store", true, func() error { return newWith(portalloc.Config{Store: "postgres://u:hunter2@db.example/berth"}) }},
-		{"New store not a DSN", "Config.Store", true, func() error { return newWith(portalloc.Config{Store: "mysql://u:hunter2@db.example/berth"}) }},
+		{"New store", "Config.StoreDSN", true, func() error { return newWith(portalloc.Config{StoreDSN: "postgres://u:hunter2@db.example/berth"}) }},
+		{"New store not a DSN", "Config.StoreDSN", true, func() error { return newWith(portalloc.Config{StoreDSN: "mysql://u:hunter2@db.example/berth"}) }},
 		{"New store with mru", "Config.Mode", true, func() error {
-			return newWith(portalloc.Config{Store: "postgres://db.example/berth", Mode: portalloc.ModeMRU})
+			return newWith(portalloc.Config{StoreDSN: "postgres://db.example/berth", Mode: portalloc.ModeMRU})
 		}},
 		{"NewWithStore nil", "store", true, func() error { _, err := portalloc.NewWithStore(ctx, portalloc.Config{StateDir: dir}, nil); return err }},
 		{"NewWithStore mru", "Config.Mode", true, func() error {
 			_, err := portalloc.NewWithStore(ctx, portalloc.Config{StateDir: dir, Mode: portalloc.ModeMRU}, st)
 			return err
 		}},
-		{"OpenStore store", "Config.Store", true, func() error {
-			_, err := portalloc.OpenStore(ctx, portalloc.Config{StateDir: dir, Store: "postgres://db.example/berth"})
+		{"OpenStore store", "Config.StoreDSN", true, func() error {
+			_, err := portalloc.OpenStore(ctx, portalloc.Config{StateDir: dir, StoreDSN: "postgres://db.example/berth"})
 			return err
 		}},
 

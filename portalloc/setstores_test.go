@@ -96,7 +96,7 @@ var setStores = []struct {
 		const host = "host-a"
 		return setStore{
 			config: func(rng portalloc.Range) portalloc.Config {
-				return portalloc.Config{Store: dsn, Host: host, Range: rng, AllowEphemeralOverlap: true}
+				return portalloc.Config{StoreDSN: dsn, Host: host, Range: rng, AllowEphemeralOverlap: true}
 			},
 			env: []string{"BERTH_STATE_DIR=" + t.TempDir(), "BERTH_TEST_STORE=" + dsn, "BERTH_TEST_HOST=" + host},
 			rows: func(t *testing.T) []store.Reservation {

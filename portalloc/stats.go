@@ -48,7 +48,7 @@ type Stats struct {
 	// another process had taken the port meanwhile (each is logged as an
 	// error naming both owners).
 	//
-	// On a fleet's store (Config.Store) they count the reservations put
+	// On a fleet's store (Config.StoreDSN) they count the reservations put
 	// back after they went missing from it (lost in a failover to a
 	// standby that had not received them, or deleted by a forced
 	// retirement) and those another process had taken meanwhile; such a

@@ -14,19 +14,19 @@ import (
 )
 
 // TestNewRefusesStoreWithoutFleet: portalloc links no PostgreSQL client,
-// so New refuses a Config.Store with a *FieldError that says which package
+// so New refuses a Config.StoreDSN with a *FieldError that says which package
 // opens it, its password hidden; nothing is opened, not even the SQLite
 // store in its place.
 func TestNewRefusesStoreWithoutFleet(t *testing.T) {
 	const pw = "Sekr3t-PW-9f2"
 	dir := t.TempDir()
-	cfg := portalloc.Config{Store: "postgres://berth:" + pw + "@db.example/berth", StateDir: dir, Range: allocRange}
+	cfg := portalloc.Config{StoreDSN: "postgres://berth:" + pw + "@db.example/berth", StateDir: dir, Range: allocRange}
 	_, errNew := portalloc.New(context.Background(), cfg)
 	for name, err := range map[string]error{"New": errNew} {
 		var fe *portalloc.FieldError
-		if !errors.As(err, &fe) || fe.Field != "Config.Store" || !errors.Is(err, portalloc.ErrInvalidRequest) ||
+		if !errors.As(err, &fe) || fe.Field != "Config.StoreDSN" || !errors.Is(err, portalloc.ErrInvalidRequest) ||
 			!strings.Contains(err.Error(), `"github.com/berth-go/berth/portalloc/fleet"`) || !strings.Contains(err.Error(), "fleet."+name) || strings.Contains(err.Error(), pw) {
-			t.Errorf("%s with a Config.Store = %v; want a *FieldError for Config.Store naming package portalloc/fleet and fleet.%s, the password hidden", name, err, name)
+			t.Errorf("%s with a Config.StoreDSN = %v; want a *FieldError for Config.StoreDSN naming package portalloc/fleet and fleet.%s, the password hidden", name, err, name)
 		}
 	}
 	if matches, _ := filepath.Glob(filepath.Join(dir, "*")); len(matches) != 0 {
@@ -36,7 +36,7 @@ func TestNewRefusesStoreWithoutFleet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 0)
 	defer cancel()
 	if _, err := fleet.New(ctx, cfg); errors.Is(err, portalloc.ErrInvalidRequest) {
-		t.Errorf("fleet.New with a Config.Store = %v; want it to try the store, not refuse the Config", err)
+		t.Errorf("fleet.New with a Config.StoreDSN = %v; want it to try the store, not refuse the Config", err)
 	}
 }
 
@@ -109,7 +109,7 @@ func TestFleetCallsNeedAFleetStore(t *testing.T) {
 	defer a.Close()
 	_, err = fleet.Reserve(ctx, a, fleet.FleetRequest{Protocol: portalloc.TCP, Band: fleet.Band{First: 40000, Last: 40009}, Holder: "pod/x"})
 	var fe *portalloc.FieldError
-	if !errors.As(err, &fe) || fe.Field != "Config.Store" {
-		t.Errorf("ReserveFleet on a given SQLite store = %v; want a *FieldError for Config.Store", err)
+	if !errors.As(err, &fe) || fe.Field != "Config.StoreDSN" {
+		t.Errorf("ReserveFleet on a given SQLite store = %v; want a *FieldError for Config.StoreDSN", err)
 	}
 }

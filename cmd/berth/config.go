@@ -59,7 +59,7 @@ func (a *app) configure(cmd *cobra.Command) error {
 		a.stateDirWhy = "--state-dir"
 	}
 	if g.store != "" {
-		cfg.Store = g.store
+		cfg.StoreDSN = g.store
 	}
 	if g.host != "" {
 		cfg.Host = g.host
@@ -138,7 +138,7 @@ func (a *app) configure(cmd *cobra.Command) error {
 // Config.StateDir itself must, or it would open an empty store beside the
 // one that holds the reservations.
 func (a *app) takeOver(ctx context.Context) error {
-	if !a.stateDirDefault || a.cfg.Store != "" || a.cfg.Mode == portalloc.ModeMRU {
+	if !a.stateDirDefault || a.cfg.StoreDSN != "" || a.cfg.Mode == portalloc.ModeMRU {
 		return nil
 	}
 	if _, err := statedir.TakeOver(ctx, a.cfg.Logger); err != nil {

@@ -63,7 +63,7 @@ func (a *app) runDoctor(ctx context.Context) error {
 		switch {
 		case errors.Is(err, portalloc.ErrTransient):
 			line("to fix", "the system ran short of what the message names; berth fails rather than fall back for that. Free some (raise ulimit -n, free disk space), then try again")
-		case a.cfg.Store != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrStorage)):
+		case a.cfg.StoreDSN != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrStorage)):
 			line("to fix", "the PostgreSQL server of --store did not answer within --timeout (now %v) or refused the connection: check that it runs, that this host reaches it, and the connection string's user, password and database", a.cfg.Timeout)
 		case errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded):
 			line("to fix", "another process keeps the state store locked; berth waits for it (up to --timeout, now %v) rather than fall back. Stop or wait for that process", a.cfg.Timeout)
@@ -89,7 +89,7 @@ func (a *app) runDoctor(ctx context.Context) error {
 	}
 	switch {
 	case al.Backend() != portalloc.BackendStateStore:
-	case cfg.Store != "":
+	case cfg.StoreDSN != "":
 		line("database", "%s (schema version %d), shared by a fleet; this host is %q", al.Database(), pgstore.SchemaVersion, hostName(cfg.Host))
 	default:
 		line("database", "%s (schema version %d)", al.Database(), statestore.SchemaVersion)
@@ -178,7 +178,7 @@ func takeOverAdvice(err error) string {
 }
 
 func modeOf(cfg portalloc.Config) portalloc.Mode {
-	if cfg.Store != "" && cfg.Mode != portalloc.ModeMRU {
+	if cfg.StoreDSN != "" && cfg.Mode != portalloc.ModeMRU {
 		return portalloc.ModeStateStore // a fleet's store never falls back
 	}
 	if cfg.Mode == "" {

@@ -61,7 +61,7 @@ a lease that runs out is reaped by any host.`,
 // fleetAllocator checks that the command has a fleet's store and opens an
 // Allocator on it.
 func (a *app) fleetAllocator(ctx context.Context) (*portalloc.Allocator, error) {
-	if a.cfg.Store == "" {
+	if a.cfg.StoreDSN == "" {
 		return nil, usagef("%s needs --store (a fleet's PostgreSQL store)", a.name)
 	}
 	return fleet.New(ctx, a.cfg)

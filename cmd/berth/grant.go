@@ -501,7 +501,7 @@ func (a *app) dbPath() string { return filepath.Join(a.cfg.StateDir, statedir.Da
 // nil and no error when there is no store yet. Its waits for a store that
 // another process keeps locked end with --timeout.
 func (a *app) openStore(ctx context.Context) (store.Store, error) {
-	if a.cfg.Store == "" {
+	if a.cfg.StoreDSN == "" {
 		if _, err := os.Stat(a.dbPath()); errors.Is(err, os.ErrNotExist) {
 			return nil, nil
 		}

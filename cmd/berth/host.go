@@ -51,7 +51,7 @@ its reservations were deleted, and it goes on with a fresh lease.`,
 }
 
 func (a *app) runRetire(ctx context.Context, name string, force bool) error {
-	if a.cfg.Store == "" {
+	if a.cfg.StoreDSN == "" {
 		return usagef("berth host retire needs --store (a fleet's PostgreSQL store)")
 	}
 	s, err := a.openStore(ctx)

@@ -17,6 +17,7 @@ var requestFlags = map[string]string{
 	"Request.Order":    "--order",
 	"Request.Prefer":   "--prefer",
 	"Config.Store":     "--store",
+	"Config.StoreDSN":  "--store",
 
 	"FleetRequest.Holder":     "--holder",
 	"FleetRequest.Band":       "--band",

@@ -33,8 +33,9 @@ type Config struct {
 	// it while frozen. At most half the workers are frozen at once.
 	Freeze bool
 	// Store is a PostgreSQL connection string: the workers keep their
-	// reservations there (Config.Store), in a schema the run makes for
-	// itself and drops at the end, instead of in a SQLite file under Dir.
+	// reservations there (portalloc.Config.StoreDSN), in a schema the run
+	// makes for itself and drops at the end, instead of in a SQLite file
+	// under Dir.
 	// Zero: the SQLite file. A server reached over its unix socket serves
 	// workers in every namespace of Hosts. Since the server judges leases
 	// by this machine's clock, a run on PostgreSQL without ClockStep holds

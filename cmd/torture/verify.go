@@ -104,7 +104,7 @@ func (s *supervisor) checkHost(ctx context.Context, h int, all bool) ([]string, 
 	cfg := portalloc.Config{StateDir: filepath.Join(s.cfg.Dir, "state"), Timeout: s.cfg.Timeout}
 	where := ""
 	if s.cfg.Store != "" {
-		cfg.Store, cfg.Host = s.cfg.Store, hostName(h)
+		cfg.StoreDSN, cfg.Host = s.cfg.Store, hostName(h)
 		where = " on " + cfg.Host
 	}
 	st, err := fleet.OpenStore(ctx, cfg)

@@ -137,7 +137,7 @@ func runWorker() error {
 
 	cfg := portalloc.Config{
 		Mode: portalloc.ModeStateStore, StateDir: filepath.Join(dir, "state"),
-		Store: os.Getenv(envStore), Host: os.Getenv(envHost),
+		StoreDSN: os.Getenv(envStore), Host: os.Getenv(envHost),
 		Range: r, AllowEphemeralOverlap: true, Timeout: timeout,
 	}
 	if env.faults {

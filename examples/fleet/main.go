@@ -8,7 +8,7 @@
 //
 //	BERTH_STORE='host=/var/run/postgresql dbname=berth' go run ./examples/fleet
 //
-// BERTH_STORE names the database (see portalloc.Config.Store), which
+// BERTH_STORE names the database (see portalloc.Config.StoreDSN), which
 // fleet.New (package portalloc/fleet) opens: portalloc alone links no
 // PostgreSQL client. The other BERTH_* variables apply as in
 // portalloc.ConfigFromEnv. The two hosts,
@@ -55,7 +55,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Store == "" {
+	if cfg.StoreDSN == "" {
 		return errors.New("set BERTH_STORE to a PostgreSQL connection string: the hosts of a fleet share their reservations there")
 	}
 	open := func(host string) (*portalloc.Allocator, error) {

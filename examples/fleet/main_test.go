@@ -83,7 +83,7 @@ func TestRun(t *testing.T) {
 
 	// Released: the store holds nothing on either host.
 	for _, host := range []string{"host-a", "host-b"} {
-		s, err := fleet.OpenStore(context.Background(), portalloc.Config{Store: dsn, Host: host})
+		s, err := fleet.OpenStore(context.Background(), portalloc.Config{StoreDSN: dsn, Host: host})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -88,7 +88,7 @@ func (e *Error) Error() string {
 }
 
 // FromStore returns the pgx connection string that a store's name s (a
-// Config.Store of portalloc, BERTH_STORE, berth --store) stands for: s
+// Config.StoreDSN of portalloc, BERTH_STORE, berth --store) stands for: s
 // itself when Check takes it, else, for the absolute path of a directory,
 // the unix socket in it ("host='/run/postgresql'", the database named
 // like the user). Anything else is Check's error.

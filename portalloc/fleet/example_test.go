@@ -18,7 +18,7 @@ import (
 func ExampleReserve() {
 	ctx := context.Background()
 	cfg, err := portalloc.ConfigFromEnv()
-	if err != nil || cfg.Store == "" {
+	if err != nil || cfg.StoreDSN == "" {
 		fmt.Println("set BERTH_STORE to a fleet's PostgreSQL store")
 		return
 	}

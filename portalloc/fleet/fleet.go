@@ -2,7 +2,7 @@
 // portalloc, so that the hosts of a fleet share one range without ever
 // granting a port twice on one host.
 //
-// It is the one package a program imports to use a Config.Store (or
+// It is the one package a program imports to use a Config.StoreDSN (or
 // BERTH_STORE): portalloc itself links no PostgreSQL client, and neither
 // do porttest nor statestore, so a program that does not ask for
 // PostgreSQL does not build or link pgx. The split is database/sql's: the
@@ -11,7 +11,7 @@
 //
 //	cfg, err := portalloc.ConfigFromEnv() // BERTH_STORE, BERTH_HOST, ...
 //	...
-//	a, err := fleet.New(ctx, cfg) // the PostgreSQL store of cfg.Store, else the SQLite one
+//	a, err := fleet.New(ctx, cfg) // the PostgreSQL store of cfg.StoreDSN, else the SQLite one
 //
 // New and OpenStore take any Config: without a Store, New does what
 // portalloc.New does, and OpenStore opens the SQLite store of the
@@ -29,7 +29,7 @@
 // reservation is the holder's, not the process's: the Allocator's Close
 // leaves it, and a lease that runs out is reaped by any host. They reach
 // the store through its store.FleetStore interface; on the SQLite store
-// they return a *portalloc.FieldError for Config.Store.
+// they return a *portalloc.FieldError for Config.StoreDSN.
 //
 // Importing fleet has no side effects: it registers nothing.
 package fleet
@@ -45,8 +45,8 @@ import (
 )
 
 // New returns an Allocator for cfg, as portalloc.New does, reserving in
-// the PostgreSQL store cfg.Store names when it names one (see
-// portalloc.Config.Store): it validates cfg, opens the store within
+// the PostgreSQL store cfg.StoreDSN names when it names one (see
+// portalloc.Config.StoreDSN): it validates cfg, opens the store within
 // cfg.Timeout, and fails with an error wrapping
 // portalloc.ErrStoreUnavailable when it cannot (a fleet's store never
 // falls back to the MRU file). The fleet-wide calls (Reserve, ...) use
@@ -57,7 +57,7 @@ func New(ctx context.Context, cfg portalloc.Config) (*portalloc.Allocator, error
 
 // OpenStore opens the store cfg names, for a program that reads or
 // changes its rows directly, as berth's ls, reap, release and transfer
-// do: the PostgreSQL database of cfg.Store, or else the SQLite file in
+// do: the PostgreSQL database of cfg.StoreDSN, or else the SQLite file in
 // cfg.StateDir (created if missing; with an empty StateDir, the default,
 // after taking over a store left at the previous default, as
 // portalloc.New does). The store runs no background sweep, and a busy
@@ -67,21 +67,21 @@ func OpenStore(ctx context.Context, cfg portalloc.Config) (store.Store, error) {
 	return core.OpenStoreWith(ctx, cfg, open)
 }
 
-// open opens the PostgreSQL store cfg.Store names, as this host
+// open opens the PostgreSQL store cfg.StoreDSN names, as this host
 // (cfg.Host), with cfg.Logger and cfg.Timeout: what New and OpenStore
-// hand to portalloc to open a Config.Store. cfg.Store is a connection string or
+// hand to portalloc to open a Config.StoreDSN. cfg.StoreDSN is a connection string or
 // the absolute path of the directory of the server's unix socket; any
 // other value, the empty one included, is a *portalloc.FieldError for
-// Config.Store that never shows its password. A tool's store
+// Config.StoreDSN that never shows its password. A tool's store
 // runs no background sweep.
 func open(ctx context.Context, cfg portalloc.Config, tool bool) (store.Store, error) {
-	conn, err := dsn.FromStore(cfg.Store)
-	if err != nil || cfg.Store == "" {
+	conn, err := dsn.FromStore(cfg.StoreDSN)
+	if err != nil || cfg.StoreDSN == "" {
 		want := "a PostgreSQL connection string or the absolute path of the directory of its unix socket"
 		if err != nil {
 			want += " (" + err.Error() + ")"
 		}
-		return nil, fmt.Errorf("fleet: open: %w", &portalloc.FieldError{Field: "Config.Store", Value: dsn.Redact(cfg.Store), Want: want})
+		return nil, fmt.Errorf("fleet: open: %w", &portalloc.FieldError{Field: "Config.StoreDSN", Value: dsn.Redact(cfg.StoreDSN), Want: want})
 	}
 	po := pgstore.Options{Host: cfg.Host, Logger: cfg.Logger, Timeout: cfg.Timeout}
 	if tool {

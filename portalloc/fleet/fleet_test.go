@@ -34,13 +34,13 @@ func fleetDSN(tb testing.TB) string {
 	return dsn
 }
 
-// TestNewOpensTheFleetStore: with a Config.Store, fleet.New hands portalloc
+// TestNewOpensTheFleetStore: with a Config.StoreDSN, fleet.New hands portalloc
 // the PostgreSQL store, whose fleet-wide calls the Allocator reaches as a
 // store.FleetStore; fleet.OpenStore opens the same store for a tool.
 func TestNewOpensTheFleetStore(t *testing.T) {
 	dsn := fleetDSN(t)
 	ctx := context.Background()
-	cfg := portalloc.Config{Store: dsn, Host: "fleet-a", StateDir: t.TempDir()}
+	cfg := portalloc.Config{StoreDSN: dsn, Host: "fleet-a", StateDir: t.TempDir()}
 	a, err := fleet.New(ctx, cfg)
 	if err != nil {
 		t.Fatalf("fleet.New = %v", err)
@@ -71,7 +71,7 @@ func TestNewOpensTheFleetStore(t *testing.T) {
 	}
 }
 
-// TestNewWithoutStore: without a Config.Store, fleet.New and
+// TestNewWithoutStore: without a Config.StoreDSN, fleet.New and
 // fleet.OpenStore are portalloc's: the SQLite store in the state directory.
 func TestNewWithoutStore(t *testing.T) {
 	ctx := context.Background()

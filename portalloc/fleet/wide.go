@@ -70,8 +70,8 @@ type FleetSetRequest struct {
 // not this process's: Close does not release it, and any Allocator of any
 // host of the fleet can renew, narrow or release it by the holder's name.
 //
-// It needs a portalloc.Config.Store: on the SQLite store it returns a *portalloc.FieldError
-// for portalloc.Config.Store (wrapping portalloc.ErrInvalidRequest). A band with no port free
+// It needs a portalloc.Config.StoreDSN: on the SQLite store it returns a *portalloc.FieldError
+// for portalloc.Config.StoreDSN (wrapping portalloc.ErrInvalidRequest). A band with no port free
 // on every host is an error wrapping portalloc.ErrRangeExhausted; a refused field of
 // req a *portalloc.FieldError naming it ("FleetRequest.Holder"); a store that
 // failed or did not answer an error wrapping portalloc.ErrStoreUnavailable.

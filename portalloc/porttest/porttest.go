@@ -118,11 +118,11 @@ func allocator(tb testing.TB) *portalloc.Allocator {
 		if err != nil {
 			tb.Fatalf("porttest: %v", err)
 		}
-		if cfg.Store != "" {
+		if cfg.StoreDSN != "" {
 			// A fleet's store is for a fleet's programs, which open it
 			// through portalloc/fleet; a test's ports are this host's.
 			tb.Logf("porttest: %s is set; porttest keeps its ports in this host's store all the same", portalloc.EnvStore)
-			cfg.Store = ""
+			cfg.StoreDSN = ""
 		}
 		if cfg.StateDir == "" {
 			dir, why, err := stateDir()

@@ -76,7 +76,7 @@ type Core[A, R, Q, C any] struct {
 	// OnFleet runs call on the Allocator's fleet store (a store.FleetStore)
 	// within Config.Timeout, for op, and puts its error in portalloc's
 	// words, a refused field named after typ. Without a fleet's store it
-	// fails with a *FieldError for Config.Store.
+	// fails with a *FieldError for Config.StoreDSN.
 	OnFleet func(ctx context.Context, a A, op, typ string, call func(context.Context, store.FleetStore) error) error
 	// Usage returns how many ports Allocate may hand out, and how many of
 	// them have a reservation in the store (package expvarmetrics).
@@ -90,7 +90,7 @@ type Core[A, R, Q, C any] struct {
 	ReleaseHolder     func(ctx context.Context, a A, holder string, f store.Filter) (int, error)
 	ErrHolderNotFound error
 	// NewWithOpener is portalloc.New for a program that can open the
-	// store a Config.Store names, and OpenStoreWith is fleet.OpenStore:
+	// store a Config.StoreDSN names, and OpenStoreWith is fleet.OpenStore:
 	// open opens it, as a tool's when tool is true (no background sweep).
 	// Package fleet hands them its PostgreSQL store.
 	NewWithOpener func(ctx context.Context, cfg C, open func(ctx context.Context, cfg C, tool bool) (store.Store, error)) (A, error)
