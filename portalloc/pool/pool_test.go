@@ -254,27 +254,61 @@ func TestPoolBands(t *testing.T) {
 	}
 }
 
+// TestPoolBadSpec: a refused spec or name is one *FieldError naming the
+// field, in an error with the package's prefix once, and leaves nothing
+// reserved.
 func TestPoolBadSpec(t *testing.T) {
 	a, _, _ := poolRig(t)
-	for _, spec := range []pool.Spec{
-		{Band: "middle"},
-		{Band: "static", Range: portalloc.Range{First: 20000, Last: 20010}},
-		{Size: -1},
-		{Range: portalloc.Range{First: 10, Last: 20}},
-		{MaxUnavailable: "abc"},
-		{Protocol: "sctp"},
-		{Size: 100},
+	for _, tc := range []struct {
+		name  string
+		spec  pool.Spec
+		field string
+	}{
+		{"bad", pool.Spec{Band: "middle"}, "Spec.Band"},
+		{"bad", pool.Spec{Band: "static", Range: portalloc.Range{First: 20000, Last: 20010}}, "Spec.Band"},
+		{"bad", pool.Spec{Size: -1}, "Spec.Size"},
+		{"bad", pool.Spec{Range: portalloc.Range{First: 10, Last: 20}}, "Spec.Range"},
+		{"bad", pool.Spec{Range: portalloc.Range{First: 20, Last: 10}}, "Spec.Range"},
+		{"bad", pool.Spec{MaxUnavailable: "abc"}, "Spec.MaxUnavailable"},
+		{"bad", pool.Spec{Protocol: "sctp"}, "Spec.Protocol"},
+		{"bad", pool.Spec{Size: 100}, "Spec.Size"},
+		{"bad", pool.Spec{Order: "up"}, "Spec.Order"},
+		{"bad", pool.Spec{Prefer: []uint16{3000, 0}}, "Spec.Prefer[1]"},
+		{"bad name", pool.Spec{}, "name"},
 	} {
-		if p, err := pool.New(context.Background(), a, "bad", spec); !errors.Is(err, portalloc.ErrInvalidRequest) {
-			if p != nil {
-				_ = p.Close()
-			}
-			t.Errorf("NewPool(%+v) = %v; want ErrInvalidRequest", spec, err)
+		p, err := pool.New(context.Background(), a, tc.name, tc.spec)
+		if p != nil {
+			_ = p.Close()
+		}
+		if !refused(err, tc.field) {
+			t.Errorf("New(%q, %+v) = %v; want a *FieldError for %s with the prefix once", tc.name, tc.spec, err, tc.field)
 		}
 	}
 	if len(a.Held()) != 0 {
 		t.Errorf("bad specs left reservations: %v", a.Held())
 	}
+	p, _ := newTestPool(t, a, "twice", pool.Spec{Size: 1})
+	if p2, err := pool.New(context.Background(), a, "twice", pool.Spec{Size: 1}); !refused(err, "name") {
+		if p2 != nil {
+			_ = p2.Close()
+		}
+		t.Errorf("New of a name an open pool has = %v; want a *FieldError for name", err)
+	}
+	if err := p.Return(portalloc.Reservation{Protocol: portalloc.TCP, Port: 1}); !refused(err, "Reservation") {
+		t.Errorf("Return of a port the pool never handed out = %v; want a *FieldError for Reservation", err)
+	}
+	if _, err := pool.ParseMaxUnavailable("1.5", 4); !refused(err, "max unavailable") {
+		t.Errorf(`ParseMaxUnavailable("1.5", 4) = %v; want a *FieldError for max unavailable`, err)
+	}
+}
+
+// refused reports whether err refuses field as every call of the package
+// refuses input: one *FieldError with a Want, wrapping ErrInvalidRequest,
+// in a message with the prefix "portalloc: " once.
+func refused(err error, field string) bool {
+	var fe *portalloc.FieldError
+	return errors.As(err, &fe) && fe.Field == field && fe.Want != "" && errors.Is(err, portalloc.ErrInvalidRequest) &&
+		strings.HasPrefix(err.Error(), "portalloc: ") && strings.Count(err.Error(), "portalloc: ") == 1
 }
 
 // TestPoolNeverOverfills: takers that find the pool empty allocate on the
@@ -407,8 +441,8 @@ func TestPoolPreferOrderInvalid(t *testing.T) {
 		want string
 	}{
 		{pool.Spec{Order: "up"}, `Spec.Order "up": want "random" or "lowest"`},
-		{pool.Spec{Prefer: []uint16{3000, 0}}, "Spec.Prefer[1] is 0: want ports from 1 to 65535"},
-		{pool.Spec{Prefer: make([]uint16, portalloc.MaxPrefer+1)}, "Spec.Prefer lists 1025 ports: want at most 1024 (MaxPrefer)"},
+		{pool.Spec{Prefer: []uint16{3000, 0}}, `Spec.Prefer[1] "0": want a port from 1 to 65535`},
+		{pool.Spec{Prefer: make([]uint16, portalloc.MaxPrefer+1)}, `Spec.Prefer "1025 ports": want at most 1024 ports (MaxPrefer)`},
 	} {
 		p, err := pool.New(ctx, a, "bad", tc.spec)
 		if !errors.Is(err, portalloc.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) {
