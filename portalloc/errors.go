@@ -121,16 +121,6 @@ func opError(op string, err error) error {
 	return &OpError{Op: op, Err: err}
 }
 
-// refused returns the *FieldError in err without what wraps it (a prefix
-// checkLabel puts on it), or err when it holds none.
-func refused(err error) error {
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		return fe
-	}
-	return err
-}
-
 // rowErr puts an error of the store's Release or Transfer of r into
 // portalloc's words: one prefix, and a portalloc sentinel to test for.
 func (a *Allocator) rowErr(op string, r Reservation, err error) error {
