@@ -450,7 +450,7 @@ func (p *Pool) giveBack(r portalloc.Reservation) error {
 	m, ok := p.inUse[r]
 	if !ok {
 		p.mu.Unlock()
-		return &portalloc.FieldError{Field: "Reservation", Value: r.String(), Want: fmt.Sprintf("a member of pool %q in use: one Take returned and not returned since", p.name)}
+		return &portalloc.FieldError{Field: "Reservation", Value: r.String(), Want: fmt.Sprintf("a member of pool %q that Take handed out and that is not returned yet", p.name)}
 	}
 	delete(p.inUse, r)
 	keep := !p.closed && len(p.idle)+p.replacing < p.spec.Size

@@ -69,7 +69,7 @@ func (s *Set) Member(group string, index int) (*Member, error) {
 	if n == 0 {
 		return nil, opError(op, &portalloc.FieldError{Field: "group", Value: group, Want: fmt.Sprintf("a group of set %q", s.Name)})
 	}
-	return nil, opError(op, &portalloc.FieldError{Field: "index", Value: strconv.Itoa(index), Want: fmt.Sprintf("0 to %d: group %q has %d members", n-1, group, n)})
+	return nil, opError(op, &portalloc.FieldError{Field: "index", Value: strconv.Itoa(index), Want: fmt.Sprintf("0 to %d, a member of group %q", n-1, group)})
 }
 
 func label(set, group string, member int, port string) string {
