@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,9 @@ import (
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/pool"
+	"github.com/berth-go/berth/portalloc/statedir"
+	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 func TestParseMaxUnavailable(t *testing.T) {
@@ -462,5 +466,54 @@ func TestPoolPreferOrderInvalid(t *testing.T) {
 	}
 	if len(a.Held()) != 2 {
 		t.Errorf("Held() = %v; want the good pool's 2 members", a.Held())
+	}
+}
+
+// TestCloseErrorPrefixedOnce: a member that cannot be released at Close
+// (another tool released its row under the pool) is reported once, with
+// portalloc's prefix once, by Pool.Close and by the Allocator's Close that
+// closes the pool.
+func TestCloseErrorPrefixedOnce(t *testing.T) {
+	ctx := context.Background()
+	base := freeRun(t, 4)
+	for _, tc := range []struct {
+		closer string
+		want   string
+	}{
+		{"Pool.Close", `portalloc: close pool "lost": release `},
+		{"Allocator.Close", `portalloc: close: close pool "lost": release `},
+	} {
+		dir := t.TempDir()
+		a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir,
+			Range: portalloc.Range{First: base, Last: base + 3}, AllowEphemeralOverlap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := pool.New(ctx, a, "lost", pool.Spec{Size: 1})
+		if err != nil {
+			_ = a.Close()
+			t.Fatal(err)
+		}
+		// Another tool releases the member's row, as berth release would.
+		st, err := statestore.Open(ctx, filepath.Join(dir, statedir.DatabaseFile), statestore.Options{SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := p.Idle()[0]
+		if err := st.Release(ctx, store.Key{Protocol: m.Protocol, Addr: m.Address, Port: m.Port}, store.Owner{}); err != nil {
+			t.Fatal(err)
+		}
+		_ = st.Close()
+		if tc.closer == "Pool.Close" {
+			err = p.Close()
+			if aerr := a.Close(); aerr != nil {
+				t.Errorf("Allocator.Close after Pool.Close = %v; want nil", aerr)
+			}
+		} else {
+			err = a.Close()
+		}
+		if !errors.Is(err, portalloc.ErrNotHeld) || !strings.HasPrefix(err.Error(), tc.want) || strings.Count(err.Error(), "portalloc: ") != 1 {
+			t.Errorf("%s with a member's row gone = %v; want ErrNotHeld, starting %q, with the prefix once", tc.closer, err, tc.want)
+		}
 	}
 }
