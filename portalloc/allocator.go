@@ -234,7 +234,7 @@ func (a *Allocator) Config() Config { return a.cfg }
 
 func (a *Allocator) normalize(req Request) (Request, error) {
 	if err := checkLabel(req.Label); err != nil {
-		return Request{}, refused(err)
+		return Request{}, err
 	}
 	switch req.Protocol {
 	case "":

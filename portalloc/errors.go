@@ -87,7 +87,10 @@ type FieldError = store.FieldError
 // OpenStore, OpenStoreWith, ParseRange, ParseRanges and the state
 // directory functions, and of an Allocator's Allocate, Reserve,
 // AllocateBlock, AllocateLease, ReserveLease, Renew, ReleaseHolder,
-// Listen, ListenPacket, Release, Transfer, Reap and Close. Op names the
+// Listen, ListenPacket, Release, Transfer, Reap and Close; and of every
+// public call of the packages over an Allocator (pool, portset, fleet,
+// lease, statedir, expvarmetrics), each of which builds it in one helper
+// of its own ("new pool", `allocate set "dev"`). Op names the
 // call, as a verb ("allocate", "reserve", "listen", "reap", "close") or a
 // verb with what it acted on (`renew the leases of holder "ci/job-1"`), or
 // is empty where Err names it ("release tcp 127.0.0.1:24989: ...") or the
@@ -119,16 +122,6 @@ func opError(op string, err error) error {
 		return nil
 	}
 	return &OpError{Op: op, Err: err}
-}
-
-// refused returns the *FieldError in err without what wraps it (a prefix
-// checkLabel puts on it), or err when it holds none.
-func refused(err error) error {
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		return fe
-	}
-	return err
 }
 
 // rowErr puts an error of the store's Release or Transfer of r into

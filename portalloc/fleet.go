@@ -14,67 +14,45 @@ import (
 // fleetWant says what Config.StoreDSN must be for the fleet-wide calls.
 const fleetWant = "a fleet's PostgreSQL store: fleet-wide reservations are shared by the hosts of a fleet, and the SQLite store has one host"
 
-// fleet returns the Allocator's fleet store, or an error for op: the
-// Allocator is closed, or its store is no store.FleetStore (it has no
+// fleet returns the Allocator's fleet store, or an error: the Allocator
+// is closed, or its store is no store.FleetStore (it has no
 // Config.StoreDSN).
-func (a *Allocator) fleet(op string) (store.FleetStore, error) {
+func (a *Allocator) fleet() (store.FleetStore, error) {
 	if a.isClosed() {
-		return nil, fmt.Errorf("portalloc: %s: %w", op, ErrClosed)
+		return nil, ErrClosed
 	}
 	fs, ok := a.db().(store.FleetStore)
 	if !ok {
-		return nil, fmt.Errorf("portalloc: %s: %w", op, &FieldError{Field: "Config.StoreDSN", Value: dsn.Redact(a.cfg.StoreDSN), Want: fleetWant})
+		return nil, &FieldError{Field: "Config.StoreDSN", Value: dsn.Redact(a.cfg.StoreDSN), Want: fleetWant}
 	}
 	return fs, nil
 }
 
 // onFleet runs call on the fleet's store within Config.Timeout and puts
-// its error in portalloc's words (see fleetErr), a refused field named
-// after typ. Without a fleet's store it fails as fleet does.
-func onFleet[T any](ctx context.Context, a *Allocator, op, typ string, call func(context.Context, store.FleetStore) (T, error)) (T, error) {
-	var zero T
-	fs, err := a.fleet(op)
+// its error in portalloc's words (see fleetErr). Without a fleet's store
+// it fails as fleet does. Its errors have no prefix: package fleet's
+// public calls add it.
+func (a *Allocator) onFleet(ctx context.Context, call func(context.Context, store.FleetStore) error) error {
+	fs, err := a.fleet()
 	if err != nil {
-		return zero, err
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
-	v, err := call(ctx, fs)
-	if err != nil {
-		return zero, a.fleetErr(op, typ, err)
-	}
-	return v, nil
-}
-
-// fleetFields names a fleet store's request fields as portalloc's callers
-// write them, after the type's name.
-var fleetFields = map[string]string{
-	"protocol": "Protocol",
-	"address":  "Addr",
-	"port":     "Port",
-	"band":     "Band",
-	"holder":   "Holder",
-	"label":    "Label",
-	"ttl":      "TTL",
+	return a.fleetErr(call(ctx, fs))
 }
 
 // fleetErr puts an error of a fleet store's call into portalloc's words:
-// a refused field named as the caller wrote it (typ.Field), the prefix
-// once, and portalloc's sentinel to test for. nil stays nil.
-func (a *Allocator) fleetErr(op, typ string, err error) error {
+// portalloc's sentinel to test for, beside the store's. A refused field
+// stays named as the store names the fields of its requests ("holder",
+// "band", "ttl"), as a lease's are. nil stays nil.
+func (a *Allocator) fleetErr(err error) error {
 	var fe *FieldError
 	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &fe):
-		named := *fe
-		// fleet.Renew's ttl is a parameter of its own, not a field.
-		if f, ok := fleetFields[fe.Field]; ok && typ != "" && (fe.Field != "ttl" || typ != "FleetReservation") {
-			named.Field = typ + "." + f
-		}
-		return fmt.Errorf("portalloc: %s: %w", op, &named)
+	case err == nil, errors.As(err, &fe):
+		return err
 	case errors.Is(err, store.ErrClosed) && a.isClosed():
-		return fmt.Errorf("portalloc: %s: %w", op, ErrClosed)
+		return ErrClosed
 	case errors.Is(err, store.ErrNotFound):
 		return &fleetError{err: err, is: ErrNotHeld}
 	case errors.Is(err, store.ErrStorage), errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrTransient), errors.Is(err, store.ErrClosed):
@@ -83,24 +61,19 @@ func (a *Allocator) fleetErr(op, typ string, err error) error {
 	// The store's message starts with what it did ("reserve a fleet-wide
 	// tcp port on ..."); its sentinels (ErrRangeExhausted,
 	// ErrInvalidRequest) are portalloc's.
-	return &fleetError{err: err}
+	return err
 }
 
-// fleetError is an error of a fleet store in portalloc's words: its
-// message with portalloc's prefix, wrapping it and, when set, is.
+// fleetError is an error of a fleet store that wraps a sentinel of
+// portalloc's too: its message is the store's.
 type fleetError struct {
 	err error
 	is  error
 }
 
-func (e *fleetError) Error() string { return "portalloc: " + e.err.Error() }
+func (e *fleetError) Error() string { return e.err.Error() }
 
-func (e *fleetError) Unwrap() []error {
-	if e.is == nil {
-		return []error{e.err}
-	}
-	return []error{e.is, e.err}
-}
+func (e *fleetError) Unwrap() []error { return []error{e.is, e.err} }
 
 // keeper is a store whose losses are of rows, not of the store itself: a
 // fleet's store (store.FleetStore), whose Check reports (pgstore's

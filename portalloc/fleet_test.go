@@ -199,8 +199,8 @@ func TestFleetReservations(t *testing.T) {
 	}
 	_, err = fleet.Reserve(ctx, ctl, fleet.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: ""})
 	var fe *portalloc.FieldError
-	if !errors.As(err, &fe) || fe.Field != "FleetRequest.Holder" || !strings.HasPrefix(err.Error(), "portalloc: reserve fleet-wide: FleetRequest.Holder") {
-		t.Errorf("ReserveFleet without a holder = %v; want a *FieldError for FleetRequest.Holder", err)
+	if !errors.As(err, &fe) || fe.Field != "holder" || !strings.HasPrefix(err.Error(), `portalloc: reserve fleet-wide: holder "": want`) || strings.Count(err.Error(), "portalloc: ") != 1 {
+		t.Errorf("ReserveFleet without a holder = %v; want a *FieldError for holder, prefixed once", err)
 	}
 	if _, err := fleet.Reserve(ctx, ctl, fleet.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: "pod/default/web-1", TTL: time.Hour}); err != nil {
 		t.Fatalf("ReserveFleet of the band's other port = %v", err)
@@ -270,14 +270,15 @@ func TestFleetSet(t *testing.T) {
 
 	bad := req
 	bad.Spec.Groups = []portset.GroupSpec{{Name: "api", Ports: []portset.PortSpec{{Name: "http", Prefer: []uint16{base}}}}}
-	var se *portset.SpecError
-	if _, err := fleet.ReserveSet(ctx, a, bad); !errors.As(err, &se) || se.Field != "groups[0].ports[0].prefer" {
-		t.Errorf("ReserveFleetSet with prefer = %v; want a *SpecError for groups[0].ports[0].prefer", err)
+	var se *portalloc.FieldError
+	if _, err := fleet.ReserveSet(ctx, a, bad); !errors.As(err, &se) || se.Field != "SetSpec" || se.At != "groups[0].ports[0].prefer" ||
+		!strings.HasPrefix(err.Error(), `portalloc: reserve fleet-wide set "shop": SetSpec`) || strings.Count(err.Error(), "portalloc: ") != 1 {
+		t.Errorf("ReserveFleetSet with prefer = %v; want a *FieldError for SetSpec at groups[0].ports[0].prefer, prefixed once", err)
 	}
 	bad = req
 	bad.Holder = ""
 	var fe *portalloc.FieldError
-	if _, err := fleet.ReserveSet(ctx, a, bad); !errors.As(err, &fe) || fe.Field != "FleetSetRequest.Holder" {
-		t.Errorf("ReserveFleetSet without a holder = %v; want a *FieldError for FleetSetRequest.Holder", err)
+	if _, err := fleet.ReserveSet(ctx, a, bad); !errors.As(err, &fe) || fe.Field != "holder" || strings.Count(err.Error(), "portalloc: ") != 1 {
+		t.Errorf("ReserveFleetSet without a holder = %v; want a *FieldError for holder, prefixed once", err)
 	}
 }

@@ -151,7 +151,7 @@ func (a *Allocator) ownRows(ctx context.Context, prefix string) (map[string]Rese
 	rows, err := s.List(ctx, store.Filter{OwnerPID: self.PID})
 	if err != nil {
 		if a.cfg.Mode == ModeStateStore || isTransient(err) {
-			return nil, nil, fmt.Errorf("portalloc: %w: %w", ErrStoreUnavailable, err)
+			return nil, nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 		}
 		return out, nil, nil // the allocations below fall back, and find nothing to reuse
 	}

@@ -2,19 +2,19 @@ package portalloc
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/berth-go/berth/store"
 )
 
 // checkLabel checks Request.Label by the one label rule of package store.
-// The error is a *FieldError naming Request.Label.
+// The error is a *FieldError naming Request.Label, without a prefix: the
+// public call adds it.
 func checkLabel(label string) error {
 	var fe *FieldError
 	if err := store.CheckLabel(label); errors.As(err, &fe) {
 		named := *fe
 		named.Field = "Request.Label"
-		return fmt.Errorf("portalloc: %w", &named)
+		return &named
 	}
 	return nil
 }

@@ -213,7 +213,8 @@ func (a *Allocator) refKeyOf(r Reservation) refKey {
 }
 
 // sharedError is the error of a Transfer of a row other holders of this
-// process still use.
+// process still use: a *FieldError for the Reservation.
 func sharedError(r Reservation, others string) error {
-	return fmt.Errorf("%w: %s is also held in this process by %s; release it there first (a transfer would take it from them)", ErrInvalidRequest, r, others)
+	return &FieldError{Field: "Reservation", Value: r.String(),
+		Want: fmt.Sprintf("a reservation nothing else in this process holds; %s holds it too: release it there first (a transfer would take it from them)", others)}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,11 @@ import (
 	"github.com/berth-go/berth/mru"
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/expvarmetrics"
+	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/portalloc/lease"
+	"github.com/berth-go/berth/portalloc/pool"
+	"github.com/berth-go/berth/portalloc/portset"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -69,6 +74,29 @@ func TestRefusedInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	// A set, another set, and a row held twice, for the calls on them.
+	oneSet := func(name string) *portset.Set {
+		set, err := portset.Allocate(ctx, a, portset.SetSpec{Name: name, Groups: []portset.GroupSpec{{Name: "api", Ports: []portset.PortSpec{{Name: "http"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = set.Release(ctx) })
+		return set
+	}
+	set, other := oneSet("refused"), oneSet("refused-other")
+	twice, err := a.Allocate(ctx, portalloc.Request{Label: "refused/twice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Reserve(ctx, portalloc.Request{Label: "refused/twice"}, twice.Port); err != nil {
+		t.Fatal(err)
+	}
+	p, err := pool.New(ctx, a, "refused", pool.Spec{Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	badSpec := portset.SetSpec{Name: "refused", Groups: []portset.GroupSpec{{Name: "api", Ports: []portset.PortSpec{{Name: "http", Order: "highest"}}}}}
 
 	for _, tc := range []refusal{
 		// Allocate and the calls that share its request checks.
@@ -110,6 +138,38 @@ func TestRefusedInput(t *testing.T) {
 			return a.Release(ctx, portalloc.Reservation{Protocol: portalloc.TCP, Address: held.Address, Port: held.Port, Backend: "nfs"})
 		}},
 		{"Transfer to no process", "pid", true, func() error { return a.Transfer(ctx, held, -1) }},
+		{"Transfer of a row held twice", "Reservation", true, func() error { return a.Transfer(ctx, twice, os.Getpid()) }},
+
+		// Sets, pools, fleet-wide calls and metrics: the packages over an
+		// Allocator.
+		{"ParseSetSpec JSON", "SetSpec", true, func() error { _, err := portset.ParseSetSpec([]byte(`{"name": 1}`)); return err }},
+		{"ParseSetSpec unknown key", "SetSpec", true, func() error { _, err := portset.ParseSetSpec([]byte(`{"nmae": "x"}`)); return err }},
+		{"SetSpec.Validate", "SetSpec", true, badSpec.Validate},
+		{"SetSpec.ValidateOneEnv", "SetSpec", true, badSpec.ValidateOneEnv},
+		{"portset.Allocate", "SetSpec", true, func() error { _, err := portset.Allocate(ctx, a, badSpec); return err }},
+		{"Set.Member group", "group", true, func() error { _, err := set.Member("web", 0); return err }},
+		{"Set.Member index", "index", true, func() error { _, err := set.Member("api", 1); return err }},
+		{"Set.Transfer nil", "m", true, func() error { return set.Transfer(ctx, nil, os.Getpid()) }},
+		{"Set.Transfer another set's member", "m", true, func() error { return set.Transfer(ctx, other.Members()[0], os.Getpid()) }},
+		{"pool.New name", "name", true, func() error { _, err := pool.New(ctx, a, "a pool", pool.Spec{}); return err }},
+		{"pool.New name taken", "name", true, func() error { _, err := pool.New(ctx, a, "refused", pool.Spec{}); return err }},
+		{"pool.New band", "Spec.Band", true, func() error { _, err := pool.New(ctx, a, "band", pool.Spec{Band: "middle"}); return err }},
+		{"pool.New order", "Spec.Order", true, func() error { _, err := pool.New(ctx, a, "order", pool.Spec{Order: "up"}); return err }},
+		{"pool.New prefer", "Spec.Prefer[0]", true, func() error { _, err := pool.New(ctx, a, "prefer", pool.Spec{Prefer: []uint16{0}}); return err }},
+		{"Pool.Update max unavailable", "Spec.MaxUnavailable", true, func() error { return p.Update(pool.Spec{Size: 1, MaxUnavailable: "-1"}) }},
+		{"Pool.Return", "Reservation", true, func() error { return p.Return(held) }},
+		{"pool.ParseMaxUnavailable", "max unavailable", true, func() error { _, err := pool.ParseMaxUnavailable("101%", 4); return err }},
+		{"fleet.Reserve on SQLite", "Config.Store", true, func() error {
+			_, err := fleet.Reserve(ctx, a, fleet.FleetRequest{Protocol: portalloc.TCP, Band: fleet.Band{First: port, Last: port}, Holder: "pod/x"})
+			return err
+		}},
+		{"fleet.ReserveSet spec", "SetSpec", true, func() error {
+			_, err := fleet.ReserveSet(ctx, a, fleet.FleetSetRequest{Spec: badSpec, Band: fleet.Band{First: port, Last: port}, Holder: "pod/x"})
+			return err
+		}},
+		{"fleet.Leases on SQLite", "Config.Store", true, func() error { _, err := fleet.Leases(ctx, a); return err }},
+		{"expvarmetrics.Publish nil", "a", true, func() error { return expvarmetrics.Publish(nil, "refused") }},
+		{"expvarmetrics.Publish empty name", "name", true, func() error { return expvarmetrics.Publish(a, "") }},
 
 		// New with a bad Config, and the other constructors.
 		{"New mode", "Config.Mode", true, func() error { return newWith(portalloc.Config{Mode: "fast"}) }},

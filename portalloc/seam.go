@@ -55,11 +55,8 @@ func init() {
 		Claim:      (*Allocator).claim,
 		Attach:     (*Allocator).attach,
 		Detach:     (*Allocator).detach,
-		OnFleet: func(ctx context.Context, a *Allocator, op, typ string, call func(context.Context, store.FleetStore) error) error {
-			_, err := onFleet(ctx, a, op, typ, func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
-				return struct{}{}, call(ctx, fs)
-			})
-			return err
+		OnFleet: func(ctx context.Context, a *Allocator, call func(context.Context, store.FleetStore) error) error {
+			return a.onFleet(ctx, call)
 		},
 		AllocateLease: func(ctx context.Context, a *Allocator, req Request, l store.Lease) (Reservation, error) {
 			return a.allocateLease(ctx, req, l)

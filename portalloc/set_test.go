@@ -176,9 +176,9 @@ func TestAllocateSetCheckedBeforeStore(t *testing.T) {
 		{Name: "api-http", Ports: []portset.PortSpec{{Name: "web"}, {Name: "admin"}}},
 	}}
 	_, err := portset.Allocate(context.Background(), a, spec)
-	var se *portset.SpecError
-	if !errors.As(err, &se) || se.Field != "groups[1].ports[1].name" {
-		t.Fatalf("AllocateSet = %v; want a SpecError for groups[1].ports[1].name", err)
+	var fe *portalloc.FieldError
+	if !errors.As(err, &fe) || fe.Field != "SetSpec" || fe.At != "groups[1].ports[1].name" {
+		t.Fatalf("AllocateSet = %v; want a *FieldError for SetSpec at groups[1].ports[1].name", err)
 	}
 	for _, want := range []string{`"api"`, `"api-http"`, `"http-admin"`, `"admin"`, "$API_HTTP_ADMIN_PORT", "rename"} {
 		if !strings.Contains(err.Error(), want) {

@@ -3,7 +3,6 @@ package portalloc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 )
 
@@ -120,10 +119,11 @@ func (a *Allocator) Stats() Stats {
 
 // usage returns how many ports Allocate may hand out, and how many of
 // them have a reservation in the store (package expvarmetrics' Usage).
-// In the MRU backend it reports only the ports.
+// In the MRU backend it reports only the ports. Its errors have no
+// prefix: ReadUsage adds it.
 func (a *Allocator) usage(ctx context.Context) (ports, reserved int, err error) {
 	if a.isClosed() {
-		return 0, 0, fmt.Errorf("portalloc: usage: %w", ErrClosed)
+		return 0, 0, ErrClosed
 	}
 	ports = a.set.Len()
 	s := a.db()
@@ -132,7 +132,7 @@ func (a *Allocator) usage(ctx context.Context) (ports, reserved int, err error) 
 	}
 	rows, err := s.ReservedPorts(ctx, a.cfg.Range.First, a.cfg.Range.Last)
 	if err != nil {
-		return 0, 0, fmt.Errorf("portalloc: usage: %w", a.closedErr(err))
+		return 0, 0, a.closedErr(err)
 	}
 	for _, p := range rows {
 		if a.set.Contains(p) {

@@ -79,15 +79,17 @@ func portSpec(values []string, addr netip.Addr, sticky bool) (portset.SetSpec, e
 
 // portFlagErr words what portalloc found wrong with the port of --port s.
 func portFlagErr(s string, err error) error {
-	var se *portset.SpecError
-	if !errors.As(err, &se) {
+	var fe *portalloc.FieldError
+	if !errors.As(err, &fe) || fe.Field != "SetSpec" {
 		return err
 	}
-	switch {
-	case strings.HasSuffix(se.Field, ".name"):
-		return usagef("--port %q: want NAME or NAME:udp; NAME %s", s, se.Reason)
+	// The value alone: --port names where it came from.
+	value := *fe
+	value.Field, value.At = "", ""
+	if strings.HasSuffix(fe.At, ".name") {
+		return usagef("--port %q: want NAME or NAME:udp; NAME %s", s, value.Error())
 	}
-	return usagef("--port %q: %s", s, se.Reason)
+	return usagef("--port %q: %s", s, value.Error())
 }
 
 func (a *app) runCmd() *cobra.Command {
@@ -181,7 +183,7 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		// berth run gives every member's variables to one COMMAND: check
 		// that they fit in one environment before a port is taken.
 		if err := sp.ValidateOneEnv(); err != nil {
-			return usagef("--set %s: %v", f.set, err)
+			return usagef("--set %s: %v", f.set, inSpecWords(err))
 		}
 		if ports != nil {
 			for _, g := range sp.Groups {
@@ -369,7 +371,7 @@ func readSetSpec(path string) (portset.SetSpec, error) {
 	}
 	sp, err := portset.ParseSetSpec(b)
 	if err != nil {
-		return portset.SetSpec{}, usagef("--set %s: %v", path, err)
+		return portset.SetSpec{}, usagef("--set %s: %v", path, inSpecWords(err))
 	}
 	return sp, nil
 }

@@ -8,8 +8,9 @@ import (
 	"github.com/berth-go/berth/portalloc"
 )
 
-// requestFlags names the flag each field of a portalloc.Request (or of the
-// fleet-wide requests) comes from on berth's command line.
+// requestFlags names the flag each field of a portalloc.Request comes
+// from on berth's command line, and each field of a holder's request
+// (lease and fleet-wide), which package store names.
 var requestFlags = map[string]string{
 	"Request.Label":    "--label",
 	"Request.Address":  "--addr",
@@ -19,18 +20,11 @@ var requestFlags = map[string]string{
 	"Config.Store":     "--store",
 	"Config.StoreDSN":  "--store",
 
-	"FleetRequest.Holder":     "--holder",
-	"FleetRequest.Band":       "--band",
-	"FleetRequest.TTL":        "--ttl",
-	"FleetRequest.Label":      "--label",
-	"FleetRequest.Addr":       "--addr",
-	"FleetRequest.Protocol":   "--udp",
-	"FleetSetRequest.Holder":  "--holder",
-	"FleetSetRequest.Band":    "--band",
-	"FleetSetRequest.TTL":     "--ttl",
-	"FleetReservation.Holder": "--holder",
-	"FleetReservation.Addr":   "--addr",
-	"ttl":                     "--ttl",
+	// A holder's requests, as package store names their fields.
+	"holder": "--holder",
+	"band":   "--band",
+	"ttl":    "--ttl",
+	"label":  "--label",
 }
 
 // inUserWords puts an error of portalloc into the words of berth's users:
@@ -89,3 +83,19 @@ type userError struct {
 
 func (e *userError) Error() string { return e.msg }
 func (e *userError) Unwrap() error { return e.err }
+
+// inSpecWords words a refused set spec of --set: where in the spec, the
+// value found there and what is accepted, as `groups[1].ports[0] "PORT":
+// want ...`; the flag and the file lead the line.
+func inSpecWords(err error) error {
+	var fe *portalloc.FieldError
+	if !errors.As(err, &fe) || fe.Field != "SetSpec" {
+		return inUserWords(err)
+	}
+	named := *fe
+	named.Field, named.At = fe.At, ""
+	if named.Field == "" {
+		named.Field = "spec"
+	}
+	return &userError{msg: named.Error(), err: err}
+}

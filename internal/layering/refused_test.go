@@ -14,34 +14,25 @@ import (
 // (store.FieldError), never a message that wraps the sentinel.
 var refusedDirs = []string{"store", "statestore", "pgstore", "mru", "internal/portrange", "portalloc"}
 
-// notYetOneShape are files that still refuse input with a message
-// wrapping the sentinel: the pools, sets, fleet-wide calls and metrics,
-// which are moving to packages of their own. Each goes from this list as
-// it is converted; an entry for a file that no longer exists is ignored.
-var notYetOneShape = map[string]bool{
-	"portalloc/pool.go":                        true,
-	"portalloc/set.go":                         true,
-	"portalloc/setspec.go":                     true,
-	"portalloc/names.go":                       true,
-	"portalloc/refs.go":                        true,
-	"portalloc/manifest.go":                    true,
-	"portalloc/stats.go":                       true,
-	"portalloc/fleet.go":                       true,
-	"portalloc/expvarmetrics/expvarmetrics.go": true,
-}
-
 // TestRefusedInputIsOneShape fails when the code of a package above
 // refuses input with fmt.Errorf("%w: ...", ErrInvalidRequest) (or
 // store.ErrInvalid, statestore.ErrInvalid, portrange.ErrInvalid): such an
 // error names no field for errors.As to find. Refuse with a
 // &store.FieldError{Field, Value, At, Want} instead. It fails too when
-// code of portalloc but errors.go's opError writes portalloc's prefix.
+// code of portalloc or of its packages (pool, portset, fleet...) but
+// portalloc's errors.go writes portalloc's prefix, or writes a prefix of
+// its own package ("pool: "): the prefix is added once, by a
+// *portalloc.OpError at the public call, and each package builds its
+// OpErrors in one helper.
 func TestRefusedInputIsOneShape(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fset := token.NewFileSet()
+	// opErrorAt lists, by package directory, where an OpError is built.
+	opErrorAt := map[string][]string{}
+	seamed := seamedPackages(t, root)
 	for _, dir := range refusedDirs {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -55,19 +46,26 @@ func TestRefusedInputIsOneShape(t *testing.T) {
 			}
 			rel, _ := filepath.Rel(root, path)
 			rel = filepath.ToSlash(rel)
-			if notYetOneShape[rel] {
-				return nil
-			}
 			f, err := parser.ParseFile(fset, path, nil, 0)
 			if err != nil {
 				return err
 			}
-			// portalloc's prefix is put on by opError, at the public call,
-			// and by no code under it.
-			inCore := filepath.ToSlash(filepath.Dir(rel)) == "portalloc" && filepath.Base(rel) != "errors.go"
+			// portalloc's prefix is put on by an OpError at the public
+			// call, and by no code under it; the packages over an
+			// Allocator (those that reach it through its seam) put on
+			// none of their own.
+			pkgDir := filepath.ToSlash(filepath.Dir(rel))
+			overAllocator := pkgDir == "portalloc" || seamed[pkgDir]
+			ownPrefix := f.Name.Name + ": "
 			ast.Inspect(f, func(n ast.Node) bool {
-				if lit, ok := n.(*ast.BasicLit); ok && inCore && lit.Kind == token.STRING && strings.HasPrefix(strings.Trim(lit.Value, "\"`"), "portalloc: ") {
-					t.Errorf("%s: %s: portalloc's prefix is added once, by opError at the public call", fset.Position(lit.Pos()), lit.Value)
+				if lit, ok := n.(*ast.BasicLit); ok && overAllocator && rel != "portalloc/errors.go" && lit.Kind == token.STRING {
+					v := strings.Trim(lit.Value, "\"`")
+					if strings.HasPrefix(v, "portalloc: ") || (pkgDir != "portalloc" && strings.HasPrefix(v, ownPrefix)) {
+						t.Errorf("%s: %s: the prefix is added once, by a *portalloc.OpError at the public call", fset.Position(lit.Pos()), lit.Value)
+					}
+				}
+				if fn, ok := n.(*ast.FuncDecl); ok && overAllocator && buildsOpError(fn) {
+					opErrorAt[pkgDir] = append(opErrorAt[pkgDir], fset.Position(fn.Pos()).String()+" "+fn.Name.Name)
 				}
 				call, ok := n.(*ast.CallExpr)
 				if !ok || !isCall(call, "fmt", "Errorf") {
@@ -87,6 +85,63 @@ func TestRefusedInputIsOneShape(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for dir, at := range opErrorAt {
+		if len(at) > 1 {
+			t.Errorf("%s builds a *portalloc.OpError in %d functions (%s); want one helper, opError, that every public call uses", dir, len(at), strings.Join(at, ", "))
+		}
+	}
+	if len(opErrorAt) < 5 {
+		t.Errorf("OpErrors are built in %d packages (%v); want one helper in portalloc and in each of its packages that refuses input", len(opErrorAt), opErrorAt)
+	}
+}
+
+// seamedPackages returns the directories (relative to root, slashed) of
+// portalloc's packages whose code imports portalloc/internal/seam: the
+// packages over an Allocator.
+func seamedPackages(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(filepath.Join(root, "portalloc"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			if strings.Trim(imp.Path.Value, `"`) == "github.com/berth-go/berth/portalloc/internal/seam" {
+				rel, _ := filepath.Rel(root, filepath.Dir(path))
+				out[filepath.ToSlash(rel)] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// buildsOpError reports whether fn writes an OpError literal,
+// &OpError{...} or &portalloc.OpError{...}.
+func buildsOpError(fn *ast.FuncDecl) bool {
+	found := false
+	ast.Inspect(fn, func(n ast.Node) bool {
+		lit, ok := n.(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		switch t := lit.Type.(type) {
+		case *ast.Ident:
+			found = found || t.Name == "OpError"
+		case *ast.SelectorExpr:
+			found = found || t.Sel.Name == "OpError"
+		}
+		return true
+	})
+	return found
 }
 
 // isCall reports whether call is pkg.fn(...).

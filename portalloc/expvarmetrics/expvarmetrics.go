@@ -11,7 +11,6 @@ package expvarmetrics
 import (
 	"context"
 	"expvar"
-	"fmt"
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
@@ -37,7 +36,7 @@ type Usage struct {
 func ReadUsage(ctx context.Context, a *portalloc.Allocator) (Usage, error) {
 	ports, reserved, err := core.Usage(ctx, a)
 	if err != nil {
-		return Usage{}, err
+		return Usage{}, opError("read usage", err)
 	}
 	return Usage{Ports: ports, Reserved: reserved, Available: ports - reserved}, nil
 }
@@ -79,16 +78,21 @@ const Timeout = 2 * time.Second
 // closed.
 //
 // expvar allows each name once per process and has no way to withdraw one,
-// so Publish returns an error wrapping portalloc.ErrInvalidRequest for a
-// nil Allocator, an empty name, or a name that is already published.
+// so Publish refuses a nil Allocator, an empty name, or a name that is
+// already published with a *portalloc.FieldError for "a" or "name"
+// (wrapping portalloc.ErrInvalidRequest).
 func Publish(a *portalloc.Allocator, name string) error {
+	var refused *portalloc.FieldError
 	switch {
 	case a == nil:
-		return fmt.Errorf("expvarmetrics: %w: Allocator is nil", portalloc.ErrInvalidRequest)
+		refused = &portalloc.FieldError{Field: "a", Value: "nil", Want: "an Allocator"}
 	case name == "":
-		return fmt.Errorf("expvarmetrics: %w: name is empty; want a variable name such as \"berth\"", portalloc.ErrInvalidRequest)
+		refused = &portalloc.FieldError{Field: "name", Value: name, Want: `an expvar variable name such as "berth"; it is empty`}
 	case expvar.Get(name) != nil:
-		return fmt.Errorf("expvarmetrics: %w: expvar name %q is already published; want a name of its own for each Allocator", portalloc.ErrInvalidRequest, name)
+		refused = &portalloc.FieldError{Field: "name", Value: name, Want: "an expvar variable name of its own for each Allocator; it is published already"}
+	}
+	if refused != nil {
+		return opError("publish", refused)
 	}
 	expvar.Publish(name, expvar.Func(func() any {
 		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
@@ -96,4 +100,14 @@ func Publish(a *portalloc.Allocator, name string) error {
 		return Read(ctx, a)
 	}))
 	return nil
+}
+
+// opError is the error of a public call of the package: err in a
+// *portalloc.OpError for op, the one place the package's calls add the
+// prefix. nil stays nil.
+func opError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &portalloc.OpError{Op: op, Err: err}
 }

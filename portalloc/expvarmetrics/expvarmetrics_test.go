@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,16 +32,20 @@ func TestPublish(t *testing.T) {
 		t.Fatalf("Publish(a, %q) = %v; want nil", name, err)
 	}
 	for _, tc := range []struct {
-		what string
-		a    *portalloc.Allocator
-		name string
+		what  string
+		a     *portalloc.Allocator
+		name  string
+		field string
 	}{
-		{"the same name twice", a, name},
-		{"an empty name", a, ""},
-		{"a nil Allocator", nil, name + "_nil"},
+		{"the same name twice", a, name, "name"},
+		{"an empty name", a, "", "name"},
+		{"a nil Allocator", nil, name + "_nil", "a"},
 	} {
-		if err := expvarmetrics.Publish(tc.a, tc.name); !errors.Is(err, portalloc.ErrInvalidRequest) {
-			t.Errorf("Publish with %s = %v; want ErrInvalidRequest", tc.what, err)
+		err := expvarmetrics.Publish(tc.a, tc.name)
+		var fe *portalloc.FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field || fe.Want == "" || !errors.Is(err, portalloc.ErrInvalidRequest) ||
+			!strings.HasPrefix(err.Error(), "portalloc: publish: ") || strings.Count(err.Error(), "portalloc: ") != 1 {
+			t.Errorf("Publish with %s = %v; want a *FieldError for %s, prefixed once", tc.what, err, tc.field)
 		}
 	}
 
@@ -65,7 +70,7 @@ func TestPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	m = expvarmetrics.Metrics{}
-	if err := json.Unmarshal([]byte(expvar.Get(name).String()), &m); err != nil || m.UsageError == "" {
-		t.Errorf("expvar %s after Close = %+v, %v; want a UsageError", name, m, err)
+	if err := json.Unmarshal([]byte(expvar.Get(name).String()), &m); err != nil || m.UsageError != "portalloc: read usage: allocator closed" {
+		t.Errorf("expvar %s after Close = %+v, %v; want the UsageError %q", name, m, err, "portalloc: read usage: allocator closed")
 	}
 }

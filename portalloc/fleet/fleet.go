@@ -36,7 +36,6 @@ package fleet
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/berth-go/berth/internal/dsn"
 	"github.com/berth-go/berth/pgstore"
@@ -64,7 +63,8 @@ func New(ctx context.Context, cfg portalloc.Config) (*portalloc.Allocator, error
 // SQLite store is waited for up to cfg.Timeout. It never falls back: an
 // error is the store's. The caller closes the store.
 func OpenStore(ctx context.Context, cfg portalloc.Config) (store.Store, error) {
-	return core.OpenStoreWith(ctx, cfg, open)
+	s, err := core.OpenStoreWith(ctx, cfg, open)
+	return s, opError("", err)
 }
 
 // open opens the PostgreSQL store cfg.StoreDSN names, as this host
@@ -81,7 +81,7 @@ func open(ctx context.Context, cfg portalloc.Config, tool bool) (store.Store, er
 		if err != nil {
 			want += " (" + err.Error() + ")"
 		}
-		return nil, fmt.Errorf("fleet: open: %w", &portalloc.FieldError{Field: "Config.StoreDSN", Value: dsn.Redact(cfg.StoreDSN), Want: want})
+		return nil, &portalloc.FieldError{Field: "Config.StoreDSN", Value: dsn.Redact(cfg.StoreDSN), Want: want}
 	}
 	po := pgstore.Options{Host: cfg.Host, Logger: cfg.Logger, Timeout: cfg.Timeout}
 	if tool {

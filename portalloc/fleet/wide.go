@@ -2,9 +2,11 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/internal/seam"
 	"github.com/berth-go/berth/portalloc/portset"
@@ -73,10 +75,12 @@ type FleetSetRequest struct {
 // It needs a portalloc.Config.StoreDSN: on the SQLite store it returns a *portalloc.FieldError
 // for portalloc.Config.StoreDSN (wrapping portalloc.ErrInvalidRequest). A band with no port free
 // on every host is an error wrapping portalloc.ErrRangeExhausted; a refused field of
-// req a *portalloc.FieldError naming it ("FleetRequest.Holder"); a store that
-// failed or did not answer an error wrapping portalloc.ErrStoreUnavailable.
+// req a *portalloc.FieldError naming it as package store names the fields
+// of its requests ("holder", "band", "ttl", "label", "address",
+// "protocol"); a store that failed or did not answer an error wrapping
+// portalloc.ErrStoreUnavailable.
 func Reserve(ctx context.Context, a *portalloc.Allocator, req FleetRequest) (FleetReservation, error) {
-	return onFleet(ctx, a, "reserve fleet-wide", "FleetRequest", func(ctx context.Context, fs store.FleetStore) (FleetReservation, error) {
+	return onFleet(ctx, a, "reserve fleet-wide", func(ctx context.Context, fs store.FleetStore) (FleetReservation, error) {
 		return fs.ReserveFleet(ctx, req)
 	})
 }
@@ -91,17 +95,18 @@ func Reserve(ctx context.Context, a *portalloc.Allocator, req FleetRequest) (Fle
 // one by one, as Reserve's.
 //
 // A spec that is not valid, or that asks for what a fleet-wide set does
-// not do, is a *portset.SpecError, checked before anything else (a closed
+// not do, is a *portalloc.FieldError for "SetSpec" (see
+// portset.ParseSetSpec), checked before anything else (a closed
 // Allocator, or one without a fleet store, reports the spec first); the
-// other errors are Reserve's, a refused
-// field named as "FleetSetRequest.Band".
+// other errors are Reserve's: req.Band, req.Holder and req.TTL are
+// refused as the "band", "holder" and "ttl" of each port's request.
 func ReserveSet(ctx context.Context, a *portalloc.Allocator, req FleetSetRequest) ([]FleetReservation, error) {
+	op := fmt.Sprintf("reserve fleet-wide set %s", portrange.Quote(req.Spec.Name))
 	reqs, err := req.Spec.FleetRequests(req.Band, req.Holder, req.TTL)
 	if err != nil {
-		return nil, err
+		return nil, opError(op, err)
 	}
-	op := fmt.Sprintf("reserve fleet-wide set %q", req.Spec.Name)
-	return onFleet(ctx, a, op, "FleetSetRequest", func(ctx context.Context, fs store.FleetStore) ([]FleetReservation, error) {
+	return onFleet(ctx, a, op, func(ctx context.Context, fs store.FleetStore) ([]FleetReservation, error) {
 		return fs.ReserveFleetSet(ctx, reqs)
 	})
 }
@@ -113,7 +118,7 @@ func ReserveSet(ctx context.Context, a *portalloc.Allocator, req FleetSetRequest
 // another holder's, is an error wrapping portalloc.ErrNotHeld: its port may be
 // someone else's now; reserve again.
 func Renew(ctx context.Context, a *portalloc.Allocator, r FleetReservation, ttl time.Duration) error {
-	_, err := onFleet(ctx, a, "renew fleet-wide", "FleetReservation", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
+	_, err := onFleet(ctx, a, "renew fleet-wide", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
 		return struct{}{}, fs.RenewFleet(ctx, r.Key, r.Holder, ttl)
 	})
 	return err
@@ -124,7 +129,7 @@ func Renew(ctx context.Context, a *portalloc.Allocator, r FleetReservation, ttl 
 // pod's finalizer. Another holder's reservation is never touched. One
 // that is gone, or another holder's, is an error wrapping portalloc.ErrNotHeld.
 func Release(ctx context.Context, a *portalloc.Allocator, r FleetReservation) error {
-	_, err := onFleet(ctx, a, "release fleet-wide", "FleetReservation", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
+	_, err := onFleet(ctx, a, "release fleet-wide", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
 		return struct{}{}, fs.ReleaseFleet(ctx, r.Key, r.Holder)
 	})
 	return err
@@ -140,7 +145,7 @@ func Release(ctx context.Context, a *portalloc.Allocator, r FleetReservation) er
 // exist. One that is gone, or another holder's, is an error wrapping
 // portalloc.ErrNotHeld.
 func Narrow(ctx context.Context, a *portalloc.Allocator, r FleetReservation, host string) error {
-	_, err := onFleet(ctx, a, "narrow fleet-wide", "FleetReservation", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
+	_, err := onFleet(ctx, a, "narrow fleet-wide", func(ctx context.Context, fs store.FleetStore) (struct{}, error) {
 		return struct{}{}, fs.NarrowFleet(ctx, r.Key, r.Holder, host)
 	})
 	return err
@@ -152,24 +157,48 @@ func Narrow(ctx context.Context, a *portalloc.Allocator, r FleetReservation, hos
 // Leases that ran out are included until reaped; their Expires, by the
 // server's clock, says so.
 func Leases(ctx context.Context, a *portalloc.Allocator) ([]FleetReservation, error) {
-	return onFleet(ctx, a, "list fleet-wide", "", func(ctx context.Context, fs store.FleetStore) ([]FleetReservation, error) {
+	return onFleet(ctx, a, "list fleet-wide", func(ctx context.Context, fs store.FleetStore) ([]FleetReservation, error) {
 		return fs.Leases(ctx)
 	})
 }
 
 // onFleet runs call on a's fleet store within a's portalloc.Config.Timeout and puts
-// its error in portalloc's words, a refused field named after typ (see
-// package seam).
-func onFleet[T any](ctx context.Context, a *portalloc.Allocator, op, typ string, call func(context.Context, store.FleetStore) (T, error)) (T, error) {
+// its error in portalloc's words (see package seam), with the prefix for
+// op once.
+func onFleet[T any](ctx context.Context, a *portalloc.Allocator, op string, call func(context.Context, store.FleetStore) (T, error)) (T, error) {
 	var v T
-	err := core.OnFleet(ctx, a, op, typ, func(ctx context.Context, fs store.FleetStore) error {
+	err := core.OnFleet(ctx, a, func(ctx context.Context, fs store.FleetStore) error {
 		var err error
 		v, err = call(ctx, fs)
 		return err
 	})
 	if err != nil {
 		var zero T
-		return zero, err
+		return zero, opError(op, err)
 	}
 	return v, nil
+}
+
+// opError is the error of a public call of the package: err in a
+// *portalloc.OpError, the one place the package's calls add the prefix.
+// Its Op is op for refused input and a closed Allocator, and empty for an
+// error of the store, whose message says what it did ("renew the lease
+// of ... on tcp 0.0.0.0:40000: no such reservation"). An error of a
+// public call of package portset (an *OpError already) gets op instead of
+// its own prefix. nil stays nil.
+func opError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		oe *portalloc.OpError
+		fe *portalloc.FieldError
+	)
+	if errors.As(err, &oe) {
+		err = oe.Err // the spec's, from portset: one prefix
+	}
+	if !errors.As(err, &fe) && !errors.Is(err, portalloc.ErrClosed) {
+		op = ""
+	}
+	return &portalloc.OpError{Op: op, Err: err}
 }

@@ -85,13 +85,21 @@ type Spec struct {
 
 // ParseMaxUnavailable returns how many members of a pool of size may be
 // replaced at once: s is an integer or a percentage of size, rounded up;
-// at least 1. The empty string means 25%.
+// at least 1. The empty string means 25%. A refused s is a
+// *portalloc.FieldError for "max unavailable".
 func ParseMaxUnavailable(s string, size int) (int, error) {
+	n, err := parseMaxUnavailable("max unavailable", s, size)
+	return n, opError("", err)
+}
+
+// parseMaxUnavailable is ParseMaxUnavailable of the value of field,
+// without the prefix.
+func parseMaxUnavailable(field, s string, size int) (int, error) {
 	if s == "" {
 		s = "25%"
 	}
 	bad := func() (int, error) {
-		return 0, fmt.Errorf("%w: maxUnavailable %q: want a whole number such as \"3\" or a percentage from 0%% to 100%% such as \"25%%\"", portalloc.ErrInvalidRequest, s)
+		return 0, &portalloc.FieldError{Field: field, Value: s, Want: `a whole number such as "3" or a percentage from 0% to 100% such as "25%"`}
 	}
 	num, pct := strings.CutSuffix(s, "%")
 	for _, c := range num {
@@ -204,15 +212,21 @@ type StepInfo struct {
 // portset). After a's Close, New returns an error wrapping
 // portalloc.ErrClosed.
 func New(ctx context.Context, a *portalloc.Allocator, name string, spec Spec) (*Pool, error) {
-	if err := names.Check("pool name", name); err != nil {
+	p, err := newPool(ctx, a, name, spec)
+	return p, opError("new pool "+names.QuoteShort(name), err)
+}
+
+// newPool is New without the prefix.
+func newPool(ctx context.Context, a *portalloc.Allocator, name string, spec Spec) (*Pool, error) {
+	if err := names.Check("name", name); err != nil {
 		return nil, err
 	}
 	via := fmt.Sprintf("pool %q", name)
 	switch closed, taken := core.Claim(a, via); {
 	case closed:
-		return nil, fmt.Errorf("portalloc: new pool %q: %w", name, portalloc.ErrClosed)
+		return nil, portalloc.ErrClosed
 	case taken:
-		return nil, fmt.Errorf("portalloc: new pool %q: %w: this Allocator has an open pool of that name; close it first or choose another name", name, portalloc.ErrInvalidRequest)
+		return nil, &portalloc.FieldError{Field: "name", Value: name, Want: "a name no open pool of this Allocator has; close that pool first or choose another name"}
 	}
 	p := &Pool{name: name, via: via, a: a, inUse: map[portalloc.Reservation]*member{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
@@ -230,7 +244,7 @@ func New(ctx context.Context, a *portalloc.Allocator, name string, spec Spec) (*
 		}
 	}
 	if !core.Attach(a, via, p.close) {
-		return fail(fmt.Errorf("portalloc: new pool %q: %w", name, portalloc.ErrClosed))
+		return fail(portalloc.ErrClosed)
 	}
 	go p.work() //nolint:contextcheck // the pool outlives New's context; Close stops it
 	return p, nil
@@ -246,40 +260,47 @@ func (p *Pool) releaseIdle(ctx context.Context) {
 	}
 }
 
-// setSpec validates spec and makes it current.
+// setSpec validates spec and makes it current. A refused field is a
+// *portalloc.FieldError for "Spec.<field>".
 func (p *Pool) setSpec(spec Spec) error {
 	if spec.Size == 0 {
 		spec.Size = 4
 	}
 	if spec.Size < 0 {
-		return fmt.Errorf("%w: pool size %d: want 1 or more", portalloc.ErrInvalidRequest, spec.Size)
+		return &portalloc.FieldError{Field: "Spec.Size", Value: strconv.Itoa(spec.Size), Want: "1 or more (zero: 4)"}
 	}
-	// The switch reads the segment under its old name, whichever the
-	// spec set.
 	segment, err := spec.segment()
 	if err != nil {
 		return err
 	}
-	spec.Band = segment
+	field := "Spec.Segment" // the name the caller set, for a refusal
+	if spec.Segment == "" && spec.Band != "" {
+		field = "Spec.Band"
+	}
+	spec.Segment, spec.Band = segment, segment // both names say the same from here on
 	switch static, dynamic := core.Candidates(p.a).Segments(); {
-	case spec.Band != "" && spec.Range != (portalloc.Range{}):
-		return fmt.Errorf("%w: pool spec sets both Range %s and Band %q; want one", portalloc.ErrInvalidRequest, spec.Range, spec.Band)
-	case spec.Band == "static" && static.Size() == 0:
-		return fmt.Errorf("%w: pool band \"static\": the range %s is too small to have one (17 ports or more)", portalloc.ErrInvalidRequest, p.a.Config().Range)
-	case spec.Band == "static":
+	case segment != "" && spec.Range != (portalloc.Range{}):
+		return &portalloc.FieldError{Field: field, Value: segment, Want: fmt.Sprintf("no segment beside a Range (Range is %s): one of them", spec.Range)}
+	case segment == "static" && static.Size() == 0:
+		return &portalloc.FieldError{Field: field, Value: segment, Want: fmt.Sprintf(`"dynamic"; the Allocator's range %s is too small to have a static segment (17 ports or more)`, p.a.Config().Range)}
+	case segment == "static":
 		spec.Range = portalloc.Range(static)
-	case spec.Band == "dynamic":
+	case segment == "dynamic":
 		spec.Range = portalloc.Range(dynamic)
-	case spec.Band != "":
-		return fmt.Errorf("%w: pool band %q: want \"static\" or \"dynamic\"", portalloc.ErrInvalidRequest, spec.Band)
 	case spec.Range == (portalloc.Range{}):
 		spec.Range = p.a.Config().Range
 	}
 	if err := spec.Range.Validate(); err != nil {
-		return fmt.Errorf("%w: pool range: %w", portalloc.ErrInvalidRequest, err)
+		var fe *portalloc.FieldError
+		if errors.As(err, &fe) {
+			named := *fe
+			named.Field = "Spec.Range"
+			return &named
+		}
+		return err
 	}
 	if !p.a.Config().Range.Contains(spec.Range.First) || !p.a.Config().Range.Contains(spec.Range.Last) {
-		return fmt.Errorf("%w: pool range %s: want a range inside the Allocator's %s", portalloc.ErrInvalidRequest, spec.Range, p.a.Config().Range)
+		return &portalloc.FieldError{Field: "Spec.Range", Value: spec.Range.String(), Want: fmt.Sprintf("a range inside the Allocator's %s", p.a.Config().Range)}
 	}
 	if spec.Protocol == "" {
 		spec.Protocol = portalloc.TCP
@@ -289,10 +310,19 @@ func (p *Pool) setSpec(spec Spec) error {
 	}
 	req, err := core.Normalize(p.a, portalloc.Request{Protocol: spec.Protocol, Address: spec.Address})
 	if err != nil {
+		// Request.Protocol and Request.Address are the spec's here.
+		var fe *portalloc.FieldError
+		if errors.As(err, &fe) {
+			named := *fe
+			if f, ok := strings.CutPrefix(fe.Field, "Request."); ok {
+				named.Field = "Spec." + f
+			}
+			return &named
+		}
 		return err
 	}
 	spec.Address = req.Address
-	budget, err := ParseMaxUnavailable(spec.MaxUnavailable, spec.Size)
+	budget, err := parseMaxUnavailable("Spec.MaxUnavailable", spec.MaxUnavailable, spec.Size)
 	if err != nil {
 		return err
 	}
@@ -300,13 +330,13 @@ func (p *Pool) setSpec(spec Spec) error {
 	case spec.Order == "":
 		spec.Order = p.a.Config().Order
 	case spec.Order != portalloc.OrderRandom && spec.Order != portalloc.OrderLowest:
-		return fmt.Errorf("%w: Spec.Order %q: want %q or %q", portalloc.ErrInvalidRequest, spec.Order, portalloc.OrderRandom, portalloc.OrderLowest)
+		return &portalloc.FieldError{Field: "Spec.Order", Value: string(spec.Order), Want: fmt.Sprintf("%q or %q", portalloc.OrderRandom, portalloc.OrderLowest)}
 	}
 	if len(spec.Prefer) > portalloc.MaxPrefer {
-		return fmt.Errorf("%w: Spec.Prefer lists %d ports: want at most %d (MaxPrefer)", portalloc.ErrInvalidRequest, len(spec.Prefer), portalloc.MaxPrefer)
+		return &portalloc.FieldError{Field: "Spec.Prefer", Value: fmt.Sprintf("%d ports", len(spec.Prefer)), Want: fmt.Sprintf("at most %d ports (MaxPrefer)", portalloc.MaxPrefer)}
 	}
 	if i := slices.Index(spec.Prefer, 0); i >= 0 {
-		return fmt.Errorf("%w: Spec.Prefer[%d] is 0: want ports from 1 to 65535", portalloc.ErrInvalidRequest, i)
+		return &portalloc.FieldError{Field: fmt.Sprintf("Spec.Prefer[%d]", i), Value: "0", Want: "a port from 1 to 65535"}
 	}
 	// The pool's own copy, since the caller may reuse its slice; nil when
 	// empty, so that an empty list and none are one revision.
@@ -324,12 +354,12 @@ func (p *Pool) setSpec(spec Spec) error {
 	}
 	set := core.Candidates(p.a).Without(excl...)
 	if set.Len() < spec.Size {
-		return fmt.Errorf("%w: pool of %d in %s, which has %d ports to hand out", portalloc.ErrInvalidRequest, spec.Size, spec.Range, set.Len())
+		return &portalloc.FieldError{Field: "Spec.Size", Value: strconv.Itoa(spec.Size), Want: fmt.Sprintf("at most %d, the ports %s has to hand out", set.Len(), spec.Range)}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return fmt.Errorf("portalloc: update pool %q: %w", p.name, portalloc.ErrClosed)
+		return portalloc.ErrClosed
 	}
 	p.spec, p.set, p.rev, p.budget = spec, set, spec.revision(), budget
 	return nil
@@ -386,10 +416,16 @@ func (p *Pool) refillOne(ctx context.Context) error {
 // Return. Take touches neither the store nor the network; the pool refills
 // in the background. With no idle member it allocates one on the spot.
 func (p *Pool) Take(ctx context.Context) (portalloc.Reservation, error) {
+	r, err := p.take(ctx)
+	return r, opError(fmt.Sprintf("take from pool %q", p.name), err)
+}
+
+// take is Take without the prefix.
+func (p *Pool) take(ctx context.Context) (portalloc.Reservation, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return portalloc.Reservation{}, fmt.Errorf("portalloc: take from pool %q: %w", p.name, portalloc.ErrClosed)
+		return portalloc.Reservation{}, portalloc.ErrClosed
 	}
 	// Prefer members of the current revision, newest last in idle.
 	i := slices.IndexFunc(p.idle, func(m *member) bool { return m.revision == p.rev })
@@ -420,11 +456,16 @@ func (p *Pool) Take(ctx context.Context) (portalloc.Reservation, error) {
 // beyond the pool's size, is released instead of kept; that release waits
 // at most portalloc.Config.Timeout.
 func (p *Pool) Return(r portalloc.Reservation) error {
+	return opError(fmt.Sprintf("return to pool %q", p.name), p.giveBack(r))
+}
+
+// giveBack is Return without the prefix.
+func (p *Pool) giveBack(r portalloc.Reservation) error {
 	p.mu.Lock()
 	m, ok := p.inUse[r]
 	if !ok {
 		p.mu.Unlock()
-		return fmt.Errorf("%w: %s is not a member of pool %q in use", portalloc.ErrInvalidRequest, r, p.name)
+		return &portalloc.FieldError{Field: "Reservation", Value: r.String(), Want: fmt.Sprintf("a member of pool %q that Take handed out and that is not returned yet", p.name)}
 	}
 	delete(p.inUse, r)
 	keep := !p.closed && len(p.idle)+p.replacing < p.spec.Size
@@ -450,11 +491,12 @@ func (p *Pool) Update(spec Spec) error {
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
+	op := fmt.Sprintf("update pool %q", p.name)
 	if closed {
-		return fmt.Errorf("portalloc: update pool %q: %w", p.name, portalloc.ErrClosed)
+		return opError(op, portalloc.ErrClosed)
 	}
 	if err := p.setSpec(spec); err != nil {
-		return err
+		return opError(op, err)
 	}
 	p.nudge()
 	return nil
@@ -677,12 +719,14 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 func (p *Pool) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.a.Config().Timeout)
 	defer cancel()
-	return p.close(ctx)
+	return opError("", p.close(ctx)) // its errors say "close pool <name>"
 }
 
 // close is Close within ctx: it waits for the background work to stop and
 // releases the idle members until ctx is done. A worker still busy then
-// stops on its own, since stopping cancels what it waits for.
+// stops on its own, since stopping cancels what it waits for. Its errors
+// begin "close pool <name>: ", without the package's prefix: the
+// Allocator's Close adds its own.
 func (p *Pool) close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
@@ -710,7 +754,20 @@ func (p *Pool) close(ctx context.Context) error {
 		}
 	}
 	if ctx.Err() != nil {
-		errs = append(errs, fmt.Errorf("portalloc: close pool %q: %w", p.name, ctx.Err()))
+		errs = append(errs, ctx.Err())
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close pool %q: %w", p.name, err)
+	}
+	return nil
+}
+
+// opError is the error of a public call of the package: err in a
+// *portalloc.OpError for op, the one place the package's calls add the
+// prefix. nil stays nil.
+func opError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &portalloc.OpError{Op: op, Err: err}
 }

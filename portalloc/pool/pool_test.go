@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,9 @@ import (
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/pool"
+	"github.com/berth-go/berth/portalloc/statedir"
+	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 func TestParseMaxUnavailable(t *testing.T) {
@@ -283,27 +287,62 @@ func TestPoolSegmentRefused(t *testing.T) {
 	}
 }
 
+// TestPoolBadSpec: a refused spec or name is one *FieldError naming the
+// field, in an error with the package's prefix once, and leaves nothing
+// reserved.
 func TestPoolBadSpec(t *testing.T) {
 	a, _, _ := poolRig(t)
-	for _, spec := range []pool.Spec{
-		{Segment: "middle"},
-		{Segment: "static", Range: portalloc.Range{First: 20000, Last: 20010}},
-		{Size: -1},
-		{Range: portalloc.Range{First: 10, Last: 20}},
-		{MaxUnavailable: "abc"},
-		{Protocol: "sctp"},
-		{Size: 100},
+	for _, tc := range []struct {
+		name  string
+		spec  pool.Spec
+		field string
+	}{
+		{"bad", pool.Spec{Segment: "middle"}, "Spec.Segment"},
+		{"bad", pool.Spec{Segment: "static", Range: portalloc.Range{First: 20000, Last: 20010}}, "Spec.Segment"},
+		{"bad", pool.Spec{Band: "static", Range: portalloc.Range{First: 20000, Last: 20010}}, "Spec.Band"}, //nolint:staticcheck // the deprecated name is still checked
+		{"bad", pool.Spec{Size: -1}, "Spec.Size"},
+		{"bad", pool.Spec{Range: portalloc.Range{First: 10, Last: 20}}, "Spec.Range"},
+		{"bad", pool.Spec{Range: portalloc.Range{First: 20, Last: 10}}, "Spec.Range"},
+		{"bad", pool.Spec{MaxUnavailable: "abc"}, "Spec.MaxUnavailable"},
+		{"bad", pool.Spec{Protocol: "sctp"}, "Spec.Protocol"},
+		{"bad", pool.Spec{Size: 100}, "Spec.Size"},
+		{"bad", pool.Spec{Order: "up"}, "Spec.Order"},
+		{"bad", pool.Spec{Prefer: []uint16{3000, 0}}, "Spec.Prefer[1]"},
+		{"bad name", pool.Spec{}, "name"},
 	} {
-		if p, err := pool.New(context.Background(), a, "bad", spec); !errors.Is(err, portalloc.ErrInvalidRequest) {
-			if p != nil {
-				_ = p.Close()
-			}
-			t.Errorf("NewPool(%+v) = %v; want ErrInvalidRequest", spec, err)
+		p, err := pool.New(context.Background(), a, tc.name, tc.spec)
+		if p != nil {
+			_ = p.Close()
+		}
+		if !refused(err, tc.field) {
+			t.Errorf("New(%q, %+v) = %v; want a *FieldError for %s with the prefix once", tc.name, tc.spec, err, tc.field)
 		}
 	}
 	if len(a.Held()) != 0 {
 		t.Errorf("bad specs left reservations: %v", a.Held())
 	}
+	p, _ := newTestPool(t, a, "twice", pool.Spec{Size: 1})
+	if p2, err := pool.New(context.Background(), a, "twice", pool.Spec{Size: 1}); !refused(err, "name") {
+		if p2 != nil {
+			_ = p2.Close()
+		}
+		t.Errorf("New of a name an open pool has = %v; want a *FieldError for name", err)
+	}
+	if err := p.Return(portalloc.Reservation{Protocol: portalloc.TCP, Port: 1}); !refused(err, "Reservation") {
+		t.Errorf("Return of a port the pool never handed out = %v; want a *FieldError for Reservation", err)
+	}
+	if _, err := pool.ParseMaxUnavailable("1.5", 4); !refused(err, "max unavailable") {
+		t.Errorf(`ParseMaxUnavailable("1.5", 4) = %v; want a *FieldError for max unavailable`, err)
+	}
+}
+
+// refused reports whether err refuses field as every call of the package
+// refuses input: one *FieldError with a Want, wrapping ErrInvalidRequest,
+// in a message with the prefix "portalloc: " once.
+func refused(err error, field string) bool {
+	var fe *portalloc.FieldError
+	return errors.As(err, &fe) && fe.Field == field && fe.Want != "" && errors.Is(err, portalloc.ErrInvalidRequest) &&
+		strings.HasPrefix(err.Error(), "portalloc: ") && strings.Count(err.Error(), "portalloc: ") == 1
 }
 
 // TestPoolNeverOverfills: takers that find the pool empty allocate on the
@@ -436,8 +475,8 @@ func TestPoolPreferOrderInvalid(t *testing.T) {
 		want string
 	}{
 		{pool.Spec{Order: "up"}, `Spec.Order "up": want "random" or "lowest"`},
-		{pool.Spec{Prefer: []uint16{3000, 0}}, "Spec.Prefer[1] is 0: want ports from 1 to 65535"},
-		{pool.Spec{Prefer: make([]uint16, portalloc.MaxPrefer+1)}, "Spec.Prefer lists 1025 ports: want at most 1024 (MaxPrefer)"},
+		{pool.Spec{Prefer: []uint16{3000, 0}}, `Spec.Prefer[1] "0": want a port from 1 to 65535`},
+		{pool.Spec{Prefer: make([]uint16, portalloc.MaxPrefer+1)}, `Spec.Prefer "1025 ports": want at most 1024 ports (MaxPrefer)`},
 	} {
 		p, err := pool.New(ctx, a, "bad", tc.spec)
 		if !errors.Is(err, portalloc.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) {
@@ -457,5 +496,54 @@ func TestPoolPreferOrderInvalid(t *testing.T) {
 	}
 	if len(a.Held()) != 2 {
 		t.Errorf("Held() = %v; want the good pool's 2 members", a.Held())
+	}
+}
+
+// TestCloseErrorPrefixedOnce: a member that cannot be released at Close
+// (another tool released its row under the pool) is reported once, with
+// portalloc's prefix once, by Pool.Close and by the Allocator's Close that
+// closes the pool.
+func TestCloseErrorPrefixedOnce(t *testing.T) {
+	ctx := context.Background()
+	base := freeRun(t, 4)
+	for _, tc := range []struct {
+		closer string
+		want   string
+	}{
+		{"Pool.Close", `portalloc: close pool "lost": release `},
+		{"Allocator.Close", `portalloc: close: close pool "lost": release `},
+	} {
+		dir := t.TempDir()
+		a, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir,
+			Range: portalloc.Range{First: base, Last: base + 3}, AllowEphemeralOverlap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := pool.New(ctx, a, "lost", pool.Spec{Size: 1})
+		if err != nil {
+			_ = a.Close()
+			t.Fatal(err)
+		}
+		// Another tool releases the member's row, as berth release would.
+		st, err := statestore.Open(ctx, filepath.Join(dir, statedir.DatabaseFile), statestore.Options{SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := p.Idle()[0]
+		if err := st.Release(ctx, store.Key{Protocol: m.Protocol, Addr: m.Address, Port: m.Port}, store.Owner{}); err != nil {
+			t.Fatal(err)
+		}
+		_ = st.Close()
+		if tc.closer == "Pool.Close" {
+			err = p.Close()
+			if aerr := a.Close(); aerr != nil {
+				t.Errorf("Allocator.Close after Pool.Close = %v; want nil", aerr)
+			}
+		} else {
+			err = a.Close()
+		}
+		if !errors.Is(err, portalloc.ErrNotHeld) || !strings.HasPrefix(err.Error(), tc.want) || strings.Count(err.Error(), "portalloc: ") != 1 {
+			t.Errorf("%s with a member's row gone = %v; want ErrNotHeld, starting %q, with the prefix once", tc.closer, err, tc.want)
+		}
 	}
 }

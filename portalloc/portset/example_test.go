@@ -83,5 +83,5 @@ func ExampleSetSpec_ValidateOneEnv() {
 	fmt.Println(spec.ValidateOneEnv())
 	// Output:
 	// <nil>
-	// set spec: groups[1].ports[0]: $PORT would be port web.http here and port api.http by groups[0].ports[0]; one environment holds one of them: give them different names
+	// portalloc: SetSpec "PORT" at groups[1].ports[0]: want a variable that stands for one port in one environment; $PORT would be port web.http here and port api.http by groups[0].ports[0]: give them different names
 }

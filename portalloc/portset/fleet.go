@@ -17,8 +17,13 @@ import (
 // Protocol is TCP, its zero Address stays zero (the store takes it as
 // 0.0.0.0). Prefer, Order and Sticky choose among a host's range and are
 // refused, as is a set of more than store.MaxFleetSet ports; errors are
-// *SpecError.
+// ParseSetSpec's.
 func (s SetSpec) FleetRequests(band store.Range, holder string, ttl time.Duration) ([]store.FleetRequest, error) {
+	reqs, err := s.fleetRequests(band, holder, ttl)
+	return reqs, opError("", err)
+}
+
+func (s SetSpec) fleetRequests(band store.Range, holder string, ttl time.Duration) ([]store.FleetRequest, error) {
 	if _, err := s.index(setLimits); err != nil {
 		return nil, err
 	}
@@ -28,11 +33,11 @@ func (s SetSpec) FleetRequests(band store.Range, holder string, ttl time.Duratio
 			field := fmt.Sprintf("groups[%d].ports[%d]", gi, pi)
 			switch {
 			case len(p.Prefer) > 0:
-				return nil, &SpecError{Field: field + ".prefer", Reason: "a fleet-wide set draws its ports from the request's band; prefer is for a host's range"}
+				return nil, refuse(field+".prefer", portList(p.Prefer), "none in a fleet-wide set, which draws its ports from the request's band: prefer is for a host's range")
 			case p.Order != "":
-				return nil, &SpecError{Field: field + ".order", Reason: "a fleet-wide set draws its ports from the request's band; order is for a host's range"}
+				return nil, refuse(field+".order", string(p.Order), "none in a fleet-wide set, which draws its ports from the request's band: order is for a host's range")
 			case p.Sticky:
-				return nil, &SpecError{Field: field + ".sticky", Reason: "a fleet-wide set has no host to remember its ports on; sticky is for a host's range"}
+				return nil, refuse(field+".sticky", "true", "false in a fleet-wide set, which has no host to remember its ports on: sticky is for a host's range")
 			}
 			band := band
 			if p.Port != 0 {
@@ -50,7 +55,7 @@ func (s SetSpec) FleetRequests(band store.Range, holder string, ttl time.Duratio
 				}
 			}
 			if len(reqs) > store.MaxFleetSet {
-				return nil, &SpecError{Field: field, Reason: fmt.Sprintf("the set would reserve more than %d ports fleet-wide (store.MaxFleetSet)", store.MaxFleetSet)}
+				return nil, refuse(field, p.Name, fmt.Sprintf("at most %d ports reserved fleet-wide in a set (store.MaxFleetSet); this port brings them to %d", store.MaxFleetSet, len(reqs)))
 			}
 		}
 	}

@@ -54,8 +54,9 @@ func (m *Member) Env() []string { return append([]string(nil), m.env...) }
 func (s *Set) Members() []*Member { return s.members }
 
 // Member returns member index of group. A group the set does not have, or
-// an index outside 0 to the group's members less one, is an error wrapping
-// portalloc.ErrInvalidRequest that says what the set has; the member is then nil.
+// an index outside 0 to the group's members less one, is a
+// *portalloc.FieldError for "group" or "index" that says what the set
+// has; the member is then nil.
 func (s *Set) Member(group string, index int) (*Member, error) {
 	if m := s.byName[memberKey{group, index}]; m != nil {
 		return m, nil
@@ -64,10 +65,11 @@ func (s *Set) Member(group string, index int) (*Member, error) {
 	for i := 0; s.byName[memberKey{group, i}] != nil; i++ {
 		n = i + 1
 	}
+	op := fmt.Sprintf("get member %d of group %s of set %q", index, names.QuoteShort(group), s.Name)
 	if n == 0 {
-		return nil, fmt.Errorf("portalloc: set %q: %w: no group %s", s.Name, portalloc.ErrInvalidRequest, names.QuoteShort(group))
+		return nil, opError(op, &portalloc.FieldError{Field: "group", Value: group, Want: fmt.Sprintf("a group of set %q", s.Name)})
 	}
-	return nil, fmt.Errorf("portalloc: set %q: %w: group %q has no member %d; want 0 to %d", s.Name, portalloc.ErrInvalidRequest, group, index, n-1)
+	return nil, opError(op, &portalloc.FieldError{Field: "index", Value: strconv.Itoa(index), Want: fmt.Sprintf("0 to %d, a member of group %q", n-1, group)})
 }
 
 func label(set, group string, member int, port string) string {
@@ -86,15 +88,21 @@ func label(set, group string, member int, port string) string {
 // each with a hold of the new Set: a row stays reserved until every Set,
 // Allocator and pool of the process that holds it has released it.
 func Allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, error) {
+	s, err := allocate(ctx, a, spec)
+	return s, opError(fmt.Sprintf("allocate set %s", names.QuoteShort(spec.Name)), err)
+}
+
+// allocate is Allocate without the prefix.
+func allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, error) {
 	if core.Closed(a) {
-		return nil, fmt.Errorf("portalloc: allocate set: %w", portalloc.ErrClosed)
+		return nil, portalloc.ErrClosed
 	}
 	ix, err := spec.index(setLimits)
 	if err != nil {
 		return nil, err
 	}
-	if ix.need > core.Candidates(a).Len() {
-		return nil, &SpecError{Field: "groups", Reason: fmt.Sprintf("the set needs %d ports from the range and %s has %d to hand out", ix.need, a.Config().Range, core.Candidates(a).Len())}
+	if n := core.Candidates(a).Len(); ix.need > n {
+		return nil, refuse("groups", fmt.Sprintf("%d ports", ix.need), fmt.Sprintf("a set that needs at most the %d ports %s has to hand out; it needs %d ports allocated from the range", n, a.Config().Range, ix.need))
 	}
 	existing, existedBefore, err := core.OwnRows(ctx, a, spec.Name+"/")
 	if err != nil {
@@ -139,7 +147,7 @@ func Allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, 
 		for _, h := range taken {
 			_ = core.Release(rctx, a, h.r, via, h.existed) // for logging only: reaping covers a failure
 		}
-		return nil, fmt.Errorf("portalloc: allocate set %q: %w", spec.Name, err)
+		return nil, err
 	}
 	byRef := map[portRef]portalloc.Reservation{}
 	for _, g := range spec.Groups {
@@ -206,6 +214,11 @@ func Allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, 
 func (s *Set) Release(ctx context.Context) error {
 	ctx, cancel := core.ReleaseContext(ctx, s.a)
 	defer cancel()
+	return opError(fmt.Sprintf("release set %q", s.Name), s.release(ctx))
+}
+
+// release is Release within ctx, without the prefix.
+func (s *Set) release(ctx context.Context) error {
 	var errs []error
 	for l, r := range s.held {
 		if err := core.Release(ctx, s.a, r, s.via, false); err != nil && !errors.Is(err, portalloc.ErrNotHeld) && !errors.Is(err, portalloc.ErrClosed) {
@@ -216,7 +229,7 @@ func (s *Set) Release(ctx context.Context) error {
 	if !core.Closed(s.a) {
 		// Ports the set handed to children that have exited.
 		if err := core.ReapHanded(ctx, s.a, s.via); err != nil {
-			errs = append(errs, fmt.Errorf("portalloc: set %q: %w", s.Name, err))
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
@@ -229,15 +242,18 @@ func (s *Set) Release(ctx context.Context) error {
 // a port that something else in this process holds too.
 //
 // m must be a member of s, as Members or Member return it: a nil member or
-// one of another set is refused with an error wrapping portalloc.ErrInvalidRequest,
-// and nothing is transferred.
+// one of another set is refused with a *portalloc.FieldError for "m", and
+// nothing is transferred.
 func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
+	op := fmt.Sprintf("transfer a member of set %q to pid %d", s.Name, pid)
 	switch {
 	case m == nil:
-		return fmt.Errorf("portalloc: set %q: transfer to pid %d: %w: member is nil; want one of the set's Members", s.Name, pid, portalloc.ErrInvalidRequest)
+		return opError(op, &portalloc.FieldError{Field: "m", Value: "nil", Want: "one of the set's Members"})
 	case m.set != s:
-		return fmt.Errorf("portalloc: set %q: transfer %s member %d to pid %d: %w: the member belongs to another set; want one of this set's Members", s.Name, names.QuoteShort(m.Group), m.Index, pid, portalloc.ErrInvalidRequest)
+		return opError(op, &portalloc.FieldError{Field: "m", Value: fmt.Sprintf("member %d of group %s of set %s", m.Index, names.QuoteShort(m.Group), names.QuoteShort(m.set.Name)),
+			Want: fmt.Sprintf("one of the Members of set %q; this one belongs to another set", s.Name)})
 	}
+	op = fmt.Sprintf("transfer member %d of group %q of set %q to pid %d", m.Index, m.Group, s.Name, pid)
 	for name, r := range m.Ports {
 		if m.Scopes[name] != ScopeMember {
 			continue
@@ -246,7 +262,7 @@ func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
 			continue // already handed over
 		}
 		if err := core.Transfer(ctx, s.a, r, pid, s.via); err != nil {
-			return err
+			return opError(op, err)
 		}
 		delete(s.held, r.Label)
 	}
@@ -262,7 +278,7 @@ func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
 func (s *Set) TransferAll(ctx context.Context, pid int) error {
 	for l, r := range s.held {
 		if err := core.Transfer(ctx, s.a, r, pid, s.via); err != nil {
-			return err
+			return opError(fmt.Sprintf("transfer set %q to pid %d", s.Name, pid), err)
 		}
 		delete(s.held, l)
 	}

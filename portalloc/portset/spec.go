@@ -29,6 +29,7 @@ package portset
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -118,17 +119,6 @@ type RefSpec struct {
 	To  string `json:"to"`
 }
 
-// SpecError reports what is wrong with a SetSpec, naming the field.
-type SpecError struct {
-	Field  string // e.g. "groups[1].ports[0].name"
-	Reason string
-}
-
-func (e *SpecError) Error() string { return fmt.Sprintf("set spec: %s: %s", e.Field, e.Reason) }
-
-// Unwrap returns portalloc.ErrInvalidRequest.
-func (e *SpecError) Unwrap() error { return portalloc.ErrInvalidRequest }
-
 // Limits of the names a SetSpec gives, in bytes.
 const (
 	// MaxNameLen is the longest set, group, port or pool name, in bytes.
@@ -148,7 +138,8 @@ const (
 )
 
 // Limits of a SetSpec. ParseSetSpec, Validate and Allocate refuse a
-// spec beyond one of them with a *SpecError that names the limit. They
+// spec beyond one of them with a *portalloc.FieldError that names the
+// limit. They
 // bound the work and memory a spec from a file can cost: parsing and
 // validating take time and memory linear in the spec's size, and an
 // allocated set holds at most MaxSetPorts reservations and MaxSetEnv
@@ -187,23 +178,27 @@ var setLimits = specLimits{
 
 // ParseSetSpec parses and validates a JSON SetSpec of at most
 // MaxSetSpecSize bytes. Unknown fields are errors, so a misspelt key does
-// not pass silently. Errors are *SpecError, which wraps portalloc.ErrInvalidRequest.
+// not pass silently. A refused spec is a *portalloc.FieldError for the
+// Field "SetSpec", At the path into it that went wrong
+// ("groups[1].ports[0].name"), in a *portalloc.OpError; both wrap
+// portalloc.ErrInvalidRequest.
 func ParseSetSpec(data []byte) (SetSpec, error) {
-	return parseSetSpec(data, setLimits)
+	s, err := parseSetSpec(data, setLimits)
+	return s, opError("", err)
 }
 
 func parseSetSpec(data []byte, lim specLimits) (SetSpec, error) {
 	if len(data) > lim.size {
-		return SetSpec{}, &SpecError{Field: "(json)", Reason: fmt.Sprintf("%d bytes; want at most %d (MaxSetSpecSize, 1 MiB)", len(data), lim.size)}
+		return SetSpec{}, refuse("", fmt.Sprintf("%d bytes", len(data)), fmt.Sprintf("a JSON document of at most %d bytes (MaxSetSpecSize, 1 MiB)", lim.size))
 	}
 	var s SetSpec
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return SetSpec{}, &SpecError{Field: "(json)", Reason: err.Error()}
+		return SetSpec{}, refuse(jsonAt(err), string(data), "the JSON of a SetSpec; "+err.Error())
 	}
 	if dec.More() {
-		return SetSpec{}, &SpecError{Field: "(json)", Reason: "more than one JSON value"}
+		return SetSpec{}, refuse(fmt.Sprintf("byte %d", dec.InputOffset()), string(data), "one JSON value; there is more after it")
 	}
 	if _, err := s.index(lim); err != nil {
 		return SetSpec{}, err
@@ -213,10 +208,29 @@ func parseSetSpec(data []byte, lim specLimits) (SetSpec, error) {
 
 // Validate checks the spec on its own, within the limits above;
 // Allocate also checks that the range can hold it. Errors are
-// *SpecError, which wraps portalloc.ErrInvalidRequest.
+// ParseSetSpec's.
 func (s SetSpec) Validate() error {
 	_, err := s.index(setLimits)
-	return err
+	return opError("", err)
+}
+
+// jsonAt says where in a spec's JSON the decoder's err went wrong, as
+// FieldError.At: the key's path for a value of the wrong type, else the
+// byte offset when the decoder tells it.
+func jsonAt(err error) string {
+	var (
+		te *json.UnmarshalTypeError
+		se *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &te) && te.Field != "":
+		return te.Field
+	case errors.As(err, &te):
+		return fmt.Sprintf("byte %d", te.Offset)
+	case errors.As(err, &se):
+		return fmt.Sprintf("byte %d", se.Offset)
+	}
+	return ""
 }
 
 // ValidateOneEnv checks the spec as Validate does, and that the variables
@@ -229,8 +243,12 @@ func (s SetSpec) Validate() error {
 // setting it gives the same port (a group-scoped port, or references to
 // one port from two groups) is fine. A spec whose members each run as a
 // process of their own, with their own Member.Env, needs only Validate.
-// Errors are *SpecError, which wraps portalloc.ErrInvalidRequest.
+// Errors are ParseSetSpec's.
 func (s SetSpec) ValidateOneEnv() error {
+	return opError("", s.validateOneEnv())
+}
+
+func (s SetSpec) validateOneEnv() error {
 	ix, err := s.index(setLimits)
 	if err != nil {
 		return err
@@ -259,7 +277,7 @@ func (s SetSpec) ValidateOneEnv() error {
 			if prev.to == to {
 				return nil
 			}
-			return &SpecError{Field: field, Reason: fmt.Sprintf("$%s would be port %s here and port %s by %s; one environment holds one of them: give them different names", name, show(to), show(prev.to), prev.field)}
+			return refuse(field, name, fmt.Sprintf("a variable that stands for one port in one environment; $%s would be port %s here and port %s by %s: give them different names", name, show(to), show(prev.to), prev.field))
 		}
 		for pi, p := range g.Ports {
 			field := fmt.Sprintf("groups[%d].ports[%d]", gi, pi)
@@ -271,7 +289,7 @@ func (s SetSpec) ValidateOneEnv() error {
 				continue
 			}
 			if n > 1 {
-				return &SpecError{Field: field, Reason: fmt.Sprintf("$%s is port %q of each of the %d members of group %q, a different port for each; one environment holds one of them: make the port group-scoped, or give the group one member", name, p.Name, n, g.Name)}
+				return refuse(field, name, fmt.Sprintf("a variable that stands for one port in one environment; $%s is port %q of each of the %d members of group %q, a different port for each: make the port group-scoped, or give the group one member", name, p.Name, n, g.Name))
 			}
 			if err := check(name, portRef{g.Name, p.Name, 0}, field); err != nil {
 				return err
@@ -328,13 +346,13 @@ type envKey struct {
 // the error returned.
 func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 	if why := names.Problem(s.Name); why != "" {
-		return nil, &SpecError{Field: "name", Reason: nameReason(s.Name, why)}
+		return nil, refuse("name", s.Name, names.Want+"; "+why)
 	}
 	switch {
 	case len(s.Groups) == 0:
-		return nil, &SpecError{Field: "groups", Reason: "empty; want at least one group"}
+		return nil, refuse("groups", "0 groups", "at least one group")
 	case len(s.Groups) > lim.groups:
-		return nil, &SpecError{Field: "groups", Reason: fmt.Sprintf("%d groups; want at most %d (MaxSetGroups)", len(s.Groups), lim.groups)}
+		return nil, refuse("groups", fmt.Sprintf("%d groups", len(s.Groups)), fmt.Sprintf("at most %d groups (MaxSetGroups)", lim.groups))
 	}
 	// Size the tables once (capped: the counts are checked below).
 	nports, nrefs := 0, 0
@@ -364,12 +382,12 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 	useEnv := func(gi, who int, name string, explicit bool) error {
 		if explicit || who < 0 {
 			if why := names.EnvProblem(name); why != "" {
-				return &SpecError{Field: envField(gi, who), Reason: fmt.Sprintf("%s: want %s; %s", names.QuoteShort(name), names.EnvWant, why)}
+				return refuse(envField(gi, who), name, names.EnvWant+"; "+why)
 			}
 		}
 		k := envKey{gi, name}
 		if prev, dup := envs[k]; dup {
-			return &SpecError{Field: envField(gi, who), Reason: fmt.Sprintf("duplicate environment variable %q (also set by %s)", name, envField(gi, prev))}
+			return refuse(envField(gi, who), name, fmt.Sprintf("a variable no other port or ref of the group sets; %s sets it too", envField(gi, prev)))
 		}
 		envs[k] = who
 		return nil
@@ -378,75 +396,78 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 	for gi, g := range s.Groups {
 		gf := func() string { return fmt.Sprintf("groups[%d]", gi) }
 		if why := names.Problem(g.Name); why != "" {
-			return nil, &SpecError{Field: gf() + ".name", Reason: nameReason(g.Name, why)}
+			return nil, refuse(gf()+".name", g.Name, names.Want+"; "+why)
 		}
-		if _, dup := ix.groups[g.Name]; dup {
-			return nil, &SpecError{Field: gf() + ".name", Reason: fmt.Sprintf("duplicate group name %q", g.Name)}
+		if prev, dup := ix.groups[g.Name]; dup {
+			return nil, refuse(gf()+".name", g.Name, fmt.Sprintf("a name no other group of the set has; groups[%d] has it too", prev))
 		}
 		ix.groups[g.Name] = gi
 		switch {
 		case g.Members < 0 || g.Members > lim.members:
-			return nil, &SpecError{Field: gf() + ".members", Reason: fmt.Sprintf("%d; want 1 to %d (MaxGroupMembers; 0 means 1)", g.Members, lim.members)}
+			return nil, refuse(gf()+".members", strconv.Itoa(g.Members), fmt.Sprintf("1 to %d (MaxGroupMembers; 0 means 1)", lim.members))
 		case len(g.Ports) == 0 && len(g.Refs) == 0:
-			return nil, &SpecError{Field: gf() + ".ports", Reason: "empty; want at least one port or ref"}
+			return nil, refuse(gf()+".ports", "0 ports", "at least one port or ref")
 		case len(g.Ports) > lim.groupPorts:
-			return nil, &SpecError{Field: gf() + ".ports", Reason: fmt.Sprintf("%d ports; want at most %d (MaxGroupPorts)", len(g.Ports), lim.groupPorts)}
+			return nil, refuse(gf()+".ports", fmt.Sprintf("%d ports", len(g.Ports)), fmt.Sprintf("at most %d ports (MaxGroupPorts)", lim.groupPorts))
 		case len(g.Refs) > lim.groupRefs:
-			return nil, &SpecError{Field: gf() + ".refs", Reason: fmt.Sprintf("%d refs; want at most %d (MaxGroupRefs)", len(g.Refs), lim.groupRefs)}
+			return nil, refuse(gf()+".refs", fmt.Sprintf("%d refs", len(g.Refs)), fmt.Sprintf("at most %d refs (MaxGroupRefs)", lim.groupRefs))
 		}
 		n := members(g)
 		if env += n * (len(g.Ports) + len(g.Refs)); env > lim.env {
-			return nil, &SpecError{Field: gf(), Reason: fmt.Sprintf("the set's members would have more than %d environment variables together (MaxSetEnv: one per port and ref of a member's group)", lim.env)}
+			return nil, refuse(gf(), fmt.Sprintf("%d members", n), fmt.Sprintf("at most %d environment variables of the set's members together (MaxSetEnv: one per port and ref of a member's group); this group brings them to %d", lim.env, env))
 		}
 		for pi, p := range g.Ports {
 			pf := func() string { return fmt.Sprintf("%s.ports[%d]", gf(), pi) }
 			if why := names.Problem(p.Name); why != "" {
-				return nil, &SpecError{Field: pf() + ".name", Reason: nameReason(p.Name, why)}
+				return nil, refuse(pf()+".name", p.Name, names.Want+"; "+why)
 			}
 			pk := portKey{gi, p.Name}
 			if _, dup := ix.ports[pk]; dup {
-				return nil, &SpecError{Field: pf() + ".name", Reason: fmt.Sprintf("duplicate port name %q in group %q", p.Name, g.Name)}
+				return nil, refuse(pf()+".name", p.Name, fmt.Sprintf("a name no other port of group %q has; ports[%d] has it too", g.Name, ix.ports[pk]))
 			}
 			ix.ports[pk] = pi
 			switch p.Scope {
 			case "", ScopeMember, ScopeGroup:
 			default:
-				return nil, &SpecError{Field: pf() + ".scope", Reason: fmt.Sprintf("%s; want %q or %q", names.QuoteShort(string(p.Scope)), ScopeMember, ScopeGroup)}
+				return nil, refuse(pf()+".scope", string(p.Scope), fmt.Sprintf("%q or %q", ScopeMember, ScopeGroup))
 			}
 			switch p.Protocol {
 			case "", portalloc.TCP, portalloc.UDP:
 			default:
-				return nil, &SpecError{Field: pf() + ".protocol", Reason: fmt.Sprintf("%s; want \"tcp\" or \"udp\"", names.QuoteShort(string(p.Protocol)))}
+				return nil, refuse(pf()+".protocol", string(p.Protocol), `"tcp" or "udp"`)
 			}
 			if p.Address.IsValid() && p.Address.Zone() != "" {
-				return nil, &SpecError{Field: pf() + ".address", Reason: "zoned IPv6 addresses are not supported"}
+				return nil, refuse(pf()+".address", p.Address.String(), "an address without a zone; zoned IPv6 addresses are not supported")
 			}
 			if p.Port != 0 && scopeOf(p) == ScopeMember && n > 1 {
-				return nil, &SpecError{Field: pf() + ".port", Reason: fmt.Sprintf("fixed port %d cannot be member-scoped in a group of %d members (they cannot all have it); make it group-scoped or leave it 0", p.Port, n)}
+				return nil, refuse(pf()+".port", strconv.Itoa(int(p.Port)), fmt.Sprintf("0, or scope %q: a member-scoped port of a group of %d members cannot be fixed (they cannot all have it)", ScopeGroup, n))
 			}
-			if p.Port != 0 && (len(p.Prefer) > 0 || p.Order != "") {
-				return nil, &SpecError{Field: pf() + ".prefer", Reason: "a fixed port is not chosen; prefer and order are for allocated ports"}
+			if p.Port != 0 && len(p.Prefer) > 0 {
+				return nil, refuse(pf()+".prefer", portList(p.Prefer), fmt.Sprintf("none with a fixed port (port %d), which is not chosen: prefer and order are for allocated ports", p.Port))
+			}
+			if p.Port != 0 && p.Order != "" {
+				return nil, refuse(pf()+".order", string(p.Order), fmt.Sprintf("none with a fixed port (port %d), which is not chosen: prefer and order are for allocated ports", p.Port))
 			}
 			if len(p.Prefer) > portalloc.MaxPrefer {
-				return nil, &SpecError{Field: pf() + ".prefer", Reason: fmt.Sprintf("%d ports; want at most %d (MaxPrefer)", len(p.Prefer), portalloc.MaxPrefer)}
+				return nil, refuse(pf()+".prefer", fmt.Sprintf("%d ports", len(p.Prefer)), fmt.Sprintf("at most %d ports (MaxPrefer)", portalloc.MaxPrefer))
 			}
-			if slices.Contains(p.Prefer, 0) {
-				return nil, &SpecError{Field: pf() + ".prefer", Reason: "port 0 is not a port; want ports from 1 to 65535"}
+			if i := slices.Index(p.Prefer, 0); i >= 0 {
+				return nil, refuse(fmt.Sprintf("%s.prefer[%d]", pf(), i), "0", "a port from 1 to 65535")
 			}
 			switch p.Order {
 			case "", portalloc.OrderRandom, portalloc.OrderLowest:
 			default:
-				return nil, &SpecError{Field: pf() + ".order", Reason: fmt.Sprintf("%s; want %q or %q", names.QuoteShort(string(p.Order)), portalloc.OrderRandom, portalloc.OrderLowest)}
+				return nil, refuse(pf()+".order", string(p.Order), fmt.Sprintf("%q or %q", portalloc.OrderRandom, portalloc.OrderLowest))
 			}
 			if p.Sticky && p.Port != 0 {
-				return nil, &SpecError{Field: pf() + ".sticky", Reason: "a fixed port is always the same; sticky is for allocated ports"}
+				return nil, refuse(pf()+".sticky", "true", fmt.Sprintf("false with a fixed port (port %d), which is always the same: sticky is for allocated ports", p.Port))
 			}
 			k := n
 			if scopeOf(p) == ScopeGroup {
 				k = 1
 			}
 			if ports += k; ports > lim.ports {
-				return nil, &SpecError{Field: pf(), Reason: fmt.Sprintf("the set would reserve more than %d ports (MaxSetPorts: a group-scoped port counts once, a member-scoped one once per member)", lim.ports)}
+				return nil, refuse(pf(), p.Name, fmt.Sprintf("at most %d ports in the set (MaxSetPorts: a group-scoped port counts once, a member-scoped one once per member); this port brings them to %d", lim.ports, ports))
 			}
 			if p.Port == 0 {
 				ix.need += k
@@ -458,7 +479,7 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 			if p.Env == "" {
 				if prev, dup := derived[name]; dup && prev.group != gi {
 					pg := &s.Groups[prev.group]
-					return nil, &SpecError{Field: pf() + ".name", Reason: fmt.Sprintf("port %q of group %q and port %q of group %q would both be $%s (a variable is <GROUP>_<PORT>_PORT, with '-' as '_'); rename one of the groups or ports, or set env on one of them", p.Name, g.Name, pg.Ports[ix.ports[prev]].Name, pg.Name, name)}
+					return nil, refuse(pf()+".name", p.Name, fmt.Sprintf("a name whose variable no port of another group makes (a variable is <GROUP>_<PORT>_PORT, with '-' as '_'); port %q of group %q and port %q of group %q would both be $%s: rename one of the groups or ports, or set env on one of them", p.Name, g.Name, pg.Ports[ix.ports[prev]].Name, pg.Name, name))
 				}
 				derived[name] = portKey{gi, p.Name}
 			}
@@ -479,19 +500,14 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 		}
 		ix.refs[gi] = make([]portRef, len(g.Refs))
 		for ri, r := range g.Refs {
-			pr, err := s.resolveRef(ix, r.To)
-			if err != nil {
-				return nil, &SpecError{Field: fmt.Sprintf("groups[%d].refs[%d].to", gi, ri), Reason: err.Error()}
+			pr, want := s.resolveRef(ix, r.To)
+			if want != "" {
+				return nil, refuse(fmt.Sprintf("groups[%d].refs[%d].to", gi, ri), r.To, want)
 			}
 			ix.refs[gi][ri] = pr
 		}
 	}
 	return ix, nil
-}
-
-// nameReason is a SpecError's reason for a refused name.
-func nameReason(name, why string) string {
-	return fmt.Sprintf("%s: want %s; %s", names.QuoteShort(name), names.Want, why)
 }
 
 func members(g GroupSpec) int { return max(g.Members, 1) }
@@ -538,43 +554,47 @@ func (r portRef) String() string {
 }
 
 // resolveRef resolves a reference with ix, in time independent of the
-// size of the set.
-func (s SetSpec) resolveRef(ix *specIndex, to string) (portRef, error) {
+// size of the set. It returns what a reference may be, for
+// FieldError.Want, when to names no port of the set.
+func (s SetSpec) resolveRef(ix *specIndex, to string) (portRef, string) {
 	gname, rest, ok := strings.Cut(to, ".")
 	if !ok {
-		return portRef{}, fmt.Errorf("%s: want \"group.port\" or \"group.member.port\"", names.QuoteShort(to))
+		return portRef{}, refForm
 	}
 	mstr, name, three := strings.Cut(rest, ".")
 	if !three {
 		mstr, name = "", rest
 	} else if strings.Contains(name, ".") {
-		return portRef{}, fmt.Errorf("%s: want \"group.port\" or \"group.member.port\"", names.QuoteShort(to))
+		return portRef{}, refForm
 	}
 	gi, ok := ix.groups[gname]
 	if !ok {
-		return portRef{}, fmt.Errorf("%s: no group %s in the set", names.QuoteShort(to), names.QuoteShort(gname))
+		return portRef{}, refForm + "; the set has no group " + names.QuoteShort(gname)
 	}
 	g := &s.Groups[gi]
 	pi, ok := ix.ports[portKey{gi, name}]
 	if !ok {
-		return portRef{}, fmt.Errorf("%s: group %q has no port %s", names.QuoteShort(to), g.Name, names.QuoteShort(name))
+		return portRef{}, fmt.Sprintf("%s; group %q has no port %s", refForm, g.Name, names.QuoteShort(name))
 	}
 	p := &g.Ports[pi]
 	if !three {
 		switch {
 		case scopeOf(*p) == ScopeGroup:
-			return portRef{g.Name, p.Name, -1}, nil
+			return portRef{g.Name, p.Name, -1}, ""
 		case members(*g) == 1:
-			return portRef{g.Name, p.Name, 0}, nil
+			return portRef{g.Name, p.Name, 0}, ""
 		}
-		return portRef{}, fmt.Errorf("%s: port %q is per member and group %q has %d members; name one, e.g. \"%s.0.%s\"", names.QuoteShort(to), p.Name, g.Name, members(*g), g.Name, p.Name)
+		return portRef{}, fmt.Sprintf("\"group.member.port\" for a port per member, e.g. \"%s.0.%s\"; port %q of group %q is per member and the group has %d members", g.Name, p.Name, p.Name, g.Name, members(*g))
 	}
 	m, err := strconv.Atoi(mstr)
 	if err != nil || m < 0 || m >= members(*g) {
-		return portRef{}, fmt.Errorf("%s: member %s of group %q: want 0 to %d", names.QuoteShort(to), names.QuoteShort(mstr), g.Name, members(*g)-1)
+		return portRef{}, fmt.Sprintf("a member of group %q from 0 to %d; it names member %s", g.Name, members(*g)-1, names.QuoteShort(mstr))
 	}
 	if scopeOf(*p) == ScopeGroup {
-		return portRef{g.Name, p.Name, -1}, nil // the same port for every member
+		return portRef{g.Name, p.Name, -1}, "" // the same port for every member
 	}
-	return portRef{g.Name, p.Name, m}, nil
+	return portRef{g.Name, p.Name, m}, ""
 }
+
+// refForm is what a reference's To may be.
+const refForm = `"group.port" or "group.member.port" naming a port of the set`

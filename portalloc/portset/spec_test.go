@@ -61,27 +61,27 @@ func TestSetSpecValidation(t *testing.T) {
 		{"no set name", portset.SetSpec{Groups: []portset.GroupSpec{group("a", port("p"))}}, "name", "empty"},
 		{"no groups", portset.SetSpec{Name: "s"}, "groups", "at least one group"},
 		{"empty group name", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("", port("p"))}}, "groups[0].name", "empty"},
-		{"duplicate group", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", port("p")), group("a", port("q"))}}, "groups[1].name", "duplicate group"},
+		{"duplicate group", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", port("p")), group("a", port("q"))}}, "groups[1].name", "no other group of the set has; groups[0] has it too"},
 		{"dotted name", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a.b", port("p"))}}, "groups[0].name", "'.'"},
 		{"numeric name", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", port("0"))}}, "groups[0].ports[0].name", "starts with '0'"},
 		{"empty port name", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", port(""))}}, "groups[0].ports[0].name", "empty"},
-		{"duplicate port", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", port("p"), port("p"))}}, "groups[0].ports[1].name", "duplicate port"},
+		{"duplicate port", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", port("p"), port("p"))}}, "groups[0].ports[1].name", "no other port of group \"a\" has"},
 		{"no ports", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a")}}, "groups[0].ports", "at least one"},
 		{"negative members", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: -1, Ports: []portset.PortSpec{port("p")}}}}, "groups[0].members", "want 1 to"},
 		{"unknown scope", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Scope: "cluster"})}}, "groups[0].ports[0].scope", `"cluster"`},
 		{"unknown protocol", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Protocol: "sctp"})}}, "groups[0].ports[0].protocol", `"sctp"`},
-		{"duplicate env", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p"}, portset.PortSpec{Name: "q", Env: "A_P_PORT"})}}, "groups[0].ports[1].env", "duplicate environment variable"},
-		{"env clashes with ref", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: "A_P_PORT", To: "a.p"}}}}}, "groups[0].refs[0].env", "duplicate environment variable"},
+		{"duplicate env", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p"}, portset.PortSpec{Name: "q", Env: "A_P_PORT"})}}, "groups[0].ports[1].env", "no other port or ref of the group sets; groups[0].ports[0].env sets it too"},
+		{"env clashes with ref", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: "A_P_PORT", To: "a.p"}}}}}, "groups[0].refs[0].env", "groups[0].ports[0].env sets it too"},
 		{"bad env name", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Env: "1X"})}}, "groups[0].ports[0].env", "starts with a digit"},
-		{"fixed member port, 2 members", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: 2, Ports: []portset.PortSpec{{Name: "p", Port: 25000}}}}}, "groups[0].ports[0].port", "cannot be member-scoped"},
-		{"prefer with a fixed port", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Port: 25000, Prefer: []uint16{3000}})}}, "groups[0].ports[0].prefer", "a fixed port is not chosen"},
-		{"port 0 preferred", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Prefer: []uint16{3000, 0}})}}, "groups[0].ports[0].prefer", "port 0 is not a port"},
+		{"fixed member port, 2 members", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: 2, Ports: []portset.PortSpec{{Name: "p", Port: 25000}}}}}, "groups[0].ports[0].port", "cannot be fixed"},
+		{"prefer with a fixed port", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Port: 25000, Prefer: []uint16{3000}})}}, "groups[0].ports[0].prefer", "none with a fixed port (port 25000)"},
+		{"port 0 preferred", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Prefer: []uint16{3000, 0}})}}, "groups[0].ports[0].prefer[1]", "want a port from 1 to 65535"},
 		{"too many preferred", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Prefer: make([]uint16, portalloc.MaxPrefer+1)})}}, "groups[0].ports[0].prefer", "MaxPrefer"},
 		{"unknown order", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Order: "highest"})}}, "groups[0].ports[0].order", `"highest"`},
 		{"malformed ref", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: "X", To: "a"}}}}}, "groups[0].refs[0].to", `want "group.port"`},
 		{"dangling group", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: "X", To: "b.p"}}}}}, "groups[0].refs[0].to", `no group "b"`},
 		{"dangling port", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: "X", To: "a.q"}}}}}, "groups[0].refs[0].to", `has no port "q"`},
-		{"dangling member", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: 2, Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: "X", To: "a.2.p"}}}}}, "groups[0].refs[0].to", "want 0 to 1"},
+		{"dangling member", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: 2, Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: "X", To: "a.2.p"}}}}}, "groups[0].refs[0].to", "from 0 to 1"},
 		{"ESC in a set name", portset.SetSpec{Name: "s\x1b[31m", Groups: []portset.GroupSpec{group("a", port("p"))}}, "name", `'\x1b' at byte 1`},
 		{"newline in a group name", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a\nb", port("p"))}}, "groups[0].name", `'\n' at byte 1`},
 		{"NUL in a port name", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", port("p\x00"))}}, "groups[0].ports[0].name", `'\x00' at byte 1`},
@@ -105,9 +105,8 @@ func TestSetSpecValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		err := tt.spec.Validate()
-		var se *portset.SpecError
-		if !errors.As(err, &se) || !errors.Is(err, portalloc.ErrInvalidRequest) || se.Field != tt.field || !strings.Contains(se.Reason, tt.want) {
-			t.Errorf("%s: Validate() = %v; want a SpecError for %s saying %q", tt.name, err, tt.field, tt.want)
+		if !refusedAt(err, tt.field, tt.want) {
+			t.Errorf("%s: Validate() = %v; want a *FieldError for SetSpec at %s saying %q", tt.name, err, tt.field, tt.want)
 		}
 	}
 
@@ -136,7 +135,7 @@ func TestValidateOneEnv(t *testing.T) {
 		{"two groups set PORT", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{
 			g("api", 1, ports(portset.PortSpec{Name: "http", Env: "PORT"})),
 			g("web", 1, ports(portset.PortSpec{Name: "http", Env: "PORT"})),
-		}}, "groups[1].ports[0]", "$PORT would be port web.http here and port api.http by groups[0].ports[0]; one environment holds one of them: give them different names"},
+		}}, "groups[1].ports[0]", "$PORT would be port web.http here and port api.http by groups[0].ports[0]: give them different names"},
 		{"member port of three members", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{
 			g("api", 3, ports(portset.PortSpec{Name: "http"})),
 		}}, "groups[0].ports[0]", `$API_HTTP_PORT is port "http" of each of the 3 members of group "api"`},
@@ -164,9 +163,8 @@ func TestValidateOneEnv(t *testing.T) {
 			}
 			continue
 		}
-		var se *portset.SpecError
-		if !errors.As(err, &se) || !errors.Is(err, portalloc.ErrInvalidRequest) || se.Field != tt.field || !strings.Contains(se.Reason, tt.want) {
-			t.Errorf("%s: ValidateOneEnv() = %v; want a SpecError for %s saying %q", tt.name, err, tt.field, tt.want)
+		if !refusedAt(err, tt.field, tt.want) {
+			t.Errorf("%s: ValidateOneEnv() = %v; want a *FieldError for SetSpec at %s saying %q", tt.name, err, tt.field, tt.want)
 		}
 		if strings.Contains(err.Error(), "one member") != strings.Contains(tt.name, "members") {
 			t.Errorf("%s: ValidateOneEnv() = %v; advice to give the group one member only fits a group of several", tt.name, err)
@@ -297,4 +295,15 @@ func apiWebSpec() portset.SetSpec {
 			{Env: "API_PRIMARY_HTTP", To: "api.0.http"},
 		}},
 	}}
+}
+
+// refusedAt reports whether err is a refused spec as every call of the
+// package returns one: a *portalloc.FieldError for SetSpec at the path at,
+// with a Want, wrapping portalloc.ErrInvalidRequest, whose message has
+// the package's prefix once and says want.
+func refusedAt(err error, at, want string) bool {
+	var fe *portalloc.FieldError
+	return errors.As(err, &fe) && fe.Field == "SetSpec" && fe.At == at && fe.Want != "" &&
+		errors.Is(err, portalloc.ErrInvalidRequest) && strings.Count(err.Error(), "portalloc: ") == 1 &&
+		strings.HasPrefix(err.Error(), "portalloc: ") && strings.Contains(err.Error(), want)
 }

@@ -41,10 +41,10 @@ func Problem(name string) string {
 var Want = fmt.Sprintf("1 to %d ASCII letters, digits, '_' or '-', starting with a letter, such as \"api\" or \"http-admin\"", MaxLen)
 
 // Check checks a name outside a SetSpec (a pool's); field names it.
-// The error wraps store.ErrInvalid.
+// The error is a *store.FieldError for field.
 func Check(field, name string) error {
 	if why := Problem(name); why != "" {
-		return fmt.Errorf("portalloc: %w: %s %s: want %s; %s", store.ErrInvalid, field, QuoteShort(name), Want, why)
+		return &store.FieldError{Field: field, Value: name, Want: Want + "; " + why}
 	}
 	return nil
 }

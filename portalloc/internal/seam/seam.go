@@ -74,10 +74,12 @@ type Core[A, R, Q, C any] struct {
 	// Detach frees a claimed or attached name.
 	Detach func(a A, name string)
 	// OnFleet runs call on the Allocator's fleet store (a store.FleetStore)
-	// within Config.Timeout, for op, and puts its error in portalloc's
-	// words, a refused field named after typ. Without a fleet's store it
-	// fails with a *FieldError for Config.StoreDSN.
-	OnFleet func(ctx context.Context, a A, op, typ string, call func(context.Context, store.FleetStore) error) error
+	// within Config.Timeout and puts its error in portalloc's words,
+	// without the prefix: a closed Allocator is ErrClosed, a store's
+	// failure wraps ErrStoreUnavailable and a row that is not there
+	// ErrNotHeld. Without a fleet's store it fails with a *FieldError for
+	// Config.StoreDSN.
+	OnFleet func(ctx context.Context, a A, call func(context.Context, store.FleetStore) error) error
 	// Usage returns how many ports Allocate may hand out, and how many of
 	// them have a reservation in the store (package expvarmetrics).
 	Usage func(ctx context.Context, a A) (ports, reserved int, err error)

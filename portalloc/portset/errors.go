@@ -1,0 +1,45 @@
+package portset
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/berth-go/berth/portalloc"
+)
+
+// SpecError reports what is wrong with a SetSpec.
+//
+// Deprecated: SpecError is portalloc.FieldError, the one shape of refused
+// input: Field is "SetSpec", At the path into the spec that went wrong
+// ("groups[1].ports[0].name", what SpecError.Field held), Value the value
+// found there and Want what is accepted (what SpecError.Reason said). Use
+// errors.As with a *portalloc.FieldError.
+type SpecError = portalloc.FieldError
+
+// specField is the Field of every refused spec: At says where in it.
+const specField = "SetSpec"
+
+// refuse is the error of the value of a spec at the path at, with what is
+// accepted there.
+func refuse(at, value, want string) error {
+	return &portalloc.FieldError{Field: specField, Value: value, At: at, Want: want}
+}
+
+// portList writes ports as a spec's JSON list would hold them: "3000,3001".
+func portList(ports []uint16) string {
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ",")
+}
+
+// opError is the error of a public call of the package: err in a
+// *portalloc.OpError for op, the one place the package's calls add the
+// prefix. nil stays nil.
+func opError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &portalloc.OpError{Op: op, Err: err}
+}
