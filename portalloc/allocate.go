@@ -17,7 +17,7 @@ func probeKey(k store.Key) (bool, error) {
 }
 
 // Allocate reserves a free port of the configured range for req and returns
-// it. The port has been bind-probed on req.Address. It returns an error
+// it. The port has been bind-probed on req.Addr. It returns an error
 // wrapping ErrRangeExhausted when no port is free, and a *FieldError
 // wrapping ErrInvalidRequest for a field of req it refuses.
 func (a *Allocator) Allocate(ctx context.Context, req Request) (r Reservation, err error) {
@@ -36,7 +36,7 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (r Reservation, e
 
 func probeFunc(req Request) func(uint16) (bool, error) {
 	return func(p uint16) (bool, error) {
-		return probe.Available(string(req.Protocol), req.Address, p)
+		return probe.Available(string(req.Protocol), req.Addr, p)
 	}
 }
 
@@ -67,7 +67,7 @@ func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.S
 		next, sticky := a.candidates(ctx, s, req, set)
 		row, err := s.Scan(ctx, store.ScanRequest{
 			Protocol: req.Protocol,
-			Addr:     req.Address,
+			Addr:     req.Addr,
 			Label:    req.Label,
 			Next:     next,
 			Probe:    func(k store.Key) (bool, error) { return bindable(k.Port) },
@@ -76,7 +76,7 @@ func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.S
 			return Reservation{}, err
 		}
 		a.remember(ctx, s, req, sticky, row.Port)
-		r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
+		r := Reservation{Protocol: req.Protocol, Addr: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
 		if !a.holdNew(ctx, s, r, via) {
 			return Reservation{}, ErrClosed
 		}
@@ -133,7 +133,7 @@ func (a *Allocator) holdNew(ctx context.Context, s store.Store, r Reservation, v
 
 // storeKey is r's key in the state store.
 func storeKey(r Reservation) store.Key {
-	return store.Key{Protocol: r.Protocol, Addr: r.Address, Port: r.Port}
+	return store.Key{Protocol: r.Protocol, Addr: r.Addr, Port: r.Port}
 }
 
 // allocateMRU allocates from the MRU file, skipping every port the state
@@ -153,14 +153,14 @@ func (a *Allocator) allocateMRU(ctx context.Context, req Request, set *portrange
 			if !ok {
 				return p, ok
 			}
-			if len(held.Holders(store.Key{Protocol: req.Protocol, Addr: req.Address, Port: p})) == 0 && !own.conflicts(p, req.Address) {
+			if len(held.Holders(store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: p})) == 0 && !own.conflicts(p, req.Addr) {
 				return p, ok
 			}
 		}
 	}
 	port, err := a.mru.Allocate(ctx, mru.Request{
 		Protocol: string(req.Protocol),
-		Addr:     req.Address,
+		Addr:     req.Addr,
 		Next:     next,
 		Probe: func(p uint16) (bool, error) {
 			free, err := bindable(p)
@@ -183,7 +183,7 @@ func (a *Allocator) holdMRU(req Request, port uint16, readable bool) (Reservatio
 	if !readable {
 		a.ctr.blind.Add(1)
 	}
-	r := Reservation{Protocol: req.Protocol, Address: req.Address, Port: port, Label: req.Label, Backend: BackendMRU}
+	r := Reservation{Protocol: req.Protocol, Addr: req.Addr, Port: port, Label: req.Label, Backend: BackendMRU}
 	if !a.hold(r) {
 		return Reservation{}, ErrClosed
 	}

@@ -243,14 +243,14 @@ func (a *Allocator) normalize(req Request) (Request, error) {
 	default:
 		return Request{}, &FieldError{Field: "Request.Protocol", Value: string(req.Protocol), Want: `"tcp" or "udp"`}
 	}
-	if !req.Address.IsValid() {
-		req.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if !req.Addr.IsValid() {
+		req.Addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
-	addr, err := netaddr.Normalize(req.Address)
+	addr, err := netaddr.Normalize(req.Addr)
 	if err != nil {
-		return Request{}, &FieldError{Field: "Request.Address", Value: req.Address.String(), Want: "an IPv4 or IPv6 address without a zone, such as 127.0.0.1, ::1, 0.0.0.0 or ::"}
+		return Request{}, &FieldError{Field: "Request.Addr", Value: req.Addr.String(), Want: "an IPv4 or IPv6 address without a zone, such as 127.0.0.1, ::1, 0.0.0.0 or ::"}
 	}
-	req.Address = addr
+	req.Addr = addr
 	switch {
 	case req.Order == "":
 		req.Order = a.cfg.Order

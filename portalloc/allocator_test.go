@@ -73,7 +73,7 @@ func TestConcurrentAllocate(t *testing.T) {
 		if !allocRange.Contains(r.Port) || r.Backend != portalloc.BackendStateStore {
 			t.Errorf("reservation %+v; want a state-store port in %v", r, allocRange)
 		}
-		_ = listen(t, r.Address, r.Port).Close()
+		_ = listen(t, r.Addr, r.Port).Close()
 	}
 }
 
@@ -136,7 +136,7 @@ func TestWildcardsThroughAPI(t *testing.T) {
 	pid := holdInWorker(t, dir, any4, port).cmd.Process.Pid
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir})
 	for _, addr := range []netip.Addr{lo4, any6, lo6, any4} {
-		_, err := a.Reserve(context.Background(), portalloc.Request{Address: addr}, port)
+		_, err := a.Reserve(context.Background(), portalloc.Request{Addr: addr}, port)
 		var ce *portalloc.ConflictError
 		if !errors.Is(err, portalloc.ErrPortHeld) || !errors.As(err, &ce) {
 			t.Fatalf("Reserve(%s:%d) = %v; want ErrPortHeld", addr, port, err)
@@ -154,7 +154,7 @@ func TestWildcardsThroughAPI(t *testing.T) {
 		other = freeRun(t, 1)
 	}
 	holdInWorker(t, dir, lo4, other)
-	if _, err := a.Reserve(context.Background(), portalloc.Request{Address: lo6}, other); err != nil {
+	if _, err := a.Reserve(context.Background(), portalloc.Request{Addr: lo6}, other); err != nil {
 		if strings.Contains(err.Error(), "cannot assign") || strings.Contains(err.Error(), "want an address of this host") {
 			t.Skipf("no IPv6 loopback on this host: %v", err)
 		}
@@ -165,7 +165,7 @@ func TestWildcardsThroughAPI(t *testing.T) {
 // TestOwnWildcardMessage: the holder is this process itself.
 func TestOwnWildcardMessage(t *testing.T) {
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
-	r, err := a.Allocate(context.Background(), portalloc.Request{Address: any4, Label: "proxy"})
+	r, err := a.Allocate(context.Background(), portalloc.Request{Addr: any4, Label: "proxy"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestOwnWildcardMessage(t *testing.T) {
 		t.Errorf("error %q does not say the holder is this process's own wildcard", err)
 	}
 	// The exact same key again is not a conflict: it is the same reservation.
-	again, err := a.Reserve(context.Background(), portalloc.Request{Address: any4}, r.Port)
+	again, err := a.Reserve(context.Background(), portalloc.Request{Addr: any4}, r.Port)
 	if err != nil || again.Port != r.Port {
 		t.Errorf("Reserve of own exact key = %+v, %v; want it back", again, err)
 	}
@@ -221,7 +221,7 @@ func TestFallback(t *testing.T) {
 			t.Errorf("Allocate = %+v; want a fresh port from mru", r)
 		}
 		seen[r.Port] = true
-		_ = listen(t, r.Address, r.Port).Close()
+		_ = listen(t, r.Addr, r.Port).Close()
 	}
 	mu.Lock()
 	n := 0
@@ -274,7 +274,7 @@ func TestCloseReleases(t *testing.T) {
 	// exact keys would just return a's rows. The wildcard of each port
 	// conflicts with any row left on it, whoever owns it.
 	b := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: dir})
-	if _, err := b.Reserve(ctx, portalloc.Request{Address: any4}, rs[0].Port); !errors.Is(err, portalloc.ErrPortHeld) {
+	if _, err := b.Reserve(ctx, portalloc.Request{Addr: any4}, rs[0].Port); !errors.Is(err, portalloc.ErrPortHeld) {
 		t.Fatalf("Reserve of a held port = %v; want ErrPortHeld", err)
 	}
 	if err := a.Close(); err != nil {
@@ -284,7 +284,7 @@ func TestCloseReleases(t *testing.T) {
 		t.Errorf("second Close = %v", err)
 	}
 	for _, r := range rs {
-		if _, err := b.Reserve(ctx, portalloc.Request{Protocol: r.Protocol, Address: any4}, r.Port); err != nil {
+		if _, err := b.Reserve(ctx, portalloc.Request{Protocol: r.Protocol, Addr: any4}, r.Port); err != nil {
 			t.Errorf("Reserve(%s) after the holder closed = %v", r, err)
 		}
 	}
@@ -369,7 +369,7 @@ func TestBadInput(t *testing.T) {
 		err  error
 		want string
 	}{"Reserve(0)", err, `port "0"`})
-	_, err = a.Allocate(ctx, portalloc.Request{Address: netip.MustParseAddr("fe80::1%lo")})
+	_, err = a.Allocate(ctx, portalloc.Request{Addr: netip.MustParseAddr("fe80::1%lo")})
 	checks = append(checks, struct {
 		name string
 		err  error
@@ -381,12 +381,12 @@ func TestBadInput(t *testing.T) {
 		err  error
 		want string
 	}{"sctp", err, `"tcp" or "udp"`})
-	_, err = a.Allocate(ctx, portalloc.Request{Address: netip.MustParseAddr("192.0.2.1")})
+	_, err = a.Allocate(ctx, portalloc.Request{Addr: netip.MustParseAddr("192.0.2.1")})
 	checks = append(checks, struct {
 		name string
 		err  error
 		want string
-	}{"foreign address", err, `Request.Address "192.0.2.1": want an address of this host`})
+	}{"foreign address", err, `Request.Addr "192.0.2.1": want an address of this host`})
 	for _, c := range checks {
 		if !errors.Is(c.err, portalloc.ErrInvalidRequest) || !strings.Contains(c.err.Error(), c.want) {
 			t.Errorf("%s: error = %v; want ErrInvalidRequest saying %q", c.name, c.err, c.want)

@@ -60,7 +60,7 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 		a.repairMu.RLock() // from the insert to the hold (see repairMu)
 		rows, err := s.ScanBlock(ctx, store.ScanRequest{
 			Protocol: req.Protocol,
-			Addr:     req.Address,
+			Addr:     req.Addr,
 			Label:    req.Label,
 			Next:     whole,
 			Probe:    func(k store.Key) (bool, error) { return probe(k.Port) },
@@ -78,7 +78,7 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) (rs [
 			}
 		}
 		if errors.Is(err, store.ErrExhausted) {
-			return nil, fmt.Errorf("block of %d %s ports on %s in %s: %w", n, req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
+			return nil, fmt.Errorf("block of %d %s ports on %s in %s: %w", n, req.Protocol, req.Addr, a.cfg.Range, ErrRangeExhausted)
 		}
 		if serr := a.storeErr(ctx, err, req); serr != nil {
 			return nil, serr
@@ -106,7 +106,7 @@ func (a *Allocator) blockInSet(base uint16, n int) bool {
 func (a *Allocator) holdBlock(ctx context.Context, s store.Store, req Request, rows []store.Reservation) ([]Reservation, error) {
 	rs := make([]Reservation, len(rows))
 	for i, row := range rows {
-		rs[i] = Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
+		rs[i] = Reservation{Protocol: req.Protocol, Addr: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
 	}
 	for i, r := range rs {
 		if !a.holdNew(ctx, s, r, "") {

@@ -151,7 +151,7 @@ func (a *Allocator) storeErr(ctx context.Context, err error, req Request) error 
 	case errors.As(err, &ce):
 		return ce
 	case errors.Is(err, store.ErrExhausted):
-		return fmt.Errorf("%s on %s in %s: %w", req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
+		return fmt.Errorf("%s on %s in %s: %w", req.Protocol, req.Addr, a.cfg.Range, ErrRangeExhausted)
 	case errors.Is(ctx.Err(), context.Canceled):
 		return ctx.Err() // the caller gave up
 	case ctx.Err() != nil && !isTransient(err):
@@ -201,7 +201,7 @@ func transientErr(err error) error {
 func (a *Allocator) mruErr(ctx context.Context, err error, req Request) error {
 	switch {
 	case errors.Is(err, mru.ErrExhausted):
-		return fmt.Errorf("%s on %s in %s: %w", req.Protocol, req.Address, a.cfg.Range, ErrRangeExhausted)
+		return fmt.Errorf("%s on %s in %s: %w", req.Protocol, req.Addr, a.cfg.Range, ErrRangeExhausted)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	default:
@@ -215,7 +215,7 @@ func (a *Allocator) mruErr(ctx context.Context, err error, req Request) error {
 func (a *Allocator) probeErr(err error, req Request) error {
 	if errors.Is(err, syscall.EADDRNOTAVAIL) {
 		// The system's error stays wrapped: errors.Is(err, EADDRNOTAVAIL).
-		return fmt.Errorf("%w: %w", &FieldError{Field: "Request.Address", Value: req.Address.String(), Want: "an address of this host (or 0.0.0.0 or ::)"}, err)
+		return fmt.Errorf("%w: %w", &FieldError{Field: "Request.Addr", Value: req.Addr.String(), Want: "an address of this host (or 0.0.0.0 or ::)"}, err)
 	}
 	if short := transient.Wrap(err); short != nil && !errors.Is(err, ErrTransient) {
 		err = short

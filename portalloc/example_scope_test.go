@@ -125,8 +125,8 @@ func ExampleLivePorts() {
 
 func ExampleWriteEnv() {
 	ports := []portalloc.LivePort{
-		{Var: "API_HTTP_PORT", Port: 23456, Address: netip.MustParseAddr("127.0.0.1")},
-		{Var: "WEB_PORT", Port: 24567, Address: netip.MustParseAddr("127.0.0.1")},
+		{Var: "API_HTTP_PORT", Port: 23456, Addr: netip.MustParseAddr("127.0.0.1")},
+		{Var: "WEB_PORT", Port: 24567, Addr: netip.MustParseAddr("127.0.0.1")},
 	}
 	for _, f := range []portalloc.EnvFormat{portalloc.EnvShell, portalloc.EnvDotenv, portalloc.EnvJSON} {
 		if err := portalloc.WriteEnv(os.Stdout, ports, f); err != nil {

@@ -79,7 +79,7 @@ func ExampleAllocator_Reserve() {
 	defer a.Close()
 
 	any4 := netip.MustParseAddr("0.0.0.0")
-	if _, err := a.Reserve(ctx, portalloc.Request{Address: any4, Label: "proxy"}, 28080); err != nil {
+	if _, err := a.Reserve(ctx, portalloc.Request{Addr: any4, Label: "proxy"}, 28080); err != nil {
 		fmt.Println(err)
 		return
 	}

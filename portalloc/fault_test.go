@@ -108,7 +108,7 @@ func (rig *faultRig) expect(tb testing.TB, want string) {
 		if err != nil || r.Backend != portalloc.BackendMRU {
 			tb.Fatalf("fallback Allocate = %+v, %v; want a port from the MRU file", r, err)
 		}
-		_ = listen(tb, r.Address, r.Port).Close()
+		_ = listen(tb, r.Addr, r.Port).Close()
 	}
 	if n := rig.log.count("state store unavailable"); n != 1 {
 		tb.Errorf("the fallback was logged %d times; want once", n)

@@ -235,7 +235,7 @@ func (a *Allocator) redo(ctx context.Context, s store.Store, have map[store.Key]
 			}
 			continue
 		}
-		r := Reservation{Protocol: k.Protocol, Address: k.Addr, Port: k.Port, Backend: BackendStateStore}
+		r := Reservation{Protocol: k.Protocol, Addr: k.Addr, Port: k.Port, Backend: BackendStateStore}
 		rk := a.refKeyOf(r)
 		// A grant or a release of the key may hold its turn and wait for
 		// this comparison (repairMu): take the turn only briefly, and

@@ -27,7 +27,7 @@ type holding struct {
 	n int
 }
 
-func keyOf(r Reservation) heldKey { return heldKey{r.Backend, r.Protocol, r.Address, r.Port} }
+func keyOf(r Reservation) heldKey { return heldKey{r.Backend, r.Protocol, r.Addr, r.Port} }
 
 // hold records one more hold of r by the Allocator. It returns false when
 // the Allocator has been closed meanwhile.
@@ -43,7 +43,7 @@ func (a *Allocator) hold(r Reservation) bool {
 	} else {
 		a.held[k] = &holding{r: r, n: 1}
 	}
-	a.log.V(1).Info("reserved port", "protocol", string(r.Protocol), "address", r.Address.String(), "port", r.Port, "label", r.Label, "backend", r.Backend)
+	a.log.V(1).Info("reserved port", "protocol", string(r.Protocol), "address", r.Addr.String(), "port", r.Port, "label", r.Label, "backend", r.Backend)
 	return true
 }
 
@@ -160,7 +160,7 @@ func (a *Allocator) ownRows(ctx context.Context, prefix string) (map[string]Rese
 		if !r.Owner.Same(self) {
 			continue
 		}
-		res := Reservation{Protocol: r.Protocol, Address: r.Addr, Port: r.Port, Label: r.Label, Backend: BackendStateStore}
+		res := Reservation{Protocol: r.Protocol, Addr: r.Addr, Port: r.Port, Label: r.Label, Backend: BackendStateStore}
 		before[keyOf(res)] = true
 		if strings.HasPrefix(r.Label, prefix) {
 			out[r.Label] = res

@@ -27,7 +27,7 @@ func (a *Allocator) allocateLease(ctx context.Context, req Request, l store.Leas
 		next, sticky := a.candidates(ctx, s, req, a.set)
 		row, err := ls.ScanLease(ctx, store.ScanRequest{
 			Protocol: req.Protocol,
-			Addr:     req.Address,
+			Addr:     req.Addr,
 			Label:    req.Label,
 			Next:     next,
 			Probe:    probeKey,
@@ -47,7 +47,7 @@ func (a *Allocator) reserveLease(ctx context.Context, req Request, port uint16, 
 		return Reservation{}, &FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535 (lease.Allocate chooses a free one)"}
 	}
 	return a.lease(ctx, req, l, func(ctx context.Context, _ store.Store, ls store.LeaseStore, req Request) (store.Reservation, error) {
-		key := store.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
+		key := store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: port}
 		return ls.ReserveLease(ctx, store.Request{Key: key, Label: req.Label, Kind: store.Static, Probe: probeKey}, l)
 	})
 }
@@ -62,7 +62,7 @@ func (a *Allocator) lease(ctx context.Context, req Request, l store.Lease, op fu
 		return Reservation{}, err
 	}
 	defer cancel()
-	what := fmt.Sprintf("lease a %s port on %s for holder %q", req.Protocol, req.Address, l.Holder)
+	what := fmt.Sprintf("lease a %s port on %s for holder %q", req.Protocol, req.Addr, l.Holder)
 	s, ls, err := a.leaseStore(ctx)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("%s: %w", what, err)
@@ -78,9 +78,9 @@ func (a *Allocator) lease(ctx context.Context, req Request, l store.Lease, op fu
 		}
 		return Reservation{}, fmt.Errorf("%s: %w", what, a.leaseErr(err))
 	}
-	r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: row.Label,
+	r := Reservation{Protocol: req.Protocol, Addr: row.Addr, Port: row.Port, Label: row.Label,
 		Backend: BackendStateStore, Holder: l.Holder, Expires: row.Expires}
-	a.log.V(1).Info("leased port", "protocol", string(r.Protocol), "address", r.Address.String(), "port", r.Port, "holder", r.Holder, "ttl", l.TTL.String())
+	a.log.V(1).Info("leased port", "protocol", string(r.Protocol), "address", r.Addr.String(), "port", r.Port, "holder", r.Holder, "ttl", l.TTL.String())
 	return r, nil
 }
 

@@ -69,7 +69,7 @@ func (a *Allocator) allocateBound(ctx context.Context, req Request, bind func(ne
 	}
 	defer cancel()
 	return a.allocate(ctx, req, a.set, func(p uint16) (bool, error) {
-		return bind(netip.AddrPortFrom(req.Address, p))
+		return bind(netip.AddrPortFrom(req.Addr, p))
 	}, "")
 }
 

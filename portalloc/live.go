@@ -28,7 +28,7 @@ type LivePort struct {
 	// Var is the environment variable the port goes by: EnvVar(Label).
 	Var      string
 	Protocol Protocol
-	Address  netip.Addr
+	Addr  netip.Addr
 	Port     uint16
 	// OwnerPID is the process that holds the port; 0 for a named holder
 	// under a lease, which Holder names.
@@ -46,7 +46,7 @@ func live(ctx context.Context, r store.Reservation) bool {
 }
 
 func livePort(r store.Reservation, label, scope string) LivePort {
-	lp := LivePort{Label: label, Scope: scope, Var: EnvVar(label), Protocol: r.Protocol, Address: r.Addr, Port: r.Port, Created: r.Created}
+	lp := LivePort{Label: label, Scope: scope, Var: EnvVar(label), Protocol: r.Protocol, Addr: r.Addr, Port: r.Port, Created: r.Created}
 	if r.Owner.IsLease() {
 		lp.Holder = r.Owner.Name
 	} else {

@@ -62,7 +62,7 @@ func runWorker(mode string) error {
 		defer a.Close()
 		port, _ := strconv.Atoi(os.Getenv("BERTH_TEST_PORT"))
 		addr := netip.MustParseAddr(os.Getenv("BERTH_TEST_ADDR"))
-		if _, err := a.Reserve(ctx, portalloc.Request{Address: addr, Label: "worker"}, uint16(port)); err != nil {
+		if _, err := a.Reserve(ctx, portalloc.Request{Addr: addr, Label: "worker"}, uint16(port)); err != nil {
 			return err
 		}
 		fmt.Println("ready")

@@ -185,7 +185,7 @@ func TestMisuse(t *testing.T) {
 	// What the refused transfers would have moved is still this process's.
 	for _, m := range []*portset.Member{one.Members()[0], twoMember} {
 		r := m.Ports["http"]
-		if got, err := a.Reserve(ctx, portalloc.Request{Address: r.Address}, r.Port); err != nil || got.Port != r.Port {
+		if got, err := a.Reserve(ctx, portalloc.Request{Addr: r.Addr}, r.Port); err != nil || got.Port != r.Port {
 			t.Errorf("Reserve(%d) after the refused transfers = %v, %v; want this process's reservation back", r.Port, got, err)
 		} else {
 			_ = a.Release(ctx, got)
@@ -193,7 +193,7 @@ func TestMisuse(t *testing.T) {
 	}
 	// Close released what the closed Allocator held: another one can have it.
 	b := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: c.Config().StateDir})
-	if r, err := b.Reserve(ctx, portalloc.Request{Address: netip.MustParseAddr("127.0.0.1")}, cr.Port); err != nil {
+	if r, err := b.Reserve(ctx, portalloc.Request{Addr: netip.MustParseAddr("127.0.0.1")}, cr.Port); err != nil {
 		t.Errorf("Reserve(%d) after Close = %v; want the port free", cr.Port, err)
 	} else {
 		_ = b.Release(ctx, r)

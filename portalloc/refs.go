@@ -209,7 +209,7 @@ func canonicalDB(path string) string {
 
 // refKeyOf is the row of r in a's store.
 func (a *Allocator) refKeyOf(r Reservation) refKey {
-	return refKey{store: a.dbKey, protocol: r.Protocol, addr: r.Address, port: r.Port}
+	return refKey{store: a.dbKey, protocol: r.Protocol, addr: r.Addr, port: r.Port}
 }
 
 // sharedError is the error of a Transfer of a row other holders of this

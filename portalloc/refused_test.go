@@ -101,13 +101,13 @@ func TestRefusedInput(t *testing.T) {
 	for _, tc := range []refusal{
 		// Allocate and the calls that share its request checks.
 		{"Allocate protocol", "Request.Protocol", true, req(portalloc.Request{Protocol: "sctp"})},
-		{"Allocate zoned address", "Request.Address", true, req(portalloc.Request{Address: netip.MustParseAddr("fe80::1%eth0")})},
+		{"Allocate zoned address", "Request.Addr", true, req(portalloc.Request{Addr: netip.MustParseAddr("fe80::1%eth0")})},
 		{"Allocate order", "Request.Order", true, req(portalloc.Request{Order: "highest"})},
 		{"Allocate too many preferred", "Request.Prefer", true, req(portalloc.Request{Prefer: tooMany})},
 		{"Allocate preferred 0", "Request.Prefer[1]", true, req(portalloc.Request{Prefer: []uint16{port, 0}})},
 		{"Allocate label", "Request.Label", true, req(portalloc.Request{Label: "x\x1b]0;t\a"})},
 		{"Allocate sticky without label", "Request.Label", true, req(portalloc.Request{Sticky: true})},
-		{"Allocate foreign address", "Request.Address", true, req(portalloc.Request{Address: netip.MustParseAddr("192.0.2.7")})},
+		{"Allocate foreign address", "Request.Addr", true, req(portalloc.Request{Addr: netip.MustParseAddr("192.0.2.7")})},
 		{"Reserve port 0", "port", true, func() error { _, err := a.Reserve(ctx, portalloc.Request{}, 0); return err }},
 		{"Reserve protocol", "Request.Protocol", true, func() error { _, err := a.Reserve(ctx, portalloc.Request{Protocol: "x"}, port); return err }},
 		{"AllocateBlock of 0", "n", true, func() error { _, err := a.AllocateBlock(ctx, portalloc.Request{}, 0); return err }},
@@ -135,7 +135,7 @@ func TestRefusedInput(t *testing.T) {
 			return err
 		}},
 		{"Release backend", "Reservation.Backend", true, func() error {
-			return a.Release(ctx, portalloc.Reservation{Protocol: portalloc.TCP, Address: held.Address, Port: held.Port, Backend: "nfs"})
+			return a.Release(ctx, portalloc.Reservation{Protocol: portalloc.TCP, Addr: held.Addr, Port: held.Port, Backend: "nfs"})
 		}},
 		{"Transfer to no process", "pid", true, func() error { return a.Transfer(ctx, held, -1) }},
 		{"Transfer of a row held twice", "Reservation", true, func() error { return a.Transfer(ctx, twice, os.Getpid()) }},

@@ -47,8 +47,8 @@ func (a *Allocator) reserve(ctx context.Context, req Request, port uint16, via s
 // reserveStore reserves in the state store. done is false when the store
 // failed and the Allocator fell back.
 func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, via string) (Reservation, bool, error) {
-	key := store.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
-	rk := refKey{store: a.dbKey, protocol: req.Protocol, addr: req.Address, port: port}
+	key := store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: port}
+	rk := refKey{store: a.dbKey, protocol: req.Protocol, addr: req.Addr, port: port}
 	// The key's turn keeps a release by another holder of the process from
 	// deleting the row between the store returning it and the hold below.
 	e, err := refs.lock(ctx, rk)
@@ -61,7 +61,7 @@ func (a *Allocator) reserveStore(ctx context.Context, req Request, port uint16, 
 		if err != nil {
 			return Reservation{}, err
 		}
-		r := Reservation{Protocol: req.Protocol, Address: row.Addr, Port: row.Port, Label: row.Label, Backend: BackendStateStore}
+		r := Reservation{Protocol: req.Protocol, Addr: row.Addr, Port: row.Port, Label: row.Label, Backend: BackendStateStore}
 		refs.add(e, a, via)
 		if !a.hold(r) {
 			if _, left := refs.drop(e, a, via); left == 0 {
@@ -81,7 +81,7 @@ func (a *Allocator) reserveMRU(ctx context.Context, req Request, port uint16) (R
 	if err != nil {
 		return Reservation{}, err
 	}
-	key := store.Key{Protocol: req.Protocol, Addr: req.Address, Port: port}
+	key := store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: port}
 	if holders := held.Holders(key); len(holders) > 0 {
 		self, _ := statestore.Self() // without it no holder is this process
 		for _, h := range holders {
@@ -90,7 +90,7 @@ func (a *Allocator) reserveMRU(ctx context.Context, req Request, port uint16) (R
 			}
 		}
 	}
-	free, err := probe.Available(string(req.Protocol), req.Address, port)
+	free, err := probe.Available(string(req.Protocol), req.Addr, port)
 	if err != nil {
 		return Reservation{}, a.probeErr(err, req)
 	}

@@ -85,7 +85,7 @@ func TestAllocateSet(t *testing.T) {
 	// Every port was bind-probed and is bindable now.
 	for _, m := range set.Members() {
 		for _, r := range m.Ports {
-			_ = listen(t, r.Address, r.Port).Close()
+			_ = listen(t, r.Addr, r.Port).Close()
 		}
 	}
 	man, _ := json.Marshal(set.Manifest())

@@ -43,7 +43,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			if _, err := a.Reserve(ctx, portalloc.Request{Address: lo4, Label: "other"}, uint16(p)); err != nil {
+			if _, err := a.Reserve(ctx, portalloc.Request{Addr: lo4, Label: "other"}, uint16(p)); err != nil {
 				return err
 			}
 		}

@@ -33,7 +33,7 @@ func tryReserve(ctx context.Context) error {
 	}
 	defer a.Close()
 	port, _ := strconv.Atoi(os.Getenv("BERTH_TEST_PORT"))
-	_, err = a.Reserve(ctx, portalloc.Request{Address: netip.MustParseAddr("127.0.0.1"), Label: "try"}, uint16(port))
+	_, err = a.Reserve(ctx, portalloc.Request{Addr: netip.MustParseAddr("127.0.0.1"), Label: "try"}, uint16(port))
 	var ce *portalloc.ConflictError
 	switch {
 	case err == nil:

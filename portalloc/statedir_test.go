@@ -166,7 +166,7 @@ func TestTakeOverWithLiveHolder(t *testing.T) {
 	if got := b.Config().StateDir; got != newDir {
 		t.Errorf("StateDir = %s; want %s", got, newDir)
 	}
-	_, err = b.Reserve(ctx, portalloc.Request{Address: lo4}, port)
+	_, err = b.Reserve(ctx, portalloc.Request{Addr: lo4}, port)
 	var ce *portalloc.ConflictError
 	pid := holder.cmd.Process.Pid
 	if !errors.As(err, &ce) || ce.Holder.Owner.PID != pid || !strings.Contains(err.Error(), "held by pid "+strconv.Itoa(pid)) {
@@ -188,7 +188,7 @@ func TestTakeOverWithLiveHolder(t *testing.T) {
 	// The Allocator open on the old directory across the move can no
 	// longer write there; it falls back to its MRU file, which still
 	// keeps clear of the ports the moved store holds.
-	_, err = c.Reserve(ctx, portalloc.Request{Address: lo4}, port)
+	_, err = c.Reserve(ctx, portalloc.Request{Addr: lo4}, port)
 	if !errors.Is(err, portalloc.ErrPortHeld) {
 		t.Errorf("Reserve(127.0.0.1:%d) by an Allocator on the old directory after the move = %v; want ErrPortHeld", port, err)
 	}
@@ -232,7 +232,7 @@ func TestTakeOverSixAtOnce(t *testing.T) {
 	}
 	defer b.Close()
 	var ce *portalloc.ConflictError
-	if _, err := b.Reserve(context.Background(), portalloc.Request{Address: lo4}, port); !errors.As(err, &ce) || ce.Holder.Owner.PID != holder.cmd.Process.Pid {
+	if _, err := b.Reserve(context.Background(), portalloc.Request{Addr: lo4}, port); !errors.As(err, &ce) || ce.Holder.Owner.PID != holder.cmd.Process.Pid {
 		t.Errorf("Reserve(127.0.0.1:%d) after six took over = %v; want a conflict with pid %d", port, err, holder.cmd.Process.Pid)
 	}
 }
@@ -325,7 +325,7 @@ func TestExplicitStateDirTakesNothingOver(t *testing.T) {
 	if _, ok, _ := statestore.ReadMoved(filepath.Join(oldDir, statedir.DatabaseFile)); ok {
 		t.Errorf("an explicit StateDir took over the store at %s", oldDir)
 	}
-	if _, err := a.Reserve(ctx, portalloc.Request{Address: r.Address}, r.Port); err != nil {
+	if _, err := a.Reserve(ctx, portalloc.Request{Addr: r.Addr}, r.Port); err != nil {
 		t.Errorf("the old store's own Reserve of its port = %v; want it still served there", err)
 	}
 }

@@ -117,7 +117,7 @@ func (f *grantFlags) request() (portalloc.Request, error) {
 	if err != nil {
 		return portalloc.Request{}, err
 	}
-	req := portalloc.Request{Protocol: portalloc.TCP, Address: addr, Label: f.label, Sticky: f.sticky, AllowOSReserved: f.allowRes}
+	req := portalloc.Request{Protocol: portalloc.TCP, Addr: addr, Label: f.label, Sticky: f.sticky, AllowOSReserved: f.allowRes}
 	if f.udp {
 		req.Protocol = portalloc.UDP
 	}
@@ -153,7 +153,7 @@ func (a *app) printPorts(asJSON bool, rs []portalloc.Reservation, own statestore
 	if asJSON {
 		out := make([]portJSON, len(rs))
 		for i, r := range rs {
-			out[i] = portJSON{string(r.Protocol), r.Address.String(), r.Port, r.Label, r.Backend, own.PID}
+			out[i] = portJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, r.Backend, own.PID}
 		}
 		return a.writeJSON(out)
 	}
@@ -308,9 +308,9 @@ the owner holds already is not an error.`,
 		defer a.fallbackHint(al)
 		r, err := al.Reserve(ctx, req, port)
 		var ce *portalloc.ConflictError
-		if errors.As(err, &ce) && ce.Holder.Owner.PID == own.PID && ce.Holder.Addr == req.Address {
+		if errors.As(err, &ce) && ce.Holder.Owner.PID == own.PID && ce.Holder.Addr == req.Addr {
 			// The owner holds exactly this already: reserving again is a no-op.
-			return a.printPorts(f.json, []portalloc.Reservation{{Protocol: req.Protocol, Address: req.Address, Port: port, Label: ce.Holder.Label, Backend: portalloc.BackendStateStore}}, own)
+			return a.printPorts(f.json, []portalloc.Reservation{{Protocol: req.Protocol, Addr: req.Addr, Port: port, Label: ce.Holder.Label, Backend: portalloc.BackendStateStore}}, own)
 		}
 		if errors.As(err, &ce) && ce.Holder.Owner.PID == os.Getppid() {
 			return fmt.Errorf("%w; it is held by the shell that ran berth: to give it to pid %d, run 'berth transfer %d --to %d'", err, own.PID, port, own.PID)

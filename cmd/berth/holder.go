@@ -86,7 +86,7 @@ func (a *app) printLeases(asJSON bool, rs []portalloc.Reservation) error {
 	if asJSON {
 		out := make([]holderPortJSON, len(rs))
 		for i, r := range rs {
-			out[i] = holderPortJSON{string(r.Protocol), r.Address.String(), r.Port, r.Label, r.Backend, r.Holder, r.Expires.UTC().Round(time.Second)}
+			out[i] = holderPortJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, r.Backend, r.Holder, r.Expires.UTC().Round(time.Second)}
 		}
 		return a.writeJSON(out)
 	}

@@ -50,7 +50,7 @@ func portSpec(values []string, addr netip.Addr, sticky bool) (portset.SetSpec, e
 	seen := map[string]string{} // --port value by variable
 	for _, s := range values {
 		name, proto, hasProto := strings.Cut(s, ":")
-		p := portset.PortSpec{Name: name, Scope: portset.ScopeGroup, Protocol: portalloc.TCP, Address: addr, Sticky: sticky,
+		p := portset.PortSpec{Name: name, Scope: portset.ScopeGroup, Protocol: portalloc.TCP, Addr: addr, Sticky: sticky,
 			Env: strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_PORT"}
 		switch {
 		case !hasProto, proto == "tcp":

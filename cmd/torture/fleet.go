@@ -153,7 +153,7 @@ func (w *fleetWorker) grant(ctx context.Context) {
 	for i, ns := range w.hosts {
 		var sock io.Closer
 		err := ns.Do(func() (err error) {
-			sock, err = bind(portalloc.Reservation{Protocol: r.Protocol, Address: r.Addr, Port: r.Port})
+			sock, err = bind(portalloc.Reservation{Protocol: r.Protocol, Addr: r.Addr, Port: r.Port})
 			return err
 		})
 		e := Event{Kind: KindBind, Fleet: true, Host: hostName(i), Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port}

@@ -91,7 +91,7 @@ func (w *worker) takeLease(ctx context.Context, static bool) {
 		w.log.add(Event{Kind: KindError, Err: unexpected(err)})
 		return
 	}
-	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Static: static,
+	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Static: static,
 		Holder: l.Holder, TTLNS: int64(l.TTL), Since: since, DurNS: int64(time.Duration(monotonic() - since))})
 	// Held for 0.2-6 s: some past several renewals.
 	h := &leased{r: r, holder: l.Holder, ttl: l.TTL, since: since,
@@ -99,7 +99,7 @@ func (w *worker) takeLease(ctx context.Context, static bool) {
 	if monotonic()-since > int64(l.TTL)/2 {
 		// The call took so long that the lease may end before the worker
 		// could renew it: give it back unbound.
-		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Holder: l.Holder})
+		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Holder: l.Holder})
 		w.giveBackLease(ctx, h)
 		return
 	}
@@ -130,14 +130,14 @@ func (w *worker) renewDue(ctx context.Context) {
 		switch {
 		case err == nil && n == 1:
 			l.since = since
-			w.log.add(Event{Kind: KindRenew, Proto: string(l.r.Protocol), Addr: l.r.Address.String(), Port: l.r.Port,
+			w.log.add(Event{Kind: KindRenew, Proto: string(l.r.Protocol), Addr: l.r.Addr.String(), Port: l.r.Port,
 				Holder: l.holder, TTLNS: int64(l.ttl), Since: since})
 		case err == nil:
 			w.log.add(Event{Kind: KindError, Err: fmt.Sprintf("renew %q: %d reservations renewed; want 1", l.holder, n)})
 		case errors.Is(err, lease.ErrHolderNotFound):
 			_ = l.sock.Close()
 			delete(w.leases, l.holder)
-			w.log.add(Event{Kind: KindLeaseEnded, Proto: string(l.r.Protocol), Addr: l.r.Address.String(), Port: l.r.Port,
+			w.log.add(Event{Kind: KindLeaseEnded, Proto: string(l.r.Protocol), Addr: l.r.Addr.String(), Port: l.r.Port,
 				Holder: l.holder, Err: err.Error()})
 		case ctx.Err() != nil, timedOut(err), passing(err):
 			// Counted with the call; the next step tries again.
@@ -152,7 +152,7 @@ func (w *worker) renewDue(ctx context.Context) {
 func (w *worker) releaseLease(ctx context.Context, l *leased) {
 	_ = l.sock.Close()
 	delete(w.leases, l.holder)
-	w.log.add(Event{Kind: KindRelease, Proto: string(l.r.Protocol), Addr: l.r.Address.String(), Port: l.r.Port, Holder: l.holder})
+	w.log.add(Event{Kind: KindRelease, Proto: string(l.r.Protocol), Addr: l.r.Addr.String(), Port: l.r.Port, Holder: l.holder})
 	w.giveBackLease(ctx, l)
 }
 
@@ -183,5 +183,5 @@ func passing(err error) bool {
 func (w *worker) dropLease(l *leased) {
 	_ = l.sock.Close()
 	delete(w.leases, l.holder)
-	w.log.add(Event{Kind: KindLeaseDrop, Proto: string(l.r.Protocol), Addr: l.r.Address.String(), Port: l.r.Port, Holder: l.holder})
+	w.log.add(Event{Kind: KindLeaseDrop, Proto: string(l.r.Protocol), Addr: l.r.Addr.String(), Port: l.r.Port, Holder: l.holder})
 }

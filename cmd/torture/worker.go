@@ -313,7 +313,7 @@ func (w *worker) request() portalloc.Request {
 	if w.rng.IntN(2) == 0 {
 		proto = portalloc.UDP
 	}
-	return portalloc.Request{Protocol: proto, Address: addrs[w.rng.IntN(len(addrs))], Label: "torture"}
+	return portalloc.Request{Protocol: proto, Addr: addrs[w.rng.IntN(len(addrs))], Label: "torture"}
 }
 
 // grant allocates (or reserves a random port of the range), logs the grant,
@@ -345,7 +345,7 @@ func (w *worker) grant(ctx context.Context, static bool) {
 		var ce *portalloc.ConflictError
 		if errors.As(err, &ce) && ce.Holder.Owner.Scope == store.LeaseScope {
 			// A fleet-wide port: the store kept it off this host.
-			w.log.add(Event{Kind: KindLeaseHeld, Proto: string(req.Protocol), Addr: req.Address.String(), Port: ce.Key.Port})
+			w.log.add(Event{Kind: KindLeaseHeld, Proto: string(req.Protocol), Addr: req.Addr.String(), Port: ce.Key.Port})
 		}
 		return
 	case ctx.Err() != nil, timedOut(err), errors.Is(err, portalloc.ErrTransient), w.faults && unavailable(err):
@@ -358,7 +358,7 @@ func (w *worker) grant(ctx context.Context, static bool) {
 		return // Reserve of a key this worker holds returns it again
 	}
 	w.granted(r)
-	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Static: static, DurNS: int64(dur), Reaped: w.a.Stats().Reaped})
+	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Static: static, DurNS: int64(dur), Reaped: w.a.Stats().Reaped})
 	sock, ok := w.bindGrant(ctx, r, "")
 	if !ok {
 		w.giveBack(ctx, r)
@@ -387,7 +387,7 @@ func unexpected(err error) string {
 func (w *worker) bindGrant(ctx context.Context, r portalloc.Reservation, holder string) (io.Closer, bool) {
 	for try := 0; ; try++ {
 		sock, err := bind(r)
-		e := Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Holder: holder}
+		e := Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Holder: holder}
 		switch {
 		case err == nil:
 			w.log.add(e)
@@ -402,7 +402,7 @@ func (w *worker) bindGrant(ctx context.Context, r portalloc.Reservation, holder 
 			e.Err = err.Error()
 			w.log.add(e)
 		}
-		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Holder: holder})
+		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Holder: holder})
 		return nil, false
 	}
 }
@@ -411,7 +411,7 @@ func (w *worker) bindGrant(ctx context.Context, r portalloc.Reservation, holder 
 // ends before any other process can be granted the port.
 func (w *worker) release(ctx context.Context, h held) {
 	_ = h.sock.Close()
-	w.log.add(Event{Kind: KindRelease, Proto: string(h.r.Protocol), Addr: h.r.Address.String(), Port: h.r.Port})
+	w.log.add(Event{Kind: KindRelease, Proto: string(h.r.Protocol), Addr: h.r.Addr.String(), Port: h.r.Port})
 	delete(w.held, h.r)
 	// Releases run even after the run's context ends: that is when a
 	// worker gives back everything it holds. One that times out leaves a
@@ -439,7 +439,7 @@ func (w *worker) giveBack(ctx context.Context, r portalloc.Reservation) {
 // failed on a fleet's store, unless the key is held again.
 func (w *worker) granted(r portalloc.Reservation) {
 	w.unreleased = slices.DeleteFunc(w.unreleased, func(x portalloc.Reservation) bool {
-		return x.Protocol == r.Protocol && x.Address == r.Address && x.Port == r.Port
+		return x.Protocol == r.Protocol && x.Addr == r.Addr && x.Port == r.Port
 	})
 }
 
@@ -468,7 +468,7 @@ func (w *worker) handoff(ctx context.Context) {
 		return
 	}
 	w.granted(r)
-	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Handoff: true, DurNS: int64(time.Since(start))})
+	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Handoff: true, DurNS: int64(time.Since(start))})
 	self, err := os.Executable()
 	if err != nil {
 		w.log.add(Event{Kind: KindError, Err: err.Error()})
@@ -478,7 +478,7 @@ func (w *worker) handoff(ctx context.Context) {
 	child := fmt.Sprintf("%s.%d", w.proc, w.nchild)
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), envRole+"=child", envProc+"="+child,
-		fmt.Sprintf("%s=%s,%s,%d,%d", envChild, r.Protocol, r.Address, r.Port, 20+w.rng.IntN(200)))
+		fmt.Sprintf("%s=%s,%s,%d,%d", envChild, r.Protocol, r.Addr, r.Port, 20+w.rng.IntN(200)))
 	goAhead, err := cmd.StdinPipe()
 	if err == nil {
 		err = cmd.Start()
@@ -489,18 +489,18 @@ func (w *worker) handoff(ctx context.Context) {
 		} else {
 			w.log.add(Event{Kind: KindError, Err: "start child: " + err.Error()})
 		}
-		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
+		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port})
 		w.giveBack(ctx, r)
 		return
 	}
 	go func() { _ = cmd.Wait() }()
 	if err := w.call(ctx, "transfer", func(ctx context.Context) error { return w.a.Transfer(ctx, r, cmd.Process.Pid) }); err != nil {
 		_ = goAhead.Close() // the child exits without binding
-		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port})
+		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port})
 		w.giveBack(ctx, r)
 		return
 	}
-	w.log.add(Event{Kind: KindTransfer, Proto: string(r.Protocol), Addr: r.Address.String(), Port: r.Port, Child: child})
+	w.log.add(Event{Kind: KindTransfer, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Child: child})
 	_, _ = goAhead.Write([]byte{1})
 	_ = goAhead.Close()
 }
@@ -525,7 +525,7 @@ func runChild() error {
 		log.add(Event{Kind: KindChildExit, Proto: proto, Addr: addr, Port: uint16(port)})
 		return nil
 	}
-	r := portalloc.Reservation{Protocol: portalloc.Protocol(proto), Address: netip.MustParseAddr(addr), Port: uint16(port)}
+	r := portalloc.Reservation{Protocol: portalloc.Protocol(proto), Addr: netip.MustParseAddr(addr), Port: uint16(port)}
 	sock, err := bind(r)
 	if err != nil {
 		log.add(Event{Kind: KindChildBind, Proto: proto, Addr: addr, Port: uint16(port), Err: err.Error()})

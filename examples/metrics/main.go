@@ -55,7 +55,7 @@ func session(ctx context.Context, a *portalloc.Allocator) error {
 	}
 	// ...one reservation (scope static) of a port this process holds: it
 	// gets the same reservation back...
-	if _, err := a.Reserve(ctx, portalloc.Request{Address: last.Address}, last.Port); err != nil {
+	if _, err := a.Reserve(ctx, portalloc.Request{Addr: last.Addr}, last.Port); err != nil {
 		return err
 	}
 	// ...and two failed reservations: a port another program has bound

@@ -49,7 +49,7 @@ func run(ctx context.Context, out io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LABEL\tADDRESS\tPORT\tBACKEND")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.Label, r.Address, r.Port, r.Backend)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.Label, r.Addr, r.Port, r.Backend)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -44,7 +44,7 @@ type FleetSetRequest struct {
 	// Spec names the ports, as for portset.Allocate: a group-scoped port is
 	// one reservation, a member-scoped one one per member, each labelled
 	// "<set>/<group>/<member>/<port>" or "<set>/<group>/<port>". A port's
-	// zero Address is 0.0.0.0 here (the port on every address), and a
+	// zero Addr is 0.0.0.0 here (the port on every address), and a
 	// fixed Port is reserved as it is, wherever it lies. Prefer, Order
 	// and Sticky choose among a host's range and are refused; Env and
 	// Refs are validated but not used (no environment is made). Required.

@@ -61,8 +61,8 @@ type Spec struct {
 	// Deprecated: use Segment. In berth a band is a fleet-wide range
 	// (fleet.Band).
 	Band string
-	// Address and Protocol are the members'; zero: 127.0.0.1 and TCP.
-	Address  netip.Addr
+	// Addr and Protocol are the members'; zero: 127.0.0.1 and TCP.
+	Addr  netip.Addr
 	Protocol portalloc.Protocol
 	// MaxUnavailable bounds how many idle members a rolling update
 	// replaces at once: an integer ("3") or a percentage of Size ("25%",
@@ -130,7 +130,7 @@ func (s Spec) revision() string {
 		Protocol portalloc.Protocol
 		Prefer   []uint16
 		Order    portalloc.Order
-	}{s.Range.String(), s.Address.String(), s.Protocol, s.Prefer, s.Order})
+	}{s.Range.String(), s.Addr.String(), s.Protocol, s.Prefer, s.Order})
 	sum := sha256.Sum256(canon)
 	return hex.EncodeToString(sum[:4])
 }
@@ -305,12 +305,12 @@ func (p *Pool) setSpec(spec Spec) error {
 	if spec.Protocol == "" {
 		spec.Protocol = portalloc.TCP
 	}
-	if !spec.Address.IsValid() {
-		spec.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if !spec.Addr.IsValid() {
+		spec.Addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
-	req, err := core.Normalize(p.a, portalloc.Request{Protocol: spec.Protocol, Address: spec.Address})
+	req, err := core.Normalize(p.a, portalloc.Request{Protocol: spec.Protocol, Addr: spec.Addr})
 	if err != nil {
-		// Request.Protocol and Request.Address are the spec's here.
+		// Request.Protocol and Request.Addr are the spec's here.
 		var fe *portalloc.FieldError
 		if errors.As(err, &fe) {
 			named := *fe
@@ -321,7 +321,7 @@ func (p *Pool) setSpec(spec Spec) error {
 		}
 		return err
 	}
-	spec.Address = req.Address
+	spec.Addr = req.Addr
 	budget, err := parseMaxUnavailable("Spec.MaxUnavailable", spec.MaxUnavailable, spec.Size)
 	if err != nil {
 		return err
@@ -377,7 +377,7 @@ func (p *Pool) allocate(ctx context.Context) (*member, error) {
 	p.mu.Lock()
 	spec, set, rev := p.spec, p.set, p.rev
 	p.mu.Unlock()
-	req := portalloc.Request{Protocol: spec.Protocol, Address: spec.Address, Label: "pool:" + p.name, Prefer: spec.Prefer, Order: spec.Order}
+	req := portalloc.Request{Protocol: spec.Protocol, Addr: spec.Addr, Label: "pool:" + p.name, Prefer: spec.Prefer, Order: spec.Order}
 	r, err := core.Allocate(ctx, p.a, req, set, p.via)
 	if err != nil {
 		return nil, err
@@ -483,7 +483,7 @@ func (p *Pool) giveBack(r portalloc.Reservation) error {
 }
 
 // Update makes spec current and starts a rolling update to it, if it
-// changes where members are allocated: Range (or Segment), Address, Protocol,
+// changes where members are allocated: Range (or Segment), Addr, Protocol,
 // Prefer or Order. A change of Size or MaxUnavailable alone needs none.
 // Takes go on working meanwhile. After Close it returns an error wrapping
 // portalloc.ErrClosed.
@@ -649,7 +649,7 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 	var unavailable, old []*member
 	for _, m := range idle {
 		if checkHealth {
-			if free, err := probe.Available(string(m.r.Protocol), m.r.Address, m.r.Port); err == nil && !free {
+			if free, err := probe.Available(string(m.r.Protocol), m.r.Addr, m.r.Port); err == nil && !free {
 				unavailable = append(unavailable, m)
 				continue
 			}

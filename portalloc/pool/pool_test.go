@@ -195,7 +195,7 @@ func TestPoolInUseNotRevoked(t *testing.T) {
 	}
 	// Still reserved by this process: another Allocator of the process
 	// conflicts on the wildcard.
-	if _, err := a.Reserve(ctx, portalloc.Request{Address: netip.IPv4Unspecified()}, held.Port); !errors.Is(err, portalloc.ErrPortHeld) {
+	if _, err := a.Reserve(ctx, portalloc.Request{Addr: netip.IPv4Unspecified()}, held.Port); !errors.Is(err, portalloc.ErrPortHeld) {
 		t.Errorf("the in-use member's port %d is not reserved any more: %v", held.Port, err)
 	}
 	if err := p.Return(held); err != nil {
@@ -217,7 +217,7 @@ func TestPoolUnavailableMemberReplaced(t *testing.T) {
 	if len(idle) != 4 {
 		t.Fatalf("Idle() = %v; want 4 members", idle)
 	}
-	squat := listen(t, idle[0].Address, idle[0].Port)
+	squat := listen(t, idle[0].Addr, idle[0].Port)
 	defer squat.Close()
 	idleSquat := idle[0].Port
 	if err := p.Update(pool.Spec{Size: 4, Range: second}); err != nil {
@@ -530,7 +530,7 @@ func TestCloseErrorPrefixedOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := p.Idle()[0]
-		if err := st.Release(ctx, store.Key{Protocol: m.Protocol, Addr: m.Address, Port: m.Port}, store.Owner{}); err != nil {
+		if err := st.Release(ctx, store.Key{Protocol: m.Protocol, Addr: m.Addr, Port: m.Port}, store.Owner{}); err != nil {
 			t.Fatal(err)
 		}
 		_ = st.Close()

@@ -14,7 +14,7 @@ import (
 // member-scoped port once per member), each labelled as Allocate labels
 // it, for holder under a lease of ttl. The ports that are not fixed are
 // drawn from band; a fixed Port is reserved as it is. A port's zero
-// Protocol is TCP, its zero Address stays zero (the store takes it as
+// Protocol is TCP, its zero Addr stays zero (the store takes it as
 // 0.0.0.0). Prefer, Order and Sticky choose among a host's range and are
 // refused, as is a set of more than store.MaxFleetSet ports; errors are
 // ParseSetSpec's.
@@ -44,7 +44,7 @@ func (s SetSpec) fleetRequests(band store.Range, holder string, ttl time.Duratio
 				band = store.Range{First: p.Port, Last: p.Port}
 			}
 			one := func(member int) {
-				reqs = append(reqs, store.FleetRequest{Protocol: p.Protocol, Addr: p.Address, Band: band, Holder: holder,
+				reqs = append(reqs, store.FleetRequest{Protocol: p.Protocol, Addr: p.Addr, Band: band, Holder: holder,
 					Label: label(s.Name, g.Name, member, p.Name), TTL: ttl})
 			}
 			if scopeOf(p) == ScopeGroup {

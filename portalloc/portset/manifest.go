@@ -25,7 +25,7 @@ type MemberManifest struct {
 // PortManifest is one port in a Manifest.
 type PortManifest struct {
 	Protocol portalloc.Protocol `json:"protocol"`
-	Address  netip.Addr         `json:"address"`
+	Addr  netip.Addr         `json:"address"`
 	Port     uint16             `json:"port"`
 	Scope    Scope              `json:"scope"`
 	Label    string             `json:"label"`
@@ -38,7 +38,7 @@ func (s *Set) Manifest() Manifest {
 	for _, mem := range s.members {
 		mm := MemberManifest{Group: mem.Group, Index: mem.Index, Ports: map[string]PortManifest{}, Env: mem.Env()}
 		for name, r := range mem.Ports {
-			mm.Ports[name] = PortManifest{r.Protocol, r.Address, r.Port, mem.Scopes[name], r.Label, r.Backend}
+			mm.Ports[name] = PortManifest{r.Protocol, r.Addr, r.Port, mem.Scopes[name], r.Label, r.Backend}
 		}
 		m.Members = append(m.Members, mm)
 	}

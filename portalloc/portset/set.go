@@ -118,14 +118,14 @@ func allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, 
 	}
 	var taken []hold
 	obtain := func(g GroupSpec, p PortSpec, member int) (portalloc.Reservation, error) {
-		req := portalloc.Request{Protocol: p.Protocol, Address: p.Address, Label: label(spec.Name, g.Name, member, p.Name), Sticky: p.Sticky, Prefer: p.Prefer, Order: p.Order}
+		req := portalloc.Request{Protocol: p.Protocol, Addr: p.Addr, Label: label(spec.Name, g.Name, member, p.Name), Sticky: p.Sticky, Prefer: p.Prefer, Order: p.Order}
 		if req.Protocol == "" {
 			req.Protocol = portalloc.TCP
 		}
-		if !req.Address.IsValid() {
-			req.Address = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		if !req.Addr.IsValid() {
+			req.Addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 		}
-		if r, ok := existing[portalloc.ScopedLabel(a.Config().Scope, req.Label)]; ok && r.Protocol == req.Protocol && r.Address == req.Address.Unmap() && (p.Port == 0 || r.Port == p.Port) {
+		if r, ok := existing[portalloc.ScopedLabel(a.Config().Scope, req.Label)]; ok && r.Protocol == req.Protocol && r.Addr == req.Addr.Unmap() && (p.Port == 0 || r.Port == p.Port) {
 			r, err := core.Adopt(ctx, a, r, via)
 			if err == nil {
 				taken = append(taken, hold{r, true})

@@ -83,8 +83,8 @@ type PortSpec struct {
 	// Scope is ScopeMember (the zero value) or ScopeGroup.
 	Scope    Scope              `json:"scope,omitempty"`
 	Protocol portalloc.Protocol `json:"protocol,omitempty"` // zero: TCP
-	// Address is the address the port is for; zero: 127.0.0.1.
-	Address netip.Addr `json:"address,omitzero"`
+	// Addr is the address the port is for; zero: 127.0.0.1.
+	Addr netip.Addr `json:"address,omitzero"`
 	// Port fixes the port number instead of allocating one; it is then
 	// reserved with Reserve. A member-scoped fixed port needs a group of
 	// one member.
@@ -436,8 +436,8 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 			default:
 				return nil, refuse(pf()+".protocol", string(p.Protocol), `"tcp" or "udp"`)
 			}
-			if p.Address.IsValid() && p.Address.Zone() != "" {
-				return nil, refuse(pf()+".address", p.Address.String(), "an address without a zone; zoned IPv6 addresses are not supported")
+			if p.Addr.IsValid() && p.Addr.Zone() != "" {
+				return nil, refuse(pf()+".address", p.Addr.String(), "an address without a zone; zoned IPv6 addresses are not supported")
 			}
 			if p.Port != 0 && scopeOf(p) == ScopeMember && n > 1 {
 				return nil, refuse(pf()+".port", strconv.Itoa(int(p.Port)), fmt.Sprintf("0, or scope %q: a member-scoped port of a group of %d members cannot be fixed (they cannot all have it)", ScopeGroup, n))

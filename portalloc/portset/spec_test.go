@@ -182,7 +182,7 @@ func TestParseSetSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := apiWebSpec()
-	want.Groups[1].Ports[0].Address = lo6
+	want.Groups[1].Ports[0].Addr = lo6
 	want.Groups[1].Ports[0].Sticky = true
 	gotJSON, _ := json.Marshal(spec)
 	wantJSON, _ := json.Marshal(want)

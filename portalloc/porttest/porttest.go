@@ -194,7 +194,7 @@ func request(tb testing.TB, protocol portalloc.Protocol, opts []Option) portallo
 		if err != nil {
 			tb.Fatalf("porttest: On(%q): not an IP address; want one such as 127.0.0.1, ::1, 0.0.0.0 or ::", o.addr)
 		}
-		req.Address = a
+		req.Addr = a
 	}
 	return req
 }
