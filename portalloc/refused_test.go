@@ -159,7 +159,7 @@ func TestRefusedInput(t *testing.T) {
 		{"Pool.Update max unavailable", "Spec.MaxUnavailable", true, func() error { return p.Update(pool.Spec{Size: 1, MaxUnavailable: "-1"}) }},
 		{"Pool.Return", "Reservation", true, func() error { return p.Return(held) }},
 		{"pool.ParseMaxUnavailable", "max unavailable", true, func() error { _, err := pool.ParseMaxUnavailable("101%", 4); return err }},
-		{"fleet.Reserve on SQLite", "Config.Store", true, func() error {
+		{"fleet.Reserve on SQLite", "Config.StoreDSN", true, func() error {
 			_, err := fleet.Reserve(ctx, a, fleet.FleetRequest{Protocol: portalloc.TCP, Band: fleet.Band{First: port, Last: port}, Holder: "pod/x"})
 			return err
 		}},
@@ -167,7 +167,7 @@ func TestRefusedInput(t *testing.T) {
 			_, err := fleet.ReserveSet(ctx, a, fleet.FleetSetRequest{Spec: badSpec, Band: fleet.Band{First: port, Last: port}, Holder: "pod/x"})
 			return err
 		}},
-		{"fleet.Leases on SQLite", "Config.Store", true, func() error { _, err := fleet.Leases(ctx, a); return err }},
+		{"fleet.Leases on SQLite", "Config.StoreDSN", true, func() error { _, err := fleet.Leases(ctx, a); return err }},
 		{"expvarmetrics.Publish nil", "a", true, func() error { return expvarmetrics.Publish(nil, "refused") }},
 		{"expvarmetrics.Publish empty name", "name", true, func() error { return expvarmetrics.Publish(a, "") }},
 
