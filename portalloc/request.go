@@ -37,7 +37,7 @@ const (
 // Request describes the port a caller wants.
 type Request struct {
 	Protocol Protocol   // zero: TCP
-	Addr  netip.Addr // zero: 127.0.0.1; 0.0.0.0 and :: are the wildcards
+	Addr     netip.Addr // zero: 127.0.0.1; 0.0.0.0 and :: are the wildcards
 	// Prefer lists ports for Allocate to try first, in this order, each
 	// with the full guarantee (free in the store, bind-probed); when none
 	// is free, Allocate goes on with the range as usual. Preferred ports
@@ -73,7 +73,7 @@ type Request struct {
 // Reservation is a port handed out by an Allocator.
 type Reservation struct {
 	Protocol Protocol
-	Addr  netip.Addr
+	Addr     netip.Addr
 	Port     uint16
 	Label    string
 	Backend  string // BackendStateStore or BackendMRU

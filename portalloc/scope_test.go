@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/live"
 	"github.com/berth-go/berth/portalloc/portset"
 )
 
@@ -218,25 +219,25 @@ func TestPortOfLiveOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = s.Close() }()
-	got, err := portalloc.PortOf(ctx, s, "", "worker", portalloc.TCP)
+	got, err := live.PortOf(ctx, s, "", "worker", portalloc.TCP)
 	if err != nil || got.Port != free.Port || got.Var != "WORKER_PORT" || got.OwnerPID != w.cmd.Process.Pid {
 		t.Errorf("PortOf(worker) = %+v, %v; want port %d of pid %d as WORKER_PORT", got, err, free.Port, w.cmd.Process.Pid)
 	}
-	if _, err := portalloc.PortOf(ctx, s, "", "worker", portalloc.UDP); !errors.Is(err, portalloc.ErrNoReservation) {
+	if _, err := live.PortOf(ctx, s, "", "worker", portalloc.UDP); !errors.Is(err, live.ErrNoReservation) {
 		t.Errorf("PortOf(worker, udp) = %v; want ErrNoReservation", err)
 	}
-	if _, err := portalloc.PortOf(ctx, s, "shop", "worker", portalloc.TCP); !errors.Is(err, portalloc.ErrNoReservation) {
+	if _, err := live.PortOf(ctx, s, "shop", "worker", portalloc.TCP); !errors.Is(err, live.ErrNoReservation) {
 		t.Errorf("PortOf in scope shop of the empty scope's label = %v; want ErrNoReservation", err)
 	}
 	var fe *portalloc.FieldError
-	if _, err := portalloc.PortOf(ctx, s, "", "", portalloc.TCP); !errors.As(err, &fe) {
+	if _, err := live.PortOf(ctx, s, "", "", portalloc.TCP); !errors.As(err, &fe) {
 		t.Errorf("PortOf(\"\") = %v; want a *FieldError", err)
 	}
 	w.kill(t)
-	if got, err := portalloc.PortOf(ctx, s, "", "worker", portalloc.TCP); !errors.Is(err, portalloc.ErrNoReservation) {
+	if got, err := live.PortOf(ctx, s, "", "worker", portalloc.TCP); !errors.Is(err, live.ErrNoReservation) {
 		t.Errorf("PortOf(worker) after the worker died = %+v, %v; want ErrNoReservation", got, err)
 	}
-	if ports, err := portalloc.LivePorts(ctx, s, ""); err != nil || len(ports) != 0 {
+	if ports, err := live.Ports(ctx, s, ""); err != nil || len(ports) != 0 {
 		t.Errorf("LivePorts after the worker died = %+v, %v; want none", ports, err)
 	}
 }

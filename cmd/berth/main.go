@@ -74,6 +74,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/lease"
+	"github.com/berth-go/berth/portalloc/live"
 )
 
 // Exit codes.
@@ -149,7 +150,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 		return exitUsage
-	case errors.Is(err, portalloc.ErrPortHeld), errors.Is(err, portalloc.ErrRangeExhausted), errors.Is(err, portalloc.ErrNoReservation):
+	case errors.Is(err, portalloc.ErrPortHeld), errors.Is(err, portalloc.ErrRangeExhausted), errors.Is(err, live.ErrNoReservation):
 		return exitHeld
 	case errors.Is(err, lease.ErrHolderNotFound):
 		return exitNoLease

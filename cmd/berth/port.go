@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/live"
 	"github.com/berth-go/berth/store"
 )
 
@@ -41,11 +42,11 @@ reservations (two addresses), the newest. Exit 3 when none.`,
 			return err
 		}
 		if s == nil {
-			return fmt.Errorf("%s port of %q: %w: there is no state store yet", proto, args[0], portalloc.ErrNoReservation)
+			return fmt.Errorf("%s port of %q: %w: there is no state store yet", proto, args[0], live.ErrNoReservation)
 		}
 		defer func() { _ = s.Close() }()
-		lp, err := portalloc.PortOf(ctx, s, a.cfg.Scope, args[0], proto)
-		if errors.Is(err, portalloc.ErrNoReservation) {
+		lp, err := live.PortOf(ctx, s, a.cfg.Scope, args[0], proto)
+		if errors.Is(err, live.ErrNoReservation) {
 			return fmt.Errorf("%w; 'berth ls' lists the reservations, 'berth ls --scope S' those of a scope", err)
 		}
 		if err != nil {
@@ -89,24 +90,24 @@ json prints one object.`,
 	}
 	cmd.Flags().StringVar(&format, "format", "sh", "sh (export lines for eval), dotenv (NAME=PORT lines) or json")
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
-		f := portalloc.EnvFormat(format)
+		f := live.EnvFormat(format)
 		switch f {
-		case portalloc.EnvShell, portalloc.EnvDotenv, portalloc.EnvJSON:
+		case live.EnvShell, live.EnvDotenv, live.EnvJSON:
 		default:
 			return usagef("--format %q: want sh, dotenv or json", format)
 		}
-		var ports []portalloc.LivePort
+		var ports []live.Port
 		s, err := a.openStore(ctx)
 		if err != nil {
 			return err
 		}
 		if s != nil {
 			defer func() { _ = s.Close() }()
-			if ports, err = portalloc.LivePorts(ctx, s, a.cfg.Scope); err != nil {
+			if ports, err = live.Ports(ctx, s, a.cfg.Scope); err != nil {
 				return err
 			}
 		}
-		return portalloc.WriteEnv(a.stdout, ports, f)
+		return live.WriteEnv(a.stdout, ports, f)
 	})
 	return cmd
 }

@@ -13,7 +13,7 @@ import (
 // (lease and fleet-wide), which package store names.
 var requestFlags = map[string]string{
 	"Request.Label":    "--label",
-	"Request.Addr":  "--addr",
+	"Request.Addr":     "--addr",
 	"Request.Protocol": "--udp",
 	"Request.Order":    "--order",
 	"Request.Prefer":   "--prefer",

@@ -62,7 +62,7 @@ type Spec struct {
 	// (fleet.Band).
 	Band string
 	// Addr and Protocol are the members'; zero: 127.0.0.1 and TCP.
-	Addr  netip.Addr
+	Addr     netip.Addr
 	Protocol portalloc.Protocol
 	// MaxUnavailable bounds how many idle members a rolling update
 	// replaces at once: an integer ("3") or a percentage of Size ("25%",

@@ -25,7 +25,7 @@ type MemberManifest struct {
 // PortManifest is one port in a Manifest.
 type PortManifest struct {
 	Protocol portalloc.Protocol `json:"protocol"`
-	Addr  netip.Addr         `json:"address"`
+	Addr     netip.Addr         `json:"address"`
 	Port     uint16             `json:"port"`
 	Scope    Scope              `json:"scope"`
 	Label    string             `json:"label"`

@@ -1,4 +1,9 @@
-package portalloc
+// Package live reads the ports others hold without holding them: the live
+// reservations of a scope in a state store, by label (PortOf) or all of
+// them (Ports), and writes them as environment variables (WriteEnv) for a
+// second shell, docker compose's .env file or an editor's envFile. It
+// changes nothing in the store. berth port and berth env are built on it.
+package live
 
 import (
 	"cmp"
@@ -12,23 +17,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/store"
 )
 
 // ErrNoReservation: PortOf found no live reservation of the label.
 var ErrNoReservation = errors.New("no live reservation")
 
-// LivePort is a live reservation of a scope, as LivePorts and PortOf read
+// Port is a live reservation of a scope, as Ports and PortOf read
 // it from a store, for programs that want the ports others hold without
 // holding them: a second shell, docker compose, an editor's envFile.
-type LivePort struct {
+type Port struct {
 	// Label is the reservation's label as its scope knows it (see
 	// UnscopedLabel), and Scope the scope.
 	Label, Scope string
 	// Var is the environment variable the port goes by: EnvVar(Label).
 	Var      string
-	Protocol Protocol
-	Addr  netip.Addr
+	Protocol portalloc.Protocol
+	Addr     netip.Addr
 	Port     uint16
 	// OwnerPID is the process that holds the port; 0 for a named holder
 	// under a lease, which Holder names.
@@ -45,8 +51,8 @@ func live(ctx context.Context, r store.Reservation) bool {
 	return r.Owner.Alive(ctx)
 }
 
-func livePort(r store.Reservation, label, scope string) LivePort {
-	lp := LivePort{Label: label, Scope: scope, Var: EnvVar(label), Protocol: r.Protocol, Addr: r.Addr, Port: r.Port, Created: r.Created}
+func livePort(r store.Reservation, label, scope string) Port {
+	lp := Port{Label: label, Scope: scope, Var: EnvVar(label), Protocol: r.Protocol, Addr: r.Addr, Port: r.Port, Created: r.Created}
 	if r.Owner.IsLease() {
 		lp.Holder = r.Owner.Name
 	} else {
@@ -55,19 +61,19 @@ func livePort(r store.Reservation, label, scope string) LivePort {
 	return lp
 }
 
-// LivePorts returns the live reservations with a label in scope (a scope
+// Ports returns the live reservations with a label in scope (a scope
 // as ResolveScope returns it, or Allocator.Config().Scope; "" for labels
 // of no scope), one for each variable (see EnvVar): where several would
 // give one variable, the newest. They are sorted by variable. It reads s
 // and changes nothing; s is a store OpenStore (or fleet.OpenStore) opened.
-func LivePorts(ctx context.Context, s store.Store, scope string) ([]LivePort, error) {
+func Ports(ctx context.Context, s store.Store, scope string) ([]Port, error) {
 	rows, err := s.List(ctx, store.Filter{})
 	if err != nil {
 		return nil, opError("list the live ports", err)
 	}
-	byVar := map[string]LivePort{}
+	byVar := map[string]Port{}
 	for _, r := range rows {
-		label, ok := UnscopedLabel(r.Label, scope)
+		label, ok := portalloc.UnscopedLabel(r.Label, scope)
 		if !ok || !live(ctx, r) {
 			continue
 		}
@@ -76,11 +82,11 @@ func LivePorts(ctx context.Context, s store.Store, scope string) ([]LivePort, er
 			byVar[lp.Var] = lp
 		}
 	}
-	out := make([]LivePort, 0, len(byVar))
+	out := make([]Port, 0, len(byVar))
 	for _, lp := range byVar {
 		out = append(out, lp)
 	}
-	slices.SortFunc(out, func(a, b LivePort) int { return cmp.Compare(a.Var, b.Var) })
+	slices.SortFunc(out, func(a, b Port) int { return cmp.Compare(a.Var, b.Var) })
 	return out, nil
 }
 
@@ -90,28 +96,28 @@ func LivePorts(ctx context.Context, s store.Store, scope string) ([]LivePort, er
 // berth run --port label gives its command (labelled run/port/label). It reads s and changes nothing. When there is none, the error
 // wraps ErrNoReservation; a label that could not be recorded is a
 // *FieldError for "label".
-func PortOf(ctx context.Context, s store.Store, scope, label string, protocol Protocol) (LivePort, error) {
+func PortOf(ctx context.Context, s store.Store, scope, label string, protocol portalloc.Protocol) (Port, error) {
 	if protocol == "" {
-		protocol = TCP
+		protocol = portalloc.TCP
 	}
 	if label == "" {
-		return LivePort{}, opError("", &FieldError{Field: "label", Value: label, Want: "the label of a reservation"})
+		return Port{}, opError("", &portalloc.FieldError{Field: "label", Value: label, Want: "the label of a reservation"})
 	}
 	if err := store.CheckLabel(label); err != nil {
-		return LivePort{}, opError("", err)
+		return Port{}, opError("", err)
 	}
-	if protocol != TCP && protocol != UDP {
-		return LivePort{}, opError("", &FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`})
+	if protocol != portalloc.TCP && protocol != portalloc.UDP {
+		return Port{}, opError("", &portalloc.FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`})
 	}
 	var (
-		best  LivePort
+		best  Port
 		found bool
 	)
 	// The label itself, else the --port NAME of berth run (run/port/NAME).
 	for _, l := range []string{label, "run/port/" + label} {
-		rows, err := s.List(ctx, store.Filter{Protocol: protocol, Label: ScopedLabel(scope, l)})
+		rows, err := s.List(ctx, store.Filter{Protocol: protocol, Label: portalloc.ScopedLabel(scope, l)})
 		if err != nil {
-			return LivePort{}, opError(fmt.Sprintf("port of %q", label), err)
+			return Port{}, opError(fmt.Sprintf("port of %q", label), err)
 		}
 		for _, r := range rows {
 			if !live(ctx, r) {
@@ -130,7 +136,7 @@ func PortOf(ctx context.Context, s store.Store, scope, label string, protocol Pr
 		if scope != "" {
 			in = fmt.Sprintf(" in scope %q", scope)
 		}
-		return LivePort{}, opError("", fmt.Errorf("%s port of %q%s: %w", protocol, label, in, ErrNoReservation))
+		return Port{}, opError("", fmt.Errorf("%s port of %q%s: %w", protocol, label, in, ErrNoReservation))
 	}
 	return best, nil
 }
@@ -180,10 +186,10 @@ const (
 	EnvJSON EnvFormat = "json"
 )
 
-// WriteEnv writes ports to w as variables (LivePort.Var) in format, in the
-// order given (LivePorts sorts them by variable). An unknown format is a
+// WriteEnv writes ports to w as variables (Port.Var) in format, in the
+// order given (Ports sorts them by variable). An unknown format is a
 // *FieldError for "format".
-func WriteEnv(w io.Writer, ports []LivePort, format EnvFormat) error {
+func WriteEnv(w io.Writer, ports []Port, format EnvFormat) error {
 	var err error
 	switch format {
 	case EnvShell, EnvDotenv:
@@ -205,10 +211,18 @@ func WriteEnv(w io.Writer, ports []LivePort, format EnvFormat) error {
 			_, err = w.Write(append(out, '\n'))
 		}
 	default:
-		return opError("", &FieldError{Field: "format", Value: string(format), Want: `"sh", "dotenv" or "json"`})
+		return opError("", &portalloc.FieldError{Field: "format", Value: string(format), Want: `"sh", "dotenv" or "json"`})
 	}
 	if err != nil {
 		return opError("write the ports' variables", err)
 	}
 	return nil
+}
+
+// opError is the error of a call of the package: portalloc's prefix, once.
+func opError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &portalloc.OpError{Op: op, Err: err}
 }
