@@ -211,9 +211,11 @@ const (
 	EnvLog                   = "BERTH_LOG"
 	EnvStore                 = "BERTH_STORE"
 	EnvHost                  = "BERTH_HOST"
+	// EnvScope gives Config.Scope (see ResolveScope).
+	EnvScope = "BERTH_SCOPE"
+	// EnvAllowBrowserRestricted gives Config.AllowBrowserRestricted.
+	EnvAllowBrowserRestricted = "BERTH_ALLOW_BROWSER_RESTRICTED"
 )
-
-// EnvScope (BERTH_SCOPE) is declared in scope.go.
 
 // ConfigFromEnv returns a Config from the environment: BERTH_MODE,
 // BERTH_PORT_RANGE ("20000-32767"), BERTH_PORT_EXCLUDE ("22000-22100,25565"),

@@ -33,10 +33,6 @@ var browserRestricted = []uint16{
 // that names a port has chosen it.
 func BrowserRestrictedPorts() []uint16 { return slices.Clone(browserRestricted) }
 
-// EnvAllowBrowserRestricted is the variable ConfigFromEnv reads
-// Config.AllowBrowserRestricted from.
-const EnvAllowBrowserRestricted = "BERTH_ALLOW_BROWSER_RESTRICTED"
-
 // excluded is what an Allocator leaves out besides Config.Exclude and the
 // OS ephemeral range, read once by New.
 type excluded struct {

@@ -26,9 +26,6 @@ const (
 	ScopeDir = "dir"
 )
 
-// EnvScope is the variable ConfigFromEnv reads Config.Scope from.
-const EnvScope = "BERTH_SCOPE"
-
 // MaxScopeLen is the longest scope, in bytes, once resolved. A label in a
 // scope is recorded with the scope (see ScopedLabel), and the two together
 // must fit in store.MaxLabelLen.
