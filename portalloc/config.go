@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth-go/berth/internal/dsn"
 	"github.com/berth-go/berth/internal/portrange"
+	"github.com/berth-go/berth/portalloc/internal/scopes"
 	"github.com/berth-go/berth/store"
 )
 
@@ -57,8 +58,14 @@ const (
 	UDP = store.UDP
 )
 
-// DefaultTimeout bounds one Allocate or Reserve when Config.Timeout is zero.
-const DefaultTimeout = 30 * time.Second
+// Limits and defaults of a Config and a Request.
+const (
+	// DefaultTimeout bounds one Allocate or Reserve when Config.Timeout is
+	// zero.
+	DefaultTimeout = 30 * time.Second
+	// MaxPrefer is the most ports a Request.Prefer may list.
+	MaxPrefer = 1024
+)
 
 // Config configures an Allocator. The zero value of every field is a working
 // default; New parses and validates it once.
@@ -162,14 +169,14 @@ type Config struct {
 	// out, whatever Exclude says, Linux's net.ipv4.ip_local_reserved_ports
 	// (read by New; Reserve refuses them too, see Request.AllowOSReserved)
 	// and, unless AllowBrowserRestricted, the ports browsers refuse.
-	// Exclusions lists all of it.
+	// Package portalloc/exclude lists all of it.
 	Exclude []Range
 	// AllowEphemeralOverlap keeps the OS ephemeral range in Range. When it
 	// is false (the zero value) the ephemeral range is cut out of Range,
 	// with a warning logged once per process.
 	AllowEphemeralOverlap bool
 	// AllowBrowserRestricted keeps in Range, and in Request.Prefer, the
-	// ports web browsers refuse to connect to (BrowserRestrictedPorts:
+	// ports web browsers refuse to connect to (exclude.Browser:
 	// 6000, 6665-6669, 10080, ...). When it is false (the zero value)
 	// Allocate never hands them out, so that a dev server is never given a
 	// port the browser will not open. Reserve takes them either way.
@@ -180,11 +187,12 @@ type Config struct {
 	// Scope keeps this Allocator's labels, sticky ports and sets apart from
 	// those of other scopes, so that two checkouts of one project can use
 	// the same labels side by side, and each gets its own sticky ports
-	// back: ScopeGit (the root of the current git worktree), ScopeDir (the
-	// working directory) or a name of the caller's own; zero: no scope,
-	// the labels as they are. New resolves a mode once (see ResolveScope),
-	// and Config() returns the scope it resolved to. Each Request.Label is
-	// recorded as ScopedLabel(scope, label), and a labelled request tries
+	// back: "git" (scope.Git, the root of the current git worktree), "dir"
+	// (scope.Dir, the working directory) or a name of the caller's own;
+	// zero: no scope, the labels as they are. New resolves a mode once (as
+	// package portalloc/scope's Resolve does), and Config() returns the
+	// scope it resolved to. Each Request.Label is recorded as
+	// scope.Label(scope, label), and a labelled request tries
 	// the range in an order seeded by the scope and the label. A scope
 	// never changes which ports conflict: it names ports, it does not
 	// share them.
@@ -211,7 +219,7 @@ const (
 	EnvLog                   = "BERTH_LOG"
 	EnvStore                 = "BERTH_STORE"
 	EnvHost                  = "BERTH_HOST"
-	// EnvScope gives Config.Scope (see ResolveScope).
+	// EnvScope gives Config.Scope (see package portalloc/scope).
 	EnvScope = "BERTH_SCOPE"
 	// EnvAllowBrowserRestricted gives Config.AllowBrowserRestricted.
 	EnvAllowBrowserRestricted = "BERTH_ALLOW_BROWSER_RESTRICTED"
@@ -280,7 +288,7 @@ func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	}
 	c.Host = get(EnvHost)
 	if v := get(EnvScope); v != "" {
-		s, err := resolveScope(EnvScope, v)
+		s, err := scopes.Resolve(EnvScope, v)
 		if err != nil {
 			errs = append(errs, err) // the *FieldError
 		}
@@ -364,7 +372,7 @@ func (c Config) withDefaults() (Config, error) {
 			c.Mode = ModeStateStore // a fleet's store never falls back
 		}
 	}
-	scope, err := resolveScope("Config.Scope", c.Scope)
+	scope, err := scopes.Resolve("Config.Scope", c.Scope)
 	if err != nil {
 		return Config{}, err
 	}

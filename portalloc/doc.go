@@ -26,6 +26,9 @@
 //   - portalloc/expvarmetrics: the range's usage, and the metrics through
 //     expvar;
 //   - portalloc/listenfd: a bound socket passed to a child (Unix);
+//   - portalloc/scope: the scopes of Config.Scope, and labels in them;
+//   - portalloc/exclude: what an Allocator leaves out of its range, and
+//     why;
 //   - portalloc/porttest: ports for tests.
 //
 // # State directory

@@ -10,7 +10,7 @@ import (
 
 // Two checkouts of one project use the label "web" side by side: each
 // Allocator has a scope of its own (in a program, usually
-// portalloc.ScopeGit, the root of the git worktree it runs in), so each
+// scope.Git, the root of the git worktree it runs in), so each
 // gets a port of its own, and the same one again after a restart.
 func ExampleConfig_scope() {
 	dir, err := os.MkdirTemp("", "berth-example")
@@ -50,26 +50,4 @@ func ExampleConfig_scope() {
 	// web@/src/shop
 	// same port after a restart: true
 	// other worktree, other port: true
-}
-
-func ExampleResolveScope() {
-	for _, s := range []string{"shop", "", "git:"} {
-		scope, err := portalloc.ResolveScope(s)
-		fmt.Printf("%q %v\n", scope, err != nil)
-	}
-	// Output:
-	// "shop" false
-	// "" false
-	// "" true
-}
-
-func ExampleScopedLabel() {
-	recorded := portalloc.ScopedLabel("shop", "web")
-	fmt.Println(recorded)
-	fmt.Println(portalloc.UnscopedLabel(recorded, "shop"))
-	fmt.Println(portalloc.UnscopedLabel(recorded, "other"))
-	// Output:
-	// web@shop
-	// web true
-	//  false
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/internal/transient"
+	"github.com/berth-go/berth/portalloc/internal/scopes"
 	"github.com/berth-go/berth/store"
 )
 
@@ -131,7 +132,7 @@ func (a *Allocator) releaseHolder(ctx context.Context, holder string, f store.Fi
 	if err != nil {
 		return 0, err
 	}
-	n, err := ls.ReleaseLease(ctx, holder, store.Filter{Protocol: f.Protocol, Port: f.Port, Label: ScopedLabel(a.cfg.Scope, f.Label)})
+	n, err := ls.ReleaseLease(ctx, holder, store.Filter{Protocol: f.Protocol, Port: f.Port, Label: scopes.Label(a.cfg.Scope, f.Label)})
 	if err != nil {
 		return 0, a.leaseErr(err)
 	}

@@ -25,9 +25,6 @@ const (
 
 func (o Order) valid() bool { return o == OrderRandom || o == OrderLowest }
 
-// MaxPrefer is the most ports a Request.Prefer may list.
-const MaxPrefer = 1024
-
 // Backend names, as reported in Reservation.Backend.
 const (
 	BackendStateStore = "statestore"

@@ -4,103 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/live"
 	"github.com/berth-go/berth/portalloc/portset"
 )
-
-func TestResolveScope(t *testing.T) {
-	for _, tc := range []struct {
-		in, want string
-		bad      string // a part of the error, for input refused
-	}{
-		{in: "", want: ""},
-		{in: "shop", want: "shop"},
-		{in: "my shop/feature-x", want: "my shop/feature-x"},
-		{in: `C:\src\shop`, want: `C:\src\shop`}, // a drive letter is no mode
-		{in: "git:", bad: `"git:" is not a scope mode berth knows`},
-		{in: "env:SHOP", bad: `"env:" is not a scope mode berth knows`},
-		{in: "https://example.com/shop", bad: `"https:" is not a scope mode`},
-		{in: "shop\x1b[2J", bad: `it has '\x1b' at byte 4`},
-		{in: strings.Repeat("s", portalloc.MaxScopeLen+1), bad: "has 201 bytes: give a shorter name"},
-	} {
-		got, err := portalloc.ResolveScope(tc.in)
-		if tc.bad == "" {
-			if err != nil || got != tc.want {
-				t.Errorf("ResolveScope(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
-			}
-			continue
-		}
-		var fe *portalloc.FieldError
-		if !errors.As(err, &fe) || fe.Field != "Config.Scope" || !errors.Is(err, portalloc.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.bad) {
-			t.Errorf("ResolveScope(%q) = %q, %v; want a *FieldError for Config.Scope wrapping ErrInvalidRequest that says %q", tc.in, got, err, tc.bad)
-		}
-	}
-}
-
-// TestResolveScopeGitAndDir: "git" is the nearest directory up that holds
-// .git (a file in a linked worktree), "dir" the working directory; outside
-// a worktree "git" is refused.
-func TestResolveScopeGitAndDir(t *testing.T) {
-	root, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	wt := filepath.Join(root, "wt")
-	sub := filepath.Join(wt, "cmd", "server")
-	if err := os.MkdirAll(sub, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(wt, ".git"), []byte("gitdir: /elsewhere/.git/worktrees/wt\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(sub)
-	if got, err := portalloc.ResolveScope(portalloc.ScopeGit); got != wt || err != nil {
-		t.Errorf("ResolveScope(git) in %s = %q, %v; want %q", sub, got, err, wt)
-	}
-	if got, err := portalloc.ResolveScope(portalloc.ScopeDir); got != sub || err != nil {
-		t.Errorf("ResolveScope(dir) in %s = %q, %v; want %q", sub, got, err, sub)
-	}
-	t.Chdir(root)
-	if got, err := portalloc.ResolveScope(portalloc.ScopeGit); err == nil || !strings.Contains(err.Error(), "is in no git worktree") {
-		t.Errorf("ResolveScope(git) in %s = %q, %v; want an error that says it is in no git worktree", root, got, err)
-	}
-}
-
-func TestScopedLabel(t *testing.T) {
-	for _, tc := range []struct {
-		scope, label, recorded string
-	}{
-		{"", "web", "web"},
-		{"shop", "web", "web@shop"},
-		{"/home/ana/src/shop", "run/port/web", "run/port/web@/home/ana/src/shop"},
-		{"shop", "api@v2", "api@v2@shop"},
-	} {
-		if got := portalloc.ScopedLabel(tc.scope, tc.label); got != tc.recorded {
-			t.Errorf("ScopedLabel(%q, %q) = %q; want %q", tc.scope, tc.label, got, tc.recorded)
-		}
-		if got, ok := portalloc.UnscopedLabel(tc.recorded, tc.scope); got != tc.label || !ok {
-			t.Errorf("UnscopedLabel(%q, %q) = %q, %v; want %q, true", tc.recorded, tc.scope, got, ok, tc.label)
-		}
-	}
-	for _, tc := range []struct{ recorded, scope string }{
-		{"web@shop", ""},      // a label of a scope is not the empty scope's
-		{"web@shop", "shop2"}, // nor another scope's
-		{"web@shop", "hop"},   // a scope is matched whole
-		{"@shop", "shop"},     // no label
-		{"web", "shop"},       // the empty scope's
-		{"", ""},              // no label at all
-	} {
-		if got, ok := portalloc.UnscopedLabel(tc.recorded, tc.scope); ok {
-			t.Errorf("UnscopedLabel(%q, %q) = %q, true; want false", tc.recorded, tc.scope, got)
-		}
-	}
-}
 
 // TestScopeStickyPortsApart: two scopes of one store use the label "web"
 // at once and get two ports; each gets its own back after a restart (a new
@@ -268,5 +178,36 @@ func TestScopeSets(t *testing.T) {
 	}
 	if again := port(a); again.Port != ra.Port {
 		t.Errorf("set dev allocated again in scope shop: port %d; want the one it holds, %d", again.Port, ra.Port)
+	}
+}
+
+// TestConfigScopeRefused: New and ConfigFromEnv resolve a scope as
+// package portalloc/scope does, and refuse a mode berth does not know with
+// a *FieldError that names the field or variable that gave it.
+func TestConfigScopeRefused(t *testing.T) {
+	ctx := context.Background()
+	_, err := portalloc.New(ctx, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: t.TempDir(), Scope: "git:"})
+	var fe *portalloc.FieldError
+	if !errors.As(err, &fe) || fe.Field != "Config.Scope" || !errors.Is(err, portalloc.ErrInvalidRequest) {
+		t.Errorf(`New(Config{Scope: "git:"}) = %v; want a *FieldError for Config.Scope wrapping ErrInvalidRequest`, err)
+	}
+	t.Setenv(portalloc.EnvScope, "env:SHOP")
+	_, err = portalloc.ConfigFromEnv()
+	if !errors.As(err, &fe) || fe.Field != portalloc.EnvScope {
+		t.Errorf("ConfigFromEnv() with %s=env:SHOP = %v; want a *FieldError for %s", portalloc.EnvScope, err, portalloc.EnvScope)
+	}
+}
+
+// TestConfigScopeDir: New resolves the mode "dir" once, to the working
+// directory, and Config() returns it.
+func TestConfigScopeDir(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, StateDir: t.TempDir(), Scope: "dir"})
+	if got := a.Config().Scope; got != dir {
+		t.Errorf(`New(Config{Scope: "dir"}).Config().Scope in %s = %q; want %q`, dir, got, dir)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth-go/berth/internal/safefs"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/scope"
 	"github.com/berth-go/berth/portalloc/statedir"
 )
 
@@ -65,7 +66,7 @@ func (a *app) configure(cmd *cobra.Command) error {
 		cfg.Host = g.host
 	}
 	if a.scopeGiven = cmd.Flags().Changed("scope"); a.scopeGiven {
-		s, err := portalloc.ResolveScope(g.scope)
+		s, err := scope.Resolve(g.scope)
 		var fe *portalloc.FieldError
 		if errors.As(err, &fe) {
 			return usagef("--scope %q: want %s", g.scope, fe.Want)

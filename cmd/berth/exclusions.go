@@ -7,13 +7,14 @@ import (
 	"strings"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/exclude"
 )
 
 // printExclusions adds to berth doctor's report what berth leaves out of
 // the range besides the OS ephemeral range (reported on its own line), and
 // why: each source with its ports in the range, runs merged.
 func printExclusions(line func(k, format string, a ...any), cfg portalloc.Config) {
-	ex, err := portalloc.Exclusions(cfg)
+	ex, err := exclude.List(cfg)
 	if err != nil {
 		line("excluded", "%v", err)
 	}

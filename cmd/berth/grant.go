@@ -16,6 +16,7 @@ import (
 	"github.com/berth-go/berth/internal/transient"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/scope"
 	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
@@ -373,7 +374,7 @@ func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags
 	}
 	label := ""
 	if f.label != "" {
-		label = portalloc.ScopedLabel(a.cfg.Scope, f.label)
+		label = scope.Label(a.cfg.Scope, f.label)
 	}
 	rows, err := s.List(ctx, statestore.Filter{Port: port, Label: label, OwnerPID: own.PID})
 	if err != nil {
@@ -385,7 +386,7 @@ func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags
 		if !r.Owner.Same(own) { // not the pid's earlier process: that is for reap
 			continue
 		}
-		if _, in := portalloc.UnscopedLabel(r.Label, a.cfg.Scope); f.all && a.scopeGiven && !in {
+		if _, in := scope.Unscoped(r.Label, a.cfg.Scope); f.all && a.scopeGiven && !in {
 			continue // --all --scope: the scope's ports only
 		}
 		mine = append(mine, r)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/scope"
 	"github.com/berth-go/berth/statestore"
 )
 
@@ -155,7 +155,7 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 	}
 	flt.OwnerPID = f.owner
 	if f.label != "" {
-		flt.Label = portalloc.ScopedLabel(a.cfg.Scope, f.label)
+		flt.Label = scope.Label(a.cfg.Scope, f.label)
 	}
 	var rows []statestore.Reservation
 	s, err := a.openStore(ctx)
@@ -240,11 +240,11 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 }
 
 // inScope returns the rows labelled in scope, with their labels as the
-// scope knows them (see portalloc.UnscopedLabel).
-func inScope(rows []statestore.Reservation, scope string) []statestore.Reservation {
+// scope knows them (see scope.Unscoped).
+func inScope(rows []statestore.Reservation, sc string) []statestore.Reservation {
 	out := rows[:0]
 	for _, r := range rows {
-		if l, ok := portalloc.UnscopedLabel(r.Label, scope); ok {
+		if l, ok := scope.Unscoped(r.Label, sc); ok {
 			r.Label = l
 			out = append(out, r)
 		}

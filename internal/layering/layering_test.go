@@ -163,7 +163,7 @@ func TestTestprocImportsStandardLibrary(t *testing.T) {
 // noPostgres are the packages that must not link a PostgreSQL client:
 // every program that gives tests their ports, or keeps one host's
 // reservations, imports them.
-var noPostgres = []string{"portalloc", "portalloc/lease", "portalloc/pool", "portalloc/portset", "portalloc/statedir", "portalloc/porttest", "portalloc/listenfd", "portalloc/who", "portalloc/expvarmetrics", "statestore", "store", "store/storetest", "mru"}
+var noPostgres = []string{"portalloc", "portalloc/lease", "portalloc/pool", "portalloc/portset", "portalloc/statedir", "portalloc/porttest", "portalloc/listenfd", "portalloc/who", "portalloc/expvarmetrics", "portalloc/scope", "portalloc/exclude", "portalloc/live", "statestore", "store", "store/storetest", "mru"}
 
 // postgresModules are the import path prefixes of a PostgreSQL client and
 // of what it brings.

@@ -79,6 +79,8 @@ var known = map[string]string{
 	"pool":      "github.com/berth-go/berth/portalloc/pool",
 	"portset":   "github.com/berth-go/berth/portalloc/portset",
 	"lease":     "github.com/berth-go/berth/portalloc/lease",
+	"scope":     "github.com/berth-go/berth/portalloc/scope",
+	"exclude":   "github.com/berth-go/berth/portalloc/exclude",
 }
 
 var selector = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Z]`)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/internal/scopes"
 	"github.com/berth-go/berth/store"
 )
 
@@ -29,7 +30,7 @@ var ErrNoReservation = errors.New("no live reservation")
 // holding them: a second shell, docker compose, an editor's envFile.
 type Port struct {
 	// Label is the reservation's label as its scope knows it (see
-	// UnscopedLabel), and Scope the scope.
+	// scope.Unscoped), and Scope the scope.
 	Label, Scope string
 	// Var is the environment variable the port goes by: EnvVar(Label).
 	Var      string
@@ -62,7 +63,7 @@ func livePort(r store.Reservation, label, scope string) Port {
 }
 
 // Ports returns the live reservations with a label in scope (a scope
-// as ResolveScope returns it, or Allocator.Config().Scope; "" for labels
+// as scope.Resolve returns it, or Allocator.Config().Scope; "" for labels
 // of no scope), one for each variable (see EnvVar): where several would
 // give one variable, the newest. They are sorted by variable. It reads s
 // and changes nothing; s is a store OpenStore (or fleet.OpenStore) opened.
@@ -73,7 +74,7 @@ func Ports(ctx context.Context, s store.Store, scope string) ([]Port, error) {
 	}
 	byVar := map[string]Port{}
 	for _, r := range rows {
-		label, ok := portalloc.UnscopedLabel(r.Label, scope)
+		label, ok := scopes.Unscoped(r.Label, scope)
 		if !ok || !live(ctx, r) {
 			continue
 		}
@@ -115,7 +116,7 @@ func PortOf(ctx context.Context, s store.Store, scope, label string, protocol po
 	)
 	// The label itself, else the --port NAME of berth run (run/port/NAME).
 	for _, l := range []string{label, "run/port/" + label} {
-		rows, err := s.List(ctx, store.Filter{Protocol: protocol, Label: portalloc.ScopedLabel(scope, l)})
+		rows, err := s.List(ctx, store.Filter{Protocol: protocol, Label: scopes.Label(scope, l)})
 		if err != nil {
 			return Port{}, opError(fmt.Sprintf("port of %q", label), err)
 		}

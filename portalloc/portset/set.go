@@ -10,6 +10,7 @@ import (
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/internal/names"
 	"github.com/berth-go/berth/portalloc/internal/seam"
+	"github.com/berth-go/berth/portalloc/scope"
 )
 
 // core is what a set reaches of its Allocator beyond its exported methods:
@@ -125,7 +126,7 @@ func allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, 
 		if !req.Addr.IsValid() {
 			req.Addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 		}
-		if r, ok := existing[portalloc.ScopedLabel(a.Config().Scope, req.Label)]; ok && r.Protocol == req.Protocol && r.Addr == req.Addr.Unmap() && (p.Port == 0 || r.Port == p.Port) {
+		if r, ok := existing[scope.Label(a.Config().Scope, req.Label)]; ok && r.Protocol == req.Protocol && r.Addr == req.Addr.Unmap() && (p.Port == 0 || r.Port == p.Port) {
 			r, err := core.Adopt(ctx, a, r, via)
 			if err == nil {
 				taken = append(taken, hold{r, true})
