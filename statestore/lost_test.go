@@ -2,6 +2,7 @@ package statestore_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"os"
@@ -180,5 +181,40 @@ func TestNewStoreTakesHandedOffRows(t *testing.T) {
 	}
 	if len(rows) != 1 || !rows[0].Owner.Same(to) {
 		t.Fatalf("rows of port 24111 in the new store = %v; want the child's (%v)", rows, to)
+	}
+}
+
+// A file truncated under a live store, after another process's write and a
+// checkpoint that emptied the WAL (so the store must read the file again):
+// the next write fails with ErrLost, for the caller to open the store
+// again, and not with ErrStorage, which would make it fall back. (The
+// store also checks the file when a transaction fails, for a truncation
+// between its check before the transaction and the transaction's first
+// read, which then fails with "no such table".)
+func TestTruncatedWithEmptyWALIsLost(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	s := openAt(t, path)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24141)}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another process's write, so the store reads the file again at its
+	// next transaction, then a checkpoint that empties the WAL.
+	for _, q := range []string{"CREATE TABLE scratch (x)", "PRAGMA wal_checkpoint(TRUNCATE)"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = db.Close()
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24142)})
+	if !errors.Is(err, statestore.ErrLost) || errors.Is(err, statestore.ErrStorage) {
+		t.Fatalf("Reserve on a file truncated under the store = %v; want ErrLost, not ErrStorage", err)
 	}
 }

@@ -22,13 +22,29 @@ func (s *Store) write(ctx context.Context, op string, fn func(tctx context.Conte
 	}
 	defer release()
 	err = s.inTx(ctx, op, fn)
-	if err == nil {
-		// The file may have been deleted while the transaction ran: its
-		// rows would then be where nobody looks.
-		err = s.sameFile()
+	// The file may have been deleted while the transaction ran: its rows
+	// would then be where nobody looks. A failed transaction is checked
+	// too: a file truncated under the connection fails with "no such
+	// table" or as damaged, which is its loss, not a failure of the store.
+	if lost := s.lostErr(err); lost != nil {
+		err = lost
 	}
 	s.settleMarks(err != nil)
 	return s.explain(err)
+}
+
+// lostErr reports, after a write that returned err, whether the file was
+// lost meanwhile (see sameFile), and if so the error to return instead of
+// err: ErrLost, or err itself when it already says so.
+func (s *Store) lostErr(err error) error {
+	if err != nil && (errors.Is(err, ErrLost) || !errors.Is(err, ErrStorage)) {
+		return nil // a refusal, a conflict, a busy store: the file served it
+	}
+	serr := s.sameFile()
+	if serr == nil || err == nil {
+		return serr
+	}
+	return fmt.Errorf("%w (the transaction failed with: %s)", serr, err.Error()) // not wrapped: it is no failure of the store
 }
 
 func (s *Store) inTx(ctx context.Context, op string, fn func(tctx context.Context) error) error {
@@ -85,7 +101,11 @@ func (s *Store) exec(ctx context.Context, op string, done func(n int64), stmt *s
 	})
 	if err != nil {
 		s.cache.invalidate()
-		return 0, s.explain(storageErr(op, err))
+		err = storageErr(op, err)
+		if lost := s.lostErr(err); lost != nil {
+			return 0, fmt.Errorf("%s: %w", op, lost)
+		}
+		return 0, s.explain(err)
 	}
 	s.committed()
 	if done != nil {
