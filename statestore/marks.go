@@ -158,7 +158,12 @@ func (s *Store) settleMarks(failed bool) {
 // the store's path is no longer the one it opened: deleted, replaced, or
 // truncated (to nothing, or smaller than it was). Writing on would put reservations where no other
 // process looks.
-func (s *Store) sameFile() error {
+func (s *Store) sameFile() error { return s.checkFile(true) }
+
+// sameFileStat is sameFile without reading the file's header: a stat.
+func (s *Store) sameFileStat() error { return s.checkFile(false) }
+
+func (s *Store) checkFile(header bool) error {
 	fi, err := os.Stat(s.path)
 	if err != nil || !os.SameFile(fi, s.file) {
 		if m, moved, merr := ReadMoved(s.path); merr == nil && moved {
@@ -172,7 +177,7 @@ func (s *Store) sameFile() error {
 		return storageErr("stat "+s.path, err)
 	case !os.SameFile(fi, s.file):
 		return fmt.Errorf("database file %s was replaced since the store opened it: %w", s.path, ErrLost)
-	case s.truncated(fi):
+	case s.truncated(fi, header):
 		return fmt.Errorf("database file %s was truncated since the store opened it: %w", s.path, ErrLost)
 	}
 	if n := fi.Size(); n > s.size.Load() {
@@ -187,11 +192,11 @@ func (s *Store) sameFile() error {
 // checkpoint may have written some pages back since. A checkpoint can
 // also write back the last page and make it as long as before; the first
 // page then lacks SQLite's header unless it was in the WAL too.
-func (s *Store) truncated(fi os.FileInfo) bool {
+func (s *Store) truncated(fi os.FileInfo, header bool) bool {
 	if fi.Size() == 0 || fi.Size() < s.size.Load() {
 		return true
 	}
-	if s.head == nil {
+	if !header || s.head == nil {
 		return false
 	}
 	var b [len(sqliteHeader)]byte
@@ -258,7 +263,7 @@ func moveAside(path, tag string, now time.Time) error {
 // opens a lost store again.
 func (s *Store) SetAsideIfTruncated(ctx context.Context) (bool, error) {
 	fi, err := os.Stat(s.path)
-	if err != nil || !os.SameFile(fi, s.file) || (fi.Size() != 0 && !s.truncated(fi)) {
+	if err != nil || !os.SameFile(fi, s.file) || (fi.Size() != 0 && !s.truncated(fi, true)) {
 		return false, nil //nolint:nilerr // gone or replaced: nothing of this store's to move
 	}
 	lock := flock.New(s.path+".migrate.lock", flock.SetPermissions(0o600))
@@ -276,7 +281,7 @@ func (s *Store) SetAsideIfTruncated(ctx context.Context) (bool, error) {
 	defer func() { _ = wl.Close() }()
 	// Under the locks, again: another holder may have done it.
 	fi, err = os.Stat(s.path)
-	if err != nil || !os.SameFile(fi, s.file) || (fi.Size() != 0 && !s.truncated(fi)) {
+	if err != nil || !os.SameFile(fi, s.file) || (fi.Size() != 0 && !s.truncated(fi, true)) {
 		return false, nil //nolint:nilerr // done by another holder meanwhile
 	}
 	if err := moveAside(s.path, "lost", time.Now()); err != nil {

@@ -619,8 +619,9 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 	// (setAsideLost) or moves the store (TakeOver) does so holding it, so
 	// a write that passes this check lands in the file every other
 	// process uses, unless the file is deleted meanwhile, which write and
-	// exec check again.
-	if err := s.sameFile(); err != nil {
+	// exec check again, with the file's header (see truncated), which
+	// this check leaves to them.
+	if err := s.sameFileStat(); err != nil {
 		release()
 		return nil, err
 	}

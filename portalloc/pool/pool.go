@@ -417,7 +417,10 @@ func (p *Pool) refillOne(ctx context.Context) error {
 // in the background. With no idle member it allocates one on the spot.
 func (p *Pool) Take(ctx context.Context) (portalloc.Reservation, error) {
 	r, err := p.take(ctx)
-	return r, opError(fmt.Sprintf("take from pool %q", p.name), err)
+	if err != nil { // the prefix is made only when needed: Take is a hot path
+		return r, opError(fmt.Sprintf("take from pool %q", p.name), err)
+	}
+	return r, nil
 }
 
 // take is Take without the prefix.
@@ -456,7 +459,10 @@ func (p *Pool) take(ctx context.Context) (portalloc.Reservation, error) {
 // beyond the pool's size, is released instead of kept; that release waits
 // at most portalloc.Config.Timeout.
 func (p *Pool) Return(r portalloc.Reservation) error {
-	return opError(fmt.Sprintf("return to pool %q", p.name), p.giveBack(r))
+	if err := p.giveBack(r); err != nil {
+		return opError(fmt.Sprintf("return to pool %q", p.name), err)
+	}
+	return nil
 }
 
 // giveBack is Return without the prefix.
