@@ -3,7 +3,6 @@ package portalloc_test
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/internal/testrig"
 )
 
 var (
@@ -75,32 +75,6 @@ func TestConcurrentAllocate(t *testing.T) {
 		}
 		_ = listen(t, r.Addr, r.Port).Close()
 	}
-}
-
-// freeRun finds n consecutive ports of pickRange that are all bindable
-// right now, and returns the first. It starts at a random run, so one test
-// does not get the ports the last one used.
-func freeRun(tb testing.TB, n int) uint16 {
-	tb.Helper()
-	runs := pickRange.Size() / n
-	start := rand.IntN(runs)
-	for i := range runs {
-		base := pickRange.First + uint16((start+i)%runs*n)
-		ok := true
-		for p := base; p < base+uint16(n); p++ {
-			l, err := net.Listen("tcp", netip.AddrPortFrom(lo4, p).String())
-			if err != nil {
-				ok = false
-				break
-			}
-			_ = l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	tb.Fatalf("no run of %d free ports in %v", n, pickRange)
-	return 0
 }
 
 // TestForeignListenersSkipped: four of a five-port range are held by plain
@@ -488,3 +462,6 @@ func TestTransfer(t *testing.T) {
 		t.Errorf("Transfer to a pid that does not run = %v; want ErrInvalidRequest", err)
 	}
 }
+
+// freeRun is testrig.FreeRun: n consecutive free ports of pickRange.
+var freeRun = testrig.FreeRun

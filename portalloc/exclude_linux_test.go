@@ -3,40 +3,13 @@ package portalloc_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
-	"github.com/berth-go/berth/internal/portrange"
+	"github.com/berth-go/berth/internal/testports"
+
 	"github.com/berth-go/berth/portalloc"
 )
-
-// setLocalReserved sets net.ipv4.ip_local_reserved_ports to value for the
-// test and puts the old value back when it ends, failed or not. It skips
-// the test where it cannot write the sysctl (not root, a read-only /proc).
-func setLocalReserved(tb testing.TB, value string) {
-	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root: it sets net.ipv4.ip_local_reserved_ports")
-	}
-	old, err := os.ReadFile(portrange.LocalReservedFile)
-	if err != nil {
-		tb.Skipf("cannot read %s: %v", portrange.LocalReservedFile, err)
-	}
-	if err := os.WriteFile(portrange.LocalReservedFile, []byte(value), 0); err != nil {
-		tb.Skipf("cannot set net.ipv4.ip_local_reserved_ports (%v): a container without a writable /proc/sys?", err)
-	}
-	tb.Cleanup(func() {
-		// An empty list is written as a newline; the file reads so.
-		restore := strings.TrimSpace(string(old))
-		if restore == "" {
-			restore = "\n"
-		}
-		if err := os.WriteFile(portrange.LocalReservedFile, []byte(restore), 0); err != nil {
-			tb.Errorf("could not restore net.ipv4.ip_local_reserved_ports to %q: %v", old, err)
-		}
-	})
-}
 
 // TestLocalReservedPortsNeverHandedOut: with four ports of a twelve-port
 // range in net.ipv4.ip_local_reserved_ports, Allocate hands out the other
@@ -48,7 +21,7 @@ func TestLocalReservedPortsNeverHandedOut(t *testing.T) {
 	ctx := context.Background()
 	base := freeRun(t, 12)
 	reserved := portalloc.Range{First: base + 4, Last: base + 7}
-	setLocalReserved(t, reserved.String())
+	testports.SetLocalReserved(t, reserved.String())
 
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: portalloc.Range{First: base, Last: base + 11}})
 	n := 0

@@ -1,8 +1,7 @@
 package portalloc_test
 
 import (
-	"github.com/berth-go/berth/internal/testports"
-	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/internal/testrig"
 )
 
 // This package's tests keep to its range in internal/testports: the other
@@ -11,7 +10,5 @@ import (
 // (newAllocator sees to it), and ports a test picks itself (freeRun) come
 // from pickRange, so a picked port is never one that an Allocator of the
 // same test has handed out without binding it.
-var (
-	pickRange  = portalloc.Range{First: testports.Portalloc.First, Last: testports.Portalloc.First + 1999}
-	allocRange = portalloc.Range{First: testports.Portalloc.First + 2000, Last: testports.Portalloc.Last}
-)
+// pickRange is testrig.PickRange, allocRange testrig.AllocRange.
+var allocRange = testrig.AllocRange
