@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -11,10 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berth-go/berth/internal/testproc"
 
 	"github.com/berth-go/berth/internal/testports"
 )
@@ -29,15 +29,15 @@ func berthEnv(tb testing.TB, r testports.Range) []string {
 // berthProc is a berth process a test started.
 type berthProc struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer // its standard output and error
-	done chan struct{} // closed once it has exited and been waited for
+	out  *testproc.Buffer // its standard output and error
+	done chan struct{}    // closed once it has exited and been waited for
 }
 
 // startBerth starts berth (on PATH, from TestMain) with args; the test
 // SIGKILLs it at its end if it still runs.
 func startBerth(tb testing.TB, env []string, args ...string) *berthProc {
 	tb.Helper()
-	p := &berthProc{cmd: exec.Command("berth", args...), out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &berthProc{cmd: exec.Command("berth", args...), out: &testproc.Buffer{}, done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	// A child left behind would hold the output pipe open, and Wait with it.
@@ -63,25 +63,6 @@ func (p *berthProc) wait(tb testing.TB) *os.ProcessState {
 		tb.Fatalf("%s still runs after 10s", p.cmd.Args)
 		return nil
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that a process writes to while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // readFileWait waits up to 10s for path to exist and returns its content.

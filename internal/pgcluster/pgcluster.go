@@ -15,9 +15,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/berth-go/berth/internal/testproc"
 
 	"github.com/jackc/pgx/v5"
 
@@ -238,19 +239,4 @@ func (g *guard) Skipf(format string, args ...any) {
 
 // LogBuffer is a buffer for a logger the store's goroutines share, for a
 // test to read what was logged. Its zero value is ready to use.
-type LogBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (b *LogBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *LogBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+type LogBuffer = testproc.Buffer
