@@ -345,8 +345,12 @@ func importMarks(ctx context.Context, path, file string, busy time.Duration, log
 		}
 	}
 	marks, err := marker.List(marker.Namespace(path))
-	if err != nil || len(marks) == 0 {
+	if err != nil {
 		return 0, err
+	}
+	if len(marks) == 0 {
+		log.V(1).Info("a new state store found no live holder's mark to take over", "path", path, "marks", 0)
+		return 0, nil
 	}
 	db, err := openDB(dsn(file, busy, false, false))
 	if err != nil {
@@ -384,7 +388,9 @@ func importMarks(ctx context.Context, path, file string, busy time.Duration, log
 		return 0, classify(file, err)
 	}
 	if n > 0 {
-		log.Info("a new state store took over the reservations of live holders from their marks", "path", path, "reservations", n)
+		log.Info("a new state store took over the reservations of live holders from their marks", "path", path, "reservations", n, "marks", len(marks))
+	} else {
+		log.V(1).Info("a new state store found no live holder's mark to take over", "path", path, "marks", len(marks))
 	}
 	return n, nil
 }

@@ -173,6 +173,10 @@ const (
 	// and Port bound while the store held no row for it (pgstore's "port
 	// bound outside berth"); the probe-failed event of the call counts it.
 	KindProbeKey = "probe-key"
+	// KindImport: a worker made a new state store where a lost one had
+	// been, and took in Restored reservations from the marks of live
+	// holders (Probes: the marks it read).
+	KindImport = "import"
 )
 
 // eventLog appends events to a file, one write per event, so a SIGKILL

@@ -155,6 +155,9 @@ func (s repairSink) Info(_ int, msg string, kv ...any) {
 		s.log.add(Event{Kind: KindRepair})
 	case strings.HasPrefix(msg, "released again a reservation of this process"):
 		s.log.add(keyed(Event{Kind: KindRerelease, Err: msg}, kv, "reservation"))
+	case strings.HasPrefix(msg, "a new state store took over the reservations of live holders"),
+		strings.HasPrefix(msg, "a new state store found no live holder's mark"):
+		s.log.add(Event{Kind: KindImport, Restored: kvInt(kv, "reservations"), Probes: kvInt(kv, "marks")})
 	case msg == "port bound outside berth":
 		s.log.add(keyed(Event{Kind: KindProbeKey}, kv, "key"))
 	}

@@ -163,3 +163,67 @@ func TestHoldStopsAtLimit(t *testing.T) {
 		t.Fatalf("List = %d marks, %v; want %d", len(got), err, n)
 	}
 }
+
+// TestListUnderChurn: List finds every mark held throughout, while other
+// marks are made and dropped as fast as two goroutines can (one read of
+// the kernel's table misses such a mark now and then; see List).
+func TestListUnderChurn(t *testing.T) {
+	if !Supported() {
+		t.Skip("no abstract unix namespace on this system")
+	}
+	ns, other := Namespace(t.TempDir()), Namespace(t.TempDir())
+	defer DropAll(ns)
+	held := map[Mark]bool{}
+	for i := range 200 {
+		m := Mark{Protocol: "tcp", Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(20000 + i), PID: os.Getpid(), Start: 1}
+		if _, err := Hold(ns, m); err != nil {
+			t.Fatal(err)
+		}
+		held[m] = true
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{}, 2)
+	for g := range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var churn []Mark
+				for k := range 50 {
+					m := Mark{Protocol: "udp", Addr: netip.MustParseAddr("::1"), Port: uint16(1 + k), PID: g + 1, Start: int64(i)}
+					if _, err := Hold(other, m); err == nil {
+						churn = append(churn, m)
+					}
+				}
+				for _, m := range churn {
+					Drop(other, m)
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		<-done
+		<-done
+		DropAll(other)
+	}()
+	for i := range 150 {
+		got, err := List(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := 0
+		for _, m := range got {
+			if held[m] {
+				found++
+			}
+		}
+		if found != len(held) {
+			t.Fatalf("List %d found %d of the %d marks held throughout", i+1, found, len(held))
+		}
+	}
+}
