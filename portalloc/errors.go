@@ -11,12 +11,18 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Sentinel errors: every error an Allocator returns for one of these
+// DefaultRange is the range of a Config that names none, and the rest
+// are sentinel errors: every error an Allocator returns for one of these
 // conditions wraps the sentinel, for errors.Is. ErrRangeExhausted,
 // ErrPortHeld, ErrInvalidRequest and ErrUnsafe are the very sentinels of
 // package store (ErrExhausted, ErrHeld, ErrInvalid, ErrUnsafe), so an error
 // from a store tests the same.
 var (
+	// DefaultRange is 20000-32767: below the Linux ephemeral range
+	// (32768-60999) and the Windows and macOS dynamic range (49152-65535),
+	// so the OS never hands one of its ports to an outgoing connection.
+	DefaultRange = Range{First: 20000, Last: 32767}
+
 	// ErrRangeExhausted: no port of the range is free (for fleet.Reserve
 	// and fleet.ReserveSet: of the band, on every host).
 	ErrRangeExhausted = store.ErrExhausted

@@ -16,23 +16,6 @@ import (
 // Range is a small value: copy it freely.
 type Range = store.Range
 
-// DefaultRange is 20000-32767: below the Linux ephemeral range (32768-60999)
-// and the Windows and macOS dynamic range (49152-65535), so the OS never
-// hands one of its ports to an outgoing connection.
-var DefaultRange = Range{First: 20000, Last: 32767}
-
-// RangeError is FieldError: a port range, or a list of them, that is not
-// accepted is refused as any other input is (store.RangeError). Field
-// names where the text came from: a variable such as BERTH_PORT_RANGE, a
-// field such as Config.Range, or "port range" for the argument of
-// ParseRange, ParseRanges or Range.Validate; Value is the text as given, At
-// the item or part of it that is wrong, and Want what is accepted.
-//
-// Deprecated: use FieldError, the one type of refused input. Where code
-// read RangeError's Input, read Value; where it read Reason, read Want
-// (and At).
-type RangeError = store.FieldError
-
 // rangeErr names field in a *FieldError of package portrange (a range
 // refused by a parse or by Valid); nil stays nil.
 func rangeErr(field string, err error) error {

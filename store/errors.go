@@ -68,9 +68,8 @@ var (
 
 // FieldError reports refused input: a field, flag or variable whose value
 // is not accepted. Every refused request, configuration, range or spec of
-// berth is one (store.RangeError and portalloc.FieldError, RangeError and
-// statestore.FieldError are other names of it), so a caller tests for one
-// shape:
+// berth is one (portalloc.FieldError and statestore.FieldError are other
+// names of it), so a caller tests for one shape:
 //
 //	var fe *store.FieldError
 //	if errors.As(err, &fe) { ... fe.Field, fe.Value, fe.At, fe.Want ... }

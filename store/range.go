@@ -16,16 +16,5 @@ import "github.com/berth-go/berth/internal/portrange"
 //	Valid() error              Validate, under its deprecated name
 type Range = portrange.Range
 
-// RangeError is FieldError: a port range, or a list of them, that is not
-// accepted is refused as any other input is. Field names where the text
-// came from ("port range" for a parse or Validate), Value is the text as
-// given, At the item or part of it that is wrong, and Want what is
-// accepted.
-//
-// Deprecated: use FieldError, the one type of refused input. Where code
-// read RangeError's Input, read Value; where it read Reason, read Want
-// (and At).
-type RangeError = FieldError
-
 // MaxBlock is the most ports one ScanBlock reserves.
 const MaxBlock = 1024

@@ -99,17 +99,12 @@ func TestCheckBlockAndOwners(t *testing.T) {
 }
 
 // TestRangeIsOneType: store.Range's Valid refuses with a *FieldError
-// wrapping ErrInvalid, the error every name of the type returns, and
-// RangeError is another name of FieldError.
+// wrapping ErrInvalid, the error every name of the type returns.
 func TestRangeIsOneType(t *testing.T) {
 	err := store.Range{First: 10, Last: 5}.Validate()
 	var fe *store.FieldError
 	if !errors.As(err, &fe) || !errors.Is(err, store.ErrInvalid) || fe.Field != "port range" || fe.Value != "10-5" || fe.Want == "" {
 		t.Errorf("Range{10, 5}.Validate() = %v; want a *FieldError for the port range 10-5 wrapping ErrInvalid", err)
-	}
-	var re *store.RangeError = fe //nolint:staticcheck // the deprecated name must stay the same type
-	if re != fe {
-		t.Error("a *RangeError is not the *FieldError it names")
 	}
 	if r := (store.Range{First: 20000, Last: 20009}); r.Size() != 10 || !r.Contains(20009) || r.String() != "20000-20009" {
 		t.Errorf("Range{20000, 20009}: Size %d, Contains(20009) %v, String %q; want 10, true, 20000-20009", r.Size(), r.Contains(20009), r.String())

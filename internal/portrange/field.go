@@ -9,8 +9,8 @@ import (
 // FieldError reports refused input: a field, flag or variable whose value
 // is not accepted. It is the one shape of refused input of berth, declared
 // here, the lowest package that refuses input (Range.Validate returns it), and
-// named store.FieldError above (portalloc.FieldError, statestore.FieldError,
-// store.RangeError and portalloc.RangeError are other names of it).
+// named store.FieldError above (portalloc.FieldError and
+// statestore.FieldError are other names of it).
 type FieldError struct {
 	// Field names what was refused as the caller wrote it: a field
 	// ("Request.Protocol", "Config.Exclude[1]"), a variable
