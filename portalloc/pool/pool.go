@@ -416,19 +416,12 @@ func (p *Pool) refillOne(ctx context.Context) error {
 // Return. Take touches neither the store nor the network; the pool refills
 // in the background. With no idle member it allocates one on the spot.
 func (p *Pool) Take(ctx context.Context) (portalloc.Reservation, error) {
-	r, err := p.take(ctx)
-	if err != nil { // the prefix is made only when needed: Take is a hot path
-		return r, opError(fmt.Sprintf("take from pool %q", p.name), err)
-	}
-	return r, nil
-}
-
-// take is Take without the prefix.
-func (p *Pool) take(ctx context.Context) (portalloc.Reservation, error) {
+	// Take is a hot path: it does its work in one frame, and makes the
+	// prefix of an error only when there is one.
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return portalloc.Reservation{}, portalloc.ErrClosed
+		return portalloc.Reservation{}, p.takeErr(portalloc.ErrClosed)
 	}
 	// Prefer members of the current revision, newest last in idle.
 	i := slices.IndexFunc(p.idle, func(m *member) bool { return m.revision == p.rev })
@@ -446,13 +439,18 @@ func (p *Pool) take(ctx context.Context) (portalloc.Reservation, error) {
 	p.mu.Unlock()
 	m, err := p.allocate(ctx)
 	if err != nil {
-		return portalloc.Reservation{}, err
+		return portalloc.Reservation{}, p.takeErr(err)
 	}
 	p.mu.Lock()
 	p.inUse[m.r] = m
 	p.mu.Unlock()
 	p.nudge()
 	return m.r, nil
+}
+
+// takeErr is err of Take, with the operation's prefix.
+func (p *Pool) takeErr(err error) error {
+	return opError(fmt.Sprintf("take from pool %q", p.name), err)
 }
 
 // Return gives a taken member back. A member of an older revision, or one
