@@ -218,3 +218,56 @@ func TestTruncatedWithEmptyWALIsLost(t *testing.T) {
 		t.Fatalf("Reserve on a file truncated under the store = %v; want ErrLost, not ErrStorage", err)
 	}
 }
+
+// A file truncated under its holders into which a checkpoint of another
+// process then wrote the pages of the WAL back: the header and the length
+// are as before, but the pages that were not in the WAL are holes, and
+// their rows are gone. The store reports it lost.
+func TestTruncatedAndWrittenBackIsLost(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	s := openAt(t, path)
+	reserve := func(first, n int) {
+		t.Helper()
+		for p := first; p < first+n; p++ {
+			if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(p))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reserve(24000, 300)
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	if _, err := db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	reserve(24300, 300) // the file grows: its first and last pages are in the WAL
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 16)
+	if f, err := os.Open(path); err == nil {
+		_, _ = f.ReadAt(head, 0)
+		_ = f.Close()
+	}
+	if after.Size() < before.Size() || string(head) != "SQLite format 3\x00" {
+		t.Fatalf("after the truncation and the checkpoint the file is %d bytes (was %d) and begins %q: the test wants a file that looks whole", after.Size(), before.Size(), head)
+	}
+	if err := s.Check(ctx); !errors.Is(err, statestore.ErrLost) {
+		t.Fatalf("Check of a file truncated and written back = %v; want ErrLost", err)
+	}
+}

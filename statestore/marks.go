@@ -189,9 +189,10 @@ func (s *Store) checkFile(header bool) error {
 // truncated reports whether the store's file, fi, was truncated since the
 // store opened it. berth never shrinks its file (it never vacuums): one
 // that is empty or smaller than it was seen was truncated, and a
-// checkpoint may have written some pages back since. A checkpoint can
-// also write back the last page and make it as long as before; the first
-// page then lacks SQLite's header unless it was in the WAL too.
+// checkpoint may have written some pages back since. A checkpoint that
+// copies the whole WAL also extends the file to its old length: the first
+// page then lacks SQLite's header unless it was in the WAL too, and the
+// pages that were not in the WAL are holes (hasHole), whose rows are gone.
 func (s *Store) truncated(fi os.FileInfo, header bool) bool {
 	if fi.Size() == 0 || fi.Size() < s.size.Load() {
 		return true
@@ -201,7 +202,10 @@ func (s *Store) truncated(fi os.FileInfo, header bool) bool {
 	}
 	var b [len(sqliteHeader)]byte
 	n, err := s.head.ReadAt(b[:], 0)
-	return n < len(b) || (err != nil && !errors.Is(err, io.EOF)) || string(b[:]) != sqliteHeader
+	if n < len(b) || (err != nil && !errors.Is(err, io.EOF)) || string(b[:]) != sqliteHeader {
+		return true
+	}
+	return s.holes && hasHole(s.head, fi.Size())
 }
 
 // sqliteHeader is how every SQLite database file begins.

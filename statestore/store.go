@@ -98,10 +98,15 @@ type Store struct {
 	file os.FileInfo  // the database file as opened, to notice a replacement
 	size atomic.Int64 // the largest size the file was seen with, to notice a truncation
 	head *os.File     // the file as opened, read for its header to notice a truncation
-	log  logr.Logger
-	now  func() time.Time
-	self Owner
-	busy time.Duration
+	// holes: the file had none when the store opened it, so a hole that
+	// appears is a truncation written around (see hasHole). A file that
+	// had one then (a file system that makes them of its own accord) is
+	// not judged by them.
+	holes bool
+	log   logr.Logger
+	now   func() time.Time
+	self  Owner
+	busy  time.Duration
 
 	db *sql.DB
 
@@ -277,6 +282,7 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 		_ = s.closeDB()
 		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, ErrLost)
 	}
+	s.holes = !hasHole(head, file.Size())
 	if err := s.sameFile(); err != nil {
 		_ = s.closeDB()
 		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, err)

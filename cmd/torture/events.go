@@ -177,6 +177,11 @@ const (
 	// been, and took in Restored reservations from the marks of live
 	// holders (Probes: the marks it read).
 	KindImport = "import"
+	// KindStoreLog: a worker's Allocator or store logged a decision at
+	// info level (Err: its message), such as a lost store set aside or put
+	// back: where a violation follows a loss, these say what each process
+	// did about it.
+	KindStoreLog = "store-log"
 )
 
 // eventLog appends events to a file, one write per event, so a SIGKILL

@@ -147,7 +147,7 @@ type repairSink struct {
 func (s repairSink) Init(logr.RuntimeInfo)  {}
 func (s repairSink) Enabled(level int) bool { return level <= 1 }
 
-func (s repairSink) Info(_ int, msg string, kv ...any) {
+func (s repairSink) Info(level int, msg string, kv ...any) {
 	switch {
 	case strings.HasPrefix(msg, "this process's reservations differed from the fleet's store"):
 		s.log.add(Event{Kind: KindRepair, Restored: kvInt(kv, "restored"), NotRestored: kvInt(kv, "notRestored"), Rereleased: kvInt(kv, "releasedAgain")})
@@ -160,6 +160,8 @@ func (s repairSink) Info(_ int, msg string, kv ...any) {
 		s.log.add(Event{Kind: KindImport, Restored: kvInt(kv, "reservations"), Probes: kvInt(kv, "marks")})
 	case msg == "port bound outside berth":
 		s.log.add(keyed(Event{Kind: KindProbeKey}, kv, "key"))
+	case level == 0:
+		s.log.add(Event{Kind: KindStoreLog, Err: msg, Restored: kvInt(kv, "restored"), NotRestored: kvInt(kv, "notRestored")})
 	}
 }
 

@@ -140,11 +140,11 @@ func runWorker() error {
 		StoreDSN: os.Getenv(envStore), Host: os.Getenv(envHost),
 		Range: r, AllowEphemeralOverlap: true, Timeout: timeout,
 	}
-	if env.faults {
-		// The checker places the comparisons with the store after a
-		// restart or a failover by the repair events this logs.
-		cfg.Logger = repairLogger(log)
-	}
+	// The checker places the comparisons with the store after a restart
+	// or a failover by the repair events this logs; the store's other
+	// decisions (a lost file set aside, a new one given the marks) go in
+	// the log for reading a violation.
+	cfg.Logger = repairLogger(log)
 	a, err := open(ctx, log, cfg, env.faults)
 	if err != nil {
 		if ctx.Err() != nil {
