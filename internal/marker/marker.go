@@ -30,6 +30,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // prefix starts every mark's name.
@@ -129,9 +131,11 @@ var limitAtStart = limit()
 
 // Hold binds m's mark in namespace ns for this process, once, and reports
 // whether it made it now: holding a mark that the process holds already
-// does nothing and reports false. An error (the OS refused a socket, or the
-// process holds Limit marks) leaves no mark; the caller's reservation
-// stands without one.
+// does nothing and reports false. A name still bound by a socket of this
+// process's that lives on in a child being started is waited for (at most
+// inUseTries times inUseWait). An error (the OS refused a socket, the name
+// stayed bound, or the process holds Limit marks) leaves no mark; the
+// caller decides whether its reservation stands without one.
 func Hold(ns string, m Mark) (bool, error) {
 	if !Supported() {
 		return false, nil
@@ -145,13 +149,36 @@ func Hold(ns string, m Mark) (bool, error) {
 	if len(held) >= Limit() {
 		return false, ErrTooMany
 	}
-	c, err := bind(name)
-	if err != nil {
-		return false, fmt.Errorf("marker %s: %w", name, err)
+	for tries := 1; ; tries++ {
+		c, err := bind(name)
+		if err == nil {
+			held[name] = c
+			return true, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || tries >= inUseTries {
+			return false, fmt.Errorf("marker %s: %w", name, err)
+		}
+		// The name is still bound: the socket of a mark this process
+		// dropped a moment ago lives on in a child that another
+		// goroutine is starting (a fork holds every descriptor until
+		// its exec closes them). Bound to the name, it is the mark for
+		// now, but it goes with that exec: wait for it to go, and bind
+		// the name for this process.
+		mu.Unlock()
+		time.Sleep(inUseWait)
+		mu.Lock()
+		if _, ok := held[name]; ok {
+			return false, nil // made meanwhile by another goroutine
+		}
 	}
-	held[name] = c
-	return true, nil
 }
+
+// A name still bound when Hold binds it is tried inUseTries times,
+// inUseWait apart.
+const (
+	inUseTries = 200
+	inUseWait  = time.Millisecond
+)
 
 // Drop closes m's mark in namespace ns, if this process holds it.
 func Drop(ns string, m Mark) {
