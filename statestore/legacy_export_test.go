@@ -18,3 +18,10 @@ func FailImports(t interface{ Cleanup(func()) }, err error) {
 	}
 	t.Cleanup(func() { testHookImport = nil })
 }
+
+// BeforeImport makes the next imports of marks into a new file run fn
+// first, until the test ends.
+func BeforeImport(t interface{ Cleanup(func()) }, fn func()) {
+	testHookImport = func() error { fn(); return nil }
+	t.Cleanup(func() { testHookImport = nil })
+}

@@ -271,3 +271,74 @@ func TestTruncatedAndWrittenBackIsLost(t *testing.T) {
 		t.Fatalf("Check of a file truncated and written back = %v; want ErrLost", err)
 	}
 }
+
+// A process that makes a new store where a lost one was never replaces a
+// store another process put in place meanwhile: two may make one at once
+// when the directory is removed again under the first one's locks, and the
+// second's file may already have granted ports. The first drops its own
+// file and opens the one in place.
+func TestNewStoreNeverReplacesOneMadeMeanwhile(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		removeDir bool
+	}{{"beside", false}, {"directory removed again", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			// The store "another process" made: one reservation in it.
+			other := filepath.Join(t.TempDir(), "berth.db")
+			o := openAt(t, other)
+			if _, err := o.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24151)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db, err := sql.Open("sqlite", "file:"+other+"?_pragma=busy_timeout(5000)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+				t.Fatal(err)
+			}
+			_ = db.Close()
+			made, err := os.ReadFile(other) // the whole store, in its file alone
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "state", "berth.db")
+			once := false
+			statestore.BeforeImport(t, func() {
+				if once {
+					return
+				}
+				once = true
+				if tc.removeDir {
+					if err := os.RemoveAll(filepath.Dir(path)); err != nil {
+						t.Error(err)
+					}
+					if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+						t.Error(err)
+					}
+				}
+				if err := os.WriteFile(path, made, 0o600); err != nil {
+					t.Error(err)
+				}
+			})
+			s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			rows, err := s.List(ctx, statestore.Filter{})
+			if err != nil || len(rows) != 1 || rows[0].Port != 24151 {
+				t.Fatalf("the store opened = %v, %v; want the one put in place meanwhile, with its reservation of 24151", rows, err)
+			}
+			entries, _ := os.ReadDir(filepath.Dir(path))
+			for _, e := range entries {
+				if strings.Contains(e.Name(), ".new") {
+					t.Errorf("%s left in the state directory", e.Name())
+				}
+			}
+		})
+	}
+}

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -127,17 +130,24 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 // process that then failed to read the marks would serve every later one
 // as it is, and grant a live holder's port. The caller holds the migration
 // and write locks.
+//
+// Those locks serialise the processes that make the file only while the
+// directory stays: one removed meanwhile (rm -rf again) leaves each
+// process the lock of a file that is gone, and two may make the store at
+// once. So each builds in a file of its own, named for it, and puts it in
+// place only where no file is yet: the first is the store, and the others
+// drop theirs and open it. A file that is no longer the one this process
+// made (its directory removed and made again) is never put in place.
 func makeFresh(ctx context.Context, path string, st fileState, k schema, busy time.Duration, log logr.Logger) error {
-	tmp := path + freshSuffix
-	removeDBFiles(tmp) // a crash's leftover: never anyone's store
-	done := false
-	defer func() {
-		if !done {
-			removeDBFiles(tmp)
-		}
-	}()
+	removeStaleFresh(path)
+	tmp := path + freshSuffix + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(rand.Uint64(), 36)
+	defer removeDBFiles(tmp) // once placed, the file keeps its other name
 	if err := initFile(ctx, tmp, busy); err != nil {
 		return err
+	}
+	made, err := os.Stat(tmp)
+	if err != nil {
+		return storageErr("create "+tmp, err)
 	}
 	if err := migrateUp(ctx, tmp, st, k, busy, log); err != nil {
 		return err
@@ -148,16 +158,62 @@ func makeFresh(ctx context.Context, path string, st fileState, k schema, busy ti
 	if err := checkpointAll(ctx, tmp, busy); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return storageErr("create "+path, err)
+	if fi, err := os.Stat(tmp); err != nil || !os.SameFile(fi, made) {
+		return fmt.Errorf("create %s: the new file was removed or replaced while it was made: %w", path, ErrLost)
 	}
-	done = true
-	removeDBFiles(tmp)              // its empty WAL and shared memory, if SQLite kept them
-	_ = syncDir(filepath.Dir(path)) // the rename is durable at the next write's fsync anyway
+	if err := placeNew(tmp, path); err != nil {
+		return err
+	}
+	_ = syncDir(filepath.Dir(path)) // the new name is durable at the next write's fsync anyway
 	return nil
 }
 
-// freshSuffix names the file makeFresh builds a new database in.
+// placeNew gives the file at tmp the name path, unless a file has that
+// name already (another process made the store first): then it leaves
+// that one, and tmp goes with makeFresh's cleanup.
+func placeNew(tmp, path string) error {
+	err := os.Link(tmp, path)
+	switch {
+	case err == nil, errors.Is(err, fs.ErrExist):
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("create %s: the new file was removed while it was made: %w", path, ErrLost)
+	}
+	// A file system without hard links: rename, after a look for a file
+	// made meanwhile.
+	if _, serr := os.Lstat(path); serr == nil {
+		return nil
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return storageErr("create "+path, err)
+	}
+	return nil
+}
+
+// removeStaleFresh removes what makeFresh left at path when its process
+// died while it made a new file: files of its naming older than
+// staleFresh. A file being made is seconds old at most.
+func removeStaleFresh(path string) {
+	dir, prefix := filepath.Dir(path), filepath.Base(path)+freshSuffix+"-"
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		name := filepath.Join(dir, e.Name())
+		base := strings.TrimSuffix(strings.TrimSuffix(name, "-wal"), "-shm")
+		if fi, err := os.Lstat(base); err == nil && time.Since(fi.ModTime()) < staleFresh {
+			continue
+		}
+		_ = os.Remove(name)
+	}
+}
+
+// staleFresh is the age at which a file makeFresh was making is a leftover.
+const staleFresh = 10 * time.Minute
+
+// freshSuffix, with the process's pid and a random number, names the
+// file makeFresh builds a new database in.
 const freshSuffix = ".new"
 
 // checkpointAll writes every frame of path's WAL into path itself and
