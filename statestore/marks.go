@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -205,7 +206,49 @@ func (s *Store) truncated(fi os.FileInfo, header bool) bool {
 	if n < len(b) || (err != nil && !errors.Is(err, io.EOF)) || string(b[:]) != sqliteHeader {
 		return true
 	}
+	if s.page2 > 0 && !btreePage(s.head, s.page2) {
+		return true
+	}
 	return s.holes && hasHole(s.head, fi.Size())
+}
+
+// The second page of berth's file is the root of golang-migrate's table of
+// versions, written when the file is made and by migrations only, so it is
+// in the WAL almost never: a truncation loses it even when a checkpoint
+// writes back the first page, which shares its file system block. Its
+// first byte tells a b-tree page (SQLite's page types 2, 5, 10 and 13) from
+// the zeros of a lost one.
+
+// secondPage returns the offset of the second page of the file f, whose
+// first page begins with SQLite's header, and 0 when it has no second
+// page that is a b-tree page (then the check is not made).
+func secondPage(f *os.File, size int64) int64 {
+	var h [18]byte
+	if n, _ := f.ReadAt(h[:], 0); n < len(h) || string(h[:len(sqliteHeader)]) != sqliteHeader {
+		return 0
+	}
+	ps := int64(binary.BigEndian.Uint16(h[16:18]))
+	if ps == 1 {
+		ps = 65536
+	}
+	if ps < 512 || size < 2*ps || !btreePage(f, ps) {
+		return 0
+	}
+	return ps
+}
+
+// btreePage reports whether the page at offset off of f begins as a b-tree
+// page does.
+func btreePage(f *os.File, off int64) bool {
+	var t [1]byte
+	if n, _ := f.ReadAt(t[:], off); n < 1 {
+		return false
+	}
+	switch t[0] {
+	case 2, 5, 10, 13:
+		return true
+	}
+	return false
 }
 
 // sqliteHeader is how every SQLite database file begins.

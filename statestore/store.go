@@ -103,6 +103,9 @@ type Store struct {
 	// had one then (a file system that makes them of its own accord) is
 	// not judged by them.
 	holes bool
+	// page2 is the offset of the file's second page, a b-tree page when
+	// the store opened it (see secondPage); 0: not checked.
+	page2 int64
 	log   logr.Logger
 	now   func() time.Time
 	self  Owner
@@ -283,6 +286,7 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, ErrLost)
 	}
 	s.holes = !hasHole(head, file.Size())
+	s.page2 = secondPage(head, file.Size())
 	if err := s.sameFile(); err != nil {
 		_ = s.closeDB()
 		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, err)
