@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-go/berth/internal/marker"
 	"github.com/berth-go/berth/statestore"
@@ -340,5 +341,32 @@ func TestNewStoreNeverReplacesOneMadeMeanwhile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// What a process that died while it made a new store left behind is
+// removed by the next one that makes the store, once it is old enough
+// that no live process can be making it still; a younger one is left.
+func TestNewStoreRemovesLeftoversOfDeadMakers(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "berth.db")
+	old, young := path+".new-4242-abc", path+".new-4343-def"
+	for _, name := range []string{old, old + "-wal", young} {
+		if err := os.WriteFile(name, []byte("leftover"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(old, hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
+	openAt(t, path) // a new store: made where none was
+	for _, name := range []string{old, old + "-wal"} {
+		if _, err := os.Lstat(name); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: %v; want it removed", filepath.Base(name), err)
+		}
+	}
+	if _, err := os.Lstat(young); err != nil {
+		t.Errorf("%s: %v; want it left (its maker may still be at work)", filepath.Base(young), err)
 	}
 }
