@@ -737,6 +737,12 @@ func overlaps(groups map[portKey][]*claim, violate func(string, ...any), rep *Re
 					rep.LostLeases++
 				case a.lost != 0 && a.lost <= b.start && b.start <= a.found:
 					rep.Unguarded++
+				case b.lost != 0 && b.lost <= a.start && b.holder != "":
+					// b's lease was asked for before the loss and
+					// lost with the store before a was granted; its
+					// grant was logged late (its worker frozen in the
+					// call), after a's.
+					rep.LostLeases++
 				case inFailoverWindow(a, b):
 					rep.FailoverLost++
 				default:

@@ -201,6 +201,16 @@ func TestCheckFindsViolations(t *testing.T) {
 			"supervisor.jsonl": {{T: 15, Kind: KindLoseStore}},
 			"w2.jsonl":         {grant(30, "w2", "127.0.0.1", 26000)},
 		}, ""},
+		{"a lease lost with the store, its grant logged after another's", map[string][]Event{
+			"w1.jsonl":         {leaseGrant(40, "w1", "w1/lease-1", 5, 100)},
+			"supervisor.jsonl": {{T: 15, Kind: KindLoseStore}},
+			"w2.jsonl":         {grant(30, "w2", "127.0.0.1", 26000)},
+		}, ""},
+		{"a lease asked for after a loss is guarded", map[string][]Event{
+			"w1.jsonl":         {leaseGrant(40, "w1", "w1/lease-1", 20, 100)},
+			"supervisor.jsonl": {{T: 15, Kind: KindLoseStore}},
+			"w2.jsonl":         {grant(30, "w2", "127.0.0.1", 26000)},
+		}, "double grant"},
 		{"a bind refused for want of descriptors", map[string][]Event{
 			"w1.jsonl": {grant(10, "w1", "127.0.0.1", 26000),
 				{T: 11, Kind: KindBind, Proc: "w1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Err: "too many open files", EMFILE: true},
