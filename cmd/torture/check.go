@@ -559,6 +559,9 @@ func Check(dir string) (Report, error) {
 	}
 	of := func(e Event) []*claim { return byKey[portKey{e.Proto, e.Port}] }
 	for _, e := range probeKeys {
+		if rep.Restarts == 0 && rep.Failovers == 0 {
+			break // listed for the runs whose server goes away only
+		}
 		rep.ProbeKeys = append(rep.ProbeKeys, fmt.Sprintf("%s %s:%d on %s by %s at %s%s", e.Proto, e.Addr, e.Port, e.Host, e.Proc, stamp(e.T, base), heldBy(of(e), e, base)))
 	}
 	for _, e := range rereleases {

@@ -142,6 +142,11 @@ func serverDir(runDir string) (string, error) {
 type repairSink struct {
 	log  *eventLog
 	errs logr.LogSink
+	// probeKeys: log the keys of failed bind probes (KindProbeKey), which
+	// the checker reads for the runs that fail over; a run on one host
+	// fails probes by the hundred thousand, and the check would read the
+	// claims of each.
+	probeKeys bool
 }
 
 func (s repairSink) Init(logr.RuntimeInfo)  {}
@@ -158,9 +163,9 @@ func (s repairSink) Info(level int, msg string, kv ...any) {
 	case strings.HasPrefix(msg, "a new state store took over the reservations of live holders"),
 		strings.HasPrefix(msg, "a new state store found no live holder's mark"):
 		s.log.add(Event{Kind: KindImport, Restored: kvInt(kv, "reservations"), Probes: kvInt(kv, "marks")})
-	case msg == "port bound outside berth":
+	case msg == "port bound outside berth" && s.probeKeys:
 		s.log.add(keyed(Event{Kind: KindProbeKey}, kv, "key"))
-	case level == 0:
+	case level == 0 && msg != "port bound outside berth":
 		s.log.add(Event{Kind: KindStoreLog, Err: msg, Restored: kvInt(kv, "restored"), NotRestored: kvInt(kv, "notRestored")})
 	}
 }
@@ -187,8 +192,8 @@ func (s repairSink) WithValues(...any) logr.LogSink { return s }
 func (s repairSink) WithName(string) logr.LogSink   { return s }
 
 // repairLogger is a worker's Config.Logger.
-func repairLogger(log *eventLog) logr.Logger {
-	return logr.New(repairSink{log: log, errs: portalloc.TextLogger(os.Stderr, slog.LevelError).GetSink()})
+func repairLogger(log *eventLog, faults bool) logr.Logger {
+	return logr.New(repairSink{log: log, errs: portalloc.TextLogger(os.Stderr, slog.LevelError).GetSink(), probeKeys: faults})
 }
 
 // kvInt returns the integer value of key in a logr key-value list.

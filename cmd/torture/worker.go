@@ -144,7 +144,7 @@ func runWorker() error {
 	// or a failover by the repair events this logs; the store's other
 	// decisions (a lost file set aside, a new one given the marks) go in
 	// the log for reading a violation.
-	cfg.Logger = repairLogger(log)
+	cfg.Logger = repairLogger(log, env.faults)
 	a, err := open(ctx, log, cfg, env.faults)
 	if err != nil {
 		if ctx.Err() != nil {
