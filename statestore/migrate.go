@@ -174,7 +174,18 @@ func makeFresh(ctx context.Context, path string, st fileState, k schema, busy ti
 func placeNew(tmp, path string) error {
 	err := os.Link(tmp, path)
 	switch {
-	case err == nil, errors.Is(err, fs.ErrExist):
+	case errors.Is(err, fs.ErrExist):
+		if fi, serr := os.Lstat(path); serr != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+			return nil // another process's store, made meanwhile
+		}
+		// An empty file: SQLite creates the file it opens, so a process
+		// that opened the path while it had none made it. It is nobody's
+		// store: replace it.
+		if err := os.Rename(tmp, path); err != nil {
+			return storageErr("create "+path, err)
+		}
+		return nil
+	case err == nil:
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("create %s: the new file was removed while it was made: %w", path, ErrLost)
