@@ -25,3 +25,11 @@ func BeforeImport(t interface{ Cleanup(func()) }, fn func()) {
 	testHookImport = func() error { fn(); return nil }
 	t.Cleanup(func() { testHookImport = nil })
 }
+
+// ChecksSecondPage reports whether s checks its file's second page after
+// each commit (see secondPage).
+func ChecksSecondPage(s *Store) bool { return s.page2 > 0 }
+
+// IgnoreHoles makes s no longer look for holes in its file, as on a file
+// system that shows none.
+func IgnoreHoles(s *Store) { s.holes = false }
