@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"strconv"
 	"time"
@@ -377,6 +378,78 @@ func lockWrites(ctx context.Context, path string, busy time.Duration) (*filelock
 	}
 }
 
+// markKey is what a row is keyed by, as a mark names it.
+type markKey struct {
+	protocol string
+	addr     netip.Addr
+	port     uint16
+}
+
+// pickMarks chooses, for each key that marks name, the one mark whose
+// owner a new store records as the key's holder, judging owners with
+// judge. A key can have several: a child that was handed a port has
+// exited, and its parent has not yet dropped the mark it held for it, while
+// a process that reserved the port since holds its own. The first listed
+// is no better than any other, so:
+//
+//   - marks of owners that surely exited are left out;
+//   - an owner seen running is preferred to one that cannot be judged
+//     (another namespace, an unreadable /proc);
+//   - with no owner seen running and more than one that cannot be judged,
+//     the first is taken, unless one could not be judged for a passing
+//     shortage (this process out of descriptors or memory): the choice is
+//     then a guess that could record an exited owner and leave the live
+//     one out, so pickMarks fails with ErrTransient and the store is not
+//     made until the marks can be read.
+//
+// Marks are returned in the order of the first mark of each key.
+func pickMarks(marks []marker.Mark, judge func(marker.Mark) (owner.Verdict, error)) ([]marker.Mark, error) {
+	type candidates struct {
+		live, unknown []marker.Mark
+		short         error // a shortage that kept an owner from being judged
+	}
+	var order []markKey
+	byKey := make(map[markKey]*candidates)
+	for _, m := range marks {
+		k := markKey{m.Protocol, m.Addr, m.Port}
+		c := byKey[k]
+		if c == nil {
+			c = &candidates{}
+			byKey[k] = c
+			order = append(order, k)
+		}
+		v, err := judge(m)
+		switch v {
+		case owner.Dead:
+		case owner.Live:
+			c.live = append(c.live, m)
+		default:
+			c.unknown = append(c.unknown, m)
+			if err != nil && transient.Is(err) && c.short == nil {
+				c.short = err
+			}
+		}
+	}
+	picked := make([]marker.Mark, 0, len(order))
+	for _, k := range order {
+		c := byKey[k]
+		switch {
+		case len(c.live) > 0:
+			picked = append(picked, c.live[0])
+		case len(c.unknown) > 1 && c.short != nil:
+			short := c.short
+			if !errors.Is(short, transient.ErrTransient) {
+				short = transient.Wrap(short)
+			}
+			return nil, fmt.Errorf("state store: %d marks name %s/%d on %s, and which of their holders still runs cannot be read: %w",
+				len(c.unknown), k.protocol, k.port, k.addr, short)
+		case len(c.unknown) > 0:
+			picked = append(picked, c.unknown[0])
+		}
+	}
+	return picked, nil
+}
+
 // testHookImport, when set by a test, runs first in importMarks and fails
 // it with its error.
 var testHookImport func() error
@@ -409,17 +482,20 @@ func importMarks(ctx context.Context, path, file string, busy time.Duration, log
 		return 0, classify(file, err)
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
+	picked, err := pickMarks(marks, func(m marker.Mark) (owner.Verdict, error) {
+		return owner.Judge(ctx, identity(markOwner(m)))
+	})
+	if err != nil {
+		return 0, err
+	}
 	now := time.Now().UnixNano()
 	n := 0
-	for _, m := range marks {
+	for _, m := range picked {
 		packed, err := netaddr.Pack(m.Addr)
 		if err != nil {
 			continue
 		}
 		own := markOwner(m)
-		if !own.Alive(ctx) {
-			continue
-		}
 		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO port_allocations
 			(protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, '', 'dynamic', ?)`,

@@ -177,8 +177,41 @@ func lookupIn(ctx context.Context, k kernel, pid int) (Identity, error) {
 // every case it cannot decide. Legacy identities (see IsLegacy) are judged
 // with LegacyMargin.
 func Active(ctx context.Context, id Identity) bool {
-	v, _ := judge(ctx, host, id)
+	v, _, _ := judge(ctx, host, id)
 	return v != dead
+}
+
+// Verdict is what Judge decides about an identity.
+type Verdict int
+
+const (
+	// Dead: the process has exited (or the identity names none).
+	Dead Verdict = Verdict(dead)
+	// Live: the process runs and is the one the identity names.
+	Live Verdict = Verdict(live)
+	// Unknown: it cannot be decided; Active counts it as live.
+	Unknown Verdict = Verdict(unknown)
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Dead:
+		return "dead"
+	case Live:
+		return "live"
+	}
+	return "unknown"
+}
+
+// Judge is Active with its grounds: Live when the process was seen
+// running, Dead when it has surely exited, Unknown when it cannot be told
+// from here. With Unknown, err is the error that kept the process's state
+// from being read (a shortage of descriptors or memory, say), which may
+// pass; it is nil when the identity cannot be judged from this process at
+// all (another pid or time namespace), which will not.
+func Judge(ctx context.Context, id Identity) (Verdict, error) {
+	v, _, err := judge(ctx, host, id)
+	return Verdict(v), err
 }
 
 // Upgrade returns the current identity of the process a legacy identity
@@ -195,7 +228,7 @@ func upgradeIn(ctx context.Context, k kernel, id Identity) (Identity, error) {
 	if !IsLegacy(id) {
 		return id, nil
 	}
-	v, r := judge(ctx, k, id)
+	v, r, _ := judge(ctx, k, id)
 	switch v {
 	case dead:
 		return Identity{}, fmt.Errorf("owner: %s: %w", id, ErrNotRunning)
@@ -243,56 +276,57 @@ const (
 )
 
 // judge decides whether id's process still runs. With live it also returns
-// the reading that showed it.
-func judge(ctx context.Context, k kernel, id Identity) (verdict, reading) {
+// the reading that showed it; with unknown, the error of reading the
+// process's state when that is why.
+func judge(ctx context.Context, k kernel, id Identity) (verdict, reading, error) {
 	if !validPID(id.PID) {
 		// No process can have this pid; such a row can only come from a
 		// damaged or hand-edited store.
-		return dead, reading{}
+		return dead, reading{}, nil
 	}
 	sc, current := parseScope(id.Scope)
 	mine := k.scope()
 	if differ(sc.boot, mine.boot) {
-		return dead, reading{} // another boot: every process of it has ended
+		return dead, reading{}, nil // another boot: every process of it has ended
 	}
 	if differ(sc.pidNS, mine.pidNS) {
 		// Another pid namespace: its pids mean nothing here. Only when the
 		// namespace itself is gone (a container that ended) are its
 		// processes known to have ended.
 		if k.pidNSGone(sc.pidNS) {
-			return dead, reading{}
+			return dead, reading{}, nil
 		}
-		return unknown, reading{}
+		return unknown, reading{}, nil
 	}
 	r, err := k.read(ctx, id.PID)
 	switch {
 	case errors.Is(err, errGone):
-		return dead, reading{}
+		return dead, reading{}, nil
 	case err != nil:
-		return unknown, reading{}
+		return unknown, reading{}, err
 	case r.exited:
 		// A zombie holds no sockets, so its reservations are free to reap.
-		return dead, reading{}
+		return dead, reading{}, nil
 	}
 	if !current {
 		ms, ok := k.wallMillis(r.start)
 		if !ok {
-			return unknown, reading{}
+			return unknown, reading{}, nil
 		}
 		if d := ms - id.Start; d < -LegacyMargin.Milliseconds() || d > LegacyMargin.Milliseconds() {
-			return dead, reading{}
+			return dead, reading{}, nil
 		}
-		return live, r
+		return live, r, nil
 	}
 	if differ(sc.timeNS, mine.timeNS) {
 		// Starts read in another time namespace are offset by its boot
 		// time offset, which this process cannot know.
-		return unknown, reading{}
+		return unknown, reading{}, nil
 	}
 	if r.start != id.Start {
-		return dead, reading{} // the pid was reused
+		return dead, reading{}, nil // the pid was reused
 	}
-	return live, r
+	return live, r, nil
 }
 
 func validPID(pid int) bool { return pid > 0 && pid <= math.MaxInt32 }

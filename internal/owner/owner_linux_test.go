@@ -328,7 +328,7 @@ func TestStartIsStatField22(t *testing.T) {
 		if real, err := Lookup(ctx, pid); err != nil || !real.Same(id) {
 			t.Errorf("pid %d: Lookup = %+v, %v; want %+v", pid, real, err, id)
 		}
-		if v, _ := judge(ctx, k, id); v != live {
+		if v, _, _ := judge(ctx, k, id); v != live {
 			t.Errorf("pid %d: judge = %v; want live", pid, v)
 		}
 	}
@@ -399,7 +399,7 @@ func TestJudge(t *testing.T) {
 		{"no pid", Identity{PID: 0, Start: 5000, Scope: here}, dead},
 	}
 	for _, tt := range tests {
-		if got, _ := judge(ctx, k, tt.id); got != tt.want {
+		if got, _, _ := judge(ctx, k, tt.id); got != tt.want {
 			t.Errorf("%s: judge(%+v) = %v; want %v", tt.name, tt.id, got, tt.want)
 		}
 	}
@@ -733,5 +733,58 @@ func TestKilledHoldsPortUntilGone(t *testing.T) {
 		}
 		_ = stdin.Close()
 		_ = cmd.Wait()
+	}
+}
+
+// TestJudgeOutOfDescriptors: a process that has run out of descriptors
+// cannot read /proc, yet a reaped process is still surely dead (the
+// kernel's answer to a signal takes no descriptor), and a live one is
+// Unknown with the shortage as the reason, never Dead.
+func TestJudgeOutOfDescriptors(t *testing.T) {
+	ctx := context.Background()
+	ended := mustStartChild(t)
+	endedID, err := Lookup(ctx, ended.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ended.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = ended.Wait() // reaped: no process has the pid now
+	running := mustStartChild(t)
+	runningID, err := Lookup(ctx, running.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(os.DevNull) // the lowest free number: no open succeeds at or above it
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := f.Fd()
+	_ = f.Close()
+	low := lim
+	low.Cur = uint64(next)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skipf("skipping: cannot lower RLIMIT_NOFILE: %v", err)
+	}
+	endedV, endedErr := Judge(ctx, endedID)
+	runningV, runningErr := Judge(ctx, runningID)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatalf("restore RLIMIT_NOFILE: %v", err)
+	}
+
+	if endedV != Dead || endedErr != nil {
+		t.Errorf("Judge(reaped child) out of descriptors = %v, %v; want Dead, nil", endedV, endedErr)
+	}
+	if runningV != Unknown || !errors.Is(runningErr, syscall.EMFILE) {
+		t.Errorf("Judge(running child) out of descriptors = %v, %v; want Unknown with EMFILE", runningV, runningErr)
+	}
+	if v, err := Judge(ctx, runningID); v != Live || err != nil {
+		t.Errorf("Judge(running child) with descriptors = %v, %v; want Live, nil", v, err)
 	}
 }

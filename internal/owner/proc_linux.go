@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,9 +35,11 @@ func (p *procFS) read(_ context.Context, pid int) (reading, error) {
 	b, err := fs.ReadFile(p.fsys, strconv.Itoa(pid)+"/stat")
 	if err != nil {
 		// /proc hides other users' processes when mounted with hidepid,
-		// and a process may vanish while its file is read: only the kernel's
-		// own answer to a signal says that no process has the pid.
-		if (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)) && !exists(pid) {
+		// a process may vanish while its file is read, and a process out
+		// of descriptors cannot open the file at all: only the kernel's
+		// own answer to a signal, which takes no descriptor, says that no
+		// process has the pid.
+		if !exists(pid) {
 			return reading{}, errGone
 		}
 		return reading{}, err
