@@ -28,6 +28,22 @@
 // as it is free; the probe a caller supplies runs inside that transaction, so
 // no other process can choose the same port between probe and insert.
 //
+// # A lost file
+//
+// A file deleted, replaced or truncated under its holders (a cache cleaner,
+// rm -rf, a restore) is noticed by each Store before and after every write
+// and by Check, which then fail with ErrLost; portalloc's Allocator reopens
+// the store and puts its rows back. On Linux every process also holds, for
+// each reservation it wrote, a mark (a socket bound to a name in the
+// abstract unix namespace, which no file operation removes and which ends
+// with the process), and a store that has just been made records the
+// holders its marks name before anything is granted from it. Where two
+// marks name one port (a child that was handed it has exited, and its
+// parent has not yet dropped the mark it held for it), the holder seen
+// running is recorded; when that cannot be told because the process making
+// the store is out of descriptors, the open fails with ErrTransient and the
+// store is made by the next call instead.
+//
 // # Versions that share a store
 //
 // Programs that vendor different berth versions share one store, and a
