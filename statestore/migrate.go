@@ -142,21 +142,32 @@ func makeFresh(ctx context.Context, path string, st fileState, k schema, busy ti
 	removeStaleFresh(path)
 	tmp := path + freshSuffix + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(rand.Uint64(), 36)
 	defer removeDBFiles(tmp) // once placed, the file keeps its other name
-	if err := initFile(ctx, tmp, busy); err != nil {
+	var made os.FileInfo
+	// lost reports, for a step that failed, that the file was removed or
+	// replaced meanwhile (its directory removed again): then the failure
+	// (SQLite's "disk I/O error", say) is of a file nobody will use, and
+	// the error says so with ErrLost, on which Open starts again.
+	lost := func(err error) error {
+		if fi, serr := os.Stat(tmp); serr != nil || (made != nil && !os.SameFile(fi, made)) {
+			return fmt.Errorf("create %s: the new file was removed or replaced while it was made (%w): %w", path, err, ErrLost)
+		}
 		return err
+	}
+	if err := initFile(ctx, tmp, busy); err != nil {
+		return lost(err)
 	}
 	made, err := os.Stat(tmp)
 	if err != nil {
-		return storageErr("create "+tmp, err)
+		return lost(storageErr("create "+tmp, err))
 	}
 	if err := migrateUp(ctx, tmp, st, k, busy, log); err != nil {
-		return err
+		return lost(err)
 	}
 	if _, err := importMarks(ctx, path, tmp, busy, log); err != nil {
-		return err
+		return lost(err)
 	}
 	if err := checkpointAll(ctx, tmp, busy); err != nil {
-		return err
+		return lost(err)
 	}
 	if fi, err := os.Stat(tmp); err != nil || !os.SameFile(fi, made) {
 		return fmt.Errorf("create %s: the new file was removed or replaced while it was made: %w", path, ErrLost)

@@ -195,11 +195,14 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	// A store removed or replaced while it opens (a cleaner at work, or
 	// another process that just set a truncated file aside) fails in ways
-	// that say nothing of the store that is there now: open it again.
+	// that say nothing of the store that is there now: open it again. An
+	// error wrapping ErrLost says so itself; otherwise the directory or
+	// the file changed (a directory made again may have the inode number
+	// of the one removed, so that alone is not proof).
 	for attempt := 1; ; attempt++ {
 		before := placeOf(path)
 		s, err := openOnce(ctx, path, self, opts)
-		if err == nil || attempt == maxOpenAttempts || ctx.Err() != nil || !before.changed(placeOf(path)) {
+		if err == nil || attempt == maxOpenAttempts || ctx.Err() != nil || !(errors.Is(err, ErrLost) || before.changed(placeOf(path))) {
 			return s, err
 		}
 		opts.Logger.V(1).Info("the store was removed or replaced while it opened; opening it again", "path", path, "error", err.Error())
@@ -496,8 +499,15 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 		return nil, nil, 0, nil, err
 	}
 	fi, err := os.Stat(path)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil, 0, nil, fmt.Errorf("database file %s was removed while the store opened: %w", path, ErrLost)
+	case err != nil:
 		return nil, nil, 0, nil, classify(path, err)
+	case fi.Size() == 0:
+		// prepareFile leaves a whole store at path: an empty file is one
+		// that SQLite made, opening the path of a store removed meanwhile.
+		return nil, nil, 0, nil, fmt.Errorf("database file %s was removed while the store opened, and an empty file made in its place: %w", path, ErrLost)
 	}
 	db, conn, err := connect(ctx, path, busySlice, true)
 	if err != nil {
