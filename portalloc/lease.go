@@ -64,11 +64,9 @@ func (a *Allocator) lease(ctx context.Context, req Request, l store.Lease, op fu
 	}
 	defer cancel()
 	what := fmt.Sprintf("lease a %s port on %s for holder %q", req.Protocol, req.Addr, l.Holder)
-	s, ls, err := a.leaseStore(ctx)
-	if err != nil {
-		return Reservation{}, fmt.Errorf("%s: %w", what, err)
-	}
-	row, err := op(ctx, s, ls, req)
+	row, err := inLeaseStore(ctx, a, func(s store.Store, ls store.LeaseStore) (store.Reservation, error) {
+		return op(ctx, s, ls, req)
+	})
 	if err != nil {
 		var ce *ConflictError
 		switch {
@@ -90,11 +88,9 @@ func (a *Allocator) renew(ctx context.Context, holder string, ttl time.Duration)
 	if err := (store.Lease{Holder: holder, TTL: ttl}).Validate(); err != nil {
 		return 0, err
 	}
-	_, ls, err := a.leaseStore(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n, err := ls.RenewLease(ctx, holder, ttl)
+	n, err := inLeaseStore(ctx, a, func(_ store.Store, ls store.LeaseStore) (int, error) {
+		return ls.RenewLease(ctx, holder, ttl)
+	})
 	if err != nil {
 		return 0, a.leaseErr(err)
 	}
@@ -128,15 +124,39 @@ func (a *Allocator) releaseHolder(ctx context.Context, holder string, f store.Fi
 			return 0, err
 		}
 	}
-	_, ls, err := a.leaseStore(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n, err := ls.ReleaseLease(ctx, holder, store.Filter{Protocol: f.Protocol, Port: f.Port, Label: scopes.Label(a.cfg.Scope, f.Label)})
+	n, err := inLeaseStore(ctx, a, func(_ store.Store, ls store.LeaseStore) (int, error) {
+		return ls.ReleaseLease(ctx, holder, store.Filter{Protocol: f.Protocol, Port: f.Port, Label: scopes.Label(a.cfg.Scope, f.Label)})
+	})
 	if err != nil {
 		return 0, a.leaseErr(err)
 	}
 	return n, nil
+}
+
+// inLeaseStore runs op on the Allocator's state store as a lease store,
+// with the store's repair (see repair) held off while it runs, and once
+// more when the store was lost or replaced under op: a lease call meets a
+// store whose file was deleted as every other call does, on the store
+// opened again. A lease never falls back. The errors of leaseStore are
+// returned as they are, those of op untranslated.
+func inLeaseStore[T any](ctx context.Context, a *Allocator, op func(store.Store, store.LeaseStore) (T, error)) (T, error) {
+	for attempt := 0; ; attempt++ {
+		s, ls, err := a.leaseStore(ctx)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		a.repairMu.RLock()
+		v, err := op(s, ls)
+		a.repairMu.RUnlock()
+		if err == nil || attempt >= maxReplacements {
+			return v, err
+		}
+		again, err := a.replaced(ctx, s, err)
+		if !again {
+			return v, err
+		}
+	}
 }
 
 // leaseStore returns the Allocator's state store as a lease store, or an
@@ -169,6 +189,8 @@ func (a *Allocator) leaseErr(err error) error {
 	switch {
 	case errors.Is(err, ErrClosed):
 		return ErrClosed
+	case errors.Is(err, ErrStoreUnavailable):
+		return err // leaseStore's: there is no store to ask
 	case errors.Is(err, store.ErrNotFound):
 		// The store's message repeats the operation; what it says is all
 		// in ErrHolderNotFound.

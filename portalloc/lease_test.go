@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -279,5 +281,75 @@ func TestLeaseRequestErrors(t *testing.T) {
 	m := newAllocator(t, portalloc.Config{Mode: portalloc.ModeMRU})
 	if _, err := lease.Allocate(ctx, m, portalloc.Request{}, lease.Lease{Holder: "x", TTL: time.Hour}); !errors.Is(err, portalloc.ErrStoreUnavailable) {
 		t.Errorf("AllocateLease in the MRU mode = %v; want ErrStoreUnavailable", err)
+	}
+}
+
+// TestLeaseCallsSurviveLostStore: lease calls that run while the store's
+// file is deleted under them, and while another call of the same
+// Allocator opens it again, go on in the store opened again: a lease
+// lost with the file is not found (ErrHolderNotFound), and no call fails
+// because the store it started with was closed by the repair.
+func TestLeaseCallsSurviveLostStore(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a := newAllocator(t, portalloc.Config{StateDir: dir, Mode: portalloc.ModeStateStore})
+	const goroutines, rounds = 6, 30
+	holder := func(g int) string { return fmt.Sprintf("ci/job-%d", g) }
+	take := func(g int) error {
+		_, err := lease.Allocate(ctx, a, portalloc.Request{}, lease.Lease{Holder: holder(g), TTL: time.Hour})
+		return err
+	}
+	for g := range goroutines {
+		if err := take(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		lost int
+		stop = make(chan struct{})
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := lease.Renew(ctx, a, holder(g), time.Hour)
+				if errors.Is(err, lease.ErrHolderNotFound) {
+					mu.Lock()
+					lost++
+					mu.Unlock()
+					err = take(g) // lost with the file: lease it again
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	for range rounds {
+		time.Sleep(20 * time.Millisecond)
+		// Files made meanwhile can leave the directory behind
+		// (ENOTEMPTY): the next round removes it.
+		if err := os.RemoveAll(dir); err != nil && !errors.Is(err, syscall.ENOTEMPTY) {
+			t.Error(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	for _, err := range errs {
+		t.Errorf("lease call while the store was lost and opened again: %v", err)
+	}
+	if lost == 0 {
+		t.Errorf("no renewal found its lease lost in %d removals of the state directory; the test lost nothing", rounds)
 	}
 }
