@@ -202,7 +202,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	for attempt := 1; ; attempt++ {
 		before := placeOf(path)
 		s, err := openOnce(ctx, path, self, opts)
-		if err == nil || attempt == maxOpenAttempts || ctx.Err() != nil || !(errors.Is(err, ErrLost) || before.changed(placeOf(path))) {
+		again := errors.Is(err, ErrLost) || before.changed(placeOf(path))
+		if err == nil || attempt == maxOpenAttempts || ctx.Err() != nil || !again {
 			return s, err
 		}
 		opts.Logger.V(1).Info("the store was removed or replaced while it opened; opening it again", "path", path, "error", err.Error())
