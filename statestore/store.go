@@ -202,8 +202,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	for attempt := 1; ; attempt++ {
 		before := placeOf(path)
 		s, err := openOnce(ctx, path, self, opts)
-		again := errors.Is(err, ErrLost) || before.changed(placeOf(path))
-		if err == nil || attempt == maxOpenAttempts || ctx.Err() != nil || !again {
+		if err == nil || attempt == maxOpenAttempts || ctx.Err() != nil {
+			return s, err
+		}
+		if !errors.Is(err, ErrLost) && !before.changed(placeOf(path)) {
 			return s, err
 		}
 		opts.Logger.V(1).Info("the store was removed or replaced while it opened; opening it again", "path", path, "error", err.Error())
