@@ -202,24 +202,12 @@ func (s *Store) truncated(fi os.FileInfo, header bool) bool {
 	if !header || s.head == nil {
 		return false
 	}
-	// One read takes the header and, with the small pages berth makes,
-	// the first byte of the second page too.
-	var b [4096 + 1]byte
-	want := len(sqliteHeader)
-	if s.page2 > 0 && s.page2 < int64(len(b)) {
-		want = int(s.page2) + 1
-	}
-	n, err := s.head.ReadAt(b[:want], 0)
-	if n < want || (err != nil && !errors.Is(err, io.EOF)) || string(b[:len(sqliteHeader)]) != sqliteHeader {
+	var b [len(sqliteHeader)]byte
+	n, err := s.head.ReadAt(b[:], 0)
+	if n < len(b) || (err != nil && !errors.Is(err, io.EOF)) || string(b[:]) != sqliteHeader {
 		return true
 	}
-	switch {
-	case s.page2 == 0:
-	case want > len(sqliteHeader):
-		if !btreeType(b[s.page2]) {
-			return true
-		}
-	case !btreePage(s.head, s.page2):
+	if s.page2 > 0 && !btreePage(s.head, s.page2) {
 		return true
 	}
 	return s.holes && hasHole(s.head, fi.Size())
@@ -257,13 +245,7 @@ func btreePage(f *os.File, off int64) bool {
 	if n, _ := f.ReadAt(t[:], off); n < 1 {
 		return false
 	}
-	return btreeType(t[0])
-}
-
-// btreeType reports whether b is the first byte of a b-tree page: one of
-// SQLite's page types 2, 5, 10 and 13.
-func btreeType(b byte) bool {
-	switch b {
+	switch t[0] {
 	case 2, 5, 10, 13:
 		return true
 	}
