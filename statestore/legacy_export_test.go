@@ -33,3 +33,10 @@ func ChecksSecondPage(s *Store) bool { return s.page2 > 0 }
 // IgnoreHoles makes s no longer look for holes in its file, as on a file
 // system that shows none.
 func IgnoreHoles(s *Store) { s.holes = false }
+
+// AfterPrepare makes every open that had to make or migrate its file run
+// fn right after, until the test ends.
+func AfterPrepare(t interface{ Cleanup(func()) }, fn func()) {
+	testHookPrepared = fn
+	t.Cleanup(func() { testHookPrepared = nil })
+}

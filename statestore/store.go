@@ -455,6 +455,10 @@ func dsn(path string, busy time.Duration, readOnly, setWAL bool) string {
 		"&_pragma=wal_autocheckpoint(" + fmt.Sprint(backstopCheckpointPages) + ")"
 }
 
+// testHookPrepared, when set by a test, runs in openConn right after
+// prepareFile has made or checked the file.
+var testHookPrepared func()
+
 // openConn opens the store's connection to path, with the file made ready
 // first. The usual file, one of the current schema, is inspected on that
 // connection itself, so a fresh process opens the database once: a second
@@ -500,6 +504,9 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 	found, err := prepareFile(ctx, path, busy, log)
 	if err != nil {
 		return nil, nil, 0, nil, err
+	}
+	if testHookPrepared != nil {
+		testHookPrepared()
 	}
 	fi, err := os.Stat(path)
 	switch {

@@ -1,0 +1,78 @@
+package statestore_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/berth-go/berth/statestore"
+)
+
+// TestOpenStartsAgainWhenRemovedMeanwhile: a store removed while Open makes
+// it (the state directory removed again by a cleaner) is made again, not
+// reported as an error of a file nobody uses, and never opened as the
+// empty file SQLite makes when it opens a path with no file.
+func TestOpenStartsAgainWhenRemovedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		hook func(t *testing.T, fn func())
+		lose func(t *testing.T, path string)
+	}{
+		{
+			"the new file removed while it is made",
+			func(t *testing.T, fn func()) { statestore.BeforeImport(t, fn) },
+			func(t *testing.T, path string) {
+				made, _ := filepath.Glob(path + ".new-*")
+				if len(made) == 0 {
+					t.Error("no new file is being made")
+				}
+				for _, f := range made {
+					if err := os.Remove(f); err != nil {
+						t.Error(err)
+					}
+				}
+			},
+		},
+		{
+			"the store removed once made, and an empty file made in its place",
+			func(t *testing.T, fn func()) { statestore.AfterPrepare(t, fn) },
+			func(t *testing.T, path string) {
+				if err := os.Remove(path); err != nil {
+					t.Error(err)
+				}
+				if err := os.WriteFile(path, nil, 0o600); err != nil {
+					t.Error(err)
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "berth.db")
+			lost := false
+			tc.hook(t, func() {
+				if !lost {
+					lost = true
+					tc.lose(t, path)
+				}
+			})
+			s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+			if err != nil {
+				t.Fatalf("Open with its store removed once while it opened: %v", err)
+			}
+			defer s.Close()
+			if !lost {
+				t.Fatal("the store was not removed: the test tested nothing")
+			}
+			key := statestore.Key{Protocol: statestore.TCP, Addr: loopback, Port: 24171}
+			if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+				t.Fatalf("Reserve in the store opened: %v", err)
+			}
+			if err := s.Check(ctx); err != nil {
+				t.Errorf("Check of the store opened: %v; want the file at its path", err)
+			}
+		})
+	}
+}
