@@ -2,6 +2,7 @@ package statestore_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,34 +18,33 @@ func TestOpenStartsAgainWhenRemovedMeanwhile(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
 		name string
-		hook func(t *testing.T, fn func())
-		lose func(t *testing.T, path string)
+		hook func(t interface{ Cleanup(func()) }, fn func())
+		lose func(path string) error
 	}{
 		{
 			"the new file removed while it is made",
-			func(t *testing.T, fn func()) { statestore.BeforeImport(t, fn) },
-			func(t *testing.T, path string) {
+			statestore.BeforeImport,
+			func(path string) error {
 				made, _ := filepath.Glob(path + ".new-*")
 				if len(made) == 0 {
-					t.Error("no new file is being made")
+					return errors.New("no new file is being made")
 				}
 				for _, f := range made {
 					if err := os.Remove(f); err != nil {
-						t.Error(err)
+						return err
 					}
 				}
+				return nil
 			},
 		},
 		{
 			"the store removed once made, and an empty file made in its place",
-			func(t *testing.T, fn func()) { statestore.AfterPrepare(t, fn) },
-			func(t *testing.T, path string) {
+			statestore.AfterPrepare,
+			func(path string) error {
 				if err := os.Remove(path); err != nil {
-					t.Error(err)
+					return err
 				}
-				if err := os.WriteFile(path, nil, 0o600); err != nil {
-					t.Error(err)
-				}
+				return os.WriteFile(path, nil, 0o600)
 			},
 		},
 	}
@@ -55,7 +55,9 @@ func TestOpenStartsAgainWhenRemovedMeanwhile(t *testing.T) {
 			tc.hook(t, func() {
 				if !lost {
 					lost = true
-					tc.lose(t, path)
+					if err := tc.lose(path); err != nil {
+						t.Error(err)
+					}
 				}
 			})
 			s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
