@@ -113,8 +113,9 @@ type Report struct {
 	LeaseGrants, LeaseReservations, Renewals, LeaseReleases int
 	LeaseExpiries, LeaseDrops, KilledLeases, LeasesEnded    int
 	LostLeases                                              int
-	// LostCalls counts the lease calls that failed because the store's
-	// file was lost under them.
+	// LostCalls counts the calls that failed because the store's file was
+	// lost under them, each of its attempts: opens, mostly, which the
+	// worker makes again.
 	LostCalls int
 	// PressureSpells counts the spells of descriptor shortage of
 	// -fd-pressure; Transients the calls that failed with

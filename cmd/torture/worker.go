@@ -181,8 +181,8 @@ func runWorker() error {
 // open makes the worker's Allocator. Opening waits for the store's locks
 // like any call, and a worker frozen while it holds one makes it time out:
 // that is counted as a call that timed out, and the worker tries again;
-// so is a server out of reach while the run restarts it or fails over
-// (faults).
+// so is a store lost under each of the open's attempts (-lose-store), and
+// a server out of reach while the run restarts it or fails over (faults).
 func open(ctx context.Context, log *eventLog, cfg portalloc.Config, faults bool) (*portalloc.Allocator, error) {
 	for {
 		start := time.Now()
@@ -192,6 +192,13 @@ func open(ctx context.Context, log *eventLog, cfg portalloc.Config, faults bool)
 			return a, err
 		case timedOut(err):
 			log.add(Event{Kind: KindCall, Op: "open", DurNS: int64(time.Since(start)), Timeout: true, Err: err.Error()})
+		case errors.Is(err, statestore.ErrLost):
+			// The store was lost again and again while it opened (its
+			// directory removed every second or so, and a frozen worker
+			// holding the lock the opener waited for): a program opens it
+			// again, as this worker does.
+			log.add(Event{Kind: KindCall, Op: "open", DurNS: int64(time.Since(start)), Lost: true, Err: err.Error()})
+			time.Sleep(10 * time.Millisecond)
 		case faults && errors.Is(err, portalloc.ErrStoreUnavailable):
 			log.add(Event{Kind: KindCall, Op: "open", DurNS: int64(time.Since(start)), Unavailable: true, Err: err.Error()})
 			time.Sleep(50 * time.Millisecond) // the server is starting
