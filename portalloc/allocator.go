@@ -56,9 +56,13 @@ type Allocator struct {
 
 	ctr counters
 
-	mu     sync.Mutex // guards held, handed, handedPruneAt, claimed, attached, attachOrder, closed and released
+	mu     sync.Mutex // guards held, handed, handing, handedPruneAt, claimed, attached, attachOrder, closed and released
 	held   map[heldKey]*holding
 	handed map[heldKey]handed // rows Transfer gave to other processes
+	// handing is the owner each Transfer in progress hands its row to:
+	// a store made anew meanwhile may have that owner's row already,
+	// from its mark, which a repair must not take for another's.
+	handing map[heldKey]store.Owner
 	// handedPruneAt is the size of handed at which a Transfer next looks
 	// for exited owners in it (see handedPrune).
 	handedPruneAt int

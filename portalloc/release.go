@@ -163,13 +163,22 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 	handOff := func(on store.Store) error {
 		a.repairMu.RLock()
 		defer a.repairMu.RUnlock()
-		if err := on.Transfer(ctx, key, store.Owner{}, to); err != nil {
+		err := on.Transfer(ctx, key, store.Owner{}, to)
+		if err != nil && on != s && handedAlready(ctx, on, key, to) {
+			// The store made anew took in to's row from its mark, which
+			// the failed Transfer then dropped: handing the row from to to
+			// itself makes the mark again.
+			err = on.Transfer(ctx, key, to, to)
+		}
+		if err != nil {
 			return err
 		}
 		refs.dropAll(e, a)
 		a.unhold(r, true)
 		return nil
 	}
+	a.startHanding(r, to)
+	defer a.stopHanding(r)
 	err = handOff(s)
 	for try, on := 0, s; err != nil && try < maxReplacements; try++ {
 		var again bool
@@ -186,6 +195,47 @@ func (a *Allocator) transfer(ctx context.Context, r Reservation, pid int, via st
 		a.pruneHanded(ctx, a.db())
 	}
 	return nil
+}
+
+// startHanding records that a Transfer of r to to is in progress (see
+// Allocator.handing); stopHanding that it has ended.
+func (a *Allocator) startHanding(r Reservation, to store.Owner) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.handing == nil {
+		a.handing = map[heldKey]store.Owner{}
+	}
+	a.handing[keyOf(r)] = to
+}
+
+func (a *Allocator) stopHanding(r Reservation) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.handing, keyOf(r))
+}
+
+// handingTo reports whether a Transfer in progress hands r to owner.
+func (a *Allocator) handingTo(r Reservation, owner store.Owner) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	to, ok := a.handing[keyOf(r)]
+	return ok && to.Same(owner)
+}
+
+// handedAlready reports whether the row of key in on, a store opened
+// again after the one a Transfer started on was lost, is to's already: the
+// new store took it in from the mark the Transfer made for to.
+func handedAlready(ctx context.Context, on store.Store, key store.Key, to store.Owner) bool {
+	rows, err := on.List(ctx, store.Filter{Protocol: key.Protocol, Port: key.Port})
+	if err != nil {
+		return false
+	}
+	for _, row := range rows {
+		if row.Addr == key.Addr && row.Owner.Same(to) {
+			return true
+		}
+	}
+	return false
 }
 
 // Reap deletes every reservation in the store whose owner has exited, for

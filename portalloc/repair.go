@@ -181,6 +181,10 @@ func (a *Allocator) restore(ctx context.Context, s store.Store, held []Reservati
 		switch {
 		case err == nil:
 			put++
+		case errors.As(err, &ce) && a.handingTo(r, ce.Holder.Owner):
+			// A Transfer in progress hands r to that owner, whose row the
+			// new store took in from its mark: the Transfer finds it there.
+			a.log.V(1).Info("a reservation "+where+" is back as the process's it is being handed to", "reservation", r.String(), "holder", ce.Holder.Owner.String())
 		case errors.As(err, &ce):
 			failed++
 			a.warn.Error(err, "a reservation "+where+" could not be put back: another process took the port meanwhile, and both may now use it",
