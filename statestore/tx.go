@@ -176,7 +176,16 @@ func (s *Store) explain(err error) error {
 		return err // its message says what ran short
 	}
 	switch se.Code() & 0xff {
-	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM:
+	case sqlite3.SQLITE_READONLY:
+		if writable(s.path) && writable(filepath.Dir(s.path)) {
+			// SQLite opens a file read-only when it cannot open it for
+			// writing (out of descriptors a moment before, the file not
+			// writable then), and the connection stays so: the store
+			// must be opened again, as a lost one is.
+			return fmt.Errorf("%w; the file %s is writable, but the store's connection was opened read-only: %w", err, s.path, ErrLost)
+		}
+		return fmt.Errorf("%w; check that %s is writable and its file system not full", err, filepath.Dir(s.path))
+	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM:
 		return fmt.Errorf("%w; check that %s is writable and its file system not full", err, filepath.Dir(s.path))
 	}
 	return err
