@@ -253,7 +253,7 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 		}
 	}
 	if m, moved, err := ReadMoved(path); err != nil {
-		return nil, err
+		return nil, shortErr("open "+path, err) // out of descriptors, say
 	} else if moved {
 		return nil, movedErr(path, m)
 	}
