@@ -132,7 +132,13 @@ func TestInspectFork(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
-	parent, err := Inspect(ctx, cmd.Process.Pid)
+	// Read the shell once it runs as the shell: right after Start it may
+	// still be between fork and exec, with no arguments yet.
+	var parent Process
+	waitFor(t, func() bool {
+		parent, err = Inspect(ctx, cmd.Process.Pid)
+		return err != nil || len(parent.Args) > 0
+	}, "the shell to exec")
 	if err != nil {
 		t.Fatal(err)
 	}
