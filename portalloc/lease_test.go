@@ -335,12 +335,20 @@ func TestLeaseCallsSurviveLostStore(t *testing.T) {
 			}
 		})
 	}
+	db := filepath.Join(dir, "berth.db")
 	for range rounds {
 		time.Sleep(20 * time.Millisecond)
 		// Files made meanwhile can leave the directory behind
 		// (ENOTEMPTY): the next round removes it.
 		if err := os.RemoveAll(dir); err != nil && !errors.Is(err, syscall.ENOTEMPTY) {
 			t.Error(err)
+		}
+		// A cleaner removes the store once, not again while it is made
+		// anew: wait (a while at most) for a call to make it again.
+		for wait := time.Now().Add(2 * time.Second); time.Now().Before(wait); time.Sleep(time.Millisecond) {
+			if _, err := os.Stat(db); err == nil {
+				break
+			}
 		}
 	}
 	time.Sleep(20 * time.Millisecond)
