@@ -178,7 +178,7 @@ func lookupIn(ctx context.Context, k kernel, pid int) (Identity, error) {
 // with LegacyMargin.
 func Active(ctx context.Context, id Identity) bool {
 	v, _, _ := judge(ctx, host, id)
-	return v != dead
+	return v != Dead
 }
 
 // Verdict is what Judge decides about an identity.
@@ -186,11 +186,11 @@ type Verdict int
 
 const (
 	// Dead: the process has exited (or the identity names none).
-	Dead Verdict = Verdict(dead)
+	Dead Verdict = iota
 	// Live: the process runs and is the one the identity names.
-	Live Verdict = Verdict(live)
+	Live
 	// Unknown: it cannot be decided; Active counts it as live.
-	Unknown Verdict = Verdict(unknown)
+	Unknown
 )
 
 func (v Verdict) String() string {
@@ -211,7 +211,7 @@ func (v Verdict) String() string {
 // all (another pid or time namespace), which will not.
 func Judge(ctx context.Context, id Identity) (Verdict, error) {
 	v, _, err := judge(ctx, host, id)
-	return Verdict(v), err
+	return v, err
 }
 
 // Upgrade returns the current identity of the process a legacy identity
@@ -230,9 +230,9 @@ func upgradeIn(ctx context.Context, k kernel, id Identity) (Identity, error) {
 	}
 	v, r, _ := judge(ctx, k, id)
 	switch v {
-	case dead:
+	case Dead:
 		return Identity{}, fmt.Errorf("owner: %s: %w", id, ErrNotRunning)
-	case unknown:
+	case Unknown:
 		return Identity{}, fmt.Errorf("owner: %s: cannot tell whether it still runs; keep it as it is", id)
 	}
 	up := Identity{PID: id.PID, Start: r.start, Scope: k.scope().String(), Name: id.Name}
@@ -266,67 +266,58 @@ func StartedAt(id Identity) (time.Time, bool) {
 	return time.UnixMilli(ms), true
 }
 
-// verdict is what judge decides about an identity.
-type verdict int
-
-const (
-	dead    verdict = iota // the process has exited
-	live                   // the process runs and is the one id names
-	unknown                // cannot be decided: counts as live
-)
-
-// judge decides whether id's process still runs. With live it also returns
-// the reading that showed it; with unknown, the error of reading the
+// judge decides whether id's process still runs. With Live it also returns
+// the reading that showed it; with Unknown, the error of reading the
 // process's state when that is why.
-func judge(ctx context.Context, k kernel, id Identity) (verdict, reading, error) {
+func judge(ctx context.Context, k kernel, id Identity) (Verdict, reading, error) {
 	if !validPID(id.PID) {
 		// No process can have this pid; such a row can only come from a
 		// damaged or hand-edited store.
-		return dead, reading{}, nil
+		return Dead, reading{}, nil
 	}
 	sc, current := parseScope(id.Scope)
 	mine := k.scope()
 	if differ(sc.boot, mine.boot) {
-		return dead, reading{}, nil // another boot: every process of it has ended
+		return Dead, reading{}, nil // another boot: every process of it has ended
 	}
 	if differ(sc.pidNS, mine.pidNS) {
 		// Another pid namespace: its pids mean nothing here. Only when the
 		// namespace itself is gone (a container that ended) are its
 		// processes known to have ended.
 		if k.pidNSGone(sc.pidNS) {
-			return dead, reading{}, nil
+			return Dead, reading{}, nil
 		}
-		return unknown, reading{}, nil
+		return Unknown, reading{}, nil
 	}
 	r, err := k.read(ctx, id.PID)
 	switch {
 	case errors.Is(err, errGone):
-		return dead, reading{}, nil
+		return Dead, reading{}, nil
 	case err != nil:
-		return unknown, reading{}, err
+		return Unknown, reading{}, err
 	case r.exited:
 		// A zombie holds no sockets, so its reservations are free to reap.
-		return dead, reading{}, nil
+		return Dead, reading{}, nil
 	}
 	if !current {
 		ms, ok := k.wallMillis(r.start)
 		if !ok {
-			return unknown, reading{}, nil
+			return Unknown, reading{}, nil
 		}
 		if d := ms - id.Start; d < -LegacyMargin.Milliseconds() || d > LegacyMargin.Milliseconds() {
-			return dead, reading{}, nil
+			return Dead, reading{}, nil
 		}
-		return live, r, nil
+		return Live, r, nil
 	}
 	if differ(sc.timeNS, mine.timeNS) {
 		// Starts read in another time namespace are offset by its boot
 		// time offset, which this process cannot know.
-		return unknown, reading{}, nil
+		return Unknown, reading{}, nil
 	}
 	if r.start != id.Start {
-		return dead, reading{}, nil // the pid was reused
+		return Dead, reading{}, nil // the pid was reused
 	}
-	return live, r, nil
+	return Live, r, nil
 }
 
 func validPID(pid int) bool { return pid > 0 && pid <= math.MaxInt32 }

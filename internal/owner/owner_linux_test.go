@@ -328,7 +328,7 @@ func TestStartIsStatField22(t *testing.T) {
 		if real, err := Lookup(ctx, pid); err != nil || !real.Same(id) {
 			t.Errorf("pid %d: Lookup = %+v, %v; want %+v", pid, real, err, id)
 		}
-		if v, _, _ := judge(ctx, k, id); v != live {
+		if v, _, _ := judge(ctx, k, id); v != Live {
 			t.Errorf("pid %d: judge = %v; want live", pid, v)
 		}
 	}
@@ -384,19 +384,19 @@ func TestJudge(t *testing.T) {
 	tests := []struct {
 		name string
 		id   Identity
-		want verdict
+		want Verdict
 	}{
-		{"running", Identity{PID: 1042, Start: 5000, Scope: here}, live},
-		{"pid reused", Identity{PID: 1042, Start: 5001, Scope: here}, dead},
-		{"zombie", Identity{PID: 1043, Start: 6000, Scope: here}, dead},
-		{"first thread exited, another still exiting", Identity{PID: 1047, Start: 8000, Scope: here}, live},
-		{"unparsable stat", Identity{PID: 1044, Start: 1, Scope: here}, unknown},
-		{"stat of another pid", Identity{PID: 1045, Start: 7000, Scope: here}, unknown},
-		{"another boot", Identity{PID: 1042, Start: 5000, Scope: scope{"C", "11", "22"}.String()}, dead},
-		{"another pid namespace", Identity{PID: 1042, Start: 1, Scope: scope{"B", "99", "22"}.String()}, unknown},
-		{"another time namespace", Identity{PID: 1042, Start: 1, Scope: scope{"B", "11", "99"}.String()}, unknown},
-		{"time namespace unknown", Identity{PID: 1042, Start: 1, Scope: scope{"B", "11", ""}.String()}, dead},
-		{"no pid", Identity{PID: 0, Start: 5000, Scope: here}, dead},
+		{"running", Identity{PID: 1042, Start: 5000, Scope: here}, Live},
+		{"pid reused", Identity{PID: 1042, Start: 5001, Scope: here}, Dead},
+		{"zombie", Identity{PID: 1043, Start: 6000, Scope: here}, Dead},
+		{"first thread exited, another still exiting", Identity{PID: 1047, Start: 8000, Scope: here}, Live},
+		{"unparsable stat", Identity{PID: 1044, Start: 1, Scope: here}, Unknown},
+		{"stat of another pid", Identity{PID: 1045, Start: 7000, Scope: here}, Unknown},
+		{"another boot", Identity{PID: 1042, Start: 5000, Scope: scope{"C", "11", "22"}.String()}, Dead},
+		{"another pid namespace", Identity{PID: 1042, Start: 1, Scope: scope{"B", "99", "22"}.String()}, Unknown},
+		{"another time namespace", Identity{PID: 1042, Start: 1, Scope: scope{"B", "11", "99"}.String()}, Unknown},
+		{"time namespace unknown", Identity{PID: 1042, Start: 1, Scope: scope{"B", "11", ""}.String()}, Dead},
+		{"no pid", Identity{PID: 0, Start: 5000, Scope: here}, Dead},
 	}
 	for _, tt := range tests {
 		if got, _, _ := judge(ctx, k, tt.id); got != tt.want {
