@@ -472,6 +472,12 @@ func importMarks(ctx context.Context, path, file string, busy time.Duration, log
 		log.V(1).Info("a new state store found no live holder's mark to take over", "path", path, "marks", 0)
 		return 0, nil
 	}
+	picked, err := pickMarks(marks, func(m marker.Mark) (owner.Verdict, error) {
+		return owner.Judge(ctx, identity(markOwner(m)))
+	})
+	if err != nil {
+		return 0, err
+	}
 	db, err := openDB(dsn(file, busy, false, false))
 	if err != nil {
 		return 0, storageErr("open "+file, err)
@@ -482,12 +488,6 @@ func importMarks(ctx context.Context, path, file string, busy time.Duration, log
 		return 0, classify(file, err)
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
-	picked, err := pickMarks(marks, func(m marker.Mark) (owner.Verdict, error) {
-		return owner.Judge(ctx, identity(markOwner(m)))
-	})
-	if err != nil {
-		return 0, err
-	}
 	now := time.Now().UnixNano()
 	n := 0
 	for _, m := range picked {
