@@ -588,7 +588,7 @@ func Check(dir string) (Report, error) {
 			rep.Unguarded++
 			continue
 		}
-		if heldByLostLeases(cs, f.e) {
+		if heldByLostLeases(cs, f.e) || ownLeaseLost(cs, f.e) {
 			rep.LostLeases++
 			continue
 		}
@@ -709,6 +709,43 @@ func heldByLostLeases(claims []*claim, e Event) bool {
 			continue
 		}
 		if c.holder == "" || c.lost == 0 || c.lost > e.T || e.T > c.found {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
+// ownLeaseLost reports whether the failed bind e is of a lease lost with
+// the store before the bind, and every claim that conflicted with it was
+// granted after that loss: the holder's lease was in no store when the
+// others asked, as documented (see portalloc's "Losing the store"). Its
+// worker may log the grant only after the loss (frozen in the call), so
+// the other claims can have been logged first.
+func ownLeaseLost(claims []*claim, e Event) bool {
+	if e.Holder == "" {
+		return false
+	}
+	a, err := netip.ParseAddr(e.Addr)
+	if err != nil {
+		return false
+	}
+	var own *claim
+	for _, c := range claims {
+		if c.proc == e.Proc && c.holder == e.Holder && c.proto == e.Proto && c.port == e.Port && c.addr == a && c.start <= e.T {
+			own = c // the latest grant of this holder before the bind
+		}
+	}
+	if own == nil || own.lost == 0 || own.lost > e.T {
+		return false
+	}
+	n := 0
+	for _, c := range claims {
+		if c == own || (c.host != e.Host && !c.fleet) || c.proto != e.Proto || c.port != e.Port || c.proc == e.Proc || c.child == e.Proc ||
+			c.start > e.T || c.end <= e.T || !netaddr.Conflicts(a, c.addr) {
+			continue
+		}
+		if c.start < own.lost {
 			return false
 		}
 		n++
