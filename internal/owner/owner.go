@@ -68,7 +68,7 @@ import (
 	"math"
 	"os"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -123,12 +123,23 @@ func IsLegacy(id Identity) bool {
 	return !current
 }
 
-var self = sync.OnceValues(func() (Identity, error) {
-	return lookupIn(context.Background(), host, os.Getpid())
-})
+// self is the calling process's identity once it has been read.
+var self atomic.Pointer[Identity]
 
-// Self returns the identity of the calling process. It is read once.
-func Self() (Identity, error) { return self() }
+// Self returns the identity of the calling process. It is read once it
+// can be: a read that fails (out of descriptors, say) is not kept, and the
+// next call reads again.
+func Self() (Identity, error) {
+	if id := self.Load(); id != nil {
+		return *id, nil
+	}
+	id, err := lookupIn(context.Background(), host, os.Getpid())
+	if err != nil {
+		return Identity{}, err
+	}
+	self.Store(&id)
+	return id, nil
+}
 
 // BootID returns the id of the running boot of this machine, as the
 // kernel gives it (/proc/sys/kernel/random/boot_id on Linux): it changes

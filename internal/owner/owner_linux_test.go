@@ -788,3 +788,47 @@ func TestJudgeOutOfDescriptors(t *testing.T) {
 		t.Errorf("Judge(running child) with descriptors = %v, %v; want Live, nil", v, err)
 	}
 }
+
+// TestSelfAfterShortage: a process whose first look at itself finds no
+// descriptor to read /proc with fails that once, with EMFILE, and knows
+// itself at the next call, once descriptors are free: the failure is not
+// kept for the life of the process.
+func TestSelfAfterShortage(t *testing.T) {
+	kept := self.Load()
+	t.Cleanup(func() { self.Store(kept) })
+	self.Store(nil) // as in a process that has not looked yet
+
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(os.DevNull) // the lowest free number: no open succeeds at or above it
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := f.Fd()
+	_ = f.Close()
+	low := lim
+	low.Cur = uint64(next)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skipf("skipping: cannot lower RLIMIT_NOFILE: %v", err)
+	}
+	_, shortErr := Self()
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatalf("restore RLIMIT_NOFILE: %v", err)
+	}
+	if !errors.Is(shortErr, syscall.EMFILE) {
+		t.Fatalf("Self() out of descriptors: error %v; want EMFILE", shortErr)
+	}
+	id, err := Self()
+	if err != nil {
+		t.Fatalf("Self() with descriptors again: %v", err)
+	}
+	want, err := Lookup(context.Background(), os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != want {
+		t.Errorf("Self() = %+v; want %+v", id, want)
+	}
+}
