@@ -17,12 +17,20 @@ import (
 
 // In the mode "starved" a worker leaves itself BERTH_TEST_SPARE file
 // descriptors (RLIMIT_NOFILE just above those it has open), opens the
-// store and lists its rows, and reports what became of it.
+// store and lists its rows, and reports what became of it. With
+// BERTH_TEST_SELF_FIRST=1 it knows its own identity before it runs short,
+// as a program that has used berth before does, so that the open's first
+// steps meet the shortage.
 func init() {
 	extraWorkers["starved"] = func(ctx context.Context, db string, out *json.Encoder, _ func()) error {
 		spare, err := strconv.Atoi(os.Getenv("BERTH_TEST_SPARE"))
 		if err != nil {
 			return err
+		}
+		if os.Getenv("BERTH_TEST_SELF_FIRST") == "1" {
+			if _, err := statestore.Self(); err != nil {
+				return err
+			}
 		}
 		if err := testproc.LeaveSpareFDs(spare); err != nil {
 			return err
@@ -62,33 +70,36 @@ func TestOpenOutOfDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{existing, filepath.Join(dir, "new.db")} {
-		failed, opened := 0, 0
-		for spare := range 12 {
-			if path != existing {
-				for _, suffix := range []string{"", "-wal", "-shm", ".lock", ".migrate.lock"} {
-					_ = os.Remove(path + suffix)
+		for _, selfFirst := range []string{"0", "1"} {
+			failed, opened := 0, 0
+			for spare := range 12 {
+				if path != existing {
+					for _, suffix := range []string{"", "-wal", "-shm", ".lock", ".migrate.lock"} {
+						_ = os.Remove(path + suffix)
+					}
+				}
+				w := startWorker(t, "starved", path, "BERTH_TEST_SPARE="+strconv.Itoa(spare), "BERTH_TEST_SELF_FIRST="+selfFirst,
+					"GORACE=atexit_sleep_ms=0") // under -race a worker would sleep a second as it exits
+				if !w.events.Scan() {
+					t.Fatalf("worker with %d spare descriptors said nothing", spare)
+				}
+				var ev starvedEvent
+				if err := json.Unmarshal(w.events.Bytes(), &ev); err != nil {
+					t.Fatalf("worker said %q", w.events.Text())
+				}
+				switch {
+				case ev.Error == "":
+					opened++
+				case ev.Transient && !ev.Storage && strings.Contains(ev.Error, "too many open files"):
+					failed++
+				default:
+					t.Errorf("Open and List of %s with %d spare descriptors (identity known first: %s) = %+v; want an error wrapping ErrTransient and not ErrStorage, saying too many open files",
+						filepath.Base(path), spare, selfFirst, ev)
 				}
 			}
-			w := startWorker(t, "starved", path, "BERTH_TEST_SPARE="+strconv.Itoa(spare),
-				"GORACE=atexit_sleep_ms=0") // under -race a worker would sleep a second as it exits
-			if !w.events.Scan() {
-				t.Fatalf("worker with %d spare descriptors said nothing", spare)
+			if failed == 0 || opened == 0 {
+				t.Errorf("%s (identity known first: %s): %d runs failed and %d opened; want both", filepath.Base(path), selfFirst, failed, opened)
 			}
-			var ev starvedEvent
-			if err := json.Unmarshal(w.events.Bytes(), &ev); err != nil {
-				t.Fatalf("worker said %q", w.events.Text())
-			}
-			switch {
-			case ev.Error == "":
-				opened++
-			case ev.Transient && !ev.Storage && strings.Contains(ev.Error, "too many open files"):
-				failed++
-			default:
-				t.Errorf("Open and List of %s with %d spare descriptors = %+v; want an error wrapping ErrTransient and not ErrStorage, saying too many open files", filepath.Base(path), spare, ev)
-			}
-		}
-		if failed == 0 || opened == 0 {
-			t.Errorf("%s: %d runs failed and %d opened; want both", filepath.Base(path), failed, opened)
 		}
 	}
 }
