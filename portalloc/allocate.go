@@ -95,25 +95,37 @@ func inStore[T any](ctx context.Context, a *Allocator, req Request, op func(stor
 		if s == nil {
 			return v, false, nil
 		}
-		a.repairMu.RLock()
-		got, err := op(s)
-		a.repairMu.RUnlock()
+		got, again, err := runOn(ctx, a, s, attempt, op)
 		switch {
 		case err == nil:
 			return got, true, nil
+		case again:
+			continue
 		case errors.Is(err, ErrClosed):
 			return v, true, err
-		case attempt < maxReplacements:
-			var again bool
-			if again, err = a.replaced(ctx, s, err); again {
-				continue
-			}
 		}
 		if err := a.storeErr(ctx, err, req); err != nil {
 			return v, true, err
 		}
 		return v, false, nil
 	}
+}
+
+// runOn runs op on s, the Allocator's store, under the repair lock (see
+// repairMu). again reports that op failed because s was lost or replaced
+// meanwhile, and that the Allocator now has a store to run op on again
+// (see replaced); attempt counts the runs before this one, and the last
+// of maxReplacements is not run again. err is op's error, or why a lost
+// store could not be opened again.
+func runOn[T any](ctx context.Context, a *Allocator, s store.Store, attempt int, op func(store.Store) (T, error)) (v T, again bool, err error) {
+	a.repairMu.RLock()
+	v, err = op(s)
+	a.repairMu.RUnlock()
+	if err == nil || errors.Is(err, ErrClosed) || attempt >= maxReplacements {
+		return v, false, err
+	}
+	again, err = a.replaced(ctx, s, err)
+	return v, again, err
 }
 
 // holdNew takes this Allocator's hold, on behalf of via, of a row a scan

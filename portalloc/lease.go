@@ -146,13 +146,7 @@ func inLeaseStore[T any](ctx context.Context, a *Allocator, op func(store.Store,
 			var zero T
 			return zero, err
 		}
-		a.repairMu.RLock()
-		v, err := op(s, ls)
-		a.repairMu.RUnlock()
-		if err == nil || attempt >= maxReplacements {
-			return v, err
-		}
-		again, err := a.replaced(ctx, s, err)
+		v, again, err := runOn(ctx, a, s, attempt, func(s store.Store) (T, error) { return op(s, ls) })
 		if !again {
 			return v, err
 		}
