@@ -126,6 +126,11 @@ func IsLegacy(id Identity) bool {
 // self is the calling process's identity once it has been read.
 var self atomic.Pointer[Identity]
 
+// readSelf reads the calling process's identity. A read of this process's
+// own entries is not a call on anyone's behalf: no caller's context bounds
+// it.
+var readSelf = func() (Identity, error) { return lookupIn(context.Background(), host, os.Getpid()) }
+
 // Self returns the identity of the calling process. It is read once it
 // can be: a read that fails (out of descriptors, say) is not kept, and the
 // next call reads again.
@@ -133,7 +138,7 @@ func Self() (Identity, error) {
 	if id := self.Load(); id != nil {
 		return *id, nil
 	}
-	id, err := lookupIn(context.Background(), host, os.Getpid())
+	id, err := readSelf()
 	if err != nil {
 		return Identity{}, err
 	}
