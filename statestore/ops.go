@@ -284,7 +284,14 @@ func (s *Store) sweep(every time.Duration) {
 		case <-t.C:
 		}
 		// Close ends a sweep in flight: ErrClosed or ctx's end is no failure.
-		if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+		// A lost file (see ErrLost) is no failure of the sweep: the
+		// store's owner learns of it at its next call, and opens the
+		// store again; until then, every minute would log the same.
+		switch _, err := s.Reap(ctx); {
+		case err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed):
+		case errors.Is(err, ErrLost):
+			s.log.V(1).Info("no reaping sweep: the store's file was lost", "error", err.Error(), "in", every.String())
+		default:
 			s.log.Error(err, "background reaping sweep failed; it runs again", "in", every.String())
 		}
 		s.pruneMarks(ctx)

@@ -2,6 +2,7 @@ package statestore_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -43,5 +44,72 @@ func TestCloseDuringSweepLogsNothing(t *testing.T) {
 			}
 		}
 		mu.Unlock()
+	}
+}
+
+// A store whose file was lost sweeps nothing, and says so only at V(1):
+// its owner learns of the loss at its next call and opens the store again,
+// while an idle one would otherwise log the same error every interval.
+func TestSweepOfLostStoreLogsNoError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "berth.db")
+	var (
+		mu      sync.Mutex
+		removed bool
+		lines   []string // logged after the removal
+		sweeps  = make(chan struct{}, 100)
+	)
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !removed {
+			return
+		}
+		lines = append(lines, args)
+		if strings.Contains(args, "reaping sweep") {
+			select {
+			case sweeps <- struct{}{}:
+			default:
+			}
+		}
+	}, funcr.Options{Verbosity: 1})
+	// A dead owner's row, which each sweep finds to reap: a sweep that
+	// reaps nothing writes nothing, and so does not find the loss.
+	ctx := context.Background()
+	s0 := openAt(t, path)
+	if _, err := s0.Reserve(ctx, statestore.Request{Key: tcp(lo4, 40041), Owner: deadOwner(t, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	// The first sweep runs a second after Open: the file is replaced
+	// well before it.
+	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: time.Second, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mu.Lock()
+	removed = true
+	mu.Unlock()
+	// Replaced, as a restore of a backup or a cache does.
+	if err := os.WriteFile(path+".restored", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".restored", path); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // two sweeps of the lost store
+		select {
+		case <-sweeps:
+		case <-time.After(10 * time.Second):
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("no two sweeps of the lost store in 10s; logged: %q", lines)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, l := range lines {
+		if !strings.Contains(l, `"level"=1`) {
+			t.Errorf("a sweep of a lost store logged %s; want only lines at V(1)", l)
+		}
 	}
 }
