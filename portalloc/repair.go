@@ -168,7 +168,10 @@ func (a *Allocator) repair(ctx context.Context, lost store.Store, why error) err
 // says, for the log, where the rows went missing.
 //
 // A reservation it could not put back for a passing reason (a shortage of
-// descriptors, a busy store) is tried again at the next check.
+// descriptors, a busy store) is tried again at the next check. When s is
+// lost in its turn (a cleaner still at work), restore stops: the rest
+// would fail the same, and the next call or check opens the store again
+// and puts them back there.
 func (a *Allocator) restore(ctx context.Context, s store.Store, held []Reservation, have map[store.Key]bool, where string) (put, failed int) {
 	a.restoreAgain.Store(false)
 	for _, r := range held {
@@ -189,6 +192,10 @@ func (a *Allocator) restore(ctx context.Context, s store.Store, held []Reservati
 			failed++
 			a.warn.Error(err, "a reservation "+where+" could not be put back: another process took the port meanwhile, and both may now use it",
 				"reservation", r.String(), "holder", ce.Holder.Owner.String(), "pid", os.Getpid(), "host", a.cfg.Host)
+		case errors.Is(err, store.ErrLost):
+			a.log.V(1).Info("the state store's file was lost again while reservations "+where+" were put back; they go back when it is opened again",
+				"database", a.dbPath, "error", err.Error())
+			return put, failed
 		case isTransient(err):
 			// Out of descriptors, say: the next check tries again.
 			a.restoreAgain.Store(true)
