@@ -757,26 +757,14 @@ func TestJudgeOutOfDescriptors(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(os.DevNull) // the lowest free number: no open succeeds at or above it
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := f.Fd()
-	_ = f.Close()
-	low := lim
-	low.Cur = uint64(next)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
-		t.Skipf("skipping: cannot lower RLIMIT_NOFILE: %v", err)
-	}
-	endedV, endedErr := Judge(ctx, endedID)
-	runningV, runningErr := Judge(ctx, runningID)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatalf("restore RLIMIT_NOFILE: %v", err)
-	}
+	var (
+		endedV, runningV     Verdict
+		endedErr, runningErr error
+	)
+	outOfDescriptors(t, func() {
+		endedV, endedErr = Judge(ctx, endedID)
+		runningV, runningErr = Judge(ctx, runningID)
+	})
 
 	if endedV != Dead || endedErr != nil {
 		t.Errorf("Judge(reaped child) out of descriptors = %v, %v; want Dead, nil", endedV, endedErr)
@@ -798,25 +786,8 @@ func TestSelfAfterShortage(t *testing.T) {
 	t.Cleanup(func() { self.Store(kept) })
 	self.Store(nil) // as in a process that has not looked yet
 
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(os.DevNull) // the lowest free number: no open succeeds at or above it
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := f.Fd()
-	_ = f.Close()
-	low := lim
-	low.Cur = uint64(next)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
-		t.Skipf("skipping: cannot lower RLIMIT_NOFILE: %v", err)
-	}
-	_, shortErr := Self()
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatalf("restore RLIMIT_NOFILE: %v", err)
-	}
+	var shortErr error
+	outOfDescriptors(t, func() { _, shortErr = Self() })
 	if !errors.Is(shortErr, syscall.EMFILE) {
 		t.Fatalf("Self() out of descriptors: error %v; want EMFILE", shortErr)
 	}
@@ -831,4 +802,31 @@ func TestSelfAfterShortage(t *testing.T) {
 	if id != want {
 		t.Errorf("Self() = %+v; want %+v", id, want)
 	}
+}
+
+// outOfDescriptors runs f with RLIMIT_NOFILE at the lowest free descriptor
+// number, so that no open succeeds, and restores the limit after it.
+func outOfDescriptors(t *testing.T, f func()) {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	null, err := os.Open(os.DevNull) // the lowest free number: no open succeeds at or above it
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := null.Fd()
+	_ = null.Close()
+	low := lim
+	low.Cur = uint64(next)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skipf("skipping: cannot lower RLIMIT_NOFILE: %v", err)
+	}
+	defer func() {
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatalf("restore RLIMIT_NOFILE: %v", err)
+		}
+	}()
+	f()
 }
