@@ -40,3 +40,10 @@ func AfterPrepare(t interface{ Cleanup(func()) }, fn func()) {
 	testHookPrepared = fn
 	t.Cleanup(func() { testHookPrepared = nil })
 }
+
+// AfterWrite runs fn in every Release and Transfer once its write has
+// committed (or failed), before it returns, until the test ends.
+func AfterWrite(t interface{ Cleanup(func()) }, fn func()) {
+	testHookWritten = fn
+	t.Cleanup(func() { testHookWritten = nil })
+}

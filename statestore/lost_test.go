@@ -400,3 +400,167 @@ func truncateWrittenBack(t *testing.T, s *statestore.Store, path string) os.File
 	}
 	return before
 }
+
+// A process stopped (or frozen) right after its Release committed, while
+// the file is lost and another process makes the store anew and reserves
+// the port: the releaser's mark is gone before its row, so the new store
+// has no row of a port released, and the other process gets it. A mark
+// that outlived its row gave the new store the releaser's row instead,
+// and the port's next holder could not put its own row back.
+func TestReleasedPortIsNotInANewStore(t *testing.T) {
+	if !marker.Supported() {
+		t.Skip("no abstract unix namespace on this system")
+	}
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state", "berth.db")
+	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	next, err := statestore.LookupOwner(ctx, child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := tcp(lo4, 24112)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		ran        bool
+		reserveErr error
+		rows       []statestore.Reservation
+	)
+	statestore.AfterWrite(t, func() {
+		// The releaser stands still here, its row deleted.
+		ran = true
+		if err := os.RemoveAll(filepath.Dir(path)); err != nil {
+			reserveErr = err
+			return
+		}
+		fresh, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+		if err != nil {
+			reserveErr = err
+			return
+		}
+		defer fresh.Close()
+		_, reserveErr = fresh.Reserve(ctx, statestore.Request{Key: key, Owner: next})
+		rows, _ = fresh.List(ctx, statestore.Filter{Port: key.Port})
+	})
+	if err := s.Release(ctx, key, statestore.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if !ran {
+		t.Fatal("the hook after the release's commit did not run")
+	}
+	if reserveErr != nil {
+		t.Fatalf("Reserve of %s by another process in a store made right after its release = %v; want it granted", key, reserveErr)
+	}
+	if len(rows) != 1 || !rows[0].Owner.Same(next) {
+		t.Errorf("rows of %s in the new store = %v; want one, the new holder's (%v)", key, rows, next)
+	}
+}
+
+// A Release that fails leaves the reservation held, and marked: a store
+// made anew after a loss still learns of it. (Release drops the mark
+// before it deletes the row, and makes it again when the delete fails.)
+func TestFailedReleaseKeepsItsMark(t *testing.T) {
+	if !marker.Supported() {
+		t.Skip("no abstract unix namespace on this system")
+	}
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	s := openAt(t, path)
+	key := tcp(lo4, 24113)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	// The file replaced: the delete fails with ErrLost.
+	if err := os.WriteFile(path+".restored", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".restored", path); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, key, statestore.Owner{}); !errors.Is(err, statestore.ErrLost) {
+		t.Fatalf("Release on a replaced file = %v; want ErrLost", err)
+	}
+	marks, err := marker.List(marker.Namespace(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range marks {
+		if m.Protocol == string(key.Protocol) && m.Addr == key.Addr && m.Port == key.Port && m.PID == os.Getpid() {
+			return
+		}
+	}
+	t.Errorf("marks after a failed Release = %+v; want this process's of %s", marks, key)
+}
+
+// A process stopped right after its Transfer committed, while the file is
+// lost and another process makes the store anew: the old owner's mark went
+// before the write, so the new store has the row as the new owner's, and
+// no mark of the old owner's competes with it.
+func TestTransferredPortIsTheNewOwnersInANewStore(t *testing.T) {
+	if !marker.Supported() {
+		t.Skip("no abstract unix namespace on this system")
+	}
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state", "berth.db")
+	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	to, err := statestore.LookupOwner(ctx, child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := tcp(lo4, 24114)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		ran     bool
+		marks   []marker.Mark
+		openErr error
+		rows    []statestore.Reservation
+	)
+	statestore.AfterWrite(t, func() {
+		ran = true
+		marks, _ = marker.List(marker.Namespace(path))
+		if openErr = os.RemoveAll(filepath.Dir(path)); openErr != nil {
+			return
+		}
+		fresh, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+		if openErr = err; err != nil {
+			return
+		}
+		defer fresh.Close()
+		rows, openErr = fresh.List(ctx, statestore.Filter{Port: key.Port})
+	})
+	if err := s.Transfer(ctx, key, statestore.Owner{}, to); err != nil {
+		t.Fatal(err)
+	}
+	if !ran || openErr != nil {
+		t.Fatalf("the store made right after the transfer: hook ran %v, %v", ran, openErr)
+	}
+	for _, m := range marks {
+		if m.Port == key.Port && m.PID == os.Getpid() {
+			t.Errorf("right after the transfer committed, this process still had its own mark of %s: %+v", key, m)
+		}
+	}
+	if len(rows) != 1 || !rows[0].Owner.Same(to) {
+		t.Errorf("rows of %s in the new store = %v; want one, the new owner's (%v)", key, rows, to)
+	}
+}

@@ -138,11 +138,13 @@ func (s *Store) markFor(key Key, own Owner) (bool, error) {
 	return made, nil
 }
 
-// dropMark ends the mark of own's reservation of key.
-func (s *Store) dropMark(key Key, own Owner) {
+// dropMark ends the mark of own's reservation of key, and reports whether
+// this process held it.
+func (s *Store) dropMark(key Key, own Owner) bool {
 	if m, ok := s.markOf(key, own); ok {
-		marker.Drop(s.ns, m)
+		return marker.Drop(s.ns, m)
 	}
+	return false
 }
 
 // settleMarks ends the marks of a write that did not take effect and

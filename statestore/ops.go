@@ -25,16 +25,36 @@ func (s *Store) Release(ctx context.Context, key Key, own Owner) error {
 	}
 	packed, _ := netaddr.Pack(key.Addr)
 	args := append([]any{string(key.Protocol), int(key.Port), packed}, ownerArgs(own)...)
+	// The mark goes before the row: a mark that outlived its row (this
+	// process stopped, or frozen, right after the delete) would give a
+	// store made anew, after a loss, a row of a port released and perhaps
+	// granted to another process since, whose own mark it would then
+	// compete with. A store made between the two has no row of a port
+	// being released, as it should.
+	marked := s.dropMark(key, own)
 	n, err := s.exec(ctx, "release "+key.String(), func(int64) { s.cache.remove(key) }, s.st.deleteOwned, args...)
+	if testHookWritten != nil {
+		testHookWritten()
+	}
 	if err != nil {
+		if marked {
+			// Still held: marked again, or the holder's repair puts
+			// the row back should the file be lost meanwhile.
+			if _, merr := s.markFor(key, own); merr != nil {
+				s.log.V(1).Info("could not mark again a reservation whose release failed", "key", key.String(), "error", merr.Error())
+			}
+		}
 		return err
 	}
 	if n == 0 {
 		return fmt.Errorf("release %s: %w for %s", key, ErrNotFound, own)
 	}
-	s.dropMark(key, own)
 	return nil
 }
+
+// testHookWritten, when set by a test, runs in Release and Transfer once
+// the write has committed or failed, before the marks are settled.
+var testHookWritten func()
 
 // ReleaseOwner deletes every reservation own holds and returns how many
 // there were; zero own: this process.
@@ -66,15 +86,27 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 		return &FieldError{Field: "owner", Value: to.String(), Want: "a running process"}
 	}
 	// The new owner's mark comes first: a row handed over without one
-	// would be lost with the file while its new owner lives.
+	// would be lost with the file while its new owner lives. The old
+	// owner's goes before the write, as in Release: a store made anew
+	// after a loss while both stood would have to guess whose the row is.
 	made, err := s.markFor(key, to)
 	if err != nil {
 		return err
+	}
+	mf, fromMarked := s.markOf(key, from)
+	if mt, _ := s.markOf(key, to); fromMarked && mt == mf {
+		fromMarked = false // a transfer to itself keeps its mark
+	}
+	if fromMarked {
+		fromMarked = marker.Drop(s.ns, mf)
 	}
 	packed, _ := netaddr.Pack(key.Addr)
 	args := append([]any{to.PID, to.Start, to.Scope, to.Name,
 		string(key.Protocol), int(key.Port), packed}, ownerArgs(from)...)
 	n, err := s.exec(ctx, "transfer "+key.String(), func(int64) { s.cache.stale() }, s.st.transfer, args...)
+	if testHookWritten != nil {
+		testHookWritten()
+	}
 	if err == nil && n == 0 {
 		err = fmt.Errorf("transfer %s: %w for %s", key, ErrNotFound, from)
 	}
@@ -82,12 +114,16 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 		if made {
 			s.dropMark(key, to)
 		}
-		return err
-	}
-	if mf, ok := s.markOf(key, from); ok {
-		if mt, _ := s.markOf(key, to); mt != mf { // a transfer to itself keeps its mark
-			marker.Drop(s.ns, mf)
+		// Still the old owner's: marked again. Not when the file was
+		// lost: a store made anew since the old owner's mark went has
+		// the row as the new owner's, and the caller hands it on there
+		// (or puts it back, from what it holds, where it is missing).
+		if fromMarked && !errors.Is(err, ErrLost) {
+			if _, merr := s.markFor(key, from); merr != nil {
+				s.log.V(1).Info("could not mark again a reservation whose transfer failed", "key", key.String(), "error", merr.Error())
+			}
 		}
+		return err
 	}
 	return nil
 }

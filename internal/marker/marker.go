@@ -180,8 +180,9 @@ const (
 	inUseWait  = time.Millisecond
 )
 
-// Drop closes m's mark in namespace ns, if this process holds it.
-func Drop(ns string, m Mark) {
+// Drop closes m's mark in namespace ns, if this process holds it, and
+// reports whether it did.
+func Drop(ns string, m Mark) bool {
 	name := m.name(ns)
 	mu.Lock()
 	c, ok := held[name]
@@ -190,6 +191,7 @@ func Drop(ns string, m Mark) {
 	if ok {
 		_ = c.Close()
 	}
+	return ok
 }
 
 // DropAll closes every mark of namespace ns this process holds.
