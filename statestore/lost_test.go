@@ -564,3 +564,47 @@ func TestTransferredPortIsTheNewOwnersInANewStore(t *testing.T) {
 		t.Errorf("rows of %s in the new store = %v; want one, the new owner's (%v)", key, rows, to)
 	}
 }
+
+// A Transfer that meets a lost file leaves the key marked, by the new
+// owner's mark: a store made anew right after has the row, as the new
+// owner's, where the caller hands it on. With no mark left, that store had
+// no row, and granted the port while the transfer was being completed.
+func TestTransferOnALostFileKeepsAMark(t *testing.T) {
+	if !marker.Supported() {
+		t.Skip("no abstract unix namespace on this system")
+	}
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state", "berth.db")
+	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	to, err := statestore.LookupOwner(ctx, child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := tcp(lo4, 24115)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Dir(path)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Transfer(ctx, key, statestore.Owner{}, to); !errors.Is(err, statestore.ErrLost) {
+		t.Fatalf("Transfer on a removed directory = %v; want ErrLost", err)
+	}
+	fresh := openAt(t, path)
+	rows, err := fresh.List(ctx, statestore.Filter{Port: key.Port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || !rows[0].Owner.Same(to) {
+		t.Errorf("rows of %s in the store made after the failed transfer = %v; want one, the new owner's (%v)", key, rows, to)
+	}
+}

@@ -94,7 +94,9 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 		return err
 	}
 	mf, fromMarked := s.markOf(key, from)
-	if mt, _ := s.markOf(key, to); fromMarked && mt == mf {
+	mt, toMarked := s.markOf(key, to)
+	toMarked = toMarked && marker.Holds(s.ns, mt) // unless marking failed
+	if fromMarked && mt == mf {
 		fromMarked = false // a transfer to itself keeps its mark
 	}
 	if fromMarked {
@@ -110,22 +112,26 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 	if err == nil && n == 0 {
 		err = fmt.Errorf("transfer %s: %w for %s", key, ErrNotFound, from)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrLost) && toMarked:
+		// The file was lost: the new owner's mark stays, the only one
+		// of the key. A store made anew since the old owner's went has
+		// the row as the new owner's, and the caller hands it on there;
+		// one made from now on has it too. Marking the old owner again
+		// would leave two marks of the key, one of them stale.
+	default:
+		// Still the old owner's, in the same file: as before the call.
 		if made {
 			s.dropMark(key, to)
 		}
-		// Still the old owner's: marked again. Not when the file was
-		// lost: a store made anew since the old owner's mark went has
-		// the row as the new owner's, and the caller hands it on there
-		// (or puts it back, from what it holds, where it is missing).
-		if fromMarked && !errors.Is(err, ErrLost) {
+		if fromMarked {
 			if _, merr := s.markFor(key, from); merr != nil {
 				s.log.V(1).Info("could not mark again a reservation whose transfer failed", "key", key.String(), "error", merr.Error())
 			}
 		}
-		return err
 	}
-	return nil
+	return err
 }
 
 // List returns the reservations that match f, ordered by protocol, port and

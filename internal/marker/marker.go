@@ -180,6 +180,14 @@ const (
 	inUseWait  = time.Millisecond
 )
 
+// Holds reports whether this process holds m's mark in namespace ns.
+func Holds(ns string, m Mark) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	_, ok := held[m.name(ns)]
+	return ok
+}
+
 // Drop closes m's mark in namespace ns, if this process holds it, and
 // reports whether it did.
 func Drop(ns string, m Mark) bool {
