@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-go/berth/internal/filelock"
 	"github.com/berth-go/berth/internal/marker"
 	"github.com/berth-go/berth/statestore"
 )
@@ -466,40 +467,77 @@ func TestReleasedPortIsNotInANewStore(t *testing.T) {
 	}
 }
 
-// A Release that fails leaves the reservation held, and marked: a store
-// made anew after a loss still learns of it. (Release drops the mark
-// before it deletes the row, and makes it again when the delete fails.)
-func TestFailedReleaseKeepsItsMark(t *testing.T) {
+// A Release that fails in a file that is still the store's leaves the
+// reservation held, and marked: a store made anew after a later loss still
+// learns of it. One that fails because the file was lost leaves no mark:
+// a store made anew has no row of a port being released. (Release drops
+// the mark before it deletes the row.)
+func TestFailedReleaseMarks(t *testing.T) {
 	if !marker.Supported() {
 		t.Skip("no abstract unix namespace on this system")
 	}
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "berth.db")
-	s := openAt(t, path)
-	key := tcp(lo4, 24113)
-	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
-		t.Fatal(err)
-	}
-	// The file replaced: the delete fails with ErrLost.
-	if err := os.WriteFile(path+".restored", nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(path+".restored", path); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(ctx, key, statestore.Owner{}); !errors.Is(err, statestore.ErrLost) {
-		t.Fatalf("Release on a replaced file = %v; want ErrLost", err)
-	}
-	marks, err := marker.List(marker.Namespace(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range marks {
-		if m.Protocol == string(key.Protocol) && m.Addr == key.Addr && m.Port == key.Port && m.PID == os.Getpid() {
-			return
+	marked := func(t *testing.T, path string, key statestore.Key) bool {
+		t.Helper()
+		marks, err := marker.List(marker.Namespace(path))
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, m := range marks {
+			if m.Protocol == string(key.Protocol) && m.Addr == key.Addr && m.Port == key.Port && m.PID == os.Getpid() {
+				return true
+			}
+		}
+		return false
 	}
-	t.Errorf("marks after a failed Release = %+v; want this process's of %s", marks, key)
+	t.Run("write lock held", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "berth.db")
+		s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1, BusyTimeout: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		key := tcp(lo4, 24113)
+		if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+			t.Fatal(err)
+		}
+		lock, err := filelock.Open(path + ".lock") // another holder of the write lock
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lock.Close()
+		if err := lock.Lock(); err != nil {
+			t.Fatal(err)
+		}
+		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if err := s.Release(tctx, key, statestore.Owner{}); err == nil || errors.Is(err, statestore.ErrLost) {
+			t.Fatalf("Release while another holds the write lock = %v; want a failure, not ErrLost", err)
+		}
+		if !marked(t, path, key) {
+			t.Errorf("after a Release that failed on a held lock, %s has no mark of this process's", key)
+		}
+	})
+	t.Run("file lost", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "berth.db")
+		s := openAt(t, path)
+		key := tcp(lo4, 24116)
+		if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path+".restored", nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".restored", path); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, key, statestore.Owner{}); !errors.Is(err, statestore.ErrLost) {
+			t.Fatalf("Release on a replaced file = %v; want ErrLost", err)
+		}
+		if marked(t, path, key) {
+			t.Errorf("after a Release that met a lost file, %s is still marked", key)
+		}
+	})
 }
 
 // A process stopped right after its Transfer committed, while the file is
@@ -606,5 +644,71 @@ func TestTransferOnALostFileKeepsAMark(t *testing.T) {
 	}
 	if len(rows) != 1 || !rows[0].Owner.Same(to) {
 		t.Errorf("rows of %s in the store made after the failed transfer = %v; want one, the new owner's (%v)", key, rows, to)
+	}
+}
+
+// A Transfer that waits for the write lock in vain while its file is lost
+// (a process making the store anew holds the lock, say) reports the loss,
+// wrapping ErrLost, and keeps the new owner's mark as on any lost file: the
+// caller then completes the hand-off in the store made anew, which has
+// the row as the new owner's.
+func TestTransferLostWhileItWaited(t *testing.T) {
+	if !marker.Supported() {
+		t.Skip("no abstract unix namespace on this system")
+	}
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1, BusyTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	to, err := statestore.LookupOwner(ctx, child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := tcp(lo4, 24117)
+	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := filelock.Open(path + ".lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := lock.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	// Replaced by the lock's holder: the transfer's wait for the lock
+	// times out before it could see the file change.
+	if err := os.WriteFile(path+".restored", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".restored", path); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := s.Transfer(tctx, key, statestore.Owner{}, to); !errors.Is(err, statestore.ErrLost) {
+		t.Fatalf("Transfer whose file was replaced while it waited for the lock = %v; want ErrLost", err)
+	}
+	if err := lock.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	fresh := openAt(t, path)
+	rows, err := fresh.List(ctx, statestore.Filter{Port: key.Port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || !rows[0].Owner.Same(to) {
+		t.Errorf("rows of %s in the store made next = %v; want one, the new owner's (%v)", key, rows, to)
 	}
 }

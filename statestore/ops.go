@@ -36,10 +36,13 @@ func (s *Store) Release(ctx context.Context, key Key, own Owner) error {
 	if testHookWritten != nil {
 		testHookWritten()
 	}
+	err = s.lostMeanwhile("release "+key.String(), err)
 	if err != nil {
-		if marked {
-			// Still held: marked again, or the holder's repair puts
-			// the row back should the file be lost meanwhile.
+		// Still held, in the same file: marked again. Not when the file
+		// was lost: a store made anew since the mark went has no row of
+		// the port, as it should, and a mark made again would give the
+		// next one a row of a port being released.
+		if marked && !errors.Is(err, ErrLost) {
 			if _, merr := s.markFor(key, own); merr != nil {
 				s.log.V(1).Info("could not mark again a reservation whose release failed", "key", key.String(), "error", merr.Error())
 			}
@@ -50,6 +53,21 @@ func (s *Store) Release(ctx context.Context, key Key, own Owner) error {
 		return fmt.Errorf("release %s: %w for %s", key, ErrNotFound, own)
 	}
 	return nil
+}
+
+// lostMeanwhile returns err, a write's failure, or, when the store's file
+// was lost while the write failed (it waited for a lock that a process
+// making the store anew held, say), an error wrapping ErrLost that says
+// both: what became of the marks, and what the caller does next, follow
+// the loss.
+func (s *Store) lostMeanwhile(op string, err error) error {
+	if err == nil || errors.Is(err, ErrLost) || errors.Is(err, ErrClosed) {
+		return err
+	}
+	if lerr := s.sameFileStat(); errors.Is(lerr, ErrLost) {
+		return fmt.Errorf("%s: %w (the write failed with: %s)", op, lerr, err.Error())
+	}
+	return err
 }
 
 // testHookWritten, when set by a test, runs in Release and Transfer once
@@ -109,6 +127,7 @@ func (s *Store) Transfer(ctx context.Context, key Key, from, to Owner) error {
 	if testHookWritten != nil {
 		testHookWritten()
 	}
+	err = s.lostMeanwhile("transfer "+key.String(), err)
 	if err == nil && n == 0 {
 		err = fmt.Errorf("transfer %s: %w for %s", key, ErrNotFound, from)
 	}
