@@ -518,6 +518,40 @@ func TestFailedReleaseMarks(t *testing.T) {
 			t.Errorf("after a Release that failed on a held lock, %s has no mark of this process's", key)
 		}
 	})
+	t.Run("write lock held, file lost meanwhile", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "berth.db")
+		s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1, BusyTimeout: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		key := tcp(lo4, 24118)
+		if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+			t.Fatal(err)
+		}
+		lock, err := filelock.Open(path + ".lock") // the holder replaces the file
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lock.Close()
+		if err := lock.Lock(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path+".restored", nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".restored", path); err != nil {
+			t.Fatal(err)
+		}
+		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if err := s.Release(tctx, key, statestore.Owner{}); err == nil {
+			t.Fatal("Release while another holds the write lock = nil; want a failure")
+		}
+		if marked(t, path, key) {
+			t.Errorf("after a Release that waited in vain while its file was replaced, %s is still marked", key)
+		}
+	})
 	t.Run("file lost", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "berth.db")
 		s := openAt(t, path)

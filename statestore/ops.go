@@ -36,13 +36,15 @@ func (s *Store) Release(ctx context.Context, key Key, own Owner) error {
 	if testHookWritten != nil {
 		testHookWritten()
 	}
-	err = s.lostMeanwhile("release "+key.String(), err)
 	if err != nil {
 		// Still held, in the same file: marked again. Not when the file
-		// was lost: a store made anew since the mark went has no row of
-		// the port, as it should, and a mark made again would give the
-		// next one a row of a port being released.
-		if marked && !errors.Is(err, ErrLost) {
+		// was lost (also while the write waited in vain for the lock): a
+		// store made anew since the mark went has no row of the port, as
+		// it should, and a mark made again would give the next one a row
+		// of a port being released. The error stays the write's own: a
+		// release that waited in vain for the lock does not go on to
+		// wait for the store to be made anew.
+		if marked && !errors.Is(s.lostMeanwhile("release "+key.String(), err), ErrLost) {
 			if _, merr := s.markFor(key, own); merr != nil {
 				s.log.V(1).Info("could not mark again a reservation whose release failed", "key", key.String(), "error", merr.Error())
 			}

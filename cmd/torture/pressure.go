@@ -80,6 +80,13 @@ func (p *pressure) spell(ctx context.Context, log *eventLog, d time.Duration, sl
 	log.add(Event{Kind: KindPressureEnd, Limit: limit})
 }
 
+// on reports whether a spell is on.
+func (p *pressure) on() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.over != nil
+}
+
 // wait waits, up to max or until ctx ends, for the current spell (if any)
 // to end, and reports whether none is on.
 func (p *pressure) wait(ctx context.Context, max time.Duration) bool {
