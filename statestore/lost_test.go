@@ -158,15 +158,7 @@ func TestNewStoreTakesHandedOffRows(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "state", "berth.db")
 	s := openAt(t, path)
-	child := exec.Command("sleep", "60")
-	if err := child.Start(); err != nil {
-		t.Skip("cannot start sleep:", err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	to, err := statestore.LookupOwner(ctx, child.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	to := liveChild(t)
 	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 24111), Label: "child"}); err != nil {
 		t.Fatal(err)
 	}
@@ -409,29 +401,11 @@ func truncateWrittenBack(t *testing.T, s *statestore.Store, path string) os.File
 // that outlived its row gave the new store the releaser's row instead,
 // and the port's next holder could not put its own row back.
 func TestReleasedPortIsNotInANewStore(t *testing.T) {
-	if !marker.Supported() {
-		t.Skip("no abstract unix namespace on this system")
-	}
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "state", "berth.db")
-	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	child := exec.Command("sleep", "60")
-	if err := child.Start(); err != nil {
-		t.Skip("cannot start sleep:", err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	next, err := statestore.LookupOwner(ctx, child.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
 	key := tcp(lo4, 24112)
-	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
-		t.Fatal(err)
-	}
+	s := reservedAndMarked(t, path, statestore.Options{SweepInterval: -1}, key)
+	next := liveChild(t)
 	var (
 		ran        bool
 		reserveErr error
@@ -492,23 +466,9 @@ func TestFailedReleaseMarks(t *testing.T) {
 	}
 	t.Run("write lock held", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "berth.db")
-		s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1, BusyTimeout: 200 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
 		key := tcp(lo4, 24113)
-		if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
-			t.Fatal(err)
-		}
-		lock, err := filelock.Open(path + ".lock") // another holder of the write lock
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lock.Close()
-		if err := lock.Lock(); err != nil {
-			t.Fatal(err)
-		}
+		s := reservedAndMarked(t, path, statestore.Options{SweepInterval: -1, BusyTimeout: 200 * time.Millisecond}, key)
+		takeWriteLock(t, path) // another holder of the write lock
 		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		if err := s.Release(tctx, key, statestore.Owner{}); err == nil || errors.Is(err, statestore.ErrLost) {
@@ -520,29 +480,10 @@ func TestFailedReleaseMarks(t *testing.T) {
 	})
 	t.Run("write lock held, file lost meanwhile", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "berth.db")
-		s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1, BusyTimeout: 200 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
 		key := tcp(lo4, 24118)
-		if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
-			t.Fatal(err)
-		}
-		lock, err := filelock.Open(path + ".lock") // the holder replaces the file
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lock.Close()
-		if err := lock.Lock(); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path+".restored", nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(path+".restored", path); err != nil {
-			t.Fatal(err)
-		}
+		s := reservedAndMarked(t, path, statestore.Options{SweepInterval: -1, BusyTimeout: 200 * time.Millisecond}, key)
+		takeWriteLock(t, path) // the holder replaces the file
+		replaceWithEmpty(t, path)
 		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		if err := s.Release(tctx, key, statestore.Owner{}); err == nil {
@@ -559,12 +500,7 @@ func TestFailedReleaseMarks(t *testing.T) {
 		if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(path+".restored", nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(path+".restored", path); err != nil {
-			t.Fatal(err)
-		}
+		replaceWithEmpty(t, path)
 		if err := s.Release(ctx, key, statestore.Owner{}); !errors.Is(err, statestore.ErrLost) {
 			t.Fatalf("Release on a replaced file = %v; want ErrLost", err)
 		}
@@ -579,29 +515,11 @@ func TestFailedReleaseMarks(t *testing.T) {
 // before the write, so the new store has the row as the new owner's, and
 // no mark of the old owner's competes with it.
 func TestTransferredPortIsTheNewOwnersInANewStore(t *testing.T) {
-	if !marker.Supported() {
-		t.Skip("no abstract unix namespace on this system")
-	}
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "state", "berth.db")
-	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	child := exec.Command("sleep", "60")
-	if err := child.Start(); err != nil {
-		t.Skip("cannot start sleep:", err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	to, err := statestore.LookupOwner(ctx, child.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
 	key := tcp(lo4, 24114)
-	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
-		t.Fatal(err)
-	}
+	s := reservedAndMarked(t, path, statestore.Options{SweepInterval: -1}, key)
+	to := liveChild(t)
 	var (
 		ran     bool
 		marks   []marker.Mark
@@ -642,29 +560,11 @@ func TestTransferredPortIsTheNewOwnersInANewStore(t *testing.T) {
 // owner's, where the caller hands it on. With no mark left, that store had
 // no row, and granted the port while the transfer was being completed.
 func TestTransferOnALostFileKeepsAMark(t *testing.T) {
-	if !marker.Supported() {
-		t.Skip("no abstract unix namespace on this system")
-	}
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "state", "berth.db")
-	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	child := exec.Command("sleep", "60")
-	if err := child.Start(); err != nil {
-		t.Skip("cannot start sleep:", err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	to, err := statestore.LookupOwner(ctx, child.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
 	key := tcp(lo4, 24115)
-	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
-		t.Fatal(err)
-	}
+	s := reservedAndMarked(t, path, statestore.Options{SweepInterval: -1}, key)
+	to := liveChild(t)
 	if err := os.RemoveAll(filepath.Dir(path)); err != nil {
 		t.Fatal(err)
 	}
@@ -687,45 +587,15 @@ func TestTransferOnALostFileKeepsAMark(t *testing.T) {
 // caller then completes the hand-off in the store made anew, which has
 // the row as the new owner's.
 func TestTransferLostWhileItWaited(t *testing.T) {
-	if !marker.Supported() {
-		t.Skip("no abstract unix namespace on this system")
-	}
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "berth.db")
-	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1, BusyTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	child := exec.Command("sleep", "60")
-	if err := child.Start(); err != nil {
-		t.Skip("cannot start sleep:", err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	to, err := statestore.LookupOwner(ctx, child.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
 	key := tcp(lo4, 24117)
-	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
-		t.Fatal(err)
-	}
-	lock, err := filelock.Open(path + ".lock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := lock.Lock(); err != nil {
-		t.Fatal(err)
-	}
+	s := reservedAndMarked(t, path, statestore.Options{SweepInterval: -1, BusyTimeout: 200 * time.Millisecond}, key)
+	to := liveChild(t)
+	lock := takeWriteLock(t, path)
 	// Replaced by the lock's holder: the transfer's wait for the lock
 	// times out before it could see the file change.
-	if err := os.WriteFile(path+".restored", nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(path+".restored", path); err != nil {
-		t.Fatal(err)
-	}
+	replaceWithEmpty(t, path)
 	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if err := s.Transfer(tctx, key, statestore.Owner{}, to); !errors.Is(err, statestore.ErrLost) {
@@ -745,4 +615,66 @@ func TestTransferLostWhileItWaited(t *testing.T) {
 	if len(rows) != 1 || !rows[0].Owner.Same(to) {
 		t.Errorf("rows of %s in the store made next = %v; want one, the new owner's (%v)", key, rows, to)
 	}
+}
+
+// liveChild starts a process that runs until the test ends, and returns its
+// identity: an owner, other than this process, that is alive.
+func liveChild(t *testing.T) statestore.Owner {
+	t.Helper()
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Skip("cannot start sleep:", err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	own, err := statestore.LookupOwner(context.Background(), child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return own
+}
+
+// reservedAndMarked opens the store at path with opts, until the test
+// ends, and reserves key in it for this process, which marks it. It skips
+// the test where the OS has no marks.
+func reservedAndMarked(t *testing.T, path string, opts statestore.Options, key statestore.Key) *statestore.Store {
+	t.Helper()
+	if !marker.Supported() {
+		t.Skip("no abstract unix namespace on this system")
+	}
+	s, err := statestore.Open(context.Background(), path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Reserve(context.Background(), statestore.Request{Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// replaceWithEmpty puts an empty file in the place of the one at path, as a
+// restore of an old copy or a cache does.
+func replaceWithEmpty(t *testing.T, path string) {
+	t.Helper()
+	if err := os.WriteFile(path+".restored", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".restored", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// takeWriteLock takes the write lock of the store at path, as another
+// process writing to it does, until the test ends or it is unlocked.
+func takeWriteLock(t *testing.T, path string) *filelock.File {
+	t.Helper()
+	lock, err := filelock.Open(path + ".lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Close() })
+	if err := lock.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	return lock
 }
