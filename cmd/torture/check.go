@@ -682,8 +682,7 @@ func heldBy(claims []*claim, e Event, base int64) string {
 	}
 	var by []string
 	for _, c := range claims {
-		if (c.host != e.Host && !c.fleet) || c.proto != e.Proto || c.port != e.Port || c.proc == e.Proc || c.child == e.Proc ||
-			c.start > e.T || c.end <= e.T || !netaddr.Conflicts(a, c.addr) {
+		if !inWay(c, e, a) {
 			continue
 		}
 		by = append(by, fmt.Sprintf("%s from %s", c, stamp(c.start, base)))
@@ -692,6 +691,13 @@ func heldBy(claims []*claim, e Event, base int64) string {
 		return " (no other claim of this run held it: a process outside the run, or a worker's bind probe, did)"
 	}
 	return " (held by " + strings.Join(by, ", ") + ")"
+}
+
+// inWay reports whether claim c of another process of the run held, at the
+// time of the failed bind e, a port that conflicts with e's address a.
+func inWay(c *claim, e Event, a netip.Addr) bool {
+	return (c.host == e.Host || c.fleet) && c.proto == e.Proto && c.port == e.Port && c.proc != e.Proc && c.child != e.Proc &&
+		c.start <= e.T && e.T < c.end && netaddr.Conflicts(a, c.addr)
 }
 
 // heldByLostLeases reports whether the claims that conflicted with the
@@ -704,8 +710,7 @@ func heldByLostLeases(claims []*claim, e Event) bool {
 	}
 	n := 0
 	for _, c := range claims {
-		if (c.host != e.Host && !c.fleet) || c.proto != e.Proto || c.port != e.Port || c.proc == e.Proc || c.child == e.Proc ||
-			c.start > e.T || c.end <= e.T || !netaddr.Conflicts(a, c.addr) {
+		if !inWay(c, e, a) {
 			continue
 		}
 		if c.holder == "" || c.lost == 0 || c.lost > e.T || e.T > c.found {
@@ -741,8 +746,7 @@ func ownLeaseLost(claims []*claim, e Event) bool {
 	}
 	n := 0
 	for _, c := range claims {
-		if c == own || (c.host != e.Host && !c.fleet) || c.proto != e.Proto || c.port != e.Port || c.proc == e.Proc || c.child == e.Proc ||
-			c.start > e.T || c.end <= e.T || !netaddr.Conflicts(a, c.addr) {
+		if c == own || !inWay(c, e, a) {
 			continue
 		}
 		if c.start < own.lost {

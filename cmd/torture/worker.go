@@ -494,8 +494,8 @@ func (w *worker) handoff(ctx context.Context) {
 		// In a spell, a start can also fail with EBADF: the fork's child
 		// could not set up its descriptors under the lowered limit (seen
 		// once in 1.6 million grants, with the limit at the count open).
-		short := errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || (errors.Is(err, syscall.EBADF) && w.press != nil && w.press.on())
-		if w.press != nil && short {
+		short := w.press != nil && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || (errors.Is(err, syscall.EBADF) && w.press.on()))
+		if short {
 			w.log.add(Event{Kind: KindShort, Op: "start child", Err: err.Error()})
 		} else {
 			w.log.add(Event{Kind: KindError, Err: "start child: " + err.Error()})
