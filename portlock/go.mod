@@ -1,0 +1,3 @@
+module github.com/berth-go/berth/portlock
+
+go 1.22
