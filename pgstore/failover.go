@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -35,16 +34,14 @@ import (
 // portalloc's Allocator asks every CheckInterval, lists its process's rows
 // (List), puts back those it holds that are missing (a conflict, a port
 // granted to another process meanwhile, is logged naming both owners),
-// deletes again those it released, and tells the Store (Checked).
-
-var _ store.Checker = (*Store)(nil)
+// and deletes again those it released.
 
 // losses is what Check reports: a count of reasons to compare, and how
 // many of them the holders have dealt with.
 type losses struct {
 	lossSeq atomic.Uint64          // bumped by noteLoss
 	lossWhy atomic.Pointer[string] // the latest reason
-	settled atomic.Uint64          // the lossSeq the holders last dealt with (Checked)
+	settled atomic.Uint64          // the lossSeq Check last reported
 	server  atomic.Pointer[string] // the start time of the server connected to last
 }
 
@@ -68,70 +65,34 @@ func (s *Store) noteLoss(why string) {
 	}
 }
 
-// LostError is Check's report that reservations this process holds may be
-// missing from the store, or released ones back in it (see Check). It
-// wraps store.ErrLost. The Store itself stays usable: no reopening is
-// needed, only the comparison.
-type LostError struct {
-	// Host is the Store's host.
-	Host string
-	// Cause says why: a connection to another server, a registration
-	// made again, rows deleted by another host, or "lease renewal" (the
-	// comparison made at every renewal, which finds nothing missing
-	// unless a commit was lost).
-	Cause string
-	seq   uint64
-}
-
-func (e *LostError) Error() string {
-	return fmt.Sprintf("the reservations of host %q may be missing from the store, or released ones back in it (%s): compare them with the store and put back what is missing",
-		e.Host, e.Cause)
-}
-
-// Unwrap returns store.ErrLost.
-func (e *LostError) Unwrap() error { return store.ErrLost }
-
-// Routine reports whether e is the comparison made at every renewal of
-// the host's lease rather than a sign of loss.
-func (e *LostError) Routine() bool { return e.Cause == routine }
-
-// Check implements store.Checker without a round trip: it returns a
-// *LostError (wrapping store.ErrLost) when this process's reservations
-// may be missing from the store since the holders last compared them
-// (Checked): a connection came back to another server or to a restarted
-// one, the host's registration was lost and made again, another host
-// deleted this host's rows, or the host's lease was renewed. It returns
-// nil otherwise, and an error wrapping store.ErrClosed after Close.
+// Check reports, with an error wrapping store.ErrLost, that this
+// process's reservations may be missing from the store, or released ones
+// back in it, since Check last said so: a connection came back to another
+// server or to a restarted one, the host's registration was lost and made
+// again, another host deleted this host's rows, or the host's lease was
+// renewed (a lost commit leaves no other trace). It makes no round trip.
+// The holders then compare what they hold with the store; a comparison
+// that fails is theirs to do again. After Close it returns an error
+// wrapping store.ErrClosed.
 func (s *Store) Check(_ context.Context) error {
 	if err := s.open(); err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
 	seq := s.lossSeq.Load()
-	if seq <= s.settled.Load() {
-		return nil
+	for {
+		cur := s.settled.Load()
+		if seq <= cur {
+			return nil
+		}
+		if s.settled.CompareAndSwap(cur, seq) {
+			break
+		}
 	}
 	why := "unknown"
 	if p := s.lossWhy.Load(); p != nil {
 		why = *p
 	}
-	return &LostError{Host: s.host, Cause: why, seq: seq}
-}
-
-// Checked tells the Store that its holders have compared their
-// reservations with the store after the *LostError err (from Check), and
-// put back what was missing: Check returns nil until there is a new
-// reason to compare. Any other err is ignored.
-func (s *Store) Checked(err error) {
-	var le *LostError
-	if !errors.As(err, &le) {
-		return
-	}
-	for {
-		cur := s.settled.Load()
-		if le.seq <= cur || s.settled.CompareAndSwap(cur, le.seq) {
-			return
-		}
-	}
+	return fmt.Errorf("the reservations of host %q may be missing from the store, or released ones back in it (%s): %w", s.host, why, store.ErrLost)
 }
 
 const (

@@ -81,22 +81,51 @@ const (
 )
 
 // DefaultFleetTTL is the lease of a fleet-wide reservation when the
-// request's TTL is zero (store.DefaultFleetTTL).
-const DefaultFleetTTL = store.DefaultFleetTTL
+// request's TTL is zero.
+const DefaultFleetTTL = 5 * time.Minute
 
-// Band is a range of ports, First to Last inclusive: store.Range, under
-// the name pgstore has always given it.
-type Band = store.Range
+// MaxFleetSet is the most ports one ReserveFleetSet reserves.
+const MaxFleetSet = 1024
 
-// FleetRequest asks ReserveFleet for a port: store.FleetRequest, whose
-// fields document their zero values; Holder and Band are required.
-type FleetRequest = store.FleetRequest
+// FleetRequest asks ReserveFleet for a port. Every zero value is
+// documented; Holder and Band are required.
+type FleetRequest struct {
+	// Protocol is tcp or udp; required.
+	Protocol store.Protocol
+	// Addr is the address the holder will bind; zero: 0.0.0.0, which
+	// under berth's conflict rule takes the port on every address, IPv4
+	// and IPv6: "this port on whatever host, whatever address", the usual
+	// meaning of a fleet-wide port.
+	Addr netip.Addr
+	// Band is where the port is drawn from, from a random port of it
+	// onwards (see ReserveFleet): a band of the caller's own for
+	// fleet-wide ports, apart from the ranges hosts hand out to processes,
+	// so that per-host grants rarely stand in the way (a port any host
+	// holds is skipped). Required.
+	Band store.Range
+	// Holder names the owner, e.g. "pod/default/web-0": at most 255
+	// bytes, no control characters. Required.
+	Holder string
+	// Label is stored with the row, as a Request's.
+	Label string
+	// TTL is how long the lease lasts from the grant, by the store's
+	// clock; zero: DefaultFleetTTL. RenewFleet extends it.
+	TTL time.Duration
+}
 
-// FleetReservation is a reservation held under a lease:
-// store.FleetReservation.
-type FleetReservation = store.FleetReservation
-
-var _ store.FleetStore = (*Store)(nil)
+// FleetReservation is a reservation held under a lease.
+type FleetReservation struct {
+	store.Key
+	Holder string
+	Label  string
+	// Host is the host it was narrowed to; "" while it is fleet-wide.
+	Host string
+	// Expires is when the lease runs out, by the store's clock (the
+	// PostgreSQL server's): compare it with the server's time, not the
+	// local clock.
+	Expires time.Time
+	Created time.Time
+}
 
 // ReserveFleet reserves for req.Holder, under a lease of req.TTL, a port
 // of req.Band that is free on every host: a row of no host,
@@ -109,7 +138,7 @@ var _ store.FleetStore = (*Store)(nil)
 // so a band with no free port is told apart exactly. No process of any
 // host can reserve the port
 // while the row lasts; a process Reserve or Scan that meets it gets a
-// *store.ConflictError whose holder has Scope store.LeaseScope.
+// *store.ConflictError whose holder is the named holder (Owner.Holder).
 //
 // The row lasts until ReleaseFleet, or until its lease runs out unless
 // RenewFleet extends it: then the Reap and the sweep of any host delete
@@ -175,10 +204,6 @@ func checkFleet(req *FleetRequest) (store.Key, time.Duration, error) {
 	}
 	return key, ttl, nil
 }
-
-// MaxFleetSet is the most ports ReserveFleetSet reserves in one set
-// (store.MaxFleetSet).
-const MaxFleetSet = store.MaxFleetSet
 
 // ReserveFleetSet reserves a port for each of reqs, all of them or none:
 // the ports of a set of named ports for one holder (every request's
@@ -507,7 +532,7 @@ func (s *Store) reapLeases(ctx context.Context) (int64, error) {
 
 // bandStart returns where a search of band starts: an offset from its
 // first port, drawn at random (or by Store.fleetStart, in tests).
-func (s *Store) bandStart(band Band) int32 {
+func (s *Store) bandStart(band store.Range) int32 {
 	n := int(band.Last) - int(band.First) + 1
 	if s.fleetStart != nil {
 		return int32(s.fleetStart(n) % n)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -32,18 +33,6 @@ func (s *Store) Release(ctx context.Context, key store.Key, own store.Owner) err
 	return nil
 }
 
-// ReleaseOwner deletes every reservation own holds on this host and
-// returns how many there were; zero own: this process.
-func (s *Store) ReleaseOwner(ctx context.Context, own store.Owner) (int, error) {
-	if own.IsZero() {
-		own = s.self
-	} else if err := store.CheckOwner(own); err != nil {
-		return 0, err
-	}
-	n, err := s.exec(ctx, "release all of "+own.String(), qDeleteOwner, s.hostNo(), own.PID, own.Start, own.Scope)
-	return int(n), err
-}
-
 // Transfer hands the reservation of key on this host from one owner to
 // another, e.g. from an orchestrator to the child it started, in one
 // round trip. to must be a live process of this host. It returns an error
@@ -53,14 +42,14 @@ func (s *Store) Transfer(ctx context.Context, key store.Key, from, to store.Owne
 	if err != nil {
 		return err
 	}
-	if err := store.CheckOwner(to); err != nil {
+	if err := to.Validate(); err != nil {
 		return err
 	}
 	if !to.Alive(ctx) {
 		return &store.FieldError{Field: "owner", Value: to.String(), Want: "a running process"}
 	}
 	op := "transfer " + key.String()
-	n, err := s.exec(ctx, op, qTransfer, append(s.keyArgs(key, from), to.PID, to.Start, to.Scope, to.Name)...)
+	n, err := s.exec(ctx, op, qTransfer, append(s.keyArgs(key, from), to.PID, to.Start, to.Namespace, to.Name)...)
 	if err != nil {
 		return err
 	}
@@ -76,7 +65,7 @@ func (s *Store) Transfer(ctx context.Context, key store.Key, from, to store.Owne
 //
 // List shows the rows of processes only, as store.Store promises: lease
 // rows, fleet-wide or narrowed to this host, are listed by Leases. Their
-// ports are taken all the same (see ReservedPorts).
+// ports are taken all the same.
 func (s *Store) List(ctx context.Context, f store.Filter) ([]store.Reservation, error) {
 	where := []string{"host_no = $1", "owner_kind = 'process'"}
 	args := []any{s.hostNo()}
@@ -85,7 +74,7 @@ func (s *Store) List(ctx context.Context, f store.Filter) ([]store.Reservation, 
 		where = append(where, cond+" = $"+strconv.Itoa(len(args)))
 	}
 	if f.Protocol != "" {
-		if !f.Protocol.Valid() {
+		if f.Protocol != store.TCP && f.Protocol != store.UDP {
 			return nil, &store.FieldError{Field: "protocol", Value: string(f.Protocol), Want: `"tcp" or "udp"`}
 		}
 		add("protocol", string(f.Protocol))
@@ -161,7 +150,7 @@ func (s *Store) reapOwn(ctx context.Context) (int, error) {
 	}
 	owners, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Owner, error) {
 		var o store.Owner
-		err := r.Scan(&o.PID, &o.Start, &o.Scope)
+		err := r.Scan(&o.PID, &o.Start, &o.Namespace)
 		return o, err
 	})
 	cancel()
@@ -178,7 +167,7 @@ func (s *Store) reapOwn(ctx context.Context) (int, error) {
 			return 0, err
 		}
 		if !o.Alive(ctx) {
-			pids, starts, scopes = append(pids, int32(o.PID)), append(starts, o.Start), append(scopes, o.Scope)
+			pids, starts, scopes = append(pids, int32(o.PID)), append(starts, o.Start), append(scopes, o.Namespace)
 		}
 	}
 	if len(pids) == 0 {
@@ -193,30 +182,6 @@ func (s *Store) reapOwn(ctx context.Context) (int, error) {
 		s.log.Info("reaped reservations of exited owners", "rows", n, "owners", len(pids))
 	}
 	return int(n), nil
-}
-
-// ReservedPorts returns the distinct ports from first to last that have
-// at least one reservation on this host, of any protocol, address or
-// owner, fleet-wide reservations included.
-func (s *Store) ReservedPorts(ctx context.Context, first, last uint16) ([]uint16, error) {
-	if err := s.open(); err != nil {
-		return nil, fmt.Errorf("list ports: %w", err)
-	}
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	rows, err := s.pool.Query(cctx, qReservedPorts, s.hostNo(), int32(first), int32(last))
-	if err != nil {
-		return nil, s.fail(ctx, "list ports", err)
-	}
-	ports, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uint16, error) {
-		var p int32
-		err := r.Scan(&p)
-		return uint16(p), err
-	})
-	if err != nil {
-		return nil, s.fail(ctx, "list ports", err)
-	}
-	return ports, nil
 }
 
 // MaxSticky is how many (label, protocol) pairs the store remembers ports
@@ -236,7 +201,7 @@ func (s *Store) Remember(ctx context.Context, label string, protocol store.Proto
 	if err := store.CheckLabel(label); err != nil {
 		return err
 	}
-	if !protocol.Valid() {
+	if protocol != store.TCP && protocol != store.UDP {
 		return &store.FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`}
 	}
 	if port == 0 {
@@ -271,4 +236,10 @@ func (s *Store) Recall(ctx context.Context, label string, protocol store.Protoco
 		return 0, false, nil
 	}
 	return uint16(port), true, nil
+}
+
+// Renew refuses: a fleet's named holders reserve fleet-wide, and renew
+// with RenewFleet.
+func (s *Store) Renew(_ context.Context, holder string, _ time.Duration) (int, error) {
+	return 0, noHolder(store.Owner{Holder: holder})
 }

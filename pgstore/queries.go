@@ -1,17 +1,19 @@
 package pgstore
 
-import "github.com/berth-go/berth/store"
-
 // The store's SQL. Every statement names this host by host_no ($1): a
 // Store reads and writes only its own host's rows, and sees another
 // host's rows only where they conflict, which the exclusion constraint
 // (see migrations/1_berth.up.sql) decides with host_span.
+// leaseKind is what a lease row reads as its owner's namespace: scanRow
+// makes such an owner a named holder.
+const leaseKind = "lease"
+
 const (
 	// rowColumns are the columns scanRow reads. A lease row (see
 	// fleet.go) reads as host 0 when fleet-wide, and as an owner with no
-	// pid, the holder's name and scope store.LeaseScope.
+	// pid, the holder's name and the namespace leaseKind (see scanRow).
 	rowColumns = "coalesce(host_no, 0), protocol, port, host(address), coalesce(owner_pid, 0), coalesce(owner_start, 0)," +
-		" CASE owner_kind WHEN 'lease' THEN '" + store.LeaseScope + "' ELSE owner_scope END, coalesce(holder, owner_name)," +
+		" CASE owner_kind WHEN 'lease' THEN '" + leaseKind + "' ELSE owner_scope END, coalesce(holder, owner_name)," +
 		" label, kind, created_at"
 
 	// qInsert grants a key in one round trip when nothing conflicts; when
@@ -83,11 +85,6 @@ const (
 	qReapOwners = "DELETE FROM berth_port_allocations p" +
 		" USING unnest($2::int[], $3::bigint[], $4::text[]) AS d(pid, start, scope)" +
 		" WHERE p.host_no = $1 AND p.owner_pid = d.pid AND p.owner_start = d.start AND p.owner_scope = d.scope"
-
-	// qReservedPorts counts fleet-wide rows too: their ports are taken on
-	// this host as well.
-	qReservedPorts = "SELECT DISTINCT port FROM berth_port_allocations WHERE (host_no = $1 OR host_no IS NULL)" +
-		" AND port BETWEEN $2 AND $3 ORDER BY port"
 
 	qRemember = "INSERT INTO berth_sticky_ports (host_no, label, protocol, port) VALUES ($1, $2, $3, $4)" +
 		" ON CONFLICT (host_no, label, protocol) DO UPDATE SET port = excluded.port, updated_at = now()"

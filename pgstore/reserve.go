@@ -40,14 +40,14 @@ type row struct {
 // probe, when given, runs after the row is in: nobody else can be granted
 // the key meanwhile, and a failed probe deletes the row again.
 func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservation, error) {
-	if err := store.CheckProcessOwner(req.Owner); err != nil {
-		return store.Reservation{}, err
-	}
-	c, err := store.CheckRequest(req, s.self)
+	req, err := req.Validate(s.self)
 	if err != nil {
 		return store.Reservation{}, err
 	}
-	key, own, kind := c.Key, c.Owner, c.Kind
+	if err := noHolder(req.Owner); err != nil {
+		return store.Reservation{}, err
+	}
+	key, own, kind := req.Key, req.Owner, req.Kind
 	op := "reserve " + key.String()
 	memo := map[ownerKey]bool{}
 	for range maxAttempts {
@@ -178,7 +178,7 @@ func (s *Store) scanOnce(ctx context.Context, op string, key store.Key, own stor
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(cctx, qScan, s.hostNo(), string(key.Protocol), key.Addr.String(), string(kind),
-		candidates, own.PID, own.Start, own.Scope, own.Name, label)
+		candidates, own.PID, own.Start, own.Namespace, own.Name, label)
 	if err != nil {
 		return nil, nil, s.fail(ctx, op, err)
 	}
@@ -221,8 +221,8 @@ func (s *Store) scanOnce(ctx context.Context, op string, key store.Key, own stor
 // owners are deleted and the block tried again. The probe runs after the
 // rows are in, and a failure deletes the whole block.
 func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]store.Reservation, error) {
-	if err := store.CheckBlock(n); err != nil {
-		return nil, err
+	if n < 1 || n > store.MaxBlock {
+		return nil, &store.FieldError{Field: "n", Value: fmt.Sprint(n), Want: fmt.Sprintf("a block of 1 to %d ports", store.MaxBlock)}
 	}
 	key, own, kind, _, err := s.checkScan(req)
 	if err != nil {
@@ -290,7 +290,7 @@ func (s *Store) insertBlock(ctx context.Context, op string, key store.Key, own s
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(cctx, qBlock, s.hostNo(), string(key.Protocol), key.Addr.String(), string(kind),
-		int32(base), int32(last), own.PID, own.Start, own.Scope, own.Name, label)
+		int32(base), int32(last), own.PID, own.Start, own.Namespace, own.Name, label)
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
@@ -314,13 +314,13 @@ func (s *Store) insertBlock(ctx context.Context, op string, key store.Key, own s
 
 // probeBlock probes every port of a block just inserted, and deletes the
 // block when one fails.
-func (s *Store) probeBlock(ctx context.Context, op string, probe store.ProbeFunc, key store.Key, own store.Owner, base, last uint16) (err error) {
+func (s *Store) probeBlock(ctx context.Context, op string, probe func(store.Key) error, key store.Key, own store.Owner, base, last uint16) (err error) {
 	if probe == nil {
 		return nil
 	}
 	undo := func() {
 		if _, derr := s.exec(context.WithoutCancel(ctx), op+": delete the block after its probe", qDeleteBlock,
-			s.hostNo(), string(key.Protocol), int32(base), int32(last), own.PID, own.Start, own.Scope, key.Addr.String()); derr != nil {
+			s.hostNo(), string(key.Protocol), int32(base), int32(last), own.PID, own.Start, own.Namespace, key.Addr.String()); derr != nil {
 			s.log.Error(derr, "could not delete a block whose probe failed; its owner holds it until released", "first", base, "last", last)
 			err = errors.Join(err, derr)
 		}
@@ -334,16 +334,13 @@ func (s *Store) probeBlock(ctx context.Context, op string, probe store.ProbeFunc
 	for port := int(base); port <= int(last); port++ {
 		k := key
 		k.Port = uint16(port)
-		free, perr := probe(k)
-		if perr != nil {
+		if perr := probe(k); perr != nil {
 			err = fmt.Errorf("probe %s: %w", k, perr)
-			undo()
-			return err
-		}
-		if !free {
-			s.probeFailures.Add(1)
-			s.log.V(1).Info("port bound outside berth", "key", k.String())
-			err = &store.ConflictError{Key: k}
+			if errors.Is(perr, store.ErrHeld) {
+				s.probeFailures.Add(1)
+				s.log.V(1).Info("port held outside this store", "key", k.String(), "why", perr.Error())
+				err = perr
+			}
 			undo()
 			return err
 		}
@@ -355,7 +352,7 @@ func (s *Store) probeBlock(ctx context.Context, op string, probe store.ProbeFunc
 // inserted for own, and deletes the row again when the probe fails, errs
 // or panics (the panic goes on). A port bound outside berth is a
 // *store.ConflictError whose holder is the zero Reservation.
-func (s *Store) probeOrUndo(ctx context.Context, op string, probe store.ProbeFunc, key store.Key, own store.Owner, port uint16) (err error) {
+func (s *Store) probeOrUndo(ctx context.Context, op string, probe func(store.Key) error, key store.Key, own store.Owner, port uint16) (err error) {
 	if probe == nil {
 		return nil
 	}
@@ -372,16 +369,16 @@ func (s *Store) probeOrUndo(ctx context.Context, op string, probe store.ProbeFun
 			panic(p)
 		}
 	}()
-	free, perr := probe(key)
+	perr := probe(key)
 	switch {
-	case perr != nil:
-		err = fmt.Errorf("probe %s: %w", key, perr)
-	case !free:
-		s.probeFailures.Add(1)
-		s.log.V(1).Info("port bound outside berth", "key", key.String())
-		err = &store.ConflictError{Key: key}
-	default:
+	case perr == nil:
 		return nil
+	case errors.Is(perr, store.ErrHeld):
+		s.probeFailures.Add(1)
+		s.log.V(1).Info("port held outside this store", "key", key.String(), "why", perr.Error())
+		err = perr
+	default:
+		err = fmt.Errorf("probe %s: %w", key, perr)
 	}
 	undo()
 	return err
@@ -409,7 +406,7 @@ func (s *Store) insertOne(ctx context.Context, op string, key store.Key, own sto
 
 // keyArgs are the arguments $1 to $7 of keyMatch and ownerMatch.
 func (s *Store) keyArgs(key store.Key, own store.Owner) []any {
-	return []any{s.hostNo(), string(key.Protocol), int32(key.Port), key.Addr.String(), own.PID, own.Start, own.Scope}
+	return []any{s.hostNo(), string(key.Protocol), int32(key.Port), key.Addr.String(), own.PID, own.Start, own.Namespace}
 }
 
 // holders reads the rows that conflict with key's address on any of
@@ -452,10 +449,10 @@ type ownerKey struct {
 // one of this host's processes as the SQLite store judges it. memo keeps
 // the verdicts of one call.
 func (s *Store) alive(ctx context.Context, r row, memo map[ownerKey]bool) bool {
-	if r.hostNo != s.hostNo() || r.Owner.Scope == store.LeaseScope {
+	if r.hostNo != s.hostNo() || r.Owner.Holder != "" {
 		return true
 	}
-	k := ownerKey{r.Owner.PID, r.Owner.Start, r.Owner.Scope}
+	k := ownerKey{r.Owner.PID, r.Owner.Start, r.Owner.Namespace}
 	if v, ok := memo[k]; ok {
 		return v
 	}
@@ -495,7 +492,7 @@ func scanRow(rows pgx.Rows, granted *bool) (row, error) {
 		port        int32
 		kind        string
 	)
-	dst := []any{&r.hostNo, &proto, &port, &addr, &r.Owner.PID, &r.Owner.Start, &r.Owner.Scope, &r.Owner.Name, &r.Label, &kind, &r.Created}
+	dst := []any{&r.hostNo, &proto, &port, &addr, &r.Owner.PID, &r.Owner.Start, &r.Owner.Namespace, &r.Owner.Name, &r.Label, &kind, &r.Created}
 	if granted != nil {
 		dst = append([]any{granted}, dst...)
 	}
@@ -508,6 +505,9 @@ func scanRow(rows pgx.Rows, granted *bool) (row, error) {
 	}
 	r.Key = store.Key{Protocol: store.Protocol(proto), Addr: a.Unmap(), Port: uint16(port)}
 	r.Kind = store.Kind(kind)
+	if r.Owner.Namespace == leaseKind {
+		r.Owner = store.Owner{Holder: r.Owner.Name}
+	}
 	return r, nil
 }
 
@@ -529,23 +529,39 @@ func without(ports []int32, p int32) []int32 {
 }
 
 // checkScan validates what Scan and ScanBlock share of a request (see
-// store.CheckScan) and returns its normalised key (port 1: the scan sets
-// it), owner and kind, and the batch size. An owner under a lease is
-// refused: a fleet's leases are its own (ReserveFleet).
+// store.ScanRequest.Validate) and returns its normalised key (port 1: the
+// scan sets it), owner and kind, and the batch size. A named holder is
+// refused: a fleet's are fleet-wide (ReserveFleet).
 func (s *Store) checkScan(req store.ScanRequest) (store.Key, store.Owner, store.Kind, int, error) {
-	if err := store.CheckProcessOwner(req.Owner); err != nil {
-		return store.Key{}, store.Owner{}, "", 0, err
+	req, err := req.Validate(s.self)
+	if err == nil {
+		err = noHolder(req.Owner)
 	}
-	c, err := store.CheckScan(req, s.self)
-	return c.Key, c.Owner, c.Kind, c.Batch, err
+	return store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, req.Batch, err
 }
 
-// validate checks key and own for Release and Transfer (see
-// store.CheckRequest): the key normalised, a zero owner this process.
+// validate checks key and own for Release and Transfer: the key
+// normalised, a zero owner this process.
 func (s *Store) validate(key store.Key, own store.Owner) (store.Key, store.Owner, error) {
-	if err := store.CheckProcessOwner(own); err != nil {
+	if err := noHolder(own); err != nil {
 		return store.Key{}, store.Owner{}, err
 	}
-	c, err := store.CheckRequest(store.Request{Key: key, Owner: own}, s.self)
-	return c.Key, c.Owner, err
+	key, err := key.Normalize()
+	if err != nil {
+		return store.Key{}, store.Owner{}, err
+	}
+	if own.IsZero() {
+		own = s.self
+	}
+	return key, own, own.Validate()
+}
+
+// noHolder refuses a named holder in a call for a host's processes: a
+// fleet's named holders reserve fleet-wide (ReserveFleet), and narrow
+// their ports to a host (NarrowFleet).
+func noHolder(o store.Owner) error {
+	if o.Holder != "" {
+		return &store.FieldError{Field: "owner", Value: o.String(), Want: "a process of this host: a fleet's named holders reserve fleet-wide (pgstore.Store.ReserveFleet, berth fleet reserve), and NarrowFleet gives such a port a host"}
+	}
+	return nil
 }

@@ -3,228 +3,215 @@ package portalloc
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/netip"
+	"slices"
+	"strconv"
+	"syscall"
 
-	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/internal/portrange"
-	"github.com/berth-go/berth/internal/probe"
-	"github.com/berth-go/berth/mru"
 	"github.com/berth-go/berth/store"
 )
 
-func probeKey(k store.Key) (bool, error) {
-	return probe.Available(string(k.Protocol), k.Addr, k.Port)
+// begin starts a call: the Allocator open, req valid and complete, and the
+// call's deadline, Config.Timeout.
+func (a *Allocator) begin(ctx context.Context, req Request) (context.Context, context.CancelFunc, Request, error) {
+	if a.closed.Load() {
+		return nil, nil, Request{}, store.ErrClosed
+	}
+	req, err := a.normalize(req)
+	if err != nil {
+		return nil, nil, Request{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, Request{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	return ctx, cancel, req, nil
 }
 
 // Allocate reserves a free port of the configured range for req and returns
-// it. The port has been bind-probed on req.Addr. It returns an error
-// wrapping ErrRangeExhausted when no port is free, and a *FieldError
-// wrapping ErrInvalidRequest for a field of req it refuses.
-func (a *Allocator) Allocate(ctx context.Context, req Request) (r Reservation, err error) {
-	defer func() { a.ctr.count(false, err) }()
-	defer func() { err = opError("allocate", err) }()
+// it: locked, free in the store, and bind-probed on req.Addr. With no free
+// port it returns an error wrapping store.ErrExhausted; a field of req it
+// refuses is a *store.FieldError.
+func (a *Allocator) Allocate(ctx context.Context, req Request) (store.Reservation, error) {
+	r, err := a.allocate(ctx, req, 0, probeCheck)
+	if err != nil {
+		return store.Reservation{}, opError("allocate", err)
+	}
+	return r[0], nil
+}
+
+// AllocateBlock reserves n consecutive ports of the range, a base port and
+// the n-1 after it, for software configured by a base port (a node that
+// listens on base, base+1 and base+2; an RTP media range). Every port of
+// the block is locked, free in the store and bind-probed, and the n
+// reservations are made in one transaction: all of them or none. Bases come
+// in req's order, preferred bases (Request.Prefer) first; a block lies
+// wholly in the range unless its base is a preferred one. The reservations
+// are returned in port order and are released one by one, like any others.
+// It needs the state store: the MRU file hands out single ports only.
+func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) ([]store.Reservation, error) {
+	if n < 1 || n > store.MaxBlock {
+		return nil, opError("allocate", &store.FieldError{Field: "n", Value: strconv.Itoa(n), Want: fmt.Sprintf("a block of 1 to %d ports (store.MaxBlock)", store.MaxBlock)})
+	}
+	if req.Sticky {
+		return nil, opError("allocate", &store.FieldError{Field: "Request.Sticky", Value: "true", Want: "false: a block cannot be sticky; give its base port in Request.Prefer instead"})
+	}
+	rs, err := a.allocate(ctx, req, n, probeCheck)
+	return rs, opError("allocate", err)
+}
+
+// allocate is Allocate (n 0) and AllocateBlock, with check in place of the
+// bind-probe.
+func (a *Allocator) allocate(ctx context.Context, req Request, n int, check func(store.Key) error) (rs []store.Reservation, err error) {
+	defer func() { a.ctr.count(store.Dynamic, err) }()
 	ctx, cancel, req, err := a.begin(ctx, req)
 	if err != nil {
-		return Reservation{}, err
+		return nil, err
 	}
 	defer cancel()
-	if req.Sticky && req.Label == "" {
-		return Reservation{}, &FieldError{Field: "Request.Label", Value: "", Want: "a label to remember the port under, which a sticky request (Request.Sticky) needs"}
-	}
-	return a.allocate(ctx, req, a.set, probeFunc(req), "")
-}
-
-func probeFunc(req Request) func(uint16) (bool, error) {
-	return func(p uint16) (bool, error) {
-		return probe.Available(string(req.Protocol), req.Addr, p)
-	}
-}
-
-// allocateIn is allocate with the probe, on a set of ports of the range
-// (a pool's), held by via. The caller has run begin.
-func (a *Allocator) allocateIn(ctx context.Context, req Request, set *portrange.Set, via string) (r Reservation, err error) {
-	defer func() { a.ctr.count(false, err) }()
-	return a.allocate(ctx, req, set, probeFunc(req), via)
-}
-
-// allocate walks set for req and takes the first port that the backend has
-// free and bindable passes. bindable runs inside the store's write
-// transaction. via names the holder of the reference it takes (see refs).
-func (a *Allocator) allocate(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error), via string) (Reservation, error) {
-	a.retryStore(ctx)
-	if !a.fb.active.Load() {
-		if r, done, err := a.scanStore(ctx, req, set, bindable, via); done {
-			return r, err
+	set := a.set
+	if w := req.Within; w != (store.Range{}) {
+		var out []portrange.Range
+		if w.First > a.cfg.Range.First {
+			out = append(out, portrange.Range{First: a.cfg.Range.First, Last: w.First - 1})
 		}
-	}
-	return a.allocateMRU(ctx, req, set, bindable)
-}
-
-// scanStore allocates in the state store. done is false when the store
-// failed and the Allocator fell back: the MRU file is to serve.
-func (a *Allocator) scanStore(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error), via string) (Reservation, bool, error) {
-	return inStore(ctx, a, req, func(s store.Store) (Reservation, error) {
-		next, sticky := a.candidates(ctx, s, req, set)
-		row, err := s.Scan(ctx, store.ScanRequest{
-			Protocol: req.Protocol,
-			Addr:     req.Addr,
-			Label:    req.Label,
-			Next:     next,
-			Probe:    func(k store.Key) (bool, error) { return bindable(k.Port) },
-		})
-		if err != nil {
-			return Reservation{}, err
+		if w.Last < a.cfg.Range.Last {
+			out = append(out, portrange.Range{First: w.Last + 1, Last: a.cfg.Range.Last})
 		}
-		a.remember(ctx, s, req, sticky, row.Port)
-		r := Reservation{Protocol: req.Protocol, Addr: row.Addr, Port: row.Port, Label: req.Label, Backend: BackendStateStore}
-		if !a.holdNew(ctx, s, r, via) {
-			return Reservation{}, ErrClosed
-		}
-		return r, nil
-	})
-}
-
-// inStore runs op on the Allocator's state store, and once more when a
-// retry after a fallback replaced that store while op ran. done is false
-// when there is no store or it failed and the Allocator fell back: the MRU
-// file is to serve. An error of op wrapping ErrClosed (the Allocator
-// closed) is returned as it is; storeErr translates the others.
-func inStore[T any](ctx context.Context, a *Allocator, req Request, op func(store.Store) (T, error)) (v T, done bool, err error) {
-	for attempt := 0; ; attempt++ {
-		s := a.db()
-		if s == nil {
-			return v, false, nil
-		}
-		got, again, err := runOn(ctx, a, s, attempt, op)
-		switch {
-		case err == nil:
-			return got, true, nil
-		case again:
-			continue
-		case errors.Is(err, ErrClosed):
-			return v, true, err
-		}
-		if err := a.storeErr(ctx, err, req); err != nil {
-			return v, true, err
-		}
-		return v, false, nil
+		set = set.Without(out...)
 	}
-}
-
-// runOn runs op on s, the Allocator's store, under the repair lock (see
-// repairMu). again reports that op failed because s was lost or replaced
-// meanwhile, and that the Allocator now has a store to run op on again
-// (see replaced); attempt counts the runs before this one, and the last
-// of maxReplacements is not run again. err is op's error, or why a lost
-// store could not be opened again.
-func runOn[T any](ctx context.Context, a *Allocator, s store.Store, attempt int, op func(store.Store) (T, error)) (v T, again bool, err error) {
-	a.repairMu.RLock()
-	v, err = op(s)
-	a.repairMu.RUnlock()
-	if err == nil || errors.Is(err, ErrClosed) || attempt >= maxReplacements {
-		return v, false, err
-	}
-	again, err = a.replaced(ctx, s, err)
-	return v, again, err
-}
-
-// holdNew takes this Allocator's hold, on behalf of via, of a row a scan
-// has just inserted: nobody else in the process can hold it yet. When the
-// Allocator has closed meanwhile, it releases the row and reports false.
-func (a *Allocator) holdNew(ctx context.Context, s store.Store, r Reservation, via string) bool {
-	rk := a.refKeyOf(r)
-	refs.addNew(rk, a, via)
-	if a.hold(r) {
-		return true
-	}
-	if refs.forget(rk, a) == 0 {
-		_ = s.Release(context.WithoutCancel(ctx), storeKey(r), store.Owner{}) // reaping covers a failure
-	}
-	return false
-}
-
-// storeKey is r's key in the state store.
-func storeKey(r Reservation) store.Key {
-	return store.Key{Protocol: r.Protocol, Addr: r.Addr, Port: r.Port}
-}
-
-// allocateMRU allocates from the MRU file, skipping every port the state
-// store holds (see readHeld for a store that cannot be read) and every port
-// this Allocator holds itself, on either backend: after the store was
-// replaced under it, the store's view lacks the Allocator's own rows.
-func (a *Allocator) allocateMRU(ctx context.Context, req Request, set *portrange.Set, bindable func(uint16) (bool, error)) (Reservation, error) {
-	held, readable, err := a.readHeld(ctx)
-	if err != nil {
-		return Reservation{}, err
-	}
-	own := a.ownPorts(req.Protocol)
-	it, _ := a.candidates(ctx, nil, req, set) // the MRU file remembers no sticky port
-	next := func() (uint16, bool) {
-		for {
-			p, ok := it()
-			if !ok {
-				return p, ok
-			}
-			if len(held.Holders(store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: p})) == 0 && !own.conflicts(p, req.Addr) {
-				return p, ok
+	next, sticky := a.candidates(ctx, req, set)
+	if n > 0 {
+		whole := next
+		next = func() (uint16, bool) {
+			for {
+				base, ok := whole()
+				if !ok || slices.Contains(req.Prefer, base) || a.blockInSet(base, n) {
+					return base, ok
+				}
 			}
 		}
 	}
-	port, err := a.mru.Allocate(ctx, mru.Request{
-		Protocol: string(req.Protocol),
+	rs, err = a.h.scan(ctx, a, store.ScanRequest{
+		Protocol: req.Protocol,
 		Addr:     req.Addr,
+		Owner:    req.owner(),
+		TTL:      req.TTL,
+		Label:    req.Label,
 		Next:     next,
-		Probe: func(p uint16) (bool, error) {
-			free, err := bindable(p)
-			if err == nil && !free {
-				a.ctr.mruProbeFailures.Add(1)
-			}
-			return free, err
-		},
-	})
+	}, n, check)
 	if err != nil {
-		return Reservation{}, a.mruErr(ctx, err, req)
+		return nil, a.callErr(ctx, err, req, n)
 	}
-	return a.holdMRU(req, port, readable)
+	a.remember(ctx, req, sticky, rs[0].Port)
+	for _, r := range rs {
+		a.log.V(1).Info("reserved port", "reservation", r.String(), "label", r.Label, "holder", req.Holder)
+	}
+	return rs, nil
 }
 
-// holdMRU holds a port the MRU file has just handed out for req, counting
-// it in Stats.Blind when the state store could not be read to skip the
-// ports it holds.
-func (a *Allocator) holdMRU(req Request, port uint16, readable bool) (Reservation, error) {
-	if !readable {
-		a.ctr.blind.Add(1)
+// blockInSet reports whether base..base+n-1 all lie in the candidate set.
+func (a *Allocator) blockInSet(base uint16, n int) bool {
+	if int(base)+n-1 > 65535 {
+		return false
 	}
-	r := Reservation{Protocol: req.Protocol, Addr: req.Addr, Port: port, Label: req.Label, Backend: BackendMRU}
-	if !a.hold(r) {
-		return Reservation{}, ErrClosed
+	for i := range n {
+		if !a.set.Contains(base + uint16(i)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Reserve reserves the given port for req, whether or not it lies in the
+// configured range. It returns a *store.ConflictError (errors.Is
+// store.ErrHeld) when another process holds it, locks it or has it bound,
+// or when this process holds a conflicting reservation (such as its own
+// wildcard on the port); the error names the holder. Reserving a port this
+// process already holds on the same address returns it again and takes
+// another hold of it: the port stays reserved until every Allocator, set
+// and pool of the process that holds it has released it.
+func (a *Allocator) Reserve(ctx context.Context, req Request, port uint16) (r store.Reservation, err error) {
+	defer func() { a.ctr.count(store.Static, err) }()
+	defer func() { err = opError("reserve", err) }()
+	if port == 0 {
+		return store.Reservation{}, &store.FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535 (Allocate chooses a free one)"}
+	}
+	ctx, cancel, req, err := a.begin(ctx, req)
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	defer cancel()
+	if err := a.excl.refuseLocal("port", port, req.AllowOSReserved); err != nil {
+		return store.Reservation{}, err
+	}
+	key := store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: port}
+	r, err = a.h.reserve(ctx, a, store.Request{Key: key, Owner: req.owner(), TTL: req.TTL, Label: req.Label, Kind: store.Static}, probeCheck)
+	if err != nil {
+		var ce *store.ConflictError
+		if errors.As(err, &ce) {
+			whoLocks(ce)
+		}
+		return store.Reservation{}, a.callErr(ctx, err, req, 0)
 	}
 	return r, nil
 }
 
-// ownedPorts is the addresses an Allocator holds, by port, of one protocol.
-type ownedPorts map[uint16][]netip.Addr
-
-// ownPorts returns the ports of protocol that the Allocator holds, on any
-// backend.
-func (a *Allocator) ownPorts(protocol Protocol) ownedPorts {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	own := ownedPorts{}
-	for k := range a.held {
-		if k.protocol == protocol {
-			own[k.port] = append(own[k.port], k.addr)
-		}
-	}
-	return own
+// Listen allocates a TCP port like Allocate and returns it already
+// listening. The socket is bound while the port is locked, inside the
+// store's transaction that records the reservation: no program, berth or
+// not, can take the port in between. Close the listener before releasing
+// the reservation. A listener can be handed to a child process with a
+// listenfd.Handoff.
+func (a *Allocator) Listen(ctx context.Context, req Request) (store.Reservation, net.Listener, error) {
+	r, l, err := listenBound(ctx, a, req, store.TCP, func(ap string) (net.Listener, error) { return net.Listen("tcp", ap) })
+	return r, l, opError("listen", err)
 }
 
-// conflicts reports whether a held address of port conflicts with addr.
-func (o ownedPorts) conflicts(port uint16, addr netip.Addr) bool {
-	for _, h := range o[port] {
-		if netaddr.Conflicts(h, addr) {
-			return true
-		}
+// ListenPacket is Listen for UDP: it returns the port bound.
+func (a *Allocator) ListenPacket(ctx context.Context, req Request) (store.Reservation, net.PacketConn, error) {
+	r, c, err := listenBound(ctx, a, req, store.UDP, func(ap string) (net.PacketConn, error) { return net.ListenPacket("udp", ap) })
+	return r, c, opError("listen", err)
+}
+
+// listenBound allocates for req with bind in place of the probe and returns
+// the socket of the bind that succeeded.
+func listenBound[S io.Closer](ctx context.Context, a *Allocator, req Request, proto store.Protocol, bind func(string) (S, error)) (store.Reservation, S, error) {
+	var none S
+	if req.Protocol == "" {
+		req.Protocol = proto
 	}
-	return false
+	if req.Protocol != proto {
+		return store.Reservation{}, none, &store.FieldError{Field: "Request.Protocol", Value: string(req.Protocol), Want: fmt.Sprintf("%q here (Listen is for tcp, ListenPacket for udp)", proto)}
+	}
+	var (
+		sock  S
+		bound bool
+	)
+	rs, err := a.allocate(ctx, req, 0, func(k store.Key) error {
+		if bound {
+			_ = sock.Close() // bound for a grant the store then undid
+			bound = false
+		}
+		s, err := bind(netip.AddrPortFrom(k.Addr, k.Port).String())
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EACCES) {
+				return &store.ConflictError{Key: k, Bound: true}
+			}
+			return err
+		}
+		sock, bound = s, true
+		return nil
+	})
+	if err != nil {
+		if bound {
+			_ = sock.Close()
+		}
+		return store.Reservation{}, none, err
+	}
+	return rs[0], sock, nil
 }

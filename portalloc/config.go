@@ -14,8 +14,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/berth-go/berth/internal/dsn"
-	"github.com/berth-go/berth/internal/portrange"
-	"github.com/berth-go/berth/portalloc/internal/scopes"
 	"github.com/berth-go/berth/store"
 )
 
@@ -24,23 +22,18 @@ type Mode string
 
 // The modes.
 const (
-	// ModeStateStore reserves in the SQLite state store only; a store
-	// failure is an error wrapping ErrStoreUnavailable.
+	// ModeStateStore reserves in the state store only; a store that cannot
+	// be used is an error wrapping store.ErrUnavailable.
 	ModeStateStore Mode = "statestore"
-	// ModeStateStoreWithFallback reserves in the state store and, when it
-	// cannot be used (not merely busy, nor short of descriptors, memory or
-	// disk space: those are errors), falls back to the MRU allocator,
-	// logging the switch. The MRU allocator skips the ports the store
-	// holds, and when it cannot read the store either, it hands out none:
-	// the call fails with an error wrapping ErrStoreUnavailable. The store
-	// is tried again every 5 seconds. See the package
-	// documentation.
+	// ModeStateStoreWithFallback reserves in the state store and, while it
+	// cannot be used (damaged, written by a newer berth in a way this one
+	// must not write to; not merely busy or short of descriptors, memory
+	// or disk, which are errors), in the MRU file, loudly. Every port still
+	// takes its kernel lock, so no port a live berth holder keeps is
+	// handed out. The store is tried again every 5 seconds.
 	ModeStateStoreWithFallback Mode = "statestore-with-fallback"
-	// ModeMRU uses the legacy MRU-file allocator only. It skips the ports
-	// the state store holds while the store can be read, and otherwise
-	// serves blind, with a warning, counted in Stats.Blind: the one mode
-	// that may hand out a port another process has reserved, for a caller
-	// that chose it.
+	// ModeMRU uses the MRU file only: ports locked and bind-probed,
+	// recorded nowhere a listing shows.
 	ModeMRU Mode = "mru"
 )
 
@@ -48,297 +41,264 @@ func (m Mode) valid() bool {
 	return m == ModeStateStore || m == ModeStateStoreWithFallback || m == ModeMRU
 }
 
-// Protocol is the transport a port is allocated for: TCP or UDP. It is
-// the type package store declares, under this name.
-type Protocol = store.Protocol
+// DefaultRange is the range of a Config that names none: 20000-32767,
+// below the Linux ephemeral range (32768-60999) and the Windows and macOS
+// dynamic range (49152-65535), so the system never hands one of its ports
+// to an outgoing connection.
+var DefaultRange = store.Range{First: 20000, Last: 32767}
 
-// The protocols.
+// Defaults of a Config and limits of a Request.
 const (
-	TCP = store.TCP
-	UDP = store.UDP
-)
-
-// Limits and defaults of a Config and a Request.
-const (
-	// DefaultTimeout bounds one Allocate or Reserve when Config.Timeout is
-	// zero.
+	// DefaultTimeout bounds each call when Config.Timeout is zero.
 	DefaultTimeout = 30 * time.Second
 	// MaxPrefer is the most ports a Request.Prefer may list.
 	MaxPrefer = 1024
 )
 
-// Config configures an Allocator. The zero value of every field is a working
-// default; New parses and validates it once.
+// Config configures an Allocator. New reads each field that is zero from
+// its environment variable (as libpq reads PG* variables for what a
+// connection string leaves out), so that programs, the berth command and
+// the test helpers of a host share one store by default; a field set in
+// code wins over its variable. IgnoreEnv turns the variables off. The
+// variables, and the zero value of each field:
+//
+//	field                   variable                        zero value
+//	Mode                    BERTH_MODE                      ModeStateStoreWithFallback
+//	StateDir                BERTH_STATE_DIR                 $XDG_STATE_HOME/berth, else ~/.local/state/berth
+//	                                                        (macOS ~/Library/Application Support/berth,
+//	                                                        Windows %LocalAppData%\berth)
+//	StoreDSN                BERTH_STORE                     none: the SQLite store in StateDir
+//	Host                    BERTH_HOST                      the hostname
+//	Range                   BERTH_PORT_RANGE (20000-32767)  DefaultRange
+//	Exclude                 BERTH_PORT_EXCLUDE (22000-22100,25565)
+//	AllowEphemeralOverlap   BERTH_ALLOW_EPHEMERAL_OVERLAP   false
+//	AllowPrivileged         BERTH_ALLOW_PRIVILEGED          false
+//	AllowBrowserRestricted  BERTH_ALLOW_BROWSER_RESTRICTED  false
+//	Scope                   BERTH_SCOPE (git, dir, a name)  none
+//	Timeout                 BERTH_TIMEOUT (10s)             DefaultTimeout
+//	Logger                  BERTH_LOG (debug, info, warn)   discard, but for fallback warnings (standard error)
+//
+// New parses and validates the Config once. A value it refuses is a
+// *store.FieldError naming the field ("Config.Range") or, for one read from
+// the environment, the variable ("BERTH_PORT_RANGE").
 type Config struct {
-	// Mode selects the backend; zero: ModeStateStoreWithFallback.
+	// Mode selects the backend.
 	Mode Mode
 	// StateDir holds the state store (berth.db) and the MRU file
-	// (mru.json); zero: statedir.Default. It is created with mode 0700, its
-	// files with 0600.
+	// (mru.json). It is created with mode 0700, its files with 0600.
 	//
 	// The default is a state directory, not a cache directory: the store
-	// records which live processes hold which ports, and cache cleaners,
-	// rm -rf ~/.cache, disk-space tools and CI cache restores delete a
-	// cache by design while those processes run, after which their ports
-	// would be granted again. On Linux and the other Unix systems but
-	// macOS it is $XDG_STATE_HOME/berth when XDG_STATE_HOME is an absolute
-	// path (the XDG base directory specification says to ignore a
-	// relative one), else $HOME/.local/state/berth. On macOS it is
-	// ~/Library/Application Support/berth, where applications keep data
-	// they make for themselves; macOS may purge ~/Library/Caches when the
-	// disk runs short. On Windows it is %LocalAppData%\berth: local state
-	// (os.UserConfigDir is the roaming profile, which follows the user to
-	// other machines where these pids mean nothing). Without a default (no
-	// HOME, say) New refuses with an error that says to set
-	// BERTH_STATE_DIR: it never falls back to the temporary directory,
-	// which temp cleaners empty under long-lived holders. Package porttest
-	// does, for the short life of a test run.
-	//
-	// Earlier berths kept the store in os.UserCacheDir()/berth. With a
-	// zero StateDir, New and fleet.OpenStore first move a store found there into
-	// the default when the default has none yet (see
-	// statedir.TakeOver); when that fails they refuse with an error
-	// wrapping ErrStoreUnavailable rather than open an empty store beside
-	// the one holding the reservations. A StateDir that is set, by the
-	// program or BERTH_STATE_DIR, is used as it is: nothing is taken over;
-	// nor is anything in ModeMRU, which opens no store, or with a StoreDSN.
+	// records which live processes hold which ports, and cache cleaners
+	// delete a cache by design while those processes run. Without a
+	// default (no HOME, say) New refuses with an error that says to set
+	// BERTH_STATE_DIR; it never falls back to the temporary directory,
+	// which temp cleaners empty under long-lived holders.
 	//
 	// A process running as root never takes the default from another
-	// user's home: sudo keeps HOME (and XDG_STATE_HOME), and a directory
-	// root created there would belong to root inside that user's home.
-	// When the default lies under a directory another user owns, root uses
-	// its own state directory instead, the home directory the password
-	// database gives uid 0 plus the same path (such as
-	// /root/.local/state/berth), and New logs that it did; when that cannot
-	// be had either, New refuses with an error wrapping ErrUnsafe that says
-	// to set BERTH_STATE_DIR. The previous default follows the same rule
-	// (root's own /root/.cache/berth).
+	// user's home (sudo keeps HOME): it uses root's own instead, the home
+	// directory the password database gives uid 0 plus the same path, and
+	// logs that it did.
 	//
-	// A StateDir (or a file of berth's in it) that belongs to another
-	// user, that others may write, or that is a symbolic link where berth
-	// creates its own file is refused with an error wrapping ErrUnsafe and
-	// ErrStoreUnavailable, in every mode: it is a refusal to fix, as the
-	// error says, not a fault to fall back to the MRU file for.
+	// A StateDir that cannot be created, or that (or a file of berth's in
+	// it) belongs to another user, may be written by others or is a
+	// symbolic link where berth creates its own file, is refused in every
+	// mode with an error wrapping store.ErrUnavailable that says what to
+	// fix: it is a mistake of configuration, not a fault to fall back for.
 	StateDir string
-	// StoreDSN names a PostgreSQL database to keep the reservations in
-	// instead of the SQLite store in StateDir, so that the hosts of a
-	// fleet share one range without ever granting a port twice on one
-	// host: a connection string ("postgres://user@db.example/berth",
-	// "host=/run/postgresql dbname=berth") or the absolute path of the
-	// directory of the server's unix socket. A URL's scheme must be
-	// postgres:// or postgresql:// in lower case, as libpq takes it; any
-	// other string that is not key=value settings is refused (a
-	// *FieldError) before berth connects. Messages, logs, Database and
-	// every fmt verb of a Config show StoreDSN with its password hidden
-	// (pgstore.Redact). Zero: the SQLite store. With
-	// a StoreDSN, berth never falls back to the MRU file (its grants would be
-	// invisible to the other hosts): a store that cannot be used is an
-	// error wrapping ErrStoreUnavailable, and Mode may not be ModeMRU.
-	// StateDir still holds nothing of the reservations then.
-	//
-	// portalloc links no PostgreSQL client: a program opens the database
-	// StoreDSN names through package github.com/berth-go/berth/portalloc/fleet
-	// (fleet.New, fleet.OpenStore), which does. New refuses a
-	// StoreDSN with a *FieldError that says so.
-	//
-	// The name says what the string is, a data source name as
-	// database/sql calls it, and keeps it apart from store.Store, the
-	// interface of an open store.
+	// StoreDSN names a PostgreSQL database shared by a fleet of hosts, to
+	// keep the reservations in instead of the SQLite store: a connection
+	// string ("postgres://user@db.example/berth", "host=/run/postgresql
+	// dbname=berth") or the absolute path of the directory of the server's
+	// unix socket. portalloc links no PostgreSQL client: New refuses a
+	// StoreDSN with a *store.FieldError that says to call fleet.New of
+	// package github.com/berth-go/berth/portalloc/fleet, which opens it.
+	// Messages, logs and every fmt verb of a Config show it with its
+	// password hidden.
 	StoreDSN string
-	// Store is StoreDSN under its old name. Both are honoured: a field
-	// left as ConfigFromEnv filled it (BERTH_STORE, which fills both) or
-	// left zero yields to the other, so that a program that sets or clears
-	// Store after ConfigFromEnv goes on working; two set to different
-	// databases are refused with a *FieldError for Config.StoreDSN. New
-	// and Config() return a Config with both set to the database used.
-	//
-	// Deprecated: use StoreDSN. A field named Store beside the interface
-	// store.Store read as if it held one.
-	Store string
-	// envStore is what ConfigFromEnv put in StoreDSN and Store: a field
-	// that still holds it was not set by the caller since.
-	envStore string
-	// Host is this host's name in the fleet a StoreDSN is shared by; zero:
-	// the hostname. It must name one machine. Without a StoreDSN it is not
-	// used.
+	// Host is this host's name in the fleet a StoreDSN is shared by. It
+	// must name one machine. Without a StoreDSN it is not used.
 	Host string
-	// Range is where Allocate picks ports; zero: DefaultRange.
-	Range Range
-	// Exclude lists ports Allocate never hands out. Reserve may still take
-	// them: a caller that names a port has chosen it. Allocate also leaves
-	// out, whatever Exclude says, Linux's net.ipv4.ip_local_reserved_ports
-	// (read by New; Reserve refuses them too, see Request.AllowOSReserved)
-	// and, unless AllowBrowserRestricted, the ports browsers refuse.
-	// Package portalloc/exclude lists all of it.
-	Exclude []Range
-	// AllowEphemeralOverlap keeps the OS ephemeral range in Range. When it
-	// is false (the zero value) the ephemeral range is cut out of Range,
-	// with a warning logged once per process.
+	// Range is where Allocate picks ports.
+	Range store.Range
+	// Exclude lists ports Allocate never hands out; Reserve may still
+	// take them. Allocate also leaves out Linux's
+	// net.ipv4.ip_local_reserved_ports (Reserve refuses those too, see
+	// Request.AllowOSReserved), the OS ephemeral range unless
+	// AllowEphemeralOverlap, and the ports browsers refuse unless
+	// AllowBrowserRestricted.
+	Exclude []store.Range
+	// AllowEphemeralOverlap keeps the OS ephemeral range in Range; without
+	// it the overlap is cut out of Range, with a warning logged once per
+	// process.
 	AllowEphemeralOverlap bool
+	// AllowPrivileged lets Range reach below port 1024, where ports belong
+	// to system services (and only root may bind them on most systems):
+	// without it such a Range is refused. Reserve and Request.Prefer name
+	// their ports, and take any.
+	AllowPrivileged bool
 	// AllowBrowserRestricted keeps in Range, and in Request.Prefer, the
-	// ports web browsers refuse to connect to (exclude.Browser:
-	// 6000, 6665-6669, 10080, ...). When it is false (the zero value)
-	// Allocate never hands them out, so that a dev server is never given a
-	// port the browser will not open. Reserve takes them either way.
+	// ports web browsers refuse to connect to (6000, 6665-6669, 10080,
+	// ...), so that a dev server is never given a port the browser will
+	// not open.
 	AllowBrowserRestricted bool
 	// Order is the order in which Allocate tries the ports of Range when a
 	// Request does not set its own; zero: OrderRandom.
 	Order Order
-	// Scope keeps this Allocator's labels, sticky ports and sets apart from
-	// those of other scopes, so that two checkouts of one project can use
-	// the same labels side by side, and each gets its own sticky ports
-	// back: "git" (scope.Git, the root of the current git worktree), "dir"
-	// (scope.Dir, the working directory) or a name of the caller's own;
-	// zero: no scope, the labels as they are. New resolves a mode once (as
-	// package portalloc/scope's Resolve does), and Config() returns the
-	// scope it resolved to. Each Request.Label is recorded as
-	// scope.Label(scope, label), and a labelled request tries
-	// the range in an order seeded by the scope and the label. A scope
-	// never changes which ports conflict: it names ports, it does not
-	// share them.
+	// Scope keeps this Allocator's labels and sticky ports apart from those
+	// of other scopes, so that two checkouts of one project can use the
+	// same labels side by side: "git" (the root of the current git
+	// worktree), "dir" (the working directory) or a name of the caller's
+	// own. New resolves it once (see ResolveScope); Config() returns what
+	// it resolved to. Each Request.Label is recorded as LABEL@SCOPE, and a
+	// labelled request tries the range in an order seeded by the scope and
+	// the label. A scope names ports; it never changes which conflict.
 	Scope string
-	// Timeout bounds one Allocate or Reserve, New's opening of the store,
-	// and Close's releases; zero: DefaultTimeout.
+	// Timeout bounds each call (an Allocate waiting for a locked store
+	// included), New's opening of the store, and Close.
 	Timeout time.Duration
-	// Logger receives the Allocator's log; zero: discard, except for the
-	// warnings that the Allocator falls back to the MRU file or serves
-	// blind, which then go to standard error: a fallback weakens berth's
-	// guarantee and must not pass unseen. Per-port detail is logged at
-	// V(1).
+	// Logger receives the Allocator's log, per-port detail at V(1). The
+	// zero Logger discards it, except for the warnings that berth serves
+	// from the MRU file, which then go to standard error.
 	Logger logr.Logger
+	// IgnoreEnv makes New read no BERTH_* variable: what this Config says,
+	// and the defaults, are all.
+	IgnoreEnv bool
 }
 
-// The environment variables ConfigFromEnv reads.
+// env are the variables of a Config.
 const (
-	EnvMode                  = "BERTH_MODE"
-	EnvPortRange             = "BERTH_PORT_RANGE"
-	EnvPortExclude           = "BERTH_PORT_EXCLUDE"
-	EnvStateDir              = "BERTH_STATE_DIR"
-	EnvTimeout               = "BERTH_TIMEOUT"
-	EnvAllowEphemeralOverlap = "BERTH_ALLOW_EPHEMERAL_OVERLAP"
-	EnvLog                   = "BERTH_LOG"
-	EnvStore                 = "BERTH_STORE"
-	EnvHost                  = "BERTH_HOST"
-	// EnvScope gives Config.Scope (see package portalloc/scope).
-	EnvScope = "BERTH_SCOPE"
-	// EnvAllowBrowserRestricted gives Config.AllowBrowserRestricted.
-	EnvAllowBrowserRestricted = "BERTH_ALLOW_BROWSER_RESTRICTED"
+	envMode                   = "BERTH_MODE"
+	envPortRange              = "BERTH_PORT_RANGE"
+	envPortExclude            = "BERTH_PORT_EXCLUDE"
+	envStateDir               = "BERTH_STATE_DIR"
+	envTimeout                = "BERTH_TIMEOUT"
+	envAllowEphemeralOverlap  = "BERTH_ALLOW_EPHEMERAL_OVERLAP"
+	envAllowBrowserRestricted = "BERTH_ALLOW_BROWSER_RESTRICTED"
+	envAllowPrivileged        = "BERTH_ALLOW_PRIVILEGED"
+	envLog                    = "BERTH_LOG"
+	envStore                  = "BERTH_STORE"
+	envHost                   = "BERTH_HOST"
+	envScope                  = "BERTH_SCOPE"
 )
 
-// ConfigFromEnv returns a Config from the environment: BERTH_MODE,
-// BERTH_PORT_RANGE ("20000-32767"), BERTH_PORT_EXCLUDE ("22000-22100,25565"),
-// BERTH_STATE_DIR, BERTH_TIMEOUT (a Go duration such as "10s"),
-// BERTH_ALLOW_EPHEMERAL_OVERLAP and BERTH_ALLOW_BROWSER_RESTRICTED (true or
-// false), BERTH_STORE and
-// BERTH_HOST (see Config.StoreDSN and Config.Host), BERTH_SCOPE (see
-// Config.Scope; resolved here, against the working directory of the
-// moment) and BERTH_LOG. Unset or
-// empty variables leave their field at its zero value. The error joins
-// one error for each variable refused (errors.Join), each a *FieldError
-// naming the variable in its Field and wrapping ErrInvalidRequest. It has
-// no "portalloc: " prefix: each line names its variable.
-//
-// BERTH_LOG sets Logger to an slog text handler on standard error (through
-// logr.FromSlogHandler) at one of three levels: "warn" (errors and the
-// fallback warnings only), "info" (also decisions worth knowing, such as a
-// sticky port that had to move or a range cut by the ephemeral range) or
-// "debug" (also each port reserved, and each row of an exited owner
-// reaped).
-func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
-
-func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
-	var (
-		c    Config
-		errs []error
-	)
+// fromEnv fills in the zero fields of c from lookup's variables. The error
+// joins one *store.FieldError for each variable refused, named by the
+// variable.
+func (c Config) fromEnv(lookup func(string) (string, bool)) (Config, error) {
+	var errs []error
 	get := func(name string) string {
 		v, _ := lookup(name)
 		return v
 	}
 	bad := func(name, value, want string) {
-		errs = append(errs, &FieldError{Field: name, Value: value, Want: want})
+		errs = append(errs, &store.FieldError{Field: name, Value: value, Want: want})
 	}
-	if v := get(EnvMode); v != "" {
+	if v := get(envMode); v != "" && c.Mode == "" {
 		if c.Mode = Mode(v); !c.Mode.valid() {
-			bad(EnvMode, v, `"statestore", "statestore-with-fallback" or "mru"`)
+			bad(envMode, v, `"statestore", "statestore-with-fallback" or "mru"`)
 		}
 	}
-	if v := get(EnvPortRange); v != "" {
-		r, err := portrange.Parse(v)
+	if v := get(envPortRange); v != "" && c.Range == (store.Range{}) {
+		r, err := store.ParseRange(v)
 		if err != nil {
-			errs = append(errs, rangeErr(EnvPortRange, err))
+			errs = append(errs, named(envPortRange, err))
 		}
-		c.Range = Range(r)
+		c.Range = r
 	}
-	if v := get(EnvPortExclude); v != "" {
-		rs, err := portrange.ParseList(v)
+	if v := get(envPortExclude); v != "" && c.Exclude == nil {
+		rs, err := store.ParseRanges(v)
 		if err != nil {
-			errs = append(errs, rangeErr(EnvPortExclude, err))
+			errs = append(errs, named(envPortExclude, err))
 		}
-		c.Exclude = ranges(rs)
+		c.Exclude = rs
 	}
-	if v := get(EnvStateDir); v != "" {
-		c.StateDir = v
+	if c.StateDir == "" {
+		c.StateDir = get(envStateDir)
 	}
-	if v := get(EnvStore); v != "" {
-		if _, err := storeDSN(v); err != nil {
-			errs = append(errs, storeFieldError(EnvStore, v, err))
+	if v := get(envStore); v != "" && c.StoreDSN == "" {
+		if _, err := dsn.FromStore(v); err != nil {
+			errs = append(errs, storeFieldError(envStore, v, err))
 		}
-		c.StoreDSN, c.Store, c.envStore = v, v, v
+		c.StoreDSN = v
 	}
-	c.Host = get(EnvHost)
-	if v := get(EnvScope); v != "" {
-		s, err := scopes.Resolve(EnvScope, v)
-		if err != nil {
-			errs = append(errs, err) // the *FieldError
-		}
-		c.Scope = s
+	if c.Host == "" {
+		c.Host = get(envHost)
 	}
-	if v := get(EnvTimeout); v != "" {
+	if c.Scope == "" {
+		c.Scope = get(envScope)
+	}
+	if v := get(envTimeout); v != "" && c.Timeout == 0 {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			bad(EnvTimeout, v, `a positive Go duration such as "10s" or "1m30s"`)
+			bad(envTimeout, v, `a positive Go duration such as "10s" or "1m30s"`)
 		}
 		c.Timeout = d
 	}
-	if v := get(EnvAllowEphemeralOverlap); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			bad(EnvAllowEphemeralOverlap, v, `"true" or "false"`)
+	for _, b := range []struct {
+		name string
+		f    *bool
+	}{{envAllowEphemeralOverlap, &c.AllowEphemeralOverlap}, {envAllowBrowserRestricted, &c.AllowBrowserRestricted}, {envAllowPrivileged, &c.AllowPrivileged}} {
+		if v := get(b.name); v != "" && !*b.f {
+			t, err := strconv.ParseBool(v)
+			if err != nil {
+				bad(b.name, v, `"true" or "false"`)
+			}
+			*b.f = t
 		}
-		c.AllowEphemeralOverlap = b
 	}
-	if v := get(EnvAllowBrowserRestricted); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			bad(EnvAllowBrowserRestricted, v, `"true" or "false"`)
-		}
-		c.AllowBrowserRestricted = b
-	}
-	if v := get(EnvLog); v != "" {
+	if v := get(envLog); v != "" && c.Logger.GetSink() == nil {
 		var level slog.Level
 		switch v {
 		case "debug":
-			level = slog.LevelDebug // logr's V(1) to V(4)
+			level = slog.LevelDebug // logr's V(1) and up
 		case "info":
 			level = slog.LevelInfo
 		case "warn":
 			level = slog.LevelWarn
 		default:
-			bad(EnvLog, v, `"debug", "info" or "warn"`)
+			bad(envLog, v, `"debug", "info" or "warn"`)
 		}
 		c.Logger = TextLogger(os.Stderr, level)
 	}
-	if len(errs) > 0 {
-		return Config{}, errors.Join(errs...)
+	return c, errors.Join(errs...)
+}
+
+// named returns a copy of err's *store.FieldError with Field set to field.
+func named(field string, err error) error {
+	var fe *store.FieldError
+	if !errors.As(err, &fe) {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	n := *fe
+	n.Field = field
+	return &n
+}
+
+// Resolve returns c as New uses it: each zero field from its environment
+// variable (unless IgnoreEnv), then the defaults, all validated. A tool
+// that reads or changes a store itself (statestore.Open of
+// StateDir/berth.db) finds it as New would. A value it refuses is a
+// *store.FieldError naming the field or the variable; the variables'
+// errors are joined, one for each.
+func (c Config) Resolve() (Config, error) {
+	c, err := c.withDefaults()
+	if err != nil {
+		return Config{}, opError("", err)
 	}
 	return c, nil
 }
 
-// withDefaults validates c and fills in its zero values.
+// withDefaults validates c and fills in its zero values, from the
+// environment first unless c.IgnoreEnv.
 func (c Config) withDefaults() (Config, error) {
+	if !c.IgnoreEnv {
+		var err error
+		if c, err = c.fromEnv(os.LookupEnv); err != nil {
+			return Config{}, err
+		}
+	}
 	invalid := func(field, value, want string) error {
-		return &FieldError{Field: "Config." + field, Value: value, Want: want}
+		return &store.FieldError{Field: "Config." + field, Value: value, Want: want}
 	}
 	switch {
 	case c.Mode == "":
@@ -346,33 +306,30 @@ func (c Config) withDefaults() (Config, error) {
 	case !c.Mode.valid():
 		return Config{}, invalid("Mode", string(c.Mode), `"statestore", "statestore-with-fallback" or "mru"`)
 	}
-	if c.Range == (Range{}) {
+	if c.Range == (store.Range{}) {
 		c.Range = DefaultRange
 	} else if err := c.Range.Validate(); err != nil {
-		return Config{}, rangeErr("Config.Range", portrange.Range(c.Range).Validate())
+		return Config{}, named("Config.Range", err)
+	} else if c.Range.First < 1024 && !c.AllowPrivileged {
+		return Config{}, invalid("Range", c.Range.String(), "ports from 1024 up: ports below 1024 belong to system services; set Config.AllowPrivileged (BERTH_ALLOW_PRIVILEGED=true, berth --allow-privileged) to hand them out")
 	}
 	for i, x := range c.Exclude {
 		if err := x.Validate(); err != nil {
-			return Config{}, rangeErr(fmt.Sprintf("Config.Exclude[%d]", i), portrange.Range(x).Validate())
+			return Config{}, named(fmt.Sprintf("Config.Exclude[%d]", i), err)
 		}
 	}
-	db, field, err := c.storeSetting()
-	if err != nil {
-		return Config{}, err
-	}
-	c.StoreDSN, c.Store, c.envStore = db, db, db
 	if c.StoreDSN != "" {
-		if _, err := storeDSN(c.StoreDSN); err != nil {
-			return Config{}, storeFieldError(field, c.StoreDSN, err)
+		if _, err := dsn.FromStore(c.StoreDSN); err != nil {
+			return Config{}, storeFieldError("Config.StoreDSN", c.StoreDSN, err)
 		}
 		switch c.Mode {
 		case ModeMRU:
-			return Config{}, &FieldError{Field: "Config.Mode", Value: string(c.Mode), Want: `"statestore" with a Config.StoreDSN: the MRU file cannot share a fleet's reservations`}
+			return Config{}, invalid("Mode", string(c.Mode), `"statestore" with a Config.StoreDSN: the MRU file cannot share a fleet's reservations`)
 		case ModeStateStoreWithFallback:
 			c.Mode = ModeStateStore // a fleet's store never falls back
 		}
 	}
-	scope, err := scopes.Resolve("Config.Scope", c.Scope)
+	scope, err := resolveScope("Config.Scope", c.Scope)
 	if err != nil {
 		return Config{}, err
 	}
@@ -389,7 +346,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.Timeout < 0:
 		return Config{}, invalid("Timeout", c.Timeout.String(), "a positive duration, or zero for the default")
 	}
-	if c.StateDir == "" {
+	if c.StateDir == "" && c.StoreDSN == "" {
 		r, err := defaultState()
 		if err != nil {
 			return Config{}, err
@@ -437,65 +394,25 @@ func (h debugLevels) WithGroup(name string) slog.Handler {
 	return debugLevels{h.Handler.WithGroup(name)}
 }
 
-// storeSetting returns the database c names, by StoreDSN or by its
-// deprecated name Store, and the field that named it, for messages. A
-// field that still holds what ConfigFromEnv put there (nothing, for a
-// Config made otherwise) yields to the other, which the caller set since;
-// two fields set to different databases are refused.
-func (c Config) storeSetting() (db, field string, err error) {
-	switch {
-	case c.StoreDSN == c.Store, c.Store == c.envStore:
-		return c.StoreDSN, "Config.StoreDSN", nil
-	case c.StoreDSN == c.envStore:
-		return c.Store, "Config.Store", nil
-	}
-	return "", "", &FieldError{Field: "Config.StoreDSN", Value: dsn.Redact(c.StoreDSN),
-		Want: "one database: Config.Store, its deprecated name, names another (" + dsn.Redact(c.Store) + "); set StoreDSN alone"}
-}
-
-// storeWant says what Config.StoreDSN accepts, for error messages.
-const storeWant = `a PostgreSQL connection string ("postgres://..." or "postgresql://...", the scheme in lower case, or "host=... dbname=...") or the absolute path of the directory of its unix socket`
-
-// storeDSN returns the pgx connection string that Config.StoreDSN s names: a
-// connection string pgstore.CheckDSN takes, or else a socket directory
-// (see dsn.FromStore).
-func storeDSN(s string) (string, error) { return dsn.FromStore(s) }
-
 // storeFieldError refuses the Config.StoreDSN s, named field (the field, or
 // the variable or flag it came from): it quotes s with its password
 // hidden, and says why it was refused.
-func storeFieldError(field, s string, err error) *FieldError {
-	want := storeWant
+func storeFieldError(field, s string, err error) *store.FieldError {
+	want := `a PostgreSQL connection string ("postgres://..." or "postgresql://...", the scheme in lower case, or "host=... dbname=...") or the absolute path of the directory of its unix socket`
 	var de *dsn.Error
 	if errors.As(err, &de) {
 		want += " (" + de.Reason + ")"
 	}
-	return &FieldError{Field: field, Value: dsn.Redact(s), Want: want}
+	return &store.FieldError{Field: field, Value: dsn.Redact(s), Want: want}
 }
-
-// String formats c for people to read, as %v and %+v do, with the
-// password of Config.StoreDSN hidden (see pgstore.Redact).
-func (c Config) String() string { return fmt.Sprintf("%+v", printedConfig(c)) }
-
-// GoString formats c as %#v does, with the password of Config.StoreDSN
-// hidden.
-func (c Config) GoString() string { return fmt.Sprintf("%#v", printedConfig(c)) }
 
 // Format formats c for every verb as fmt would format its fields, with
-// the password of Config.StoreDSN hidden: no %v, %+v, %#v or %s of a Config
+// the password of StoreDSN hidden: no %v, %+v, %#v or %s of a Config
 // shows it.
 func (c Config) Format(f fmt.State, verb rune) {
-	fmt.Fprintf(f, fmt.FormatString(f, verb), printedConfig(c))
+	type Config configFields // the fields without this method, named as %#v shows them
+	c.StoreDSN = dsn.Redact(c.StoreDSN)
+	fmt.Fprintf(f, fmt.FormatString(f, verb), Config(c))
 }
 
-// configFields is Config without its methods, for printing.
 type configFields = Config
-
-// printedConfig returns c as a value of a type of the same name and
-// fields but no methods, with StoreDSN's password hidden: %#v shows it as
-// portalloc.Config.
-func printedConfig(c Config) any {
-	type Config configFields
-	c.StoreDSN, c.Store, c.envStore = dsn.Redact(c.StoreDSN), dsn.Redact(c.Store), dsn.Redact(c.envStore)
-	return Config(c)
-}

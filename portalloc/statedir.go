@@ -1,18 +1,14 @@
 package portalloc
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/user"
 	"path/filepath"
 	"runtime"
-	"time"
 
-	"github.com/go-logr/logr"
-
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // stateNotCache is why the default is a state directory, for people.
@@ -80,16 +76,6 @@ func statePlace() (place, error) {
 	return place{dir: filepath.Join(home, rel), how: how, vars: "HOME", own: rel}, nil
 }
 
-// cachePlace is where berth kept its state before: os.UserCacheDir()/berth,
-// with root's own ~root/.cache/berth under the same rule.
-func cachePlace() (place, error) {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return place{}, err
-	}
-	return place{dir: filepath.Join(base, "berth"), how: "os.UserCacheDir()/berth", vars: "HOME or XDG_CACHE_HOME", own: filepath.Join(".cache", "berth")}, nil
-}
-
 // resolved is a default directory with the root rule applied.
 type resolved struct {
 	dir    string
@@ -111,7 +97,7 @@ func forRoot(p place) (resolved, error) {
 	}
 	refuse := func(reason string) (resolved, error) {
 		return resolved{}, fmt.Errorf("%w: running as root, the default state directory %s is in a directory of uid %d (%s is another user's, as sudo keeps it), and berth never creates root's files there; %s: set %s or Config.StateDir to a directory of root's",
-			ErrUnsafe, p.dir, uid, p.vars, reason, EnvStateDir)
+			store.ErrUnsafe, p.dir, uid, p.vars, reason, envStateDir)
 	}
 	root, err := lookupRoot()
 	if err != nil || root.HomeDir == "" || !filepath.IsAbs(root.HomeDir) {
@@ -132,24 +118,9 @@ func forRoot(p place) (resolved, error) {
 func defaultState() (resolved, error) {
 	p, err := statePlace()
 	if err != nil {
-		return resolved{}, fmt.Errorf("no default state directory (%w); set %s or Config.StateDir", err, EnvStateDir)
+		return resolved{}, fmt.Errorf("%w: no default state directory (%w); set %s or Config.StateDir", store.ErrUnavailable, err, envStateDir)
 	}
 	return forRoot(p)
-}
-
-// previousDefault is the state directory berth used by default before it
-// kept its state in a state directory, or "" when there is none apart from
-// dir (Windows: os.UserCacheDir is %LocalAppData% too) or none can be had.
-func previousDefault(dir string) string {
-	p, err := cachePlace()
-	if err != nil {
-		return ""
-	}
-	r, err := forRoot(p)
-	if err != nil || filepath.Clean(r.dir) == filepath.Clean(dir) {
-		return "" // a root that refuses it now refused it before
-	}
-	return r.dir
 }
 
 // Inject the process's identity and the password database, for tests.
@@ -158,62 +129,14 @@ var (
 	lookupRoot = func() (*user.User, error) { return user.LookupId("0") }
 )
 
-// defaultStateDir is statedir.Default.
-func defaultStateDir() (string, error) {
-	r, err := defaultState()
-	return r.dir, opError("", err)
-}
-
-// defaultStateDirReason is statedir.DefaultReason.
-func defaultStateDirReason() (dir, reason string, err error) {
+// DefaultStateDir returns the state directory of a Config that names none
+// (and BERTH_STATE_DIR unset), and why it is that one, for people: see
+// Config.StateDir. Without one (no HOME, say) it returns an error wrapping
+// store.ErrUnavailable that says what to set.
+func DefaultStateDir() (dir, reason string, err error) {
 	r, err := defaultState()
 	if err != nil {
 		return "", "", opError("", err)
 	}
-	reason = r.reason + "; " + stateNotCache
-	if old := previousDefault(r.dir); old != "" {
-		m, ok, err := statestore.ReadMoved(filepath.Join(old, databaseFile))
-		if ok && err == nil && filepath.Clean(filepath.Dir(m.To)) == filepath.Clean(r.dir) {
-			reason += fmt.Sprintf("; taken over from %s on %s", old, m.At.UTC().Format(time.DateTime+" MST"))
-		}
-	}
-	return r.dir, reason, nil
-}
-
-// takeOverDefaultStateDir is statedir.TakeOver.
-func takeOverDefaultStateDir(ctx context.Context, log logr.Logger) (string, error) {
-	r, err := defaultState()
-	if err != nil {
-		return "", opError("", err)
-	}
-	busy := DefaultTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		busy = time.Until(dl)
-	}
-	if err := takeOver(ctx, r.dir, log, busy); err != nil {
-		return "", opError("", err)
-	}
-	return r.dir, nil
-}
-
-// takeOver moves the store of the previous default into dir, the default,
-// when dir has none and the previous default has one. Its error has no
-// operation prefix: the caller adds it.
-func takeOver(ctx context.Context, dir string, log logr.Logger, busy time.Duration) error {
-	old := previousDefault(dir)
-	if old == "" {
-		return nil
-	}
-	_, err := statestore.TakeOver(ctx, filepath.Join(old, databaseFile), filepath.Join(dir, databaseFile), statestore.TakeOverOptions{
-		Logger:      log,
-		BusyTimeout: busy,
-		Carry:       []string{mruFile},
-	})
-	switch {
-	case errors.Is(err, ErrUnsafe):
-		return err
-	case err != nil:
-		return fmt.Errorf("%w (to keep using the old directory meanwhile, set %s=%s)", err, EnvStateDir, old)
-	}
-	return nil
+	return r.dir, r.reason + "; " + stateNotCache, nil
 }

@@ -4,138 +4,122 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+
+	"github.com/berth-go/berth/store"
 )
 
-// ScopeCounts counts by the scope of an allocation, as Kubernetes' port
-// allocator labels its metrics: Dynamic for Allocate (berth chose the port),
-// Static for Reserve (the caller named it).
-type ScopeCounts struct {
+// Counts counts by the kind of an allocation, as Kubernetes' port
+// allocator labels its metrics: Dynamic for Allocate (berth chose the
+// port), Static for Reserve (the caller named it).
+type Counts struct {
 	Dynamic int64
 	Static  int64
 }
 
-// Stats are an Allocator's counters since New, and what it holds now.
+// Stats are an Allocator's counters since New, what it holds now, and the
+// counters of the store it shares with the process's other Allocators.
 type Stats struct {
-	// Backend serves new allocations now: BackendStateStore or BackendMRU.
-	Backend string
 	// Held is how many reservations this Allocator holds now.
 	Held int
-	// Allocations counts successful Allocate (Dynamic) and Reserve
-	// (Static) calls.
-	Allocations ScopeCounts
-	// Errors counts failed Allocate and Reserve calls, whatever the cause
-	// (a held port, an exhausted range, bad input, a cancelled context).
-	Errors ScopeCounts
-	// ProbeFailures counts candidates that no reservation held but that
-	// were bound by a process outside berth.
-	ProbeFailures int64
-	// Reaped counts rows of exited owners this Allocator's store deleted.
-	Reaped int64
-	// Fallbacks counts switches from the state store to the MRU backend.
-	// After a fallback the Allocator tries the store again every
-	// 5 seconds, so a store that heals and fails again counts
-	// again.
+	// Ports is how many ports Allocate may hand out: the range less
+	// everything left out of it.
+	Ports int
+	// Allocations counts successful Allocate and Reserve calls; Errors
+	// failed ones, whatever the cause.
+	Allocations, Errors Counts
+	// Fallbacks counts this Allocator's switches from the state store to
+	// the MRU file; Fallback says why it serves from the MRU file now, ""
+	// when it serves from the store (and in ModeMRU).
 	Fallbacks int64
-	// Blind counts ports the MRU backend handed out while the state store
-	// could not even be read, so without skipping the ports it holds: such
-	// a port may be one another process has reserved. Only ModeMRU serves
-	// blind; in ModeStateStoreWithFallback such a call fails instead.
-	Blind int64
-	// Restored counts reservations this Allocator put back in its state
-	// store after the store's file was lost (deleted, replaced or
-	// truncated); Lost counts those it could not put back, because
-	// another process had taken the port meanwhile (each is logged as an
-	// error naming both owners).
-	//
-	// On a fleet's store (Config.StoreDSN) they count the reservations put
-	// back after they went missing from it (lost in a failover to a
-	// standby that had not received them, or deleted by a forced
-	// retirement) and those another process had taken meanwhile; such a
-	// one is tried, logged and counted again at each comparison (every
-	// lease renewal) while the other process holds it.
-	Restored, Lost int64
-	// Rereleased counts releases of this Allocator done again on a
-	// fleet's store: undone by a failover (the row came back) or failed
-	// while the store could not be reached.
-	Rereleased int64
+	Fallback  string
+	// The store's: ProbeFailures counts candidates free in the store that
+	// another process's lock or bind refused; Reaped rows of exited owners
+	// deleted.
+	ProbeFailures, Reaped int64
+	// Restored counts the process's reservations put back in the store
+	// after it lost them (a file deleted, replaced or truncated, a
+	// failover); Lost those another owner's row stood in the way of (each
+	// logged as an error naming both; their locks still keep the ports);
+	// Rereleased the releases done again where a failover brought a row
+	// back or a release had failed.
+	Restored, Lost, Rereleased int64
 }
 
-// counters are the Allocator's own counts; the store keeps the rest.
+// counters are the Allocator's own counts.
 type counters struct {
-	alloc, allocErr  ScopeCounts // updated atomically
-	mruProbeFailures atomic.Int64
-	fallbacks        atomic.Int64
-	blind            atomic.Int64
-	restored, lost   atomic.Int64
-	rereleased       atomic.Int64
+	alloc, allocErr Counts // updated atomically
+	fallbacks       atomic.Int64
 }
 
-func (c *counters) count(static bool, err error) {
-	if errors.Is(err, ErrClosed) {
+func (c *counters) count(kind store.Kind, err error) {
+	if errors.Is(err, store.ErrClosed) {
 		return
 	}
 	n := &c.alloc
 	if err != nil {
 		n = &c.allocErr
 	}
-	if static {
+	if kind == store.Static {
 		atomic.AddInt64(&n.Static, 1)
 	} else {
 		atomic.AddInt64(&n.Dynamic, 1)
 	}
 }
 
-// Stats returns the Allocator's counters. It takes no lock on the store and
-// does no I/O: it is cheap enough for every scrape.
+// Stats returns the Allocator's counters. It takes no lock of the store
+// and does no I/O: it is cheap enough for every scrape.
 func (a *Allocator) Stats() Stats {
-	a.mu.Lock()
-	held := len(a.held)
-	a.mu.Unlock()
 	st := Stats{
-		Backend: a.Backend(),
-		Held:    held,
-		Allocations: ScopeCounts{
+		Held:  len(a.Held()),
+		Ports: a.set.Len(),
+		Allocations: Counts{
 			Dynamic: atomic.LoadInt64(&a.ctr.alloc.Dynamic),
 			Static:  atomic.LoadInt64(&a.ctr.alloc.Static),
 		},
-		Errors: ScopeCounts{
+		Errors: Counts{
 			Dynamic: atomic.LoadInt64(&a.ctr.allocErr.Dynamic),
 			Static:  atomic.LoadInt64(&a.ctr.allocErr.Static),
 		},
-		ProbeFailures: a.ctr.mruProbeFailures.Load(),
-		Fallbacks:     a.ctr.fallbacks.Load(),
-		Blind:         a.ctr.blind.Load(),
-		Restored:      a.ctr.restored.Load(),
-		Lost:          a.ctr.lost.Load(),
-		Rereleased:    a.ctr.rereleased.Load(),
+		Fallbacks:  a.ctr.fallbacks.Load(),
+		Restored:   a.h.restored.Load(),
+		Lost:       a.h.lost.Load(),
+		Rereleased: a.h.rereleased.Load(),
 	}
-	if s := a.db(); s != nil {
+	if s := a.h.store(); s != nil {
 		ss := s.Stats()
-		st.ProbeFailures += ss.ProbeFailures
-		st.Reaped = ss.Reaped
+		st.ProbeFailures, st.Reaped = ss.ProbeFailures, ss.Reaped
+	} else if a.cfg.Mode == ModeStateStoreWithFallback {
+		st.Fallback = "the state store cannot be used"
+		if err := a.h.downNow(); err != nil {
+			st.Fallback = err.Error()
+		}
 	}
 	return st
 }
 
-// usage returns how many ports Allocate may hand out, and how many of
-// them have a reservation in the store (package expvarmetrics' Usage).
-// In the MRU backend it reports only the ports. Its errors have no
-// prefix: ReadUsage adds it.
-func (a *Allocator) usage(ctx context.Context) (ports, reserved int, err error) {
-	if a.isClosed() {
-		return 0, 0, ErrClosed
+// Usage returns how many ports Allocate may hand out, and how many of them
+// have a live reservation in the store now (any owner's): the range's use,
+// read from the store. Served from the MRU file, it reports the ports
+// only.
+func (a *Allocator) Usage(ctx context.Context) (ports, reserved int, err error) {
+	if a.closed.Load() {
+		return 0, 0, opError("usage", store.ErrClosed)
 	}
 	ports = a.set.Len()
-	s := a.db()
-	if s == nil || a.fb.active.Load() {
+	s := a.h.store()
+	if s == nil {
 		return ports, 0, nil
 	}
-	rows, err := s.ReservedPorts(ctx, a.cfg.Range.First, a.cfg.Range.Last)
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	rows, err := s.List(ctx, store.Filter{})
 	if err != nil {
-		return 0, 0, a.closedErr(err)
+		return 0, 0, opError("usage", err)
 	}
-	for _, p := range rows {
-		if a.set.Contains(p) {
+	seen := map[uint16]bool{}
+	for _, r := range rows {
+		if a.set.Contains(r.Port) && !seen[r.Port] && r.Live(ctx) {
+			seen[r.Port] = true
 			reserved++
 		}
 	}

@@ -78,6 +78,23 @@ func (k Keeper) Drop(network string, addr netip.Addr, port uint16) (bool, error)
 	return k.drop(network + "/" + strconv.Itoa(int(port)) + "/" + addrTag(addr))
 }
 
+// Take asks the keeper for its lock of network addr:port: the keeper lets
+// go of it and the caller gets it, never free in between, to hand to
+// another keeper (an owner's ports given to another process) or to hold
+// itself. It returns nil and no error when the keeper does not hold it or
+// none runs.
+func (k Keeper) Take(network string, addr netip.Addr, port uint16) (*Lock, error) {
+	addr, err := check(network, addr, port)
+	if err != nil {
+		return nil, err
+	}
+	hs, err := k.take(network + "/" + strconv.Itoa(int(port)) + "/" + addrTag(addr))
+	if err != nil || hs == nil {
+		return nil, err
+	}
+	return &Lock{network: network, addr: addr, port: port, hs: hs}, nil
+}
+
 // Renew starts the lease of every lock the keeper holds over, at ttl from
 // now, and returns how many it holds: an error wrapping ErrNoKeeper when
 // none runs.

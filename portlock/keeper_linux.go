@@ -20,6 +20,7 @@ import (
 //
 //	hold TTL KEY  (the lock's descriptors ride along, SCM_RIGHTS)  ok
 //	drop KEY                                                      ok 1 | ok 0
+//	take KEY                         ok (descriptors ride along) | ok 0
 //	renew TTL                                                     ok N
 //	list                                                          ok KEY...
 //
@@ -178,6 +179,39 @@ func (k Keeper) drop(key string) (bool, error) {
 	return got == "1", nil
 }
 
+func (k Keeper) take(key string) ([]handle, error) {
+	c, err := k.dial()
+	if errors.Is(err, ErrNoKeeper) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("portlock: %s: %w", k, err)
+	}
+	defer c.Close()
+	if err := syscall.Sendmsg(int(c), []byte("take "+key), nil, nil, 0); err != nil {
+		return nil, fmt.Errorf("portlock: %s: take %s: %w", k, key, os.NewSyscallError("sendmsg", err))
+	}
+	buf := make([]byte, 256)
+	oob := make([]byte, syscall.CmsgSpace(16*4))
+	n, oobn, _, _, err := syscall.Recvmsg(int(c), buf, oob, syscall.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("portlock: %s: take %s: %w", k, key, os.NewSyscallError("recvmsg", err))
+	}
+	fds, _ := rights(oob[:oobn])
+	reply := string(buf[:n])
+	if msg, ok := strings.CutPrefix(reply, "err "); ok {
+		closeAll(fds)
+		return nil, fmt.Errorf("portlock: %s: take %s: %s", k, key, msg)
+	}
+	if len(fds) == 0 {
+		return nil, nil // it does not hold it
+	}
+	hs := make([]handle, len(fds))
+	for i, fd := range fds {
+		hs[i] = sock(fd)
+	}
+	return hs, nil
+}
+
 func (k Keeper) renew(ttl time.Duration) (int, error) {
 	c, err := k.dial()
 	if err != nil {
@@ -203,7 +237,11 @@ func (k Keeper) launch() error {
 	// that starts it and exits: the keeper is nobody's child then, and
 	// leaves no zombie behind in a program that runs on.
 	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{"berth-keeper"}
+	// What ps shows, and what berth ls names a lock's holder by.
+	cmd.Args = []string{"berth-keeper", "pid", strconv.Itoa(k.pid)}
+	if k.holder != "" {
+		cmd.Args = []string{"berth-keeper", "holder", k.holder}
+	}
 	cmd.Env = []string{keeperEnv + "=1 " + k.spec()}
 	cmd.ExtraFiles = []*os.File{pw}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -233,8 +271,7 @@ func keeperMain(spec string) int {
 	ready := os.NewFile(3, "ready")
 	if stage == "1" {
 		cmd := exec.Command("/proc/self/exe")
-		f := strings.Fields(spec)
-		cmd.Args = append([]string{"berth-keeper"}, f...)
+		cmd.Args = os.Args
 		cmd.Env = []string{keeperEnv + "=2 " + spec}
 		cmd.ExtraFiles = []*os.File{ready}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -463,13 +500,26 @@ func (k *keeper) talk(fd int) {
 			ferr = errors.New("too many descriptors")
 		}
 		reply := "ok"
+		var give []int // descriptors that go with the answer (take)
 		if ferr != nil {
 			closeAll(fds)
 			reply = "err " + ferr.Error()
+		} else if key, ok := strings.CutPrefix(string(buf[:n]), "take "); ok {
+			closeAll(fds)
+			give = k.give(key)
+			if give == nil {
+				reply = "ok 0"
+			}
 		} else {
 			reply = k.handle(string(buf[:n]), fds)
 		}
-		if _, err := syscall.Write(fd, []byte(reply)); err != nil {
+		var oob []byte
+		if len(give) > 0 {
+			oob = syscall.UnixRights(give...)
+		}
+		err = syscall.Sendmsg(fd, []byte(reply), oob, nil, 0)
+		closeAll(give) // the taker has its own copies now, or the send failed
+		if err != nil {
 			return
 		}
 		k.poke()
@@ -499,6 +549,19 @@ func closeAll(fds []int) {
 	for _, fd := range fds {
 		_ = syscall.Close(fd)
 	}
+}
+
+// give removes key's lock from the keeper and returns its descriptors,
+// which the caller sends to the taker and closes; nil when it holds none.
+func (k *keeper) give(key string) []int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h, ok := k.held[key]
+	if !ok {
+		return nil
+	}
+	delete(k.held, key)
+	return h.fds
 }
 
 // handle carries out one request and returns the answer.

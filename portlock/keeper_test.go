@@ -1,3 +1,5 @@
+//go:build linux
+
 package portlock_test
 
 import (
@@ -270,4 +272,36 @@ func TestOtherUsersLock(t *testing.T) {
 	if !held(t, "0.0.0.0", p) {
 		t.Fatal("another user's lock is not held for this user")
 	}
+}
+
+// TestKeeperTake moves a lock from one owner's keeper to another's: it is
+// never free on the way.
+func TestKeeperTake(t *testing.T) {
+	needKeepers(t)
+	from := portlock.HolderKeeper("take-from-" + strconv.Itoa(os.Getpid()))
+	to := portlock.HolderKeeper("take-to-" + strconv.Itoa(os.Getpid()))
+	p := freshPort(t)
+	handOver(t, from, time.Hour, p)
+	lk, err := from.Take("tcp", mustAddr("127.0.0.1"), p)
+	if err != nil || lk == nil {
+		t.Fatalf("Take = %v, %v; want the lock", lk, err)
+	}
+	if !held(t, "127.0.0.1", p) {
+		t.Fatal("the lock was let go on its way")
+	}
+	if err := to.Hold(time.Hour, lk); err != nil {
+		t.Fatal(err)
+	}
+	_ = lk.Close()
+	pids := holders(t, "127.0.0.1", p)
+	if len(pids) != 1 {
+		t.Fatalf("holders after the move = %v; want the new keeper alone", pids)
+	}
+	if again, err := from.Take("tcp", mustAddr("127.0.0.1"), p); err != nil || again != nil {
+		t.Fatalf("Take from a keeper that gave it away = %v, %v; want nil", again, err)
+	}
+	if ok, err := to.Drop("tcp", mustAddr("127.0.0.1"), p); !ok || err != nil {
+		t.Fatalf("Drop = %v, %v", ok, err)
+	}
+	eventually(t, "the moved lock is free once dropped", func() bool { return !held(t, "127.0.0.1", p) })
 }

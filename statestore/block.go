@@ -9,29 +9,28 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// MaxBlock is the most ports ScanBlock reserves in one block.
-const MaxBlock = store.MaxBlock
-
 // ScanBlock reserves n consecutive ports, base to base+n-1, for the first
 // candidate base whose ports no live reservation conflicts with and whose
 // every port passes the probe. The n rows are inserted in one transaction:
 // all of them, or none. req.Next yields the candidate bases; a base whose
 // block would pass port 65535 is skipped. It returns the reservations in
-// port order, or an error wrapping ErrExhausted when the candidates run out.
+// port order, or an error wrapping store.ErrExhausted when the candidates run out.
 // Rows of exited owners in the way are deleted, as Scan does.
-func (s *Store) ScanBlock(ctx context.Context, req ScanRequest, n int) ([]Reservation, error) {
-	if err := store.CheckBlock(n); err != nil {
-		return nil, err
+func (s *sqlStore) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]store.Reservation, error) {
+	if n < 1 || n > store.MaxBlock {
+		return nil, &store.FieldError{Field: "n", Value: fmt.Sprint(n), Want: fmt.Sprintf("a block of 1 to %d ports", store.MaxBlock)}
 	}
-	if err := store.CheckProcessOwner(req.Owner); err != nil {
-		return nil, err
-	}
-	key, own, kind, batch, err := s.checkScan(req)
+	req, err := req.Validate(s.self)
 	if err != nil {
 		return nil, err
 	}
+	lease, err := grant(req.Owner.Holder, req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	key, own, kind, batch := store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, req.Batch
 	var (
-		res       []Reservation
+		res       []store.Reservation
 		exhausted bool
 	)
 	for res == nil && !exhausted {
@@ -63,11 +62,11 @@ func (s *Store) ScanBlock(ctx context.Context, req ScanRequest, n int) ([]Reserv
 				if !free {
 					continue
 				}
-				rs := make([]Reservation, 0, n)
+				rs := make([]store.Reservation, 0, n)
 				for i := range n {
 					k := key
 					k.Port = base + uint16(i)
-					r, err := s.insert(tctx, k, own, req.Label, kind, nil)
+					r, err := s.insert(tctx, k, own, req.Label, kind, lease)
 					if err != nil {
 						return err // the transaction rolls back: none of the block stays
 					}
@@ -83,7 +82,7 @@ func (s *Store) ScanBlock(ctx context.Context, req ScanRequest, n int) ([]Reserv
 		}
 	}
 	if res == nil {
-		return nil, fmt.Errorf("scan for a block of %d %s ports on %s: %w", n, req.Protocol, key.Addr, ErrExhausted)
+		return nil, fmt.Errorf("scan for a block of %d %s ports on %s: %w", n, req.Protocol, key.Addr, store.ErrExhausted)
 	}
 	return res, nil
 }
@@ -92,8 +91,8 @@ func (s *Store) ScanBlock(ctx context.Context, req ScanRequest, n int) ([]Reserv
 // reserved for own: no live holder (rows of exited owners are deleted on
 // the way) and the probe passes. The in-memory view rules out held ports
 // first, before any table read or probe.
-func (s *Store) blockFree(tctx context.Context, key Key, own Owner, base uint16, n int, freshSince time.Time, probe ProbeFunc) (bool, error) {
-	held := make([][]Reservation, n)
+func (s *sqlStore) blockFree(tctx context.Context, key store.Key, own store.Owner, base uint16, n int, freshSince time.Time, probe func(store.Key) error) (bool, error) {
+	held := make([][]store.Reservation, n)
 	for i := range n {
 		key.Port = base + uint16(i)
 		rows, fromTable, err := s.holders(tctx, key)
@@ -115,7 +114,7 @@ func (s *Store) blockFree(tctx context.Context, key Key, own Owner, base uint16,
 	for i := range n {
 		key.Port = base + uint16(i)
 		if err := s.clearDead(tctx, key, own, held[i]); err != nil {
-			if !errors.Is(err, ErrHeld) {
+			if !errors.Is(err, store.ErrHeld) {
 				s.log.Error(err, "could not reap a row in the way", "key", key.String())
 			}
 			return false, nil
@@ -123,7 +122,9 @@ func (s *Store) blockFree(tctx context.Context, key Key, own Owner, base uint16,
 	}
 	for i := range n {
 		key.Port = base + uint16(i)
-		if free, err := s.probe(probe, key); err != nil || !free {
+		if err := s.probe(probe, key); errors.Is(err, store.ErrHeld) {
+			return false, nil
+		} else if err != nil {
 			return false, err
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/internal/netaddr"
+
+	"github.com/berth-go/berth/store"
 )
 
 // heldCache is this connection's view of the table, by (protocol, port),
@@ -32,19 +34,19 @@ type heldCache struct {
 
 type viewEntry struct {
 	gen  uint64
-	rows []Reservation
+	rows []store.Reservation
 }
 
-func cacheKey(p Protocol, port uint16) uint32 {
+func cacheKey(p store.Protocol, port uint16) uint32 {
 	k := uint32(port)
-	if p == UDP {
+	if p == store.UDP {
 		k |= 1 << 16
 	}
 	return k
 }
 
 // fresh brings the view up to date. It must run inside a write transaction.
-func (s *Store) fresh(ctx context.Context) error {
+func (s *sqlStore) fresh(ctx context.Context) error {
 	var v int64
 	if err := s.st.dataVersion.QueryRowContext(ctx).Scan(&v); err != nil {
 		s.cache.valid = false
@@ -63,7 +65,7 @@ func (s *Store) fresh(ctx context.Context) error {
 }
 
 // entry returns k's rows when the view knows them exactly.
-func (c *heldCache) entry(k uint32) ([]Reservation, bool) {
+func (c *heldCache) entry(k uint32) ([]store.Reservation, bool) {
 	e, ok := c.rows[k]
 	if !ok || !c.valid || e.gen != c.gen {
 		return nil, false
@@ -74,7 +76,7 @@ func (c *heldCache) entry(k uint32) ([]Reservation, bool) {
 // holders returns the rows that conflict with k, from the view when it
 // knows k's port, else read from the table (inside the caller's
 // transaction) and remembered; fromTable says which.
-func (s *Store) holders(ctx context.Context, k Key) (out []Reservation, fromTable bool, err error) {
+func (s *sqlStore) holders(ctx context.Context, k store.Key) (out []store.Reservation, fromTable bool, err error) {
 	ck := cacheKey(k.Protocol, k.Port)
 	all, known := s.cache.entry(ck)
 	if !known {
@@ -98,13 +100,13 @@ func (s *Store) holders(ctx context.Context, k Key) (out []Reservation, fromTabl
 }
 
 // keyRows reads every row of one protocol and port.
-func (s *Store) keyRows(ctx context.Context, key Key) ([]Reservation, error) {
+func (s *sqlStore) keyRows(ctx context.Context, key store.Key) ([]store.Reservation, error) {
 	rows, err := s.st.conflicts.QueryContext(ctx, string(key.Protocol), int(key.Port))
 	if err != nil {
 		return nil, fmt.Errorf("load reservations of %s %d: %w", key.Protocol, key.Port, err)
 	}
 	defer func() { _ = rows.Close() }()
-	var out []Reservation
+	var out []store.Reservation
 	for rows.Next() {
 		r, err := scanRow(rows)
 		if err != nil {
@@ -118,14 +120,14 @@ func (s *Store) keyRows(ctx context.Context, key Key) ([]Reservation, error) {
 	return out, nil
 }
 
-func (c *heldCache) add(r Reservation) {
+func (c *heldCache) add(r store.Reservation) {
 	k := cacheKey(r.Protocol, r.Port)
 	if rs, known := c.entry(k); known {
 		c.rows[k] = viewEntry{gen: c.gen, rows: append(rs, r)}
 	}
 }
 
-func (c *heldCache) remove(key Key) {
+func (c *heldCache) remove(key store.Key) {
 	k := cacheKey(key.Protocol, key.Port)
 	rs, known := c.entry(k)
 	if !known {
@@ -156,29 +158,29 @@ func (c *heldCache) stale() { c.gen++ }
 
 // scanRow reads one row in rowColumns order. A row that breaks the schema's
 // rules (possible only in a hand-edited file) is an error, never a panic.
-func scanRow(rows *sql.Rows) (Reservation, error) {
+func scanRow(rows *sql.Rows) (store.Reservation, error) {
 	var (
-		r           Reservation
+		r           store.Reservation
 		proto, kind string
 		port        int64
 		addr        []byte
 		created     int64
 		until       int64
 	)
-	if err := rows.Scan(&proto, &port, &addr, &r.Owner.PID, &r.Owner.Start, &r.Owner.Scope, &r.Owner.Name, &r.Label, &kind, &created, &until); err != nil {
-		return Reservation{}, fmt.Errorf("read reservation: %w", err)
+	if err := rows.Scan(&proto, &port, &addr, &r.Owner.PID, &r.Owner.Start, &r.Owner.Namespace, &r.Owner.Name, &r.Label, &kind, &created, &until); err != nil {
+		return store.Reservation{}, fmt.Errorf("read reservation: %w", err)
 	}
 	if until != 0 {
 		leaseRow(&r, until)
 	}
 	a, err := netaddr.Unpack(addr)
 	if err != nil {
-		return Reservation{}, fmt.Errorf("read reservation: %w", err)
+		return store.Reservation{}, fmt.Errorf("read reservation: %w", err)
 	}
 	if port < 1 || port > 65535 {
-		return Reservation{}, fmt.Errorf("read reservation: port %d out of range", port)
+		return store.Reservation{}, fmt.Errorf("read reservation: port %d out of range", port)
 	}
-	r.Protocol, r.Port, r.Addr, r.Kind = Protocol(proto), uint16(port), a, Kind(kind)
+	r.Protocol, r.Port, r.Addr, r.Kind = store.Protocol(proto), uint16(port), a, store.Kind(kind)
 	r.Created = time.Unix(0, created)
 	return r, nil
 }
@@ -208,9 +210,9 @@ const (
 
 // rowAlive reports whether r's owner still holds it: a lease that has not
 // ended (see leaseRow), or a live process as alive judges it.
-func (s *Store) rowAlive(ctx context.Context, r Reservation, freshSince time.Time) bool {
-	if r.Owner.IsLease() {
-		return r.LeaseLive()
+func (s *sqlStore) rowAlive(ctx context.Context, r store.Reservation, freshSince time.Time) bool {
+	if r.Owner.Holder != "" {
+		return leaseLive(r)
 	}
 	return s.alive(ctx, r.Owner, freshSince)
 }
@@ -220,11 +222,11 @@ func (s *Store) rowAlive(ctx context.Context, r Reservation, freshSince time.Tim
 // callers set to now (always check) where a wrong "alive" would refuse a
 // request or keep a row, and to a moment ago where it only skips a
 // candidate. It must be called with the store acquired.
-func (s *Store) alive(ctx context.Context, o Owner, freshSince time.Time) bool {
+func (s *sqlStore) alive(ctx context.Context, o store.Owner, freshSince time.Time) bool {
 	if o.Same(s.self) {
 		return true
 	}
-	k := ownerKey{o.PID, o.Start, o.Scope}
+	k := ownerKey{o.PID, o.Start, o.Namespace}
 	now := time.Now()
 	if e, ok := s.live.m[k]; ok && (!e.alive || e.at.After(freshSince)) {
 		return e.alive

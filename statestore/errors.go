@@ -12,72 +12,16 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Sentinel errors, declared in package store and named here too. Every
-// error the store returns for one of these conditions wraps the sentinel,
-// so callers branch with errors.Is.
-var (
-	// ErrInvalid: a request field is out of its accepted values. The error
-	// is a *FieldError that names the field.
-	ErrInvalid = store.ErrInvalid
-	// ErrHeld: the port is reserved by a live owner or bound outside berth.
-	// The error is a *ConflictError.
-	ErrHeld = store.ErrHeld
-	// ErrExhausted: a scan ran out of candidates without finding a free port.
-	ErrExhausted = store.ErrExhausted
-	// ErrNotFound: no reservation matches.
-	ErrNotFound = store.ErrNotFound
-	// ErrClosed: the store has been closed.
-	ErrClosed = store.ErrClosed
-	// ErrDamaged: the file is not a berth database or is damaged. Open
-	// refuses it and leaves it untouched.
-	ErrDamaged = store.ErrDamaged
-	// ErrSchemaTooNew: the database was written by a newer berth.
-	ErrSchemaTooNew = store.ErrSchemaTooNew
-	// ErrBusy: another process kept the store locked for longer than the
-	// call could wait (its context or the store's BusyTimeout). It is a
-	// transient condition, not damage: the store works once the holder
-	// lets go. Where the OS tells who holds the lock, the error names it.
-	ErrBusy = store.ErrBusy
-	// ErrUnsafe: the state directory or one of berth's files in it is owned
-	// by another user, may be written by others, or is a symbolic link
-	// where berth creates its own file. The error says which and how to
-	// fix it; nothing was opened or created.
-	ErrUnsafe = store.ErrUnsafe
-	// ErrLost: the database file was deleted, replaced or truncated since
-	// Open: reopen the store and put back what you hold (see store.ErrLost).
-	ErrLost = store.ErrLost
-	// ErrTransient: the call failed for want of file descriptors, memory
-	// or disk space, or was interrupted; the message says which and what to
-	// do (see store.ErrTransient). It is not damage and never wraps
-	// ErrStorage: a caller with a fallback does not fall back for it.
-	ErrTransient = store.ErrTransient
-	// ErrStorage is wrapped by every error that comes from the database or
-	// the file system rather than from the request, short of ErrBusy and
-	// ErrTransient: the store could not do its job. A caller with a
-	// fallback falls back on it.
-	ErrStorage = store.ErrStorage
-)
-
-type (
-	// FieldError reports a request field whose value is not accepted (see
-	// store.FieldError).
-	FieldError = store.FieldError
-	// ConflictError reports a port that cannot be reserved because someone
-	// holds it (see store.ConflictError). errors.Is(err, ErrHeld) holds for
-	// it.
-	ConflictError = store.ConflictError
-)
-
 // storageErr puts an error of the database or the file system into the
-// store's words: a lock to wait for (ErrBusy), a passing shortage
-// (ErrTransient), or else a failure of the store (ErrStorage). op prefixes
+// store's words: a lock to wait for (store.ErrBusy), a passing shortage
+// (store.ErrTransient), or else a failure of the store (store.ErrStorage). op prefixes
 // the message.
 func storageErr(op string, err error) error {
 	switch {
-	case errors.Is(err, ErrBusy), errors.Is(err, ErrTransient):
+	case errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrTransient):
 		return fmt.Errorf("%s: %w", op, err) // waiting, not failing
 	case isLocked(err):
-		return fmt.Errorf("%s: the database is locked by another process (%w): %w", op, err, ErrBusy)
+		return fmt.Errorf("%s: the database is locked by another process (%w): %w", op, err, store.ErrBusy)
 	}
 	if short := shortage(err, ""); short != nil {
 		return fmt.Errorf("%s: %w", op, short)
@@ -86,7 +30,7 @@ func storageErr(op string, err error) error {
 }
 
 // shortErr prefixes err with op and, when it comes of a passing shortage
-// (an errno of one), puts it in the words of one, wrapping ErrTransient;
+// (an errno of one), puts it in the words of one, wrapping store.ErrTransient;
 // any other error it leaves as it is.
 func shortErr(op string, err error) error {
 	if short := transient.Wrap(err); short != nil {
@@ -95,7 +39,7 @@ func shortErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// storageError is a failure of the store: it wraps ErrStorage and the
+// storageError is a failure of the store: it wraps store.ErrStorage and the
 // cause, unless explain has found the cause to be a full disk (short).
 type storageError struct {
 	op    string
@@ -107,14 +51,14 @@ func (e *storageError) Error() string {
 	if e.short != nil {
 		return e.op + ": " + e.short.Error()
 	}
-	return e.op + ": " + ErrStorage.Error() + ": " + e.err.Error()
+	return e.op + ": " + store.ErrStorage.Error() + ": " + e.err.Error()
 }
 
 func (e *storageError) Unwrap() []error {
 	if e.short != nil {
 		return []error{e.short}
 	}
-	return []error{ErrStorage, e.err}
+	return []error{store.ErrStorage, e.err}
 }
 
 // isLocked reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED, in
@@ -129,7 +73,7 @@ func isLocked(err error) bool {
 }
 
 // shortage returns err in the words of a passing shortage (wrapping
-// ErrTransient) when that is what it is, else nil: an error number of a
+// store.ErrTransient) when that is what it is, else nil: an error number of a
 // shortage anywhere in err; SQLite's SQLITE_NOMEM and SQLITE_FULL; and an
 // open or I/O error of SQLite, which carries no errno, when this process
 // is short of descriptors now or, with dir given, the file system of dir

@@ -6,6 +6,8 @@ import (
 	"errors"
 
 	"github.com/berth-go/berth/internal/owner"
+
+	"github.com/berth-go/berth/store"
 )
 
 // Rows written by berth before schema version 3 name their owners in the
@@ -26,7 +28,7 @@ const qConvertOwner = "UPDATE port_allocations SET owner_start = ?, owner_scope 
 // owner cannot be checked (another pid namespace, a process this one may not
 // inspect) are kept as they are; they count as live until a process that
 // can check them converts or reaps them.
-func (s *Store) convertLegacyOwners(ctx context.Context) (converted, deleted int, err error) {
+func (s *sqlStore) convertLegacyOwners(ctx context.Context) (converted, deleted int, err error) {
 	const op = "convert owners recorded by an earlier berth"
 	err = s.write(ctx, op, func(tctx context.Context) error {
 		converted, deleted = 0, 0
@@ -38,7 +40,7 @@ func (s *Store) convertLegacyOwners(ctx context.Context) (converted, deleted int
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			up, err := owner.Upgrade(tctx, identity(o))
+			up, err := owner.Upgrade(tctx, owner.Identity{PID: o.PID, Start: o.Start, Scope: o.Namespace})
 			switch {
 			case errors.Is(err, owner.ErrNotRunning):
 				n, err := changed(s.st.deleteOwner.ExecContext(tctx, ownerArgs(o)...))
@@ -69,19 +71,19 @@ func (s *Store) convertLegacyOwners(ctx context.Context) (converted, deleted int
 
 // legacyOwners returns the distinct owners in the earlier format. Its rows
 // are closed before it returns, so the caller can write on the connection.
-func (s *Store) legacyOwners(ctx context.Context) ([]Owner, error) {
+func (s *sqlStore) legacyOwners(ctx context.Context) ([]store.Owner, error) {
 	rows, err := s.conn.QueryContext(ctx, qOwners)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = rows.Close() }()
-	var out []Owner
+	var out []store.Owner
 	for rows.Next() {
-		var o Owner
-		if err := rows.Scan(&o.PID, &o.Start, &o.Scope); err != nil {
+		var o store.Owner
+		if err := rows.Scan(&o.PID, &o.Start, &o.Namespace); err != nil {
 			return nil, err
 		}
-		if owner.IsLegacy(identity(o)) {
+		if owner.IsLegacy(owner.Identity{PID: o.PID, Start: o.Start, Scope: o.Namespace}) {
 			out = append(out, o)
 		}
 	}

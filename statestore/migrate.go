@@ -23,6 +23,8 @@ import (
 
 	"github.com/berth-go/berth/internal/filelock"
 	migfiles "github.com/berth-go/berth/internal/migrations"
+
+	"github.com/berth-go/berth/store"
 )
 
 //go:embed migrations/*.sql
@@ -36,7 +38,7 @@ var SchemaVersion = latestMigration()
 // WriteVersion is the write version of SchemaVersion: this berth writes, with
 // its full guarantee, to every store whose write version is at most
 // WriteVersion, whatever its schema version; a higher one makes Open refuse
-// the store with ErrSchemaTooNew.
+// the store with store.ErrSchemaTooNew.
 var WriteVersion = ownWriteVersion()
 
 func latestMigration() uint { return migfiles.Latest(migrations, "migrations") }
@@ -49,7 +51,7 @@ func latestMigration() uint { return migfiles.Latest(migrations, "migrations") }
 // to the last migration (golang-migrate's sqlite driver locks only within
 // one process); the database file itself is never locked by anything but
 // SQLite, because closing any descriptor of it drops SQLite's own locks.
-// Every wait ends with ctx or after busy, with an error wrapping ErrBusy.
+// Every wait ends with ctx or after busy, with an error wrapping store.ErrBusy.
 func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.Logger) (uint, error) {
 	k, err := known()
 	if err != nil {
@@ -79,7 +81,7 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 			holder = h.String()
 		}
 		if err == nil || errors.Is(err, context.DeadlineExceeded) {
-			return 0, fmt.Errorf("migration lock %s is held by %s (waited %v): %w", lock.Path(), holder, busy, ErrBusy)
+			return 0, fmt.Errorf("migration lock %s is held by %s (waited %v): %w", lock.Path(), holder, busy, store.ErrBusy)
 		}
 		return 0, storageErr("migration lock "+lock.Path(), err)
 	}
@@ -88,20 +90,13 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 	// replaced) while this process waited serialises nothing: another
 	// process may hold the lock of the new one and migrate the same file.
 	if held, err := lock.Stat(); err != nil || !sameAsPath(held, lock.Path()) {
-		return 0, fmt.Errorf("migration lock %s was removed or replaced while this process waited for it: %w", lock.Path(), ErrLost)
+		return 0, fmt.Errorf("migration lock %s was removed or replaced while this process waited for it: %w", lock.Path(), store.ErrLost)
 	}
 	// Another process may have done the work while this one waited.
 	if st, err = inspect(ctx, path, busy); err != nil {
 		return 0, err
 	}
 	if st.fresh {
-		// A new file, made where holders may have lost theirs: no process
-		// may grant from it before their marks are in it.
-		wl, err := lockWrites(ctx, path, busy)
-		if err != nil {
-			return 0, err
-		}
-		defer func() { _ = wl.Close() }()
 		if aside, err := setAsideLost(path, time.Now()); err != nil {
 			return 0, err
 		} else if aside {
@@ -122,16 +117,12 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 }
 
 // makeFresh makes the database at path from nothing, in a file of its own
-// beside it: created, migrated, given the reservations of the live holders
-// of path's marks (importMarks), checkpointed into one file, and only then
+// beside it: created, migrated, checkpointed into one file, and only then
 // renamed into place. A failure at any step (a process short of
-// descriptors, a crash) leaves no file at path that lacks the marks: the
-// next process to open path makes it again. Otherwise a file migrated by a
-// process that then failed to read the marks would serve every later one
-// as it is, and grant a live holder's port. The caller holds the migration
-// and write locks.
+// descriptors, a crash) leaves no half-made file at path: the next process
+// to open path makes it again. The caller holds the migration lock.
 //
-// Those locks serialise the processes that make the file only while the
+// That lock serialises the processes that make the file only while the
 // directory stays: one removed meanwhile (rm -rf again) leaves each
 // process the lock of a file that is gone, and two may make the store at
 // once. So each builds in a file of its own, named for it, and puts it in
@@ -146,10 +137,10 @@ func makeFresh(ctx context.Context, path string, st fileState, k schema, busy ti
 	// lost reports, for a step that failed, that the file was removed or
 	// replaced meanwhile (its directory removed again): then the failure
 	// (SQLite's "disk I/O error", say) is of a file nobody will use, and
-	// the error says so with ErrLost, on which Open starts again.
+	// the error says so with store.ErrLost, on which Open starts again.
 	lost := func(err error) error {
 		if fi, serr := os.Stat(tmp); serr != nil || (made != nil && !os.SameFile(fi, made)) {
-			return fmt.Errorf("create %s: the new file was removed or replaced while it was made (%w): %w", path, err, ErrLost)
+			return fmt.Errorf("create %s: the new file was removed or replaced while it was made (%w): %w", path, err, store.ErrLost)
 		}
 		return err
 	}
@@ -163,19 +154,15 @@ func makeFresh(ctx context.Context, path string, st fileState, k schema, busy ti
 	if err := migrateUp(ctx, tmp, st, k, busy, log); err != nil {
 		return lost(err)
 	}
-	if _, err := importMarks(ctx, path, tmp, busy, log); err != nil {
-		return lost(err)
-	}
 	if err := checkpointAll(ctx, tmp, busy); err != nil {
 		return lost(err)
 	}
 	if fi, err := os.Stat(tmp); err != nil || !os.SameFile(fi, made) {
-		return fmt.Errorf("create %s: the new file was removed or replaced while it was made: %w", path, ErrLost)
+		return fmt.Errorf("create %s: the new file was removed or replaced while it was made: %w", path, store.ErrLost)
 	}
 	if err := placeNew(tmp, path); err != nil {
 		return err
 	}
-	_ = syncDir(filepath.Dir(path)) // the new name is durable at the next write's fsync anyway
 	return nil
 }
 
@@ -199,7 +186,7 @@ func placeNew(tmp, path string) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("create %s: the new file was removed while it was made: %w", path, ErrLost)
+		return fmt.Errorf("create %s: the new file was removed while it was made: %w", path, store.ErrLost)
 	}
 	// A file system without hard links: rename, after a look for a file
 	// made meanwhile.
@@ -251,7 +238,7 @@ func checkpointAll(ctx context.Context, path string, busy time.Duration) error {
 		return classify(path, err)
 	}
 	if busyFlag != 0 || done != logFrames {
-		return fmt.Errorf("checkpoint %s: %d of %d frames written: %w", path, done, logFrames, ErrBusy)
+		return fmt.Errorf("checkpoint %s: %d of %d frames written: %w", path, done, logFrames, store.ErrBusy)
 	}
 	return nil
 }
@@ -265,9 +252,9 @@ func removeDBFiles(path string) {
 
 func tooNew(path string, st fileState, k schema) error {
 	if st.dirty {
-		return fmt.Errorf("%s has schema version %d, whose migration a newer berth has not finished (this berth knows up to %d); open it with that berth, or use another state directory: %w", path, st.version, k.latest, ErrSchemaTooNew)
+		return fmt.Errorf("%s has schema version %d, whose migration a newer berth has not finished (this berth knows up to %d); open it with that berth, or use another state directory: %w", path, st.version, k.latest, store.ErrSchemaTooNew)
 	}
-	return fmt.Errorf("%s has schema version %d of write version %d; this berth knows schema versions up to %d and writes only to stores of write version 1 to %d; upgrade berth or use another state directory: %w", path, st.version, st.writeVersion, k.latest, k.write, ErrSchemaTooNew)
+	return fmt.Errorf("%s has schema version %d of write version %d; this berth knows schema versions up to %d and writes only to stores of write version 1 to %d; upgrade berth or use another state directory: %w", path, st.version, st.writeVersion, k.latest, k.write, store.ErrSchemaTooNew)
 }
 
 // migrateUp applies the embedded migrations. The caller holds the migration
@@ -308,7 +295,7 @@ func migrateUp(ctx context.Context, path string, st fileState, k schema, busy ti
 	}
 	defer func() { _ = drv.Close() }()
 	if !sameAsPath(file, path) {
-		return fmt.Errorf("migrate %s: the file was replaced as it opened: %w", path, ErrLost)
+		return fmt.Errorf("migrate %s: the file was replaced as it opened: %w", path, store.ErrLost)
 	}
 	src, err := iofs.New(k.src, "migrations")
 	if err != nil {
@@ -419,4 +406,36 @@ func applyMigration(ctx context.Context, db *sql.DB, src source.Driver, v, w uin
 func sameAsPath(fi os.FileInfo, path string) bool {
 	now, err := os.Stat(path)
 	return err == nil && os.SameFile(fi, now)
+}
+
+// setAsideLost moves the WAL and shared-memory files of a database file
+// that is gone or was truncated to nothing out of the way, with the empty
+// file, so that the store made in its place is a file of its own. Holders
+// of the old file still use that WAL: a new database opened on it would
+// read their pages as its own, or wait on their locks for as long as they
+// live. They find the file replaced instead, and put their rows back. The
+// caller holds the migration lock. It reports whether it moved anything.
+func setAsideLost(path string, now time.Time) (bool, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil || !fi.Mode().IsRegular() || fi.Size() != 0:
+		return false, nil //nolint:nilerr // a file with pages: inspect judges it
+	}
+	if !exists(path+"-wal") && !exists(path+"-shm") {
+		return false, nil
+	}
+	aside := path + ".lost-" + strconv.FormatInt(now.UnixNano(), 10)
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		err := os.Rename(path+suffix, aside+suffix)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, storageErr("set aside "+path+suffix, err)
+		}
+	}
+	return true, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

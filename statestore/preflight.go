@@ -13,6 +13,8 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/berth-go/berth/internal/safefs"
+
+	"github.com/berth-go/berth/store"
 )
 
 // ourTables are the tables a berth database may hold; a database with any
@@ -46,7 +48,7 @@ type fileState struct {
 // shorter than its header says (unless the WAL holds the missing pages, as
 // after a checkpoint cut short); it rolls back a hot journal left by a crash,
 // which is what a crashed writer needs. A lock held by another process is
-// ErrBusy, never damage.
+// store.ErrBusy, never damage.
 func inspect(ctx context.Context, path string, busy time.Duration) (fileState, error) {
 	fi, err := os.Stat(path)
 	switch {
@@ -55,9 +57,9 @@ func inspect(ctx context.Context, path string, busy time.Duration) (fileState, e
 	case err != nil:
 		return fileState{}, fmt.Errorf("%s: %w", path, err)
 	case fi.IsDir():
-		return fileState{}, fmt.Errorf("%s is a directory, not a database file; remove it or set another state directory: %w", path, ErrDamaged)
+		return fileState{}, fmt.Errorf("%s is a directory, not a database file; remove it or set another state directory: %w", path, store.ErrDamaged)
 	case !fi.Mode().IsRegular():
-		return fileState{}, fmt.Errorf("%s is not a regular file: %w", path, ErrDamaged)
+		return fileState{}, fmt.Errorf("%s is not a regular file: %w", path, store.ErrDamaged)
 	case fi.Size() == 0:
 		return fileState{fresh: true}, nil
 	}
@@ -104,7 +106,7 @@ func inspectOn(ctx context.Context, path string, db querier) (fileState, error) 
 	foreign := func() error {
 		for _, name := range names {
 			if !ourTables[name] {
-				return fmt.Errorf("%s is a SQLite database of another program (it has table %q); choose another path: %w", path, name, ErrDamaged)
+				return fmt.Errorf("%s is a SQLite database of another program (it has table %q); choose another path: %w", path, name, store.ErrDamaged)
 			}
 		}
 		return nil
@@ -177,19 +179,19 @@ func tableNames(ctx context.Context, db querier) ([]string, error) {
 }
 
 // classify turns an error of reading the file into what it means: a file
-// that is not a database or is damaged (ErrDamaged), a lock held by another
-// process (ErrBusy), a passing shortage of descriptors, memory or disk
-// space (ErrTransient), or a failure of the file system (ErrStorage).
+// that is not a database or is damaged (store.ErrDamaged), a lock held by another
+// process (store.ErrBusy), a passing shortage of descriptors, memory or disk
+// space (store.ErrTransient), or a failure of the file system (store.ErrStorage).
 func classify(path string, err error) error {
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_NOTADB:
-			return fmt.Errorf("%s is not a SQLite database (or its header is damaged); move it aside to start a new store (berth never overwrites it): %w", path, ErrDamaged)
+			return fmt.Errorf("%s is not a SQLite database (or its header is damaged); move it aside to start a new store (berth never overwrites it): %w", path, store.ErrDamaged)
 		case sqlite3.SQLITE_CORRUPT:
-			return fmt.Errorf("%s is damaged or truncated (%s); move it aside to start a new store (berth never overwrites it): %w", path, se.Error(), ErrDamaged)
+			return fmt.Errorf("%s is damaged or truncated (%s); move it aside to start a new store (berth never overwrites it): %w", path, se.Error(), store.ErrDamaged)
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-			return fmt.Errorf("%s is locked by another process (%w): %w", path, err, ErrBusy)
+			return fmt.Errorf("%s is locked by another process (%w): %w", path, err, store.ErrBusy)
 		}
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -16,9 +16,6 @@ const (
 	qDataVersion = "PRAGMA data_version"
 
 	rowColumns = "protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at, lease_until"
-	// rowColumnsV5 reads the rows of a store from before leases (schema
-	// version 5 and earlier) in rowColumns order, for ReadHeld.
-	rowColumnsV5 = "protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at, 0"
 
 	// qConflicts reads every row of one (protocol, port): a range scan of
 	// the primary key, guarded by TestConflictQueryUsesPrimaryKey.
@@ -29,10 +26,14 @@ const (
 	qDeleteKey = "DELETE FROM port_allocations WHERE protocol = ? AND port = ? AND address = ?"
 
 	// Owners match exactly: the start is the kernel's record, which no
-	// clock step moves (see Owner).
+	// clock step moves (see store.Owner).
 	ownerMatch = "owner_pid = ? AND owner_scope = ? AND owner_start = ?"
 
 	qDeleteOwned = "DELETE FROM port_allocations WHERE protocol = ? AND port = ? AND address = ? AND " + ownerMatch
+
+	// qDeleteHeld deletes a named holder's row of a key, whatever its
+	// lease's scope.
+	qDeleteHeld = "DELETE FROM port_allocations WHERE protocol = ? AND port = ? AND address = ? AND lease_until <> 0 AND owner_name = ?"
 
 	// qDeleteOwner scans the table: see the migration on why the owner has
 	// no index.
@@ -64,6 +65,7 @@ type statements struct {
 	begin, commit, rollback, dataVersion *stmt
 	conflicts, insert, deleteKey         *stmt
 	deleteOwned, deleteOwner, transfer   *stmt
+	deleteHeld                           *stmt
 	all, remember, recall, pruneSticky   *stmt
 }
 
@@ -78,7 +80,7 @@ func (st *statements) prepare(conn *sql.Conn) {
 		{&st.deleteOwned, qDeleteOwned}, {&st.deleteOwner, qDeleteOwner},
 		{&st.transfer, qTransfer}, {&st.all, qAll},
 		{&st.remember, qRemember}, {&st.recall, qRecall},
-		{&st.pruneSticky, qPruneSticky},
+		{&st.pruneSticky, qPruneSticky}, {&st.deleteHeld, qDeleteHeld},
 	} {
 		*p.dst = &stmt{conn: conn, q: p.q}
 	}
@@ -89,7 +91,7 @@ func (st *statements) close() error {
 	for _, s := range []*stmt{
 		st.begin, st.commit, st.rollback, st.dataVersion, st.conflicts, st.insert,
 		st.deleteKey, st.deleteOwned, st.deleteOwner, st.transfer, st.all,
-		st.remember, st.recall, st.pruneSticky,
+		st.remember, st.recall, st.pruneSticky, st.deleteHeld,
 	} {
 		if s != nil && s.st != nil {
 			errs = append(errs, s.st.Close())

@@ -12,34 +12,30 @@ import (
 
 // Reserve reserves req.Key for req.Owner.
 //
-// Rows of exited owners that conflict are deleted (and counted as reaped).
-// When req.Owner already holds exactly req.Key, its existing row is returned
-// and no probe runs: the owner may be listening on the port already. Any
-// other live conflict is a *ConflictError naming the holder; it says so
-// when the holder is req.Owner itself.
-func (s *Store) Reserve(ctx context.Context, req Request) (Reservation, error) {
-	if err := store.CheckProcessOwner(req.Owner); err != nil {
-		return Reservation{}, err
-	}
-	return s.reserve(ctx, req, nil)
-}
-
-// reserve is Reserve, for a holder under a lease when lease is not nil.
-func (s *Store) reserve(ctx context.Context, req Request, lease *leaseGrant) (Reservation, error) {
-	req.Owner = lease.owner(req.Owner)
-	c, err := store.CheckRequest(req, s.self)
+// Rows of exited owners and ended leases that conflict are deleted (and
+// counted as reaped). When req.Owner already holds exactly req.Key, its
+// existing row is returned and no probe runs: the owner may be listening on
+// the port already (a holder's lease starts over). Any other live conflict
+// is a *store.ConflictError naming the holder; it says so when the holder
+// is req.Owner itself.
+func (s *sqlStore) Reserve(ctx context.Context, req store.Request) (store.Reservation, error) {
+	req, err := req.Validate(s.self)
 	if err != nil {
-		return Reservation{}, err
+		return store.Reservation{}, err
 	}
-	key, own, kind := c.Key, c.Owner, c.Kind
-	var res Reservation
+	lease, err := grant(req.Owner.Holder, req.TTL)
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	key, own := req.Key, req.Owner
+	var res store.Reservation
 	err = s.write(ctx, "reserve "+key.String(), func(tctx context.Context) error {
 		rows, err := s.conflictRows(tctx, key)
 		if err != nil {
 			return err
 		}
 		for _, r := range rows {
-			if r.Key == key && r.Owner.Same(own) && (lease == nil || r.LeaseLive()) {
+			if r.Key == key && r.Owner.Same(own) && (lease == nil || leaseLive(r)) {
 				if lease != nil {
 					// The holder asks again: its lease starts over.
 					res, err = s.extend(tctx, r, lease)
@@ -47,8 +43,8 @@ func (s *Store) reserve(ctx context.Context, req Request, lease *leaseGrant) (Re
 				}
 				res = r
 				if r.Label == "" && req.Label != "" {
-					// A row put back from its holder's mark (see
-					// importMarks) gets its label from the holder.
+					// A row put back without its label gets it from the
+					// holder.
 					return s.relabel(tctx, &res, req.Label)
 				}
 				return nil
@@ -57,38 +53,31 @@ func (s *Store) reserve(ctx context.Context, req Request, lease *leaseGrant) (Re
 		if err := s.clearDead(tctx, key, own, rows); err != nil {
 			return err
 		}
-		if free, err := s.probe(req.Probe, key); err != nil || !free {
-			if err == nil {
-				err = &ConflictError{Key: key}
-			}
+		if err := s.probe(req.Probe, key); err != nil {
 			return err
 		}
-		res, err = s.insert(tctx, key, own, req.Label, kind, lease)
+		res, err = s.insert(tctx, key, own, req.Label, req.Kind, lease)
 		return err
 	})
 	return res, err
 }
 
 // Scan reserves the first candidate that no live reservation conflicts with
-// and that passes the probe. It returns an error wrapping ErrExhausted when
-// Next runs out first. Rows of exited owners in the way are deleted; a row
-// that cannot be deleted only costs its own candidate.
-func (s *Store) Scan(ctx context.Context, req ScanRequest) (Reservation, error) {
-	if err := store.CheckProcessOwner(req.Owner); err != nil {
-		return Reservation{}, err
-	}
-	return s.scan(ctx, req, nil)
-}
-
-// scan is Scan, for a holder under a lease when lease is not nil.
-func (s *Store) scan(ctx context.Context, req ScanRequest, lease *leaseGrant) (Reservation, error) {
-	req.Owner = lease.owner(req.Owner)
-	key, own, kind, batch, err := s.checkScan(req)
+// and that passes the probe. It returns an error wrapping store.ErrExhausted
+// when Next runs out first. Rows of exited owners in the way are deleted; a
+// row that cannot be deleted only costs its own candidate.
+func (s *sqlStore) Scan(ctx context.Context, req store.ScanRequest) (store.Reservation, error) {
+	req, err := req.Validate(s.self)
 	if err != nil {
-		return Reservation{}, err
+		return store.Reservation{}, err
 	}
+	lease, err := grant(req.Owner.Holder, req.TTL)
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	key, own, kind, batch := store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, req.Batch
 	var (
-		res       Reservation
+		res       store.Reservation
 		found     bool
 		exhausted bool
 		// skipped are candidates passed over because the store remembered
@@ -101,7 +90,7 @@ func (s *Store) scan(ctx context.Context, req ScanRequest, lease *leaseGrant) (R
 	next := req.Next
 	for !found && !exhausted {
 		if err := ctx.Err(); err != nil {
-			return Reservation{}, err
+			return store.Reservation{}, err
 		}
 		err := s.write(ctx, "scan", func(tctx context.Context) error {
 			if err := s.fresh(tctx); err != nil {
@@ -149,16 +138,16 @@ func (s *Store) scan(ctx context.Context, req ScanRequest, lease *leaseGrant) (R
 					}
 				}
 				if err := s.clearDead(tctx, key, own, rows); err != nil {
-					if !errors.Is(err, ErrHeld) {
+					if !errors.Is(err, store.ErrHeld) {
 						// Another candidate will do; this row waits for the sweep.
 						s.log.Error(err, "could not reap a row in the way", "key", key.String())
 					}
 					continue
 				}
-				if free, err := s.probe(req.Probe, key); err != nil {
-					return err
-				} else if !free {
+				if err := s.probe(req.Probe, key); errors.Is(err, store.ErrHeld) {
 					continue
+				} else if err != nil {
+					return err
 				}
 				res, err = s.insert(tctx, key, own, req.Label, kind, lease)
 				if err != nil {
@@ -170,55 +159,39 @@ func (s *Store) scan(ctx context.Context, req ScanRequest, lease *leaseGrant) (R
 			return nil
 		})
 		if err != nil {
-			return Reservation{}, err
+			return store.Reservation{}, err
 		}
 	}
 	if !found {
-		return Reservation{}, fmt.Errorf("scan for %s on %s: %w", req.Protocol, key.Addr, ErrExhausted)
+		return store.Reservation{}, fmt.Errorf("scan for %s on %s: %w", req.Protocol, key.Addr, store.ErrExhausted)
 	}
 	return res, nil
 }
 
-// checkScan validates what Scan and ScanBlock share of a request (see
-// store.CheckScan) and returns its normalised key (port 1: the scan sets
-// it), owner and kind, and the batch size.
-func (s *Store) checkScan(req ScanRequest) (Key, Owner, Kind, int, error) {
-	c, err := store.CheckScan(req, s.self)
-	return c.Key, c.Owner, c.Kind, c.Batch, err
-}
-
-// probe runs the caller's probe, if any, and counts a port found bound
-// outside berth.
-func (s *Store) probe(probe ProbeFunc, key Key) (bool, error) {
+// probe runs the caller's probe, if any, and counts a port it refuses.
+// A refusal wraps store.ErrHeld; any other error stops the call.
+func (s *sqlStore) probe(probe func(store.Key) error, key store.Key) error {
 	if probe == nil {
-		return true, nil
+		return nil
 	}
-	free, err := probe(key)
-	if err != nil {
-		return false, fmt.Errorf("probe %s: %w", key, err)
-	}
-	if !free {
+	err := probe(key)
+	if errors.Is(err, store.ErrHeld) {
 		s.probeFailures.Add(1)
-		s.log.V(1).Info("port bound outside berth", "key", key.String())
+		s.log.V(1).Info("port held outside this store", "key", key.String(), "why", err.Error())
+	} else if err != nil {
+		err = fmt.Errorf("probe %s: %w", key, err)
 	}
-	return free, nil
-}
-
-// validate checks key and own for Release and Transfer (see
-// store.CheckRequest): the key normalised, a zero owner this process.
-func (s *Store) validate(key Key, own Owner) (Key, Owner, error) {
-	c, err := store.CheckRequest(store.Request{Key: key, Owner: own}, s.self)
-	return c.Key, c.Owner, err
+	return err
 }
 
 // conflictRows reads the rows that conflict with key from the table.
-func (s *Store) conflictRows(ctx context.Context, key Key) ([]Reservation, error) {
+func (s *sqlStore) conflictRows(ctx context.Context, key store.Key) ([]store.Reservation, error) {
 	rows, err := s.st.conflicts.QueryContext(ctx, string(key.Protocol), int(key.Port))
 	if err != nil {
 		return nil, storageErr("look up "+key.String(), err)
 	}
 	defer func() { _ = rows.Close() }()
-	var out []Reservation
+	var out []store.Reservation
 	for rows.Next() {
 		r, err := scanRow(rows)
 		if err != nil {
@@ -237,7 +210,7 @@ func (s *Store) conflictRows(ctx context.Context, key Key) ([]Reservation, error
 // heldLive reports whether any of rows has a live owner, trusting what the
 // store remembers of liveness since freshSince: it only decides which
 // candidates to skip.
-func (s *Store) heldLive(ctx context.Context, rows []Reservation, freshSince time.Time) bool {
+func (s *sqlStore) heldLive(ctx context.Context, rows []store.Reservation, freshSince time.Time) bool {
 	for _, r := range rows {
 		if s.rowAlive(ctx, r, freshSince) {
 			return true
@@ -247,12 +220,12 @@ func (s *Store) heldLive(ctx context.Context, rows []Reservation, freshSince tim
 }
 
 // clearDead deletes the rows in key's way whose owners have exited. When a
-// live owner holds one, it deletes nothing and returns a *ConflictError.
-func (s *Store) clearDead(ctx context.Context, key Key, own Owner, rows []Reservation) error {
+// live owner holds one, it deletes nothing and returns a *store.ConflictError.
+func (s *sqlStore) clearDead(ctx context.Context, key store.Key, own store.Owner, rows []store.Reservation) error {
 	now := time.Now()
 	for _, r := range rows {
 		if s.rowAlive(ctx, r, now) {
-			return &ConflictError{Key: key, Holder: r, Self: r.Owner.Same(own)}
+			return &store.ConflictError{Key: key, Holder: r, Self: r.Owner.Same(own)}
 		}
 	}
 	for _, r := range rows {
@@ -269,31 +242,28 @@ func (s *Store) clearDead(ctx context.Context, key Key, own Owner, rows []Reserv
 
 // insert inserts a row for own, or, when lease is not nil, for the holder
 // under that lease (own is then the lease's owner).
-func (s *Store) insert(ctx context.Context, key Key, own Owner, label string, kind Kind, lease *leaseGrant) (Reservation, error) {
+func (s *sqlStore) insert(ctx context.Context, key store.Key, own store.Owner, label string, kind store.Kind, lease *leaseGrant) (store.Reservation, error) {
 	packed, _ := netaddr.Pack(key.Addr) // normalised by validate
 	now := s.now()
-	r := Reservation{Key: key, Owner: own, Label: label, Kind: kind, Created: time.Unix(0, now.UnixNano())}
+	r := store.Reservation{Key: key, Owner: own, Label: label, Kind: kind, Created: time.Unix(0, now.UnixNano())}
 	stored, until := own, int64(0)
 	if lease != nil {
 		stored, until = lease.stored(), lease.until
 		r.Expires = lease.expires
 	}
-	if err := s.holdMark(key, own); err != nil {
-		return Reservation{}, err
-	}
 	if _, err := s.st.insert.ExecContext(ctx,
 		string(key.Protocol), int(key.Port), packed,
-		stored.PID, stored.Start, stored.Scope, stored.Name,
+		stored.PID, stored.Start, stored.Namespace, stored.Name,
 		label, string(kind), now.UnixNano(), until,
 	); err != nil {
-		return Reservation{}, storageErr("insert "+key.String(), err)
+		return store.Reservation{}, storageErr("insert "+key.String(), err)
 	}
 	s.cache.add(r)
 	return r, nil
 }
 
 // relabel sets the label of r's row, which has none.
-func (s *Store) relabel(ctx context.Context, r *Reservation, label string) error {
+func (s *sqlStore) relabel(ctx context.Context, r *store.Reservation, label string) error {
 	packed, _ := netaddr.Pack(r.Addr) // read from the table: already normal
 	if _, err := s.conn.ExecContext(ctx, "UPDATE port_allocations SET label = ? WHERE protocol = ? AND port = ? AND address = ? AND label = ''",
 		label, string(r.Protocol), int(r.Port), packed); err != nil {

@@ -4,22 +4,24 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+
+	"github.com/berth-go/berth/store"
 )
 
 // Remember records port as the last one handed out under label for
 // protocol, for Recall after a restart.
-func (s *Store) Remember(ctx context.Context, label string, protocol Protocol, port uint16) error {
+func (s *sqlStore) Remember(ctx context.Context, label string, protocol store.Protocol, port uint16) error {
 	if label == "" {
-		return &FieldError{Field: "label", Value: "", Want: "a non-empty label to remember the port under"}
+		return &store.FieldError{Field: "label", Value: "", Want: "a non-empty label to remember the port under"}
 	}
-	if err := CheckLabel(label); err != nil {
+	if err := store.CheckLabel(label); err != nil {
 		return err
 	}
-	if !protocol.Valid() {
-		return &FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`}
+	if protocol != store.TCP && protocol != store.UDP {
+		return &store.FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`}
 	}
 	if port == 0 {
-		return &FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535"}
+		return &store.FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535"}
 	}
 	_, err := s.exec(ctx, "remember "+label, nil, s.st.remember, label, string(protocol), int(port), s.now().UnixNano())
 	if err != nil {
@@ -44,14 +46,14 @@ const pruneStickyEvery = 256
 
 // pruneSticky forgets the least recently remembered sticky ports beyond
 // MaxSticky.
-func (s *Store) pruneSticky(ctx context.Context) error {
+func (s *sqlStore) pruneSticky(ctx context.Context) error {
 	_, err := s.exec(ctx, "forget old sticky ports", nil, s.st.pruneSticky, MaxSticky)
 	return err
 }
 
 // Recall returns the port last remembered under label for protocol, and
 // false when there is none.
-func (s *Store) Recall(ctx context.Context, label string, protocol Protocol) (uint16, bool, error) {
+func (s *sqlStore) Recall(ctx context.Context, label string, protocol store.Protocol) (uint16, bool, error) {
 	release, err := s.acquire(ctx, false)
 	if err != nil {
 		return 0, false, acquireErr("recall", err)

@@ -1,20 +1,21 @@
 // Package statestore keeps port reservations in a SQLite file that every
-// berth process on a host shares.
+// berth process on a host shares: the store of one host (see package store
+// for the contract it keeps).
 //
-// # Reservation lifecycle
+// # store.Reservation lifecycle
 //
 // A reservation holds a (protocol, address, port) for an owner process. It
 // is created by Reserve (a given port) or Scan (the first free port among
-// candidates), moved to another process by Transfer, and ends by Release,
-// ReleaseOwner, or reaping: once its owner has exited, the row is deleted
+// candidates), moved to another process by Transfer, and ends by Release or
+// reaping: once its owner has exited, the row is deleted
 // when it stands in the way of a new reservation, by the sweep that Open
 // starts in the background, or by Reap.
 //
-// A reservation can instead belong to a named holder under a lease
-// (ReserveLease, ScanLease): it outlives the process that asked, and ends
-// by ReleaseLease or once its lease has ended, by a clock no wall-clock step
-// moves (see lease.go), after which it is reaped as the row of an exited
-// owner is.
+// A reservation can instead belong to a named holder under a lease (an
+// Owner with Holder set, and a TTL): it outlives the process that asked,
+// and ends by Release or once its lease has ended, by a clock no wall-clock
+// step moves (see lease.go), after which it is reaped as the row of an
+// exited owner is.
 //
 // Two reservations of one protocol and port conflict under the rule of
 // package store: equal addresses, or either address a wildcard.
@@ -31,18 +32,13 @@
 // # A lost file
 //
 // A file deleted, replaced or truncated under its holders (a cache cleaner,
-// rm -rf, a restore) is noticed by each Store before and after every write
-// and by Check, which then fail with ErrLost; portalloc's Allocator reopens
-// the store and puts its rows back. On Linux every process also holds, for
-// each reservation it wrote, a mark (a socket bound to a name in the
-// abstract unix namespace, which no file operation removes and which ends
-// with the process), and a store that has just been made records the
-// holders its marks name before anything is granted from it. Where two
-// marks name one port (a child that was handed it has exited, and its
-// parent has not yet dropped the mark it held for it), the holder seen
-// running is recorded; when that cannot be told because the process making
-// the store is out of descriptors, the open fails with ErrTransient and the
-// store is made by the next call instead.
+// rm -rf, a restore) is noticed by Check, which then fails with
+// store.ErrLost, and by a write that meets it; portalloc reopens the store
+// and puts its rows back. Between the loss and that, the rows are missing
+// from the store, not the reservations: every berth process also holds a
+// kernel lock for each port it reserves (package portlock), which every
+// grant takes, so no port a live holder keeps is granted from a store made
+// anew.
 //
 // # Versions that share a store
 //
@@ -64,7 +60,7 @@
 // schema whose write version is at most WriteVersion is used as it is,
 // with the full guarantee (its log says so at V(1)); only a newer write
 // version, or a newer schema whose migration was cut short, makes Open
-// refuse it with ErrSchemaTooNew. A Store stays usable while another
+// refuse it with store.ErrSchemaTooNew. A Store stays usable while another
 // process migrates the file under it: SQLite prepares a statement again
 // when the schema changed, the view of held ports follows PRAGMA
 // data_version, which every commit of another connection moves, and no
@@ -89,8 +85,8 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
 	"github.com/berth-go/berth/internal/filelock"
-	"github.com/berth-go/berth/internal/marker"
 	"github.com/berth-go/berth/internal/safefs"
+	"github.com/berth-go/berth/store"
 )
 
 // Options tune a Store. The zero value of every field is a working default.
@@ -108,24 +104,15 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store is an open state store. Its zero value is not usable; call Open.
-type Store struct {
+// sqlStore is an open state store.
+type sqlStore struct {
 	path string
 	file os.FileInfo  // the database file as opened, to notice a replacement
 	size atomic.Int64 // the largest size the file was seen with, to notice a truncation
-	head *os.File     // the file as opened, read for its header to notice a truncation
-	// holes: the file had none when the store opened it, so a hole that
-	// appears is a truncation written around (see hasHole). A file that
-	// had one then (a file system that makes them of its own accord) is
-	// not judged by them.
-	holes bool
-	// page2 is the offset of the file's second page, a b-tree page when
-	// the store opened it (see secondPage); 0: not checked.
-	page2 int64
-	log   logr.Logger
-	now   func() time.Time
-	self  Owner
-	busy  time.Duration
+	log  logr.Logger
+	now  func() time.Time
+	self store.Owner
+	busy time.Duration
 
 	db *sql.DB
 
@@ -138,9 +125,6 @@ type Store struct {
 	spare     *filelock.File // waitLock's own descriptor of the lock file, kept between waits
 	cache     heldCache
 	live      liveness
-	txMarks   []marker.Mark // marks made by the write in progress (see holdMark)
-
-	ns string // the namespace of this store's marks (package marker)
 
 	// commits counts this connection's write transactions; every
 	// checkpointEvery of them it nudges the checkpointer. Guarded by sem.
@@ -157,24 +141,33 @@ type Store struct {
 	probeFailures atomic.Int64
 }
 
+var _ store.Store = (*sqlStore)(nil)
+
 // Open opens the store at path, creating the directory (0700) and the file
 // (0600) when they do not exist, and brings its schema up to date.
 //
-// Open refuses, with an error wrapping ErrUnsafe, a directory or file that
+// Open refuses, with an error wrapping store.ErrUnsafe, a directory or file that
 // another user owns or that others may write, and a symbolic link where it
 // keeps its own files: another user could otherwise swap in a database or
 // point a lock file elsewhere.
 //
-// Open refuses, with an error wrapping ErrDamaged, a path that is a
+// Open refuses, with an error wrapping store.ErrDamaged, a path that is a
 // directory, a file that is not SQLite, a damaged database and a SQLite
 // database of another program; it never modifies or removes such a file.
-// It refuses, with ErrSchemaTooNew, a schema of a write version newer than
+// It refuses, with store.ErrSchemaTooNew, a schema of a write version newer than
 // WriteVersion (see the package doc), and uses a newer schema of a write
-// version it knows as it is. It refuses a path whose store TakeOver moved
-// elsewhere with ErrMoved, naming the new place.
-func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+// version it knows as it is.
+func Open(ctx context.Context, path string, opts Options) (store.Store, error) {
+	s, err := open(ctx, path, opts)
+	if err != nil {
+		return nil, err // no typed nil in the interface
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, path string, opts Options) (*sqlStore, error) {
 	if path == "" {
-		return nil, &FieldError{Field: "path", Value: "", Want: "a file path for the database"}
+		return nil, &store.FieldError{Field: "path", Value: "", Want: "a file path for the database"}
 	}
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 5 * time.Second
@@ -185,7 +178,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	self, err := Self()
+	self, err := store.Self()
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +189,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	// A store removed or replaced while it opens (a cleaner at work, or
 	// another process that just set a truncated file aside) fails in ways
 	// that say nothing of the store that is there now: open it again. An
-	// error wrapping ErrLost says so itself; otherwise the directory or
+	// error wrapping store.ErrLost says so itself; otherwise the directory or
 	// the file changed (a directory made again may have the inode number
 	// of the one removed, so that alone is not proof).
 	for attempt := 1; ; attempt++ {
@@ -205,7 +198,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		if err == nil || attempt == maxOpenAttempts || ctx.Err() != nil {
 			return s, err
 		}
-		if !errors.Is(err, ErrLost) && !before.changed(placeOf(path)) {
+		if !errors.Is(err, store.ErrLost) && !before.changed(placeOf(path)) {
 			return s, err
 		}
 		opts.Logger.V(1).Info("the store was removed or replaced while it opened; opening it again", "path", path, "error", err.Error())
@@ -243,19 +236,14 @@ func (p place) changed(now place) bool {
 }
 
 // openOnce is one attempt of Open on an absolute path.
-func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Store, error) {
+func openOnce(ctx context.Context, path string, self store.Owner, opts Options) (*sqlStore, error) {
 	if err := safefs.PrepareDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
-	for _, f := range []string{path, path + "-wal", path + "-shm", path + ".lock", path + ".migrate.lock", path + MovedSuffix} {
+	for _, f := range []string{path, path + "-wal", path + "-shm", path + ".lock", path + ".migrate.lock"} {
 		if err := safefs.CheckFile(f); err != nil {
 			return nil, err
 		}
-	}
-	if m, moved, err := ReadMoved(path); err != nil {
-		return nil, shortErr("open "+path, err) // out of descriptors, say
-	} else if moved {
-		return nil, movedErr(path, m)
 	}
 	db, conn, found, file, err := openConn(ctx, path, opts.BusyTimeout, opts.Logger)
 	if err != nil {
@@ -275,9 +263,8 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	ckptDB.SetMaxOpenConns(1)
-	s := &Store{
+	s := &sqlStore{
 		path:       path,
-		ns:         marker.Namespace(path),
 		log:        opts.Logger,
 		now:        opts.Now,
 		self:       self,
@@ -297,18 +284,6 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 	// the old one, which nobody else reads: Open starts again.
 	s.file = file
 	s.size.Store(file.Size())
-	head, err := os.Open(path)
-	if err != nil {
-		_ = s.closeDB()
-		return nil, shortErr("open "+path, err)
-	}
-	s.head = head
-	if hf, err := head.Stat(); err != nil || !os.SameFile(hf, file) {
-		_ = s.closeDB()
-		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, ErrLost)
-	}
-	s.holes = !hasHole(head, file.Size())
-	s.page2 = secondPage(head, file.Size())
 	if err := s.sameFile(); err != nil {
 		_ = s.closeDB()
 		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, err)
@@ -334,7 +309,7 @@ func openOnce(ctx context.Context, path string, self Owner, opts Options) (*Stor
 }
 
 // Path returns the database file's absolute path.
-func (s *Store) Path() string { return s.path }
+func (s *sqlStore) Path() string { return s.path }
 
 // ownerFormatVersion is the schema version from which rows name owners by
 // the kernel's start time; rows of older schemas are converted on Open.
@@ -349,7 +324,7 @@ const closeGrace = time.Second
 // and bounded: a call still in flight after BusyTimeout plus a second (it is
 // bounded itself) closes the database when it ends, and Close returns an
 // error saying so.
-func (s *Store) Close() error {
+func (s *sqlStore) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
@@ -369,7 +344,7 @@ func (s *Store) Close() error {
 	}
 }
 
-func (s *Store) closeDB() error {
+func (s *sqlStore) closeDB() error {
 	var errs []error
 	errs = append(errs, s.st.close())
 	guard := s.closeGuard() // before the store's own connections close
@@ -385,9 +360,6 @@ func (s *Store) closeDB() error {
 	}
 	if s.spare != nil {
 		errs = append(errs, s.spare.Close())
-	}
-	if s.head != nil {
-		errs = append(errs, s.head.Close())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close: %w", err)
@@ -412,7 +384,7 @@ func (s *Store) closeDB() error {
 // every owner those frames name. Once the WAL is past walKeepLimit the
 // store closes without a guard, so one process in many pays for the
 // checkpoint and a fresh process never reads back a long WAL.
-func (s *Store) closeGuard() *sql.DB {
+func (s *sqlStore) closeGuard() *sql.DB {
 	fi, err := os.Stat(s.path + "-wal")
 	if err != nil || fi.Size() > walKeepLimit {
 		return nil
@@ -511,13 +483,13 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, nil, 0, nil, fmt.Errorf("database file %s was removed while the store opened: %w", path, ErrLost)
+		return nil, nil, 0, nil, fmt.Errorf("database file %s was removed while the store opened: %w", path, store.ErrLost)
 	case err != nil:
 		return nil, nil, 0, nil, classify(path, err)
 	case fi.Size() == 0:
 		// prepareFile leaves a whole store at path: an empty file is one
 		// that SQLite made, opening the path of a store removed meanwhile.
-		return nil, nil, 0, nil, fmt.Errorf("database file %s was removed while the store opened, and an empty file made in its place: %w", path, ErrLost)
+		return nil, nil, 0, nil, fmt.Errorf("database file %s was removed while the store opened, and an empty file made in its place: %w", path, store.ErrLost)
 	}
 	db, conn, err := connect(ctx, path, busySlice, true)
 	if err != nil {
@@ -587,7 +559,7 @@ const (
 // threshold, holding the write lock through an fsync: the slowest calls
 // under contention were those. A PASSIVE checkpoint on a connection of its
 // own blocks no writer.
-func (s *Store) checkpointer() {
+func (s *sqlStore) checkpointer() {
 	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -617,7 +589,7 @@ func (s *Store) checkpointer() {
 
 // committed counts a commit and nudges the checkpointer now and then. It
 // must be called with the store acquired.
-func (s *Store) committed() {
+func (s *sqlStore) committed() {
 	s.commits++
 	if s.commits%checkpointEvery == 0 {
 		select {
@@ -639,10 +611,10 @@ func dsnBare(path string) string {
 // acquire takes the store for one call: the in-process turn, then for writes
 // the cross-process flock. The returned function gives both back. Every wait
 // ends with ctx, and the flock wait also after BusyTimeout, with an error
-// wrapping ErrBusy that names the lock's holder where the OS tells.
-func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
+// wrapping store.ErrBusy that names the lock's holder where the OS tells.
+func (s *sqlStore) acquire(ctx context.Context, write bool) (func(), error) {
 	if s.closed.Load() {
-		return nil, ErrClosed
+		return nil, store.ErrClosed
 	}
 	select {
 	case s.sem <- struct{}{}:
@@ -651,7 +623,7 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 	}
 	if s.closed.Load() {
 		s.putTurn()
-		return nil, ErrClosed
+		return nil, store.ErrClosed
 	}
 	if !write {
 		return s.putTurn, nil
@@ -661,13 +633,10 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 		s.putTurn()
 		return nil, err
 	}
-	// Checked under the lock: a process that sets a truncated file aside
-	// (setAsideLost) or moves the store (TakeOver) does so holding it, so
-	// a write that passes this check lands in the file every other
-	// process uses, unless the file is deleted meanwhile, which write and
-	// exec check again, with the file's header (see truncated), which
-	// this check leaves to them.
-	if err := s.sameFileStat(); err != nil {
+	// Checked under the lock, so that a write that passes lands in the
+	// file every other process uses, unless it is deleted meanwhile,
+	// which write and exec check again.
+	if err := s.sameFile(); err != nil {
 		release()
 		return nil, err
 	}
@@ -676,7 +645,7 @@ func (s *Store) acquire(ctx context.Context, write bool) (func(), error) {
 
 // lockWrite takes the cross-process write lock for a caller that holds the
 // turn, and returns the function that lets go of both.
-func (s *Store) lockWrite(ctx context.Context) (func(), error) {
+func (s *sqlStore) lockWrite(ctx context.Context) (func(), error) {
 	ok, err := s.writeLock.TryLock()
 	if err != nil {
 		return nil, fmt.Errorf("write lock %s: %w", s.writeLock.Path(), err)
@@ -708,7 +677,7 @@ func (s *Store) lockWrite(ctx context.Context) (func(), error) {
 }
 
 // putTurn gives back the in-process turn taken by acquire.
-func (s *Store) putTurn() { <-s.sem }
+func (s *sqlStore) putTurn() { <-s.sem }
 
 // waitLock waits for the write lock that another process holds. The kernel
 // wakes a blocked flock the moment the holder lets go, with no polling, but
@@ -720,13 +689,13 @@ func (s *Store) putTurn() { <-s.sem }
 // kept for the next wait (s.spare) unless its wait was abandoned: under 16
 // processes every write waits, and opening and closing the file each time
 // cost an eighth of their rate.
-func (s *Store) waitLock(ctx context.Context) (*filelock.File, error) {
+func (s *sqlStore) waitLock(ctx context.Context) (*filelock.File, error) {
 	lock := s.spare
 	s.spare = nil
 	if lock == nil {
 		var err error
 		if lock, err = s.writeLock.Reopen(); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("write lock %s is gone with its directory: %w", s.writeLock.Path(), ErrLost)
+			return nil, fmt.Errorf("write lock %s is gone with its directory: %w", s.writeLock.Path(), store.ErrLost)
 		} else if err != nil {
 			return nil, fmt.Errorf("write lock %s: %w", s.writeLock.Path(), err)
 		}
@@ -771,12 +740,12 @@ func (s *Store) waitLock(ctx context.Context) (*filelock.File, error) {
 		holder = h.String()
 	}
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("write lock %s is held by %s: %w: %w", s.writeLock.Path(), holder, ErrBusy, why)
+		return nil, fmt.Errorf("write lock %s is held by %s: %w: %w", s.writeLock.Path(), holder, store.ErrBusy, why)
 	}
-	return nil, fmt.Errorf("write lock %s is held by %s (%w): %w", s.writeLock.Path(), holder, why, ErrBusy)
+	return nil, fmt.Errorf("write lock %s is held by %s (%w): %w", s.writeLock.Path(), holder, why, store.ErrBusy)
 }
 
-func (s *Store) locked(lock *filelock.File, err error) (*filelock.File, error) {
+func (s *sqlStore) locked(lock *filelock.File, err error) (*filelock.File, error) {
 	if err != nil {
 		_ = lock.Close()
 		return nil, fmt.Errorf("write lock %s: %w", s.writeLock.Path(), err)

@@ -9,13 +9,15 @@ import (
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/berth-go/berth/store"
 )
 
 // write runs fn in one BEGIN IMMEDIATE transaction with the store acquired
 // for writing, and commits when fn returns nil. fn's context does not cancel
 // statements (an interrupted statement can leave the connection in a state
 // only ROLLBACK clears); fn checks ctx between steps instead.
-func (s *Store) write(ctx context.Context, op string, fn func(tctx context.Context) error) error {
+func (s *sqlStore) write(ctx context.Context, op string, fn func(tctx context.Context) error) error {
 	release, err := s.acquire(ctx, true)
 	if err != nil {
 		return acquireErr(op, err)
@@ -29,15 +31,14 @@ func (s *Store) write(ctx context.Context, op string, fn func(tctx context.Conte
 	if lost := s.lostErr(err); lost != nil {
 		err = lost
 	}
-	s.settleMarks(err != nil)
 	return s.explain(err)
 }
 
 // lostErr reports, after a write that returned err, whether the file was
 // lost meanwhile (see sameFile), and if so the error to return instead of
-// err: ErrLost, or err itself when it already says so.
-func (s *Store) lostErr(err error) error {
-	if err != nil && (errors.Is(err, ErrLost) || !errors.Is(err, ErrStorage)) {
+// err: store.ErrLost, or err itself when it already says so.
+func (s *sqlStore) lostErr(err error) error {
+	if err != nil && (errors.Is(err, store.ErrLost) || !errors.Is(err, store.ErrStorage)) {
 		return nil // a refusal, a conflict, a busy store: the file served it
 	}
 	serr := s.sameFile()
@@ -47,7 +48,7 @@ func (s *Store) lostErr(err error) error {
 	return fmt.Errorf("%w (the transaction failed with: %s)", serr, err.Error()) // not wrapped: it is no failure of the store
 }
 
-func (s *Store) inTx(ctx context.Context, op string, fn func(tctx context.Context) error) error {
+func (s *sqlStore) inTx(ctx context.Context, op string, fn func(tctx context.Context) error) error {
 	tctx := context.WithoutCancel(ctx)
 	if err := s.retryBusy(ctx, func() error {
 		_, err := s.st.begin.ExecContext(tctx)
@@ -83,7 +84,7 @@ func (s *Store) inTx(ctx context.Context, op string, fn func(tctx context.Contex
 // exec runs one autocommit write statement with the store acquired for
 // writing and returns the number of rows it changed. done, when not nil,
 // runs with the store still acquired, to bring the cache in line.
-func (s *Store) exec(ctx context.Context, op string, done func(n int64), stmt *stmt, args ...any) (int64, error) {
+func (s *sqlStore) exec(ctx context.Context, op string, done func(n int64), stmt *stmt, args ...any) (int64, error) {
 	release, err := s.acquire(ctx, true)
 	if err != nil {
 		return 0, acquireErr(op, err)
@@ -118,16 +119,16 @@ func (s *Store) exec(ctx context.Context, op string, done func(n int64), stmt *s
 }
 
 func acquireErr(op string, err error) error {
-	if errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, store.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	if errors.Is(err, ErrLost) {
+	if errors.Is(err, store.ErrLost) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	return storageErr(op, err)
 }
 
-func (s *Store) rollback() {
+func (s *sqlStore) rollback() {
 	s.cache.invalidate()
 	if _, err := s.st.rollback.ExecContext(context.Background()); err != nil {
 		// "no transaction is active" after a failed COMMIT is expected;
@@ -144,7 +145,7 @@ const busySlice = 100 * time.Millisecond
 // done, or the store's BusyTimeout has passed. Berth's own writers queue on
 // the flock and rarely meet SQLITE_BUSY; this waits out a lock held by
 // something else (the sqlite3 shell, a checkpoint) without ignoring ctx.
-func (s *Store) retryBusy(ctx context.Context, fn func() error) error {
+func (s *sqlStore) retryBusy(ctx context.Context, fn func() error) error {
 	deadline := time.Now().Add(s.busy)
 	for {
 		err := fn()
@@ -152,16 +153,16 @@ func (s *Store) retryBusy(ctx context.Context, fn func() error) error {
 			return err
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("the database is locked by another process (%w): %w: %w", err, ErrBusy, ctx.Err())
+			return fmt.Errorf("the database is locked by another process (%w): %w: %w", err, store.ErrBusy, ctx.Err())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the database stayed locked by another process for %v (%w): %w", s.busy, err, ErrBusy)
+			return fmt.Errorf("the database stayed locked by another process for %v (%w): %w", s.busy, err, store.ErrBusy)
 		}
 	}
 }
 
 // explain adds what to check to errors of the file system under the store.
-func (s *Store) explain(err error) error {
+func (s *sqlStore) explain(err error) error {
 	var se *sqlite.Error
 	if !errors.As(err, &se) {
 		return err
@@ -172,7 +173,7 @@ func (s *Store) explain(err error) error {
 	if errors.As(err, &fe) && fe.short == nil {
 		fe.short = shortage(fe.err, filepath.Dir(s.path))
 	}
-	if errors.Is(err, ErrTransient) {
+	if errors.Is(err, store.ErrTransient) {
 		return err // its message says what ran short
 	}
 	switch se.Code() & 0xff {
@@ -182,7 +183,7 @@ func (s *Store) explain(err error) error {
 			// writing (out of descriptors a moment before, the file not
 			// writable then), and the connection stays so: the store
 			// must be opened again, as a lost one is.
-			return fmt.Errorf("%w; the file %s is writable, but the store's connection was opened read-only: %w", err, s.path, ErrLost)
+			return fmt.Errorf("%w; the file %s is writable, but the store's connection was opened read-only: %w", err, s.path, store.ErrLost)
 		}
 		return fmt.Errorf("%w; check that %s is writable and its file system not full", err, filepath.Dir(s.path))
 	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM:

@@ -1,7 +1,10 @@
-// Package store holds what berth's stores and its dispatcher share: the key
-// of a reservation, the process that owns it, the reservation itself, and
-// the errors a store reports. Each of these is declared once, here;
-// statestore, pgstore and portalloc use them under the same names.
+// Package store is the contract between berth's dispatcher (package
+// portalloc) and the stores that record reservations: the key of a
+// reservation, its owner, the reservation itself, the one port-range type,
+// the errors every layer of berth returns, and the Store interface that
+// package statestore (SQLite, one host) and package pgstore (PostgreSQL, a
+// fleet of hosts) implement. Each of these is declared once, here; request
+// validation is written once, here, for every store.
 //
 // # The conflict rule
 //
@@ -12,19 +15,23 @@
 // IPv4 traffic; the IPv4 wildcard covers IPv6 addresses because Go's
 // net.Listen("tcp", "0.0.0.0:p") opens such a dual-stack socket, and on
 // Linux it cannot share its port with a socket on ::1. Key.Conflicts
-// decides it.
+// decides it; package portlock's kernel locks follow the same rule.
 package store
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"time"
 
 	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/internal/owner"
+	"github.com/berth-go/berth/internal/transient"
 )
 
-// Protocol is the transport a port is reserved for.
+// Protocol is the transport a port is reserved for: "tcp" or "udp", as the
+// net package names them. An untyped string constant converts to it, so
+// a Request may say Protocol: "udp".
 type Protocol string
 
 // The protocols berth reserves ports for.
@@ -33,13 +40,11 @@ const (
 	UDP Protocol = "udp"
 )
 
-// Valid reports whether p is TCP or UDP.
-func (p Protocol) Valid() bool { return p == TCP || p == UDP }
-
 // Kind says how a reservation was chosen.
 type Kind string
 
-// The kinds of reservation.
+// The kinds of reservation, as Kubernetes' port allocator labels its
+// metrics.
 const (
 	// Dynamic: berth chose the port from a range.
 	Dynamic Kind = "dynamic"
@@ -48,23 +53,27 @@ const (
 )
 
 // Key names what a reservation holds: a port of a protocol on an address.
-// Addresses are kept in normal form: an IPv4-mapped IPv6 address
-// (::ffff:127.0.0.1) as its IPv4 address, so that one address has one key;
-// Normalize refuses the zero address and addresses with an IPv6 zone.
+// Addresses are kept in normal form, an IPv4-mapped IPv6 address
+// (::ffff:127.0.0.1) as its IPv4 address, so that one address has one key.
 type Key struct {
 	Protocol Protocol
 	Addr     netip.Addr
 	Port     uint16
 }
 
+// AddrPort is the address and port the key is for, as net.Listen takes
+// it (with String).
+func (k Key) AddrPort() netip.AddrPort { return netip.AddrPortFrom(k.Addr, k.Port) }
+
 func (k Key) String() string {
 	return string(k.Protocol) + " " + netip.AddrPortFrom(k.Addr, k.Port).String()
 }
 
-// Normalize validates k and returns it with its address in normal form.
-// The error is a *FieldError naming the field that is not accepted.
+// Normalize validates k and returns it with its address in normal form:
+// a protocol of "tcp" or "udp", a port other than 0, an address without an
+// IPv6 zone. The error is a *FieldError naming the field refused.
 func (k Key) Normalize() (Key, error) {
-	if !k.Protocol.Valid() {
+	if k.Protocol != TCP && k.Protocol != UDP {
 		return Key{}, &FieldError{Field: "protocol", Value: string(k.Protocol), Want: `"tcp" or "udp"`}
 	}
 	if k.Port == 0 {
@@ -88,77 +97,107 @@ func (k Key) Conflicts(other Key) bool {
 	return k.Protocol == other.Protocol && k.Port == other.Port && netaddr.Conflicts(k.Addr, other.Addr)
 }
 
-// Owner is the identity of the process a reservation belongs to. The pid is
-// not enough, because the kernel reuses pids: the start as the kernel
-// records it tells a pid's processes apart, and Scope (boot id and
-// namespaces, on Linux) tells boots and containers apart. No part of it is
-// read from the wall clock, so no clock step changes it.
+// Owner is who a reservation belongs to: a process, or a named holder.
 //
-// Owners come from statestore.Self, statestore.LookupOwner or a stored
-// Reservation; the zero Owner names no process (where a store's method
-// takes one, it means "this process").
+// A process is known by its pid and by its start as the kernel records it,
+// because the kernel reuses pids; Namespace says where the two mean
+// something (on Linux the boot and the pid and time namespaces). No part
+// of it is read from the wall clock, so no clock step changes it. Self and
+// LookupOwner return such owners.
+//
+// A named holder (Holder set, PID 0) is no process: a CI job, a
+// development environment, a pod, which reserves under a lease that its
+// controller renews and that ends by itself. It is never judged by a
+// process table.
+//
+// The zero Owner names no one; where a store's method takes an owner, it
+// means the calling process.
 type Owner struct {
 	PID int
 	// Start is the process start as the kernel records it, compared
 	// exactly: on Linux clock ticks since boot, on macOS and Windows unix
 	// milliseconds. It is not a time to show; StartedAt is.
 	Start int64
-	Scope string // where PID and Start mean something
-	Name  string // process name, for people reading listings
+	// Namespace is where PID and Start mean something.
+	Namespace string
+	// Name is the process name, for people reading listings.
+	Name string
+	// Holder names a holder under a lease instead of a process.
+	Holder string
 }
 
-// LeaseScope is the Scope of an Owner that is no process but a named
-// holder of a renewable lease, such as a pod of an orchestrator (pgstore's
-// fleet-wide reservations) or a CI job on one host (LeaseStore): Name names
-// the holder, PID and Start are 0.
-// Such an owner is released by its holder's controller or when its lease
-// runs out, never judged by a process table.
-const LeaseScope = "lease"
+// IsZero reports whether o names no one.
+func (o Owner) IsZero() bool { return o.Holder == "" && o.identity().IsZero() }
 
-// IsZero reports whether o names no process.
-func (o Owner) IsZero() bool { return o.identity().IsZero() }
-
-// IsLease reports whether o is a named holder under a lease (Scope
-// LeaseScope), not a process.
-func (o Owner) IsLease() bool { return o.Scope == LeaseScope }
-
-// Same reports whether o and other are the same process. Names are not
-// compared; starts are compared exactly. Owners under a lease are the same
-// when their holders' names are.
+// Same reports whether o and other are the same owner: the same process
+// (pids and starts equal, names not compared) or the same named holder.
 func (o Owner) Same(other Owner) bool {
-	if o.IsLease() || other.IsLease() {
-		return o.IsLease() && other.IsLease() && o.Name == other.Name
+	if o.Holder != "" || other.Holder != "" {
+		return o.Holder == other.Holder
 	}
 	return o.identity().Same(other.identity())
 }
 
-// Alive reports whether the process o names still runs. Where that cannot be
-// decided (e.g. another pid namespace) it reports true, because taking a
-// live owner for dead would hand its ports out twice. An owner under a
-// lease is judged by its reservation's Expires, which an Owner does not
-// carry: Alive reports true for it.
+// Alive reports whether the process o names still runs. Where that cannot
+// be decided (e.g. another pid namespace) it reports true, because taking
+// a live owner for dead would hand its ports out twice. A named holder is
+// judged by its reservation's Expires, which an Owner does not carry: Alive
+// reports true for it.
 func (o Owner) Alive(ctx context.Context) bool {
-	if o.IsLease() {
+	if o.Holder != "" {
 		return true
 	}
 	return owner.Active(ctx, o.identity())
 }
 
-// StartedAt returns when o's process started by the wall clock as it reads
-// now, for display only: a clock step moves it, so it never tells owners
-// apart. It reports false when it cannot tell (e.g. an owner of another
-// boot).
+// StartedAt returns when o's process started by the wall clock as it
+// reads now, for display only: a clock step moves it, so it never tells
+// owners apart. It reports false when it cannot tell (an owner of another
+// boot, a named holder).
 func (o Owner) StartedAt() (time.Time, bool) {
-	if o.IsLease() {
-		return time.Time{}, false // a holder, not a process
+	if o.Holder != "" {
+		return time.Time{}, false
 	}
 	return owner.StartedAt(o.identity())
 }
 
-func (o Owner) String() string { return o.identity().String() }
+func (o Owner) String() string {
+	if o.Holder != "" {
+		return "holder " + quote(o.Holder)
+	}
+	return o.identity().String()
+}
 
 func (o Owner) identity() owner.Identity {
-	return owner.Identity{PID: o.PID, Start: o.Start, Scope: o.Scope, Name: o.Name}
+	return owner.Identity{PID: o.PID, Start: o.Start, Scope: o.Namespace, Name: o.Name}
+}
+
+func fromIdentity(id owner.Identity) Owner {
+	return Owner{PID: id.PID, Start: id.Start, Namespace: id.Scope, Name: id.Name}
+}
+
+// Self returns the calling process as an Owner. An error that comes of a
+// passing shortage (no descriptor to read /proc with) wraps ErrTransient.
+func Self() (Owner, error) {
+	id, err := owner.Self()
+	if err != nil {
+		if short := transient.Wrap(err); short != nil {
+			err = short
+		}
+		return Owner{}, fmt.Errorf("identify this process: %w", err)
+	}
+	return fromIdentity(id), nil
+}
+
+// LookupOwner returns the running process pid as an Owner, e.g. a child
+// an orchestrator has just started and hands its ports to. A pid that no
+// process has is a *FieldError for "pid".
+func LookupOwner(ctx context.Context, pid int) (Owner, error) {
+	id, err := owner.Lookup(ctx, pid)
+	if err != nil {
+		return Owner{}, fmt.Errorf("%w: %w", &FieldError{Field: "pid", Value: fmt.Sprint(pid), Want: "the pid of a running process"}, err)
+	}
+	return fromIdentity(id), nil
 }
 
 // Reservation is one reservation a store holds.
@@ -168,19 +207,20 @@ type Reservation struct {
 	Label   string
 	Kind    Kind
 	Created time.Time
-	// Expires is, for a reservation a named holder keeps under a lease
-	// (Owner.IsLease), when the lease ends: the wall clock as read with
-	// the row plus the time the lease had left, with the monotonic reading
-	// of that moment, so comparing it with time.Now() in the same process
-	// is immune to wall-clock steps. A lease that has ended (of another
-	// boot, say) has an Expires no later than the moment it was read.
-	// Zero for process owners, and for a lease this host cannot judge (of
-	// another time namespace), which counts as live.
+	// Expires is, for a named holder's reservation, when its lease ends:
+	// the wall clock as read with the row plus the time the lease had
+	// left, with the monotonic reading of that moment, so comparing it
+	// with time.Now() in the same process is immune to wall-clock steps.
+	// Zero for a process's reservation, and for a lease this host cannot
+	// judge (of another time namespace), which counts as live.
 	Expires time.Time
 }
 
-// LeaseLive reports whether r is held under a lease that has not ended, by
-// the process-local clock (see Expires); false for process owners.
-func (r Reservation) LeaseLive() bool {
-	return r.Owner.IsLease() && (r.Expires.IsZero() || time.Now().Before(r.Expires))
+// Live reports whether r's owner still holds it: a named holder whose
+// lease has not ended, or a process that still runs (see Owner.Alive).
+func (r Reservation) Live(ctx context.Context) bool {
+	if r.Owner.Holder != "" {
+		return r.Expires.IsZero() || time.Now().Before(r.Expires)
+	}
+	return r.Owner.Alive(ctx)
 }

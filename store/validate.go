@@ -1,150 +1,88 @@
 package store
 
 import (
-	"context"
 	"fmt"
 	"math"
-
-	"github.com/berth-go/berth/internal/owner"
-	"github.com/berth-go/berth/internal/transient"
+	"time"
 )
 
-// Request validation, written once for every store: a store checks a
-// request with these before it touches its database, so the same request
-// is refused the same way, with the same *FieldError, by each of them.
-
-// DefaultBatch is the Batch of a ScanRequest whose Batch is zero.
-const DefaultBatch = 32
-
-// Checked is a request as a store records it, validated and completed by
-// CheckRequest or CheckScan.
-type Checked struct {
-	// Key is the request's key in normal form (see Key.Normalize); a
-	// scan's has Port 1, the scan sets it.
-	Key Key
-	// Owner is the request's owner: the store's own process for a zero
-	// Owner.
-	Owner Owner
-	// Kind is the request's kind: Static for a Reserve, Dynamic for a
-	// scan, when zero.
-	Kind Kind
-	// Batch is a scan's ScanRequest.Batch, DefaultBatch when zero.
-	Batch int
+// Validate checks req as every store checks it before it touches its
+// database, and returns it completed: its Key in normal form, a zero Owner
+// made self (the calling process, as Self returns it), a zero Kind Static.
+// A refused field is a *FieldError naming it.
+func (req Request) Validate(self Owner) (Request, error) {
+	key, err := req.Key.Normalize()
+	if err != nil {
+		return Request{}, err
+	}
+	req.Key = key
+	req.Owner, req.Kind, err = complete(req.Owner, req.Kind, Static, req.Label, req.TTL, self)
+	return req, err
 }
 
-// CheckRequest validates req for Reserve and completes it: its Key in
-// normal form, a zero Owner made self (the store's own process), a zero
-// Kind Static. An owner under a lease (Owner.IsLease) passes as it is: a
-// store's lease calls make such requests, and its Reserve refuses them
-// before with CheckProcessOwner. Any other owner must pass CheckOwner, and
-// the label CheckLabel. A refused field is a *FieldError naming it.
-func CheckRequest(req Request, self Owner) (Checked, error) {
-	return check(req.Key, req.Owner, req.Kind, Static, req.Label, self)
-}
-
-// CheckScan validates req for Scan and ScanBlock as CheckRequest does for
-// Reserve: its Next must be set, its key is its Protocol and Addr with
-// Port 1, a zero Kind is Dynamic and a zero (or negative) Batch
-// DefaultBatch.
-func CheckScan(req ScanRequest, self Owner) (Checked, error) {
+// Validate checks req as Request.Validate does, and returns it completed:
+// its address in normal form, a zero Kind Dynamic, a zero Batch 32. Next
+// must be set.
+func (req ScanRequest) Validate(self Owner) (ScanRequest, error) {
 	if req.Next == nil {
-		return Checked{}, &FieldError{Field: "next", Value: "nil", Want: "a candidate iterator"}
+		return ScanRequest{}, &FieldError{Field: "next", Value: "nil", Want: "a candidate iterator"}
 	}
-	c, err := check(Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, Dynamic, req.Label, self)
+	key, err := Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}.Normalize()
 	if err != nil {
-		return Checked{}, err
+		return ScanRequest{}, err
 	}
-	c.Batch = req.Batch
-	if c.Batch <= 0 {
-		c.Batch = DefaultBatch
+	req.Protocol, req.Addr = key.Protocol, key.Addr
+	if req.Batch <= 0 {
+		req.Batch = 32
 	}
-	return c, nil
+	req.Owner, req.Kind, err = complete(req.Owner, req.Kind, Dynamic, req.Label, req.TTL, self)
+	return req, err
 }
 
-// CheckBlock refuses a ScanBlock of n ports unless 1 <= n <= MaxBlock.
-func CheckBlock(n int) error {
-	if n < 1 || n > MaxBlock {
-		return &FieldError{Field: "n", Value: fmt.Sprint(n), Want: fmt.Sprintf("a block of 1 to %d ports", MaxBlock)}
-	}
-	return nil
-}
-
-func check(k Key, own Owner, kind, defKind Kind, label string, self Owner) (Checked, error) {
-	key, err := k.Normalize()
-	if err != nil {
-		return Checked{}, err
-	}
+func complete(own Owner, kind, def Kind, label string, ttl time.Duration, self Owner) (Owner, Kind, error) {
 	switch {
 	case own.IsZero():
 		own = self
-	case own.IsLease():
-		// Checked by the lease's own calls.
-	default:
-		if err := CheckOwner(own); err != nil {
-			return Checked{}, err
+		fallthrough
+	case own.Holder == "":
+		if ttl != 0 {
+			return Owner{}, "", &FieldError{Field: "ttl", Value: ttl.String(), Want: "zero for a process's reservation: only a named holder's has a lease"}
 		}
+	default:
+		if err := CheckTTL(ttl); err != nil {
+			return Owner{}, "", err
+		}
+	}
+	if err := own.Validate(); err != nil {
+		return Owner{}, "", err
 	}
 	switch kind {
 	case "":
-		kind = defKind
+		kind = def
 	case Dynamic, Static:
 	default:
-		return Checked{}, &FieldError{Field: "kind", Value: string(kind), Want: `"dynamic" or "static"`}
+		return Owner{}, "", &FieldError{Field: "kind", Value: string(kind), Want: `"dynamic" or "static"`}
 	}
 	if err := CheckLabel(label); err != nil {
-		return Checked{}, err
+		return Owner{}, "", err
 	}
-	return Checked{Key: key, Owner: own, Kind: kind}, nil
+	return own, kind, nil
 }
 
-// CheckOwner returns nil for the identity of a process that a store can
-// record as an owner: a pid of 1 to 2^31-1 (what every OS hands out, and
-// what PostgreSQL's integer column holds) with a start time or a scope, as
-// Self and LookupOwner return it. Otherwise it returns a *FieldError for
-// "owner".
-func CheckOwner(o Owner) error {
-	if o.PID <= 0 || o.PID > math.MaxInt32 || (o.Start == 0 && o.Scope == "") {
-		return &FieldError{Field: "owner", Value: fmt.Sprintf("pid %d start %d", o.PID, o.Start), Want: "a live process identity from store.Self or store.LookupOwner (pid 1 to 2147483647)"}
-	}
-	return nil
-}
-
-// CheckProcessOwner refuses an owner under a lease (Owner.IsLease) in a
-// call for processes, such as Reserve, Scan, Release or Transfer: a holder
-// under a lease reserves through the lease calls of a store that has them
-// (statestore's ReserveLease and ScanLease, a FleetStore's ReserveFleet).
-// Any other owner, the zero one included, passes.
-func CheckProcessOwner(o Owner) error {
-	if o.IsLease() {
-		return &FieldError{Field: "owner", Value: "lease " + o.Name, Want: "a process identity (a holder under a lease reserves through ReserveLease or ScanLease, or a fleet's ReserveFleet)"}
-	}
-	return nil
-}
-
-// Self returns the identity of the calling process, the owner of a
-// request whose Owner is zero. An error that comes of a passing shortage
-// (no descriptor to read /proc with) wraps ErrTransient.
-func Self() (Owner, error) {
-	id, err := owner.Self()
-	if err != nil {
-		if short := transient.Wrap(err); short != nil {
-			err = short
+// Validate returns nil for an owner a store can record: a named holder
+// whose name is 1 to MaxHolderLen bytes of printable UTF-8, or a process
+// with a pid from 1 to 2^31-1 (what every system hands out, and what
+// PostgreSQL's integer column holds) and a start or namespace, as Self and
+// LookupOwner return it. Otherwise a *FieldError for "owner" or "holder".
+func (o Owner) Validate() error {
+	if o.Holder != "" {
+		if o.PID != 0 {
+			return &FieldError{Field: "owner", Value: fmt.Sprintf("pid %d and holder %s", o.PID, quote(o.Holder)), Want: "a process or a named holder, not both"}
 		}
-		return Owner{}, fmt.Errorf("identify this process: %w", err)
+		return checkHolder(o.Holder)
 	}
-	return fromIdentity(id), nil
-}
-
-// LookupOwner returns the identity of the live process pid, e.g. a child
-// an orchestrator has just started and hands its ports to.
-func LookupOwner(ctx context.Context, pid int) (Owner, error) {
-	id, err := owner.Lookup(ctx, pid)
-	if err != nil {
-		return Owner{}, err
+	if o.PID <= 0 || o.PID > math.MaxInt32 || (o.Start == 0 && o.Namespace == "") {
+		return &FieldError{Field: "owner", Value: fmt.Sprintf("pid %d start %d", o.PID, o.Start), Want: "a live process as store.Self or store.LookupOwner returns it (pid 1 to 2147483647), or a named holder"}
 	}
-	return fromIdentity(id), nil
-}
-
-func fromIdentity(id owner.Identity) Owner {
-	return Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name}
+	return nil
 }

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -16,8 +16,7 @@ import (
 
 	"github.com/berth-go/berth/internal/safefs"
 	"github.com/berth-go/berth/portalloc"
-	"github.com/berth-go/berth/portalloc/scope"
-	"github.com/berth-go/berth/portalloc/statedir"
+	"github.com/berth-go/berth/store"
 )
 
 // globalFlags are the flags every command takes.
@@ -26,6 +25,7 @@ type globalFlags struct {
 	store, host                      string
 	scope                            string
 	strict, allowBrowser             bool
+	allowPrivileged                  bool
 	timeout                          time.Duration
 	verbose                          int
 }
@@ -38,6 +38,7 @@ func (g *globalFlags) add(root *cobra.Command) {
 	fs.StringVar(&g.scope, "scope", "", `keep labels, sticky ports and sets apart per scope: "git" (the root of the current git worktree), "dir" (the current directory) or a name; "" for none (default $BERTH_SCOPE)`)
 	fs.BoolVar(&g.allowBrowser, "allow-browser-restricted", false, "also hand out the ports web browsers refuse to connect to (6000, 6665-6669, 10080, ...; default $BERTH_ALLOW_BROWSER_RESTRICTED, else false)")
 	fs.StringVar(&g.rangeS, "range", "", "port range FIRST-LAST that berth hands ports out of (default $BERTH_PORT_RANGE, else 20000-32767)")
+	fs.BoolVar(&g.allowPrivileged, "allow-privileged", false, "let --range reach below port 1024, where ports belong to system services (default $BERTH_ALLOW_PRIVILEGED, else false)")
 	fs.StringVar(&g.mode, "mode", "", "statestore, statestore-with-fallback or mru (default $BERTH_MODE, else statestore-with-fallback)")
 	fs.BoolVar(&g.strict, "strict", false, "fail when the state store cannot be used instead of falling back to the MRU file (same as --mode statestore)")
 	fs.DurationVar(&g.timeout, "timeout", 0, "give up after this long, waits for a locked store included (default $BERTH_TIMEOUT, else 30s)")
@@ -45,42 +46,40 @@ func (g *globalFlags) add(root *cobra.Command) {
 	fs.StringVar(&g.logLevel, "log-level", "", "log on standard error from this level: debug, info or warn (default $BERTH_LOG; without either, only warnings)")
 }
 
-// configure builds the configuration of the running command: BERTH_*
-// variables, then the flags over them. A value that came from a flag is
+// configure builds the configuration of the running command: the flags,
+// then the BERTH_* variables for what they leave out (portalloc's
+// Config.Resolve), then the defaults. A value that came from a flag is
 // named by that flag in errors, one from a variable by the variable.
 func (a *app) configure(cmd *cobra.Command) error {
 	g := &a.global
-	cfg, err := portalloc.ConfigFromEnv()
-	if err != nil {
-		return envError(err)
+	var cfg portalloc.Config
+	switch {
+	case g.stateDir != "":
+		cfg.StateDir, a.stateDirWhy = g.stateDir, "--state-dir"
+	case os.Getenv("BERTH_STATE_DIR") != "":
+		a.stateDirWhy = "set by BERTH_STATE_DIR"
 	}
-	a.stateDirWhy, a.stateDirDefault = "set by "+portalloc.EnvStateDir, false
-	if g.stateDir != "" {
-		cfg.StateDir = g.stateDir
-		a.stateDirWhy = "--state-dir"
-	}
-	if g.store != "" {
-		cfg.StoreDSN = g.store
-	}
-	if g.host != "" {
-		cfg.Host = g.host
-	}
+	cfg.StoreDSN, cfg.Host = g.store, g.host
 	if a.scopeGiven = cmd.Flags().Changed("scope"); a.scopeGiven {
-		s, err := scope.Resolve(g.scope)
-		var fe *portalloc.FieldError
+		s, err := portalloc.ResolveScope(g.scope)
+		var fe *store.FieldError
 		if errors.As(err, &fe) {
 			return usagef("--scope %q: want %s", g.scope, fe.Want)
 		} else if err != nil {
 			return err
 		}
+		if s == "" {
+			// --scope "": none, whatever BERTH_SCOPE says, here and in
+			// what berth run starts.
+			_ = os.Unsetenv("BERTH_SCOPE")
+		}
 		cfg.Scope = s
 	}
-	if g.allowBrowser {
-		cfg.AllowBrowserRestricted = true
-	}
+	cfg.AllowBrowserRestricted, cfg.AllowPrivileged = g.allowBrowser, g.allowPrivileged
 	if g.rangeS != "" {
-		if cfg.Range, err = portalloc.ParseRange(g.rangeS); err != nil {
-			var fe *portalloc.FieldError
+		r, err := store.ParseRange(g.rangeS)
+		if err != nil {
+			var fe *store.FieldError
 			if errors.As(err, &fe) {
 				named := *fe
 				named.Field = "--range"
@@ -88,6 +87,10 @@ func (a *app) configure(cmd *cobra.Command) error {
 			}
 			return usagef("--range %q: %v", g.rangeS, err)
 		}
+		if r.First < 1024 && !g.allowPrivileged {
+			return usagef("--range %q: want ports from 1024 up; ports below 1024 belong to system services: add --allow-privileged to hand them out", g.rangeS)
+		}
+		cfg.Range = r
 	}
 	if g.mode != "" {
 		switch cfg.Mode = portalloc.Mode(g.mode); cfg.Mode {
@@ -107,65 +110,51 @@ func (a *app) configure(cmd *cobra.Command) error {
 		return usagef("--timeout %v: want a positive duration such as 10s", g.timeout)
 	case g.timeout > 0:
 		cfg.Timeout = g.timeout
-	case cfg.Timeout == 0:
-		cfg.Timeout = portalloc.DefaultTimeout
 	}
 	level, err := g.level()
 	if err != nil {
 		return err
 	}
-	switch {
-	case level != nil:
+	if level != nil {
 		cfg.Logger = portalloc.TextLogger(a.stderr, *level)
-	case cfg.Logger.GetSink() == nil:
+	}
+	cfg, err = cfg.Resolve()
+	if err != nil {
+		return envError(err)
+	}
+	if cfg.Logger.GetSink() == nil {
 		// Warnings (a fallback to the MRU file above all) go to stderr,
 		// as lines of their own unless BERTH_LOG asked for slog's.
 		cfg.Logger = logr.New(&warnSink{w: a.stderr, prefix: a.name + ": "})
 	}
-	if cfg.StateDir == "" {
-		if cfg.StateDir, a.stateDirWhy, err = statedir.DefaultReason(); err != nil {
-			return err
+	if a.stateDirWhy == "" {
+		if _, why, err := portalloc.DefaultStateDir(); err == nil {
+			a.stateDirWhy = why
 		}
-		a.stateDirDefault = true
 	}
 	a.cfg = cfg
 	return nil
 }
 
-// takeOver moves into the default state directory the store left at the
-// previous default (os.UserCacheDir()/berth), when the state directory is
-// the default, the SQLite store is in use and the default has no store yet
-// (see statedir.TakeOver). A command that fills in
-// Config.StateDir itself must, or it would open an empty store beside the
-// one that holds the reservations.
-func (a *app) takeOver(ctx context.Context) error {
-	if !a.stateDirDefault || a.cfg.StoreDSN != "" || a.cfg.Mode == portalloc.ModeMRU {
-		return nil
-	}
-	if _, err := statedir.TakeOver(ctx, a.cfg.Logger); err != nil {
-		return err
-	}
-	_, why, err := statedir.DefaultReason()
-	if err == nil {
-		a.stateDirWhy = why // now with where it was taken over from
-	}
-	return nil
-}
-
-// envError words an error of portalloc.ConfigFromEnv as VARIABLE="value":
-// what is wrong, one line for each bad variable (see userVariable). The
-// errors still wrap portalloc.ErrInvalidRequest.
+// envError words an error of the configuration: a refused variable as
+// VARIABLE="value": what is wrong, one line for each (see userVariable); a
+// field named by a flag as inUserWords does. The errors still wrap
+// store.ErrInvalid.
 func envError(err error) error {
+	var oe *portalloc.OpError
+	if errors.As(err, &oe) {
+		err = oe.Err
+	}
 	errs := []error{err}
 	var j interface{ Unwrap() []error }
-	if errors.As(err, &j) { // ConfigFromEnv joins one error per variable
+	if errors.As(err, &j) { // one error per variable
 		errs = j.Unwrap()
 	}
 	out := make([]error, len(errs))
 	for i, e := range errs {
-		out[i] = e
-		var fe *portalloc.FieldError
-		if errors.As(e, &fe) {
+		out[i] = inUserWords(e)
+		var fe *store.FieldError
+		if errors.As(e, &fe) && strings.HasPrefix(fe.Field, "BERTH_") {
 			out[i] = &userError{msg: userVariable(fe), err: e}
 		}
 	}
@@ -225,14 +214,14 @@ func (s *warnSink) Error(err error, msg string, _ ...any) {
 // unsafe (another user's, writable by others, a symbolic link), or "" for
 // any other error. berth never falls back to the MRU file for it.
 func unsafeFix(err error) string {
-	if !errors.Is(err, portalloc.ErrUnsafe) {
+	if !errors.Is(err, store.ErrUnsafe) {
 		return ""
 	}
 	var ue *safefs.UnsafeError
 	if errors.As(err, &ue) {
 		return ue.Fix + "; berth does not fall back to the MRU file for a directory it does not trust"
 	}
-	return "set --state-dir or " + portalloc.EnvStateDir + " to a directory of your own; berth does not fall back to the MRU file for a directory it does not trust"
+	return "set --state-dir or BERTH_STATE_DIR to a directory of your own; berth does not fall back to the MRU file for a directory it does not trust"
 }
 
 // version is berth's version as the build recorded it: the module version

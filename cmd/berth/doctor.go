@@ -8,27 +8,32 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth-go/berth/internal/dsn"
+	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
-	"github.com/berth-go/berth/portalloc/expvarmetrics"
 	"github.com/berth-go/berth/portalloc/fleet"
-	"github.com/berth-go/berth/portalloc/statedir"
+	"github.com/berth-go/berth/portalloc/who"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
 
 func (a *app) doctorCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "doctor",
-		Short:   "State directory, schema, mode in effect, ranges, what berth leaves out of them and why, and ports bound outside berth",
+		Use:   "doctor",
+		Short: "State directory, store, mode in effect, ranges, what berth leaves out of them and why, and leaked or outside ports",
+		Long: `State directory, store, mode in effect, ranges, what berth leaves out of them
+and why; then the leaks people make: a port a live process listens on whose
+reservation died with its owner (a make recipe's shell that started a server
+in the background, say), with who listens and the fix; and the ports of the
+range that processes outside berth hold.`,
 		Example: "  berth doctor",
 		Args:    noArgs("doctor", ""),
-		// A take-over that failed is reported with the rest.
-		Annotations: map[string]string{annotTakeOver: "report"},
 	}
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error { return a.runDoctor(ctx) })
 	return cmd
@@ -41,105 +46,154 @@ func (a *app) runDoctor(ctx context.Context) error {
 	line := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(fmt.Sprintf(format, a...))) }
 
 	stateDir := func() {
+		if a.cfg.StoreDSN != "" {
+			return
+		}
 		if fi, err := os.Stat(a.cfg.StateDir); err == nil {
 			line("state directory", "%s (mode %04o; %s)", a.cfg.StateDir, fi.Mode().Perm(), a.stateDirWhy)
 		} else {
 			line("state directory", "%s (%v; %s)", a.cfg.StateDir, err, a.stateDirWhy)
 		}
 	}
-	if err := a.takeOverErr; err != nil {
-		stateDir()
-		// Opening the store now would make an empty one beside the one
-		// that holds the reservations.
-		line("take-over", "the store at the previous default could not be moved here: %v", err)
-		line("to fix", "%s; berth refuses to open an empty store here while that one holds reservations", takeOverAdvice(err))
-		_ = tw.Flush()
-		return err
-	}
 	al, err := fleet.New(ctx, a.cfg)
 	stateDir() // once New has made it, if it could
 	if err != nil {
 		line("mode", "%s: cannot serve: %v", modeOf(a.cfg), err)
 		switch {
-		case errors.Is(err, portalloc.ErrTransient):
+		case errors.Is(err, store.ErrTransient):
 			line("to fix", "the system ran short of what the message names; berth fails rather than fall back for that. Free some (raise ulimit -n, free disk space), then try again")
 		case a.cfg.StoreDSN != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrStorage)):
 			line("to fix", "the PostgreSQL server of --store did not answer within --timeout (now %v) or refused the connection: check that it runs, that this host reaches it, and the connection string's user, password and database", a.cfg.Timeout)
-		case errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, store.ErrBusy) || errors.Is(err, context.DeadlineExceeded):
 			line("to fix", "another process keeps the state store locked; berth waits for it (up to --timeout, now %v) rather than fall back. Stop or wait for that process", a.cfg.Timeout)
+		case errors.Is(err, store.ErrUnavailable) && a.cfg.StoreDSN == "":
+			line("to fix", "set --state-dir or BERTH_STATE_DIR to a directory this user can create and write")
 		}
 		_ = tw.Flush()
 		return err
 	}
 	defer func() { _ = al.Close() }()
 	cfg := al.Config()
-	switch cause := al.FallbackCause(); {
+	st := al.Stats()
+	switch {
 	case cfg.Mode == portalloc.ModeMRU:
-		line("mode", "mru: the MRU file %s, as configured", filepath.Join(cfg.StateDir, statedir.MRUFile))
-	case cause != nil:
-		line("mode", "%s: serving from the MRU file because the state store failed: %v", cfg.Mode, cause)
-		if held, err := statestore.ReadHeld(ctx, a.dbPath()); err != nil {
-			line("fallback", "the database cannot be read either (%v), so the MRU file cannot skip the ports it holds and hands out none: get, reserve and run fail until the store is fixed. --mode mru (BERTH_MODE=mru) hands out ports blind on purpose, and may hand out ports other processes have reserved", err)
-		} else {
-			line("fallback", "ports from the MRU file are only remembered, not reserved; the database can still be read, so the %d reservations in it are skipped", held.Len())
-		}
-		line("to fix", "%s; berth goes back to the store by itself once it works. --strict or BERTH_MODE=statestore makes a fallback an error", fallbackAdvice(cause, a.dbPath()))
+		line("mode", "mru: the MRU file %s, as configured: every port is locked for its holder, and recorded in no store", filepath.Join(cfg.StateDir, "mru.json"))
+	case st.Fallback != "":
+		line("mode", "%s: serving from the MRU file because the state store failed: %s", cfg.Mode, st.Fallback)
+		line("fallback", "ports from the MRU file are locked for their holders, so no berth process is given them, but no store records them: berth ls shows them as locks")
+		line("to fix", "%s; berth goes back to the store by itself once it works. --strict or BERTH_MODE=statestore makes a fallback an error", fallbackAdvice(st.Fallback, a.dbPath()))
 	default:
 		line("mode", "%s: serving from the state store", cfg.Mode)
 	}
 	switch {
-	case al.Backend() != portalloc.BackendStateStore:
+	case st.Fallback != "" || cfg.Mode == portalloc.ModeMRU:
 	case cfg.StoreDSN != "":
-		line("database", "%s (schema version %d), shared by a fleet; this host is %q", al.Database(), pgstore.SchemaVersion, hostName(cfg.Host))
+		line("database", "%s (schema version %d), shared by a fleet; this host is %q", dsn.Redact(cfg.StoreDSN), pgstore.SchemaVersion, hostName(cfg.Host))
 	default:
-		line("database", "%s (schema version %d)", al.Database(), statestore.SchemaVersion)
+		line("database", "%s (schema version %d)", a.dbPath(), statestore.SchemaVersion)
 	}
-	u, err := expvarmetrics.ReadUsage(ctx, al)
+	ports, _, err := al.Usage(ctx)
 	if err != nil {
 		return err
 	}
-	line("range", "%s: %d ports, %d can be handed out", cfg.Range, cfg.Range.Size(), u.Ports)
+	line("range", "%s: %d ports, %d can be handed out", cfg.Range, cfg.Range.Size(), ports)
 	printExclusions(line, cfg)
-	eph, ephErr := portalloc.EphemeralRange()
-	switch {
+	eph, ephErr := portrange.Ephemeral()
+	switch r := portrange.Range(cfg.Range); {
 	case ephErr != nil:
 		line("OS ephemeral", "%s (assumed: %v)", eph, ephErr)
-	case cfg.Range.Overlaps(eph) && cfg.AllowEphemeralOverlap:
+	case r.Overlaps(eph) && cfg.AllowEphemeralOverlap:
 		line("OS ephemeral", "%s: overlaps the range, kept (allowed by configuration)", eph)
-	case cfg.Range.Overlaps(eph):
+	case r.Overlaps(eph):
 		line("OS ephemeral", "%s: overlaps the range, left out of allocation", eph)
 	default:
 		line("OS ephemeral", "%s: no overlap", eph)
 	}
-	reserved := map[uint16]bool{}
-	if al.Backend() == portalloc.BackendStateStore {
+	var rows []store.Reservation
+	if st.Fallback == "" && cfg.Mode != portalloc.ModeMRU {
 		s, err := a.openStore(ctx)
 		if err != nil {
 			return err
 		}
 		if s != nil {
 			defer func() { _ = s.Close() }()
-			rows, err := s.List(ctx, statestore.Filter{})
-			if err != nil {
+			if rows, err = s.List(ctx, store.Filter{}); err != nil {
 				return err
 			}
-			live, dead := 0, 0
-			for _, r := range rows {
-				reserved[r.Port] = true
-				if r.Owner.Alive(ctx) {
-					live++
-				} else {
-					dead++
-				}
-			}
-			hint := ""
-			if dead > 0 {
-				hint = " (berth reap removes the dead)"
-			}
-			line("reservations", "%d live, %d dead%s; %d of the range's ports available", live, dead, hint, u.Available)
 		}
 	}
-	outside := boundOutside(cfg.Range, reserved)
+	a.doctorLeaks(ctx, line, cfg.Range, rows)
+	return tw.Flush()
+}
+
+// doctorLeaks reports the reservations, the ports a live process listens
+// on whose reservation died with its owner, the locks no row stands for,
+// and the ports of the range bound outside berth.
+func (a *app) doctorLeaks(ctx context.Context, line func(k, format string, a ...any), rng store.Range, rows []store.Reservation) {
+	held := map[uint16]bool{} // ports a live reservation or a lock keeps
+	var dead []store.Reservation
+	live := 0
+	for _, r := range rows {
+		if r.Live(ctx) {
+			held[r.Port] = true
+			live++
+		} else {
+			dead = append(dead, r)
+		}
+	}
+	locks := lockRows(rows, store.Filter{})
+	for _, l := range locks {
+		held[l.Port] = true
+	}
+	hint := ""
+	if len(dead) > 0 {
+		hint = " (berth reap removes the dead)"
+	}
+	line("reservations", "%d live, %d dead%s; %d ports locked without a row of this store (tests' porttest ports, other stores' and users' berths: berth ls lists them)", live, len(dead), hint, len(locks))
+
+	// Who listens where, where the system tells.
+	socks, sockErr := who.Bound(ctx)
+	listeners := map[uint16][]who.Socket{}
+	for _, sk := range socks {
+		listeners[sk.Local.Port()] = append(listeners[sk.Local.Port()], sk)
+	}
+	leaks := 0
+	for _, r := range dead {
+		for _, sk := range listeners[r.Port] {
+			if len(sk.Processes) == 0 || !who.Overlaps(sk.Local.Addr(), r.Addr) {
+				continue
+			}
+			p := sk.Processes[0]
+			leaks++
+			line("leak", "port %d: pid %d (%s) listens on %s, but the reservation of it died with its owner, pid %d (%s): any berth may hand the port out again. Start the server with 'berth run --port NAME -- SERVER' (it owns the port while it runs), or give it the port: 'berth transfer %d --to %d' right after starting it, or 'berth get --owner %d'; a port that must outlive both takes --holder NAME --ttl D",
+				r.Port, p.PID, shown(p.Name, maxNameWidth), sk.Local, r.Owner.PID, shown(r.Owner.Name, maxNameWidth), r.Port, p.PID, p.PID)
+			held[r.Port] = true
+			break
+		}
+	}
+	if leaks == 0 && len(dead) > 0 && sockErr == nil {
+		line("leak", "none: no port of a dead reservation is listened on")
+	}
+	var outside []string
+	if sockErr == nil {
+		seen := map[uint16]bool{}
+		for _, sk := range socks {
+			p := sk.Local.Port()
+			if !rng.Contains(p) || held[p] || seen[p] || sk.Remote.IsValid() {
+				continue
+			}
+			seen[p] = true
+			who := "?"
+			if len(sk.Processes) > 0 {
+				who = fmt.Sprintf("pid %d (%s)", sk.Processes[0].PID, shown(sk.Processes[0].Name, maxNameWidth))
+			}
+			outside = append(outside, fmt.Sprintf("%d by %s", p, who))
+		}
+	} else {
+		for _, p := range boundOutside(rng, held) {
+			outside = append(outside, strconv.Itoa(int(p)))
+		}
+	}
 	switch {
 	case len(outside) == 0:
 		line("outside berth", "no port of the range is bound by a process outside berth")
@@ -149,32 +203,20 @@ func (a *app) runDoctor(ctx context.Context) error {
 		if len(outside) > len(shown) {
 			more = fmt.Sprintf(" and %d more", len(outside)-len(shown))
 		}
-		line("outside berth", "%d ports of the range are bound without a reservation: %v%s", len(outside), shown, more)
+		line("outside berth", "%d ports of the range are bound without a reservation: %s%s (berth who PORT tells more)", len(outside), strings.Join(shown, ", "), more)
 	}
-	return tw.Flush()
 }
 
 // fallbackAdvice says what to do about the cause of a fallback.
-func fallbackAdvice(cause error, db string) string {
+func fallbackAdvice(cause, db string) string {
 	switch {
-	case errors.Is(cause, statestore.ErrSchemaTooNew):
+	case strings.Contains(cause, store.ErrSchemaTooNew.Error()):
 		return "a newer berth has upgraded " + db + ": upgrade this berth, or give it another state directory (--state-dir, BERTH_STATE_DIR)"
-	case errors.Is(cause, statestore.ErrDamaged):
+	case strings.Contains(cause, store.ErrDamaged.Error()):
 		return "move " + db + " aside (berth never overwrites it) to start a new store, or use another state directory (--state-dir, BERTH_STATE_DIR)"
 	default:
 		return "check that " + filepath.Dir(db) + " is writable and its file system not full"
 	}
-}
-
-// takeOverAdvice says what to do about a take-over that failed.
-func takeOverAdvice(err error) string {
-	if fix := unsafeFix(err); fix != "" {
-		return fix
-	}
-	if errors.Is(err, statestore.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
-		return "another process kept the old store locked; run berth again once it lets go, or stop it"
-	}
-	return "fix the cause above and run berth again, or set --state-dir or " + portalloc.EnvStateDir + " to the old directory to keep using it"
 }
 
 func modeOf(cfg portalloc.Config) portalloc.Mode {
@@ -190,7 +232,7 @@ func modeOf(cfg portalloc.Config) portalloc.Mode {
 // boundOutside returns the ports of r without a reservation that something
 // has bound, for TCP or UDP on any address: a dual-stack wildcard bind fails
 // on any of them.
-func boundOutside(r portalloc.Range, reserved map[uint16]bool) []uint16 {
+func boundOutside(r store.Range, reserved map[uint16]bool) []uint16 {
 	var out []uint16
 	for p := int(r.First); p <= int(r.Last); p++ {
 		if reserved[uint16(p)] {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/portalloc/portset"
 	"github.com/berth-go/berth/store"
@@ -58,13 +58,12 @@ a lease that runs out is reaped by any host.`,
 	return cmd
 }
 
-// fleetAllocator checks that the command has a fleet's store and opens an
-// Allocator on it.
-func (a *app) fleetAllocator(ctx context.Context) (*portalloc.Allocator, error) {
+// fleetStore checks that the command has a fleet's store and opens it.
+func (a *app) fleetStore(ctx context.Context) (*pgstore.Store, error) {
 	if a.cfg.StoreDSN == "" {
 		return nil, usagef("%s needs --store (a fleet's PostgreSQL store)", a.name)
 	}
-	return fleet.New(ctx, a.cfg)
+	return fleet.Open(ctx, a.cfg)
 }
 
 // needHolder refuses a missing --holder.
@@ -96,7 +95,7 @@ reserved as it is; the others come from --band.`,
 	}
 	f.addKey(cmd)
 	cmd.Flags().StringVar(&f.band, "band", "", "the ports to draw from, FIRST-LAST such as 40000-40999: a band of the fleet's own, apart from the hosts' --range (required)")
-	cmd.Flags().DurationVar(&f.ttl, "ttl", 0, "how long the lease lasts unless renewed (default "+fleet.DefaultFleetTTL.String()+", at most 168h)")
+	cmd.Flags().DurationVar(&f.ttl, "ttl", 0, "how long the lease lasts unless renewed (default "+pgstore.DefaultFleetTTL.String()+", at most 168h)")
 	cmd.Flags().StringVar(&f.label, "label", "", "a name for the port, shown by berth fleet ls")
 	cmd.Flags().StringVar(&f.set, "set", "", "a set spec (JSON file): reserve every port of it for --holder, all or none")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
@@ -104,15 +103,13 @@ reserved as it is; the others come from --band.`,
 		if err := a.needHolder(f.holder); err != nil {
 			return err
 		}
-		var band fleet.Band
 		if f.band == "" {
 			return usagef("--band is missing: want the ports to draw from, FIRST-LAST such as 40000-40999")
 		}
-		r, err := portalloc.ParseRange(f.band)
+		band, err := store.ParseRange(f.band)
 		if err != nil {
 			return usagef("--band %q: want FIRST-LAST such as 40000-40999, 1 <= FIRST <= LAST <= 65535", f.band)
 		}
-		band = r
 		var spec *portset.SetSpec
 		if f.set != "" {
 			switch {
@@ -127,22 +124,22 @@ reserved as it is; the others come from --band.`,
 			}
 			spec = &sp
 		}
-		req := fleet.FleetRequest{Protocol: portalloc.TCP, Band: band, Holder: f.holder, Label: f.label, TTL: f.ttl}
+		req := pgstore.FleetRequest{Protocol: store.TCP, Band: band, Holder: f.holder, Label: f.label, TTL: f.ttl}
 		if spec == nil {
 			if req.Addr, err = parseAddr(f.addr); err != nil {
 				return err
 			}
 			if f.udp {
-				req.Protocol = portalloc.UDP
+				req.Protocol = store.UDP
 			}
 		}
-		al, err := a.fleetAllocator(ctx)
+		st, err := a.fleetStore(ctx)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = al.Close() }() // the reservations are the holder's: Close leaves them
+		defer func() { _ = st.Close() }() // the reservations are the holder's: Close leaves them
 		if spec == nil {
-			got, err := fleet.Reserve(ctx, al, req)
+			got, err := st.ReserveFleet(ctx, req)
 			if err != nil {
 				return err
 			}
@@ -152,7 +149,11 @@ reserved as it is; the others come from --band.`,
 			fmt.Fprintln(a.stdout, got.Port)
 			return nil
 		}
-		rs, err := fleet.ReserveSet(ctx, al, fleet.FleetSetRequest{Spec: *spec, Band: band, Holder: f.holder, TTL: f.ttl})
+		reqs, err := fleet.SetRequests(*spec, band, f.holder, f.ttl)
+		if err != nil {
+			return err
+		}
+		rs, err := st.ReserveFleetSet(ctx, reqs)
 		if err != nil {
 			return err
 		}
@@ -173,7 +174,7 @@ reserved as it is; the others come from --band.`,
 
 // selectLeases returns the reservations of --holder that PORT (args, with
 // --udp and --addr) or --all names.
-func (a *app) selectLeases(ctx context.Context, al *portalloc.Allocator, f *fleetFlags, args []string) ([]fleet.FleetReservation, error) {
+func (a *app) selectLeases(ctx context.Context, st *pgstore.Store, f *fleetFlags, args []string) ([]pgstore.FleetReservation, error) {
 	if len(args) == 1 {
 		port, err := parsePort("port", args[0])
 		if err != nil {
@@ -183,17 +184,17 @@ func (a *app) selectLeases(ctx context.Context, al *portalloc.Allocator, f *flee
 		if err != nil {
 			return nil, err
 		}
-		key := store.Key{Protocol: portalloc.TCP, Addr: addr, Port: port}
+		key := store.Key{Protocol: store.TCP, Addr: addr, Port: port}
 		if f.udp {
-			key.Protocol = portalloc.UDP
+			key.Protocol = store.UDP
 		}
-		return []fleet.FleetReservation{{Key: key, Holder: f.holder}}, nil
+		return []pgstore.FleetReservation{{Key: key, Holder: f.holder}}, nil
 	}
-	all, err := fleet.Leases(ctx, al)
+	all, err := st.Leases(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var mine []fleet.FleetReservation
+	var mine []pgstore.FleetReservation
 	for _, r := range all {
 		if r.Holder == f.holder {
 			mine = append(mine, r)
@@ -207,20 +208,20 @@ func (a *app) selectLeases(ctx context.Context, al *portalloc.Allocator, f *flee
 // onLeases checks the selection f and args make, opens the fleet's
 // Allocator and runs fn on the reservations selected, as renew and release
 // do.
-func (a *app) onLeases(ctx context.Context, f *fleetFlags, args []string, fn func(*portalloc.Allocator, []fleet.FleetReservation) error) error {
+func (a *app) onLeases(ctx context.Context, f *fleetFlags, args []string, fn func(*pgstore.Store, []pgstore.FleetReservation) error) error {
 	if err := a.checkSelect(f, args); err != nil {
 		return err
 	}
-	al, err := a.fleetAllocator(ctx)
+	st, err := a.fleetStore(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = al.Close() }()
-	rs, err := a.selectLeases(ctx, al, f, args)
+	defer func() { _ = st.Close() }()
+	rs, err := a.selectLeases(ctx, st, f, args)
 	if err != nil {
 		return err
 	}
-	return fn(al, rs)
+	return fn(st, rs)
 }
 
 func (a *app) checkSelect(f *fleetFlags, args []string) error {
@@ -251,15 +252,15 @@ it may be someone else's now; reserve again.`,
 		Args: maxArgs(1, "PORT"),
 	}
 	f.addKey(cmd)
-	cmd.Flags().DurationVar(&f.ttl, "ttl", 0, "the lease from now (default "+fleet.DefaultFleetTTL.String()+", at most 168h)")
+	cmd.Flags().DurationVar(&f.ttl, "ttl", 0, "the lease from now (default "+pgstore.DefaultFleetTTL.String()+", at most 168h)")
 	cmd.Flags().BoolVar(&f.all, "all", false, "renew every port of --holder")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		return a.onLeases(ctx, &f, args, func(al *portalloc.Allocator, rs []fleet.FleetReservation) error {
+		return a.onLeases(ctx, &f, args, func(st *pgstore.Store, rs []pgstore.FleetReservation) error {
 			if len(rs) == 0 {
-				return fmt.Errorf("%w: %s holds no fleet-wide port; 'berth fleet ls' lists the leases", portalloc.ErrNotHeld, strconv.Quote(f.holder))
+				return fmt.Errorf("%w: %s holds no fleet-wide port; 'berth fleet ls' lists the leases", store.ErrNotFound, strconv.Quote(f.holder))
 			}
 			for _, r := range rs {
-				if err := fleet.Renew(ctx, al, r, f.ttl); err != nil {
+				if err := st.RenewFleet(ctx, r.Key, r.Holder, f.ttl); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "renewed %s of %s\n", r.Key, printable(strconv.Quote(f.holder)))
@@ -286,10 +287,10 @@ touched; a PORT --holder does not hold is an error.`,
 	f.addKey(cmd)
 	cmd.Flags().BoolVar(&f.all, "all", false, "release every port of --holder")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		return a.onLeases(ctx, &f, args, func(al *portalloc.Allocator, rs []fleet.FleetReservation) error {
+		return a.onLeases(ctx, &f, args, func(st *pgstore.Store, rs []pgstore.FleetReservation) error {
 			for _, r := range rs {
-				err := fleet.Release(ctx, al, r)
-				if errors.Is(err, portalloc.ErrNotHeld) && f.all {
+				err := st.ReleaseFleet(ctx, r.Key, r.Holder)
+				if errors.Is(err, store.ErrNotFound) && f.all {
 					continue // lapsed and reaped since the listing
 				}
 				if err != nil {
@@ -329,16 +330,16 @@ check it: a misspelt one holds the port on a host that does not exist.`,
 		if f.to == "" {
 			return usagef("--to is missing: want the host the reservation is for from now on")
 		}
-		al, err := a.fleetAllocator(ctx)
+		st, err := a.fleetStore(ctx)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = al.Close() }()
-		rs, err := a.selectLeases(ctx, al, &f, args)
+		defer func() { _ = st.Close() }()
+		rs, err := a.selectLeases(ctx, st, &f, args)
 		if err != nil {
 			return err
 		}
-		if err := fleet.Narrow(ctx, al, rs[0], f.to); err != nil {
+		if err := st.NarrowFleet(ctx, rs[0].Key, rs[0].Holder, f.to); err != nil {
 			return err
 		}
 		fmt.Fprintf(a.stdout, "narrowed %s of %s to host %s\n", rs[0].Key, printable(strconv.Quote(f.holder)), printable(f.to))
@@ -360,7 +361,7 @@ type leaseJSON struct {
 	Created  time.Time `json:"created"`
 }
 
-func toLeaseJSON(r fleet.FleetReservation) leaseJSON {
+func toLeaseJSON(r pgstore.FleetReservation) leaseJSON {
 	return leaseJSON{r.Holder, string(r.Protocol), r.Addr.String(), r.Port, r.Label, r.Host, r.Expires.UTC(), r.Created.UTC()}
 }
 
@@ -380,12 +381,12 @@ out is listed until a host reaps it.`,
 	cmd.Flags().StringVar(&f.holder, "holder", "", "only the reservations of this holder")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
-		al, err := a.fleetAllocator(ctx)
+		st, err := a.fleetStore(ctx)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = al.Close() }()
-		all, err := fleet.Leases(ctx, al)
+		defer func() { _ = st.Close() }()
+		all, err := st.Leases(ctx)
 		if err != nil {
 			return err
 		}

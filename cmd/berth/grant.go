@@ -7,17 +7,16 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/berth-go/berth/internal/transient"
+	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
-	"github.com/berth-go/berth/portalloc/scope"
-	"github.com/berth-go/berth/portalloc/statedir"
+	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -88,14 +87,14 @@ func ownerPID(ctx context.Context, cmd *cobra.Command, owner string, pidV1 int) 
 
 // lookupOwner returns the identity of the running process pid; what names
 // it (flag) is named in the error.
-func lookupOwner(ctx context.Context, flag string, pid int) (statestore.Owner, error) {
-	o, err := statestore.LookupOwner(ctx, pid)
+func lookupOwner(ctx context.Context, flag string, pid int) (store.Owner, error) {
+	o, err := store.LookupOwner(ctx, pid)
 	if short := transient.Wrap(err); short != nil {
 		// Out of descriptors, say: the process may well run.
-		return statestore.Owner{}, fmt.Errorf("%s %d: cannot look the process up: %w", flag, pid, short)
+		return store.Owner{}, fmt.Errorf("%s %d: cannot look the process up: %w", flag, pid, short)
 	}
 	if err != nil {
-		return statestore.Owner{}, usagef("%s %d: not a running process", flag, pid)
+		return store.Owner{}, usagef("%s %d: not a running process", flag, pid)
 	}
 	return o, nil
 }
@@ -118,9 +117,9 @@ func (f *grantFlags) request() (portalloc.Request, error) {
 	if err != nil {
 		return portalloc.Request{}, err
 	}
-	req := portalloc.Request{Protocol: portalloc.TCP, Addr: addr, Label: f.label, Sticky: f.sticky, AllowOSReserved: f.allowRes}
+	req := portalloc.Request{Protocol: store.TCP, Addr: addr, Label: f.label, Sticky: f.sticky, AllowOSReserved: f.allowRes}
 	if f.udp {
-		req.Protocol = portalloc.UDP
+		req.Protocol = store.UDP
 	}
 	if len(f.prefer) > portalloc.MaxPrefer {
 		return portalloc.Request{}, usagef("--prefer lists %d ports: want at most %d", len(f.prefer), portalloc.MaxPrefer)
@@ -146,15 +145,15 @@ type portJSON struct {
 	Address  string `json:"address"`
 	Port     uint16 `json:"port"`
 	Label    string `json:"label,omitempty"`
-	Backend  string `json:"backend"`
 	OwnerPID int    `json:"owner_pid"`
 }
 
-func (a *app) printPorts(asJSON bool, rs []portalloc.Reservation, own statestore.Owner) error {
+func (a *app) printPorts(asJSON bool, rs []store.Reservation, own store.Owner) error {
 	if asJSON {
 		out := make([]portJSON, len(rs))
 		for i, r := range rs {
-			out[i] = portJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, r.Backend, own.PID}
+			label, _ := unscoped(r.Label, a.cfg.Scope)
+			out[i] = portJSON{string(r.Protocol), r.Addr.String(), r.Port, label, own.PID}
 		}
 		return a.writeJSON(out)
 	}
@@ -165,21 +164,17 @@ func (a *app) printPorts(asJSON bool, rs []portalloc.Reservation, own statestore
 }
 
 // fallbackHint follows the warning the Allocator logged when it fell back
-// and the MRU file handed out ports: what to run, and how to make it an
-// error. It runs before the Allocator closes.
-func (a *app) fallbackHint(al *portalloc.Allocator) {
-	if al.FallbackCause() == nil && al.Stats().Fallbacks == 0 {
-		return
+// and the MRU file handed out ports: what that means, what to run, and how
+// to make it an error. It runs before the Allocator closes.
+func (a *app) fallbackHint(al *portalloc.Allocator, rs []store.Reservation) {
+	if st := al.Stats(); st.Fallback == "" || len(rs) == 0 {
+		return // the store served, or the call failed: its error says why
 	}
-	if !slices.ContainsFunc(al.Held(), func(r portalloc.Reservation) bool { return r.Backend == portalloc.BackendMRU }) {
-		return // the call failed: its error says why
-	}
-	fmt.Fprintf(a.stderr, "%s: warning: ports handed out from the MRU file are only remembered there, not reserved: another program may be given them too. Run 'berth doctor' for the cause and what to do; --strict (or BERTH_MODE=statestore) makes this an error.\n", a.name)
+	fmt.Fprintf(a.stderr, "%s: warning: the ports came from the MRU file: they are locked for their owner, so no berth process is given them, but no store records them (berth ls shows them without a label). Run 'berth doctor' for the cause and what to do; --strict (or BERTH_MODE=statestore) makes this an error.\n", a.name)
 }
 
-// handOver gives every reservation to own. In the MRU backend there is
-// nothing to hand over: the ports are only remembered as recently used.
-func handOver(ctx context.Context, al *portalloc.Allocator, rs []portalloc.Reservation, own statestore.Owner) error {
+// handOver gives every reservation to own, and its lock to own's keeper.
+func handOver(ctx context.Context, al *portalloc.Allocator, rs []store.Reservation, own store.Owner) error {
 	for _, r := range rs {
 		if err := al.Transfer(ctx, r, own.PID); err != nil {
 			return err
@@ -189,22 +184,22 @@ func handOver(ctx context.Context, al *portalloc.Allocator, rs []portalloc.Reser
 }
 
 // grantSetup reads the request flags and the owner, and opens an Allocator.
-func (a *app) grantSetup(ctx context.Context, cmd *cobra.Command, f *grantFlags) (portalloc.Request, statestore.Owner, *portalloc.Allocator, error) {
+func (a *app) grantSetup(ctx context.Context, cmd *cobra.Command, f *grantFlags) (portalloc.Request, store.Owner, *portalloc.Allocator, error) {
 	req, err := f.request()
 	if err != nil {
-		return portalloc.Request{}, statestore.Owner{}, nil, err
+		return portalloc.Request{}, store.Owner{}, nil, err
 	}
 	pid, err := ownerPID(ctx, cmd, f.owner, f.ownerPIDv1)
 	if err != nil {
-		return portalloc.Request{}, statestore.Owner{}, nil, err
+		return portalloc.Request{}, store.Owner{}, nil, err
 	}
 	own, err := lookupOwner(ctx, "--owner", pid)
 	if err != nil {
-		return portalloc.Request{}, statestore.Owner{}, nil, err
+		return portalloc.Request{}, store.Owner{}, nil, err
 	}
 	al, err := fleet.New(ctx, a.cfg)
 	if err != nil {
-		return portalloc.Request{}, statestore.Owner{}, nil, err
+		return portalloc.Request{}, store.Owner{}, nil, err
 	}
 	return req, own, al, nil
 }
@@ -252,8 +247,8 @@ at the end of the build, and berth warns. 'berth run' avoids the question.`,
 			return err
 		}
 		defer func() { _ = al.Close() }() // releases whatever was not handed over
-		defer a.fallbackHint(al)
-		var rs []portalloc.Reservation
+		var rs []store.Reservation
+		defer func() { a.fallbackHint(al, rs) }()
 		if f.block > 0 {
 			if rs, err = al.AllocateBlock(ctx, req, f.block); err != nil {
 				return err
@@ -306,12 +301,11 @@ the owner holds already is not an error.`,
 			return err
 		}
 		defer func() { _ = al.Close() }()
-		defer a.fallbackHint(al)
 		r, err := al.Reserve(ctx, req, port)
-		var ce *portalloc.ConflictError
-		if errors.As(err, &ce) && ce.Holder.Owner.PID == own.PID && ce.Holder.Addr == req.Addr {
+		var ce *store.ConflictError
+		if errors.As(err, &ce) && ce.Holder.Owner.PID == own.PID && ce.Holder.Addr == req.Addr.Unmap() {
 			// The owner holds exactly this already: reserving again is a no-op.
-			return a.printPorts(f.json, []portalloc.Reservation{{Protocol: req.Protocol, Addr: req.Addr, Port: port, Label: ce.Holder.Label, Backend: portalloc.BackendStateStore}}, own)
+			return a.printPorts(f.json, []store.Reservation{ce.Holder}, own)
 		}
 		if errors.As(err, &ce) && ce.Holder.Owner.PID == os.Getppid() {
 			return fmt.Errorf("%w; it is held by the shell that ran berth: to give it to pid %d, run 'berth transfer %d --to %d'", err, own.PID, port, own.PID)
@@ -319,10 +313,11 @@ the owner holds already is not an error.`,
 		if err != nil {
 			return err
 		}
-		if err := handOver(ctx, al, []portalloc.Reservation{r}, own); err != nil {
+		a.fallbackHint(al, []store.Reservation{r})
+		if err := handOver(ctx, al, []store.Reservation{r}, own); err != nil {
 			return err
 		}
-		return a.printPorts(f.json, []portalloc.Reservation{r}, own)
+		return a.printPorts(f.json, []store.Reservation{r}, own)
 	})
 	return cmd
 }
@@ -344,39 +339,35 @@ func (f *selectFlags) add(cmd *cobra.Command, verb string) {
 
 // selectRows returns the rows of the owner that match PORT (args) or --label,
 // or all of them with --all, and the owner.
-func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags, args []string) (store.Store, []statestore.Reservation, statestore.Owner, error) {
+func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags, args []string) (store.Store, []store.Reservation, store.Owner, error) {
 	var port uint16
 	switch {
 	case len(args) == 1:
 		p, err := parsePort("port", args[0])
 		if err != nil {
-			return nil, nil, statestore.Owner{}, err
+			return nil, nil, store.Owner{}, err
 		}
 		port = p
 	case f.label == "" && !f.all && !cmd.Flags().Changed("owner") && !cmd.Flags().Changed("owner-pid"):
 		// --owner alone names every port of that owner.
-		return nil, nil, statestore.Owner{}, usagef("give a PORT, --label, --all, or --owner PID for every port of PID")
+		return nil, nil, store.Owner{}, usagef("give a PORT, --label, --all, or --owner PID for every port of PID")
 	}
 	if f.all && (port != 0 || f.label != "") {
-		return nil, nil, statestore.Owner{}, usagef("--all with a PORT or --label: give one of them")
+		return nil, nil, store.Owner{}, usagef("--all with a PORT or --label: give one of them")
 	}
 	pid, err := ownerPID(ctx, cmd, f.owner, f.ownerPIDv1)
 	if err != nil {
-		return nil, nil, statestore.Owner{}, err
+		return nil, nil, store.Owner{}, err
 	}
 	own, err := lookupOwner(ctx, "--owner", pid)
 	if err != nil {
-		return nil, nil, statestore.Owner{}, err
+		return nil, nil, store.Owner{}, err
 	}
 	s, err := a.openStore(ctx)
 	if err != nil || s == nil {
 		return nil, nil, own, err
 	}
-	label := ""
-	if f.label != "" {
-		label = scope.Label(a.cfg.Scope, f.label)
-	}
-	rows, err := s.List(ctx, statestore.Filter{Port: port, Label: label, OwnerPID: own.PID})
+	rows, err := s.List(ctx, store.Filter{Port: port, Label: scopedLabel(a.cfg.Scope, f.label), OwnerPID: own.PID})
 	if err != nil {
 		_ = s.Close()
 		return nil, nil, own, err
@@ -386,7 +377,7 @@ func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags
 		if !r.Owner.Same(own) { // not the pid's earlier process: that is for reap
 			continue
 		}
-		if _, in := scope.Unscoped(r.Label, a.cfg.Scope); f.all && a.scopeGiven && !in {
+		if _, in := unscoped(r.Label, a.cfg.Scope); f.all && a.scopeGiven && !in {
 			continue // --all --scope: the scope's ports only
 		}
 		mine = append(mine, r)
@@ -425,9 +416,13 @@ them.`,
 			return nil
 		}
 		defer func() { _ = s.Close() }()
+		keeper, _ := portlock.ProcessKeeper(own.PID)
 		for _, r := range rows {
-			if err := s.Release(ctx, r.Key, own); err != nil && !errors.Is(err, statestore.ErrNotFound) {
+			if err := s.Release(ctx, r.Key, own); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
+			}
+			if _, err := keeper.Drop(string(r.Protocol), r.Addr, r.Port); err != nil {
+				fmt.Fprintf(a.stderr, "%s: warning: %s: its lock stays with the keeper of pid %d until that process exits: %v\n", a.name, r.Key, own.PID, err)
 			}
 			fmt.Fprintf(a.stdout, "released %s\n", r.Key)
 		}
@@ -474,12 +469,13 @@ allocated for it.`,
 			defer func() { _ = s.Close() }()
 		}
 		if len(rows) == 0 {
-			return fmt.Errorf("%w: pid %d holds no port that matches; 'berth ls --owner %d' lists what it holds", portalloc.ErrNotHeld, own.PID, own.PID)
+			return fmt.Errorf("%w: pid %d holds no port that matches; 'berth ls --owner %d' lists what it holds", store.ErrNotFound, own.PID, own.PID)
 		}
 		for _, r := range rows {
 			if err := s.Transfer(ctx, r.Key, own, dest); err != nil {
 				return err
 			}
+			a.moveLock(r.Key, own.PID, dest.PID)
 			fmt.Fprintf(a.stdout, "transferred %s to pid %d\n", r.Key, dest.PID)
 		}
 		return nil
@@ -496,18 +492,58 @@ func parsePort(what, s string) (uint16, error) {
 	return uint16(n), nil
 }
 
-func (a *app) dbPath() string { return filepath.Join(a.cfg.StateDir, statedir.DatabaseFile) }
+// databaseFile is the state store's file in the state directory, as
+// portalloc keeps it.
+const databaseFile = "berth.db"
 
-// openStore opens the state store for reading or changing rows. It returns
-// nil and no error when there is no store yet. Its waits for a store that
+func (a *app) dbPath() string { return filepath.Join(a.cfg.StateDir, databaseFile) }
+
+// openStore opens the store for reading or changing rows: the fleet's of
+// --store, else the SQLite file of the state directory. It returns nil and
+// no error when there is no SQLite file yet. Its waits for a store that
 // another process keeps locked end with --timeout.
 func (a *app) openStore(ctx context.Context) (store.Store, error) {
-	if a.cfg.StoreDSN == "" {
-		if _, err := os.Stat(a.dbPath()); errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
+	if a.cfg.StoreDSN != "" {
+		return a.openFleet(ctx)
 	}
-	return fleet.OpenStore(ctx, a.cfg)
+	if _, err := os.Stat(a.dbPath()); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	s, err := statestore.Open(ctx, a.dbPath(), statestore.Options{Logger: a.cfg.Logger, BusyTimeout: a.cfg.Timeout, SweepInterval: -1})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return s, nil
+}
+
+// openFleet opens the fleet's store of --store.
+func (a *app) openFleet(ctx context.Context) (*pgstore.Store, error) {
+	cfg := a.cfg
+	cfg.IgnoreEnv = true // a.cfg has what the variables say already
+	return fleet.Open(ctx, cfg)
+}
+
+// moveLock hands the lock of key from the keeper of process from to that
+// of process to: the lock follows the row, never free on the way. Where
+// there is no keeper (not on Linux, or from holds no lock of it), the row
+// alone keeps the port; that is said once.
+func (a *app) moveLock(key store.Key, from, to int) {
+	fk, err := portlock.ProcessKeeper(from)
+	if err != nil {
+		return
+	}
+	lk, err := fk.Take(string(key.Protocol), key.Addr, key.Port)
+	if err != nil || lk == nil {
+		return
+	}
+	defer func() { _ = lk.Close() }()
+	tk, err := portlock.ProcessKeeper(to)
+	if err == nil && !lk.HeldBy(to) {
+		err = tk.Hold(0, lk)
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "%s: warning: %s: its lock could not follow it to pid %d (%v); its row keeps it from berth processes of this store\n", a.name, key, to, err)
+	}
 }
 
 // noArgs accepts no positional arguments; hint follows the error.

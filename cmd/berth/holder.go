@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,9 +10,12 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
-	"github.com/berth-go/berth/portalloc/lease"
 	"github.com/berth-go/berth/store"
 )
+
+// errNoLease is the error of renew, and of a holder's release, when the
+// holder has no port whose lease has not ended: exit 4.
+var errNoLease = errors.New("the holder has no port whose lease has not ended")
 
 // Ports of named holders: get, reserve and release with --holder, and
 // renew. Such a port belongs to no process: it lasts until its holder
@@ -51,11 +55,11 @@ func (h *holderFlags) check(cmd *cobra.Command) error {
 			return usagef("--holder with --%s: a holder's ports belong to no process; give one of them", f)
 		}
 	}
-	if err := store.CheckHolder(h.holder); err != nil {
+	if err := (store.Owner{Holder: h.holder}).Validate(); err != nil {
 		return usagef("--holder %q: want 1 to %d bytes of printable text (letters, digits, punctuation, spaces; no control characters), e.g. \"ci/job-4711\"", h.holder, store.MaxHolderLen)
 	}
 	if cmd.Flags().Lookup("ttl") != nil {
-		if err := store.CheckLeaseTTL(h.ttl); err != nil {
+		if err := store.CheckTTL(h.ttl); err != nil {
 			return usagef("--ttl %v: want a duration from 1s to 720h (30 days), e.g. 8h", h.ttl)
 		}
 	}
@@ -77,16 +81,16 @@ type holderPortJSON struct {
 	Address  string    `json:"address"`
 	Port     uint16    `json:"port"`
 	Label    string    `json:"label,omitempty"`
-	Backend  string    `json:"backend"`
 	Holder   string    `json:"holder"`
 	Expires  time.Time `json:"expires"`
 }
 
-func (a *app) printLeases(asJSON bool, rs []portalloc.Reservation) error {
+func (a *app) printLeases(asJSON bool, rs []store.Reservation) error {
 	if asJSON {
 		out := make([]holderPortJSON, len(rs))
 		for i, r := range rs {
-			out[i] = holderPortJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, r.Backend, r.Holder, r.Expires.UTC().Round(time.Second)}
+			label, _ := unscoped(r.Label, a.cfg.Scope)
+			out[i] = holderPortJSON{string(r.Protocol), r.Addr.String(), r.Port, label, r.Owner.Holder, r.Expires.UTC().Round(time.Second)}
 		}
 		return a.writeJSON(out)
 	}
@@ -124,10 +128,10 @@ func (a *app) getLeased(ctx context.Context, cmd *cobra.Command, f *grantFlags, 
 		return err
 	}
 	defer func() { _ = al.Close() }() // a holder's ports stay
-	l := lease.Lease{Holder: h.holder, TTL: h.ttl}
-	var rs []portalloc.Reservation
+	req.Holder, req.TTL = h.holder, h.ttl
+	var rs []store.Reservation
 	for range f.count {
-		r, err := lease.Allocate(ctx, al, req, l)
+		r, err := al.Allocate(ctx, req)
 		if err != nil {
 			// All or nothing, as for a process: give back what this run took.
 			for _, r := range rs {
@@ -154,11 +158,12 @@ func (a *app) reserveLeased(ctx context.Context, cmd *cobra.Command, f *grantFla
 		return err
 	}
 	defer func() { _ = al.Close() }()
-	r, err := lease.Reserve(ctx, al, req, port, lease.Lease{Holder: h.holder, TTL: h.ttl})
+	req.Holder, req.TTL = h.holder, h.ttl
+	r, err := al.Reserve(ctx, req, port)
 	if err != nil {
 		return err
 	}
-	return a.printLeases(f.json, []portalloc.Reservation{r})
+	return a.printLeases(f.json, []store.Reservation{r})
 }
 
 // releaseLeased is release with --holder.
@@ -166,7 +171,7 @@ func (a *app) releaseLeased(ctx context.Context, cmd *cobra.Command, f *selectFl
 	if err := h.check(cmd); err != nil {
 		return err
 	}
-	var flt lease.Filter
+	var flt store.Filter
 	switch {
 	case len(args) == 1:
 		p, err := parsePort("port", args[0])
@@ -186,7 +191,10 @@ func (a *app) releaseLeased(ctx context.Context, cmd *cobra.Command, f *selectFl
 		return err
 	}
 	defer func() { _ = al.Close() }()
-	n, err := lease.Release(ctx, al, h.holder, flt)
+	n, err := al.ReleaseHolder(ctx, h.holder, flt)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %w", errNoLease, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -219,7 +227,10 @@ as it does for a holder with no ports. Get the ports again then.`,
 			return err
 		}
 		defer func() { _ = al.Close() }()
-		n, err := lease.Renew(ctx, al, h.holder, h.ttl)
+		n, err := al.Renew(ctx, h.holder, h.ttl)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: %w", errNoLease, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -259,7 +270,7 @@ func leaseLeft(r store.Reservation) string {
 // leaseJSONFields fills in the lease fields of ls --json for r, a port of a
 // holder.
 func leaseJSONFields(row *rowJSON, r store.Reservation) {
-	row.Holder, row.Alive = r.Owner.Name, r.LeaseLive()
+	row.Holder, row.Alive = r.Owner.Holder, r.Expires.IsZero() || time.Now().Before(r.Expires)
 	if r.Expires.IsZero() {
 		return
 	}
@@ -272,7 +283,7 @@ func leaseJSONFields(row *rowJSON, r store.Reservation) {
 func ofHolder(rows []store.Reservation, holder string) []store.Reservation {
 	out := rows[:0]
 	for _, r := range rows {
-		if r.Owner.IsLease() && r.Owner.Name == holder {
+		if r.Owner.Holder == holder {
 			out = append(out, r)
 		}
 	}

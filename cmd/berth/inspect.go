@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-go/berth/portalloc/scope"
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/internal/owner"
+	"github.com/berth-go/berth/portlock"
+	"github.com/berth-go/berth/store"
 )
 
 // lsFlags are ls's filters and format.
@@ -31,6 +36,9 @@ func (a *app) lsCmd() *cobra.Command {
 		// maxNameWidth of a process name (see shown); --json shows them
 		// whole, escaped for the terminal (see jsonSafe).
 		Long: `List reservations: who holds which port, and whether the holder still runs.
+PROCESS is the owner's program as it is now. A port locked by a process of this
+host that has no row in the store (a test's port from porttest, another user's
+berth, a berth of another store) is listed too, with KIND lock.
 
 With --scope, only the reservations labelled in that scope, their labels shown
 without it; otherwise every reservation, a label of a scope shown as
@@ -72,7 +80,7 @@ func (a *app) runReap(ctx context.Context) error {
 		return nil
 	}
 	defer func() { _ = s.Close() }()
-	before, err := s.List(ctx, statestore.Filter{})
+	before, err := s.List(ctx, store.Filter{})
 	if err != nil {
 		return err
 	}
@@ -80,11 +88,11 @@ func (a *app) runReap(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	after, err := s.List(ctx, statestore.Filter{})
+	after, err := s.List(ctx, store.Filter{})
 	if err != nil {
 		return err
 	}
-	still := map[statestore.Key]bool{}
+	still := map[store.Key]bool{}
 	for _, r := range after {
 		still[r.Key] = true
 	}
@@ -142,7 +150,7 @@ type rowJSON struct {
 }
 
 func (a *app) runLs(ctx context.Context, f *lsFlags) error {
-	var flt statestore.Filter
+	var flt store.Filter
 	if f.port != "" {
 		p, err := parsePort("--port", f.port)
 		if err != nil {
@@ -154,10 +162,8 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 		return usagef("--owner %d: want a process id above 0", f.owner)
 	}
 	flt.OwnerPID = f.owner
-	if f.label != "" {
-		flt.Label = scope.Label(a.cfg.Scope, f.label)
-	}
-	var rows []statestore.Reservation
+	flt.Label = scopedLabel(a.cfg.Scope, f.label)
+	var rows []store.Reservation
 	s, err := a.openStore(ctx)
 	if err != nil {
 		return err
@@ -174,6 +180,9 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 	if a.scopeGiven {
 		rows = inScope(rows, a.cfg.Scope)
 	}
+	if f.holder == "" && f.label == "" && !a.scopeGiven {
+		rows = append(rows, lockRows(rows, flt)...)
+	}
 	var bound []bool
 	boundKnown := false
 	if f.bound {
@@ -189,9 +198,9 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 				at = at.UTC()
 				started = &at
 			}
-			row := rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, string(r.Kind),
-				r.Owner.PID, r.Owner.Name, started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx), "", nil, nil}
-			if r.Owner.IsLease() {
+			row := rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, kind(r),
+				r.Owner.PID, processName(ctx, r.Owner), started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx), "", nil, nil}
+			if r.Owner.Holder != "" {
 				leaseJSONFields(&row, r)
 			}
 			if f.bound {
@@ -222,10 +231,10 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 		if !r.Owner.Alive(ctx) {
 			alive = colour(a.stdout, "31", "dead")
 		}
-		pid, name := fmt.Sprint(r.Owner.PID), dash(shown(r.Owner.Name, maxNameWidth))
-		if r.Owner.IsLease() {
+		pid, name := fmt.Sprint(r.Owner.PID), dash(shown(processName(ctx, r.Owner), maxNameWidth))
+		if r.Owner.Holder != "" {
 			// A holder under a lease: its name, and the time its lease has left.
-			pid, name, alive = "-", "holder "+shown(r.Owner.Name, maxNameWidth), leaseLeft(r)
+			pid, name, alive = "-", "holder "+shown(r.Owner.Holder, maxNameWidth), leaseLeft(r)
 			if alive == "ended" {
 				alive = colour(a.stdout, "31", alive)
 			}
@@ -233,18 +242,86 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 		if f.bound {
 			alive += "\t" + boundWord(bound, boundKnown, i)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Protocol, r.Addr, r.Port, dash(shown(r.Label, maxLabelWidth)), r.Kind,
-			pid, name, age(now.Sub(r.Created)), alive)
+		created := "-"
+		if !r.Created.IsZero() {
+			created = age(now.Sub(r.Created))
+		}
+		addr := r.Addr.String()
+		if !r.Addr.IsValid() {
+			addr = "*" // a lock of both wildcards
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Protocol, addr, r.Port, dash(shown(r.Label, maxLabelWidth)), kind(r),
+			pid, name, created, alive)
 	}
 	return tw.Flush()
 }
 
+// kind is what ls shows as a row's kind: the store's, or "lock" for a
+// lock that no row stands for.
+func kind(r store.Reservation) string {
+	if r.Kind == "" {
+		return "lock"
+	}
+	return string(r.Kind)
+}
+
+// processName is the name of o's process as it is now, for a process that
+// still runs; the name recorded with the row otherwise.
+func processName(ctx context.Context, o store.Owner) string {
+	if o.Holder == "" && o.PID > 0 && o.Alive(ctx) {
+		if n := owner.NameOf(ctx, o.PID); n != "" {
+			return n
+		}
+	}
+	return o.Name
+}
+
+// lockRows returns, as rows of kind "lock", the kernel locks of this host
+// that match flt and that no row of rows stands for: a port porttest gave a
+// test, another user's berth's, a berth's of another store. The owner is
+// the first process that holds the lock (a keeper of an owner names the
+// owner in its command line).
+func lockRows(rows []store.Reservation, flt store.Filter) []store.Reservation {
+	held, err := portlock.List()
+	if err != nil {
+		return nil
+	}
+	var out []store.Reservation
+	for _, l := range held {
+		k := store.Key{Protocol: store.Protocol(l.Network), Addr: l.Addr, Port: l.Port}
+		if (flt.Port != 0 && k.Port != flt.Port) || (flt.Protocol != "" && k.Protocol != flt.Protocol) || len(l.PIDs) == 0 {
+			continue
+		}
+		if flt.OwnerPID != 0 && !slices.Contains(l.PIDs, flt.OwnerPID) {
+			continue
+		}
+		if slices.ContainsFunc(rows, func(r store.Reservation) bool {
+			return r.Protocol == k.Protocol && r.Port == k.Port && (r.Addr == k.Addr || (!k.Addr.IsValid() && r.Addr.IsUnspecified()))
+		}) {
+			continue
+		}
+		pid := l.PIDs[0]
+		out = append(out, store.Reservation{Key: k, Owner: store.Owner{PID: pid, Name: lockHolderName(pid)}})
+	}
+	return out
+}
+
+// lockHolderName names the process pid that holds a lock: a keeper by the
+// owner it keeps for, any other by its name.
+func lockHolderName(pid int) string {
+	args, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if f := strings.Split(strings.TrimRight(string(args), "\x00"), "\x00"); len(f) == 3 && f[0] == "berth-keeper" {
+		return "keeper of " + f[1] + " " + f[2] // "pid 1234", "holder ci/job-1"
+	}
+	return owner.NameOf(context.Background(), pid)
+}
+
 // inScope returns the rows labelled in scope, with their labels as the
-// scope knows them (see scope.Unscoped).
-func inScope(rows []statestore.Reservation, sc string) []statestore.Reservation {
+// scope knows them.
+func inScope(rows []store.Reservation, sc string) []store.Reservation {
 	out := rows[:0]
 	for _, r := range rows {
-		if l, ok := scope.Unscoped(r.Label, sc); ok {
+		if l, ok := unscoped(r.Label, sc); ok {
 			r.Label = l
 			out = append(out, r)
 		}

@@ -5,7 +5,7 @@ import (
 	"errors"
 
 	"github.com/berth-go/berth/portalloc/who"
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // boundRows tells, for ls --bound, whether each reservation's port is
@@ -13,7 +13,7 @@ import (
 // its own (who.Overlaps), whoever holds it. known is false where the
 // system cannot tell (every system but Linux); ls then shows "?", and
 // never probes by binding, which could make a program's own bind fail.
-func boundRows(ctx context.Context, rows []statestore.Reservation) (bound []bool, known bool, err error) {
+func boundRows(ctx context.Context, rows []store.Reservation) (bound []bool, known bool, err error) {
 	socks, err := who.Bound(ctx)
 	if errors.Is(err, errors.ErrUnsupported) {
 		return nil, false, nil

@@ -73,8 +73,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/berth-go/berth/portalloc"
-	"github.com/berth-go/berth/portalloc/lease"
-	"github.com/berth-go/berth/portalloc/live"
+	"github.com/berth-go/berth/store"
 )
 
 // Exit codes.
@@ -101,10 +100,6 @@ type app struct {
 	global         globalFlags
 	cfg            portalloc.Config // set by configure; cfg.Timeout is --timeout
 	stateDirWhy    string           // why cfg.StateDir is where it is, for doctor
-	// stateDirDefault: cfg.StateDir is the default, not set by a flag or
-	// variable, so a store at the previous default is taken over.
-	stateDirDefault bool
-	takeOverErr     error // a take-over that failed, for doctor to report
 	// scopeGiven: --scope was given, so ls and release --all keep to the
 	// scope (BERTH_SCOPE alone scopes labels only).
 	scopeGiven bool
@@ -145,15 +140,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var ue *usageError
 	switch {
-	case errors.As(err, &ue), errors.Is(err, portalloc.ErrInvalidRequest), !a.ran:
-		if cmd != nil && !errors.Is(err, portalloc.ErrInvalidRequest) {
+	case errors.As(err, &ue), errors.Is(err, store.ErrInvalid), !a.ran:
+		if cmd != nil && !errors.Is(err, store.ErrInvalid) {
 			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 		return exitUsage
-	case errors.Is(err, portalloc.ErrPortHeld), errors.Is(err, portalloc.ErrRangeExhausted), errors.Is(err, live.ErrNoReservation):
-		return exitHeld
-	case errors.Is(err, lease.ErrHolderNotFound):
+	case errors.Is(err, errNoLease):
 		return exitNoLease
+	case errors.Is(err, store.ErrHeld), errors.Is(err, store.ErrExhausted), errors.Is(err, errNoReservation):
+		return exitHeld
 	default:
 		return exitFailure
 	}
@@ -209,14 +204,8 @@ lease has not ended.`,
 	return root
 }
 
-// annotTakeOver is the annotation of a command that reports a failed
-// take-over of the previous default's store itself ("report") instead of
-// failing before it runs.
-const annotTakeOver = "berth.takeover"
-
 // action wraps a command's work: the configuration first (flags over
-// BERTH_* variables), then the take-over of a store at the previous
-// default state directory, then fn, all within --timeout's deadline.
+// BERTH_* variables), then fn, within --timeout's deadline.
 func (a *app) action(fn func(ctx context.Context, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		a.name = cmd.CommandPath()
@@ -227,12 +216,6 @@ func (a *app) action(fn func(ctx context.Context, args []string) error) func(*co
 		cmd.SetContext(logr.NewContext(cmd.Context(), a.cfg.Logger)) // for what logs outside fn (defaultOwner)
 		ctx, cancel := context.WithTimeout(cmd.Context(), a.cfg.Timeout)
 		defer cancel()
-		if err := a.takeOver(ctx); err != nil {
-			if cmd.Annotations[annotTakeOver] != "report" {
-				return err
-			}
-			a.takeOverErr = err // the command says what went wrong itself
-		}
 		return fn(ctx, args)
 	}
 }

@@ -7,8 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-go/berth/portalloc"
-	"github.com/berth-go/berth/portalloc/live"
 	"github.com/berth-go/berth/store"
 )
 
@@ -33,20 +31,20 @@ reservations (two addresses), the newest. Exit 3 when none.`,
 		if err := store.CheckLabel(args[0]); err != nil || args[0] == "" {
 			return usagef("LABEL %q: want the label of a reservation (%s)", args[0], labelWant(err))
 		}
-		proto := portalloc.TCP
+		proto := store.TCP
 		if udp {
-			proto = portalloc.UDP
+			proto = store.UDP
 		}
 		s, err := a.openStore(ctx)
 		if err != nil {
 			return err
 		}
 		if s == nil {
-			return fmt.Errorf("%s port of %q: %w: there is no state store yet", proto, args[0], live.ErrNoReservation)
+			return fmt.Errorf("%s port of %q: %w: there is no state store yet", proto, args[0], errNoReservation)
 		}
 		defer func() { _ = s.Close() }()
-		lp, err := live.PortOf(ctx, s, a.cfg.Scope, args[0], proto)
-		if errors.Is(err, live.ErrNoReservation) {
+		lp, err := portOf(ctx, s, a.cfg.Scope, args[0], proto)
+		if errors.Is(err, errNoReservation) {
 			return fmt.Errorf("%w; 'berth ls' lists the reservations, 'berth ls --scope S' those of a scope", err)
 		}
 		if err != nil {
@@ -90,24 +88,23 @@ json prints one object.`,
 	}
 	cmd.Flags().StringVar(&format, "format", "sh", "sh (export lines for eval), dotenv (NAME=PORT lines) or json")
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
-		f := live.EnvFormat(format)
-		switch f {
-		case live.EnvShell, live.EnvDotenv, live.EnvJSON:
+		switch format {
+		case "sh", "dotenv", "json":
 		default:
 			return usagef("--format %q: want sh, dotenv or json", format)
 		}
-		var ports []live.Port
+		var ports []livePort
 		s, err := a.openStore(ctx)
 		if err != nil {
 			return err
 		}
 		if s != nil {
 			defer func() { _ = s.Close() }()
-			if ports, err = live.Ports(ctx, s, a.cfg.Scope); err != nil {
+			if ports, err = livePorts(ctx, s, a.cfg.Scope); err != nil {
 				return err
 			}
 		}
-		return live.WriteEnv(a.stdout, ports, f)
+		return writeEnv(a.stdout, ports, format)
 	})
 	return cmd
 }

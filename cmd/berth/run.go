@@ -14,10 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/portalloc/portset"
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // runFlags are berth run's flags.
@@ -50,12 +49,12 @@ func portSpec(values []string, addr netip.Addr, sticky bool) (portset.SetSpec, e
 	seen := map[string]string{} // --port value by variable
 	for _, s := range values {
 		name, proto, hasProto := strings.Cut(s, ":")
-		p := portset.PortSpec{Name: name, Scope: portset.ScopeGroup, Protocol: portalloc.TCP, Addr: addr, Sticky: sticky,
+		p := portset.PortSpec{Name: name, Shared: true, Protocol: store.TCP, Addr: addr, Sticky: sticky,
 			Env: strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_PORT"}
 		switch {
 		case !hasProto, proto == "tcp":
 		case proto == "udp":
-			p.Protocol = portalloc.UDP
+			p.Protocol = store.UDP
 		default:
 			return portset.SetSpec{}, usagef("--port %q: want NAME, NAME:tcp or NAME:udp", s)
 		}
@@ -79,7 +78,7 @@ func portSpec(values []string, addr netip.Addr, sticky bool) (portset.SetSpec, e
 
 // portFlagErr words what portalloc found wrong with the port of --port s.
 func portFlagErr(s string, err error) error {
-	var fe *portalloc.FieldError
+	var fe *store.FieldError
 	if !errors.As(err, &fe) || fe.Field != "SetSpec" {
 		return err
 	}
@@ -218,10 +217,9 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		return err
 	}
 	defer func() { _ = al.Close() }() // releases everything unless exec happens
-	defer a.fallbackHint(al)
 	var (
 		env   []string
-		rs    []portalloc.Reservation
+		rs    []store.Reservation
 		names []string
 		sets  []*portset.Set
 	)
@@ -283,12 +281,25 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		if len(files) > 0 {
 			environ = append(environ, "LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_FDNAMES="+strings.Join(names, ":"))
 		}
-		a.fallbackHint(al)
+		a.fallbackHint(al, al.Held())
 		return a.supervise(context.WithoutCancel(ctx), path, args, environ, files, f)
 	}
 
 	// From here the ports are COMMAND's: this process's, which COMMAND
-	// becomes.
+	// becomes. Their locks pass through exec as descriptors from 64 up,
+	// which COMMAND never needs to know of: they are let go when it
+	// exits.
+	held := al.Held()
+	a.fallbackHint(al, held)
+	for _, r := range held {
+		fs, err := al.Files(r)
+		if err != nil {
+			return err
+		}
+		if err := keepAcrossExec(fs); err != nil {
+			return fmt.Errorf("keep the lock of %s across exec: %w", r, err)
+		}
+	}
 	self := os.Getpid()
 	for _, set := range sets {
 		if err := set.TransferAll(ctx, self); err != nil {
@@ -303,11 +314,7 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	for _, kv := range env {
 		a.cfg.Logger.V(1).Info("berth run", "set", kv)
 	}
-	a.fallbackHint(al)
 	if err := al.Close(); err != nil {
-		return err
-	}
-	if err := statestore.KeepMarksAcrossExec(); err != nil {
 		return err
 	}
 	return execCommand(path, args, environ, files)
@@ -315,10 +322,10 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 
 // bindFile binds r's port and returns the socket as a file (a descriptor
 // of its own; the listener itself is closed).
-func bindFile(ctx context.Context, r portalloc.Reservation) (*os.File, error) {
+func bindFile(ctx context.Context, r store.Reservation) (*os.File, error) {
 	addr := r.AddrPort().String()
 	var lc net.ListenConfig
-	if r.Protocol == portalloc.UDP {
+	if r.Protocol == store.UDP {
 		c, err := lc.ListenPacket(ctx, "udp", addr)
 		if err != nil {
 			return nil, err

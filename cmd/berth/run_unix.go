@@ -109,3 +109,18 @@ func place(args []string) error {
 	path, argv := args[1+n], args[2+n:]
 	return fmt.Errorf("exec %s: %w", path, syscall.Exec(path, argv, env))
 }
+
+// keepAcrossExec moves files to descriptors from 64 up that pass through
+// exec (not close-on-exec), out of the way of those a program is handed
+// from 3 up, and closes the originals. The new descriptors are never
+// closed here: they belong to the program berth run becomes.
+func keepAcrossExec(files []*os.File) error {
+	var errs []error
+	for _, f := range files {
+		if _, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD, 64); err != nil {
+			errs = append(errs, err)
+		}
+		_ = f.Close()
+	}
+	return errors.Join(errs...)
+}

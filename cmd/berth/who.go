@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/who"
+	"github.com/berth-go/berth/store"
 )
 
 // whoFlags are berth who's flags.
@@ -72,7 +72,7 @@ fails (exit 1) when it could not signal one, or one still runs.`,
 // whoPort is one PORT argument: a port, and a protocol or "" for both.
 type whoPort struct {
 	port  uint16
-	proto portalloc.Protocol
+	proto store.Protocol
 }
 
 // parseWhoPort parses PORT, PORT/tcp or PORT/udp.
@@ -86,7 +86,7 @@ func parseWhoPort(s string) (whoPort, error) {
 	switch {
 	case !hasProto:
 	case proto == "tcp", proto == "udp":
-		p.proto = portalloc.Protocol(proto)
+		p.proto = store.Protocol(proto)
 	default:
 		return whoPort{}, usagef("PORT %q: want /tcp or /udp after the port, not /%s", s, proto)
 	}
@@ -200,7 +200,7 @@ func (a *app) runWho(ctx context.Context, f *whoFlags, args []string) error {
 	}
 	// Each PORT as asked, narrowed to its protocol, once.
 	var shownReports []who.Report
-	var protos []portalloc.Protocol
+	var protos []store.Protocol
 	seen := map[whoPort]bool{}
 	for _, p := range ports {
 		if seen[p] {
@@ -228,7 +228,7 @@ func (a *app) runWho(ctx context.Context, f *whoFlags, args []string) error {
 }
 
 // narrow keeps r's reservations and sockets of proto ("": all).
-func narrow(r who.Report, proto portalloc.Protocol) who.Report {
+func narrow(r who.Report, proto store.Protocol) who.Report {
 	if proto == "" {
 		return r
 	}
@@ -246,15 +246,12 @@ func narrow(r who.Report, proto portalloc.Protocol) who.Report {
 	return out
 }
 
-func whoJSONOf(reports []who.Report, protos []portalloc.Protocol, storeErr error) []whoJSON {
+func whoJSONOf(reports []who.Report, protos []store.Protocol, storeErr error) []whoJSON {
 	out := make([]whoJSON, 0, len(reports))
 	for i, r := range reports {
 		j := whoJSON{Port: r.Port, Protocol: string(protos[i]), Reservations: []whoResJSON{}, Sockets: []whoSocketJSON{}}
 		for _, x := range r.Reservations {
-			rj := whoResJSON{string(x.Protocol), x.Addr.String(), x.Label, string(x.Kind), x.Owner.PID, x.Owner.Name, "", x.Alive}
-			if x.Owner.IsLease() {
-				rj.OwnerName, rj.Holder = "", x.Owner.Name
-			}
+			rj := whoResJSON{string(x.Protocol), x.Addr.String(), x.Label, string(x.Kind), x.Owner.PID, x.Owner.Name, x.Owner.Holder, x.Alive}
 			j.Reservations = append(j.Reservations, rj)
 		}
 		for _, s := range r.Sockets {
@@ -281,7 +278,7 @@ func whoJSONOf(reports []who.Report, protos []portalloc.Protocol, storeErr error
 // printWho prints the reports as a block per port: its reservations, then
 // its sockets, one line per process that holds each; connected sockets of
 // the same processes and address are counted on one line.
-func (a *app) printWho(reports []who.Report, protos []portalloc.Protocol, storeErr error) error {
+func (a *app) printWho(reports []who.Report, protos []store.Protocol, storeErr error) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	for i, r := range reports {
 		head := fmt.Sprintf("port %d", r.Port)
@@ -295,8 +292,8 @@ func (a *app) printWho(reports []who.Report, protos []portalloc.Protocol, storeE
 				alive = colour(a.stdout, "31", "dead (reaped when it stands in the way)")
 			}
 			owner := fmt.Sprintf("pid %d (%s)", x.Owner.PID, dash(shown(x.Owner.Name, maxNameWidth)))
-			if x.Owner.IsLease() {
-				owner = "holder " + shown(x.Owner.Name, maxNameWidth)
+			if x.Owner.Holder != "" {
+				owner = "holder " + shown(x.Owner.Holder, maxNameWidth)
 				if !x.Alive {
 					alive = colour(a.stdout, "31", "lease ended")
 				}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/store"
 )
 
 // requestFlags names the flag each field of a portalloc.Request comes
@@ -17,8 +18,12 @@ var requestFlags = map[string]string{
 	"Request.Protocol": "--udp",
 	"Request.Order":    "--order",
 	"Request.Prefer":   "--prefer",
-	"Config.Store":     "--store",
 	"Config.StoreDSN":  "--store",
+	"Config.StateDir":  "--state-dir",
+	"Config.Range":     "--range",
+	"Config.Mode":      "--mode",
+	"Config.Scope":     "--scope",
+	"Config.Timeout":   "--timeout",
 
 	// A holder's requests, as package store names their fields.
 	"holder": "--holder",
@@ -32,7 +37,7 @@ var requestFlags = map[string]string{
 // (see userField), and the library's "portalloc: " prefix goes, since the
 // command's name leads the line. The error still wraps what it wrapped.
 func inUserWords(err error) error {
-	var fe *portalloc.FieldError
+	var fe *store.FieldError
 	if errors.As(err, &fe) {
 		if msg, ok := userField(fe); ok {
 			return &userError{msg: msg, err: err}
@@ -56,7 +61,7 @@ func inUserWords(err error) error {
 // userField words a refused field as berth's users gave it: a field of a
 // request by its flag (requestFlags), as --flag "value". It reports false
 // for a field berth's users do not give by flag.
-func userField(fe *portalloc.FieldError) (string, bool) {
+func userField(fe *store.FieldError) (string, bool) {
 	named := *fe
 	field, index, _ := strings.Cut(fe.Field, "[") // Request.Prefer[2]
 	if flag, ok := requestFlags[field]; ok {
@@ -69,9 +74,9 @@ func userField(fe *portalloc.FieldError) (string, bool) {
 	return "", false
 }
 
-// userVariable words an error of portalloc.ConfigFromEnv, whose Field is
-// the variable, as VARIABLE="value", the way the shell sets it.
-func userVariable(fe *portalloc.FieldError) string {
+// userVariable words a refused variable (a *store.FieldError whose Field is
+// the variable) as VARIABLE="value", the way the shell sets it.
+func userVariable(fe *store.FieldError) string {
 	return fe.Field + "=" + strings.TrimPrefix(fe.Error(), fe.Field+" ")
 }
 
@@ -88,7 +93,7 @@ func (e *userError) Unwrap() error { return e.err }
 // value found there and what is accepted, as `groups[1].ports[0] "PORT":
 // want ...`; the flag and the file lead the line.
 func inSpecWords(err error) error {
-	var fe *portalloc.FieldError
+	var fe *store.FieldError
 	if !errors.As(err, &fe) || fe.Field != "SetSpec" {
 		return inUserWords(err)
 	}

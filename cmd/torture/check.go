@@ -119,7 +119,7 @@ type Report struct {
 	LostCalls int
 	// PressureSpells counts the spells of descriptor shortage of
 	// -fd-pressure; Transients the calls that failed with
-	// portalloc.ErrTransient meanwhile; EMFILEBinds the workers' binds
+	// store.ErrTransient meanwhile; EMFILEBinds the workers' binds
 	// refused for want of descriptors (made again after the spell), and
 	// Shortages the children not started for it.
 	PressureSpells, Transients, EMFILEBinds, Shortages int

@@ -6,15 +6,15 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/store"
 )
 
 // Config is one torture run. Zero fields take the defaults shown.
 type Config struct {
-	Workers   int             // worker processes at any time (on each host of Hosts); zero: 6
-	Duration  time.Duration   // how long workers run; zero: 20s
-	Range     portalloc.Range // zero: 26000-26063, 64 ports, small enough to run full
-	KillEvery time.Duration   // a random worker is SIGKILLed this often; zero: 500ms; negative: never
+	Workers   int           // worker processes at any time (on each host of Hosts); zero: 6
+	Duration  time.Duration // how long workers run; zero: 20s
+	Range     store.Range   // zero: 26000-26063, 64 ports, small enough to run full
+	KillEvery time.Duration // a random worker is SIGKILLed this often; zero: 500ms; negative: never
 	// Timeout bounds every portalloc call of the workers. A call that
 	// gives up is counted, not an error; but no worker completing any call
 	// for Timeout plus HangMargin(Timeout) is a hang, and fails the run.
@@ -112,7 +112,7 @@ type Config struct {
 	// FDPressure runs every worker under spells of descriptor shortage:
 	// at random it lowers its own soft RLIMIT_NOFILE to what it has open
 	// plus 0-2 for up to 0.6 s, then sets it back. Calls that fail with an
-	// error wrapping portalloc.ErrTransient are counted, not errors; a
+	// error wrapping store.ErrTransient are counted, not errors; a
 	// bind that fails with EMFILE is counted apart and made again once the
 	// spell is over, since a grant must still be bound. Linux only.
 	FDPressure bool
@@ -141,7 +141,7 @@ func HangMargin(timeout time.Duration) time.Duration { return max(time.Second, t
 
 // SmallRange is the default range: 64 ports for 6 workers of up to 32
 // grants each, so exhaustion, reaping and contention happen all the time.
-var SmallRange = portalloc.Range{First: 26000, Last: 26063}
+var SmallRange = store.Range{First: 26000, Last: 26063}
 
 // setDefaults gives every zero field of c its default and refuses a
 // combination of fields the run cannot honour, with an error naming the
@@ -153,7 +153,7 @@ func (c *Config) setDefaults() error {
 	if c.Duration <= 0 {
 		c.Duration = 20 * time.Second
 	}
-	if c.Range == (portalloc.Range{}) {
+	if c.Range == (store.Range{}) {
 		c.Range = SmallRange
 	}
 	if err := c.Range.Validate(); err != nil {

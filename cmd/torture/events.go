@@ -58,11 +58,11 @@ type Event struct {
 	// the store stayed locked by another process for longer than it waits.
 	Timeout bool `json:"timeout,omitempty"`
 	// Transient marks a call that failed with an error wrapping
-	// portalloc.ErrTransient: a passing shortage (of descriptors, under
+	// store.ErrTransient: a passing shortage (of descriptors, under
 	// -fd-pressure), not an error.
 	Transient bool `json:"transient,omitempty"`
 	// Lost marks a lease call that failed because the store's file was
-	// lost under it (statestore.ErrLost): lease calls do not go on with the
+	// lost under it (store.ErrLost): lease calls do not go on with the
 	// store that replaces it, and leases are lost with the file.
 	Lost bool `json:"lost,omitempty"`
 
@@ -89,7 +89,7 @@ type Event struct {
 
 	// Unavailable marks a call that failed because the PostgreSQL server
 	// could not be reached or went away during it (an error wrapping
-	// portalloc.ErrStoreUnavailable, or pgstore's store.ErrStorage for a
+	// store.ErrUnavailable, or pgstore's store.ErrStorage for a
 	// fleet worker), while the run restarted it or failed over
 	// (-pg-restart-every, -failover-every): counted, not an error.
 	Unavailable bool `json:"unavailable,omitempty"`

@@ -12,7 +12,6 @@ import (
 
 	"github.com/berth-go/berth/internal/netns"
 	"github.com/berth-go/berth/pgstore"
-	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/store"
 )
 
@@ -46,7 +45,7 @@ type fleetWorker struct {
 	st      *pgstore.Store
 	log     *eventLog
 	rng     *rand.Rand
-	band    pgstore.Band
+	band    store.Range
 	hosts   []netns.NS
 	proc    string
 	timeout time.Duration
@@ -153,7 +152,7 @@ func (w *fleetWorker) grant(ctx context.Context) {
 	for i, ns := range w.hosts {
 		var sock io.Closer
 		err := ns.Do(func() (err error) {
-			sock, err = bind(portalloc.Reservation{Protocol: r.Protocol, Addr: r.Addr, Port: r.Port})
+			sock, err = bind(store.Reservation{Key: r.Key})
 			return err
 		})
 		e := Event{Kind: KindBind, Fleet: true, Host: hostName(i), Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port}

@@ -7,9 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/berth-go/berth/portalloc"
-	"github.com/berth-go/berth/portalloc/lease"
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // maxLeases bounds the leases a worker holds at once.
@@ -21,7 +19,7 @@ const maxLeases = 4
 // bound, so the kernel still referees, and renews the lease while it
 // lives.
 type leased struct {
-	r      portalloc.Reservation
+	r      store.Reservation
 	holder string
 	ttl    time.Duration
 	since  int64 // monotonic: when the call that last granted or renewed the lease began
@@ -36,9 +34,9 @@ func (w *worker) leaseTTL() time.Duration {
 }
 
 // leaseSteps renews the worker's leases that are due, ends those whose
-// time is up (seven in ten it releases with lease.Release; the others it
+// time is up (seven in ten it releases with Allocator.ReleaseHolder; the others it
 // drops: closes the socket and stops renewing, so that they run out), and
-// now and then takes a new one, by lease.Allocate or lease.Reserve.
+// now and then takes a new one, by Allocate or Reserve with Request.Holder.
 func (w *worker) leaseSteps(ctx context.Context) {
 	w.renewDue(ctx)
 	now := monotonic()
@@ -62,9 +60,13 @@ func (w *worker) leaseSteps(ctx context.Context) {
 func (w *worker) takeLease(ctx context.Context, static bool) {
 	req := w.request()
 	w.nlease++
-	l := lease.Lease{Holder: fmt.Sprintf("%s/lease-%d", w.proc, w.nlease), TTL: w.leaseTTL()}
+	req.Holder, req.TTL = fmt.Sprintf("%s/lease-%d", w.proc, w.nlease), w.leaseTTL()
+	l := struct {
+		Holder string
+		TTL    time.Duration
+	}{req.Holder, req.TTL}
 	since := monotonic()
-	var r portalloc.Reservation
+	var r store.Reservation
 	op := "allocate-lease"
 	if static {
 		op = "reserve-lease"
@@ -72,18 +74,18 @@ func (w *worker) takeLease(ctx context.Context, static bool) {
 	err := w.call(ctx, op, func(ctx context.Context) (err error) {
 		if static {
 			port := w.rangeOf.First + uint16(w.rng.IntN(w.rangeOf.Size()))
-			r, err = lease.Reserve(ctx, w.a, req, port, l)
+			r, err = w.a.Reserve(ctx, req, port)
 		} else {
-			r, err = lease.Allocate(ctx, w.a, req, l)
+			r, err = w.a.Allocate(ctx, req)
 		}
 		return err
 	})
 	switch {
 	case err == nil:
-	case errors.Is(err, portalloc.ErrRangeExhausted):
+	case errors.Is(err, store.ErrExhausted):
 		w.log.add(Event{Kind: KindExhausted, Holder: l.Holder, DurNS: int64(time.Duration(monotonic() - since))})
 		return
-	case errors.Is(err, portalloc.ErrPortHeld), ctx.Err() != nil, timedOut(err), passing(err):
+	case errors.Is(err, store.ErrHeld), ctx.Err() != nil, timedOut(err), passing(err):
 		// A call that gave up may have left a lease in the store: it runs
 		// out within its TTL, and the worker claims nothing meanwhile.
 		return
@@ -124,7 +126,7 @@ func (w *worker) renewDue(ctx context.Context) {
 		}
 		var n int
 		err := w.call(ctx, "renew", func(ctx context.Context) (err error) {
-			n, err = lease.Renew(ctx, w.a, l.holder, l.ttl)
+			n, err = w.a.Renew(ctx, l.holder, l.ttl)
 			return err
 		})
 		switch {
@@ -134,7 +136,7 @@ func (w *worker) renewDue(ctx context.Context) {
 				Holder: l.holder, TTLNS: int64(l.ttl), Since: since})
 		case err == nil:
 			w.log.add(Event{Kind: KindError, Err: fmt.Sprintf("renew %q: %d reservations renewed; want 1", l.holder, n)})
-		case errors.Is(err, lease.ErrHolderNotFound):
+		case errors.Is(err, store.ErrNotFound):
 			_ = l.sock.Close()
 			delete(w.leases, l.holder)
 			w.log.add(Event{Kind: KindLeaseEnded, Proto: string(l.r.Protocol), Addr: l.r.Addr.String(), Port: l.r.Port,
@@ -148,7 +150,7 @@ func (w *worker) renewDue(ctx context.Context) {
 }
 
 // releaseLease closes the lease's socket, logs its release, then releases
-// it with lease.Release.
+// it with Allocator.ReleaseHolder.
 func (w *worker) releaseLease(ctx context.Context, l *leased) {
 	_ = l.sock.Close()
 	delete(w.leases, l.holder)
@@ -161,11 +163,11 @@ func (w *worker) releaseLease(ctx context.Context, l *leased) {
 // by itself within its TTL.
 func (w *worker) giveBackLease(ctx context.Context, l *leased) {
 	err := w.call(context.WithoutCancel(ctx), "release-lease", func(ctx context.Context) error {
-		_, err := lease.Release(ctx, w.a, l.holder, lease.Filter{})
+		_, err := w.a.ReleaseHolder(ctx, l.holder, store.Filter{})
 		return err
 	})
 	switch {
-	case err == nil, errors.Is(err, lease.ErrHolderNotFound), timedOut(err), passing(err):
+	case err == nil, errors.Is(err, store.ErrNotFound), timedOut(err), passing(err):
 	default:
 		w.log.add(Event{Kind: KindError, Err: "release lease: " + unexpected(err)})
 	}
@@ -175,7 +177,7 @@ func (w *worker) giveBackLease(ctx context.Context, l *leased) {
 // not an error: a shortage (ErrTransient), or a store whose file was lost
 // under the call (-lose-store), which a lease call does not go on past.
 func passing(err error) bool {
-	return errors.Is(err, portalloc.ErrTransient) || errors.Is(err, statestore.ErrLost)
+	return errors.Is(err, store.ErrTransient) || errors.Is(err, store.ErrLost)
 }
 
 // dropLease closes the lease's socket and forgets it, as a holder that

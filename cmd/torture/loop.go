@@ -15,9 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/berth-go/berth/store"
+
 	"github.com/berth-go/berth/internal/netns"
-	"github.com/berth-go/berth/portalloc/statedir"
-	"github.com/berth-go/berth/statestore"
 )
 
 type supervisor struct {
@@ -48,7 +48,7 @@ const fleetHost = -1
 // its rows after a Reap (pid and start time, since the pid will be
 // reused), and its host's index.
 type killedWorker struct {
-	owner statestore.Owner
+	owner store.Owner
 	host  int
 }
 
@@ -259,14 +259,14 @@ var losses = []struct {
 		return err
 	}},
 	{"replaced the database with an empty file", func(dir string) error {
-		db := filepath.Join(dir, statedir.DatabaseFile)
+		db := filepath.Join(dir, "berth.db")
 		if err := os.Remove(db); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		return os.WriteFile(db, nil, 0o600)
 	}},
 	{"truncated the database", func(dir string) error {
-		err := os.Truncate(filepath.Join(dir, statedir.DatabaseFile), 0)
+		err := os.Truncate(filepath.Join(dir, "berth.db"), 0)
 		if errors.Is(err, os.ErrNotExist) {
 			return nil // lost already, and not made again yet
 		}
@@ -308,7 +308,7 @@ func (s *supervisor) killOnly(ctx context.Context, w *workerProc) error {
 	pid := w.cmd.Process.Pid
 	// Its identity, to find its rows after a Reap: pid and start time,
 	// since the pid will be reused.
-	id, idErr := statestore.LookupOwner(ctx, pid)
+	id, idErr := store.LookupOwner(ctx, pid)
 	// Logged before the signal: the victim's claims end no later.
 	s.log.add(Event{Kind: KindKill, Proc: w.name, PID: pid})
 	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {

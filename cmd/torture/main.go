@@ -62,7 +62,7 @@
 //
 // -fd-pressure runs the workers short of descriptors: each, at random,
 // lowers its soft RLIMIT_NOFILE to what it has open plus 0-2 for up to
-// 0.6 s. Calls that fail with an error wrapping portalloc.ErrTransient are
+// 0.6 s. Calls that fail with an error wrapping store.ErrTransient are
 // counted, not errors; a shortage that does not wrap it is an error. A
 // worker's bind that fails with EMFILE is counted apart and made again
 // once the spell is over: every grant still meets the kernel.
@@ -112,8 +112,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/berth-go/berth/store"
+
 	"github.com/berth-go/berth/internal/netns"
-	"github.com/berth-go/berth/portalloc"
 )
 
 func main() {
@@ -172,7 +173,7 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, error) {
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
-	r, err := portalloc.ParseRange(rangeS)
+	r, err := store.ParseRange(rangeS)
 	if err != nil {
 		return Config{}, fmt.Errorf("-range: %w", err)
 	}

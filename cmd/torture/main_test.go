@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-go/berth/store"
+
 	"github.com/berth-go/berth/internal/testports"
-	"github.com/berth-go/berth/portalloc"
 )
 
 // TestSmallRangeIsTorturesTestRange: the harness's default range, which its
 // own test runs on, is the range internal/testports keeps for it.
 func TestSmallRangeIsTorturesTestRange(t *testing.T) {
-	if want := portalloc.Range(testports.Torture); SmallRange != want {
+	if want := store.Range(testports.Torture); SmallRange != want {
 		t.Errorf("SmallRange = %v; want %v, cmd/torture's range in internal/testports", SmallRange, want)
 	}
 }
@@ -27,7 +28,7 @@ func TestConfigFromFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := portalloc.Range{First: 27000, Last: 27009}
+	want := store.Range{First: 27000, Last: 27009}
 	if cfg.Workers != 3 || cfg.Range != want || cfg.Store != StoreAuto || cfg.Progress == nil || cfg.Duration != 20*time.Second {
 		t.Errorf("configFromFlags = %+v; want 3 workers on %v, -store auto, progress and the default 20s", cfg, want)
 	}
@@ -61,7 +62,7 @@ func TestSetDefaults(t *testing.T) {
 			t.Errorf("Config%+v.setDefaults() = %v; want %v", tt.c, err, tt.want)
 		}
 	}
-	if c := (Config{Range: portalloc.Range{First: 9, Last: 1}}); c.setDefaults() == nil {
+	if c := (Config{Range: store.Range{First: 9, Last: 1}}); c.setDefaults() == nil {
 		t.Errorf("Config{Range: 9-1}.setDefaults() = nil; want the range refused")
 	}
 }

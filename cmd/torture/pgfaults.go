@@ -171,7 +171,7 @@ func (s repairSink) Info(level int, msg string, kv ...any) {
 }
 
 // keyed sets e's key from the value of name in a logr key-value list, a
-// key as store.Key and portalloc.Reservation print it: "tcp 127.0.0.1:80".
+// key as store.Key and store.Reservation print it: "tcp 127.0.0.1:80".
 func keyed(e Event, kv []any, name string) Event {
 	for i := 0; i+1 < len(kv); i += 2 {
 		if k, _ := kv[i].(string); k == name {

@@ -10,10 +10,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/berth-go/berth/store"
+
 	"github.com/gofrs/flock"
 
 	"github.com/berth-go/berth/internal/netns"
-	"github.com/berth-go/berth/portalloc"
 )
 
 // teardown undoes setup, last step first. Each step returns the error
@@ -133,7 +134,7 @@ func setup(ctx context.Context, cfg Config, td *teardown) (*supervisor, error) {
 // lockRange waits, as long as ctx allows, until no other run uses the
 // range r, and returns the function that lets go of it. Runs on ranges
 // that overlap without being equal do not see each other.
-func lockRange(ctx context.Context, r portalloc.Range, progress io.Writer) (unlock func() error, err error) {
+func lockRange(ctx context.Context, r store.Range, progress io.Writer) (unlock func() error, err error) {
 	l := flock.New(filepath.Join(os.TempDir(), fmt.Sprintf("berth-torture-%d-%d.lock", r.First, r.Last)))
 	ok, err := l.TryLock()
 	if err != nil {

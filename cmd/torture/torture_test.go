@@ -13,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-go/berth/store"
+
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/internal/netns"
 	"github.com/berth-go/berth/internal/pgserver"
-	"github.com/berth-go/berth/portalloc"
 )
 
 func TestMain(m *testing.M) {
@@ -595,7 +596,7 @@ func TestHeldBy(t *testing.T) {
 
 // TestLockRange: a second run on one range waits for the first.
 func TestLockRange(t *testing.T) {
-	r := portalloc.Range{First: 1, Last: 2} // a lock file only: nothing binds
+	r := store.Range{First: 1, Last: 2} // a lock file only: nothing binds
 	unlock, err := lockRange(context.Background(), r, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -8,9 +8,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
+
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
-	"github.com/berth-go/berth/statestore"
 )
 
 // Summary is the outcome of a run.
@@ -101,13 +103,18 @@ func (s *supervisor) checkStore(ctx context.Context, all bool) ([]string, error)
 
 // checkHost is checkStore for the host of index h.
 func (s *supervisor) checkHost(ctx context.Context, h int, all bool) ([]string, error) {
-	cfg := portalloc.Config{StateDir: filepath.Join(s.cfg.Dir, "state"), Timeout: s.cfg.Timeout}
-	where := ""
+	var (
+		st    store.Store
+		err   error
+		where string
+	)
 	if s.cfg.Store != "" {
-		cfg.StoreDSN, cfg.Host = s.cfg.Store, hostName(h)
+		cfg := portalloc.Config{StoreDSN: s.cfg.Store, Host: hostName(h), Timeout: s.cfg.Timeout}
 		where = " on " + cfg.Host
+		st, err = fleet.Open(ctx, cfg)
+	} else {
+		st, err = statestore.Open(ctx, filepath.Join(s.cfg.Dir, "state", "berth.db"), statestore.Options{SweepInterval: -1})
 	}
-	st, err := fleet.OpenStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +126,7 @@ func (s *supervisor) checkHost(ctx context.Context, h int, all bool) ([]string, 
 	if all {
 		s.reapedAtEnd += n
 	}
-	rows, err := st.List(ctx, statestore.Filter{})
+	rows, err := st.List(ctx, store.Filter{})
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
-	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
 
@@ -75,14 +74,14 @@ const maxHeld = 32 // per worker, so a small range runs full
 
 // held is a grant the worker holds, with the socket proving it.
 type held struct {
-	r    portalloc.Reservation
+	r    store.Reservation
 	sock io.Closer
 }
 
 // workerEnv is what the supervisor tells a worker through its environment.
 type workerEnv struct {
 	dir     string
-	rng     portalloc.Range
+	rng     store.Range
 	timeout time.Duration
 	seed    uint64
 	proc    string
@@ -94,7 +93,7 @@ type workerEnv struct {
 }
 
 func readWorkerEnv() (workerEnv, error) {
-	r, err := portalloc.ParseRange(os.Getenv(envRange))
+	r, err := store.ParseRange(os.Getenv(envRange))
 	if err != nil {
 		return workerEnv{}, err
 	}
@@ -153,7 +152,7 @@ func runWorker() error {
 		log.add(Event{Kind: KindError, Err: err.Error()})
 		return err
 	}
-	w := &worker{a: a, log: log, rng: rng, rangeOf: r, dir: dir, proc: proc, timeout: timeout, held: map[portalloc.Reservation]held{}, faults: env.faults}
+	w := &worker{a: a, log: log, rng: rng, rangeOf: r, dir: dir, proc: proc, timeout: timeout, held: map[store.Reservation]held{}, faults: env.faults}
 	if env.leases {
 		w.leases = map[string]*leased{}
 	}
@@ -192,14 +191,14 @@ func open(ctx context.Context, log *eventLog, cfg portalloc.Config, faults bool)
 			return a, err
 		case timedOut(err):
 			log.add(Event{Kind: KindCall, Op: "open", DurNS: int64(time.Since(start)), Timeout: true, Err: err.Error()})
-		case errors.Is(err, statestore.ErrLost):
+		case errors.Is(err, store.ErrLost):
 			// The store was lost again and again while it opened (its
 			// directory removed every second or so, and a frozen worker
 			// holding the lock the opener waited for): a program opens it
 			// again, as this worker does.
 			log.add(Event{Kind: KindCall, Op: "open", DurNS: int64(time.Since(start)), Lost: true, Err: err.Error()})
 			time.Sleep(10 * time.Millisecond)
-		case faults && errors.Is(err, portalloc.ErrStoreUnavailable):
+		case faults && errors.Is(err, store.ErrUnavailable):
 			log.add(Event{Kind: KindCall, Op: "open", DurNS: int64(time.Since(start)), Unavailable: true, Err: err.Error()})
 			time.Sleep(50 * time.Millisecond) // the server is starting
 		default:
@@ -212,12 +211,12 @@ type worker struct {
 	a       *portalloc.Allocator
 	log     *eventLog
 	rng     *rand.Rand
-	rangeOf portalloc.Range
+	rangeOf store.Range
 	dir     string
 	proc    string
 	nchild  int // children started, for their names
 	timeout time.Duration
-	held    map[portalloc.Reservation]held
+	held    map[store.Reservation]held
 	probes  int64 // the allocator's probe failures logged so far
 	// leases holds the worker's leases by holder (-leases; nil without),
 	// nlease counts those asked for, for their holders' names.
@@ -231,7 +230,7 @@ type worker struct {
 	// unreleased are grants whose release failed for a passing reason (a
 	// shortage, a timeout): their rows are the live worker's until it
 	// releases them, so it tries again.
-	unreleased []portalloc.Reservation
+	unreleased []store.Reservation
 	retried    time.Time // when retryReleases last ran from step
 }
 
@@ -264,9 +263,9 @@ func timedCall(ctx context.Context, log *eventLog, timeout time.Duration, op str
 	switch {
 	case timedOut(err):
 		e.Timeout, e.Err = true, err.Error()
-	case errors.Is(err, portalloc.ErrTransient):
+	case errors.Is(err, store.ErrTransient):
 		e.Transient, e.Err = true, err.Error()
-	case errors.Is(err, statestore.ErrLost):
+	case errors.Is(err, store.ErrLost):
 		e.Lost, e.Err = true, err.Error()
 	case faults && unavailable(err):
 		e.Unavailable, e.Err = true, err.Error()
@@ -279,7 +278,7 @@ func timedCall(ctx context.Context, log *eventLog, timeout time.Duration, op str
 // reached or went away: portalloc's ErrStoreUnavailable, or the
 // store.ErrStorage of pgstore's own calls.
 func unavailable(err error) bool {
-	return errors.Is(err, portalloc.ErrStoreUnavailable) || errors.Is(err, store.ErrStorage)
+	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrStorage)
 }
 
 // timedOut reports whether err says a call gave up waiting: for its
@@ -287,7 +286,7 @@ func unavailable(err error) bool {
 // because the run ended did not time out.
 func timedOut(err error) bool {
 	return !errors.Is(err, context.Canceled) &&
-		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, statestore.ErrBusy))
+		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrBusy))
 }
 
 func (w *worker) step(ctx context.Context) {
@@ -316,9 +315,9 @@ func (w *worker) step(ctx context.Context) {
 }
 
 func (w *worker) request() portalloc.Request {
-	proto := portalloc.TCP
+	proto := store.TCP
 	if w.rng.IntN(2) == 0 {
-		proto = portalloc.UDP
+		proto = store.UDP
 	}
 	return portalloc.Request{Protocol: proto, Addr: addrs[w.rng.IntN(len(addrs))], Label: "torture"}
 }
@@ -328,7 +327,7 @@ func (w *worker) request() portalloc.Request {
 func (w *worker) grant(ctx context.Context, static bool) {
 	req := w.request()
 	start := time.Now()
-	var r portalloc.Reservation
+	var r store.Reservation
 	op := "allocate"
 	if static {
 		op = "reserve"
@@ -345,17 +344,17 @@ func (w *worker) grant(ctx context.Context, static bool) {
 	dur := time.Since(start)
 	switch {
 	case err == nil:
-	case errors.Is(err, portalloc.ErrRangeExhausted):
+	case errors.Is(err, store.ErrExhausted):
 		w.log.add(Event{Kind: KindExhausted, DurNS: int64(dur)})
 		return
-	case errors.Is(err, portalloc.ErrPortHeld):
-		var ce *portalloc.ConflictError
-		if errors.As(err, &ce) && ce.Holder.Owner.Scope == store.LeaseScope {
+	case errors.Is(err, store.ErrHeld):
+		var ce *store.ConflictError
+		if errors.As(err, &ce) && ce.Holder.Owner.Holder != "" {
 			// A fleet-wide port: the store kept it off this host.
 			w.log.add(Event{Kind: KindLeaseHeld, Proto: string(req.Protocol), Addr: req.Addr.String(), Port: ce.Key.Port})
 		}
 		return
-	case ctx.Err() != nil, timedOut(err), errors.Is(err, portalloc.ErrTransient), w.faults && unavailable(err):
+	case ctx.Err() != nil, timedOut(err), errors.Is(err, store.ErrTransient), w.faults && unavailable(err):
 		return // counted with the call
 	default:
 		w.log.add(Event{Kind: KindError, Err: unexpected(err)})
@@ -375,11 +374,11 @@ func (w *worker) grant(ctx context.Context, static bool) {
 }
 
 // unexpected says what an unexpected error of a call is; a shortage of
-// descriptors that does not wrap portalloc.ErrTransient, as the package
+// descriptors that does not wrap store.ErrTransient, as the package
 // promises, says so.
 func unexpected(err error) string {
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-		return "a shortage of descriptors that does not wrap portalloc.ErrTransient: " + err.Error()
+		return "a shortage of descriptors that does not wrap store.ErrTransient: " + err.Error()
 	}
 	return err.Error()
 }
@@ -391,7 +390,7 @@ func unexpected(err error) string {
 // bind fails for good, it logs the grant's release, so its claim ends
 // there and the failure is counted once, not again as every later grant
 // of the port; the caller then gives the grant back.
-func (w *worker) bindGrant(ctx context.Context, r portalloc.Reservation, holder string) (io.Closer, bool) {
+func (w *worker) bindGrant(ctx context.Context, r store.Reservation, holder string) (io.Closer, bool) {
 	for try := 0; ; try++ {
 		sock, err := bind(r)
 		e := Event{Kind: KindBind, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Holder: holder}
@@ -429,11 +428,11 @@ func (w *worker) release(ctx context.Context, h held) {
 // giveBack releases a grant whose claim the log has ended. A release
 // that fails for a passing reason is tried again later (retryReleases):
 // the row stays the live worker's meanwhile, and no one else may have it.
-func (w *worker) giveBack(ctx context.Context, r portalloc.Reservation) {
+func (w *worker) giveBack(ctx context.Context, r store.Reservation) {
 	err := w.call(context.WithoutCancel(ctx), "release", func(ctx context.Context) error { return w.a.Release(ctx, r) })
 	switch {
-	case err == nil, errors.Is(err, portalloc.ErrNotHeld):
-	case timedOut(err), errors.Is(err, portalloc.ErrTransient), w.faults && unavailable(err):
+	case err == nil, errors.Is(err, store.ErrNotFound):
+	case timedOut(err), errors.Is(err, store.ErrTransient), w.faults && unavailable(err):
 		w.unreleased = append(w.unreleased, r)
 	default:
 		w.log.add(Event{Kind: KindError, Err: "release: " + unexpected(err)})
@@ -444,8 +443,8 @@ func (w *worker) giveBack(ctx context.Context, r portalloc.Reservation) {
 // again: trying it again would release the new grant, whose socket the
 // worker binds. The Allocator itself does again a release of its that
 // failed on a fleet's store, unless the key is held again.
-func (w *worker) granted(r portalloc.Reservation) {
-	w.unreleased = slices.DeleteFunc(w.unreleased, func(x portalloc.Reservation) bool {
+func (w *worker) granted(r store.Reservation) {
+	w.unreleased = slices.DeleteFunc(w.unreleased, func(x store.Reservation) bool {
 		return x.Protocol == r.Protocol && x.Addr == r.Addr && x.Port == r.Port
 	})
 }
@@ -465,7 +464,7 @@ func (w *worker) retryReleases(ctx context.Context) {
 // so it never binds a port that is not yet its own.
 func (w *worker) handoff(ctx context.Context) {
 	req := w.request()
-	var r portalloc.Reservation
+	var r store.Reservation
 	start := time.Now()
 	err := w.call(ctx, "allocate", func(ctx context.Context) (err error) {
 		r, err = w.a.Allocate(ctx, req)
@@ -486,9 +485,22 @@ func (w *worker) handoff(ctx context.Context) {
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), envRole+"=child", envProc+"="+child,
 		fmt.Sprintf("%s=%s,%s,%d,%d", envChild, r.Protocol, r.Addr, r.Port, 20+w.rng.IntN(200)))
-	goAhead, err := cmd.StdinPipe()
+	// Half the children inherit the reservation's lock (Files), so that
+	// Transfer finds it held there; the others get it from a keeper.
+	var locks []*os.File
+	if w.rng.IntN(2) == 0 {
+		locks, err = w.a.Files(r)
+		cmd.ExtraFiles = locks
+	}
+	var goAhead io.WriteCloser
+	if err == nil {
+		goAhead, err = cmd.StdinPipe()
+	}
 	if err == nil {
 		err = cmd.Start()
+	}
+	for _, f := range locks {
+		_ = f.Close()
 	}
 	if err != nil {
 		// In a spell, a start can also fail with EBADF: the fork's child
@@ -536,7 +548,7 @@ func runChild() error {
 		log.add(Event{Kind: KindChildExit, Proto: proto, Addr: addr, Port: uint16(port)})
 		return nil
 	}
-	r := portalloc.Reservation{Protocol: portalloc.Protocol(proto), Addr: netip.MustParseAddr(addr), Port: uint16(port)}
+	r := store.Reservation{Key: store.Key{Protocol: store.Protocol(proto), Addr: netip.MustParseAddr(addr), Port: uint16(port)}}
 	sock, err := bind(r)
 	if err != nil {
 		log.add(Event{Kind: KindChildBind, Proto: proto, Addr: addr, Port: uint16(port), Err: err.Error()})
@@ -553,8 +565,8 @@ func runChild() error {
 }
 
 // bind listens on exactly what r grants, as its consumer would.
-func bind(r portalloc.Reservation) (io.Closer, error) {
-	if r.Protocol == portalloc.UDP {
+func bind(r store.Reservation) (io.Closer, error) {
+	if r.Protocol == store.UDP {
 		return net.ListenPacket("udp", r.AddrPort().String())
 	}
 	return net.Listen("tcp", r.AddrPort().String())

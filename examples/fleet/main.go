@@ -1,21 +1,18 @@
-// Command fleet shows berth's fleet mode: two hosts share one port range
-// through a PostgreSQL store. Each host may be granted the same port, since
-// a port is bound on one machine's interfaces; one host never gets a port
-// twice, whichever of its processes asks. (Two Allocators of one process
-// are one owner: a Reserve of a port the process holds returns it again.
-// So the second process of host-a here is a real one: this program, run
-// again as a child.)
+// Command fleet shows berth's fleet mode: the hosts of a fleet share their
+// reservations through a PostgreSQL store. A process of host-a is granted a
+// port; a controller reserves another fleet-wide, for a pod not yet
+// scheduled, so that no process of any host is given it while its lease
+// lasts; and a second process of host-a (this program run again as a
+// child) is refused both, then granted a third.
 //
 //	BERTH_STORE='host=/var/run/postgresql dbname=berth' go run ./examples/fleet
 //
 // BERTH_STORE names the database (see portalloc.Config.StoreDSN), which
-// fleet.New (package portalloc/fleet) opens: portalloc alone links no
-// PostgreSQL client. The other BERTH_* variables apply as in
-// portalloc.ConfigFromEnv. The two hosts,
-// host-a and host-b (Config.Host), are Allocators of this one program: in
-// a real fleet each runs on its own machine, with BERTH_HOST unset (the
-// hostname) or set to that machine's name. Nothing here binds the ports it
-// gets, so the two hosts can share this machine's loopback.
+// fleet.New and fleet.Open (package portalloc/fleet) open: portalloc alone
+// links no PostgreSQL client. The other BERTH_* variables apply as they do
+// to a zero portalloc.Config; the fleet-wide port comes from the Allocator's
+// range. In a real fleet each host runs berth on its own machine, with
+// BERTH_HOST unset (the hostname) or set to that machine's name.
 package main
 
 import (
@@ -26,15 +23,22 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"text/tabwriter"
+	"time"
 
+	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/store"
 )
 
 // envAsk makes this program the second process of host-a: it asks for
-// the port the variable names, and says what it got.
+// the ports the variable names (comma-separated), and says what it got.
 const envAsk = "BERTH_FLEET_EXAMPLE_ASK"
+
+// holder names the fleet-wide reservation's owner.
+const holder = "pod/default/web-0"
 
 func main() {
 	if os.Getenv(envAsk) != "" {
@@ -51,58 +55,47 @@ func main() {
 }
 
 func run(ctx context.Context, out io.Writer) error {
-	cfg, err := portalloc.ConfigFromEnv()
-	if err != nil {
-		return err
-	}
-	if cfg.StoreDSN == "" {
+	if os.Getenv("BERTH_STORE") == "" {
 		return errors.New("set BERTH_STORE to a PostgreSQL connection string: the hosts of a fleet share their reservations there")
 	}
-	open := func(host string) (*portalloc.Allocator, error) {
-		c := cfg
-		c.Host = host
-		return fleet.New(ctx, c)
-	}
-	// One process on host-a (this one; a second one comes below) and one
-	// on host-b. Close releases whatever each still holds, even on an
-	// early return.
-	a, err := open("host-a")
+	cfg := portalloc.Config{Host: "host-a"}
+	// Close releases whatever the Allocator still holds, even on an early
+	// return.
+	a, err := fleet.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = a.Close() }()
-	b, err := open("host-b")
+	st, err := fleet.Open(ctx, portalloc.Config{Host: "controller"})
 	if err != nil {
 		return err
 	}
-	defer func() { _ = b.Close() }()
+	defer func() { _ = st.Close() }()
 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tASKS FOR\tGETS")
-	req := portalloc.Request{Label: "fleet.web"}
-	web, err := a.Allocate(ctx, req)
+	fmt.Fprintln(tw, "WHO\tASKS FOR\tGETS")
+	web, err := a.Allocate(ctx, portalloc.Request{Label: "fleet.web"})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(tw, "host-a\tany port\t%d\n", web.Port)
 
-	// The same port on the other host: granted.
-	webB, err := b.Reserve(ctx, req, web.Port)
+	pod, err := st.ReserveFleet(ctx, pgstore.FleetRequest{Protocol: store.TCP, Band: a.Config().Range, Holder: holder, Label: "fleet.pod", TTL: time.Minute})
 	if err != nil {
-		return fmt.Errorf("host-b reserve %d: %w", web.Port, err)
+		return err
 	}
-	fmt.Fprintf(tw, "host-b\tport %d\t%d (each host has its own ports)\n", web.Port, webB.Port)
+	fmt.Fprintf(tw, "%s\tany port, fleet-wide\t%d (leased for 1m)\n", holder, pod.Port)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 
-	// The same port again on host-a, by another process: refused.
+	// The second process of host-a asks for both.
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, self)
-	cmd.Env = append(os.Environ(), envAsk+"="+strconv.Itoa(int(web.Port)))
+	cmd.Env = append(os.Environ(), envAsk+"="+strconv.Itoa(int(web.Port))+","+strconv.Itoa(int(pod.Port)))
 	cmd.Stdout, cmd.Stderr = out, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("second process of host-a: %w", err)
@@ -113,45 +106,48 @@ func run(ctx context.Context, out io.Writer) error {
 		// exits.
 		fmt.Fprintln(os.Stderr, "fleet: release:", err)
 	}
-	if err := b.Release(ctx, webB); err != nil {
+	if err := st.ReleaseFleet(ctx, pod.Key, holder); err != nil {
+		// Left alone, it is reaped when its lease runs out.
 		fmt.Fprintln(os.Stderr, "fleet: release:", err)
 	}
 	fmt.Fprintln(out, "released 2 ports (the second process's went when it exited)")
 	return nil
 }
 
-// ask is the second process of host-a: it asks for the port envAsk names,
-// which the first holds, and then for any port.
+// ask is the second process of host-a: it asks for the ports envAsk names,
+// which others hold, and then for any port.
 func ask(ctx context.Context, out io.Writer) error {
-	port, err := strconv.ParseUint(os.Getenv(envAsk), 10, 16)
-	if err != nil {
-		return fmt.Errorf("%s: %w", envAsk, err)
-	}
-	cfg, err := portalloc.ConfigFromEnv()
-	if err != nil {
-		return err
-	}
-	cfg.Host = "host-a"
-	a, err := fleet.New(ctx, cfg)
+	a, err := fleet.New(ctx, portalloc.Config{Host: "host-a"})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = a.Close() }() // releases what it got
 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	_, err = a.Reserve(ctx, portalloc.Request{Label: "fleet.web"}, uint16(port))
-	switch {
-	case errors.Is(err, portalloc.ErrPortHeld):
-		fmt.Fprintf(tw, "host-a\tport %d\trefused: host-a holds it already\n", port)
-	case err == nil:
-		return fmt.Errorf("host-a was granted port %d twice", port)
-	default:
-		return err
+	var taken []string
+	for _, s := range strings.Split(os.Getenv(envAsk), ",") {
+		port, err := strconv.ParseUint(s, 10, 16)
+		if err != nil {
+			return fmt.Errorf("%s: %w", envAsk, err)
+		}
+		taken = append(taken, s)
+		_, err = a.Reserve(ctx, portalloc.Request{Label: "fleet.again"}, uint16(port))
+		var ce *store.ConflictError
+		switch {
+		case errors.As(err, &ce) && ce.Holder.Owner.Holder != "":
+			fmt.Fprintf(tw, "host-a\tport %d\trefused: %s holds it fleet-wide\n", port, ce.Holder.Owner.Holder)
+		case errors.As(err, &ce):
+			fmt.Fprintf(tw, "host-a\tport %d\trefused: pid %d of host-a holds it\n", port, ce.Holder.Owner.PID)
+		case err == nil:
+			return fmt.Errorf("host-a was granted port %d, which another holds", port)
+		default:
+			return err
+		}
 	}
 	api, err := a.Allocate(ctx, portalloc.Request{Label: "fleet.api"})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(tw, "host-a\tany port\t%d (not %d)\n", api.Port, port)
+	fmt.Fprintf(tw, "host-a\tany port\t%d (not %s)\n", api.Port, strings.Join(taken, " or "))
 	return tw.Flush()
 }

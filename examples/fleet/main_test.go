@@ -43,53 +43,61 @@ func TestMain(m *testing.M) {
 func TestRun(t *testing.T) {
 	dsn := storeDSN(t)
 	testports.Hold(t, testports.Fleet)
-	t.Setenv(portalloc.EnvStore, dsn)
-	t.Setenv(portalloc.EnvHost, "")
-	t.Setenv(portalloc.EnvPortRange, testports.Fleet.String()) // not the default: other packages' tests bind there
+	t.Setenv("BERTH_STORE", dsn)
+	t.Setenv("BERTH_HOST", "")
+	t.Setenv("BERTH_PORT_RANGE", testports.Fleet.String()) // not the default: other packages' tests bind there
 	var out bytes.Buffer
 	if err := run(context.Background(), &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	t.Log("\n" + out.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 6 || !strings.HasPrefix(lines[5], "released 2 ports") {
+	if len(lines) != 7 || !strings.HasPrefix(lines[6], "released 2 ports") {
 		t.Fatalf("output:\n%s", out.String())
 	}
-	// "host-a any port N ...": the port host-a was granted.
-	port := func(line string) int {
+	// "WHO any port N ...": the port WHO was granted.
+	port := func(line, who string) int {
 		t.Helper()
 		f := strings.Fields(line)
-		if len(f) < 4 || f[0] != "host-a" || f[1] != "any" {
-			t.Fatalf("row %q; want host-a any port N", line)
+		if len(f) < 4 || f[0] != who || f[1] != "any" {
+			t.Fatalf("row %q; want %s any port N", line, who)
 		}
-		p, err := strconv.Atoi(f[3])
+		i := 3
+		if f[2] == "port," {
+			i = 4 // "any port, fleet-wide N"
+		}
+		p, err := strconv.Atoi(f[i])
 		if err != nil || !testports.Fleet.Contains(uint16(p)) {
 			t.Errorf("row %q: no port of %v", line, testports.Fleet)
 		}
 		return p
 	}
-	web := port(lines[1])
+	web, pod := port(lines[1], "host-a"), port(lines[2], holder)
+	if web == pod {
+		t.Fatalf("host-a and %s were both granted %d", holder, web)
+	}
 	for i, want := range []string{
-		fmt.Sprintf("host-b port %d %d (each host has its own ports)", web, web),
-		fmt.Sprintf("host-a port %d refused: host-a holds it already", web),
+		fmt.Sprintf("host-a port %d refused: pid ", web),
+		fmt.Sprintf("host-a port %d refused: %s holds it fleet-wide", pod, holder),
 	} {
-		if got := strings.Join(strings.Fields(lines[i+2]), " "); got != want {
-			t.Errorf("row %d = %q; want %q", i+2, got, want)
+		if got := strings.Join(strings.Fields(lines[i+3]), " "); !strings.HasPrefix(got, want) {
+			t.Errorf("row %d = %q; want %q...", i+3, got, want)
 		}
 	}
-	if api := port(lines[4]); api == web {
-		t.Errorf("second process of host-a got %d, host-a's first's port, too", web)
+	if api := port(lines[5], "host-a"); api == web || api == pod {
+		t.Errorf("second process of host-a got %d, a port another holds", api)
 	}
 
-	// Released: the store holds nothing on either host.
-	for _, host := range []string{"host-a", "host-b"} {
-		s, err := fleet.OpenStore(context.Background(), portalloc.Config{StoreDSN: dsn, Host: host})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rs, err := s.List(context.Background(), store.Filter{}); err != nil || len(rs) != 0 {
-			t.Errorf("rows of %s left after the run: %v, %v", host, rs, err)
-		}
-		_ = s.Close()
+	// Released: the store holds nothing.
+	s, err := fleet.Open(context.Background(), portalloc.Config{StoreDSN: dsn, Host: "host-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	if rs, err := s.List(context.Background(), store.Filter{}); err != nil || len(rs) != 0 {
+		t.Errorf("rows left after the run: %v, %v", rs, err)
+	}
+	if ls, err := s.Leases(context.Background()); err != nil || len(ls) != 0 {
+		t.Errorf("leases left after the run: %v, %v", ls, err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/examples/gotest"
-	"github.com/berth-go/berth/portalloc/porttest"
+	"github.com/berth-go/berth/portlock/porttest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

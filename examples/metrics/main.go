@@ -1,8 +1,8 @@
 // Command metrics shows berth's allocator metrics as Prometheus scrapes
 // them, without Prometheus in the library: package expvarmetrics publishes
-// the Allocator's Metrics through expvar (JSON on /debug/vars), and a small
-// adapter here writes the same numbers in Prometheus' text format on
-// /metrics.
+// the Allocator's Stats and Usage through expvar (JSON on /debug/vars), and
+// a small adapter here writes the same numbers in Prometheus' text format
+// on /metrics.
 //
 // Publishing through expvar is opt-in: portalloc itself does not import
 // expvar, whose init registers /debug/vars on http.DefaultServeMux. This
@@ -31,6 +31,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/expvarmetrics"
+	"github.com/berth-go/berth/store"
 )
 
 func main() {
@@ -45,7 +46,7 @@ func main() {
 // session makes some allocations and failures to have something to show.
 func session(ctx context.Context, a *portalloc.Allocator) error {
 	// Four allocations (scope dynamic)...
-	var last portalloc.Reservation
+	var last store.Reservation
 	for range 4 {
 		r, err := a.Allocate(ctx, portalloc.Request{Label: "metrics.demo"})
 		if err != nil {
@@ -76,11 +77,7 @@ func session(ctx context.Context, a *portalloc.Allocator) error {
 }
 
 func run(ctx context.Context, serve string, out io.Writer) error {
-	cfg, err := portalloc.ConfigFromEnv()
-	if err != nil {
-		return err
-	}
-	a, err := portalloc.New(ctx, cfg)
+	a, err := portalloc.New(ctx, portalloc.Config{})
 	if err != nil {
 		return err
 	}
@@ -91,8 +88,13 @@ func run(ctx context.Context, serve string, out io.Writer) error {
 	mux := http.NewServeMux()
 	mux.Handle("/debug/vars", expvar.Handler())
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		ports, reserved, err := a.Usage(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		WritePrometheus(w, expvarmetrics.Read(r.Context(), a))
+		WritePrometheus(w, a.Stats(), ports, reserved)
 	})
 
 	if err := session(ctx, a); err != nil {

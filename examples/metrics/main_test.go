@@ -8,14 +8,13 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/internal/testports"
-	"github.com/berth-go/berth/portalloc"
 )
 
 func TestRun(t *testing.T) {
 	testports.Hold(t, testports.Metrics)
-	t.Setenv(portalloc.EnvStateDir, t.TempDir())
-	t.Setenv(portalloc.EnvMode, "statestore")
-	t.Setenv(portalloc.EnvPortRange, testports.Metrics.String()) // not the default: other packages' tests bind there
+	t.Setenv("BERTH_STATE_DIR", t.TempDir())
+	t.Setenv("BERTH_MODE", "statestore")
+	t.Setenv("BERTH_PORT_RANGE", testports.Metrics.String()) // not the default: other packages' tests bind there
 	var out bytes.Buffer
 	if err := run(context.Background(), "", &out); err != nil {
 		t.Fatal(err)

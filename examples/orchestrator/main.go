@@ -2,7 +2,9 @@
 // other: api and auth, and web, which calls both. One port set spec gives
 // each its port in its environment, and web the ports of the other two by
 // reference. Each child owns its ports, so they stay reserved exactly as
-// long as it runs, even if the orchestrator dies first.
+// long as it runs, even if the orchestrator dies first: it inherits the
+// kernel locks that hold them (Member.Files), and the store records it as
+// their owner (Set.Transfer).
 //
 //	go run ./examples/orchestrator
 //
@@ -59,11 +61,7 @@ func main() {
 }
 
 func run(ctx context.Context, out io.Writer) error {
-	cfg, err := portalloc.ConfigFromEnv()
-	if err != nil {
-		return err
-	}
-	a, err := portalloc.New(ctx, cfg)
+	a, err := portalloc.New(ctx, portalloc.Config{})
 	if err != nil {
 		return err
 	}
@@ -84,7 +82,16 @@ func run(ctx context.Context, out io.Writer) error {
 		cmd := exec.Command(self)
 		cmd.Env = append(append(os.Environ(), envService+"="+m.Group), m.Env()...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
+		locks, err := m.Files()
+		if err != nil {
+			return err
+		}
+		cmd.ExtraFiles = locks
+		err = cmd.Start()
+		for _, f := range locks {
+			_ = f.Close() // the child has its copies
+		}
+		if err != nil {
 			return err
 		}
 		children = append(children, cmd)

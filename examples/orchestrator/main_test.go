@@ -11,9 +11,8 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/internal/testports"
-	"github.com/berth-go/berth/portalloc"
-	"github.com/berth-go/berth/portalloc/statedir"
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // TestRun runs the orchestrator from a built binary (its services are the
@@ -26,8 +25,8 @@ func TestRun(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), portalloc.EnvStateDir+"="+dir, portalloc.EnvMode+"=statestore",
-		portalloc.EnvPortRange+"="+testports.Orchestrator.String()) // not the default: other packages' tests bind there
+	cmd.Env = append(os.Environ(), "BERTH_STATE_DIR="+dir, "BERTH_MODE=statestore",
+		"BERTH_PORT_RANGE="+testports.Orchestrator.String()) // not the default: other packages' tests bind there
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
@@ -57,12 +56,12 @@ func TestRun(t *testing.T) {
 			t.Errorf("port %d; want one in %v, from BERTH_PORT_RANGE", p, testports.Orchestrator)
 		}
 	}
-	s, err := statestore.Open(context.Background(), filepath.Join(dir, statedir.DatabaseFile), statestore.Options{SweepInterval: -1})
+	s, err := statestore.Open(context.Background(), filepath.Join(dir, "berth.db"), statestore.Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if rows, err := s.List(context.Background(), statestore.Filter{}); err != nil || len(rows) != 0 {
+	if rows, err := s.List(context.Background(), store.Filter{}); err != nil || len(rows) != 0 {
 		t.Errorf("rows left: %v, %v", rows, err)
 	}
 }

@@ -3,8 +3,8 @@
 //
 //	go run ./examples/quickstart
 //
-// Configuration comes from the BERTH_* environment variables (see
-// portalloc.ConfigFromEnv); with none set it uses the per-user state
+// The zero portalloc.Config takes its settings from the BERTH_*
+// environment variables; with none set it uses the per-user state
 // directory and the default range 20000-32767.
 package main
 
@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/store"
 )
 
 func main() {
@@ -26,18 +27,14 @@ func main() {
 }
 
 func run(ctx context.Context, out io.Writer) error {
-	cfg, err := portalloc.ConfigFromEnv()
-	if err != nil {
-		return err
-	}
-	a, err := portalloc.New(ctx, cfg)
+	a, err := portalloc.New(ctx, portalloc.Config{})
 	if err != nil {
 		return err
 	}
 	// Close releases whatever is still held, even on an early return.
 	defer func() { _ = a.Close() }()
 
-	var rs []portalloc.Reservation
+	var rs []store.Reservation
 	for _, label := range []string{"web", "api", "db"} {
 		r, err := a.Allocate(ctx, portalloc.Request{Label: "quickstart." + label})
 		if err != nil {
@@ -47,9 +44,9 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LABEL\tADDRESS\tPORT\tBACKEND")
+	fmt.Fprintln(tw, "LABEL\tADDRESS\tPORT")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.Label, r.Addr, r.Port, r.Backend)
+		fmt.Fprintf(tw, "%s\t%s\t%d\n", r.Label, r.Addr, r.Port)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

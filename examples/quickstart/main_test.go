@@ -9,16 +9,16 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/internal/testports"
-	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 func TestRun(t *testing.T) {
 	testports.Hold(t, testports.Quickstart)
 	dir := t.TempDir()
-	t.Setenv(portalloc.EnvStateDir, dir)
-	t.Setenv(portalloc.EnvMode, "statestore")
-	t.Setenv(portalloc.EnvPortRange, testports.Quickstart.String()) // not the default: other packages' tests bind there
+	t.Setenv("BERTH_STATE_DIR", dir)
+	t.Setenv("BERTH_MODE", "statestore")
+	t.Setenv("BERTH_PORT_RANGE", testports.Quickstart.String()) // not the default: other packages' tests bind there
 	var out bytes.Buffer
 	if err := run(context.Background(), &out); err != nil {
 		t.Fatal(err)
@@ -29,8 +29,8 @@ func TestRun(t *testing.T) {
 	}
 	for i, label := range []string{"quickstart.web", "quickstart.api", "quickstart.db"} {
 		f := strings.Fields(lines[i+1])
-		if len(f) != 4 || f[0] != label || f[3] != "statestore" {
-			t.Errorf("row %q; want %s ... statestore", lines[i+1], label)
+		if len(f) != 3 || f[0] != label {
+			t.Errorf("row %q; want %s ADDRESS PORT", lines[i+1], label)
 			continue
 		}
 		port, err := strconv.Atoi(f[2])
@@ -44,7 +44,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if rs, err := s.List(context.Background(), statestore.Filter{}); err != nil || len(rs) != 0 {
+	if rs, err := s.List(context.Background(), store.Filter{}); err != nil || len(rs) != 0 {
 		t.Errorf("rows left after the run: %v, %v", rs, err)
 	}
 }

@@ -32,7 +32,7 @@ func parseLinux(s string) (Range, error) {
 	if len(f) != 2 {
 		return Range{}, fmt.Errorf("ip_local_port_range %q: want two numbers", s)
 	}
-	return Parse(f[0] + "-" + f[1])
+	return parse(f[0] + "-" + f[1])
 }
 
 // parseNetshDynamic parses `netsh int ipv4 show dynamicport tcp`:
@@ -81,7 +81,7 @@ func parseNetshExcluded(out string) []Range {
 		if len(f) < 2 {
 			continue
 		}
-		if r, err := Parse(f[0] + "-" + f[1]); err == nil {
+		if r, err := parse(f[0] + "-" + f[1]); err == nil {
 			rs = append(rs, r)
 		}
 	}

@@ -19,9 +19,16 @@ func LocalReserved() ([]Range, error) { return localReserved() }
 // parseLocalReserved parses the sysctl's value, such as "8080,9000-9100\n";
 // an empty list is a newline alone.
 func parseLocalReserved(s string) ([]Range, error) {
-	rs, err := ParseList(strings.TrimSpace(s))
-	if err != nil {
-		return nil, fmt.Errorf("portrange: %s: %w", LocalReservedFile, err)
+	var rs []Range
+	if s = strings.TrimSpace(s); s == "" {
+		return nil, nil
+	}
+	for part := range strings.SplitSeq(s, ",") {
+		r, err := parse(part)
+		if err != nil {
+			return nil, fmt.Errorf("portrange: %s: %w", LocalReservedFile, err)
+		}
+		rs = append(rs, r)
 	}
 	return rs, nil
 }

@@ -1,5 +1,5 @@
-// Package portrange parses port ranges and walks them in the order berth
-// tries candidates.
+// Package portrange walks port ranges in the order berth tries candidates,
+// and reads the ranges the system keeps for itself.
 //
 // # Segments
 //
@@ -20,23 +20,15 @@
 package portrange
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 )
 
-// ErrInvalid is wrapped by every error of this package. It is the
-// one sentinel of refused input of berth: package store names it
-// store.ErrInvalid and package portalloc ErrInvalidRequest, so a range
-// error is one of a refused request wherever it surfaces.
-var ErrInvalid = errors.New("invalid request")
-
-// Range is the ports First through Last, both included. It is declared
-// here, the lowest package that reads ranges, and named store.Range,
-// portalloc.Range and portalloc.Band above: one type, whichever name a
-// caller uses. The zero Range is empty and not valid.
+// Range is the ports First through Last, both included: this package's
+// own, as store.Range is the public one (an internal package imports no
+// other package of berth).
 type Range struct {
 	First, Last uint16
 }
@@ -62,101 +54,19 @@ func (r Range) String() string {
 	return fmt.Sprintf("%d-%d", r.First, r.Last)
 }
 
-// Validate returns nil for a non-empty range of ports 1-65535, FIRST <= LAST,
-// and otherwise a *FieldError that says what is wrong.
-func (r Range) Validate() error {
-	if r.First == 0 {
-		return refuse(r.String(), "", ports, "port 0 is not a port")
+// parse reads "FIRST-LAST" or "PORT" from a file of the system: not
+// input of a user's, which package store parses.
+func parse(s string) (Range, error) {
+	first, last, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	if !isRange {
+		last = first
 	}
-	if r.First > r.Last {
-		return refuse(fmt.Sprintf("%d-%d", r.First, r.Last), "", ordered, "the first port is above the last")
+	a, err1 := strconv.ParseUint(first, 10, 16)
+	b, err2 := strconv.ParseUint(last, 10, 16)
+	if err1 != nil || err2 != nil || a == 0 || a > b {
+		return Range{}, fmt.Errorf("port range %q: want FIRST-LAST, ports 1 to 65535", s)
 	}
-	return nil
-}
-
-// Valid is Validate.
-//
-// Deprecated: use Validate, the name Go gives a check that returns an
-// error; Valid stays for the programs that call it.
-func (r Range) Valid() error { return r.Validate() }
-
-// What a range accepts, for FieldError.Want.
-const (
-	syntax  = "FIRST-LAST (e.g. 20000-32767) or a single port, with ports 1 to 65535"
-	ports   = "ports from 1 to 65535"
-	ordered = "FIRST-LAST with FIRST <= LAST"
-)
-
-// Parse parses "FIRST-LAST" or a single port "PORT". It accepts decimal
-// digits only: no spaces, signs or leading "+". The error is a
-// *FieldError for the field "port range".
-func Parse(s string) (Range, error) {
-	if s == "" {
-		return Range{}, refuse(s, "", syntax, "it is empty")
-	}
-	first, last, isRange := strings.Cut(s, "-")
-	a, err := parsePort(s, first)
-	if err != nil {
-		return Range{}, err
-	}
-	b := a
-	if isRange {
-		if b, err = parsePort(s, last); err != nil {
-			return Range{}, err
-		}
-	}
-	r := Range{First: a, Last: b}
-	if err := r.Validate(); err != nil {
-		var fe *FieldError
-		if errors.As(err, &fe) {
-			fe.Value = s
-		}
-		return Range{}, err
-	}
-	return r, nil
-}
-
-func parsePort(input, s string) (uint16, error) {
-	if s == "" {
-		return 0, refuse(input, "", syntax, "a port is missing")
-	}
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, refuse(input, "", syntax, Quote(s)+" is not a port number")
-		}
-	}
-	n, err := strconv.ParseUint(s, 10, 32)
-	if err != nil || n > 65535 {
-		return 0, refuse(input, "", ports, clip(s)+" is above 65535, the highest port")
-	}
-	if n == 0 {
-		return 0, refuse(input, "", ports, "port 0 is not a port")
-	}
-	return uint16(n), nil
-}
-
-// ParseList parses a comma-separated list of ranges, e.g.
-// "22000-22100,25565". The empty string is the empty list. The error is a
-// *FieldError whose Value is the whole list and whose At names the item.
-func ParseList(s string) ([]Range, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var out []Range
-	n := 0
-	for part := range strings.SplitSeq(s, ",") {
-		n++
-		r, err := Parse(part)
-		if err != nil {
-			var fe *FieldError
-			if errors.As(err, &fe) {
-				fe.Value, fe.At = s, item(n, part)
-			}
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return Range{First: uint16(a), Last: uint16(b)}, nil
 }
 
 // StaticSegmentSize returns the size of the static segment of a range of

@@ -18,6 +18,11 @@ import (
 // ErrUnsafe is wrapped by every refusal of this package.
 var ErrUnsafe = errors.New("unsafe state file or directory")
 
+// ErrNoDir is wrapped by PrepareDir's error when the directory does not
+// exist and cannot be created, or cannot be read: a mistake of
+// configuration (a typo, a path of another machine), never a passing one.
+var ErrNoDir = errors.New("state directory cannot be used")
+
 // UnsafeError says which path was refused, why, and what fixes it.
 type UnsafeError struct {
 	Path string
@@ -38,12 +43,12 @@ func (e *UnsafeError) Unwrap() error { return ErrUnsafe }
 func PrepareDir(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("create state directory: %w", err)
+			return fmt.Errorf("%w: create %s: %w", ErrNoDir, dir, err)
 		}
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return fmt.Errorf("state directory: %w", err)
+		return fmt.Errorf("%w: %w", ErrNoDir, err)
 	}
 	if !fi.IsDir() {
 		return &UnsafeError{Path: dir, Why: "is not a directory", Fix: "remove it or choose another state directory (BERTH_STATE_DIR)"}

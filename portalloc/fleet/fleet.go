@@ -3,93 +3,144 @@
 // granting a port twice on one host.
 //
 // It is the one package a program imports to use a Config.StoreDSN (or
-// BERTH_STORE): portalloc itself links no PostgreSQL client, and neither
-// do porttest nor statestore, so a program that does not ask for
-// PostgreSQL does not build or link pgx. The split is database/sql's: the
-// dispatcher talks to the interfaces of package store, and the driver is
-// linked by the program that wants it.
+// BERTH_STORE): portalloc itself links no PostgreSQL client, and neither do
+// porttest nor statestore, so a program that does not ask for PostgreSQL
+// does not build or link pgx. The split is database/sql's: the dispatcher
+// talks to the interfaces of package store, and the driver is linked by the
+// program that wants it.
 //
-//	cfg, err := portalloc.ConfigFromEnv() // BERTH_STORE, BERTH_HOST, ...
-//	...
-//	a, err := fleet.New(ctx, cfg) // the PostgreSQL store of cfg.StoreDSN, else the SQLite one
-//
-// New and OpenStore take any Config: without a Store, New does what
-// portalloc.New does, and OpenStore opens the SQLite store of the
-// Config's state directory.
+//	a, err := fleet.New(ctx, portalloc.Config{}) // BERTH_STORE's PostgreSQL store, else the SQLite one
 //
 // # Fleet-wide reservations
 //
-// An Allocator on a fleet's store also serves owners that are not
-// processes of a host: a pod not yet scheduled, a job. Reserve reserves a
-// port of a band of the caller's own that is free on every host, for a
-// named holder under a lease on the server's clock; ReserveSet reserves
-// the ports of a portset.SetSpec so, all or none. The holder's controller
-// renews the leases (Renew), gives a reservation its host once that is
-// known (Narrow) and releases it (Release); Leases lists them. Such a
-// reservation is the holder's, not the process's: the Allocator's Close
-// leaves it, and a lease that runs out is reaped by any host. They reach
-// the store through its store.FleetStore interface; on the SQLite store
-// they return a *portalloc.FieldError for Config.StoreDSN.
+// A fleet's store also serves owners that are not processes of a host: a
+// pod not yet scheduled, a job. They reserve through the store itself (Open,
+// then pgstore.Store's ReserveFleet, ReserveFleetSet with SetRequests,
+// RenewFleet, NarrowFleet, ReleaseFleet and Leases): a port of a band of
+// the caller's own that is free on every host, for a named holder under a
+// lease on the server's clock.
 //
 // Importing fleet has no side effects: it registers nothing.
 package fleet
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"time"
 
 	"github.com/berth-go/berth/internal/dsn"
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portalloc/portset"
 	"github.com/berth-go/berth/store"
 )
 
 // New returns an Allocator for cfg, as portalloc.New does, reserving in
-// the PostgreSQL store cfg.StoreDSN names when it names one (see
-// portalloc.Config.StoreDSN): it validates cfg, opens the store within
-// cfg.Timeout, and fails with an error wrapping
-// portalloc.ErrStoreUnavailable when it cannot (a fleet's store never
-// falls back to the MRU file). The fleet-wide calls (Reserve, ...) use
-// the store as a store.FleetStore.
+// the PostgreSQL store that cfg.StoreDSN (or BERTH_STORE, unless
+// cfg.IgnoreEnv) names, as the host cfg.Host (or BERTH_HOST, else the
+// hostname). Without a store named it is portalloc.New. The Allocators of
+// a process with one StoreDSN share one store. A fleet's store never falls
+// back to the MRU file: one that cannot be opened or used is an error
+// wrapping store.ErrUnavailable.
 func New(ctx context.Context, cfg portalloc.Config) (*portalloc.Allocator, error) {
-	return core.NewWithOpener(ctx, cfg, open)
+	if cfg.StoreDSN == "" && !cfg.IgnoreEnv {
+		cfg.StoreDSN = os.Getenv("BERTH_STORE")
+	}
+	if cfg.StoreDSN == "" {
+		return portalloc.New(ctx, cfg)
+	}
+	return portalloc.NewWithStore(ctx, cfg, func(ctx context.Context, cfg portalloc.Config) (store.Store, error) {
+		return open(ctx, cfg)
+	})
 }
 
-// OpenStore opens the store cfg names, for a program that reads or
-// changes its rows directly, as berth's ls, reap, release and transfer
-// do: the PostgreSQL database of cfg.StoreDSN, or else the SQLite file in
-// cfg.StateDir (created if missing; with an empty StateDir, the default,
-// after taking over a store left at the previous default, as
-// portalloc.New does). The store runs no background sweep, and a busy
-// SQLite store is waited for up to cfg.Timeout. It never falls back: an
-// error is the store's. The caller closes the store.
-func OpenStore(ctx context.Context, cfg portalloc.Config) (store.Store, error) {
-	s, err := core.OpenStoreWith(ctx, cfg, open)
-	return s, opError("", err)
+// Open opens the PostgreSQL store cfg.StoreDSN names (or BERTH_STORE, as
+// for New), as the host cfg.Host, with cfg.Logger and cfg.Timeout: for
+// fleet-wide reservations, and for tools that read or change its rows. The
+// caller closes it. A Config without a store is a *store.FieldError for
+// Config.StoreDSN.
+func Open(ctx context.Context, cfg portalloc.Config) (*pgstore.Store, error) {
+	if cfg.StoreDSN == "" && !cfg.IgnoreEnv {
+		cfg.StoreDSN = os.Getenv("BERTH_STORE")
+	}
+	if cfg.Host == "" && !cfg.IgnoreEnv {
+		cfg.Host = os.Getenv("BERTH_HOST")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = portalloc.DefaultTimeout
+	}
+	s, err := open(ctx, cfg)
+	if err != nil {
+		return nil, &portalloc.OpError{Err: err}
+	}
+	return s, nil
 }
 
-// open opens the PostgreSQL store cfg.StoreDSN names, as this host
-// (cfg.Host), with cfg.Logger and cfg.Timeout: what New and OpenStore
-// hand to portalloc to open a Config.StoreDSN. cfg.StoreDSN is a connection string or
-// the absolute path of the directory of the server's unix socket; any
-// other value, the empty one included, is a *portalloc.FieldError for
-// Config.StoreDSN that never shows its password. A tool's store
-// runs no background sweep.
-func open(ctx context.Context, cfg portalloc.Config, tool bool) (store.Store, error) {
+func open(ctx context.Context, cfg portalloc.Config) (*pgstore.Store, error) {
 	conn, err := dsn.FromStore(cfg.StoreDSN)
 	if err != nil || cfg.StoreDSN == "" {
 		want := "a PostgreSQL connection string or the absolute path of the directory of its unix socket"
 		if err != nil {
 			want += " (" + err.Error() + ")"
 		}
-		return nil, &portalloc.FieldError{Field: "Config.StoreDSN", Value: dsn.Redact(cfg.StoreDSN), Want: want}
+		return nil, &store.FieldError{Field: "Config.StoreDSN", Value: dsn.Redact(cfg.StoreDSN), Want: want}
 	}
-	po := pgstore.Options{Host: cfg.Host, Logger: cfg.Logger, Timeout: cfg.Timeout}
-	if tool {
-		po.SweepInterval = -1
-	}
-	s, err := pgstore.Open(ctx, conn, po)
-	if err != nil {
+	return pgstore.Open(ctx, conn, pgstore.Options{Host: cfg.Host, Logger: cfg.Logger, Timeout: cfg.Timeout})
+}
+
+// SetRequests returns the requests that reserve every port of spec
+// fleet-wide for holder, under a lease of ttl (zero:
+// pgstore.DefaultFleetTTL), for pgstore.Store.ReserveFleetSet, which grants
+// them all or none: one per port, in spec order (groups, then each group's
+// ports, a port of each member once per member), labelled as
+// portset.Allocate labels them. The ports that are not fixed are drawn from
+// band; a fixed Port is reserved as it is. A port's zero Addr is 0.0.0.0
+// (the port on every address). Prefer, Order and Sticky choose among a
+// host's range and are refused, as is a set of more than
+// pgstore.MaxFleetSet ports; a spec that is not valid is refused as
+// portset.ParseSetSpec refuses it.
+func SetRequests(spec portset.SetSpec, band store.Range, holder string, ttl time.Duration) ([]pgstore.FleetRequest, error) {
+	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	return s, nil
+	var reqs []pgstore.FleetRequest
+	for gi, g := range spec.Groups {
+		for pi, p := range g.Ports {
+			field := fmt.Sprintf("groups[%d].ports[%d]", gi, pi)
+			refuse := func(at, value, want string) error {
+				return &portalloc.OpError{Err: &store.FieldError{Field: "SetSpec", Value: value, At: field + at, Want: want}}
+			}
+			switch {
+			case len(p.Prefer) > 0:
+				return nil, refuse(".prefer", fmt.Sprint(p.Prefer), "none in a fleet-wide set, which draws its ports from the band: prefer is for a host's range")
+			case p.Order != "":
+				return nil, refuse(".order", string(p.Order), "none in a fleet-wide set, which draws its ports from the band: order is for a host's range")
+			case p.Sticky:
+				return nil, refuse(".sticky", "true", "false in a fleet-wide set, which has no host to remember its ports on: sticky is for a host's range")
+			}
+			b := band
+			if p.Port != 0 {
+				b = store.Range{First: p.Port, Last: p.Port}
+			}
+			proto := p.Protocol
+			if proto == "" {
+				proto = store.TCP
+			}
+			one := func(label string) {
+				reqs = append(reqs, pgstore.FleetRequest{Protocol: proto, Addr: p.Addr, Band: b, Holder: holder, Label: label, TTL: ttl})
+			}
+			if p.Shared {
+				one(spec.Name + "/" + g.Name + "/" + p.Name)
+			} else {
+				for m := range max(g.Members, 1) {
+					one(fmt.Sprintf("%s/%s/%d/%s", spec.Name, g.Name, m, p.Name))
+				}
+			}
+			if len(reqs) > pgstore.MaxFleetSet {
+				return nil, refuse("", p.Name, fmt.Sprintf("at most %d ports reserved fleet-wide in a set (pgstore.MaxFleetSet); this port brings them to %d", pgstore.MaxFleetSet, len(reqs)))
+			}
+		}
+	}
+	return reqs, nil
 }

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/store"
 )
 
 // The systemd socket-activation variables a Handoff sets and
@@ -71,18 +71,19 @@ type Handoff struct {
 
 	names []string
 	files []*os.File
+	locks []*os.File
 }
 
 // Add adds a listener under name. The Handoff keeps a duplicate of its
 // descriptor until Close; the caller may close l once the child started.
 // The name goes into LISTEN_FDNAMES: 1 to MaxSocketNameLen printable ASCII
 // characters other than ':', each name once per Handoff. Other names are
-// refused with a *portalloc.FieldError, which wraps
-// portalloc.ErrInvalidRequest.
+// refused with a *store.FieldError, which wraps
+// store.ErrInvalid.
 func (h *Handoff) Add(name string, l net.Listener) error {
 	fl, ok := l.(interface{ File() (*os.File, error) })
 	if !ok {
-		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "listener", Value: fmt.Sprintf("%T %s", l, name), Want: "a listener with a file descriptor to pass, such as a *net.TCPListener"})
+		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: "listener", Value: fmt.Sprintf("%T %s", l, name), Want: "a listener with a file descriptor to pass, such as a *net.TCPListener"})
 	}
 	return h.add(name, fl.File)
 }
@@ -91,17 +92,17 @@ func (h *Handoff) Add(name string, l net.Listener) error {
 func (h *Handoff) AddPacketConn(name string, c net.PacketConn) error {
 	fc, ok := c.(interface{ File() (*os.File, error) })
 	if !ok {
-		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "packet conn", Value: fmt.Sprintf("%T %s", c, name), Want: "a packet conn with a file descriptor to pass, such as a *net.UDPConn"})
+		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: "packet conn", Value: fmt.Sprintf("%T %s", c, name), Want: "a packet conn with a file descriptor to pass, such as a *net.UDPConn"})
 	}
 	return h.add(name, fc.File)
 }
 
 func (h *Handoff) add(name string, file func() (*os.File, error)) error {
 	if why := nameProblem(name); why != "" {
-		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "socket name", Value: name, Want: nameWant + "; " + why})
+		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: "socket name", Value: name, Want: nameWant + "; " + why})
 	}
 	if slices.Contains(h.names, name) {
-		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "socket name", Value: name, Want: "a name of its own for each socket; this one is handed off already"})
+		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: "socket name", Value: name, Want: "a name of its own for each socket; this one is handed off already"})
 	}
 	f, err := file()
 	if err != nil {
@@ -112,19 +113,27 @@ func (h *Handoff) add(name string, file func() (*os.File, error)) error {
 	return nil
 }
 
-// Apply sets up cmd, before it starts, to receive the sockets. cmd must
-// have no ExtraFiles of its own: the sockets must be descriptors 3 onward.
+// AddLocks passes files, the kernel locks of the sockets' reservations
+// (portalloc.Allocator.Files), to the child after the sockets, so that the
+// child holds the locks itself for as long as it runs: a Transfer of the
+// reservations to it then needs no keeper. The Handoff owns the files: its
+// Close closes them.
+func (h *Handoff) AddLocks(files []*os.File) { h.locks = append(h.locks, files...) }
+
+// Apply sets up cmd, before it starts, to receive the sockets (and the
+// locks, after them). cmd must have no ExtraFiles of its own: the sockets
+// must be descriptors 3 onward.
 func (h *Handoff) Apply(cmd *exec.Cmd) error {
 	if cmd == nil {
-		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "cmd", Value: "nil", Want: "the *exec.Cmd to hand the sockets to"})
+		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: "cmd", Value: "nil", Want: "the *exec.Cmd to hand the sockets to"})
 	}
 	if len(cmd.ExtraFiles) > 0 {
-		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "cmd.ExtraFiles", Value: fmt.Sprintf("%d files", len(cmd.ExtraFiles)), Want: "none: the handed-off sockets must start at descriptor 3"})
+		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: "cmd.ExtraFiles", Value: fmt.Sprintf("%d files", len(cmd.ExtraFiles)), Want: "none: the handed-off sockets must start at descriptor 3"})
 	}
 	if cmd.Process != nil {
-		return fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: "cmd", Value: cmd.String(), Want: "a command that has not started yet"})
+		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: "cmd", Value: cmd.String(), Want: "a command that has not started yet"})
 	}
-	cmd.ExtraFiles = append(cmd.ExtraFiles, h.files...)
+	cmd.ExtraFiles = append(append(cmd.ExtraFiles, h.files...), h.locks...)
 	env := cmd.Env
 	if env == nil {
 		env = os.Environ()
@@ -146,10 +155,10 @@ func (h *Handoff) Apply(cmd *exec.Cmd) error {
 // has started (it has its own copies then), or when giving up.
 func (h *Handoff) Close() error {
 	var errs []error
-	for _, f := range h.files {
+	for _, f := range append(h.files, h.locks...) {
 		errs = append(errs, f.Close())
 	}
-	h.files, h.names = nil, nil
+	h.files, h.names, h.locks = nil, nil, nil
 	return errors.Join(errs...)
 }
 
@@ -198,7 +207,7 @@ func Inherit() (Inherited, error) {
 	}
 	n, err := strconv.Atoi(nStr)
 	if err != nil || n < 0 || n > 1024 {
-		return in, fmt.Errorf("listenfd: %w", &portalloc.FieldError{Field: EnvListenFDs, Value: nStr, Want: "a count of descriptors from 0 to 1024"})
+		return in, fmt.Errorf("listenfd: %w", &store.FieldError{Field: EnvListenFDs, Value: nStr, Want: "a count of descriptors from 0 to 1024"})
 	}
 	names := strings.Split(os.Getenv(EnvListenFDNames), ":")
 	seen := map[string]int{}

@@ -3,13 +3,15 @@
 // them to a new spec a few at a time.
 //
 // A Pool's members are reservations of its Allocator (package portalloc)
-// like any other, labelled "pool:<name>", with the full guarantee: free
-// in the store and bind-probed when reserved, and probed again while
-// idle. The Allocator's Close closes its pools.
+// like any other, labelled "pool:<name>", with the full guarantee: locked,
+// free in the store and bind-probed when reserved, and probed again while
+// idle. The pool uses the Allocator's exported methods only: its members
+// are the Allocator's holds, which the Allocator's Close releases, and its
+// background work stops with the Allocator (Allocator.Done).
 //
 // After the Allocator's Close, New, Take, Return and Update return errors
-// wrapping portalloc.ErrClosed; Close is idempotent; Status, Idle and Err
-// stay valid.
+// wrapping store.ErrClosed; Close is idempotent; Status, Idle and Err stay
+// valid.
 package pool
 
 import (
@@ -28,15 +30,11 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/internal/portrange"
-	"github.com/berth-go/berth/internal/probe"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/internal/names"
-	"github.com/berth-go/berth/portalloc/internal/seam"
+	"github.com/berth-go/berth/portlock"
+	"github.com/berth-go/berth/store"
 )
-
-// core is what a pool reaches of its Allocator beyond its exported
-// methods: holds under the pool's name, and the candidate ports.
-var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request, portalloc.Config]()
 
 // Spec describes a pool's members. The zero value of every field is a
 // working default.
@@ -47,7 +45,7 @@ type Spec struct {
 	// Range is where members are allocated; zero: the Allocator's range,
 	// or the segment Segment names. It must lie within the Allocator's
 	// range.
-	Range portalloc.Range
+	Range store.Range
 	// Segment, instead of Range, names a segment of the Allocator's range,
 	// as Kubernetes splits its service port range: "static", the low end,
 	// kept for callers that Reserve fixed ports (1/32 of the range, at
@@ -55,15 +53,9 @@ type Spec struct {
 	// fewer), or "dynamic", the rest, where Allocate looks first. Zero: no
 	// segment.
 	Segment string
-	// Band is Segment, under its old name; Segment wins when both are
-	// set, and a spec that sets them differently is refused.
-	//
-	// Deprecated: use Segment. In berth a band is a fleet-wide range
-	// (fleet.Band).
-	Band string
 	// Addr and Protocol are the members'; zero: 127.0.0.1 and TCP.
 	Addr     netip.Addr
-	Protocol portalloc.Protocol
+	Protocol store.Protocol
 	// MaxUnavailable bounds how many idle members a rolling update
 	// replaces at once: an integer ("3") or a percentage of Size ("25%",
 	// rounded up), at least 1; zero: "25%".
@@ -86,7 +78,7 @@ type Spec struct {
 // ParseMaxUnavailable returns how many members of a pool of size may be
 // replaced at once: s is an integer or a percentage of size, rounded up;
 // at least 1. The empty string means 25%. A refused s is a
-// *portalloc.FieldError for "max unavailable".
+// *store.FieldError for "max unavailable".
 func ParseMaxUnavailable(s string, size int) (int, error) {
 	n, err := parseMaxUnavailable("max unavailable", s, size)
 	return n, opError("", err)
@@ -99,7 +91,7 @@ func parseMaxUnavailable(field, s string, size int) (int, error) {
 		s = "25%"
 	}
 	bad := func() (int, error) {
-		return 0, &portalloc.FieldError{Field: field, Value: s, Want: `a whole number such as "3" or a percentage from 0% to 100% such as "25%"`}
+		return 0, &store.FieldError{Field: field, Value: s, Want: `a whole number such as "3" or a percentage from 0% to 100% such as "25%"`}
 	}
 	num, pct := strings.CutSuffix(s, "%")
 	for _, c := range num {
@@ -127,7 +119,7 @@ func (s Spec) revision() string {
 	canon, _ := json.Marshal(struct {
 		Range    string
 		Address  string
-		Protocol portalloc.Protocol
+		Protocol store.Protocol
 		Prefer   []uint16
 		Order    portalloc.Order
 	}{s.Range.String(), s.Addr.String(), s.Protocol, s.Prefer, s.Order})
@@ -150,7 +142,7 @@ type Status struct {
 
 // member is one reserved port of a pool.
 type member struct {
-	r        portalloc.Reservation
+	r        store.Reservation
 	revision string
 	created  time.Time
 }
@@ -166,16 +158,14 @@ type member struct {
 // in this order, unavailable members, then the oldest, then by port.
 type Pool struct {
 	name string
-	via  string // the pool's name for its holds (see refs)
 	a    *portalloc.Allocator
 
 	mu        sync.Mutex // guards the fields below
 	spec      Spec
-	set       *portrange.Set
 	rev       string
 	budget    int
 	idle      []*member
-	inUse     map[portalloc.Reservation]*member
+	inUse     map[store.Key]*member
 	replacing int
 	closed    bool
 	lastErr   error
@@ -205,12 +195,11 @@ type StepInfo struct {
 // ready. It returns once the pool is full.
 //
 // The name is the pool's within the Allocator: a name that an open pool
-// of the Allocator has already is refused with an error wrapping
-// portalloc.ErrInvalidRequest (two pools of one name would share a label
-// and tell their members apart by nothing). Once a pool is closed its name
-// may be used again. Names follow the rules of set names (see package
-// portset). After a's Close, New returns an error wrapping
-// portalloc.ErrClosed.
+// of the Allocator has already is refused with a *store.FieldError (two
+// pools of one name would share a label and tell their members apart by
+// nothing). Once a pool is closed its name may be used again. Names follow
+// the rules of set names (see package portset). After a's Close, New
+// returns an error wrapping store.ErrClosed.
 func New(ctx context.Context, a *portalloc.Allocator, name string, spec Spec) (*Pool, error) {
 	p, err := newPool(ctx, a, name, spec)
 	return p, opError("new pool "+names.QuoteShort(name), err)
@@ -221,18 +210,19 @@ func newPool(ctx context.Context, a *portalloc.Allocator, name string, spec Spec
 	if err := names.Check("name", name); err != nil {
 		return nil, err
 	}
-	via := fmt.Sprintf("pool %q", name)
-	switch closed, taken := core.Claim(a, via); {
-	case closed:
-		return nil, portalloc.ErrClosed
-	case taken:
-		return nil, &portalloc.FieldError{Field: "name", Value: name, Want: "a name no open pool of this Allocator has; close that pool first or choose another name"}
+	select {
+	case <-a.Done():
+		return nil, store.ErrClosed
+	default:
 	}
-	p := &Pool{name: name, via: via, a: a, inUse: map[portalloc.Reservation]*member{},
+	if !claim(a, name) {
+		return nil, &store.FieldError{Field: "name", Value: name, Want: "a name no open pool of this Allocator has; close that pool first or choose another name"}
+	}
+	p := &Pool{name: name, a: a, inUse: map[store.Key]*member{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	fail := func(err error) (*Pool, error) {
 		p.releaseIdle(ctx)
-		core.Detach(a, via)
+		unclaim(a, name)
 		return nil, err
 	}
 	if err := p.setSpec(spec); err != nil {
@@ -243,55 +233,77 @@ func newPool(ctx context.Context, a *portalloc.Allocator, name string, spec Spec
 			return fail(err)
 		}
 	}
-	if !core.Attach(a, via, p.close) {
-		return fail(portalloc.ErrClosed)
-	}
-	go p.work() //nolint:contextcheck // the pool outlives New's context; Close stops it
+	go p.work() //nolint:contextcheck // the pool outlives New's context; Close, or the Allocator's, stops it
 	return p, nil
 }
 
-// releaseIdle releases the idle members of a pool that New gives up on,
-// within portalloc.Config.Timeout whatever became of ctx.
+// pools are the names of the open pools, by Allocator.
+var pools = struct {
+	mu sync.Mutex // guards m
+	m  map[*portalloc.Allocator]map[string]bool
+}{m: map[*portalloc.Allocator]map[string]bool{}}
+
+// claim takes name among a's pools, and reports whether it was free.
+func claim(a *portalloc.Allocator, name string) bool {
+	pools.mu.Lock()
+	defer pools.mu.Unlock()
+	if pools.m[a][name] {
+		return false
+	}
+	if pools.m[a] == nil {
+		pools.m[a] = map[string]bool{}
+	}
+	pools.m[a][name] = true
+	return true
+}
+
+func unclaim(a *portalloc.Allocator, name string) {
+	pools.mu.Lock()
+	defer pools.mu.Unlock()
+	delete(pools.m[a], name)
+	if len(pools.m[a]) == 0 {
+		delete(pools.m, a)
+	}
+}
+
+// releaseIdle releases the idle members of a pool that New gives up on.
+// Release goes on whatever became of ctx, within portalloc.Config.Timeout.
 func (p *Pool) releaseIdle(ctx context.Context) {
-	ctx, cancel := core.ReleaseContext(ctx, p.a)
-	defer cancel()
 	for _, m := range p.idle {
-		_ = core.Release(ctx, p.a, m.r, p.via, false) // reaping covers a failure
+		_ = p.a.Release(ctx, m.r) // reaping covers a failure
 	}
 }
 
 // setSpec validates spec and makes it current. A refused field is a
-// *portalloc.FieldError for "Spec.<field>".
+// *store.FieldError for "Spec.<field>".
 func (p *Pool) setSpec(spec Spec) error {
 	if spec.Size == 0 {
 		spec.Size = 4
 	}
 	if spec.Size < 0 {
-		return &portalloc.FieldError{Field: "Spec.Size", Value: strconv.Itoa(spec.Size), Want: "1 or more (zero: 4)"}
+		return &store.FieldError{Field: "Spec.Size", Value: strconv.Itoa(spec.Size), Want: "1 or more (zero: 4)"}
 	}
 	segment, err := spec.segment()
 	if err != nil {
 		return err
 	}
-	field := "Spec.Segment" // the name the caller set, for a refusal
-	if spec.Segment == "" && spec.Band != "" {
-		field = "Spec.Band"
-	}
-	spec.Segment, spec.Band = segment, segment // both names say the same from here on
-	switch static, dynamic := core.Candidates(p.a).Segments(); {
-	case segment != "" && spec.Range != (portalloc.Range{}):
-		return &portalloc.FieldError{Field: field, Value: segment, Want: fmt.Sprintf("no segment beside a Range (Range is %s): one of them", spec.Range)}
+	spec.Segment = segment
+	ar := p.a.Config().Range
+	static, dynamic := segments(ar)
+	switch {
+	case segment != "" && spec.Range != (store.Range{}):
+		return &store.FieldError{Field: "Spec.Segment", Value: segment, Want: fmt.Sprintf("no segment beside a Range (Range is %s): one of them", spec.Range)}
 	case segment == "static" && static.Size() == 0:
-		return &portalloc.FieldError{Field: field, Value: segment, Want: fmt.Sprintf(`"dynamic"; the Allocator's range %s is too small to have a static segment (17 ports or more)`, p.a.Config().Range)}
+		return &store.FieldError{Field: "Spec.Segment", Value: segment, Want: fmt.Sprintf(`"dynamic"; the Allocator's range %s is too small to have a static segment (17 ports or more)`, ar)}
 	case segment == "static":
-		spec.Range = portalloc.Range(static)
+		spec.Range = static
 	case segment == "dynamic":
-		spec.Range = portalloc.Range(dynamic)
-	case spec.Range == (portalloc.Range{}):
-		spec.Range = p.a.Config().Range
+		spec.Range = dynamic
+	case spec.Range == (store.Range{}):
+		spec.Range = ar
 	}
 	if err := spec.Range.Validate(); err != nil {
-		var fe *portalloc.FieldError
+		var fe *store.FieldError
 		if errors.As(err, &fe) {
 			named := *fe
 			named.Field = "Spec.Range"
@@ -299,29 +311,26 @@ func (p *Pool) setSpec(spec Spec) error {
 		}
 		return err
 	}
-	if !p.a.Config().Range.Contains(spec.Range.First) || !p.a.Config().Range.Contains(spec.Range.Last) {
-		return &portalloc.FieldError{Field: "Spec.Range", Value: spec.Range.String(), Want: fmt.Sprintf("a range inside the Allocator's %s", p.a.Config().Range)}
+	if !ar.Contains(spec.Range.First) || !ar.Contains(spec.Range.Last) {
+		return &store.FieldError{Field: "Spec.Range", Value: spec.Range.String(), Want: fmt.Sprintf("a range inside the Allocator's %s", ar)}
 	}
-	if spec.Protocol == "" {
-		spec.Protocol = portalloc.TCP
+	if spec.Range.Size() < spec.Size {
+		return &store.FieldError{Field: "Spec.Size", Value: strconv.Itoa(spec.Size), Want: fmt.Sprintf("at most %d, the ports of %s", spec.Range.Size(), spec.Range)}
+	}
+	switch spec.Protocol {
+	case "":
+		spec.Protocol = store.TCP
+	case store.TCP, store.UDP:
+	default:
+		return &store.FieldError{Field: "Spec.Protocol", Value: string(spec.Protocol), Want: `"tcp" or "udp"`}
 	}
 	if !spec.Addr.IsValid() {
 		spec.Addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
-	req, err := core.Normalize(p.a, portalloc.Request{Protocol: spec.Protocol, Addr: spec.Addr})
-	if err != nil {
-		// Request.Protocol and Request.Addr are the spec's here.
-		var fe *portalloc.FieldError
-		if errors.As(err, &fe) {
-			named := *fe
-			if f, ok := strings.CutPrefix(fe.Field, "Request."); ok {
-				named.Field = "Spec." + f
-			}
-			return &named
-		}
-		return err
+	if spec.Addr.Zone() != "" {
+		return &store.FieldError{Field: "Spec.Addr", Value: spec.Addr.String(), Want: "an IPv4 or IPv6 address without a zone, such as 127.0.0.1, ::1, 0.0.0.0 or ::"}
 	}
-	spec.Addr = req.Addr
+	spec.Addr = spec.Addr.Unmap()
 	budget, err := parseMaxUnavailable("Spec.MaxUnavailable", spec.MaxUnavailable, spec.Size)
 	if err != nil {
 		return err
@@ -330,13 +339,13 @@ func (p *Pool) setSpec(spec Spec) error {
 	case spec.Order == "":
 		spec.Order = p.a.Config().Order
 	case spec.Order != portalloc.OrderRandom && spec.Order != portalloc.OrderLowest:
-		return &portalloc.FieldError{Field: "Spec.Order", Value: string(spec.Order), Want: fmt.Sprintf("%q or %q", portalloc.OrderRandom, portalloc.OrderLowest)}
+		return &store.FieldError{Field: "Spec.Order", Value: string(spec.Order), Want: fmt.Sprintf("%q or %q", portalloc.OrderRandom, portalloc.OrderLowest)}
 	}
 	if len(spec.Prefer) > portalloc.MaxPrefer {
-		return &portalloc.FieldError{Field: "Spec.Prefer", Value: fmt.Sprintf("%d ports", len(spec.Prefer)), Want: fmt.Sprintf("at most %d ports (MaxPrefer)", portalloc.MaxPrefer)}
+		return &store.FieldError{Field: "Spec.Prefer", Value: fmt.Sprintf("%d ports", len(spec.Prefer)), Want: fmt.Sprintf("at most %d ports (MaxPrefer)", portalloc.MaxPrefer)}
 	}
 	if i := slices.Index(spec.Prefer, 0); i >= 0 {
-		return &portalloc.FieldError{Field: fmt.Sprintf("Spec.Prefer[%d]", i), Value: "0", Want: "a port from 1 to 65535"}
+		return &store.FieldError{Field: fmt.Sprintf("Spec.Prefer[%d]", i), Value: "0", Want: "a port from 1 to 65535"}
 	}
 	// The pool's own copy, since the caller may reuse its slice; nil when
 	// empty, so that an empty list and none are one revision.
@@ -344,25 +353,24 @@ func (p *Pool) setSpec(spec Spec) error {
 		spec.Prefer = nil
 	}
 	spec.Prefer = slices.Clone(spec.Prefer)
-	// The pool's own walk: the Allocator's set, narrowed to the pool's range.
-	var excl []portrange.Range
-	if spec.Range.First > p.a.Config().Range.First {
-		excl = append(excl, portrange.Range{First: p.a.Config().Range.First, Last: spec.Range.First - 1})
-	}
-	if spec.Range.Last < p.a.Config().Range.Last {
-		excl = append(excl, portrange.Range{First: spec.Range.Last + 1, Last: p.a.Config().Range.Last})
-	}
-	set := core.Candidates(p.a).Without(excl...)
-	if set.Len() < spec.Size {
-		return &portalloc.FieldError{Field: "Spec.Size", Value: strconv.Itoa(spec.Size), Want: fmt.Sprintf("at most %d, the ports %s has to hand out", set.Len(), spec.Range)}
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return portalloc.ErrClosed
+		return store.ErrClosed
 	}
-	p.spec, p.set, p.rev, p.budget = spec, set, spec.revision(), budget
+	p.spec, p.rev, p.budget = spec, spec.revision(), budget
 	return nil
+}
+
+// segments returns the static (low) and dynamic (high) segments of r, as
+// the Allocator walks them (see portrange).
+func segments(r store.Range) (static, dynamic store.Range) {
+	n := portrange.StaticSegmentSize(r.Size())
+	if n == 0 {
+		return store.Range{}, r
+	}
+	split := r.First + uint16(n)
+	return store.Range{First: r.First, Last: split - 1}, store.Range{First: split, Last: r.Last}
 }
 
 // need is how many idle members are missing. Caller must not hold mu.
@@ -375,10 +383,10 @@ func (p *Pool) need() int {
 // allocate reserves one member at the current revision.
 func (p *Pool) allocate(ctx context.Context) (*member, error) {
 	p.mu.Lock()
-	spec, set, rev := p.spec, p.set, p.rev
+	spec, rev := p.spec, p.rev
 	p.mu.Unlock()
-	req := portalloc.Request{Protocol: spec.Protocol, Addr: spec.Addr, Label: "pool:" + p.name, Prefer: spec.Prefer, Order: spec.Order}
-	r, err := core.Allocate(ctx, p.a, req, set, p.via)
+	req := portalloc.Request{Protocol: spec.Protocol, Addr: spec.Addr, Label: "pool:" + p.name, Prefer: spec.Prefer, Order: spec.Order, Within: spec.Range}
+	r, err := p.a.Allocate(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -403,11 +411,9 @@ func (p *Pool) refillOne(ctx context.Context) error {
 	if keep {
 		return nil
 	}
-	rctx, cancel := core.ReleaseContext(ctx, p.a)
-	defer cancel()
-	_ = core.Release(rctx, p.a, m.r, p.via, false) // reaping covers a failure
+	_ = p.a.Release(ctx, m.r) // reaping covers a failure
 	if closed {
-		return portalloc.ErrClosed
+		return store.ErrClosed
 	}
 	return nil
 }
@@ -415,13 +421,13 @@ func (p *Pool) refillOne(ctx context.Context) error {
 // Take hands out an idle member. It stays reserved, now in use, until
 // Return. Take touches neither the store nor the network; the pool refills
 // in the background. With no idle member it allocates one on the spot.
-func (p *Pool) Take(ctx context.Context) (portalloc.Reservation, error) {
+func (p *Pool) Take(ctx context.Context) (store.Reservation, error) {
 	// Take is a hot path: it does its work in one frame, and makes the
 	// prefix of an error only when there is one.
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return portalloc.Reservation{}, p.takeErr(portalloc.ErrClosed)
+		return store.Reservation{}, p.takeErr(store.ErrClosed)
 	}
 	// Prefer members of the current revision, newest last in idle.
 	i := slices.IndexFunc(p.idle, func(m *member) bool { return m.revision == p.rev })
@@ -431,7 +437,7 @@ func (p *Pool) Take(ctx context.Context) (portalloc.Reservation, error) {
 	if i >= 0 {
 		m := p.idle[i]
 		p.idle = slices.Delete(p.idle, i, i+1)
-		p.inUse[m.r] = m
+		p.inUse[m.r.Key] = m
 		p.mu.Unlock()
 		p.nudge()
 		return m.r, nil
@@ -439,10 +445,10 @@ func (p *Pool) Take(ctx context.Context) (portalloc.Reservation, error) {
 	p.mu.Unlock()
 	m, err := p.allocate(ctx)
 	if err != nil {
-		return portalloc.Reservation{}, p.takeErr(err)
+		return store.Reservation{}, p.takeErr(err)
 	}
 	p.mu.Lock()
-	p.inUse[m.r] = m
+	p.inUse[m.r.Key] = m
 	p.mu.Unlock()
 	p.nudge()
 	return m.r, nil
@@ -456,7 +462,7 @@ func (p *Pool) takeErr(err error) error {
 // Return gives a taken member back. A member of an older revision, or one
 // beyond the pool's size, is released instead of kept; that release waits
 // at most portalloc.Config.Timeout.
-func (p *Pool) Return(r portalloc.Reservation) error {
+func (p *Pool) Return(r store.Reservation) error {
 	if err := p.giveBack(r); err != nil {
 		return opError(fmt.Sprintf("return to pool %q", p.name), err)
 	}
@@ -464,14 +470,14 @@ func (p *Pool) Return(r portalloc.Reservation) error {
 }
 
 // giveBack is Return without the prefix.
-func (p *Pool) giveBack(r portalloc.Reservation) error {
+func (p *Pool) giveBack(r store.Reservation) error {
 	p.mu.Lock()
-	m, ok := p.inUse[r]
+	m, ok := p.inUse[r.Key]
 	if !ok {
 		p.mu.Unlock()
-		return &portalloc.FieldError{Field: "Reservation", Value: r.String(), Want: fmt.Sprintf("a member of pool %q that Take handed out and that is not returned yet", p.name)}
+		return &store.FieldError{Field: "Reservation", Value: r.String(), Want: fmt.Sprintf("a member of pool %q that Take handed out and that is not returned yet", p.name)}
 	}
-	delete(p.inUse, r)
+	delete(p.inUse, r.Key)
 	keep := !p.closed && len(p.idle)+p.replacing < p.spec.Size
 	if keep {
 		p.idle = append(p.idle, m)
@@ -479,9 +485,7 @@ func (p *Pool) giveBack(r portalloc.Reservation) error {
 	p.mu.Unlock()
 	p.nudge()
 	if !keep {
-		ctx, cancel := context.WithTimeout(context.Background(), p.a.Config().Timeout)
-		defer cancel()
-		return core.Release(ctx, p.a, r, p.via, false)
+		return p.a.Release(context.Background(), r)
 	}
 	return nil
 }
@@ -490,14 +494,14 @@ func (p *Pool) giveBack(r portalloc.Reservation) error {
 // changes where members are allocated: Range (or Segment), Addr, Protocol,
 // Prefer or Order. A change of Size or MaxUnavailable alone needs none.
 // Takes go on working meanwhile. After Close it returns an error wrapping
-// portalloc.ErrClosed.
+// store.ErrClosed.
 func (p *Pool) Update(spec Spec) error {
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
 	op := fmt.Sprintf("update pool %q", p.name)
 	if closed {
-		return opError(op, portalloc.ErrClosed)
+		return opError(op, store.ErrClosed)
 	}
 	if err := p.setSpec(spec); err != nil {
 		return opError(op, err)
@@ -530,10 +534,10 @@ func (p *Pool) statusLocked() Status {
 }
 
 // Idle returns the idle members' reservations.
-func (p *Pool) Idle() []portalloc.Reservation {
+func (p *Pool) Idle() []store.Reservation {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]portalloc.Reservation, len(p.idle))
+	out := make([]store.Reservation, len(p.idle))
 	for i, m := range p.idle {
 		out[i] = m.r
 	}
@@ -573,13 +577,21 @@ const (
 	healthEvery = time.Second
 )
 
-// work refills, checks idle members and steps rolling updates until Close.
+// work refills, checks idle members and steps rolling updates until
+// Close, or the Allocator's.
 func (p *Pool) work() {
 	defer close(p.done)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		<-p.stop
+		select {
+		case <-p.stop:
+		case <-p.a.Done():
+			p.mu.Lock()
+			p.closed = true // the Allocator released every member
+			p.mu.Unlock()
+			unclaim(p.a, p.name)
+		}
 		cancel()
 	}()
 	health := time.NewTicker(healthEvery)
@@ -587,6 +599,8 @@ func (p *Pool) work() {
 	for {
 		select {
 		case <-p.stop:
+			return
+		case <-ctx.Done():
 			return
 		case <-p.wake:
 			select {
@@ -653,7 +667,7 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 	var unavailable, old []*member
 	for _, m := range idle {
 		if checkHealth {
-			if free, err := probe.Available(string(m.r.Protocol), m.r.Addr, m.r.Port); err == nil && !free {
+			if free, err := portlock.Probe(string(m.r.Protocol), m.r.Addr, m.r.Port); err == nil && !free {
 				unavailable = append(unavailable, m)
 				continue
 			}
@@ -691,9 +705,7 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 		info.Replaced = append(info.Replaced, m.r.Port)
 		// Out of idle, the member is released here or not at all until
 		// the process exits: not even Close's cancelling of ctx stops it.
-		rctx, cancel := core.ReleaseContext(ctx, p.a)
-		_ = core.Release(rctx, p.a, m.r, p.via, false) // for logging only
-		cancel()
+		_ = p.a.Release(ctx, m.r) // for logging only
 		nm, err := p.allocate(ctx)
 		p.mu.Lock()
 		p.replacing--
@@ -718,8 +730,8 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 // Close stops the background work and releases every idle member. Members
 // in use stay reserved until returned (Return then releases them) or until
 // the Allocator closes. It takes at most portalloc.Config.Timeout. Close is
-// idempotent; after it Take and Update return errors wrapping portalloc.ErrClosed,
-// and the pool's name may be used by a new pool.
+// idempotent; after it Take and Update return errors wrapping
+// store.ErrClosed, and the pool's name may be used by a new pool.
 func (p *Pool) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.a.Config().Timeout)
 	defer cancel()
@@ -741,7 +753,7 @@ func (p *Pool) close(ctx context.Context) error {
 	idle := p.idle
 	p.idle = nil
 	p.mu.Unlock()
-	core.Detach(p.a, p.via)
+	unclaim(p.a, p.name)
 	select {
 	case <-p.done:
 	default:
@@ -753,7 +765,7 @@ func (p *Pool) close(ctx context.Context) error {
 	}
 	var errs []error
 	for _, m := range idle {
-		if err := core.Release(ctx, p.a, m.r, p.via, false); err != nil {
+		if err := p.a.Release(ctx, m.r); err != nil && !errors.Is(err, store.ErrClosed) {
 			errs = append(errs, err)
 		}
 	}
@@ -772,6 +784,11 @@ func (p *Pool) close(ctx context.Context) error {
 func opError(op string, err error) error {
 	if err == nil {
 		return nil
+	}
+	// An error of the Allocator's has its prefix already: one is enough.
+	var oe *portalloc.OpError
+	if errors.As(err, &oe) && oe == err {
+		err = oe.Err
 	}
 	return &portalloc.OpError{Op: op, Err: err}
 }

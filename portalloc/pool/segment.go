@@ -1,27 +1,13 @@
 package pool
 
-import "github.com/berth-go/berth/portalloc"
+import "github.com/berth-go/berth/store"
 
-// segment returns the segment s names, by Segment or by its deprecated
-// name Band, or a *portalloc.FieldError for a value that names none or
-// for the two names set to different segments.
+// segment returns the segment s names, or a *store.FieldError for a value
+// that names none.
 func (s Spec) segment() (string, error) {
-	const want = `"static" or "dynamic" (or empty: the Allocator's range, or Range)`
-	seg := s.Segment
-	switch {
-	case seg != "" && s.Band != "" && s.Band != seg:
-		return "", &portalloc.FieldError{Field: "Spec.Segment", Value: seg,
-			Want: want + `; Spec.Band, its deprecated name, says "` + s.Band + `": set Segment alone`}
-	case seg == "":
-		seg = s.Band
-	}
-	switch seg {
+	switch s.Segment {
 	case "", "static", "dynamic":
-		return seg, nil
+		return s.Segment, nil
 	}
-	field := "Spec.Segment"
-	if s.Segment == "" {
-		field = "Spec.Band"
-	}
-	return "", &portalloc.FieldError{Field: field, Value: seg, Want: want}
+	return "", &store.FieldError{Field: "Spec.Segment", Value: s.Segment, Want: `"static" or "dynamic" (or empty: the Allocator's range, or Range)`}
 }

@@ -1,20 +1,13 @@
 package portset
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/store"
 )
-
-// SpecError reports what is wrong with a SetSpec.
-//
-// Deprecated: SpecError is portalloc.FieldError, the one shape of refused
-// input: Field is "SetSpec", At the path into the spec that went wrong
-// ("groups[1].ports[0].name", what SpecError.Field held), Value the value
-// found there and Want what is accepted (what SpecError.Reason said). Use
-// errors.As with a *portalloc.FieldError.
-type SpecError = portalloc.FieldError
 
 // specField is the Field of every refused spec: At says where in it.
 const specField = "SetSpec"
@@ -22,7 +15,7 @@ const specField = "SetSpec"
 // refuse is the error of the value of a spec at the path at, with what is
 // accepted there.
 func refuse(at, value, want string) error {
-	return &portalloc.FieldError{Field: specField, Value: value, At: at, Want: want}
+	return &store.FieldError{Field: specField, Value: value, At: at, Want: want}
 }
 
 // portList writes ports as a spec's JSON list would hold them: "3000,3001".
@@ -40,6 +33,11 @@ func portList(ports []uint16) string {
 func opError(op string, err error) error {
 	if err == nil {
 		return nil
+	}
+	// An error of the Allocator's has its prefix already: one is enough.
+	var oe *portalloc.OpError
+	if errors.As(err, &oe) && oe == err {
+		err = oe.Err
 	}
 	return &portalloc.OpError{Op: op, Err: err}
 }

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"os"
 
-	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/store"
 )
 
 // Manifest is the JSON form of an allocated set, for discovery tools.
@@ -24,12 +24,11 @@ type MemberManifest struct {
 
 // PortManifest is one port in a Manifest.
 type PortManifest struct {
-	Protocol portalloc.Protocol `json:"protocol"`
-	Addr     netip.Addr         `json:"address"`
-	Port     uint16             `json:"port"`
-	Scope    Scope              `json:"scope"`
-	Label    string             `json:"label"`
-	Backend  string             `json:"backend"`
+	Protocol store.Protocol `json:"protocol"`
+	Addr     netip.Addr     `json:"addr"`
+	Port     uint16         `json:"port"`
+	Shared   bool           `json:"shared"`
+	Label    string         `json:"label"`
 }
 
 // Manifest returns the whole assignment.
@@ -38,7 +37,7 @@ func (s *Set) Manifest() Manifest {
 	for _, mem := range s.members {
 		mm := MemberManifest{Group: mem.Group, Index: mem.Index, Ports: map[string]PortManifest{}, Env: mem.Env()}
 		for name, r := range mem.Ports {
-			mm.Ports[name] = PortManifest{r.Protocol, r.Addr, r.Port, mem.Scopes[name], r.Label, r.Backend}
+			mm.Ports[name] = PortManifest{r.Protocol, r.Addr, r.Port, mem.shared[name], r.Label}
 		}
 		m.Members = append(m.Members, mm)
 	}

@@ -5,17 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strconv"
+	"strings"
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/internal/names"
-	"github.com/berth-go/berth/portalloc/internal/seam"
-	"github.com/berth-go/berth/portalloc/scope"
+	"github.com/berth-go/berth/store"
 )
-
-// core is what a set reaches of its Allocator beyond its exported methods:
-// holds under the set's name, and the rows this process has.
-var core = seam.Get[*portalloc.Allocator, portalloc.Reservation, portalloc.Request, portalloc.Config]()
 
 // Set is an allocated SetSpec. It is safe for concurrent use only for
 // reading; Release and Transfer must not run concurrently.
@@ -24,9 +21,8 @@ type Set struct {
 	members []*Member
 	byName  map[memberKey]*Member
 	a       *portalloc.Allocator
-	via     string // the set's name for its holds (see refs)
 	// held are the reservations the set still holds, by label.
-	held map[string]portalloc.Reservation
+	held map[string]store.Reservation
 }
 
 type memberKey struct {
@@ -38,11 +34,10 @@ type memberKey struct {
 type Member struct {
 	Group string
 	Index int
-	// Ports are the member's ports by name: its own member-scoped ones and
-	// its group's shared ones.
-	Ports map[string]portalloc.Reservation
-	// Scopes gives each port's scope, by name.
-	Scopes map[string]Scope
+	// Ports are the member's ports by name: its own and its group's shared
+	// ones.
+	Ports  map[string]store.Reservation
+	shared map[string]bool // the group's shared ports, by name
 	env    []string
 	set    *Set // the set the member belongs to
 }
@@ -51,13 +46,37 @@ type Member struct {
 // to append to exec.Cmd.Env: one per port of its group and one per ref.
 func (m *Member) Env() []string { return append([]string(nil), m.env...) }
 
+// Files returns copies of the descriptors that hold the kernel locks of
+// the member's own ports (not its group's shared ones), for the member's
+// process to inherit when it starts (exec.Cmd.ExtraFiles): Transfer then
+// finds the locks held by that process and needs no keeper for them (see
+// portalloc.Allocator.Files). The caller closes them once the process has
+// started.
+func (m *Member) Files() ([]*os.File, error) {
+	var out []*os.File
+	for name, r := range m.Ports {
+		if m.shared[name] {
+			continue
+		}
+		fs, err := m.set.a.Files(r)
+		if err != nil {
+			for _, f := range out {
+				_ = f.Close()
+			}
+			return nil, err
+		}
+		out = append(out, fs...)
+	}
+	return out, nil
+}
+
 // Members returns every member, in spec order.
 func (s *Set) Members() []*Member { return s.members }
 
 // Member returns member index of group. A group the set does not have, or
 // an index outside 0 to the group's members less one, is a
-// *portalloc.FieldError for "group" or "index" that says what the set
-// has; the member is then nil.
+// *store.FieldError for "group" or "index" that says what the set has; the
+// member is then nil.
 func (s *Set) Member(group string, index int) (*Member, error) {
 	if m := s.byName[memberKey{group, index}]; m != nil {
 		return m, nil
@@ -68,9 +87,9 @@ func (s *Set) Member(group string, index int) (*Member, error) {
 	}
 	op := fmt.Sprintf("get member %d of group %s of set %q", index, names.QuoteShort(group), s.Name)
 	if n == 0 {
-		return nil, opError(op, &portalloc.FieldError{Field: "group", Value: group, Want: fmt.Sprintf("a group of set %q", s.Name)})
+		return nil, opError(op, &store.FieldError{Field: "group", Value: group, Want: fmt.Sprintf("a group of set %q", s.Name)})
 	}
-	return nil, opError(op, &portalloc.FieldError{Field: "index", Value: strconv.Itoa(index), Want: fmt.Sprintf("0 to %d, a member of group %q", n-1, group)})
+	return nil, opError(op, &store.FieldError{Field: "index", Value: strconv.Itoa(index), Want: fmt.Sprintf("0 to %d, a member of group %q", n-1, group)})
 }
 
 func label(set, group string, member int, port string) string {
@@ -80,14 +99,11 @@ func label(set, group string, member int, port string) string {
 	return set + "/" + group + "/" + strconv.Itoa(member) + "/" + port
 }
 
-// Allocate reserves every port of spec with a, or none: when one cannot be had,
-// the holds taken so far are dropped, and rows this call created are
-// released. Rows that existed before the call (a fixed port this process
-// had already reserved, or the ports of an earlier allocation of the same
-// spec) are never released by a failed Allocate. Allocating a spec again
-// from the same process returns the ports the process already holds for it,
-// each with a hold of the new Set: a row stays reserved until every Set,
-// Allocator and pool of the process that holds it has released it.
+// Allocate reserves every port of spec with a, or none: when one cannot be
+// had, the holds taken so far are dropped. Allocating a spec again from the
+// same Allocator returns the ports it holds for it already, each with one
+// more hold, taken by the new Set: a port stays reserved until every Set,
+// pool and Reserve of the process that holds it has released it.
 func Allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, error) {
 	s, err := allocate(ctx, a, spec)
 	return s, opError(fmt.Sprintf("allocate set %s", names.QuoteShort(spec.Name)), err)
@@ -95,71 +111,75 @@ func Allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, 
 
 // allocate is Allocate without the prefix.
 func allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, error) {
-	if core.Closed(a) {
-		return nil, portalloc.ErrClosed
+	select {
+	case <-a.Done():
+		return nil, store.ErrClosed
+	default:
 	}
 	ix, err := spec.index(setLimits)
 	if err != nil {
 		return nil, err
 	}
-	if n := core.Candidates(a).Len(); ix.need > n {
+	if n := a.Stats().Ports; ix.need > n {
 		return nil, refuse("groups", fmt.Sprintf("%d ports", ix.need), fmt.Sprintf("a set that needs at most the %d ports %s has to hand out; it needs %d ports allocated from the range", n, a.Config().Range, ix.need))
 	}
-	existing, existedBefore, err := core.OwnRows(ctx, a, spec.Name+"/")
-	if err != nil {
-		return nil, err
+	// What the Allocator holds for this spec already, by the label it
+	// recorded (in its scope).
+	existing := map[string]store.Reservation{}
+	for _, r := range a.Held() {
+		if strings.HasPrefix(r.Label, spec.Name+"/") {
+			existing[r.Label] = r
+		}
 	}
-	via := fmt.Sprintf("set %q", spec.Name)
-	s := &Set{Name: spec.Name, a: a, via: via, held: map[string]portalloc.Reservation{}, byName: map[memberKey]*Member{}}
-	// taken are the holds of this call, dropped if a later port fails;
-	// existed says the row was there before the call and must stay.
-	type hold struct {
-		r       portalloc.Reservation
-		existed bool
-	}
-	var taken []hold
-	obtain := func(g GroupSpec, p PortSpec, member int) (portalloc.Reservation, error) {
+	scope := a.Config().Scope
+	s := &Set{Name: spec.Name, a: a, held: map[string]store.Reservation{}, byName: map[memberKey]*Member{}}
+	var taken []store.Reservation // the holds of this call, dropped if a later port fails
+	obtain := func(g GroupSpec, p PortSpec, member int) (store.Reservation, error) {
 		req := portalloc.Request{Protocol: p.Protocol, Addr: p.Addr, Label: label(spec.Name, g.Name, member, p.Name), Sticky: p.Sticky, Prefer: p.Prefer, Order: p.Order}
 		if req.Protocol == "" {
-			req.Protocol = portalloc.TCP
+			req.Protocol = store.TCP
 		}
 		if !req.Addr.IsValid() {
 			req.Addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 		}
-		if r, ok := existing[scope.Label(a.Config().Scope, req.Label)]; ok && r.Protocol == req.Protocol && r.Addr == req.Addr.Unmap() && (p.Port == 0 || r.Port == p.Port) {
-			r, err := core.Adopt(ctx, a, r, via)
-			if err == nil {
-				taken = append(taken, hold{r, true})
-			}
-			return r, err
+		port := p.Port
+		recorded := req.Label
+		if scope != "" {
+			recorded += "@" + scope
 		}
-		r, err := core.Obtain(ctx, a, req, p.Port, via)
+		if r, ok := existing[recorded]; ok && r.Protocol == req.Protocol && r.Addr == req.Addr.Unmap() && (port == 0 || r.Port == port) {
+			port = r.Port // one more hold of what the Allocator has
+		}
+		var (
+			r   store.Reservation
+			err error
+		)
+		if port != 0 {
+			r, err = a.Reserve(ctx, req, port)
+		} else {
+			r, err = a.Allocate(ctx, req)
+		}
 		if err == nil {
-			// A scan only ever creates rows; Reserve may return one this
-			// process had, which stays (when unsure, it is kept).
-			existed := p.Port != 0 && existedBefore(r)
-			taken = append(taken, hold{r, existed})
+			taken = append(taken, r)
 		}
 		return r, err
 	}
 	fail := func(err error) (*Set, error) {
-		rctx, cancel := core.ReleaseContext(ctx, a)
-		defer cancel()
-		for _, h := range taken {
-			_ = core.Release(rctx, a, h.r, via, h.existed) // for logging only: reaping covers a failure
+		for _, r := range taken {
+			_ = a.Release(ctx, r) // for logging only: reaping covers a failure
 		}
 		return nil, err
 	}
-	byRef := map[portRef]portalloc.Reservation{}
+	byRef := map[portRef]store.Reservation{}
 	for _, g := range spec.Groups {
 		var group []*Member
 		for i := range members(g) {
-			m := &Member{Group: g.Name, Index: i, Ports: map[string]portalloc.Reservation{}, Scopes: map[string]Scope{}, set: s}
+			m := &Member{Group: g.Name, Index: i, Ports: map[string]store.Reservation{}, shared: map[string]bool{}, set: s}
 			group = append(group, m)
 			s.byName[memberKey{g.Name, i}] = m
 		}
 		for _, p := range g.Ports {
-			if scopeOf(p) == ScopeGroup {
+			if p.Shared {
 				r, err := obtain(g, p, -1)
 				if err != nil {
 					return fail(err)
@@ -167,7 +187,7 @@ func allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, 
 				s.held[r.Label] = r
 				byRef[portRef{g.Name, p.Name, -1}] = r
 				for _, m := range group {
-					m.Ports[p.Name], m.Scopes[p.Name] = r, ScopeGroup
+					m.Ports[p.Name], m.shared[p.Name] = r, true
 				}
 				continue
 			}
@@ -178,7 +198,7 @@ func allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, 
 				}
 				s.held[r.Label] = r
 				byRef[portRef{g.Name, p.Name, m.Index}] = r
-				m.Ports[p.Name], m.Scopes[p.Name] = r, ScopeMember
+				m.Ports[p.Name] = r
 			}
 		}
 		s.members = append(s.members, group...)
@@ -200,86 +220,72 @@ func allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (*Set, 
 	return s, nil
 }
 
-// Release releases every port the set still holds, on whichever backend
-// served it: it drops the set's hold, and a row no other holder of the
-// process holds is deleted. It also releases the ports the set handed
-// (Transfer, TransferAll) to processes that have exited by now; a child
-// that still runs keeps its ports, and a later Release or the Allocator's
-// Close looks again. It is a no-op (nil) when there is nothing left,
-// and a row that is already gone is not an error; other errors are for
-// logging, since reaping covers what a failed release leaves behind.
+// Release releases every port the set still holds: it drops the set's
+// hold, and a port no other holder of the process holds is released. It is
+// a no-op (nil) when there is nothing left, and a port that is already
+// released is not an error; other errors are for logging, since reaping
+// covers what a failed release leaves behind. Ports the set handed to
+// other processes (Transfer, TransferAll) are theirs, reaped once they
+// exit.
 //
-// Like portalloc.Allocator.Release it goes on when ctx is cancelled: the releases
-// share a deadline of their own, portalloc.Config.Timeout, so that a deferred
-// Release under a context the shutdown signal cancelled still releases.
+// Like portalloc.Allocator.Release it goes on when ctx is cancelled: the
+// releases have a deadline of their own, portalloc.Config.Timeout each, so
+// that a deferred Release under a context the shutdown signal cancelled
+// still releases.
 func (s *Set) Release(ctx context.Context) error {
-	ctx, cancel := core.ReleaseContext(ctx, s.a)
-	defer cancel()
-	return opError(fmt.Sprintf("release set %q", s.Name), s.release(ctx))
-}
-
-// release is Release within ctx, without the prefix.
-func (s *Set) release(ctx context.Context) error {
 	var errs []error
 	for l, r := range s.held {
-		if err := core.Release(ctx, s.a, r, s.via, false); err != nil && !errors.Is(err, portalloc.ErrNotHeld) && !errors.Is(err, portalloc.ErrClosed) {
+		if err := s.a.Release(ctx, r); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrClosed) {
 			errs = append(errs, err)
 		}
 		delete(s.held, l)
 	}
-	if !core.Closed(s.a) {
-		// Ports the set handed to children that have exited.
-		if err := core.ReapHanded(ctx, s.a, s.via); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return opError(fmt.Sprintf("release set %q", s.Name), errors.Join(errs...))
 }
 
-// Transfer hands m's member-scoped ports to the running process pid, the
-// child the caller started for m, so they stay reserved exactly as long as
-// it runs, even if the caller dies first. Group-scoped ports are shared by
-// all members and stay with the caller. Like portalloc.Allocator.Transfer it refuses
-// a port that something else in this process holds too.
+// Transfer hands m's own ports to the running process pid, the child the
+// caller started for m, so they stay reserved exactly as long as it runs,
+// even if the caller dies first (see portalloc.Allocator.Transfer). Shared
+// ports stay with the caller. Like Allocator.Transfer it refuses a port
+// that something else in this process holds too.
 //
 // m must be a member of s, as Members or Member return it: a nil member or
-// one of another set is refused with a *portalloc.FieldError for "m", and
+// one of another set is refused with a *store.FieldError for "m", and
 // nothing is transferred.
 func (s *Set) Transfer(ctx context.Context, m *Member, pid int) error {
 	op := fmt.Sprintf("transfer a member of set %q to pid %d", s.Name, pid)
 	switch {
 	case m == nil:
-		return opError(op, &portalloc.FieldError{Field: "m", Value: "nil", Want: "one of the set's Members"})
+		return opError(op, &store.FieldError{Field: "m", Value: "nil", Want: "one of the set's Members"})
 	case m.set != s:
-		return opError(op, &portalloc.FieldError{Field: "m", Value: fmt.Sprintf("member %d of group %s of set %s", m.Index, names.QuoteShort(m.Group), names.QuoteShort(m.set.Name)),
+		return opError(op, &store.FieldError{Field: "m", Value: fmt.Sprintf("member %d of group %s of set %s", m.Index, names.QuoteShort(m.Group), names.QuoteShort(m.set.Name)),
 			Want: fmt.Sprintf("one of the Members of set %q; this one belongs to another set", s.Name)})
 	}
-	op = fmt.Sprintf("transfer member %d of group %q of set %q to pid %d", m.Index, m.Group, s.Name, pid)
 	for name, r := range m.Ports {
-		if m.Scopes[name] != ScopeMember {
+		if m.shared[name] {
 			continue
 		}
 		if _, ok := s.held[r.Label]; !ok {
 			continue // already handed over
 		}
-		if err := core.Transfer(ctx, s.a, r, pid, s.via); err != nil {
-			return opError(op, err)
+		if err := s.a.Transfer(ctx, r, pid); err != nil {
+			return err
 		}
 		delete(s.held, r.Label)
 	}
 	return nil
 }
 
-// TransferAll hands every port the set still holds, group-scoped ones
-// included, to the running process pid: for a set whose members all run as
-// one process (berth run --set does this before it execs the command), or
-// a supervisor that outlives the caller. Like Transfer it refuses a port
+// TransferAll hands every port the set still holds, shared ones included,
+// to the running process pid: for a set whose members all run as one
+// process (berth run --set does this before it execs the command), or a
+// supervisor that outlives the caller. Like Transfer it refuses a port
 // that something else in this process holds too; ports handed over before
 // such an error stay with pid.
 func (s *Set) TransferAll(ctx context.Context, pid int) error {
 	for l, r := range s.held {
-		if err := core.Transfer(ctx, s.a, r, pid, s.via); err != nil {
-			return opError(fmt.Sprintf("transfer set %q to pid %d", s.Name, pid), err)
+		if err := s.a.Transfer(ctx, r, pid); err != nil {
+			return err
 		}
 		delete(s.held, l)
 	}

@@ -18,7 +18,7 @@
 //
 // # After the Allocator's Close
 //
-// Allocate returns an error wrapping portalloc.ErrClosed, and so do
+// Allocate returns an error wrapping store.ErrClosed, and so do
 // Set.Transfer and Set.TransferAll for a port the set still holds.
 // Set.Release returns nil, as it does when there is
 // nothing left to release: Close has already released what the set held.
@@ -38,18 +38,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/internal/names"
-)
-
-// Scope says who shares a port of a port set.
-type Scope string
-
-// The scopes.
-const (
-	// ScopeMember: each member of the group gets a port of its own.
-	ScopeMember Scope = "member"
-	// ScopeGroup: one port shared by every member of the group, e.g. a
-	// proxy or leader port.
-	ScopeGroup Scope = "group"
+	"github.com/berth-go/berth/store"
 )
 
 // SetSpec describes the ports of a set of processes that must find each
@@ -60,8 +49,8 @@ const (
 // its JSON field names are the lower-case ones shown in the struct tags.
 type SetSpec struct {
 	// Name distinguishes sets in listings and labels: each port is
-	// labelled "<set>/<group>/<member>/<port>" (member scope) or
-	// "<set>/<group>/<port>" (group scope).
+	// labelled "<set>/<group>/<member>/<port>" (a port of each member) or
+	// "<set>/<group>/<port>" (a shared port).
 	Name   string      `json:"name"`
 	Groups []GroupSpec `json:"groups"`
 }
@@ -80,13 +69,15 @@ type GroupSpec struct {
 // PortSpec is one named port of a group.
 type PortSpec struct {
 	Name string `json:"name"`
-	// Scope is ScopeMember (the zero value) or ScopeGroup.
-	Scope    Scope              `json:"scope,omitempty"`
-	Protocol portalloc.Protocol `json:"protocol,omitempty"` // zero: TCP
+	// Shared makes one port for the whole group, shared by every member
+	// (a proxy's, a leader's); false (the zero value): each member gets a
+	// port of its own.
+	Shared   bool           `json:"shared,omitempty"`
+	Protocol store.Protocol `json:"protocol,omitempty"` // zero: TCP
 	// Addr is the address the port is for; zero: 127.0.0.1.
 	Addr netip.Addr `json:"address,omitzero"`
 	// Port fixes the port number instead of allocating one; it is then
-	// reserved with Reserve. A member-scoped fixed port needs a group of
+	// reserved with Reserve. A per-member fixed port needs a group of
 	// one member.
 	Port uint16 `json:"port,omitempty"`
 	// Env overrides the variable name, "<GROUP>_<PORT>_PORT" by default
@@ -103,15 +94,15 @@ type PortSpec struct {
 	Sticky bool `json:"sticky,omitempty"`
 	// Prefer and Order are portalloc.Request.Prefer and portalloc.Request.Order for this
 	// port: ports to try first (the first free one is taken, each member
-	// of a member-scoped port taking the next), then the range in this
+	// of a per-member port taking the next), then the range in this
 	// order. Not with a fixed Port.
 	Prefer []uint16        `json:"prefer,omitempty"`
 	Order  portalloc.Order `json:"order,omitempty"`
 }
 
 // RefSpec sets Env to another port of the set: To is "group.port" for a
-// group-scoped port (or a port of a group of one member), or
-// "group.N.port" for member N's port of a member-scoped one. The variable
+// shared port (or a port of a group of one member), or
+// "group.N.port" for member N's port of a per-member one. The variable
 // is named Env exactly: nothing is added to it (Env "API_GRPC" gives
 // API_GRPC=<port>, not API_GRPC_PORT).
 type RefSpec struct {
@@ -138,7 +129,7 @@ const (
 )
 
 // Limits of a SetSpec. ParseSetSpec, Validate and Allocate refuse a
-// spec beyond one of them with a *portalloc.FieldError that names the
+// spec beyond one of them with a *store.FieldError that names the
 // limit. They
 // bound the work and memory a spec from a file can cost: parsing and
 // validating take time and memory linear in the spec's size, and an
@@ -156,8 +147,8 @@ const (
 	MaxGroupPorts = 1000
 	// MaxGroupRefs is the most references (RefSpec) a group has.
 	MaxGroupRefs = 1000
-	// MaxSetPorts is the most ports a set reserves: a group-scoped port
-	// counts once, a member-scoped one once per member.
+	// MaxSetPorts is the most ports a set reserves: a shared port
+	// counts once, a per-member one once per member.
 	MaxSetPorts = 65535
 	// MaxSetEnv is the most environment variables of all members of a set
 	// together: each member has one per port and one per reference of its
@@ -178,10 +169,10 @@ var setLimits = specLimits{
 
 // ParseSetSpec parses and validates a JSON SetSpec of at most
 // MaxSetSpecSize bytes. Unknown fields are errors, so a misspelt key does
-// not pass silently. A refused spec is a *portalloc.FieldError for the
+// not pass silently. A refused spec is a *store.FieldError for the
 // Field "SetSpec", At the path into it that went wrong
 // ("groups[1].ports[0].name"), in a *portalloc.OpError; both wrap
-// portalloc.ErrInvalidRequest.
+// store.ErrInvalid.
 func ParseSetSpec(data []byte) (SetSpec, error) {
 	s, err := parseSetSpec(data, setLimits)
 	return s, opError("", err)
@@ -238,9 +229,9 @@ func jsonAt(err error) string {
 // --set gives them to one command: each variable must stand for one port
 // wherever it is set. Two groups that set the same variable to different
 // ports (both with Env "PORT", say) are refused, and so is the variable of
-// a member-scoped port of a group of more than one member, whose members
+// a per-member port of a group of more than one member, whose members
 // each have their own port under that name. A variable that every member
-// setting it gives the same port (a group-scoped port, or references to
+// setting it gives the same port (a shared port, or references to
 // one port from two groups) is fine. A spec whose members each run as a
 // process of their own, with their own Member.Env, needs only Validate.
 // Errors are ParseSetSpec's.
@@ -282,14 +273,14 @@ func (s SetSpec) validateOneEnv() error {
 		for pi, p := range g.Ports {
 			field := fmt.Sprintf("groups[%d].ports[%d]", gi, pi)
 			name := envName(g, p)
-			if scopeOf(p) == ScopeGroup {
+			if p.Shared {
 				if err := check(name, portRef{g.Name, p.Name, -1}, field); err != nil {
 					return err
 				}
 				continue
 			}
 			if n > 1 {
-				return refuse(field, name, fmt.Sprintf("a variable that stands for one port in one environment; $%s is port %q of each of the %d members of group %q, a different port for each: make the port group-scoped, or give the group one member", name, p.Name, n, g.Name))
+				return refuse(field, name, fmt.Sprintf("a variable that stands for one port in one environment; $%s is port %q of each of the %d members of group %q, a different port for each: make the port shared, or give the group one member", name, p.Name, n, g.Name))
 			}
 			if err := check(name, portRef{g.Name, p.Name, 0}, field); err != nil {
 				return err
@@ -426,21 +417,16 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 				return nil, refuse(pf()+".name", p.Name, fmt.Sprintf("a name no other port of group %q has; ports[%d] has it too", g.Name, ix.ports[pk]))
 			}
 			ix.ports[pk] = pi
-			switch p.Scope {
-			case "", ScopeMember, ScopeGroup:
-			default:
-				return nil, refuse(pf()+".scope", string(p.Scope), fmt.Sprintf("%q or %q", ScopeMember, ScopeGroup))
-			}
 			switch p.Protocol {
-			case "", portalloc.TCP, portalloc.UDP:
+			case "", store.TCP, store.UDP:
 			default:
 				return nil, refuse(pf()+".protocol", string(p.Protocol), `"tcp" or "udp"`)
 			}
 			if p.Addr.IsValid() && p.Addr.Zone() != "" {
 				return nil, refuse(pf()+".address", p.Addr.String(), "an address without a zone; zoned IPv6 addresses are not supported")
 			}
-			if p.Port != 0 && scopeOf(p) == ScopeMember && n > 1 {
-				return nil, refuse(pf()+".port", strconv.Itoa(int(p.Port)), fmt.Sprintf("0, or scope %q: a member-scoped port of a group of %d members cannot be fixed (they cannot all have it)", ScopeGroup, n))
+			if p.Port != 0 && !p.Shared && n > 1 {
+				return nil, refuse(pf()+".port", strconv.Itoa(int(p.Port)), fmt.Sprintf("0, or a shared port: a port of each member of a group of %d members cannot be fixed (they cannot all have it)", n))
 			}
 			if p.Port != 0 && len(p.Prefer) > 0 {
 				return nil, refuse(pf()+".prefer", portList(p.Prefer), fmt.Sprintf("none with a fixed port (port %d), which is not chosen: prefer and order are for allocated ports", p.Port))
@@ -463,11 +449,11 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 				return nil, refuse(pf()+".sticky", "true", fmt.Sprintf("false with a fixed port (port %d), which is always the same: sticky is for allocated ports", p.Port))
 			}
 			k := n
-			if scopeOf(p) == ScopeGroup {
+			if p.Shared {
 				k = 1
 			}
 			if ports += k; ports > lim.ports {
-				return nil, refuse(pf(), p.Name, fmt.Sprintf("at most %d ports in the set (MaxSetPorts: a group-scoped port counts once, a member-scoped one once per member); this port brings them to %d", lim.ports, ports))
+				return nil, refuse(pf(), p.Name, fmt.Sprintf("at most %d ports in the set (MaxSetPorts: a shared port counts once, a per-member one once per member); this port brings them to %d", lim.ports, ports))
 			}
 			if p.Port == 0 {
 				ix.need += k
@@ -512,13 +498,6 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 
 func members(g GroupSpec) int { return max(g.Members, 1) }
 
-func scopeOf(p PortSpec) Scope {
-	if p.Scope == "" {
-		return ScopeMember
-	}
-	return p.Scope
-}
-
 // envName is the variable a port is exported as.
 func envName(g GroupSpec, p PortSpec) string {
 	if p.Env != "" {
@@ -538,11 +517,11 @@ func envName(g GroupSpec, p PortSpec) string {
 	return up(g.Name) + "_" + up(p.Name) + "_PORT"
 }
 
-// portRef is a resolved reference: a port of a group, and for member-scoped
+// portRef is a resolved reference: a port of a group, and for per-member
 // ports the member.
 type portRef struct {
 	group, port string
-	member      int // -1 for group-scoped ports
+	member      int // -1 for shared ports
 }
 
 // String names the port as a reference would: "api.grpc", "api.0.http".
@@ -579,7 +558,7 @@ func (s SetSpec) resolveRef(ix *specIndex, to string) (portRef, string) {
 	p := &g.Ports[pi]
 	if !three {
 		switch {
-		case scopeOf(*p) == ScopeGroup:
+		case p.Shared:
 			return portRef{g.Name, p.Name, -1}, ""
 		case members(*g) == 1:
 			return portRef{g.Name, p.Name, 0}, ""
@@ -590,7 +569,7 @@ func (s SetSpec) resolveRef(ix *specIndex, to string) (portRef, string) {
 	if err != nil || m < 0 || m >= members(*g) {
 		return portRef{}, fmt.Sprintf("a member of group %q from 0 to %d; it names member %s", g.Name, members(*g)-1, names.QuoteShort(mstr))
 	}
-	if scopeOf(*p) == ScopeGroup {
+	if p.Shared {
 		return portRef{g.Name, p.Name, -1}, "" // the same port for every member
 	}
 	return portRef{g.Name, p.Name, m}, ""

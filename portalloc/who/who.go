@@ -1,7 +1,8 @@
-// Package who tells who holds a port: berth's reservations of it, and every
-// process the operating system shows bound to it, berth's or not, with its
-// pid, user, name and command line. It answers the question behind
-// "address already in use".
+// Package who tells who holds a port: berth's reservations of it, the
+// kernel locks berth processes hold for it, and every process the
+// operating system shows bound to it, berth's or not, with its pid, user,
+// name and command line. It answers the question behind "address already
+// in use".
 //
 // Only Linux shows which process binds a port (/proc/net/tcp, tcp6, udp,
 // udp6, matched to the socket inodes in /proc/PID/fd). On other systems a
@@ -25,6 +26,7 @@ import (
 	"syscall"
 
 	"github.com/berth-go/berth/internal/sockets"
+	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/store"
 )
 
@@ -43,6 +45,23 @@ type Report struct {
 	// says why the system could not tell (wrapping errors.ErrUnsupported
 	// on systems other than Linux).
 	SocketsErr error
+	// Locks are berth's kernel locks of the port held on this host (see
+	// package portlock), with the processes that hold them: those of every
+	// live berth reservation, and those of holders a store does not show
+	// (a test helper's, another user's berth, a store other than s). A
+	// lock held by a keeper process names the keeper.
+	Locks []Lock
+}
+
+// Lock is a kernel lock of a port.
+type Lock struct {
+	Protocol store.Protocol
+	// Addr is the address locked; the zero Addr for a wildcard (0.0.0.0
+	// or ::), which locks the port on every address.
+	Addr netip.Addr
+	// Processes hold the lock: empty when none can be seen (another
+	// user's, and the caller is not root).
+	Processes []Process
 }
 
 // Reservation is one of berth's reservations of a port.
@@ -125,7 +144,37 @@ func Lookup(ctx context.Context, s store.Store, ports ...uint16) ([]Report, erro
 		i := idx[sk.Local.Port()]
 		out[i].Sockets = append(out[i].Sockets, sk)
 	}
+	if locks, err := portlock.List(); err == nil {
+		var users userNames
+		procs := map[int]*Process{}
+		for _, l := range locks {
+			i, ok := idx[l.Port]
+			if !ok {
+				continue
+			}
+			lk := Lock{Protocol: store.Protocol(l.Network), Addr: l.Addr}
+			for _, pid := range l.PIDs {
+				if p := process(pid, procs, &users); p != nil {
+					lk.Processes = append(lk.Processes, *p)
+				}
+			}
+			out[i].Locks = append(out[i].Locks, lk)
+		}
+	}
 	return out, nil
+}
+
+// process describes pid, read once for procs; nil when it has exited.
+func process(pid int, procs map[int]*Process, users *userNames) *Process {
+	p, ok := procs[pid]
+	if !ok {
+		sp, err := sockets.Inspect(pid)
+		if err == nil {
+			p = &Process{PID: pid, UID: sp.UID, User: users.name(sp.UID), Name: sp.Name, Args: sp.Args}
+		}
+		procs[pid] = p
+	}
+	return p
 }
 
 // bound returns the sockets on the ports want accepts, with their
@@ -157,17 +206,7 @@ func bound(want func(uint16) bool) ([]Socket, error) {
 			sk.Remote = s.Remote
 		}
 		for _, pid := range holders[s.Inode] {
-			p, ok := procs[pid]
-			if !ok {
-				sp, err := sockets.Inspect(pid)
-				if err != nil {
-					procs[pid] = nil
-					continue // exited meanwhile
-				}
-				p = &Process{PID: pid, UID: sp.UID, User: users.name(sp.UID), Name: sp.Name, Args: sp.Args}
-				procs[pid] = p
-			}
-			if p != nil {
+			if p := process(pid, procs, &users); p != nil {
 				sk.Processes = append(sk.Processes, *p)
 			}
 		}

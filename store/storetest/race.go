@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-go/berth/internal/probe"
+	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/store"
 )
@@ -98,7 +98,13 @@ func runWorker(c Config) error {
 	}()
 	for range scans {
 		r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo, Label: "race", Next: Candidates(ports...),
-			Probe: func(k store.Key) (bool, error) { return probe.Available("tcp", k.Addr, k.Port) }})
+			Probe: func(k store.Key) error {
+				free, err := portlock.Probe("tcp", k.Addr, k.Port)
+				if err == nil && !free {
+					err = &store.ConflictError{Key: k, Bound: true}
+				}
+				return err
+			}})
 		switch {
 		case errors.Is(err, store.ErrExhausted):
 			fmt.Println("exhausted")

@@ -29,8 +29,9 @@
 //     wrapping store.ErrSchemaTooNew, leaves the recorded version as it
 //     was, and, the version put back, finds the reservation made before.
 //
-// Leases checks a store that keeps reservations of named holders
-// (store.LeaseStore): it is skipped for one that does not.
+// Leases checks a store that keeps reservations of named holders of one
+// host (an Owner with Holder set): it is skipped for one that refuses them
+// (pgstore, whose named holders are fleet-wide).
 package storetest
 
 import (
@@ -150,7 +151,7 @@ func Run(t *testing.T, c Config) {
 		{"ScanProbe", plain(testScanProbe)},
 		{"BlockAllOrNone", plain(testBlock)},
 		{"Sticky", plain(testSticky)},
-		{"ListAndReservedPorts", plain(testList)},
+		{"List", plain(testList)},
 		{"InvalidKeys", plain(testInvalid)},
 		{"ConcurrentScans", plain(testConcurrentScans)},
 		{"ProcessesRace", testProcessesRace},
@@ -190,7 +191,7 @@ func self(tb testing.TB) store.Owner {
 }
 
 func fromIdentity(id owner.Identity) store.Owner {
-	return store.Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name}
+	return store.Owner{PID: id.PID, Start: id.Start, Namespace: id.Scope, Name: id.Name}
 }
 
 // child starts a process that sleeps until the test ends and returns its
@@ -272,7 +273,7 @@ func testSameOwner(t *testing.T, s store.Store) {
 		t.Fatalf("Reserve(%v) = %v", k, err)
 	}
 	probed := false
-	again, err := s.Reserve(ctx, store.Request{Key: k, Label: "api", Probe: func(store.Key) (bool, error) { probed = true; return false, nil }})
+	again, err := s.Reserve(ctx, store.Request{Key: k, Label: "api", Probe: func(k store.Key) error { probed = true; return &store.ConflictError{Key: k, Bound: true} }})
 	if err != nil || again.Key != first.Key || again.Owner.PID != first.Owner.PID || probed {
 		t.Errorf("second Reserve(%v) by its owner = %+v, %v (probed %v); want the same row, no probe", k, again, err, probed)
 	}
@@ -426,20 +427,26 @@ func testScanProbe(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	var probed []uint16
 	r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.UDP, Addr: netip.MustParseAddr("127.0.0.1"), Next: Candidates(46000, 46001),
-		Probe: func(k store.Key) (bool, error) { probed = append(probed, k.Port); return k.Port != 46000, nil }})
+		Probe: func(k store.Key) error {
+			probed = append(probed, k.Port)
+			if k.Port == 46000 {
+				return &store.ConflictError{Key: k, Bound: true}
+			}
+			return nil
+		}})
 	if err != nil || r.Port != 46001 || !slices.Equal(probed, []uint16{46000, 46001}) {
 		t.Errorf("Scan with 46000 unbindable = %+v, %v, probed %v; want 46001 after probing both", r, err, probed)
 	}
 	boom := errors.New("probe failed")
 	_, err = s.Scan(ctx, store.ScanRequest{Protocol: store.UDP, Addr: netip.MustParseAddr("127.0.0.1"), Next: Candidates(46002),
-		Probe: func(store.Key) (bool, error) { return false, boom }})
+		Probe: func(store.Key) error { return boom }})
 	if !errors.Is(err, boom) {
 		t.Errorf("Scan with a failing probe = %v; want the probe's error", err)
 	}
 	if rows, _ := s.List(ctx, store.Filter{Port: 46002}); len(rows) != 0 {
 		t.Errorf("a failed probe left %v; want no row", rows)
 	}
-	_, err = s.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 46003), Probe: func(store.Key) (bool, error) { return false, nil }})
+	_, err = s.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 46003), Probe: func(k store.Key) error { return &store.ConflictError{Key: k, Bound: true} }})
 	var ce *store.ConflictError
 	if !errors.As(err, &ce) || ce.Holder.Owner.PID != 0 {
 		t.Errorf("Reserve of a port the probe finds bound = %v; want a *ConflictError with no berth holder", err)
@@ -490,8 +497,7 @@ func testSticky(t *testing.T, s store.Store) {
 	}
 }
 
-// testList: List filters by protocol, port, label and owner;
-// ReservedPorts names each port in a span once.
+// testList: List filters by protocol, port, label and owner.
 func testList(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	other, _ := child(t)
@@ -517,10 +523,6 @@ func testList(t *testing.T, s store.Store) {
 		if rows, err := s.List(ctx, tc.f); err != nil || len(rows) != tc.want {
 			t.Errorf("List(%+v) = %d rows, %v; want %d", tc.f, len(rows), err, tc.want)
 		}
-	}
-	ports, err := s.ReservedPorts(ctx, 49000, 49001)
-	if err != nil || !slices.Equal(ports, []uint16{49000}) {
-		t.Errorf("ReservedPorts(49000, 49001) = %v, %v; want [49000]", ports, err)
 	}
 }
 
@@ -554,7 +556,7 @@ func testInvalid(t *testing.T, s store.Store) {
 		call  func() error
 	}{
 		{"Reserve for pid 2^31", "owner", func() error {
-			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{PID: 1 << 31, Start: me.Start, Scope: me.Scope}})
+			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{PID: 1 << 31, Start: me.Start, Namespace: me.Namespace}})
 			return err
 		}},
 		{"Reserve for pid -1", "owner", func() error {
@@ -565,8 +567,12 @@ func testInvalid(t *testing.T, s store.Store) {
 			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{PID: me.PID}})
 			return err
 		}},
-		{"Reserve for a holder under a lease", "owner", func() error {
-			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{Scope: store.LeaseScope, Name: "ci/job"}})
+		{"Reserve for a holder without a lease", "ttl", func() error {
+			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{Holder: "ci/job"}})
+			return err
+		}},
+		{"Reserve for a process with a lease", "ttl", func() error {
+			_, err := s.Reserve(ctx, store.Request{Key: k, TTL: time.Hour})
 			return err
 		}},
 		{"Reserve of kind sticky", "kind", func() error {

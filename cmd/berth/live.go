@@ -1,0 +1,179 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berth-go/berth/store"
+)
+
+// The ports others hold, read without holding them: the live reservations
+// of a scope, by label (portOf, berth port) or all of them (livePorts,
+// berth env), written as environment variables for a second shell, docker
+// compose's .env file or an editor's envFile.
+
+// errNoReservation: portOf found no live reservation of the label.
+var errNoReservation = errors.New("no live reservation")
+
+// livePort is a live reservation of a scope.
+type livePort struct {
+	Label, Scope string // the label as its scope knows it, and the scope
+	Var          string // the environment variable it goes by: envVar(Label)
+	Protocol     store.Protocol
+	Addr         netip.Addr
+	Port         uint16
+	OwnerPID     int    // 0 for a named holder
+	Holder       string // the named holder, if it is one's
+	Created      time.Time
+}
+
+func asLive(r store.Reservation, label, scope string) livePort {
+	return livePort{Label: label, Scope: scope, Var: envVar(label), Protocol: r.Protocol, Addr: r.Addr, Port: r.Port,
+		OwnerPID: r.Owner.PID, Holder: r.Owner.Holder, Created: r.Created}
+}
+
+// livePorts returns the live reservations with a label in scope ("" for
+// labels of no scope), one for each variable: where several would give one
+// variable, the newest. They are sorted by variable.
+func livePorts(ctx context.Context, s store.Store, scope string) ([]livePort, error) {
+	rows, err := s.List(ctx, store.Filter{})
+	if err != nil {
+		return nil, fmt.Errorf("list the live ports: %w", err)
+	}
+	byVar := map[string]livePort{}
+	for _, r := range rows {
+		label, ok := unscoped(r.Label, scope)
+		if !ok || !r.Live(ctx) {
+			continue
+		}
+		lp := asLive(r, label, scope)
+		if prev, ok := byVar[lp.Var]; !ok || lp.Created.After(prev.Created) {
+			byVar[lp.Var] = lp
+		}
+	}
+	out := make([]livePort, 0, len(byVar))
+	for _, lp := range byVar {
+		out = append(out, lp)
+	}
+	slices.SortFunc(out, func(a, b livePort) int { return cmp.Compare(a.Var, b.Var) })
+	return out, nil
+}
+
+// portOf returns the live reservation of label in scope for protocol; where
+// there are several (one label on two addresses), the newest. A label with
+// no live reservation of its own also finds the port berth run --port label
+// gives its command (labelled run/port/label). When there is none, the
+// error wraps errNoReservation.
+func portOf(ctx context.Context, s store.Store, scope, label string, protocol store.Protocol) (livePort, error) {
+	var (
+		best  livePort
+		found bool
+	)
+	for _, l := range []string{label, "run/port/" + label} {
+		rows, err := s.List(ctx, store.Filter{Protocol: protocol, Label: scopedLabel(scope, l)})
+		if err != nil {
+			return livePort{}, fmt.Errorf("port of %q: %w", label, err)
+		}
+		for _, r := range rows {
+			if !r.Live(ctx) {
+				continue
+			}
+			if lp := asLive(r, l, scope); !found || lp.Created.After(best.Created) {
+				best, found = lp, true
+			}
+		}
+		if found {
+			return best, nil
+		}
+	}
+	in := ""
+	if scope != "" {
+		in = fmt.Sprintf(" in scope %q", scope)
+	}
+	return livePort{}, fmt.Errorf("%s port of %q%s: %w", protocol, label, in, errNoReservation)
+}
+
+// envVar returns the environment variable a port labelled label goes by,
+// as berth run names its --port ports: a label berth run gave
+// ("run/port/web") by its port's name, WEB_PORT; any other by the whole
+// label, upper-cased, with every character but a letter or digit as '_'
+// and "_PORT" after it ("api.http" is API_HTTP_PORT); a leading digit gets
+// a '_' before it.
+func envVar(label string) string {
+	name := label
+	if rest, ok := strings.CutPrefix(label, "run/port/"); ok && rest != "" {
+		name = rest
+	}
+	var b strings.Builder
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z':
+			b.WriteRune(r - 'a' + 'A')
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	v := b.String()
+	if v == "" || v[0] >= '0' && v[0] <= '9' {
+		v = "_" + v
+	}
+	return v + "_PORT"
+}
+
+// writeEnv writes ports to w as variables in format: "sh" (export lines for
+// eval), "dotenv" (NAME=PORT lines) or "json" (one object).
+func writeEnv(w io.Writer, ports []livePort, format string) error {
+	var err error
+	switch format {
+	case "sh", "dotenv":
+		var b strings.Builder
+		for _, p := range ports {
+			if format == "sh" {
+				b.WriteString("export ")
+			}
+			fmt.Fprintf(&b, "%s=%d\n", p.Var, p.Port)
+		}
+		_, err = io.WriteString(w, b.String())
+	case "json":
+		m := make(map[string]uint16, len(ports))
+		for _, p := range ports {
+			m[p.Var] = p.Port
+		}
+		var out []byte
+		if out, err = json.MarshalIndent(m, "", "  "); err == nil {
+			_, err = w.Write(append(out, '\n'))
+		}
+	default:
+		return usagef("--format %q: want sh, dotenv or json", format)
+	}
+	return err
+}
+
+// scopedLabel is label as a reservation of scope records it, LABEL@SCOPE
+// (see portalloc.Config.Scope); "" stays "".
+func scopedLabel(scope, label string) string {
+	if scope == "" || label == "" {
+		return label
+	}
+	return label + "@" + scope
+}
+
+// unscoped returns the label a reservation recorded as recorded has in
+// scope, and whether it is one of scope's (for scope "", one of no scope).
+func unscoped(recorded, scope string) (string, bool) {
+	if scope == "" {
+		return recorded, recorded != "" && !strings.Contains(recorded, "@")
+	}
+	label, ok := strings.CutSuffix(recorded, "@"+scope)
+	return label, ok && label != ""
+}
