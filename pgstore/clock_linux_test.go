@@ -118,7 +118,7 @@ func TestClientClockAnHourOff(t *testing.T) {
 				_ = s.Close()
 				t.Error("another boot opened host-a while its lease was live by the server's clock")
 			} else if !errors.Is(err, store.ErrInvalid) {
-				t.Errorf("another boot's Open of host-a = %v; want a *HostInUseError", err)
+				t.Errorf("another boot's Open of host-a = %v; want a *hostInUseError", err)
 			}
 
 			// Grace reaping: a host whose lease ended 20 minutes ago by the

@@ -41,7 +41,7 @@ var conformance = storetest.Config{
 			tb.Fatalf("set the schema version: %v", err)
 		}
 	},
-	Ports: storetest.PortRange(testports.Pgstore),
+	Ports: store.Range(testports.Pgstore),
 }
 
 // conformanceConn connects to dsn, closed when tb ends.

@@ -201,11 +201,11 @@ type RetireOptions struct {
 	Force bool
 }
 
-// HostLiveError reports a retirement refused because the host's lease is
+// hostLiveError reports a retirement refused because the host's lease is
 // live: berth processes of that host ran within the last lease period, and
 // may still hold and use its ports. It wraps a *store.FieldError for the
 // field "host", and so store.ErrInvalid.
-type HostLiveError struct {
+type hostLiveError struct {
 	Host string
 	// Expires is when the lease ends, by the server's clock; Left is how
 	// long that was from the refusal.
@@ -213,7 +213,7 @@ type HostLiveError struct {
 	Left    time.Duration
 }
 
-func (e *HostLiveError) Error() string {
+func (e *hostLiveError) Error() string {
 	return fmt.Sprintf("host %q holds a live lease until %s by the PostgreSQL server's clock (%v more): berth ran on that host within its lease period, "+
 		"and retiring it would hand out the ports its processes may still use; retire it once it is gone and its lease has ended, or force it "+
 		"(berth host retire --force; RetireOptions.Force), and its live holders put their reservations back at their next lease renewal",
@@ -222,6 +222,6 @@ func (e *HostLiveError) Error() string {
 
 // Unwrap returns a *store.FieldError for the field "host", which wraps
 // store.ErrInvalid: the refusal is of the host named.
-func (e *HostLiveError) Unwrap() error {
+func (e *hostLiveError) Unwrap() error {
 	return &store.FieldError{Field: "host", Value: e.Host, Want: "a host whose lease has ended, or RetireOptions.Force (berth host retire --force)"}
 }

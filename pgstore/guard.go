@@ -43,22 +43,22 @@ const (
 		"host_span WITH &&, protocol WITH =, port WITH =, addr_span WITH &&)"
 )
 
-// GuardError reports that berth's table lost its exclusion constraint and
+// guardError reports that berth's table lost its exclusion constraint and
 // that the store could not put it back: the store grants no port until it
 // can. It wraps store.ErrDamaged.
-type GuardError struct {
+type guardError struct {
 	// Err is why the constraint could not be restored: most often rows
 	// that conflict, granted while it was missing.
 	Err error
 }
 
-func (e *GuardError) Error() string {
+func (e *guardError) Error() string {
 	return fmt.Sprintf("the table berth_port_allocations has lost its exclusion constraint %s "+
 		"(it goes when the btree_gist extension is dropped with CASCADE, e.g. with the schema it was created in), "+
 		"so the store grants no port: restoring it failed: %v", constraintName, e.Err)
 }
 
-func (e *GuardError) Unwrap() []error { return []error{store.ErrDamaged, e.Err} }
+func (e *guardError) Unwrap() []error { return []error{store.ErrDamaged, e.Err} }
 
 // guard acts on what a claim of the host's lease read of the constraint:
 // when it is missing, it restores it, and records whether grants may go
@@ -71,7 +71,7 @@ func (s *Store) guard(ctx context.Context, guarded bool) error {
 	err := s.restoreGuard(ctx)
 	if err != nil {
 		// Open returns it; the background renewal logs it.
-		gerr := &GuardError{Err: err}
+		gerr := &guardError{Err: err}
 		s.guardErr.Store(gerr)
 		return gerr
 	}

@@ -128,9 +128,9 @@ func TestGuardRestored(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = s1.Renew(ctx, time.Minute)
-	var ge *pgstore.GuardError
+	var ge *pgstore.guardError
 	if !errors.As(err, &ge) || !errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), "30001") {
-		t.Fatalf("Renew with conflicting rows = %v, want a *GuardError wrapping ErrDamaged naming port 30001", err)
+		t.Fatalf("Renew with conflicting rows = %v, want a *guardError wrapping ErrDamaged naming port 30001", err)
 	}
 	for name, grant := range map[string]func() error{
 		"Reserve": func() error {

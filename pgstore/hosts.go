@@ -117,7 +117,7 @@ func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 	if taken {
 		// Another machine holds the name: touching nothing, this Store
 		// neither reaps that machine's rows nor extends its lease.
-		return fmt.Errorf("%s: %w", op, &HostInUseError{Host: s.host, BootID: boot, Left: time.Duration(leftMS) * time.Millisecond})
+		return fmt.Errorf("%s: %w", op, &hostInUseError{Host: s.host, BootID: boot, Left: time.Duration(leftMS) * time.Millisecond})
 	}
 	if lapsed && boot != "" && boot != s.bootID && s.bootID != "" {
 		// The usual case is a reboot: the rows of the old boot are judged
@@ -162,14 +162,14 @@ func (s *Store) noteReturn(lost int64, retired, lapsed bool) {
 	}
 }
 
-// RetireHost deletes every reservation and remembered port of another
+// Retire deletes every reservation and remembered port of another
 // host of the fleet, and returns how many reservations it deleted: for a
 // host that is gone for good, called by whatever decommissions hosts
 // (berth host retire). It runs in one transaction that locks the host's
 // row, so none of that host's inserts slips past it.
 //
 // A host whose lease is live, by the server's clock, is refused with a
-// *HostLiveError naming it and when the lease ends: its berth processes
+// *hostLiveError naming it and when the lease ends: its berth processes
 // ran within the last lease period and may hold ports still in use. Retire
 // with RetireOptions.Force retires it all the same.
 //
@@ -179,12 +179,6 @@ func (s *Store) noteReturn(lost int64, retired, lapsed bool) {
 // reservations they hold (see Check), and it carries on with a fresh
 // lease. Retiring this Store's own host is refused (store.ErrInvalid); an
 // unknown host is an error wrapping store.ErrNotFound.
-func (s *Store) RetireHost(ctx context.Context, host string) (int, error) {
-	return s.Retire(ctx, host, RetireOptions{})
-}
-
-// Retire is RetireHost with options: Force retires a host whose lease is
-// live.
 func (s *Store) Retire(ctx context.Context, host string, opts RetireOptions) (int, error) {
 	op := "retire host " + strconv.Quote(host)
 	if host == "" {
@@ -202,7 +196,7 @@ func (s *Store) Retire(ctx context.Context, host string, opts RetireOptions) (in
 	}
 	var (
 		n    int64
-		live *HostLiveError
+		live *hostLiveError
 	)
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -217,14 +211,14 @@ func (s *Store) Retire(ctx context.Context, host string, opts RetireOptions) (in
 			return err
 		}
 		if isLive && !opts.Force {
-			live = &HostLiveError{Host: host, Expires: expires, Left: time.Duration(leftMS) * time.Millisecond}
+			live = &hostLiveError{Host: host, Expires: expires, Left: time.Duration(leftMS) * time.Millisecond}
 			return nil // nothing was changed: the commit ends the lock
 		}
 		return tx.QueryRow(cctx, qRetireHost, hostNo).Scan(&n)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, &UnknownHostError{Host: host}
+		return 0, &unknownHostError{Host: host}
 	case err != nil:
 		return 0, s.fail(ctx, op, err)
 	case live != nil:
@@ -234,13 +228,13 @@ func (s *Store) Retire(ctx context.Context, host string, opts RetireOptions) (in
 	return int(n), nil
 }
 
-// HostInUseError reports that the host name a Store was opened under is
+// hostInUseError reports that the host name a Store was opened under is
 // held, under a live lease, by another boot: most likely another machine
 // configured with the same name. Two machines under one name would take
 // each other's processes for exited and hand out ports still in use, so
 // the Store refuses instead. It wraps a *store.FieldError for the field
 // "host", and so store.ErrInvalid.
-type HostInUseError struct {
+type hostInUseError struct {
 	// Host is the name in use.
 	Host string
 	// BootID is the boot id of the machine that holds the lease.
@@ -250,7 +244,7 @@ type HostInUseError struct {
 	Left time.Duration
 }
 
-func (e *HostInUseError) Error() string {
+func (e *hostInUseError) Error() string {
 	return fmt.Sprintf("host %q is in use by another machine (boot id %s), whose lease on the name runs %v more: "+
 		"give this machine a host name of its own (--host or BERTH_HOST; Options.Host); "+
 		"if it is this machine before a reboot, the name is free once that lease has run out",
@@ -259,21 +253,21 @@ func (e *HostInUseError) Error() string {
 
 // Unwrap returns a *store.FieldError for the field "host", which wraps
 // store.ErrInvalid: the name is refused, not the machine.
-func (e *HostInUseError) Unwrap() error {
+func (e *hostInUseError) Unwrap() error {
 	return &store.FieldError{Field: "host", Value: e.Host, Want: "a host name no other machine uses under a live lease (--host or BERTH_HOST; Options.Host)"}
 }
 
-// UnknownHostError reports a host name no Store has registered in the
+// unknownHostError reports a host name no Store has registered in the
 // database. It wraps store.ErrNotFound.
-type UnknownHostError struct {
+type unknownHostError struct {
 	Host string
 }
 
-func (e *UnknownHostError) Error() string {
+func (e *unknownHostError) Error() string {
 	return fmt.Sprintf("no host %q has used this store: check the name (berth doctor --host NAME on that host shows it)", e.Host)
 }
 
-func (e *UnknownHostError) Unwrap() error { return store.ErrNotFound }
+func (e *unknownHostError) Unwrap() error { return store.ErrNotFound }
 
 // reapLapsed deletes the rows of other hosts whose lease ended more than
 // the grace period ago, by the server's clock, in one transaction, and

@@ -118,11 +118,11 @@ func TestRetireHost(t *testing.T) {
 	}
 
 	// host-a's lease is live: refused, naming it and when the lease ends.
-	n, err := c.RetireHost(ctx, "host-a")
-	var live *pgstore.HostLiveError
+	n, err := c.Retire(ctx, "host-a", RetireOptions{})
+	var live *pgstore.hostLiveError
 	if !errors.As(err, &live) || n != 0 || live.Host != "host-a" || live.Left <= 0 || live.Expires.IsZero() ||
 		!errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), `host "host-a" holds a live lease until`) {
-		t.Fatalf("RetireHost(host-a) of a live host = %d, %v; want a *HostLiveError naming it and its lease's end", n, err)
+		t.Fatalf("Retire(host-a) of a live host = %d, %v; want a *hostLiveError naming it and its lease's end", n, err)
 	}
 	if got := rowsOf(t, conn, "host-a"); got != 3 {
 		t.Fatalf("host-a's rows after a refused retirement = %d; want 3", got)
@@ -153,14 +153,14 @@ func TestRetireHost(t *testing.T) {
 		t.Errorf("second Retire(host-a, Force) = %d, %v; want 0, nil", n, err)
 	}
 
-	if _, err := c.RetireHost(ctx, "host-c"); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("RetireHost of the store's own host = %v; want ErrInvalid", err)
+	if _, err := c.Retire(ctx, "host-c", RetireOptions{}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Retire of the store's own host = %v; want ErrInvalid", err)
 	}
-	if _, err := c.RetireHost(ctx, "host-z"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("RetireHost of an unknown host = %v; want ErrNotFound", err)
+	if _, err := c.Retire(ctx, "host-z", RetireOptions{}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Retire of an unknown host = %v; want ErrNotFound", err)
 	}
-	if _, err := c.RetireHost(ctx, ""); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("RetireHost(\"\") = %v; want ErrInvalid", err)
+	if _, err := c.Retire(ctx, "", RetireOptions{}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Retire(\"\") = %v; want ErrInvalid", err)
 	}
 
 	// host-a was still running: its renewal reports the loss once, and it
@@ -423,12 +423,12 @@ func TestHostNameOfTwoMachines(t *testing.T) {
 		_ = b.Close()
 		t.Fatal("Open of web-1 by another boot while its lease is live succeeded; want it refused")
 	}
-	var inUse *pgstore.HostInUseError
+	var inUse *pgstore.hostInUseError
 	if !errors.As(err, &inUse) || !errors.Is(err, store.ErrInvalid) {
-		t.Fatalf("Open of web-1 by another boot = %v; want a *HostInUseError wrapping ErrInvalid", err)
+		t.Fatalf("Open of web-1 by another boot = %v; want a *hostInUseError wrapping ErrInvalid", err)
 	}
 	if inUse.Host != "web-1" || inUse.BootID != "boot-a" || inUse.Left <= 0 || inUse.Left > 30*time.Second {
-		t.Errorf("HostInUseError = %+v; want host web-1, boot-a, up to 30s left", *inUse)
+		t.Errorf("hostInUseError = %+v; want host web-1, boot-a, up to 30s left", *inUse)
 	}
 	for _, want := range []string{`"web-1"`, "another machine", "--host", "BERTH_HOST"} {
 		if !strings.Contains(err.Error(), want) {
@@ -470,7 +470,7 @@ func TestHostNameOfTwoMachines(t *testing.T) {
 	reserveN(t, b, 56210, 1)
 	// The old boot, had it survived, now meets the new one's lease.
 	if err := a.Renew(ctx, time.Minute); !errors.As(err, &inUse) || inUse.BootID != "boot-b" {
-		t.Errorf("the old boot's renewal after the takeover = %v; want a *HostInUseError naming boot-b", err)
+		t.Errorf("the old boot's renewal after the takeover = %v; want a *hostInUseError naming boot-b", err)
 	}
 	if got := bootOf(t, conn, "web-1"); got != "boot-b" {
 		t.Errorf("boot id of web-1 after the old boot's renewal = %q; want still boot-b", got)

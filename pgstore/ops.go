@@ -184,9 +184,6 @@ func (s *Store) reapOwn(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// MaxSticky is how many (label, protocol) pairs the store remembers ports
-// for, per host. Beyond it, the least recently remembered are forgotten.
-const MaxSticky = 10000
 
 // pruneStickyEvery is how many Remember calls of a Store pass between two
 // prunes.
@@ -211,7 +208,7 @@ func (s *Store) Remember(ctx context.Context, label string, protocol store.Proto
 		return err
 	}
 	if s.remembered.Add(1)%pruneStickyEvery == 0 {
-		_, err := s.exec(ctx, "forget old sticky ports", qPruneSticky, s.hostNo(), MaxSticky)
+		_, err := s.exec(ctx, "forget old sticky ports", qPruneSticky, s.hostNo(), store.MaxSticky)
 		return err
 	}
 	return nil

@@ -18,9 +18,6 @@ import (
 // rows of exited owners from its way or losing a race for it.
 const maxAttempts = 16
 
-// MaxBlock is the most ports ScanBlock reserves in one block
-// (store.MaxBlock).
-const MaxBlock = store.MaxBlock
 
 // row is a reservation row with the host it is on.
 type row struct {

@@ -28,19 +28,19 @@
 // its sockets, and the children of an exited orchestrator keep the ports
 // transferred to them. So another host's rows are deleted only
 //
-//   - by RetireHost (berth host retire), for a host that is gone for good,
+//   - by Retire (berth host retire), for a host that is gone for good,
 //     or
 //   - by the Reap and background sweep of another host, once the host's
 //     lease ended more than Options.Grace (default a day) ago.
 //
 // Stale rows cost capacity; wrong deletions cost correctness, hence the
-// long default. RetireHost refuses a host whose lease is live (a
-// *HostLiveError), unless forced (Retire with RetireOptions.Force). A host whose berth processes are all short commands has a
+// long default. Retire refuses a host whose lease is live (a
+// *hostLiveError), unless forced (Retire with RetireOptions.Force). A host whose berth processes are all short commands has a
 // lease only while one runs: its rows go Grace after its last command.
 //
 // The lease records the boot id of the machine that holds it. Open under
 // a name whose lease is live and held by another boot fails with a
-// *HostInUseError and changes nothing: it is most likely a second machine
+// *hostInUseError and changes nothing: it is most likely a second machine
 // configured with the same name, which would otherwise take the first
 // one's processes for exited and hand their ports out again. Once that
 // lease has run out (or the host was retired), a new boot takes the name
@@ -64,18 +64,17 @@
 // known. The holder's controller renews the lease (RenewFleet) and
 // releases the port (ReleaseFleet); a lease that runs out, by the server's clock, is deleted
 // by the Reap and the sweep of any host. Lease rows are not judged by any
-// process table, and neither RetireHost nor grace reaping deletes them.
+// process table, and neither Retire nor grace reaping deletes them.
 // List shows process rows only; Leases lists the lease rows of the fleet.
 //
 // # Failures
 //
 // An error from the server, a lost connection or a server that does not
 // answer within Options.Timeout (a network partition looks like that)
-// wraps store.ErrStorage, and names the operation and the store (Name:
+// wraps store.ErrStorage, and names the operation and the store (by
 // its DSN with the password hidden); the pool opens new connections for
 // the calls after it. No error or log line of a Store shows the DSN's
-// password: where pgx or the server quote it, it is replaced (see Redact
-// and ScrubError). A call cut short by its context returns the context's error.
+// password: where pgx or the server quote it, it is replaced. A call cut short by its context returns the context's error.
 // Either way an insert the server had already received may still commit:
 // that reservation stays, owned by the caller, until released or reaped,
 // so a caller that retries elsewhere wastes a port but never shares one.
@@ -141,12 +140,12 @@ type Options struct {
 	LeaseTTL time.Duration
 	// Grace is how long after another host's lease ended, by the
 	// server's clock, this store's Reap and sweep delete that host's rows;
-	// zero: 24h; negative: never (only RetireHost deletes them).
+	// zero: 24h; negative: never (only Retire deletes them).
 	Grace time.Duration
 	// BootID identifies this machine's current boot; it is recorded with
 	// the host's lease, so that a machine whose Host is already held
 	// under a live lease by another boot (another machine configured with
-	// the same name) is refused with a *HostInUseError instead of taking
+	// the same name) is refused with a *hostInUseError instead of taking
 	// the other machine's processes for exited. Zero: this machine's boot
 	// id (Linux /proc/sys/kernel/random/boot_id), or none where the system
 	// has none, which turns the check off. Tests set it to play two
@@ -169,7 +168,7 @@ type Store struct {
 	grace   time.Duration // negative: no grace reaping
 
 	closed   atomic.Bool
-	guardErr atomic.Pointer[GuardError] // set while grants are refused: see guard.go
+	guardErr atomic.Pointer[guardError] // set while grants are refused: see guard.go
 	stop     chan struct{}              // closed by Close to end the background goroutine
 	wg       sync.WaitGroup             // the background goroutine
 
@@ -189,8 +188,9 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open connects to the PostgreSQL database dsn names (a postgres:// URL or
-// a key=value string; a unix socket directory works as host; see
-// CheckDSN: any other form is refused before connecting), brings
+// a key=value string; a unix socket directory works as host; any other
+// form is refused before connecting, with a *store.FieldError for "dsn"
+// that never shows the password), brings
 // berth's tables up to date and registers this host. The migrations are
 // embedded; concurrent Opens apply them once, serialised by an advisory
 // lock. A database whose berth schema is newer than this berth's is
@@ -204,7 +204,7 @@ var _ store.Store = (*Store)(nil)
 // btree_gist SCHEMA public): dropping the extension drops the exclusion
 // constraint of berth's table. A Store notices that at Open and at every
 // renewal of the host's lease and puts the constraint back, or, when rows
-// granted meanwhile conflict, grants nothing (*GuardError) until they are
+// granted meanwhile conflict, grants nothing (an error wrapping store.ErrDamaged) until they are
 // released.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
@@ -239,19 +239,22 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
-	if err := CheckDSN(dsn); err != nil {
-		return nil, fmt.Errorf("open: dsn %s: %w", Redact(dsn), err)
+	var bad *pgdsn.Error
+	if err := pgdsn.Check(dsn); errors.As(err, &bad) {
+		return nil, fmt.Errorf("open: %w", &store.FieldError{Field: "dsn", Value: pgdsn.Redact(dsn), Want: pgdsn.Forms + "; " + bad.Reason})
+	} else if err != nil {
+		return nil, fmt.Errorf("open: dsn %s: %w", pgdsn.Redact(dsn), err)
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgconn hides passwords only as far as it recognises them, and
 		// its error keeps the DSN whole in a field: only its message,
 		// scrubbed, is kept.
-		return nil, fmt.Errorf("open: %w", &store.FieldError{Field: "dsn", Value: Redact(dsn),
+		return nil, fmt.Errorf("open: %w", &store.FieldError{Field: "dsn", Value: pgdsn.Redact(dsn),
 			Want: "a connection string pgx can read; " + pgdsn.NewScrubber(dsn).String(err.Error())})
 	}
 	s := &Store{
-		name:    "PostgreSQL store " + Redact(dsn),
+		name:    "PostgreSQL store " + pgdsn.Redact(dsn),
 		scrub:   pgdsn.NewScrubber(dsn, cfg.ConnConfig.Password),
 		log:     opts.Logger,
 		self:    self,
@@ -428,10 +431,6 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 		return s.scrub.Err(fmt.Errorf("%s: %w: %s: %w", op, store.ErrStorage, s.name, err))
 	}
 }
-
-// Name names the store for people to read: "PostgreSQL store" and its
-// DSN, with the password hidden (see Redact).
-func (s *Store) Name() string { return s.name }
 
 // open fails with ErrClosed once the store is closed.
 func (s *Store) open() error {

@@ -14,9 +14,9 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/berth-go/berth/internal/dsn"
+	"github.com/berth-go/berth/internal/mru"
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/internal/safefs"
-	"github.com/berth-go/berth/mru"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )

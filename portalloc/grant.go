@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/berth-go/berth/mru"
+	"github.com/berth-go/berth/internal/mru"
 	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/store"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/berth-go/berth/mru"
+	"github.com/berth-go/berth/internal/mru"
 	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/store"
 )

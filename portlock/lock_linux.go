@@ -103,7 +103,7 @@ func acquireOnce(p prober, network string, addr netip.Addr, port uint16) (hs []h
 		} else if err != nil {
 			return nil, "", err
 		}
-		for i := range Slots {
+		for i := range slots {
 			n := name(network, port, slotTag(i))
 			taken, err := p.held(n)
 			if err != nil || taken {
@@ -123,7 +123,7 @@ func acquireOnce(p prober, network string, addr netip.Addr, port uint16) (hs []h
 		return nil, "", err
 	}
 	slot := sock(-1)
-	for i := range Slots {
+	for i := range slots {
 		s, err := bindName(name(network, port, slotTag(i)))
 		if err == nil {
 			slot = s

@@ -22,12 +22,12 @@
 // Two locks of one protocol and port conflict when their addresses are
 // equal or when either is a wildcard (0.0.0.0 or ::); two different
 // specific addresses never conflict. On Linux a lock of a specific address
-// holds two names, the address's own and one of Slots slot names of its
+// holds two names, the address's own and one of eight slot names of its
 // port, and then checks that the port's wildcard name is free; a wildcard
 // lock holds the wildcard name and then checks that every slot of its port
 // is free. Each takes its own name before it looks at the other's, so of
 // two conflicting requests at least one sees the other: both may fail, never
-// both succeed. A port that Slots specific addresses hold already refuses
+// both succeed. A port that eight specific addresses hold already refuses
 // one more.
 //
 // Anyone on the host can bind a name, so a lock held by a program that is
@@ -69,7 +69,7 @@ type HeldError struct {
 	// conflicts (Addr itself, or a wildcard), or, when a wildcard was
 	// asked for, the zero Addr for "a lock of a specific address".
 	In netip.Addr
-	// Slots is true when Slots locks of specific addresses of the port
+	// slots is true when slots locks of specific addresses of the port
 	// are held already.
 	Slots bool
 	// Bound is true when no lock stands in the way but the port is bound
@@ -83,7 +83,7 @@ func (e *HeldError) Error() string {
 	case e.Bound:
 		return key + " is bound by a process outside berth"
 	case e.Slots:
-		return fmt.Sprintf("%s: %d other addresses of port %d are locked already", key, Slots, e.Port)
+		return fmt.Sprintf("%s: %d other addresses of port %d are locked already", key, slots, e.Port)
 	case !e.In.IsValid():
 		return fmt.Sprintf("%s is locked on a specific address of port %d", key, e.Port)
 	case e.In == e.Addr:
@@ -96,9 +96,9 @@ func (e *HeldError) Error() string {
 // Unwrap returns ErrHeld.
 func (e *HeldError) Unwrap() error { return ErrHeld }
 
-// Slots is the most locks of distinct specific addresses one port can
+// slots is the most locks of distinct specific addresses one port can
 // have at once (see the package doc).
-const Slots = 8
+const slots = 8 // keep in step with the package doc
 
 // Lock is a held lock of one key. Close releases it. A Lock is safe for
 // concurrent use.

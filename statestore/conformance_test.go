@@ -55,7 +55,7 @@ var conformance = storetest.Config{
 			tb.Fatalf("set the write version of %s: %v", path, err)
 		}
 	},
-	Ports: storetest.PortRange(testports.Statestore),
+	Ports: store.Range(testports.Statestore),
 }
 
 // migrationsDB opens the database file at path with SQLite itself (never

@@ -74,7 +74,7 @@ func TestStickyBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	const direct = statestore.MaxSticky + 1000
+	const direct = store.MaxSticky + 1000
 	tx, err := db.Begin()
 	if err != nil {
 		t.Fatal(err)
@@ -98,8 +98,8 @@ func TestStickyBounded(t *testing.T) {
 	}
 	// A prune ran at the 256th Remember: the bound holds then, and at
 	// most the 44 remembered since exceed it.
-	if n > statestore.MaxSticky+300-256 {
-		t.Errorf("sticky_ports holds %d labels; want at most %d", n, statestore.MaxSticky+300-256)
+	if n > store.MaxSticky+300-256 {
+		t.Errorf("sticky_ports holds %d labels; want at most %d", n, store.MaxSticky+300-256)
 	}
 	for _, label := range []string{"new-0", "new-299"} {
 		if _, ok, err := s.Recall(ctx, label, statestore.TCP); err != nil || !ok {

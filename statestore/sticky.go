@@ -27,7 +27,7 @@ func (s *sqlStore) Remember(ctx context.Context, label string, protocol store.Pr
 	if err != nil {
 		return err
 	}
-	// Forget the least recently remembered labels beyond MaxSticky now and
+	// Forget the least recently remembered labels beyond store.MaxSticky now and
 	// then (counting them reads the table); the sweep does it too.
 	if s.remembered.Add(1)%pruneStickyEvery == 0 {
 		return s.pruneSticky(ctx)
@@ -35,19 +35,15 @@ func (s *sqlStore) Remember(ctx context.Context, label string, protocol store.Pr
 	return nil
 }
 
-// MaxSticky is how many (label, protocol) pairs the store remembers ports
-// for. Beyond it, the least recently remembered are forgotten: their next
-// sticky request gets any free port.
-const MaxSticky = 10000
 
 // pruneStickyEvery is how many Remember calls of a Store pass between two
 // prunes.
 const pruneStickyEvery = 256
 
 // pruneSticky forgets the least recently remembered sticky ports beyond
-// MaxSticky.
+// store.MaxSticky.
 func (s *sqlStore) pruneSticky(ctx context.Context) error {
-	_, err := s.exec(ctx, "forget old sticky ports", nil, s.st.pruneSticky, MaxSticky)
+	_, err := s.exec(ctx, "forget old sticky ports", nil, s.st.pruneSticky, store.MaxSticky)
 	return err
 }
 

@@ -54,7 +54,8 @@ type Store interface {
 	Renew(ctx context.Context, holder string, ttl time.Duration) (int, error)
 	// Recall returns the port last remembered for label and p.
 	Recall(ctx context.Context, label string, p Protocol) (uint16, bool, error)
-	// Remember records port as the one last handed out for label and p.
+	// Remember records port as the one last handed out for label and p,
+	// for at most MaxSticky pairs.
 	Remember(ctx context.Context, label string, p Protocol, port uint16) error
 	// Check tells, cheaply, whether reservations recorded through this
 	// store may have gone missing since it last said so: an error wrapping

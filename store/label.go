@@ -21,6 +21,11 @@ const (
 	MaxTTL = 30 * 24 * time.Hour
 	// MaxBlock is the most ports one ScanBlock reserves.
 	MaxBlock = 1024
+	// MaxSticky is how many (label, protocol) pairs a store remembers
+	// ports for (per host, in a fleet's). Beyond it, the least recently
+	// remembered are forgotten: their next sticky request gets any free
+	// port.
+	MaxSticky = 10000
 )
 
 // CheckLabel reports whether label may be stored: at most MaxLabelLen

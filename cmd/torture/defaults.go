@@ -80,7 +80,7 @@ type Config struct {
 	Hosts int
 	// RetireEvery, with 2 Hosts or more, takes a random host down this
 	// often: it SIGKILLs every process on it (its workers and their
-	// children), retires it from another host with RetireHost, then
+	// children), retires it from another host with Retire, then
 	// starts fresh workers there, which find its rows gone. Zero: 5s;
 	// negative: never.
 	RetireEvery time.Duration

@@ -141,7 +141,7 @@ const (
 	KindFreeze    = "freeze"     // Proc is about to get SIGSTOP
 	KindThaw      = "thaw"       // Proc got SIGCONT
 	KindStuck     = "stuck"      // Proc did not exit in time once told to stop
-	// KindRetire: Host was retired from another host (RetireHost), after
+	// KindRetire: Host was retired from another host (Retire), after
 	// every process on it had been killed; every claim on it ends here.
 	KindRetire = "retire"
 	// KindLoseStore: the store's directory was removed or its file

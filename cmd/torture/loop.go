@@ -335,7 +335,7 @@ func (s *supervisor) killOnly(ctx context.Context, w *workerProc) error {
 // retire takes a random host down and brings it back: it SIGKILLs the
 // host's workers, then every other process in its namespace (their
 // children), retires it from another random host through
-// pgstore.RetireHost, logs the retirement, and starts fresh workers
+// pgstore.Store.Retire, logs the retirement, and starts fresh workers
 // there. The fleet workers, whose sockets on the host live in
 // namespaces of their own processes, go on: their fleet-wide rows are no
 // host's, and retirement leaves them.

@@ -41,7 +41,7 @@
 //
 // Across 2 hosts or more, every -retire-every one host is taken down: all
 // its processes are SIGKILLed, another host retires it through pgstore's
-// RetireHost (berth host retire), and fresh workers start there; the
+// Retire (berth host retire), and fresh workers start there; the
 // checker ends every claim of a retired host at its retirement. Besides,
 // -fleet-workers processes hold fleet-wide ports (pgstore.ReserveFleet,
 // rows of no host) and bind each on every host while the hosts' workers

@@ -19,16 +19,16 @@ import (
 // The systemd socket-activation variables a Handoff sets and
 // Inherit reads. Sockets start at file descriptor 3.
 const (
-	EnvListenFDs     = "LISTEN_FDS"
-	EnvListenFDNames = "LISTEN_FDNAMES"
-	EnvListenPID     = "LISTEN_PID"
+	envListenFDs     = "LISTEN_FDS"
+	envListenFDNames = "LISTEN_FDNAMES"
+	envListenPID     = "LISTEN_PID"
 	listenFDsStart   = 3
 )
 
-// MaxNameLen is the longest name of a socket passed by a Handoff, as
+// maxNameLen is the longest name of a socket passed by a Handoff, as
 // systemd limits a name in LISTEN_FDNAMES: printable ASCII (space
 // included) other than ':', its separator.
-const MaxNameLen = 255
+const maxNameLen = 255
 
 // nameProblem says what is wrong with a socket name, or "" when it may be
 // used.
@@ -36,7 +36,7 @@ func nameProblem(name string) string {
 	switch {
 	case name == "":
 		return "it is empty"
-	case len(name) > MaxNameLen:
+	case len(name) > maxNameLen:
 		return fmt.Sprintf("it has %d bytes", len(name))
 	}
 	for i := 0; i < len(name); i++ {
@@ -47,7 +47,7 @@ func nameProblem(name string) string {
 	return ""
 }
 
-var nameWant = fmt.Sprintf("1 to %d printable ASCII characters other than ':'", MaxNameLen)
+var nameWant = fmt.Sprintf("1 to %d printable ASCII characters other than ':'", maxNameLen)
 
 // Handoff passes bound sockets to a child process the way systemd's socket
 // activation does: as file descriptors 3, 4, ... with LISTEN_FDS (how many)
@@ -139,7 +139,7 @@ func (h *Handoff) Apply(cmd *exec.Cmd) error {
 		env = os.Environ()
 	}
 	env = withoutListenVars(env)
-	cmd.Env = append(env, EnvListenFDs+"="+strconv.Itoa(len(h.files)), EnvListenFDNames+"="+strings.Join(h.names, ":"))
+	cmd.Env = append(env, envListenFDs+"="+strconv.Itoa(len(h.files)), envListenFDNames+"="+strings.Join(h.names, ":"))
 	if h.NoPIDWrapper {
 		return nil
 	}
@@ -166,7 +166,7 @@ func withoutListenVars(env []string) []string {
 	out := env[:0:0]
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if k != EnvListenFDs && k != EnvListenFDNames && k != EnvListenPID {
+		if k != envListenFDs && k != envListenFDNames && k != envListenPID {
 			out = append(out, kv)
 		}
 	}
@@ -194,22 +194,22 @@ type Inherited struct {
 func Inherit() (Inherited, error) {
 	in := Inherited{Listeners: map[string]net.Listener{}, PacketConns: map[string]net.PacketConn{}}
 	defer func() {
-		for _, k := range []string{EnvListenFDs, EnvListenFDNames, EnvListenPID} {
+		for _, k := range []string{envListenFDs, envListenFDNames, envListenPID} {
 			_ = os.Unsetenv(k)
 		}
 	}()
-	nStr := os.Getenv(EnvListenFDs)
+	nStr := os.Getenv(envListenFDs)
 	if nStr == "" {
 		return in, nil
 	}
-	if pid := os.Getenv(EnvListenPID); pid != "" && pid != strconv.Itoa(os.Getpid()) {
+	if pid := os.Getenv(envListenPID); pid != "" && pid != strconv.Itoa(os.Getpid()) {
 		return in, nil
 	}
 	n, err := strconv.Atoi(nStr)
 	if err != nil || n < 0 || n > 1024 {
-		return in, fmt.Errorf("listenfd: %w", &store.FieldError{Field: EnvListenFDs, Value: nStr, Want: "a count of descriptors from 0 to 1024"})
+		return in, fmt.Errorf("listenfd: %w", &store.FieldError{Field: envListenFDs, Value: nStr, Want: "a count of descriptors from 0 to 1024"})
 	}
-	names := strings.Split(os.Getenv(EnvListenFDNames), ":")
+	names := strings.Split(os.Getenv(envListenFDNames), ":")
 	seen := map[string]int{}
 	var errs []error
 	for i := range n {
@@ -232,7 +232,7 @@ func Inherit() (Inherited, error) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return in, fmt.Errorf("listenfd: %s=%s: %w", EnvListenFDs, nStr, err)
+		return in, fmt.Errorf("listenfd: %s=%s: %w", envListenFDs, nStr, err)
 	}
 	return in, nil
 }

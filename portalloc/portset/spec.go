@@ -133,27 +133,27 @@ const (
 // limit. They
 // bound the work and memory a spec from a file can cost: parsing and
 // validating take time and memory linear in the spec's size, and an
-// allocated set holds at most MaxSetPorts reservations and MaxSetEnv
+// allocated set holds at most maxSetPorts reservations and maxSetEnv
 // environment variables.
 const (
-	// MaxSetSpecSize is the largest JSON document ParseSetSpec reads, in
+	// maxSetSpecSize is the largest JSON document ParseSetSpec reads, in
 	// bytes (1 MiB).
-	MaxSetSpecSize = 1 << 20
-	// MaxSetGroups is the most groups a set has.
-	MaxSetGroups = 10000
-	// MaxGroupMembers is the most members a group has.
-	MaxGroupMembers = 10000
-	// MaxGroupPorts is the most port entries (PortSpec) a group has.
-	MaxGroupPorts = 1000
-	// MaxGroupRefs is the most references (RefSpec) a group has.
-	MaxGroupRefs = 1000
-	// MaxSetPorts is the most ports a set reserves: a shared port
+	maxSetSpecSize = 1 << 20
+	// maxSetGroups is the most groups a set has.
+	maxSetGroups = 10000
+	// maxGroupMembers is the most members a group has.
+	maxGroupMembers = 10000
+	// maxGroupPorts is the most port entries (PortSpec) a group has.
+	maxGroupPorts = 1000
+	// maxGroupRefs is the most references (RefSpec) a group has.
+	maxGroupRefs = 1000
+	// maxSetPorts is the most ports a set reserves: a shared port
 	// counts once, a per-member one once per member.
-	MaxSetPorts = 65535
-	// MaxSetEnv is the most environment variables of all members of a set
+	maxSetPorts = 65535
+	// maxSetEnv is the most environment variables of all members of a set
 	// together: each member has one per port and one per reference of its
 	// group.
-	MaxSetEnv = 1 << 20
+	maxSetEnv = 1 << 20
 )
 
 // specLimits are the limits a validation applies; the benchmarks lift
@@ -163,12 +163,12 @@ type specLimits struct {
 }
 
 var setLimits = specLimits{
-	size: MaxSetSpecSize, groups: MaxSetGroups, members: MaxGroupMembers,
-	groupPorts: MaxGroupPorts, groupRefs: MaxGroupRefs, ports: MaxSetPorts, env: MaxSetEnv,
+	size: maxSetSpecSize, groups: maxSetGroups, members: maxGroupMembers,
+	groupPorts: maxGroupPorts, groupRefs: maxGroupRefs, ports: maxSetPorts, env: maxSetEnv,
 }
 
 // ParseSetSpec parses and validates a JSON SetSpec of at most
-// MaxSetSpecSize bytes. Unknown fields are errors, so a misspelt key does
+// maxSetSpecSize bytes. Unknown fields are errors, so a misspelt key does
 // not pass silently. A refused spec is a *store.FieldError for the
 // Field "SetSpec", At the path into it that went wrong
 // ("groups[1].ports[0].name"), in a *portalloc.OpError; both wrap
@@ -180,7 +180,7 @@ func ParseSetSpec(data []byte) (SetSpec, error) {
 
 func parseSetSpec(data []byte, lim specLimits) (SetSpec, error) {
 	if len(data) > lim.size {
-		return SetSpec{}, refuse("", fmt.Sprintf("%d bytes", len(data)), fmt.Sprintf("a JSON document of at most %d bytes (MaxSetSpecSize, 1 MiB)", lim.size))
+		return SetSpec{}, refuse("", fmt.Sprintf("%d bytes", len(data)), fmt.Sprintf("a JSON document of at most %d bytes (maxSetSpecSize, 1 MiB)", lim.size))
 	}
 	var s SetSpec
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -343,7 +343,7 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 	case len(s.Groups) == 0:
 		return nil, refuse("groups", "0 groups", "at least one group")
 	case len(s.Groups) > lim.groups:
-		return nil, refuse("groups", fmt.Sprintf("%d groups", len(s.Groups)), fmt.Sprintf("at most %d groups (MaxSetGroups)", lim.groups))
+		return nil, refuse("groups", fmt.Sprintf("%d groups", len(s.Groups)), fmt.Sprintf("at most %d groups (maxSetGroups)", lim.groups))
 	}
 	// Size the tables once (capped: the counts are checked below).
 	nports, nrefs := 0, 0
@@ -395,17 +395,17 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 		ix.groups[g.Name] = gi
 		switch {
 		case g.Members < 0 || g.Members > lim.members:
-			return nil, refuse(gf()+".members", strconv.Itoa(g.Members), fmt.Sprintf("1 to %d (MaxGroupMembers; 0 means 1)", lim.members))
+			return nil, refuse(gf()+".members", strconv.Itoa(g.Members), fmt.Sprintf("1 to %d (maxGroupMembers; 0 means 1)", lim.members))
 		case len(g.Ports) == 0 && len(g.Refs) == 0:
 			return nil, refuse(gf()+".ports", "0 ports", "at least one port or ref")
 		case len(g.Ports) > lim.groupPorts:
-			return nil, refuse(gf()+".ports", fmt.Sprintf("%d ports", len(g.Ports)), fmt.Sprintf("at most %d ports (MaxGroupPorts)", lim.groupPorts))
+			return nil, refuse(gf()+".ports", fmt.Sprintf("%d ports", len(g.Ports)), fmt.Sprintf("at most %d ports (maxGroupPorts)", lim.groupPorts))
 		case len(g.Refs) > lim.groupRefs:
-			return nil, refuse(gf()+".refs", fmt.Sprintf("%d refs", len(g.Refs)), fmt.Sprintf("at most %d refs (MaxGroupRefs)", lim.groupRefs))
+			return nil, refuse(gf()+".refs", fmt.Sprintf("%d refs", len(g.Refs)), fmt.Sprintf("at most %d refs (maxGroupRefs)", lim.groupRefs))
 		}
 		n := members(g)
 		if env += n * (len(g.Ports) + len(g.Refs)); env > lim.env {
-			return nil, refuse(gf(), fmt.Sprintf("%d members", n), fmt.Sprintf("at most %d environment variables of the set's members together (MaxSetEnv: one per port and ref of a member's group); this group brings them to %d", lim.env, env))
+			return nil, refuse(gf(), fmt.Sprintf("%d members", n), fmt.Sprintf("at most %d environment variables of the set's members together (maxSetEnv: one per port and ref of a member's group); this group brings them to %d", lim.env, env))
 		}
 		for pi, p := range g.Ports {
 			pf := func() string { return fmt.Sprintf("%s.ports[%d]", gf(), pi) }
@@ -453,7 +453,7 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 				k = 1
 			}
 			if ports += k; ports > lim.ports {
-				return nil, refuse(pf(), p.Name, fmt.Sprintf("at most %d ports in the set (MaxSetPorts: a shared port counts once, a per-member one once per member); this port brings them to %d", lim.ports, ports))
+				return nil, refuse(pf(), p.Name, fmt.Sprintf("at most %d ports in the set (maxSetPorts: a shared port counts once, a per-member one once per member); this port brings them to %d", lim.ports, ports))
 			}
 			if p.Port == 0 {
 				ix.need += k

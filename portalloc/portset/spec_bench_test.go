@@ -29,7 +29,7 @@ func chainSpec(n int) []byte {
 var noLimits = specLimits{math.MaxInt, math.MaxInt, math.MaxInt, math.MaxInt, math.MaxInt, math.MaxInt, math.MaxInt}
 
 // BenchmarkParseSetSpec parses and validates chains of 1k, 10k and 100k
-// groups. 100k groups (8 MB) is beyond MaxSetGroups and MaxSetSpecSize, so
+// groups. 100k groups (8 MB) is beyond maxSetGroups and maxSetSpecSize, so
 // every size runs with the limits lifted (parseSetSpec with noLimits):
 // the time per group should stay flat from one size to the next.
 func BenchmarkParseSetSpec(b *testing.B) {
@@ -52,21 +52,21 @@ func BenchmarkParseSetSpec(b *testing.B) {
 // the limits lifted, and ParseSetSpec refuses it beyond them, naming the
 // limit.
 func TestParseSetSpecUnlimited(t *testing.T) {
-	data := chainSpec(MaxSetGroups + 1)
+	data := chainSpec(maxSetGroups + 1)
 	if _, err := parseSetSpec(data, noLimits); err != nil {
-		t.Fatalf("parseSetSpec(%d groups, no limits) = %v; want nil", MaxSetGroups+1, err)
+		t.Fatalf("parseSetSpec(%d groups, no limits) = %v; want nil", maxSetGroups+1, err)
 	}
-	if _, err := ParseSetSpec(data); err == nil || !strings.Contains(err.Error(), "MaxSetGroups") {
-		t.Errorf("ParseSetSpec(%d groups) = %v; want an error naming MaxSetGroups", MaxSetGroups+1, err)
+	if _, err := ParseSetSpec(data); err == nil || !strings.Contains(err.Error(), "maxSetGroups") {
+		t.Errorf("ParseSetSpec(%d groups) = %v; want an error naming maxSetGroups", maxSetGroups+1, err)
 	}
 	big := chainSpec(15000) // over 1 MiB
-	if len(big) <= MaxSetSpecSize {
-		t.Fatalf("chainSpec(15000) has %d bytes; want more than %d", len(big), MaxSetSpecSize)
+	if len(big) <= maxSetSpecSize {
+		t.Fatalf("chainSpec(15000) has %d bytes; want more than %d", len(big), maxSetSpecSize)
 	}
-	if _, err := ParseSetSpec(big); err == nil || !strings.Contains(err.Error(), "MaxSetSpecSize") {
-		t.Errorf("ParseSetSpec(%d bytes) = %v; want an error naming MaxSetSpecSize", len(big), err)
+	if _, err := ParseSetSpec(big); err == nil || !strings.Contains(err.Error(), "maxSetSpecSize") {
+		t.Errorf("ParseSetSpec(%d bytes) = %v; want an error naming maxSetSpecSize", len(big), err)
 	}
-	if _, err := ParseSetSpec(chainSpec(MaxSetGroups)); err != nil {
-		t.Errorf("ParseSetSpec(%d groups) = %v; want nil: the limit itself is allowed", MaxSetGroups, err)
+	if _, err := ParseSetSpec(chainSpec(maxSetGroups)); err != nil {
+		t.Errorf("ParseSetSpec(%d groups) = %v; want nil: the limit itself is allowed", maxSetGroups, err)
 	}
 }

@@ -90,16 +90,16 @@ func TestSetSpecValidation(t *testing.T) {
 		{"name too long", portset.SetSpec{Name: strings.Repeat("n", portset.MaxNameLen+1), Groups: []portset.GroupSpec{group("a", port("p"))}}, "name", "it has 65 bytes"},
 		{"ESC in an env name", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Env: "X\x1b"})}}, "groups[0].ports[0].env", `'\x1b' at byte 1`},
 		{"env name too long", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: strings.Repeat("E", portset.MaxEnvNameLen+1), To: "a.p"}}}}}, "groups[0].refs[0].env", "it has 257 bytes"},
-		{"too many groups", portset.SetSpec{Name: "s", Groups: manyGroups(portset.MaxSetGroups + 1)}, "groups", "MaxSetGroups"},
-		{"too many members", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: portset.MaxGroupMembers + 1, Ports: []portset.PortSpec{port("p")}}}}, "groups[0].members", "MaxGroupMembers"},
-		{"too many ports in a group", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", manyPorts(portset.MaxGroupPorts+1)...)}}, "groups[0].ports", "MaxGroupPorts"},
-		{"too many refs in a group", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: manyRefs(portset.MaxGroupRefs+1, "a.p")}}}, "groups[0].refs", "MaxGroupRefs"},
+		{"too many groups", portset.SetSpec{Name: "s", Groups: manyGroups(portset.maxSetGroups + 1)}, "groups", "maxSetGroups"},
+		{"too many members", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: portset.maxGroupMembers + 1, Ports: []portset.PortSpec{port("p")}}}}, "groups[0].members", "maxGroupMembers"},
+		{"too many ports in a group", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", manyPorts(portset.maxGroupPorts+1)...)}}, "groups[0].ports", "maxGroupPorts"},
+		{"too many refs in a group", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: manyRefs(portset.maxGroupRefs+1, "a.p")}}}, "groups[0].refs", "maxGroupRefs"},
 		{"too many ports in the set", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{
 			{Name: "a", Members: 10000, Ports: manyPorts(6)}, {Name: "b", Members: 5536, Ports: []portset.PortSpec{port("p")}},
-		}}, "groups[1].ports[0]", "MaxSetPorts"},
+		}}, "groups[1].ports[0]", "maxSetPorts"},
 		{"too many variables", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{
 			{Name: "a", Members: 10000, Ports: []portset.PortSpec{{Name: "p", Scope: portset.ScopeGroup}}, Refs: manyRefs(200, "a.p")},
-		}}, "groups[0]", "MaxSetEnv"},
+		}}, "groups[0]", "maxSetEnv"},
 		{"derived variables of two groups collide", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("api", port("http-admin")), group("api-http", port("admin"))}}, "groups[1].ports[0].name", `port "admin" of group "api-http" and port "http-admin" of group "api" would both be $API_HTTP_ADMIN_PORT`},
 		{"member port without index", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: 2, Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: "X", To: "a.p"}}}}}, "groups[0].refs[0].to", `"a.0.p"`},
 	}
@@ -244,17 +244,17 @@ func checkLimits(t *testing.T, size int, spec portset.SetSpec) {
 			t.Fatalf("accepted spec makes label %q: want at most %d printable bytes", l, store.MaxLabelLen)
 		}
 	}
-	if size > portset.MaxSetSpecSize {
-		t.Fatalf("accepted %d bytes; MaxSetSpecSize is %d", size, portset.MaxSetSpecSize)
+	if size > portset.maxSetSpecSize {
+		t.Fatalf("accepted %d bytes; maxSetSpecSize is %d", size, portset.maxSetSpecSize)
 	}
-	if n := len(spec.Groups); n < 1 || n > portset.MaxSetGroups {
-		t.Fatalf("accepted %d groups; want 1 to MaxSetGroups (%d)", n, portset.MaxSetGroups)
+	if n := len(spec.Groups); n < 1 || n > portset.maxSetGroups {
+		t.Fatalf("accepted %d groups; want 1 to maxSetGroups (%d)", n, portset.maxSetGroups)
 	}
 	name("set name", spec.Name)
 	ports, vars := 0, 0
 	for _, g := range spec.Groups {
 		name("group name", g.Name)
-		if g.Members < 0 || g.Members > portset.MaxGroupMembers || len(g.Ports) > portset.MaxGroupPorts || len(g.Refs) > portset.MaxGroupRefs {
+		if g.Members < 0 || g.Members > portset.maxGroupMembers || len(g.Ports) > portset.maxGroupPorts || len(g.Refs) > portset.maxGroupRefs {
 			t.Fatalf("accepted group %q with %d members, %d ports and %d refs", g.Name, g.Members, len(g.Ports), len(g.Refs))
 		}
 		members := max(g.Members, 1)
@@ -276,8 +276,8 @@ func checkLimits(t *testing.T, size int, spec portset.SetSpec) {
 			env(r.Env)
 		}
 	}
-	if ports > portset.MaxSetPorts || vars > portset.MaxSetEnv {
-		t.Fatalf("accepted a set of %d ports and %d environment variables; MaxSetPorts is %d, MaxSetEnv %d", ports, vars, portset.MaxSetPorts, portset.MaxSetEnv)
+	if ports > portset.maxSetPorts || vars > portset.maxSetEnv {
+		t.Fatalf("accepted a set of %d ports and %d environment variables; maxSetPorts is %d, maxSetEnv %d", ports, vars, portset.maxSetPorts, portset.maxSetEnv)
 	}
 }
 

@@ -78,13 +78,9 @@ type Config struct {
 	// on one host, so the range must be private to the calling package's
 	// tests while they run (berth's own take theirs from
 	// internal/testports, and hold its lock).
-	Ports PortRange
+	Ports store.Range
 }
 
-// PortRange is the ports First through Last, both included: store.Range
-// under the name the suite has always used. berth's internal
-// testports.Range has its layout, so PortRange(r) converts one.
-type PortRange = store.Range
 
 // racePorts is how many ports of Config.Ports ProcessesRace binds.
 const racePorts = 8

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-go/berth/mru"
+	"github.com/berth-go/berth/internal/mru"
 )
 
 // TestHostileFiles: what stands at the MRU file's path is never opened

@@ -12,8 +12,8 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
+	"github.com/berth-go/berth/internal/mru"
 	"github.com/berth-go/berth/internal/testproc"
-	"github.com/berth-go/berth/mru"
 )
 
 // In the role "starved" the test binary leaves itself BERTH_TEST_SPARE

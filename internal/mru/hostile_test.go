@@ -17,8 +17,8 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
 
+	"github.com/berth-go/berth/internal/mru"
 	"github.com/berth-go/berth/internal/testproc"
-	"github.com/berth-go/berth/mru"
 )
 
 // The test binary doubles as an appending worker: in the role "append" it

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-go/berth/internal/mru"
 	"github.com/berth-go/berth/internal/probe"
 	"github.com/berth-go/berth/internal/testports"
-	"github.com/berth-go/berth/mru"
 )
 
 // BenchmarkRecord is the file's cost in one call (lock, read what others

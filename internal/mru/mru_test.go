@@ -14,7 +14,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
-	"github.com/berth-go/berth/mru"
+	"github.com/berth-go/berth/internal/mru"
 )
 
 var lo = netip.MustParseAddr("127.0.0.1")

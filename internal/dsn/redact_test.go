@@ -1,12 +1,10 @@
-package pgstore_test
+package dsn
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/berth-go/berth/pgstore"
-	"github.com/berth-go/berth/store"
 )
 
 // pw is the password of the tests that check it is never shown.
@@ -31,13 +29,13 @@ func TestRedact(t *testing.T) {
 		{"host=db password='" + pw, "host=db password=xxxxx"}, // unterminated
 		{"u:" + pw + "@h/db", "u:xxxxx@h/db"},
 	} {
-		if got := pgstore.Redact(tc.dsn); got != tc.want {
+		if got := Redact(tc.dsn); got != tc.want {
 			t.Errorf("Redact(%q) = %q; want %q", tc.dsn, got, tc.want)
 		}
 	}
 }
 
-func TestCheckDSN(t *testing.T) {
+func TestCheck(t *testing.T) {
 	for _, dsn := range []string{
 		"postgres://u@h/db",
 		"postgresql://u:" + pw + "@h1,h2/db",
@@ -45,8 +43,8 @@ func TestCheckDSN(t *testing.T) {
 		"host = db  password = 'a b' ",
 		"host=db application_name=a://b",
 	} {
-		if err := pgstore.CheckDSN(dsn); err != nil {
-			t.Errorf("CheckDSN(%q) = %v; want nil", dsn, err)
+		if err := Check(dsn); err != nil {
+			t.Errorf("Check(%q) = %v; want nil", dsn, err)
 		}
 	}
 	for _, tc := range []struct{ dsn, why string }{
@@ -59,29 +57,30 @@ func TestCheckDSN(t *testing.T) {
 		{"host=db 'x" + pw + "'=y", "setting 2 is not a word"},
 		{"", "neither"},
 	} {
-		err := pgstore.CheckDSN(tc.dsn)
-		var de *pgstore.DSNError
-		if !errors.As(err, &de) || !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), tc.why) {
-			t.Errorf("CheckDSN(%q) = %v; want a *DSNError saying %q", tc.dsn, err, tc.why)
+		err := Check(tc.dsn)
+		var de *Error
+		if !errors.As(err, &de) || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("Check(%q) = %v; want an *Error saying %q", tc.dsn, err, tc.why)
 			continue
 		}
 		if strings.Contains(err.Error(), pw) {
-			t.Errorf("CheckDSN(%q) = %q; shows the password", tc.dsn, err)
+			t.Errorf("Check(%q) = %q; shows the password", tc.dsn, err)
 		}
 	}
 }
 
-func TestScrubError(t *testing.T) {
+func TestScrubberErr(t *testing.T) {
 	inner := errors.New(`server: unrecognized configuration parameter "postgre://u:` + pw + `@h/db?x"`)
-	wrapped := errors.Join(store.ErrStorage, inner)
-	err := pgstore.ScrubError("postgre://u:"+pw+"@h/db", wrapped)
+	outer := errors.New("storage failed")
+	wrapped := errors.Join(outer, inner)
+	err := NewScrubber("postgre://u:"+pw+"@h/db").Err(wrapped)
 	if strings.Contains(err.Error(), pw) {
-		t.Errorf("ScrubError = %q; shows the password", err)
+		t.Errorf("Scrubber.Err = %q; shows the password", err)
 	}
-	if !errors.Is(err, store.ErrStorage) || !errors.Is(err, inner) {
-		t.Errorf("ScrubError = %v; want it to wrap what it was given", err)
+	if !errors.Is(err, outer) || !errors.Is(err, inner) {
+		t.Errorf("Scrubber.Err = %v; want it to wrap what it was given", err)
 	}
-	if err := pgstore.ScrubError("host=h", inner); err != inner { //nolint:errorlint // the very error
-		t.Errorf("ScrubError of a DSN without a password = %v; want the error itself", err)
+	if err := NewScrubber("host=h").Err(inner); err != inner { //nolint:errorlint // the very error
+		t.Errorf("Scrubber.Err of a DSN without a password = %v; want the error itself", err)
 	}
 }
