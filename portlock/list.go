@@ -11,12 +11,16 @@ type Held struct {
 	// this process may look into them (another user's are hidden from a
 	// process that is not root); empty when none can be told.
 	PIDs []int
+
+	slot bool // a slot name, which List folds into the locks it stands for
 }
 
 // List returns the locks of this network namespace, ordered by protocol,
 // port and address, with the processes that hold them: the reservations of
 // every berth process on the host, those of test helpers that keep no
-// record included. It is for people to read: a lock made or dropped while
-// it reads may be missed. Where locks are files (see LockDir), it returns
-// none.
+// record included. A process that holds a slot name of a port and no lock
+// of an address of it (a program that is not berth squatting the name) is
+// shown holding the port's wildcard, the lock it denies. It is for people
+// to read: a lock made or dropped while it reads may be missed. Where
+// locks are files (see LockDir), it returns none.
 func List() ([]Held, error) { return list() }

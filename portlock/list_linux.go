@@ -26,11 +26,56 @@ func list() ([]Held, error) {
 		return nil, nil
 	}
 	pids := socketOwners(byInode)
+	// A slot name stands for the address lock beside it. Held alone (by a
+	// program that is not berth), it denies the port's wildcard: it is
+	// shown as a lock of the wildcard, held by those processes.
+	type portOf struct {
+		network string
+		port    uint16
+	}
+	locked := map[portOf]map[int]bool{}
+	for ino, h := range byInode {
+		if h.slot {
+			continue
+		}
+		k := portOf{h.Network, h.Port}
+		if locked[k] == nil {
+			locked[k] = map[int]bool{}
+		}
+		for _, pid := range pids[ino] {
+			locked[k][pid] = true
+		}
+	}
+	wild := map[portOf]*Held{}
 	out := make([]Held, 0, len(byInode))
 	for ino, h := range byInode {
-		h.PIDs = pids[ino]
-		slices.Sort(h.PIDs)
-		out = append(out, h)
+		if !h.slot {
+			h.PIDs = pids[ino]
+			out = append(out, h)
+			continue
+		}
+		k := portOf{h.Network, h.Port}
+		for _, pid := range pids[ino] {
+			if locked[k][pid] {
+				continue
+			}
+			if wild[k] == nil {
+				wild[k] = &Held{Network: h.Network, Port: h.Port}
+			}
+			wild[k].PIDs = append(wild[k].PIDs, pid)
+		}
+	}
+	for k, w := range wild {
+		i := slices.IndexFunc(out, func(h Held) bool { return h.Network == k.network && h.Port == k.port && !h.Addr.IsValid() })
+		if i < 0 {
+			out = append(out, *w)
+		} else {
+			out[i].PIDs = append(out[i].PIDs, w.PIDs...)
+		}
+	}
+	for i := range out {
+		slices.Sort(out[i].PIDs)
+		out[i].PIDs = slices.Compact(out[i].PIDs)
 	}
 	slices.SortFunc(out, func(a, b Held) int {
 		return cmp.Or(cmp.Compare(a.Network, b.Network), cmp.Compare(a.Port, b.Port), a.Addr.Compare(b.Addr))
@@ -39,8 +84,7 @@ func list() ([]Held, error) {
 }
 
 // readLocks adds the lock names bound in this network namespace to m, by
-// the inode of their socket. Slot names are left out: they stand for the
-// address lock beside them.
+// the inode of their socket.
 func readLocks(m map[uint64]Held) error {
 	data, err := os.ReadFile("/proc/net/unix")
 	if err != nil {
@@ -49,8 +93,11 @@ func readLocks(m map[uint64]Held) error {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
+		// Num RefCount Protocol Flags Type St Inode Path: a lock is a
+		// datagram socket (Type 0002); a name is held per type, so a
+		// socket of another type bound to it is no lock.
 		f := bytes.Fields(sc.Bytes())
-		if len(f) < 8 || !bytes.HasPrefix(f[7], []byte("@"+prefix)) {
+		if len(f) < 8 || string(f[4]) != "0002" || !bytes.HasPrefix(f[7], []byte("@"+prefix)) {
 			continue
 		}
 		h, ok := parseName(string(f[7][1+len(prefix):]))
@@ -66,8 +113,8 @@ func readLocks(m map[uint64]Held) error {
 	return sc.Err()
 }
 
-// parseName reads "tcp/24989/127.0.0.1" or "tcp/24989/*"; false for a slot
-// or a name of something else.
+// parseName reads "tcp/24989/127.0.0.1", "tcp/24989/*" or a slot,
+// "tcp/24989/s3"; false for a name of something else.
 func parseName(n string) (Held, bool) {
 	parts := strings.Split(n, "/")
 	if len(parts) != 3 || (parts[0] != "tcp" && parts[0] != "udp") {
@@ -79,6 +126,10 @@ func parseName(n string) (Held, bool) {
 	}
 	h := Held{Network: parts[0], Port: uint16(port)}
 	if parts[2] == "*" {
+		return h, true
+	}
+	if i, err := strconv.Atoi(strings.TrimPrefix(parts[2], "s")); err == nil && parts[2] == slotTag(i) && i < slots {
+		h.slot = true
 		return h, true
 	}
 	a, err := netip.ParseAddr(parts[2])

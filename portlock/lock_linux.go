@@ -52,7 +52,9 @@ func (p prober) held(n string) (bool, error) {
 	switch err {
 	case nil, syscall.EPERM:
 		// EPERM: a socket bound to the name refuses us (it is connected
-		// to another); someone holds the name all the same.
+		// to another); someone holds the name all the same. (A name is
+		// held per socket type: one bound by a socket of another type is
+		// neither found here nor in the way of a lock's bind.)
 		return true, nil
 	case syscall.ECONNREFUSED:
 		return false, nil

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -246,6 +247,82 @@ func TestSquatter(t *testing.T) {
 	// Another address of the port is still free: a squatter denies what it
 	// squats, nothing more.
 	acquire(t, "tcp", "127.0.0.2", p)
+}
+
+// TestSquatterOfAnyKind: a datagram socket bound to a lock's name holds
+// it, listening or not: the lock of that name is refused, and so is every
+// lock whose check meets it (a wildcard squatted refuses the port's
+// specific addresses; a slot squatted refuses the wildcard), with ErrHeld,
+// and List shows the squatter. The kernel keeps a name per socket type, so
+// a socket of another type bound to the same name is no lock: it neither
+// denies the port nor shows in List.
+func TestSquatterOfAnyKind(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("names of the abstract namespace")
+	}
+	for _, typ := range []struct {
+		name    string
+		typ     int
+		listen  bool
+		denying bool
+	}{
+		{"datagram", syscall.SOCK_DGRAM, false, true},
+		{"connected datagram", syscall.SOCK_DGRAM, true, true},
+		{"stream", syscall.SOCK_STREAM, false, false},
+		{"listening stream", syscall.SOCK_STREAM, true, false},
+		{"seqpacket", syscall.SOCK_SEQPACKET, true, false},
+	} {
+		for _, squat := range []struct{ tag, ask string }{{"*", "127.0.0.1"}, {"*", "::1"}, {"s0", "0.0.0.0"}, {"s7", "::"}, {"127.0.0.1", "127.0.0.1"}} {
+			p := freshPort(t)
+			fd, err := syscall.Socket(syscall.AF_UNIX, typ.typ, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: "@berth/1/tcp/" + strconv.Itoa(int(p)) + "/" + squat.tag}); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case typ.listen && typ.typ == syscall.SOCK_DGRAM:
+				// Connected to a socket of its own, it refuses others.
+				peer, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer syscall.Close(peer)
+				if err := syscall.Bind(peer, &syscall.SockaddrUnix{Name: "@berth-test-peer/" + strconv.Itoa(int(p))}); err != nil {
+					t.Fatal(err)
+				}
+				if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: "@berth-test-peer/" + strconv.Itoa(int(p))}); err != nil {
+					t.Fatal(err)
+				}
+			case typ.listen:
+				if err := syscall.Listen(fd, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l, err := portlock.Acquire("tcp", mustAddr(squat.ask), p)
+			switch {
+			case typ.denying && !errors.Is(err, portlock.ErrHeld):
+				t.Errorf("%s squatting %q: Acquire(%s) = %v, %v; want ErrHeld", typ.name, squat.tag, squat.ask, l, err)
+			case !typ.denying && err != nil:
+				t.Errorf("%s bound to %q: Acquire(%s) = %v; want the lock: a name is held per socket type", typ.name, squat.tag, squat.ask, err)
+			}
+			if l != nil {
+				_ = l.Close()
+			}
+			if squat.tag != "s0" && squat.tag != "s7" {
+				held, err := portlock.List()
+				if err != nil {
+					t.Fatal(err)
+				}
+				listed := slices.ContainsFunc(held, func(h portlock.Held) bool { return h.Port == p })
+				if listed != typ.denying {
+					t.Errorf("%s squatting %q: listed %v; want %v", typ.name, squat.tag, listed, typ.denying)
+				}
+			}
+			_ = syscall.Close(fd)
+		}
+	}
 }
 
 func TestList(t *testing.T) {

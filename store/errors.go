@@ -163,7 +163,11 @@ func (e *ConflictError) Error() string {
 		if len(e.PIDs) > 0 {
 			who = "pid " + joinInts(e.PIDs)
 		}
-		return fmt.Sprintf("%s is locked by %s, which holds %s without a reservation in this store (a test helper, another user's or another store's berth); stop it or choose another port (berth who %d shows it)", e.Key, who, h.Key, e.Key.Port)
+		held := h.Key
+		if !held.Addr.IsValid() {
+			held = e.Key
+		}
+		return fmt.Sprintf("%s is locked by %s, which holds %s without a reservation in this store (a test helper, another user's or another store's berth); stop it or choose another port (berth who %d shows it)", e.Key, who, held, e.Key.Port)
 	case e.Self && h.Key == e.Key:
 		return fmt.Sprintf("%s is already reserved by this process%s", e.Key, labelled(h.Label))
 	case e.Self:

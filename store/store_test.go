@@ -79,7 +79,10 @@ func TestConflictError(t *testing.T) {
 		want []string
 		not  []string
 	}{
-		{store.ConflictError{Key: key}, []string{"tcp 127.0.0.1:20001 is bound by a process outside berth"}, nil},
+		{store.ConflictError{Key: key, Bound: true}, []string{"tcp 127.0.0.1:20001 is bound by a process outside berth"}, nil},
+		{store.ConflictError{Key: key}, []string{"tcp 127.0.0.1:20001 is locked by another process of this host, which holds tcp 127.0.0.1:20001 without a reservation"}, []string{"invalid"}},
+		{store.ConflictError{Key: key, Holder: store.Reservation{Key: any4}, PIDs: []int{42, 43}},
+			[]string{"locked by pid 42, 43, which holds tcp 0.0.0.0:20001 without a reservation", "berth who 20001"}, nil},
 		{store.ConflictError{Key: key, Holder: store.Reservation{Key: key, Owner: store.Owner{PID: 7}, Label: "api"}, Self: true},
 			[]string{"already reserved by this process", `(label "api")`}, nil},
 		{store.ConflictError{Key: key, Holder: store.Reservation{Key: any4, Owner: store.Owner{PID: 7}}, Self: true},
@@ -90,10 +93,10 @@ func TestConflictError(t *testing.T) {
 			[]string{`pid 42 ("x\x1b]0;pwned\a")`, `(label "a\nb")`}, []string{"\x1b", "\n"}},
 		{store.ConflictError{Key: key, Holder: store.Reservation{Key: key, Owner: store.Owner{PID: 42, Name: strings.Repeat("n", 1000)}}},
 			[]string{"..."}, []string{strings.Repeat("n", 65)}},
-		{store.ConflictError{Key: key, Holder: store.Reservation{Key: any4, Owner: store.Owner{Scope: store.LeaseScope, Name: "pod/default/web-0"}}},
-			[]string{`held by lease "pod/default/web-0" through its reservation of tcp 0.0.0.0:20001`}, []string{"outside berth", "pid 0"}},
-		{store.ConflictError{Key: key, Holder: store.Reservation{Key: key, Owner: store.Owner{Scope: store.LeaseScope, Name: "p\x1b" + strings.Repeat("n", 1000)}}},
-			[]string{`lease "p\x1b`, "..."}, []string{strings.Repeat("n", 65), "\x1b"}},
+		{store.ConflictError{Key: key, Holder: store.Reservation{Key: any4, Owner: store.Owner{Holder: "pod/default/web-0"}}},
+			[]string{`held by holder "pod/default/web-0" through its reservation of tcp 0.0.0.0:20001`}, []string{"outside berth", "pid 0"}},
+		{store.ConflictError{Key: key, Holder: store.Reservation{Key: key, Owner: store.Owner{Holder: "p\x1b" + strings.Repeat("n", 1000)}}},
+			[]string{`holder "p\x1b`, "..."}, []string{strings.Repeat("n", 65), "\x1b"}},
 	}
 	for _, tc := range tests {
 		msg := tc.err.Error()

@@ -1,75 +1,9 @@
 package portrange
 
 import (
-	"errors"
 	"math/rand/v2"
-	"strings"
 	"testing"
 )
-
-func TestParse(t *testing.T) {
-	tests := []struct {
-		in   string
-		want Range
-		err  string // substring of the error; "" for success
-	}{
-		{"20000-32767", Range{20000, 32767}, ""},
-		{"1-65535", Range{1, 65535}, ""},
-		{"25565", Range{25565, 25565}, ""},
-		{"7-7", Range{7, 7}, ""},
-		{"", Range{}, "empty"},
-		{"abc", Range{}, "not a port number"},
-		{"0-10", Range{}, "port 0"},
-		{"0", Range{}, "port 0"},
-		{"30000-20000", Range{}, "first port is above the last"},
-		{"1-70000", Range{}, "above 65535"},
-		{"99999999999999999999", Range{}, "above 65535"},
-		{" 1-2", Range{}, "not a port number"},
-		{"1-2 ", Range{}, "not a port number"},
-		{"+1-2", Range{}, "not a port number"},
-		{"-1-2", Range{}, "a port is missing"},
-		{"1-", Range{}, "a port is missing"},
-		{"1--2", Range{}, "not a port number"},
-		{"1-2-3", Range{}, "not a port number"},
-		{"0x10-0x20", Range{}, "not a port number"},
-		{"１-２", Range{}, "not a port number"},
-	}
-	for _, tt := range tests {
-		got, err := Parse(tt.in)
-		if tt.err == "" {
-			if err != nil || got != tt.want {
-				t.Errorf("Parse(%q) = %v, %v; want %v, nil", tt.in, got, err, tt.want)
-			}
-			continue
-		}
-		if err == nil {
-			t.Errorf("Parse(%q) = %v, nil; want error containing %q", tt.in, got, tt.err)
-			continue
-		}
-		var fe *FieldError
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), tt.in) ||
-			!errors.As(err, &fe) || fe.Field != "port range" || fe.Value != tt.in || fe.Want == "" {
-			t.Errorf("Parse(%q) error = %q; want a *FieldError for the port range %q wrapping ErrInvalid and saying %q", tt.in, err, tt.in, tt.err)
-		}
-	}
-}
-
-func TestParseList(t *testing.T) {
-	got, err := ParseList("22000-22100,25565")
-	if err != nil || len(got) != 2 || got[0] != (Range{22000, 22100}) || got[1] != (Range{25565, 25565}) {
-		t.Errorf("ParseList = %v, %v", got, err)
-	}
-	if got, err := ParseList(""); err != nil || got != nil {
-		t.Errorf("ParseList(\"\") = %v, %v; want nil, nil", got, err)
-	}
-	for bad, at := range map[string]string{",": `item 1 ""`, "1-2,": `item 2 ""`, "1-2,,3": `item 2 ""`, "1-2, 3": `item 2 " 3"`, "1-2,x": `item 2 "x"`} {
-		_, err := ParseList(bad)
-		var fe *FieldError
-		if !errors.Is(err, ErrInvalid) || !errors.As(err, &fe) || fe.Value != bad || fe.At != at {
-			t.Errorf("ParseList(%q) error = %v; want a *FieldError of the whole list at %s, wrapping ErrInvalid", bad, err, at)
-		}
-	}
-}
 
 func TestStaticSegmentSize(t *testing.T) {
 	for size, want := range map[int]int{10: 0, 16: 0, 17: 16, 128: 16, 511: 16, 2048: 64, 2768: 86, 4096: 128, 12768: 128} {
@@ -198,37 +132,9 @@ func TestEphemeral(t *testing.T) {
 	if err != nil {
 		t.Logf("Ephemeral: %v (using %v)", err, r)
 	}
-	if r.Validate() != nil {
+	if r.Size() == 0 {
 		t.Errorf("Ephemeral() = %v; want a valid range", r)
 	}
-}
-
-// FuzzParse checks that Parse never panics, that what it accepts prints back
-// to an equal range, and that ParseList agrees with it on single items.
-func FuzzParse(f *testing.F) {
-	for _, s := range []string{"20000-32767", "25565", "0-10", " 1-2", "1-70000", "", "a-b", "1-2,3-4"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		r, err := Parse(s)
-		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("Parse(%q) error %v does not wrap ErrInvalid", s, err)
-			}
-			return
-		}
-		if r.Validate() != nil {
-			t.Fatalf("Parse(%q) = %v, an invalid range", s, r)
-		}
-		back, err := Parse(r.String())
-		if err != nil || back != r {
-			t.Fatalf("Parse(%q) = %v; Parse(%q) = %v, %v", s, r, r.String(), back, err)
-		}
-		l, err := ParseList(s)
-		if err != nil || len(l) != 1 || l[0] != r {
-			t.Fatalf("ParseList(%q) = %v, %v; want [%v]", s, l, err, r)
-		}
-	})
 }
 
 // TestLowestAscends: Lowest visits every port of the set once, in

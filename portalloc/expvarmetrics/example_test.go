@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/expvarmetrics"
+	"github.com/berth-go/berth/store"
 )
 
 // Publish once per Allocator, at start-up; /debug/vars on
@@ -21,7 +22,7 @@ func ExamplePublish() {
 	ctx := context.Background()
 	// A state directory of its own, so the example reads nobody's store;
 	// it allocates no port.
-	a, err := portalloc.New(ctx, portalloc.Config{StateDir: dir, Mode: portalloc.ModeStateStore, Range: portalloc.Range{First: 20000, Last: 20099}})
+	a, err := portalloc.New(ctx, portalloc.Config{StateDir: dir, Mode: portalloc.ModeStateStore, Range: store.Range{First: 20000, Last: 20099}, IgnoreEnv: true})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -36,14 +37,18 @@ func ExamplePublish() {
 		fmt.Println(err)
 		return
 	}
-	var m expvarmetrics.Metrics
+	var m struct {
+		Stats           portalloc.Stats `json:"stats"`
+		Ports, Reserved int
+		Available       int
+	}
 	if err := json.Unmarshal([]byte(expvar.Get(name).String()), &m); err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("backend:", m.Stats.Backend)
-	fmt.Println("ports:", m.Usage.Ports, "reserved:", m.Usage.Reserved)
+	fmt.Printf("held: %d, fallback: %q\n", m.Stats.Held, m.Stats.Fallback)
+	fmt.Println("ports:", m.Ports, "reserved:", m.Reserved, "available:", m.Available)
 	// Output:
-	// backend: statestore
-	// ports: 100 reserved: 0
+	// held: 0, fallback: ""
+	// ports: 100 reserved: 0 available: 100
 }

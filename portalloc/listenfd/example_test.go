@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/listenfd"
+	"github.com/berth-go/berth/store"
 )
 
 // An orchestrator binds a port inside the transaction that reserves it and
@@ -24,7 +25,7 @@ func ExampleHandoff() {
 		return
 	}
 	defer os.RemoveAll(dir)
-	a, err := portalloc.New(ctx, portalloc.Config{StateDir: dir, Range: portalloc.Range{First: 26100, Last: 26199}})
+	a, err := portalloc.New(ctx, portalloc.Config{StateDir: dir, Range: store.Range{First: 26100, Last: 26199}})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/pool"
+	"github.com/berth-go/berth/store"
 )
 
 // waitSettled waits until p has its idle members and no update under way.
@@ -89,7 +90,7 @@ func Example() {
 	defer done()
 	ctx := context.Background()
 
-	p, err := pool.New(ctx, a, "workers", pool.Spec{Size: 2, Range: portalloc.Range{First: 29500, Last: 29549}})
+	p, err := pool.New(ctx, a, "workers", pool.Spec{Size: 2, Range: store.Range{First: 29500, Last: 29549}})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -107,7 +108,7 @@ func Example() {
 		return
 	}
 
-	if err := p.Update(pool.Spec{Size: 2, Range: portalloc.Range{First: 29550, Last: 29599}}); err != nil {
+	if err := p.Update(pool.Spec{Size: 2, Range: store.Range{First: 29550, Last: 29599}}); err != nil {
 		fmt.Println(err)
 		return
 	}

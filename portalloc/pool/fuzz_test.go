@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/pool"
+	"github.com/berth-go/berth/store"
 )
 
 // FuzzParseMaxUnavailable: the result is always within 1..size (or size's
@@ -20,7 +20,7 @@ func FuzzParseMaxUnavailable(f *testing.F) {
 		}
 		n, err := pool.ParseMaxUnavailable(s, size)
 		if err != nil {
-			if !errors.Is(err, portalloc.ErrInvalidRequest) {
+			if !errors.Is(err, store.ErrInvalid) {
 				t.Fatalf("ParseMaxUnavailable(%q) error %v does not wrap ErrInvalidRequest", s, err)
 			}
 			return

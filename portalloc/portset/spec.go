@@ -128,32 +128,22 @@ const (
 	MaxEnvNameLen = names.MaxEnvLen
 )
 
-// Limits of a SetSpec. ParseSetSpec, Validate and Allocate refuse a
-// spec beyond one of them with a *store.FieldError that names the
-// limit. They
-// bound the work and memory a spec from a file can cost: parsing and
-// validating take time and memory linear in the spec's size, and an
-// allocated set holds at most maxSetPorts reservations and maxSetEnv
-// environment variables.
+// Limits of a SetSpec, which bound the work and memory a spec from a file
+// can cost (parsing and validating take time and memory linear in its
+// size): a JSON document of at most 1 MiB; at most 10000 groups, each of at
+// most 10000 members, 1000 ports and 1000 refs; at most 65535 ports in a
+// set (a shared port counts once, a per-member one once per member) and
+// 2^20 environment variables of all members together (one per port and ref
+// of a member's group). ParseSetSpec, Validate and Allocate refuse a spec
+// beyond one of them with a *store.FieldError that says which.
 const (
-	// maxSetSpecSize is the largest JSON document ParseSetSpec reads, in
-	// bytes (1 MiB).
-	maxSetSpecSize = 1 << 20
-	// maxSetGroups is the most groups a set has.
-	maxSetGroups = 10000
-	// maxGroupMembers is the most members a group has.
+	maxSetSpecSize  = 1 << 20
+	maxSetGroups    = 10000
 	maxGroupMembers = 10000
-	// maxGroupPorts is the most port entries (PortSpec) a group has.
-	maxGroupPorts = 1000
-	// maxGroupRefs is the most references (RefSpec) a group has.
-	maxGroupRefs = 1000
-	// maxSetPorts is the most ports a set reserves: a shared port
-	// counts once, a per-member one once per member.
-	maxSetPorts = 65535
-	// maxSetEnv is the most environment variables of all members of a set
-	// together: each member has one per port and one per reference of its
-	// group.
-	maxSetEnv = 1 << 20
+	maxGroupPorts   = 1000
+	maxGroupRefs    = 1000
+	maxSetPorts     = 65535
+	maxSetEnv       = 1 << 20
 )
 
 // specLimits are the limits a validation applies; the benchmarks lift
@@ -167,8 +157,7 @@ var setLimits = specLimits{
 	groupPorts: maxGroupPorts, groupRefs: maxGroupRefs, ports: maxSetPorts, env: maxSetEnv,
 }
 
-// ParseSetSpec parses and validates a JSON SetSpec of at most
-// maxSetSpecSize bytes. Unknown fields are errors, so a misspelt key does
+// ParseSetSpec parses and validates a JSON SetSpec of at most 1 MiB. Unknown fields are errors, so a misspelt key does
 // not pass silently. A refused spec is a *store.FieldError for the
 // Field "SetSpec", At the path into it that went wrong
 // ("groups[1].ports[0].name"), in a *portalloc.OpError; both wrap
@@ -180,7 +169,7 @@ func ParseSetSpec(data []byte) (SetSpec, error) {
 
 func parseSetSpec(data []byte, lim specLimits) (SetSpec, error) {
 	if len(data) > lim.size {
-		return SetSpec{}, refuse("", fmt.Sprintf("%d bytes", len(data)), fmt.Sprintf("a JSON document of at most %d bytes (maxSetSpecSize, 1 MiB)", lim.size))
+		return SetSpec{}, refuse("", fmt.Sprintf("%d bytes", len(data)), fmt.Sprintf("a JSON document of at most %d bytes (1 MiB)", lim.size))
 	}
 	var s SetSpec
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -343,7 +332,7 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 	case len(s.Groups) == 0:
 		return nil, refuse("groups", "0 groups", "at least one group")
 	case len(s.Groups) > lim.groups:
-		return nil, refuse("groups", fmt.Sprintf("%d groups", len(s.Groups)), fmt.Sprintf("at most %d groups (maxSetGroups)", lim.groups))
+		return nil, refuse("groups", fmt.Sprintf("%d groups", len(s.Groups)), fmt.Sprintf("at most %d groups", lim.groups))
 	}
 	// Size the tables once (capped: the counts are checked below).
 	nports, nrefs := 0, 0
@@ -395,17 +384,17 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 		ix.groups[g.Name] = gi
 		switch {
 		case g.Members < 0 || g.Members > lim.members:
-			return nil, refuse(gf()+".members", strconv.Itoa(g.Members), fmt.Sprintf("1 to %d (maxGroupMembers; 0 means 1)", lim.members))
+			return nil, refuse(gf()+".members", strconv.Itoa(g.Members), fmt.Sprintf("1 to %d (0 means 1)", lim.members))
 		case len(g.Ports) == 0 && len(g.Refs) == 0:
 			return nil, refuse(gf()+".ports", "0 ports", "at least one port or ref")
 		case len(g.Ports) > lim.groupPorts:
-			return nil, refuse(gf()+".ports", fmt.Sprintf("%d ports", len(g.Ports)), fmt.Sprintf("at most %d ports (maxGroupPorts)", lim.groupPorts))
+			return nil, refuse(gf()+".ports", fmt.Sprintf("%d ports", len(g.Ports)), fmt.Sprintf("at most %d ports", lim.groupPorts))
 		case len(g.Refs) > lim.groupRefs:
-			return nil, refuse(gf()+".refs", fmt.Sprintf("%d refs", len(g.Refs)), fmt.Sprintf("at most %d refs (maxGroupRefs)", lim.groupRefs))
+			return nil, refuse(gf()+".refs", fmt.Sprintf("%d refs", len(g.Refs)), fmt.Sprintf("at most %d refs", lim.groupRefs))
 		}
 		n := members(g)
 		if env += n * (len(g.Ports) + len(g.Refs)); env > lim.env {
-			return nil, refuse(gf(), fmt.Sprintf("%d members", n), fmt.Sprintf("at most %d environment variables of the set's members together (maxSetEnv: one per port and ref of a member's group); this group brings them to %d", lim.env, env))
+			return nil, refuse(gf(), fmt.Sprintf("%d members", n), fmt.Sprintf("at most %d environment variables of the set's members together (one per port and ref of a member's group); this group brings them to %d", lim.env, env))
 		}
 		for pi, p := range g.Ports {
 			pf := func() string { return fmt.Sprintf("%s.ports[%d]", gf(), pi) }
@@ -453,7 +442,7 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 				k = 1
 			}
 			if ports += k; ports > lim.ports {
-				return nil, refuse(pf(), p.Name, fmt.Sprintf("at most %d ports in the set (maxSetPorts: a shared port counts once, a per-member one once per member); this port brings them to %d", lim.ports, ports))
+				return nil, refuse(pf(), p.Name, fmt.Sprintf("at most %d ports in the set (a shared port counts once, a per-member one once per member); this port brings them to %d", lim.ports, ports))
 			}
 			if p.Port == 0 {
 				ix.need += k

@@ -56,15 +56,15 @@ func TestParseSetSpecUnlimited(t *testing.T) {
 	if _, err := parseSetSpec(data, noLimits); err != nil {
 		t.Fatalf("parseSetSpec(%d groups, no limits) = %v; want nil", maxSetGroups+1, err)
 	}
-	if _, err := ParseSetSpec(data); err == nil || !strings.Contains(err.Error(), "maxSetGroups") {
-		t.Errorf("ParseSetSpec(%d groups) = %v; want an error naming maxSetGroups", maxSetGroups+1, err)
+	if _, err := ParseSetSpec(data); err == nil || !strings.Contains(err.Error(), "at most 10000 groups") {
+		t.Errorf("ParseSetSpec(%d groups) = %v; want an error naming the limit of 10000 groups", maxSetGroups+1, err)
 	}
 	big := chainSpec(15000) // over 1 MiB
 	if len(big) <= maxSetSpecSize {
 		t.Fatalf("chainSpec(15000) has %d bytes; want more than %d", len(big), maxSetSpecSize)
 	}
-	if _, err := ParseSetSpec(big); err == nil || !strings.Contains(err.Error(), "maxSetSpecSize") {
-		t.Errorf("ParseSetSpec(%d bytes) = %v; want an error naming maxSetSpecSize", len(big), err)
+	if _, err := ParseSetSpec(big); err == nil || !strings.Contains(err.Error(), "(1 MiB)") {
+		t.Errorf("ParseSetSpec(%d bytes) = %v; want an error naming the limit of 1 MiB", len(big), err)
 	}
 	if _, err := ParseSetSpec(chainSpec(maxSetGroups)); err != nil {
 		t.Errorf("ParseSetSpec(%d groups) = %v; want nil: the limit itself is allowed", maxSetGroups, err)

@@ -17,6 +17,17 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
+// The limits of a set spec that the package doc states.
+const (
+	maxSetSpecSize  = 1 << 20
+	maxSetGroups    = 10000
+	maxGroupMembers = 10000
+	maxGroupPorts   = 1000
+	maxGroupRefs    = 1000
+	maxSetPorts     = 65535
+	maxSetEnv       = 1 << 20
+)
+
 var (
 	lo6    = netip.MustParseAddr("::1")
 	nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]*$`)
@@ -68,7 +79,6 @@ func TestSetSpecValidation(t *testing.T) {
 		{"duplicate port", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", port("p"), port("p"))}}, "groups[0].ports[1].name", "no other port of group \"a\" has"},
 		{"no ports", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a")}}, "groups[0].ports", "at least one"},
 		{"negative members", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: -1, Ports: []portset.PortSpec{port("p")}}}}, "groups[0].members", "want 1 to"},
-		{"unknown scope", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Scope: "cluster"})}}, "groups[0].ports[0].scope", `"cluster"`},
 		{"unknown protocol", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Protocol: "sctp"})}}, "groups[0].ports[0].protocol", `"sctp"`},
 		{"duplicate env", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p"}, portset.PortSpec{Name: "q", Env: "A_P_PORT"})}}, "groups[0].ports[1].env", "no other port or ref of the group sets; groups[0].ports[0].env sets it too"},
 		{"env clashes with ref", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: "A_P_PORT", To: "a.p"}}}}}, "groups[0].refs[0].env", "groups[0].ports[0].env sets it too"},
@@ -90,16 +100,16 @@ func TestSetSpecValidation(t *testing.T) {
 		{"name too long", portset.SetSpec{Name: strings.Repeat("n", portset.MaxNameLen+1), Groups: []portset.GroupSpec{group("a", port("p"))}}, "name", "it has 65 bytes"},
 		{"ESC in an env name", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", portset.PortSpec{Name: "p", Env: "X\x1b"})}}, "groups[0].ports[0].env", `'\x1b' at byte 1`},
 		{"env name too long", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: strings.Repeat("E", portset.MaxEnvNameLen+1), To: "a.p"}}}}}, "groups[0].refs[0].env", "it has 257 bytes"},
-		{"too many groups", portset.SetSpec{Name: "s", Groups: manyGroups(portset.maxSetGroups + 1)}, "groups", "maxSetGroups"},
-		{"too many members", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: portset.maxGroupMembers + 1, Ports: []portset.PortSpec{port("p")}}}}, "groups[0].members", "maxGroupMembers"},
-		{"too many ports in a group", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", manyPorts(portset.maxGroupPorts+1)...)}}, "groups[0].ports", "maxGroupPorts"},
-		{"too many refs in a group", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: manyRefs(portset.maxGroupRefs+1, "a.p")}}}, "groups[0].refs", "maxGroupRefs"},
+		{"too many groups", portset.SetSpec{Name: "s", Groups: manyGroups(10000 + 1)}, "groups", "at most 10000 groups"},
+		{"too many members", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: 10000 + 1, Ports: []portset.PortSpec{port("p")}}}}, "groups[0].members", "1 to 10000"},
+		{"too many ports in a group", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("a", manyPorts(1000+1)...)}}, "groups[0].ports", "at most 1000 ports"},
+		{"too many refs in a group", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Ports: []portset.PortSpec{port("p")}, Refs: manyRefs(1000+1, "a.p")}}}, "groups[0].refs", "at most 1000 refs"},
 		{"too many ports in the set", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{
 			{Name: "a", Members: 10000, Ports: manyPorts(6)}, {Name: "b", Members: 5536, Ports: []portset.PortSpec{port("p")}},
-		}}, "groups[1].ports[0]", "maxSetPorts"},
+		}}, "groups[1].ports[0]", "at most 65535 ports in the set"},
 		{"too many variables", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{
-			{Name: "a", Members: 10000, Ports: []portset.PortSpec{{Name: "p", Scope: portset.ScopeGroup}}, Refs: manyRefs(200, "a.p")},
-		}}, "groups[0]", "maxSetEnv"},
+			{Name: "a", Members: 10000, Ports: []portset.PortSpec{{Name: "p", Shared: true}}, Refs: manyRefs(200, "a.p")},
+		}}, "groups[0]", "at most 1048576 environment variables"},
 		{"derived variables of two groups collide", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{group("api", port("http-admin")), group("api-http", port("admin"))}}, "groups[1].ports[0].name", `port "admin" of group "api-http" and port "http-admin" of group "api" would both be $API_HTTP_ADMIN_PORT`},
 		{"member port without index", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{{Name: "a", Members: 2, Ports: []portset.PortSpec{port("p")}, Refs: []portset.RefSpec{{Env: "X", To: "a.p"}}}}}, "groups[0].refs[0].to", `"a.0.p"`},
 	}
@@ -112,10 +122,10 @@ func TestSetSpecValidation(t *testing.T) {
 
 	// More ports than the range holds: found when allocating.
 	base := freeRun(t, 4)
-	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: portalloc.Range{First: base, Last: base + 3}})
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: store.Range{First: base, Last: base + 3}})
 	_, err := portset.Allocate(context.Background(), a, portset.SetSpec{Name: "big", Groups: []portset.GroupSpec{{Name: "a", Members: 5, Ports: []portset.PortSpec{port("p")}}}})
-	if !errors.Is(err, portalloc.ErrInvalidRequest) || !strings.Contains(err.Error(), "needs 5 ports") {
-		t.Errorf("AllocateSet of 5 members on 4 ports = %v; want ErrInvalidRequest saying it needs 5", err)
+	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "needs 5 ports") {
+		t.Errorf("AllocateSet of 5 members on 4 ports = %v; want ErrInvalid saying it needs 5", err)
 	}
 }
 
@@ -148,7 +158,7 @@ func TestValidateOneEnv(t *testing.T) {
 			g("web", 1, ports(portset.PortSpec{Name: "http"}), portset.RefSpec{Env: "API_HTTP_PORT", To: "api.http"}),
 		}}, "", ""},
 		{"group port of three members", portset.SetSpec{Name: "s", Groups: []portset.GroupSpec{
-			g("api", 3, ports(portset.PortSpec{Name: "grpc", Scope: portset.ScopeGroup})),
+			g("api", 3, ports(portset.PortSpec{Name: "grpc", Shared: true})),
 			g("web", 1, ports(portset.PortSpec{Name: "http"}), portset.RefSpec{Env: "API_GRPC_PORT", To: "api.grpc"}),
 		}}, "", ""},
 	}
@@ -174,7 +184,7 @@ func TestValidateOneEnv(t *testing.T) {
 
 func TestParseSetSpec(t *testing.T) {
 	doc := `{"name":"dev","groups":[
-		{"name":"api","members":3,"ports":[{"name":"http"},{"name":"grpc","scope":"group"}]},
+		{"name":"api","members":3,"ports":[{"name":"http"},{"name":"grpc","shared":true}]},
 		{"name":"web","ports":[{"name":"http","address":"::1","sticky":true}],
 		 "refs":[{"env":"API_GRPC","to":"api.grpc"},{"env":"API_PRIMARY_HTTP","to":"api.0.http"}]}]}`
 	spec, err := portset.ParseSetSpec([]byte(doc))
@@ -190,25 +200,25 @@ func TestParseSetSpec(t *testing.T) {
 		t.Errorf("ParseSetSpec =\n%s\nwant\n%s", gotJSON, wantJSON)
 	}
 	for _, bad := range []string{`{"name":"x","groups":[{"name":"a","ports":[{"name":"p","scop":"group"}]}]}`, `{"name":`, `[]`, `{"name":"x","groups":[{"name":"a","ports":[{"name":"p"}]}]} {}`} {
-		if _, err := portset.ParseSetSpec([]byte(bad)); !errors.Is(err, portalloc.ErrInvalidRequest) {
-			t.Errorf("ParseSetSpec(%s) = %v; want ErrInvalidRequest", bad, err)
+		if _, err := portset.ParseSetSpec([]byte(bad)); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("ParseSetSpec(%s) = %v; want ErrInvalid", bad, err)
 		}
 	}
 }
 
 // FuzzParseSetSpec: a set spec from a file never panics the parser, is
-// rejected with ErrInvalidRequest, or validates, survives a round trip and
+// rejected with ErrInvalid, or validates, survives a round trip and
 // keeps within every documented limit.
 func FuzzParseSetSpec(f *testing.F) {
-	f.Add([]byte(`{"name":"dev","groups":[{"name":"api","members":3,"ports":[{"name":"http"},{"name":"grpc","scope":"group"}]},{"name":"web","ports":[{"name":"http"}],"refs":[{"env":"G","to":"api.grpc"},{"env":"H","to":"api.0.http"}]}]}`))
+	f.Add([]byte(`{"name":"dev","groups":[{"name":"api","members":3,"ports":[{"name":"http"},{"name":"grpc","shared":true}]},{"name":"web","ports":[{"name":"http"}],"refs":[{"env":"G","to":"api.grpc"},{"env":"H","to":"api.0.http"}]}]}`))
 	f.Add([]byte(`{"name":"x","groups":[{"name":"a","members":0,"ports":[{"name":"p","port":65535,"protocol":"udp","address":"::1","env":"P","sticky":false}]}]}`))
 	f.Add([]byte(`{"name":"x","groups":[{"name":"a","ports":[{"name":"p"}],"refs":[{"env":"X","to":"a.9.p"}]}]}`))
 	f.Add([]byte(`{"name":"x","groups":[{"name":"a","members":10000,"ports":[{"name":"p"},{"name":"q"},{"name":"r"},{"name":"s"},{"name":"t"},{"name":"u"},{"name":"v"}]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		spec, err := portset.ParseSetSpec(data)
 		if err != nil {
-			if !errors.Is(err, portalloc.ErrInvalidRequest) {
-				t.Fatalf("ParseSetSpec error %v does not wrap ErrInvalidRequest", err)
+			if !errors.Is(err, store.ErrInvalid) {
+				t.Fatalf("ParseSetSpec error %v does not wrap ErrInvalid", err)
 			}
 			if msg := err.Error(); len(msg) > 1024 || !utf8.ValidString(msg) || strings.ContainsFunc(msg, func(r rune) bool { return !unicode.IsPrint(r) }) {
 				t.Fatalf("ParseSetSpec error %q is long or not printable: an error quotes what it refuses escaped and cut", msg)
@@ -244,17 +254,17 @@ func checkLimits(t *testing.T, size int, spec portset.SetSpec) {
 			t.Fatalf("accepted spec makes label %q: want at most %d printable bytes", l, store.MaxLabelLen)
 		}
 	}
-	if size > portset.maxSetSpecSize {
-		t.Fatalf("accepted %d bytes; maxSetSpecSize is %d", size, portset.maxSetSpecSize)
+	if size > maxSetSpecSize {
+		t.Fatalf("accepted %d bytes; maxSetSpecSize is %d", size, maxSetSpecSize)
 	}
-	if n := len(spec.Groups); n < 1 || n > portset.maxSetGroups {
-		t.Fatalf("accepted %d groups; want 1 to maxSetGroups (%d)", n, portset.maxSetGroups)
+	if n := len(spec.Groups); n < 1 || n > maxSetGroups {
+		t.Fatalf("accepted %d groups; want 1 to maxSetGroups (%d)", n, maxSetGroups)
 	}
 	name("set name", spec.Name)
 	ports, vars := 0, 0
 	for _, g := range spec.Groups {
 		name("group name", g.Name)
-		if g.Members < 0 || g.Members > portset.maxGroupMembers || len(g.Ports) > portset.maxGroupPorts || len(g.Refs) > portset.maxGroupRefs {
+		if g.Members < 0 || g.Members > maxGroupMembers || len(g.Ports) > maxGroupPorts || len(g.Refs) > maxGroupRefs {
 			t.Fatalf("accepted group %q with %d members, %d ports and %d refs", g.Name, g.Members, len(g.Ports), len(g.Refs))
 		}
 		members := max(g.Members, 1)
@@ -264,7 +274,7 @@ func checkLimits(t *testing.T, size int, spec portset.SetSpec) {
 			if p.Env != "" {
 				env(p.Env)
 			}
-			if p.Scope == portset.ScopeGroup {
+			if p.Shared {
 				ports++
 				label(spec.Name + "/" + g.Name + "/" + p.Name)
 			} else {
@@ -276,8 +286,8 @@ func checkLimits(t *testing.T, size int, spec portset.SetSpec) {
 			env(r.Env)
 		}
 	}
-	if ports > portset.maxSetPorts || vars > portset.maxSetEnv {
-		t.Fatalf("accepted a set of %d ports and %d environment variables; maxSetPorts is %d, maxSetEnv %d", ports, vars, portset.maxSetPorts, portset.maxSetEnv)
+	if ports > maxSetPorts || vars > maxSetEnv {
+		t.Fatalf("accepted a set of %d ports and %d environment variables; maxSetPorts is %d, maxSetEnv %d", ports, vars, maxSetPorts, maxSetEnv)
 	}
 }
 
@@ -288,7 +298,7 @@ func apiWebSpec() portset.SetSpec {
 	return portset.SetSpec{Name: "dev", Groups: []portset.GroupSpec{
 		{Name: "api", Members: 3, Ports: []portset.PortSpec{
 			{Name: "http"},
-			{Name: "grpc", Scope: portset.ScopeGroup},
+			{Name: "grpc", Shared: true},
 		}},
 		{Name: "web", Ports: []portset.PortSpec{{Name: "http"}}, Refs: []portset.RefSpec{
 			{Env: "API_GRPC", To: "api.grpc"},
@@ -298,12 +308,12 @@ func apiWebSpec() portset.SetSpec {
 }
 
 // refusedAt reports whether err is a refused spec as every call of the
-// package returns one: a *portalloc.FieldError for SetSpec at the path at,
-// with a Want, wrapping portalloc.ErrInvalidRequest, whose message has
+// package returns one: a *store.FieldError for SetSpec at the path at,
+// with a Want, wrapping store.ErrInvalid, whose message has
 // the package's prefix once and says want.
 func refusedAt(err error, at, want string) bool {
-	var fe *portalloc.FieldError
+	var fe *store.FieldError
 	return errors.As(err, &fe) && fe.Field == "SetSpec" && fe.At == at && fe.Want != "" &&
-		errors.Is(err, portalloc.ErrInvalidRequest) && strings.Count(err.Error(), "portalloc: ") == 1 &&
+		errors.Is(err, store.ErrInvalid) && strings.Count(err.Error(), "portalloc: ") == 1 &&
 		strings.HasPrefix(err.Error(), "portalloc: ") && strings.Contains(err.Error(), want)
 }

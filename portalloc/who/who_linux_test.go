@@ -21,6 +21,7 @@ import (
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/who"
+	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
 
@@ -108,7 +109,7 @@ func TestLookupReservation(t *testing.T) {
 	testports.Hold(t, testports.Who)
 	ctx := context.Background()
 	cfg := portalloc.Config{StateDir: t.TempDir(), Mode: portalloc.ModeStateStore,
-		Range: portalloc.Range{First: testports.Who.First + 10, Last: testports.Who.First + 19}}
+		Range: store.Range{First: testports.Who.First + 10, Last: testports.Who.First + 19}}
 	al, err := portalloc.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestLookupReservation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	s, err := portalloc.OpenStore(ctx, cfg)
+	s, err := statestore.Open(ctx, filepath.Join(cfg.StateDir, "berth.db"), statestore.Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,10 @@ func TestLookupReservation(t *testing.T) {
 	if len(got.Sockets) != 1 || len(got.Sockets[0].Processes) != 1 || got.Sockets[0].Processes[0].PID != os.Getpid() {
 		t.Errorf("sockets of %d = %+v; want one, of this process", res.Port, got.Sockets)
 	}
-	if f := reps[1]; f.Port != free || len(f.Reservations)+len(f.Sockets) != 0 {
+	if len(got.Locks) != 1 || got.Locks[0].Addr != res.Addr || len(got.Locks[0].Processes) != 1 || got.Locks[0].Processes[0].PID != os.Getpid() {
+		t.Errorf("locks of %d = %+v; want one of %v, held by this process", res.Port, got.Locks, res.Addr)
+	}
+	if f := reps[1]; f.Port != free || len(f.Reservations)+len(f.Sockets)+len(f.Locks) != 0 {
 		t.Errorf("report of free port %d = %+v; want nothing", free, f)
 	}
 }

@@ -1,0 +1,95 @@
+// Package testrig is what the tests of portalloc and of its concept
+// packages (pool, portset) share: Allocators on a state directory of the
+// test's own, and runs of free ports, in portalloc's part of the test
+// ports (internal/testports), whose lock the test binary holds.
+package testrig
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/berth-go/berth/internal/testports"
+	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/store"
+)
+
+var (
+	// Lo4 is 127.0.0.1.
+	Lo4 = netip.MustParseAddr("127.0.0.1")
+	// PickRange is where tests pick ports of their own (FreeRun).
+	PickRange = store.Range{First: testports.Portalloc.First, Last: testports.Portalloc.First + 1999}
+	// AllocRange is the range of the Allocators NewAllocator makes.
+	AllocRange = store.Range{First: testports.Portalloc.First + 2000, Last: testports.Portalloc.Last}
+)
+
+// NewAllocator returns an Allocator for cfg, on a state directory of the
+// test's own and AllocRange unless cfg says otherwise, closed with the
+// test. It reads no BERTH_* variable.
+func NewAllocator(tb testing.TB, cfg portalloc.Config) *portalloc.Allocator {
+	tb.Helper()
+	cfg.IgnoreEnv = true
+	if cfg.StateDir == "" {
+		cfg.StateDir = tb.TempDir()
+	}
+	if cfg.Range == (store.Range{}) {
+		cfg.Range = AllocRange
+	}
+	a, err := portalloc.New(context.Background(), cfg)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := a.Close(); err != nil {
+			tb.Errorf("Close: %v", err)
+		}
+	})
+	return a
+}
+
+// FreeRun finds n consecutive ports of PickRange that are all bindable
+// right now, and returns the first. It starts at a random run, so one test
+// does not get the ports the last one used.
+func FreeRun(tb testing.TB, n int) uint16 {
+	tb.Helper()
+	runs := PickRange.Size() / n
+	start := rand.IntN(runs)
+	for i := range runs {
+		base := PickRange.First + uint16((start+i)%runs*n)
+		ok := true
+		for p := base; p < base+uint16(n); p++ {
+			l, err := net.Listen("tcp", netip.AddrPortFrom(Lo4, p).String())
+			if err != nil {
+				ok = false
+				break
+			}
+			_ = l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	tb.Fatalf("no run of %d free ports in %v", n, PickRange)
+	return 0
+}
+
+// ExampleAllocator opens an Allocator for an example, on a state directory
+// of its own, in the 100 ports from first; the function it returns closes
+// it and removes the directory.
+func ExampleAllocator(first uint16) (*portalloc.Allocator, func()) {
+	dir, _ := os.MkdirTemp("", "berth-example")
+	a, err := portalloc.New(context.Background(), portalloc.Config{
+		StateDir: dir, Mode: portalloc.ModeStateStore, IgnoreEnv: true,
+		Range: store.Range{First: first, Last: first + 99},
+	})
+	if err != nil {
+		fmt.Println(err)
+		_ = os.RemoveAll(dir)
+		return nil, func() {}
+	}
+	return a, func() { _ = a.Close(); _ = os.RemoveAll(dir) }
+}

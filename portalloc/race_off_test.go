@@ -1,0 +1,5 @@
+//go:build !race
+
+package portalloc_test
+
+const raceEnabled = false
