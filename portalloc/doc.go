@@ -2,168 +2,105 @@
 // the host is given at the same time, and that come back by themselves
 // when the program holding them exits.
 //
-// An Allocator reserves ports in a SQLite state store shared by every berth
-// process of the user (package statestore), or, when that store cannot be
-// used, in the legacy MRU file (package mru). Either way a port is
-// bind-probed before it is handed out; in the store, inside the same
-// transaction that records it, so no other berth process can choose it in
-// between.
+// # The guarantee and the record
 //
-// This package is the core: the Allocator, its Config, Request and
-// Reservation, the range type, the errors, Listen, blocks of consecutive
-// ports (AllocateBlock) and Transfer. Each further concept is a package of
-// its own, built on the Allocator:
+// Every port an Allocator grants is held twice. The guarantee is a kernel
+// lock (package portlock): a name in Linux's abstract unix namespace
+// (elsewhere a locked file) that one process at a time can hold and that
+// the kernel frees when its holder dies, however it dies. Every grant of
+// every berth process takes the lock of its key before it is recorded,
+// whatever store it keeps, so no two berth processes, and no berth process
+// and a test using porttest, are ever granted conflicting keys. The record
+// is a row of a store: package statestore's SQLite file, shared by the
+// berth processes of a host, or package pgstore's PostgreSQL database,
+// shared by a fleet. It carries what a lock cannot: labels, sticky ports,
+// owners, named holders with leases, listings. A port is also bind-probed
+// while its lock is held, inside the store's write that records it, so a
+// port some other program has bound is passed over.
 //
-//   - portalloc/portset: the named ports of a set of processes, all or
-//     none, with each member's environment variables;
-//   - portalloc/pool: ports reserved ahead of time for hot paths, rolled
-//     to a new spec a few at a time;
-//   - portalloc/lease: ports of named holders under a lease, which outlive
-//     the process that asked;
-//   - portalloc/fleet: a fleet's PostgreSQL store (Config.StoreDSN), and
-//     ports free on every host of the fleet;
-//   - portalloc/statedir: where the state store lives by default, and why;
-//   - portalloc/expvarmetrics: the range's usage, and the metrics through
-//     expvar;
-//   - portalloc/listenfd: a bound socket passed to a child (Unix);
-//   - portalloc/scope: the scopes of Config.Scope, and labels in them;
-//   - portalloc/exclude: what an Allocator leaves out of its range, and
-//     why;
-//   - portalloc/porttest: ports for tests.
-//
-// # State directory
-//
-// The store lives in a state directory, not a cache directory (see
-// Config.StateDir): it records which live processes hold which ports, and
-// cache cleaners delete a cache while those processes still run, after
-// which their ports would be granted again. The default is
-// $XDG_STATE_HOME/berth or ~/.local/state/berth on Linux (macOS: ~/Library/
-// Application Support/berth, Windows: %LocalAppData%\berth). A store left
-// at the previous default, os.UserCacheDir()/berth, is moved there with its
-// reservations by the first Allocator that uses the default (see package
-// statedir, which also says where the store is and why).
-//
-// Example is a whole program: it handles every error and releases what it
-// takes. A program that stops on a signal (signal.NotifyContext) may defer
-// Release, a set's Release and Close under the context the signal cancels:
-// they release all the same, within Config.Timeout.
+// Two keys of one protocol and port conflict when their addresses are
+// equal or either is a wildcard (0.0.0.0, ::): the kernel's rule for
+// listening sockets, with the IPv6 wildcard taken as dual-stack.
 //
 // # Reservation lifecycle
 //
-// A reservation belongs to the process that made it (pid and start time). It
-// ends with Release, with Close (which releases everything the Allocator
-// still holds), or when its owner exits: the next reservation that needs the
-// port, the background sweep, or statestore's Reap deletes it. Transfer gives
-// a reservation to another process, such as a child the caller started, so
-// the port stays reserved exactly as long as that process runs; once it
-// has exited, Close (or the Release of the set that handed it over)
-// releases it.
+// A reservation belongs to the process that made it (its pid and start).
+// It ends with Release, with Close (which releases what the Allocator still
+// holds), or when its owner exits: the lock goes at once, and the row is
+// deleted by the next grant it stands in the way of, by the store's
+// background sweep, or by Reap.
 //
-// Several Allocators in one process share its identity, so the store has
-// one row for a port however many of them hold it: a Reserve of a key the
-// process already holds, from any Allocator, returns that reservation. Each
-// such Reserve, and each set and pool that uses the row, takes a hold of
-// it, counted process-wide per state store file; Release, Close, a set's
-// Release and a failed set allocation drop holds, and the row is deleted
-// only when the
-// last hold in the process is dropped. So one Allocator's Close never frees
-// a port that another Allocator of the process still hands out. Transfer
-// refuses a row that anything else in the process holds too.
+// Transfer gives a reservation to another running process, typically a
+// child the caller started: the port then stays reserved exactly as long as
+// that process runs. The lock goes with it. A child started with copies of
+// the lock (Files, in exec.Cmd.ExtraFiles) holds it itself; for any other
+// process, on Linux, a keeper holds it: a small process per owner, started
+// from the caller's own executable, that holds the locks it is handed until
+// its owner exits (see portlock.Keeper). A reservation of a named holder
+// (Request.Holder, with a TTL) outlives the process that asked; its lock is
+// held by the holder's keeper until the lease ends (Renew extends both) or
+// ReleaseHolder. A keeper killed takes its locks with it: its owner's rows
+// still keep the ports from every berth of the same store.
 //
-// # After Close
+// The Allocators of one process share one handle per store (as sql.Open
+// shares a *sql.DB): one record of what the process holds, one row per
+// key. A Reserve of a key the process holds, from any Allocator, returns
+// that reservation and takes a hold of it; sets and pools take holds too.
+// The row and lock go when the last hold is dropped, so one Allocator's
+// Close never frees a port another Allocator of the process still uses.
 //
-// Close is idempotent: a second Close returns nil. Config, Stats,
-// Backend, FallbackCause, Database and Held stay readable after it (Held
-// is then empty). Every other method returns an error wrapping ErrClosed:
-// Allocate, AllocateBlock, Reserve, Listen, ListenPacket, Release,
-// Transfer and Reap; so do the concept packages' calls that use the
-// Allocator (see each package). A call in flight when Close runs either
-// completes or returns an error wrapping ErrClosed.
+// # A lost store
+//
+// A store is a file, and files get deleted: a cache cleaner, an rm -rf of
+// the state directory, a restore of an old copy, a truncation. That loses
+// rows, never the guarantee: the locks are held by processes, not files,
+// so no grant of any berth process can take a port a live holder keeps,
+// whatever became of the file. The handle notices the loss (at its next
+// write, or within a second when idle), opens the store again at the same
+// place and puts the process's rows back (Stats.Restored). Rows of owners
+// that hold no Allocator (a keeper's owner, a named holder) are kept by
+// their locks until the owner exits or the lease ends; they are missing
+// from listings meanwhile, where berth ls shows their locks instead. A
+// fleet's store loses rows the same way in a failover to a standby that had
+// not received the last commits; the handle compares and puts back alike
+// (Stats.Rereleased counts releases it had to do again).
 //
 // # Fallback
 //
 // In ModeStateStoreWithFallback (the default) a store that cannot be used
-// (a damaged or foreign database, a newer schema, a file system that fails)
-// makes the Allocator serve from the MRU file, loudly: an error is logged
-// (to standard error when Config.Logger is the zero Logger), Stats counts
-// it and FallbackCause says why. Waiting is not such a reason: a busy
-// store (another process holds its lock past the time a call can wait) and
-// a call that runs out of time fail with an error wrapping
-// ErrStoreUnavailable and the context's error. Nor is a passing shortage:
-// running out of file descriptors (EMFILE, ENFILE), memory, or disk space
-// (ENOSPC, EDQUOT, SQLITE_FULL), or an interrupted call, fails with an
-// error wrapping ErrStoreUnavailable and ErrTransient that names what ran
-// short; the MRU file would meet the same shortage and knows less. The
-// next call tries the store again.
+// (damaged, written by a newer berth in a way this one must not write to, a
+// file system that fails) makes the Allocator serve from the MRU file,
+// loudly: a warning is logged (to standard error when Config.Logger is the
+// zero Logger), and Stats.Fallback says why. Every grant still takes its
+// lock, so the guarantee holds; only the record is thinner (no labels, no
+// listings, no named holders). Waiting is no reason to fall back: a busy
+// store, or a passing shortage of descriptors, memory or disk, fails the
+// call with an error wrapping store.ErrUnavailable or store.ErrTransient
+// that says what ran short. The store is tried again every 5 seconds.
 //
-// While the MRU file serves, it skips every port the store holds (it
-// reads the database, which needs no lock) and every port the Allocator
-// itself holds. When it cannot read the database either, it hands out
-// nothing in this mode: the call fails with an error wrapping
-// ErrStoreUnavailable that says why; `berth doctor` tells what to do. Only
-// ModeMRU, chosen on purpose (BERTH_MODE=mru), serves blind then, which is
-// logged and counted in Stats.Blind. Every 5 seconds the next call tries
-// the store again, and the Allocator goes back to it once it
-// works.
+// # After Close
 //
-// # Losing the store
+// Close is idempotent. Config, Stats and Held stay readable after it (Held
+// is then empty); every other method returns an error wrapping
+// store.ErrClosed, as do the calls of the packages built on an Allocator.
+// A call in flight when Close runs either completes or returns such an
+// error.
 //
-// The state store is a file, and files get deleted: a cache cleaner, an
-// rm -rf of the state directory, a restore of an old copy, a truncation. An
-// Allocator knows what it holds, so when its store's file is deleted,
-// replaced or truncated under it, it opens the store at the same place
-// again (a new, empty one if need be) and puts its reservations back:
-// at its next write, which checks the file before and after, or within a
-// second when it is idle. A reservation another process took in
-// between cannot be put back; that is logged as an error naming both
-// owners and counted in Stats.Lost (Stats.Restored counts those put back).
+// # Packages built on the Allocator
 //
-// On Linux no other process gets such a port even before its holder
-// notices: for every reservation it holds for itself, the holder's process
-// holds a socket bound to a name in the abstract unix namespace, which no
-// file operation removes and which goes when the process goes. A store that
-// has just been created reads those names and records their holders'
-// reservations before it grants anything, and a store truncated to nothing
-// is set aside with its WAL for a new one rather than left to block every
-// caller. A row handed to another process with Transfer stays marked by
-// the process that handed it over, for as long as both run. Elsewhere, a
-// holder's reservations are missing from a new store until the holder
-// notices, within a second. Reservations whose owner holds no
-// Allocator (berth get's, which belong to the shell that ran it, once berth
-// has exited; a child's, once its parent has exited; a named holder's
-// lease) have no one to put them back: they are lost with the file, so
-// keep the state directory (see Config.StateDir) out of reach of cleaners.
+//   - portalloc/portset: the named ports of a set of processes, all or
+//     none, with each member's environment variables;
+//   - portalloc/pool: ports reserved ahead of time, rolled to a new spec a
+//     few at a time;
+//   - portalloc/fleet: a fleet's PostgreSQL store (Config.StoreDSN), and
+//     ports free on every host of the fleet;
+//   - portalloc/listenfd: bound sockets passed to a child, as systemd does;
+//   - portalloc/who: who holds a port (reservations, locks, sockets);
+//   - portalloc/expvarmetrics: Stats and Usage published through expvar;
+//   - portlock/porttest (module github.com/berth-go/berth/portlock): ports
+//     for tests, with a lock and no store.
 //
-// A fleet's store (Config.StoreDSN) loses rows rather than a file: a failover
-// to a PostgreSQL standby that had not received the last commits, or a
-// forced retirement of the host. The Allocator compares what it holds with
-// the store when a connection comes back to another or a restarted server
-// and at every renewal of the host's lease (see pgstore.Store.Check), puts
-// back what is missing in the same way, and does again its releases that
-// are back in the store or failed while it could not be reached
-// (Stats.Rereleased). A port it cannot put back stays held by it, and is
-// tried, logged and counted again at each comparison, while the other
-// process holds it.
-//
-// # Which port
-//
-// Allocate walks the range in Config.Order (a random stride, or lowest
-// first), after the ports of Request.Prefer; AllocateBlock takes n
-// consecutive ports at once.
-//
-// Listen and ListenPacket bind the port inside the reserving transaction
-// and hand over the bound socket, so nothing can take the port between
-// the reservation and the bind.
-//
-// # A fleet's store
-//
-// With a Config.StoreDSN the hosts of a fleet share one PostgreSQL store
-// (package pgstore), opened by package portalloc/fleet (fleet.New), which
-// a program imports when it wants one: portalloc itself links no
-// PostgreSQL client, and an Allocator talks to any store through the
-// interfaces of package store (store.Store, and store.FleetStore for
-// fleet-wide reservations, which package fleet makes).
-//
-// Importing portalloc (or porttest) has no side effects: it registers no
-// HTTP handler, flag or expvar variable.
+// portalloc links no PostgreSQL client: package fleet does. Importing
+// portalloc has no side effects: it registers no HTTP handler, flag or
+// expvar variable.
 package portalloc

@@ -171,7 +171,7 @@ func (k Keeper) drop(key string) (bool, error) {
 	} else if err != nil {
 		return false, fmt.Errorf("portlock: %s: %w", k, err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	got, err := c.call("drop "+key, nil)
 	if err != nil {
 		return false, fmt.Errorf("portlock: %s: drop %s: %w", k, key, err)
@@ -186,7 +186,7 @@ func (k Keeper) take(key string) ([]handle, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("portlock: %s: %w", k, err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if err := syscall.Sendmsg(int(c), []byte("take "+key), nil, nil, 0); err != nil {
 		return nil, fmt.Errorf("portlock: %s: take %s: %w", k, key, os.NewSyscallError("sendmsg", err))
 	}
@@ -217,7 +217,7 @@ func (k Keeper) renew(ttl time.Duration) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("portlock: %s: %w", k, err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	got, err := c.call("renew "+strconv.FormatInt(int64(ttl), 10), nil)
 	if err != nil {
 		return 0, fmt.Errorf("portlock: %s: renew: %w", k, err)
@@ -232,7 +232,7 @@ func (k Keeper) launch() error {
 	if err != nil {
 		return err
 	}
-	defer pr.Close()
+	defer func() { _ = pr.Close() }()
 	// The keeper is this program again, started through a first copy
 	// that starts it and exits: the keeper is nobody's child then, and
 	// leaves no zombie behind in a program that runs on.

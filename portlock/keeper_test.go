@@ -25,25 +25,25 @@ func needKeepers(t *testing.T) {
 }
 
 // held reports whether a lock conflicting with tcp addr:p is held.
-func held(t testing.TB, addr string, p uint16) bool {
-	t.Helper()
+func held(tb testing.TB, addr string, p uint16) bool {
+	tb.Helper()
 	l, err := portlock.Acquire("tcp", mustAddr(addr), p)
 	if err == nil {
 		_ = l.Close()
 		return false
 	}
 	if !errors.Is(err, portlock.ErrHeld) {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return true
 }
 
 // holders returns the pids List gives for tcp addr:p.
-func holders(t testing.TB, addr string, p uint16) []int {
-	t.Helper()
+func holders(tb testing.TB, addr string, p uint16) []int {
+	tb.Helper()
 	hs, err := portlock.List()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, h := range hs {
 		if h.Network == "tcp" && h.Port == p && h.Addr == mustAddr(addr) {
@@ -54,15 +54,15 @@ func holders(t testing.TB, addr string, p uint16) []int {
 }
 
 // handOver takes tcp 127.0.0.1:p and hands it to k, keeping no copy.
-func handOver(t testing.TB, k portlock.Keeper, ttl time.Duration, p uint16) {
-	t.Helper()
+func handOver(tb testing.TB, k portlock.Keeper, ttl time.Duration, p uint16) {
+	tb.Helper()
 	l, err := portlock.Acquire("tcp", mustAddr("127.0.0.1"), p)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer l.Close()
 	if err := k.Hold(ttl, l); err != nil {
-		t.Fatalf("Hold: %v", err)
+		tb.Fatalf("Hold: %v", err)
 	}
 }
 
@@ -218,23 +218,23 @@ func TestKeeperAnswersItsUserOnly(t *testing.T) {
 }
 
 // copyForAll copies the test binary where another user can run it.
-func copyForAll(t testing.TB) string {
-	t.Helper()
+func copyForAll(tb testing.TB) string {
+	tb.Helper()
 	dir, err := os.MkdirTemp("", "portlock-exe-")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	data, err := os.ReadFile(os.Args[0])
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	exe := dir + "/portlock.test"
 	if err := os.WriteFile(exe, data, 0o755); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return exe
 }

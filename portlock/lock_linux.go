@@ -27,7 +27,7 @@ func bindName(n string) (sock, error) {
 	// A leading "@" makes the name abstract: syscall writes a NUL.
 	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: "@" + n}); err != nil {
 		_ = syscall.Close(fd)
-		if err == syscall.EADDRINUSE {
+		if errors.Is(err, syscall.EADDRINUSE) {
 			return -1, err
 		}
 		return -1, os.NewSyscallError("bind", err)
@@ -35,8 +35,11 @@ func bindName(n string) (sock, error) {
 	return sock(fd), nil
 }
 
-// probe asks whether names are held, without holding them: a connect of
-// one datagram socket to each (ECONNREFUSED: nobody holds it).
+// A prober asks whether names are held, without holding them: a connect of
+// a datagram socket to each (ECONNREFUSED: nobody holds it). A lock's own
+// socket serves as the prober of its check: a connect that is refused
+// leaves it as it was, and one that succeeds fails the lock, which closes
+// the socket.
 type prober int
 
 func newProber() (prober, error) {
@@ -70,13 +73,14 @@ func (p prober) Close() error { return syscall.Close(int(p)) }
 const retries = 3
 
 func acquire(network string, addr netip.Addr, port uint16) ([]handle, error) {
-	p, err := newProber()
-	if err != nil {
-		return nil, err
-	}
-	defer p.Close()
+	p := prober(-1)
+	defer func() {
+		if p >= 0 {
+			_ = p.Close()
+		}
+	}()
 	for try := 0; ; try++ {
-		hs, in, err := acquireOnce(p, network, addr, port)
+		hs, in, err := acquireOnce(network, addr, port)
 		if err == nil || !errors.Is(err, ErrHeld) || try == retries || in == "" {
 			return hs, err
 		}
@@ -85,6 +89,12 @@ func acquire(network string, addr netip.Addr, port uint16) ([]handle, error) {
 		// sees ours: wait a moment at random, and try again only if that
 		// name is free by then.
 		time.Sleep(time.Duration(50+rand.IntN(450)) * time.Microsecond)
+		if p < 0 {
+			var perr error
+			if p, perr = newProber(); perr != nil {
+				return nil, perr
+			}
+		}
 		if held, herr := p.held(in); herr != nil || held {
 			return hs, err
 		}
@@ -93,21 +103,21 @@ func acquire(network string, addr netip.Addr, port uint16) ([]handle, error) {
 
 // acquireOnce is one attempt of acquire. in is the name the check found
 // held, when that is why it failed.
-func acquireOnce(p prober, network string, addr netip.Addr, port uint16) (hs []handle, in string, err error) {
+func acquireOnce(network string, addr netip.Addr, port uint16) (hs []handle, in string, err error) {
 	held := func(e *HeldError) error {
 		e.Network, e.Addr, e.Port = network, addr, port
 		return e
 	}
 	if addr.IsUnspecified() {
 		w, err := bindName(name(network, port, "*"))
-		if err == syscall.EADDRINUSE {
+		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, "", held(&HeldError{In: addr})
 		} else if err != nil {
 			return nil, "", err
 		}
 		for i := range slots {
 			n := name(network, port, slotTag(i))
-			taken, err := p.held(n)
+			taken, err := prober(w).held(n)
 			if err != nil || taken {
 				_ = w.Close()
 				if err != nil {
@@ -119,7 +129,7 @@ func acquireOnce(p prober, network string, addr netip.Addr, port uint16) (hs []h
 		return []handle{w}, "", nil
 	}
 	own, err := bindName(name(network, port, addrTag(addr)))
-	if err == syscall.EADDRINUSE {
+	if errors.Is(err, syscall.EADDRINUSE) {
 		return nil, "", held(&HeldError{In: addr})
 	} else if err != nil {
 		return nil, "", err
@@ -131,7 +141,7 @@ func acquireOnce(p prober, network string, addr netip.Addr, port uint16) (hs []h
 			slot = s
 			break
 		}
-		if err != syscall.EADDRINUSE {
+		if !errors.Is(err, syscall.EADDRINUSE) {
 			_ = own.Close()
 			return nil, "", err
 		}
@@ -141,7 +151,7 @@ func acquireOnce(p prober, network string, addr netip.Addr, port uint16) (hs []h
 		return nil, "", held(&HeldError{In: addr, Slots: true})
 	}
 	wild := name(network, port, "*")
-	taken, err := p.held(wild)
+	taken, err := prober(slot).held(wild)
 	if err != nil || taken {
 		_ = own.Close()
 		_ = slot.Close()

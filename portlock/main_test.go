@@ -41,28 +41,28 @@ type worker struct {
 	lines chan string
 }
 
-func start(t testing.TB, role string, args ...string) *worker {
-	t.Helper()
-	return startWith(t, nil, role, args...)
+func start(tb testing.TB, role string, args ...string) *worker {
+	tb.Helper()
+	return startWith(tb, nil, role, args...)
 }
 
 // startWith starts a worker that inherits files from descriptor 3 up.
-func startWith(t testing.TB, files []*os.File, role string, args ...string) *worker {
-	t.Helper()
+func startWith(tb testing.TB, files []*os.File, role string, args ...string) *worker {
+	tb.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.ExtraFiles = files
 	cmd.Env = append(os.Environ(), envRole+"="+role, envArgs+"="+strings.Join(args, " "))
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	w := &worker{cmd: cmd, in: in, lines: make(chan string, 1024)}
 	go func() {
@@ -72,7 +72,7 @@ func startWith(t testing.TB, files []*os.File, role string, args ...string) *wor
 			w.lines <- sc.Text()
 		}
 	}()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = w.cmd.Process.Kill()
 		_ = w.cmd.Wait()
 	})
@@ -80,24 +80,17 @@ func startWith(t testing.TB, files []*os.File, role string, args ...string) *wor
 }
 
 // next returns the worker's next line, failing the test after a while.
-func (w *worker) next(t testing.TB) string {
-	t.Helper()
+func (w *worker) next(tb testing.TB) string {
+	tb.Helper()
 	select {
 	case l, ok := <-w.lines:
 		if !ok {
-			t.Fatalf("worker %d ended", w.cmd.Process.Pid)
+			tb.Fatalf("worker %d ended", w.cmd.Process.Pid)
 		}
 		return l
 	case <-time.After(waitLimit):
-		t.Fatalf("worker %d said nothing for %v", w.cmd.Process.Pid, waitLimit)
+		tb.Fatalf("worker %d said nothing for %v", w.cmd.Process.Pid, waitLimit)
 		return ""
-	}
-}
-
-func (w *worker) say(t testing.TB, line string) {
-	t.Helper()
-	if _, err := fmt.Fprintln(w.in, line); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -106,12 +99,12 @@ func (w *worker) say(t testing.TB, line string) {
 const waitLimit = 60 * time.Second
 
 // eventually polls cond until it holds or waitLimit passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
+func eventually(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v", what, waitLimit)
+			tb.Fatalf("%s: not after %v", what, waitLimit)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -33,7 +33,7 @@ func probe(network string, addr netip.Addr, port uint16) (bool, error) {
 		return false, fmt.Errorf("probe: socket: %w", err)
 	}
 	syscall.CloseOnExec(fd)
-	defer syscall.Close(fd)
+	defer func() { _ = syscall.Close(fd) }()
 	if typ == syscall.SOCK_STREAM {
 		// A port whose last connection lingers in TIME_WAIT is usable by a
 		// Go listener, which sets SO_REUSEADDR: it must probe free.

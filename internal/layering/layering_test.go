@@ -1,9 +1,9 @@
 // Package layering_test fails when an import arrow points the wrong way:
-// cmd and examples -> portalloc/fleet -> portalloc's concept packages
-// (portset, pool, lease, statedir, expvarmetrics, listenfd, porttest) ->
-// portalloc, the core -> statestore, pgstore, mru -> store -> internal,
-// and when a package that must not link a PostgreSQL client (portalloc,
-// porttest, statestore, ...) does.
+// cmd and examples -> portalloc/fleet -> portalloc's layers (portset,
+// pool, expvarmetrics, listenfd, who) -> portalloc, the dispatcher ->
+// statestore, pgstore -> store -> internal, with portlock (a module of its
+// own) usable from every layer; and when a package that must not link a
+// PostgreSQL client (portalloc, statestore, ...) does.
 package layering_test
 
 import (
@@ -22,22 +22,25 @@ import (
 
 const module = "github.com/berth-go/berth/"
 
+// flow says which way imports flow, for messages.
+const flow = "imports flow cmd, examples -> portalloc/fleet -> portalloc's layers -> portalloc -> statestore, pgstore -> store -> internal"
+
 // layer returns the rank of a package directory relative to the module
 // root: a package may import only packages of a lower rank.
 func layer(dir string) int {
 	switch {
-	case strings.HasPrefix(dir, "internal/"):
-		return 0
+	case dir != "internal/mru" && strings.HasPrefix(dir, "internal/"), dir == "portlock", strings.HasPrefix(dir, "portlock/"):
+		return 0 // leaves; portlock is a module of its own that requires nothing
 	case dir == "store" || strings.HasPrefix(dir, "store/"):
 		return 1 // the boundary every store implements, and its conformance suite
-	case dir == "statestore" || dir == "pgstore" || dir == "mru":
-		return 2
+	case dir == "statestore" || dir == "pgstore" || dir == "internal/mru":
+		return 2 // the stores, and the fallback backend beside them
 	case dir == fleetPackage:
 		return 5 // opens a fleet's store (pgstore) and hands it to portalloc
 	case dir == "portalloc" || strings.HasPrefix(dir, "portalloc/internal/"):
-		return 3 // the core, and the seam its concept packages reach it by
+		return 3 // the dispatcher, and what only it and its tests use
 	case strings.HasPrefix(dir, "portalloc/"):
-		return 4 // a concept package, built on the core
+		return 4 // a layer, built on the dispatcher's exported API
 	default: // cmd, examples
 		return 6
 	}
@@ -53,10 +56,10 @@ const fleetPackage = "portalloc/fleet"
 var drivers = map[string]bool{"pgstore": true}
 
 // sameFamily reports whether a and b are a package and one of its
-// subpackages (portalloc/porttest builds on portalloc, store/storetest on
+// subpackages (portalloc's layers build on portalloc, store/storetest on
 // store).
 func sameFamily(a, b string) bool {
-	for _, top := range []string{"portalloc", "store"} {
+	for _, top := range []string{"portalloc", "store", "portlock"} {
 		if (a == top || strings.HasPrefix(a, top+"/")) && (b == top || strings.HasPrefix(b, top+"/")) {
 			return true
 		}
@@ -118,11 +121,11 @@ func TestImportDirection(t *testing.T) {
 			} else if drivers[dep] && layer(rel) == layer("portalloc") && !test {
 				t.Errorf("%s imports %s: portalloc and its packages reach a fleet's store only through package store's interfaces; %s opens it", rel, p, fleetPackage)
 			} else if layer(dep) > layer(rel) && !test {
-				t.Errorf("%s imports %s: imports flow cmd, examples -> portalloc/fleet -> portalloc's concept packages -> portalloc -> statestore, pgstore, mru -> store -> internal; the core reaches no concept package", rel, p)
+				t.Errorf("%s imports %s: %s; the dispatcher reaches no layer", rel, p, flow)
 			} else if layer(dep) > layer(rel) && !sameFamily(dep, rel) {
-				t.Errorf("%s imports %s: imports flow cmd, examples -> portalloc/fleet -> portalloc's concept packages -> portalloc -> statestore, pgstore, mru -> store -> internal", rel, p)
+				t.Errorf("%s imports %s: %s", rel, p, flow)
 			} else if layer(dep) == layer(rel) && !strings.HasPrefix(dep, rel+"/") && !sameFamily(dep, rel) {
-				t.Errorf("%s imports %s: imports flow cmd, examples -> portalloc/fleet -> portalloc's concept packages -> portalloc -> statestore, pgstore, mru -> store -> internal", rel, p)
+				t.Errorf("%s imports %s: %s", rel, p, flow)
 			}
 		}
 		return nil
@@ -163,7 +166,7 @@ func TestTestprocImportsStandardLibrary(t *testing.T) {
 // noPostgres are the packages that must not link a PostgreSQL client:
 // every program that gives tests their ports, or keeps one host's
 // reservations, imports them.
-var noPostgres = []string{"portalloc", "portalloc/lease", "portalloc/pool", "portalloc/portset", "portalloc/statedir", "portalloc/porttest", "portalloc/listenfd", "portalloc/who", "portalloc/expvarmetrics", "portalloc/scope", "portalloc/exclude", "portalloc/live", "statestore", "store", "store/storetest", "mru"}
+var noPostgres = []string{"portalloc", "portalloc/pool", "portalloc/portset", "portalloc/listenfd", "portalloc/who", "portalloc/expvarmetrics", "statestore", "store", "store/storetest", "internal/mru"}
 
 // postgresModules are the import path prefixes of a PostgreSQL client and
 // of what it brings.
@@ -174,7 +177,7 @@ var postgresModules = []string{
 	"github.com/lib/pq",
 }
 
-// TestNoPostgresClientBelowFleet: go list -deps of portalloc, porttest,
+// TestNoPostgresClientBelowFleet: go list -deps of portalloc,
 // statestore and the other packages of one host names no package of a
 // PostgreSQL client: only programs that import pgstore or portalloc/fleet
 // build and link pgx. TestFleetLinksPostgres checks that the test can
@@ -232,15 +235,15 @@ func postgresDeps(tb testing.TB, pkg string) []string {
 }
 
 // TestLayer: the ranks TestImportDirection checks arrows against put the
-// core below its concept packages, and those below the package that opens
+// dispatcher below its layers, and those below the package that opens
 // a fleet's store and the programs.
 func TestLayer(t *testing.T) {
 	order := [][]string{
-		{"internal/probe"},
+		{"internal/probe", "portlock", "portlock/porttest"},
 		{"store", "store/storetest"},
-		{"statestore", "pgstore", "mru"},
-		{"portalloc", "portalloc/internal/seam", "portalloc/internal/names"},
-		{"portalloc/pool", "portalloc/portset", "portalloc/lease", "portalloc/statedir", "portalloc/expvarmetrics", "portalloc/listenfd", "portalloc/porttest"},
+		{"statestore", "pgstore", "internal/mru"},
+		{"portalloc", "portalloc/internal/names"},
+		{"portalloc/pool", "portalloc/portset", "portalloc/expvarmetrics", "portalloc/listenfd", "portalloc/who"},
 		{fleetPackage},
 		{"cmd/berth", "examples/fleet"},
 	}

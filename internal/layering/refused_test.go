@@ -12,7 +12,7 @@ import (
 
 // refusedDirs are the packages whose refused input is one *FieldError
 // (store.FieldError), never a message that wraps the sentinel.
-var refusedDirs = []string{"store", "statestore", "pgstore", "mru", "internal/portrange", "portalloc"}
+var refusedDirs = []string{"store", "statestore", "pgstore", "internal/mru", "internal/portrange", "portalloc"}
 
 // TestRefusedInputIsOneShape fails when the code of a package above
 // refuses input with fmt.Errorf("%w: ...", ErrInvalidRequest) (or
@@ -32,7 +32,7 @@ func TestRefusedInputIsOneShape(t *testing.T) {
 	fset := token.NewFileSet()
 	// opErrorAt lists, by package directory, where an OpError is built.
 	opErrorAt := map[string][]string{}
-	seamed := seamedPackages(t, root)
+	layers := layerPackages(t, root)
 	for _, dir := range refusedDirs {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -51,11 +51,10 @@ func TestRefusedInputIsOneShape(t *testing.T) {
 				return err
 			}
 			// portalloc's prefix is put on by an OpError at the public
-			// call, and by no code under it; the packages over an
-			// Allocator (those that reach it through its seam) put on
-			// none of their own.
+			// call, and by no code under it; the layers over an
+			// Allocator put on none of their own.
 			pkgDir := filepath.ToSlash(filepath.Dir(rel))
-			overAllocator := pkgDir == "portalloc" || seamed[pkgDir]
+			overAllocator := pkgDir == "portalloc" || layers[pkgDir]
 			ownPrefix := f.Name.Name + ": "
 			ast.Inspect(f, func(n ast.Node) bool {
 				if lit, ok := n.(*ast.BasicLit); ok && overAllocator && rel != "portalloc/errors.go" && lit.Kind == token.STRING {
@@ -95,10 +94,10 @@ func TestRefusedInputIsOneShape(t *testing.T) {
 	}
 }
 
-// seamedPackages returns the directories (relative to root, slashed) of
-// portalloc's packages whose code imports portalloc/internal/seam: the
-// packages over an Allocator.
-func seamedPackages(t *testing.T, root string) map[string]bool {
+// layerPackages returns the directories (relative to root, slashed) of
+// portalloc's layers: the packages under portalloc/ whose code imports
+// portalloc.
+func layerPackages(t *testing.T, root string) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	fset := token.NewFileSet()
@@ -111,7 +110,7 @@ func seamedPackages(t *testing.T, root string) map[string]bool {
 			return err
 		}
 		for _, imp := range f.Imports {
-			if strings.Trim(imp.Path.Value, `"`) == "github.com/berth-go/berth/portalloc/internal/seam" {
+			if strings.Trim(imp.Path.Value, `"`) == "github.com/berth-go/berth/portalloc" {
 				rel, _ := filepath.Rel(root, filepath.Dir(path))
 				out[filepath.ToSlash(rel)] = true
 			}

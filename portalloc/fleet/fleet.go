@@ -72,7 +72,7 @@ func Open(ctx context.Context, cfg portalloc.Config) (*pgstore.Store, error) {
 	}
 	s, err := open(ctx, cfg)
 	if err != nil {
-		return nil, &portalloc.OpError{Err: err}
+		return nil, opError(err)
 	}
 	return s, nil
 }
@@ -109,7 +109,7 @@ func SetRequests(spec portset.SetSpec, band store.Range, holder string, ttl time
 		for pi, p := range g.Ports {
 			field := fmt.Sprintf("groups[%d].ports[%d]", gi, pi)
 			refuse := func(at, value, want string) error {
-				return &portalloc.OpError{Err: &store.FieldError{Field: "SetSpec", Value: value, At: field + at, Want: want}}
+				return opError(&store.FieldError{Field: "SetSpec", Value: value, At: field + at, Want: want})
 			}
 			switch {
 			case len(p.Prefer) > 0:
@@ -144,3 +144,7 @@ func SetRequests(spec portset.SetSpec, band store.Range, holder string, ttl time
 	}
 	return reqs, nil
 }
+
+// opError puts portalloc's prefix on an error of this package's public
+// calls, once.
+func opError(err error) error { return &portalloc.OpError{Err: err} }

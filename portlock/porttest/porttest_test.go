@@ -21,17 +21,17 @@ import (
 	"github.com/berth-go/berth/portlock/porttest"
 )
 
-// lockedElsewhere reports whether another holder than this test's cleanup
+// locked reports whether another holder than this test's cleanup
 // would find tcp addr:p locked.
-func locked(t testing.TB, network, addr string, p int) bool {
-	t.Helper()
+func locked(tb testing.TB, network, addr string, p int) bool {
+	tb.Helper()
 	l, err := portlock.Acquire(network, netip.MustParseAddr(addr), uint16(p))
 	if err == nil {
 		_ = l.Close()
 		return false
 	}
 	if !errors.Is(err, portlock.ErrHeld) {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return true
 }
@@ -157,8 +157,9 @@ func (f *fakeTB) Fatalf(format string, args ...any) {
 	panic(f)
 }
 
-// run runs fn with a fakeTB and returns what it failed with.
-func run(t *testing.T, fn func(tb testing.TB)) string {
+// run runs fn, the body of a test, with a fakeTB and returns what it
+// failed with.
+func run(t *testing.T, fn func(tb testing.TB)) string { //nolint:thelper // it runs a test body; failures point at the body's lines
 	f := &fakeTB{TB: t}
 	func() {
 		defer func() {
@@ -178,7 +179,9 @@ func TestRangeFromEnv(t *testing.T) {
 	base := 40000 + os.Getpid()%5000
 	t.Setenv(porttest.EnvPortRange, fmt.Sprintf("%d-%d", base, base+1))
 	var got []int
-	msg := run(t, func(tb testing.TB) { got = porttest.Ports(tb, 2) })
+	msg := run(t, func(tb testing.TB) { //nolint:thelper // a test body, not a helper
+		got = porttest.Ports(tb, 2)
+	})
 	if msg != "" {
 		// Another test binary may hold these; that is no failure of this one.
 		t.Skipf("two ports of %d-%d: %s", base, base+1, msg)
@@ -189,7 +192,8 @@ func TestRangeFromEnv(t *testing.T) {
 		}
 	}
 	// A third of a range of two cannot be had; the test says why.
-	msg = run(t, func(tb testing.TB) {
+	msg = run(t, func(tb testing.TB) { //nolint:thelper // a test body, not a helper
+
 		porttest.Ports(tb, 2)
 		porttest.Port(tb)
 	})
@@ -200,14 +204,20 @@ func TestRangeFromEnv(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	t.Setenv(porttest.EnvPortRange, "70000-1")
-	if msg := run(t, func(tb testing.TB) { porttest.Port(tb) }); !strings.Contains(msg, porttest.EnvPortRange) || !strings.Contains(msg, "70000-1") {
+	if msg := run(t, func(tb testing.TB) { //nolint:thelper // a test body, not a helper
+		porttest.Port(tb)
+	}); !strings.Contains(msg, porttest.EnvPortRange) || !strings.Contains(msg, "70000-1") {
 		t.Errorf("bad range: %q; want the variable and its value named", msg)
 	}
 	t.Setenv(porttest.EnvPortRange, "")
-	if msg := run(t, func(tb testing.TB) { porttest.Port(tb, porttest.On("localhost")) }); !strings.Contains(msg, `On("localhost")`) {
+	if msg := run(t, func(tb testing.TB) { //nolint:thelper // a test body, not a helper
+		porttest.Port(tb, porttest.On("localhost"))
+	}); !strings.Contains(msg, `On("localhost")`) {
 		t.Errorf("bad address: %q; want On(\"localhost\") named", msg)
 	}
-	if msg := run(t, func(tb testing.TB) { porttest.Ports(tb, -1) }); !strings.Contains(msg, "Ports(-1)") {
+	if msg := run(t, func(tb testing.TB) { //nolint:thelper // a test body, not a helper
+		porttest.Ports(tb, -1)
+	}); !strings.Contains(msg, "Ports(-1)") {
 		t.Errorf("negative count: %q", msg)
 	}
 }
