@@ -281,7 +281,14 @@ func (h *handle) noLease() error {
 // process had, whose lock it then takes without a probe.
 func (h *handle) settle(ctx context.Context, a *Allocator, own store.Owner, ttl time.Duration, rows []store.Reservation, locks []*portlock.Lock, scanned bool) ([]store.Reservation, error) {
 	if own.Holder != "" {
-		h.keepFor(portlock.HolderKeeper(own.Holder), ttl, locks)
+		if err := h.keepFor(portlock.HolderKeeper(own.Holder), ttl, locks); err != nil {
+			// No keeper holds the locks: the grant is undone rather than
+			// left to a row that a lost store would take with it.
+			for _, r := range rows {
+				_ = h.do(context.WithoutCancel(ctx), func(s store.Store) error { return s.Release(ctx, r.Key, own) })
+			}
+			return nil, err
+		}
 		return rows, nil
 	}
 	if a.closed.Load() {
@@ -321,11 +328,12 @@ func (h *handle) settleMRU(_ context.Context, a *Allocator, row store.Reservatio
 	return row, nil
 }
 
-// keepFor hands locks to k and lets go of this process's copies. A keeper
-// that cannot be had (none on this system, none could start) leaves the
-// reservation to its row, which every berth process of the store honours:
-// that is logged.
-func (h *handle) keepFor(k portlock.Keeper, ttl time.Duration, locks []*portlock.Lock) {
+// keepFor hands copies of locks to k and then lets go of this process's.
+// Where no keeper can run (ErrNoKeeper: systems other than Linux) the
+// reservation is kept by its row alone, as documented, and that is logged
+// at V(1). A keeper that should run and cannot take them (out of
+// descriptors, say) is an error, and the locks stay this process's.
+func (h *handle) keepFor(k portlock.Keeper, ttl time.Duration, locks []*portlock.Lock) error {
 	var live []*portlock.Lock
 	for _, lk := range locks {
 		if lk != nil {
@@ -333,18 +341,31 @@ func (h *handle) keepFor(k portlock.Keeper, ttl time.Duration, locks []*portlock
 		}
 	}
 	if len(live) == 0 {
-		return
+		return nil
 	}
 	if err := k.Hold(ttl, live...); err != nil {
-		lvl := h.log.V(1)
 		if !errors.Is(err, portlock.ErrNoKeeper) {
-			lvl = h.warn
+			for _, lk := range live {
+				_ = lk.Close()
+			}
+			return fmt.Errorf("%w: %s could not take the reservation's lock: %w", keeperErr(err), k, err)
 		}
-		lvl.Info("the locks of a reservation could not be handed to its keeper: the reservation is kept by its row in the store alone", "keeper", k.String(), "error", err.Error())
+		h.log.V(1).Info("no keeper on this system: the reservation is kept by its row in the store alone", "keeper", k.String())
 	}
 	for _, lk := range live {
 		_ = lk.Close()
 	}
+	return nil
+}
+
+// keeperErr is the sentinel of a keeper that could not take locks: a
+// passing shortage (descriptors, processes) is store.ErrTransient, to be
+// tried again; anything else store.ErrUnavailable.
+func keeperErr(err error) error {
+	if transient(err) {
+		return store.ErrTransient
+	}
+	return store.ErrUnavailable
 }
 
 // conflict completes a store's *store.ConflictError whose holder the store

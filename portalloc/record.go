@@ -155,35 +155,39 @@ func (h *handle) transfer(ctx context.Context, a *Allocator, key store.Key, pid 
 	if err != nil {
 		return err
 	}
+	// The lock first: the process inherited a copy (Files), or its keeper
+	// takes one; only then is the row given to it. This process's copy
+	// goes once both are done.
+	var k portlock.Keeper
+	kept := false
+	if e.lock != nil && !e.lock.HeldBy(pid) {
+		if k, err = portlock.ProcessKeeper(pid); err != nil {
+			return fmt.Errorf("%w: pid %d has exited: %w", store.ErrNotFound, pid, err)
+		}
+		switch err := k.Hold(0, e.lock); {
+		case err == nil:
+			kept = true
+		case errors.Is(err, portlock.ErrNoKeeper):
+			h.log.V(1).Info("no keeper on this system: the reservation is kept by its row in the store alone", "keeper", k.String())
+		default:
+			return fmt.Errorf("%w: %s could not take the reservation's lock: %w", keeperErr(err), k, err)
+		}
+	}
 	if !e.mru {
 		if err := h.do(ctx, func(s store.Store) error { return s.Transfer(ctx, key, store.Owner{}, to) }); err != nil {
+			if kept {
+				_, _ = k.Drop(string(key.Protocol), key.Addr, key.Port)
+			}
 			return err
 		}
 	}
 	h.mu.Lock()
 	delete(h.held, key)
 	h.mu.Unlock()
-	h.passLock(e.lock, pid)
+	if e.lock != nil {
+		_ = e.lock.Close()
+	}
 	return nil
-}
-
-// passLock gives lk to process pid: a copy it inherited (Allocator.Files)
-// keeps it, otherwise the keeper of pid. This process's copy goes.
-func (h *handle) passLock(lk *portlock.Lock, pid int) {
-	if lk == nil {
-		return
-	}
-	if lk.HeldBy(pid) {
-		_ = lk.Close()
-		return
-	}
-	k, err := portlock.ProcessKeeper(pid)
-	if err != nil {
-		_ = lk.Close()
-		h.log.V(1).Info("the process a reservation was handed to has exited already; its row is reaped", "pid", pid, "error", err.Error())
-		return
-	}
-	h.keepFor(k, 0, []*portlock.Lock{lk})
 }
 
 // dropAll drops every hold of a, Close's last step: the rows nothing else

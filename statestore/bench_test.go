@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/internal/netaddr"
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // BenchmarkReserveRelease is one reserve and one release of the same key on
@@ -21,21 +21,21 @@ func BenchmarkReserveRelease(b *testing.B) {
 // already in the table: the cost must stay flat.
 func BenchmarkReserveRelease10k(b *testing.B) {
 	s, path := open(b)
-	me, _ := statestore.Self()
-	fill(b, path, 10000, func(int) statestore.Owner { return me })
+	me, _ := store.Self()
+	fill(b, path, 10000, func(int) store.Owner { return me })
 	benchRoundTrip(b, s)
 }
 
-func benchRoundTrip(b *testing.B, s *statestore.Store) {
+func benchRoundTrip(b *testing.B, s store.Store) {
 	b.Helper()
 	ctx := context.Background()
 	key := tcp(lo4, 40000) // above the rows fill writes
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+		if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Release(ctx, key, statestore.Owner{}); err != nil {
+		if err := s.Release(ctx, key, store.Owner{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -47,7 +47,7 @@ func BenchmarkReap10k(b *testing.B) {
 	s, path := open(b)
 	for b.Loop() {
 		b.StopTimer()
-		fill(b, path, 10000, func(i int) statestore.Owner { return deadOwner(b, time.Duration(i/10)*time.Second) })
+		fill(b, path, 10000, func(i int) store.Owner { return deadOwner(b, time.Duration(i/10)*time.Second) })
 		b.StartTimer()
 		n, err := s.Reap(ctx)
 		if err != nil || n != 10000 {
@@ -58,16 +58,16 @@ func BenchmarkReap10k(b *testing.B) {
 
 // fill inserts n rows on tcp 127.0.0.1 ports 20000.. straight into the
 // table, owned by owner(i).
-func fill(b *testing.B, path string, n int, owner func(i int) statestore.Owner) {
+func fill(b *testing.B, path string, n int, owner func(i int) store.Owner) {
 	b.Helper()
-	fillRows(b, path, n, func(i int) (statestore.Key, statestore.Owner) {
-		return statestore.Key{Protocol: statestore.TCP, Addr: lo4, Port: uint16(20000 + i)}, owner(i)
+	fillRows(b, path, n, func(i int) (store.Key, store.Owner) {
+		return store.Key{Protocol: store.TCP, Addr: lo4, Port: uint16(20000 + i)}, owner(i)
 	})
 }
 
 // fillRows inserts n rows straight into the table in one transaction, the
 // i-th with the key and owner row(i) gives.
-func fillRows(b *testing.B, path string, n int, row func(i int) (statestore.Key, statestore.Owner)) {
+func fillRows(b *testing.B, path string, n int, row func(i int) (store.Key, store.Owner)) {
 	b.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 	if err != nil {
@@ -87,7 +87,7 @@ func fillRows(b *testing.B, path string, n int, row func(i int) (statestore.Key,
 	for i := range n {
 		k, o := row(i)
 		addr, _ := netaddr.Pack(k.Addr)
-		if _, err := stmt.Exec(string(k.Protocol), int(k.Port), addr, o.PID, o.Start, o.Scope); err != nil {
+		if _, err := stmt.Exec(string(k.Protocol), int(k.Port), addr, o.PID, o.Start, o.Namespace); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 	"github.com/berth-go/berth/store/storetest"
 )
 
@@ -21,17 +21,22 @@ func TestScanBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = idle.Process.Kill(); _ = idle.Wait() }()
-	other, err := statestore.LookupOwner(ctx, idle.Process.Pid)
+	other, err := store.LookupOwner(ctx, idle.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 40011), Owner: other}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 40011), Owner: other}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 40031), Owner: deadOwner(t, 0)}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 40031), Owner: deadOwner(t, 0)}); err != nil {
 		t.Fatal(err)
 	}
-	bound := func(k statestore.Key) (bool, error) { return k.Port != 40041, nil } // as if bound outside berth
+	probe := func(k store.Key) error { // 40041 as if bound outside berth
+		if k.Port == 40041 {
+			return bound(k)
+		}
+		return nil
+	}
 
 	for _, tc := range []struct {
 		next []uint16
@@ -42,7 +47,7 @@ func TestScanBlock(t *testing.T) {
 		{[]uint16{40030}, 40030},        // 40031's owner is dead: reaped
 		{[]uint16{40040, 40050}, 40050}, // 40041 fails the probe
 	} {
-		rs, err := s.ScanBlock(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Label: "block", Next: storetest.Candidates(tc.next...), Probe: bound}, 3)
+		rs, err := s.ScanBlock(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo4, Label: "block", Next: storetest.Candidates(tc.next...), Probe: probe}, 3)
 		if err != nil {
 			t.Fatalf("ScanBlock(%v): %v", tc.next, err)
 		}
@@ -62,15 +67,15 @@ func TestScanBlock(t *testing.T) {
 	before := len(list(t, s))
 	// Every candidate's block has a taken port, or passes 65535: nothing
 	// of any of them is reserved.
-	_, err = s.ScanBlock(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: storetest.Candidates(40009, 40039, 65534), Probe: bound}, 3)
-	if !errors.Is(err, statestore.ErrExhausted) {
+	_, err = s.ScanBlock(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo4, Next: storetest.Candidates(40009, 40039, 65534), Probe: probe}, 3)
+	if !errors.Is(err, store.ErrExhausted) {
 		t.Errorf("ScanBlock with no free block = %v; want ErrExhausted", err)
 	}
 	if after := len(list(t, s)); after != before {
 		t.Errorf("%d rows after a failed block scan; want %d", after, before)
 	}
-	var fe *statestore.FieldError
-	if _, err := s.ScanBlock(ctx, statestore.ScanRequest{Next: storetest.Candidates(40100)}, 0); !errors.As(err, &fe) {
+	var fe *store.FieldError
+	if _, err := s.ScanBlock(ctx, store.ScanRequest{Next: storetest.Candidates(40100)}, 0); !errors.As(err, &fe) {
 		t.Errorf("ScanBlock of 0 ports = %v; want a FieldError", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 func init() {
@@ -32,11 +33,11 @@ func init() {
 				return nil
 			default:
 			}
-			key := statestore.Key{Protocol: statestore.TCP, Addr: addr, Port: uint16(50000 + i%1000)}
-			if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+			key := store.Key{Protocol: store.TCP, Addr: addr, Port: uint16(50000 + i%1000)}
+			if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
 				return err
 			}
-			if err := s.Release(ctx, key, statestore.Owner{}); err != nil {
+			if err := s.Release(ctx, key, store.Owner{}); err != nil {
 				return err
 			}
 		}
@@ -51,7 +52,7 @@ func init() {
 func BenchmarkBusyStore(b *testing.B) {
 	for _, rows := range []int{0, 1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
-			busyScan(b, func(path string, idle statestore.Owner) { fillUDP(b, path, rows, idle) })
+			busyScan(b, func(path string, idle store.Owner) { fillUDP(b, path, rows, idle) })
 		})
 	}
 }
@@ -61,16 +62,16 @@ func BenchmarkBusyStore(b *testing.B) {
 // view that another writer keeps making stale, where every held candidate
 // a scan visits is read again by its key.
 func BenchmarkBusyStoreFull(b *testing.B) {
-	busyScan(b, func(path string, idle statestore.Owner) {
+	busyScan(b, func(path string, idle store.Owner) {
 		// Every port of 20000-21999 but each tenth, on the scan's address.
-		fillRows(b, path, 1800, func(i int) (statestore.Key, statestore.Owner) { return tcp(lo4, uint16(20000+i/9*10+i%9+1)), idle })
+		fillRows(b, path, 1800, func(i int) (store.Key, store.Owner) { return tcp(lo4, uint16(20000+i/9*10+i%9+1)), idle })
 	})
 }
 
 // busyScan times Scan+Release of a tcp port of 20000-21999 on a store
 // that fill has filled with rows of an idle live process, while a churn
 // worker commits one reservation after another.
-func busyScan(b *testing.B, fill func(path string, idle statestore.Owner)) {
+func busyScan(b *testing.B, fill func(path string, idle store.Owner)) {
 	b.Helper()
 	ctx := context.Background()
 	s, path := open(b)
@@ -79,7 +80,7 @@ func busyScan(b *testing.B, fill func(path string, idle statestore.Owner)) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = idle.Process.Kill(); _ = idle.Wait() })
-	o, err := statestore.LookupOwner(ctx, idle.Process.Pid)
+	o, err := store.LookupOwner(ctx, idle.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -90,20 +91,20 @@ func busyScan(b *testing.B, fill func(path string, idle statestore.Owner)) {
 	next := func() (uint16, bool) { port = (port + 1 + rand.IntN(7)) % 2000; return uint16(20000 + port), true }
 	b.ResetTimer()
 	for b.Loop() {
-		r, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: next})
+		r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo4, Next: next})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Release(ctx, r.Key, statestore.Owner{}); err != nil {
+		if err := s.Release(ctx, r.Key, store.Owner{}); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
 // fillUDP inserts n rows on udp ports of 127.0.0.2 and 127.0.0.3 owned by o.
-func fillUDP(b *testing.B, path string, n int, o statestore.Owner) {
+func fillUDP(b *testing.B, path string, n int, o store.Owner) {
 	b.Helper()
-	fillRows(b, path, n, func(i int) (statestore.Key, statestore.Owner) {
-		return statestore.Key{Protocol: statestore.UDP, Addr: netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i/65535)}), Port: uint16(1 + i%65535)}, o
+	fillRows(b, path, n, func(i int) (store.Key, store.Owner) {
+		return store.Key{Protocol: store.UDP, Addr: netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i/65535)}), Port: uint16(1 + i%65535)}, o
 	})
 }

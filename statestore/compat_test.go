@@ -18,6 +18,7 @@ import (
 	"github.com/berth-go/berth/internal/probe"
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // A "build" of berth in these tests is the test binary with or without a
@@ -66,17 +67,15 @@ func init() {
 			count, _ := strconv.Atoi(n)
 			for range count {
 				port := uint16(lo)
-				r, err := s.Scan(ctx, statestore.ScanRequest{
-					Protocol: statestore.TCP,
+				r, err := s.Scan(ctx, store.ScanRequest{
+					Protocol: store.TCP,
 					Addr:     loopback,
 					Next: func() (uint16, bool) {
 						p := port
 						port++
 						return p, int(p) <= hi
 					},
-					Probe: func(k statestore.Key) (bool, error) {
-						return probe.Available(string(k.Protocol), k.Addr, k.Port)
-					},
+					Probe: bindProbe,
 				})
 				if err != nil {
 					_ = out.Encode(event{Event: "error", Error: err.Error()})
@@ -92,16 +91,34 @@ func init() {
 			}
 			_ = out.Encode(event{Event: "done"})
 		}
-		n, err := s.ReleaseOwner(ctx, statestore.Owner{})
+		mine, err := s.List(ctx, store.Filter{OwnerPID: os.Getpid()})
 		if err != nil {
 			return err
 		}
-		_ = out.Encode(event{Event: "released", Port: uint16(n)})
+		for _, r := range mine {
+			if err := s.Release(ctx, r.Key, store.Owner{}); err != nil {
+				return err
+			}
+		}
+		_ = out.Encode(event{Event: "released", Port: uint16(len(mine))})
 		return s.Close()
 	}
 }
 
 var loopback = netip.MustParseAddr("127.0.0.1")
+
+// bindProbe refuses a port that cannot be bound on its address right now,
+// as portalloc's probe does.
+func bindProbe(k store.Key) error {
+	free, err := probe.Available(string(k.Protocol), k.Addr, k.Port)
+	if err != nil {
+		return err
+	}
+	if !free {
+		return bound(k)
+	}
+	return nil
+}
 
 // TestWriteVersionsDeclared: every migration of this berth from the first
 // that declares write versions on declares one by the rule, and the last
@@ -242,7 +259,7 @@ func TestBreakingSchemaRefused(t *testing.T) {
 		t.Fatalf("store after the breaking build opened it: schema %d write %d; want %d and %d", v, w, statestore.SchemaVersion+1, statestore.WriteVersion+1)
 	}
 	_, err := statestore.Open(context.Background(), path, statestore.Options{SweepInterval: -1})
-	if !errors.Is(err, statestore.ErrSchemaTooNew) {
+	if !errors.Is(err, store.ErrSchemaTooNew) {
 		t.Errorf("Open of a store of write version %d = %v; want ErrSchemaTooNew", statestore.WriteVersion+1, err)
 	}
 	if n := newer.finish(t); n != 1 {
@@ -273,7 +290,7 @@ func TestNewerSchemaInProcess(t *testing.T) {
 		t.Fatalf("Open of a newer schema of a known write version = %v", err)
 	}
 	defer s.Close()
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(loopback, 26390), Label: "new"}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(loopback, 26390), Label: "new"}); err != nil {
 		t.Fatalf("Reserve on a newer schema = %v", err)
 	}
 	var note string

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 func init() {
@@ -52,8 +53,8 @@ func init() {
 		label := strings.Repeat("w", 200) // fills pages, so checkpoints have work
 		for i := 0; ; i++ {
 			port := uint16(1 + (lo+i)%65535)
-			key := statestore.Key{Protocol: statestore.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: port}
-			if _, err := s.Reserve(ctx, statestore.Request{Key: key, Label: label}); err != nil {
+			key := store.Key{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: port}
+			if _, err := s.Reserve(ctx, store.Request{Key: key, Label: label}); err != nil {
 				return err
 			}
 			_ = out.Encode(event{Event: "grant", Port: port})
@@ -86,7 +87,7 @@ func TestKillDuringFirstOpen(t *testing.T) {
 			t.Fatalf("try %d: Open after a kill during the first Open: %v", i, err)
 		}
 		key := tcp(lo4, uint16(30000+i))
-		if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+		if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
 			t.Fatalf("try %d: Reserve after recovery: %v", i, err)
 		}
 		if err := s.Close(); err != nil {
@@ -124,7 +125,7 @@ func TestKillDuringCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatalf("try %d: Open after a kill during checkpoints: %v", i, err)
 		}
-		rows, err := s.List(ctx, statestore.Filter{})
+		rows, err := s.List(ctx, store.Filter{})
 		if err != nil {
 			t.Fatalf("try %d: List: %v", i, err)
 		}
@@ -178,7 +179,7 @@ func TestDiskFullOnFirstOpen(t *testing.T) {
 			_ = s.Close()
 		} else {
 			failed++
-			if errors.Is(err, statestore.ErrDamaged) {
+			if errors.Is(err, store.ErrDamaged) {
 				t.Fatalf("%d KiB free: Open = %v; a full disk is not damage", free, err)
 			}
 		}
@@ -189,7 +190,7 @@ func TestDiskFullOnFirstOpen(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d KiB free, then freed: Open = %v; want the store", free, err)
 		}
-		if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 30000)}); err != nil {
+		if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 30000)}); err != nil {
 			t.Fatalf("%d KiB free, then freed: Reserve = %v", free, err)
 		}
 		if err := s.Close(); err != nil {
@@ -238,7 +239,7 @@ func TestDirtyMigrationResolved(t *testing.T) {
 	for _, committed := range []bool{true, false} {
 		path := filepath.Join(t.TempDir(), "berth.db")
 		s := openAt(t, path)
-		if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 30200), Label: "kept"}); err != nil {
+		if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 30200), Label: "kept"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Close(); err != nil {
@@ -273,7 +274,7 @@ func TestDirtyMigrationResolved(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Open of a store left dirty (body committed: %v) = %v; want it resolved", committed, err)
 		}
-		rs, err := s.List(ctx, statestore.Filter{})
+		rs, err := s.List(ctx, store.Filter{})
 		if err != nil || len(rs) != 1 || rs[0].Label != "kept" {
 			t.Errorf("rows after resolving (body committed: %v) = %v, %v; want the one kept", committed, rs, err)
 		}

@@ -10,14 +10,16 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/berth-go/berth/store"
 )
 
 // TestStorageErrClassifies makes each kind of error for real (SQLite's
 // own, on real files, and errors of the file system) and checks what
 // storageErr (and classify, for the file as a whole) makes of it: a
-// passing shortage wraps ErrTransient and never ErrStorage, a lock wraps
-// ErrBusy, and a real failure, a file that cannot be opened because it is
-// missing or a directory, wraps ErrStorage, a reason to fall back.
+// passing shortage wraps store.ErrTransient and never store.ErrStorage, a lock wraps
+// store.ErrBusy, and a real failure, a file that cannot be opened because it is
+// missing or a directory, wraps store.ErrStorage, a reason to fall back.
 func TestStorageErrClassifies(t *testing.T) {
 	dir := t.TempDir()
 	open := func(t *testing.T, name, params string) *sql.DB {
@@ -45,7 +47,7 @@ func TestStorageErrClassifies(t *testing.T) {
 			}
 			_, err := db.Exec("INSERT INTO t VALUES (randomblob(100000))")
 			return err
-		}, ErrTransient, ErrStorage, "no space left"},
+		}, store.ErrTransient, store.ErrStorage, "no space left"},
 		{"SQLITE_BUSY", func(t *testing.T) error {
 			t.Helper()
 			a := open(t, "busy.db", "?_pragma=journal_mode(WAL)")
@@ -63,12 +65,12 @@ func TestStorageErrClassifies(t *testing.T) {
 			b := open(t, "busy.db", "?_pragma=busy_timeout(0)")
 			_, err = b.Exec("INSERT INTO t VALUES (2)")
 			return err
-		}, ErrBusy, ErrStorage, "locked by another process"},
+		}, store.ErrBusy, store.ErrStorage, "locked by another process"},
 		{"SQLITE_CANTOPEN, no such directory", func(t *testing.T) error {
 			t.Helper()
 			db := open(t, "missing/x.db", "?mode=ro")
 			return db.Ping()
-		}, ErrStorage, ErrTransient, "unable to open"},
+		}, store.ErrStorage, store.ErrTransient, "unable to open"},
 		{"SQLITE_CANTOPEN, a directory", func(t *testing.T) error {
 			t.Helper()
 			if err := os.Mkdir(filepath.Join(dir, "adir.db"), 0o700); err != nil {
@@ -76,7 +78,7 @@ func TestStorageErrClassifies(t *testing.T) {
 			}
 			db := open(t, "adir.db", "")
 			return db.Ping()
-		}, ErrStorage, ErrTransient, "unable to open"},
+		}, store.ErrStorage, store.ErrTransient, "unable to open"},
 		{"SQLITE_READONLY", func(t *testing.T) error {
 			t.Helper()
 			rw := open(t, "ro.db", "")
@@ -86,23 +88,23 @@ func TestStorageErrClassifies(t *testing.T) {
 			ro := open(t, "ro.db", "?mode=ro")
 			_, err := ro.Exec("INSERT INTO t VALUES (1)")
 			return err
-		}, ErrStorage, ErrTransient, "readonly"},
+		}, store.ErrStorage, store.ErrTransient, "readonly"},
 		{"SQL error", func(t *testing.T) error {
 			t.Helper()
 			_, err := open(t, "sql.db", "").Exec("SELECT * FROM no_such_table")
 			return err
-		}, ErrStorage, ErrTransient, "no such table"},
+		}, store.ErrStorage, store.ErrTransient, "no such table"},
 		{"EMFILE", func(*testing.T) error {
 			return &os.PathError{Op: "open", Path: "x.lock", Err: syscall.EMFILE}
-		}, ErrTransient, ErrStorage, "too many open files"},
-		{"ENFILE", func(*testing.T) error { return os.NewSyscallError("socket", syscall.ENFILE) }, ErrTransient, ErrStorage, "too many open files in the system"},
-		{"ENOMEM", func(*testing.T) error { return syscall.ENOMEM }, ErrTransient, ErrStorage, "out of memory"},
-		{"ENOSPC", func(*testing.T) error { return &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC} }, ErrTransient, ErrStorage, "no space left"},
-		{"EDQUOT", func(*testing.T) error { return &os.PathError{Op: "write", Path: "x", Err: syscall.EDQUOT} }, ErrTransient, ErrStorage, "quota"},
-		{"EINTR", func(*testing.T) error { return syscall.EINTR }, ErrTransient, ErrStorage, "interrupted"},
-		{"EAGAIN", func(*testing.T) error { return syscall.EAGAIN }, ErrTransient, ErrStorage, "temporarily unavailable"},
-		{"EACCES", func(*testing.T) error { return &os.PathError{Op: "open", Path: "x", Err: syscall.EACCES} }, ErrStorage, ErrTransient, "permission denied"},
-		{"an error from nowhere", func(*testing.T) error { return errors.New("boom") }, ErrStorage, ErrTransient, "boom"},
+		}, store.ErrTransient, store.ErrStorage, "too many open files"},
+		{"ENFILE", func(*testing.T) error { return os.NewSyscallError("socket", syscall.ENFILE) }, store.ErrTransient, store.ErrStorage, "too many open files in the system"},
+		{"ENOMEM", func(*testing.T) error { return syscall.ENOMEM }, store.ErrTransient, store.ErrStorage, "out of memory"},
+		{"ENOSPC", func(*testing.T) error { return &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC} }, store.ErrTransient, store.ErrStorage, "no space left"},
+		{"EDQUOT", func(*testing.T) error { return &os.PathError{Op: "write", Path: "x", Err: syscall.EDQUOT} }, store.ErrTransient, store.ErrStorage, "quota"},
+		{"EINTR", func(*testing.T) error { return syscall.EINTR }, store.ErrTransient, store.ErrStorage, "interrupted"},
+		{"EAGAIN", func(*testing.T) error { return syscall.EAGAIN }, store.ErrTransient, store.ErrStorage, "temporarily unavailable"},
+		{"EACCES", func(*testing.T) error { return &os.PathError{Op: "open", Path: "x", Err: syscall.EACCES} }, store.ErrStorage, store.ErrTransient, "permission denied"},
+		{"an error from nowhere", func(*testing.T) error { return errors.New("boom") }, store.ErrStorage, store.ErrTransient, "boom"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cause := c.make(t)
@@ -131,7 +133,7 @@ func TestClassifyDamage(t *testing.T) {
 	defer db.Close()
 	_, cause := tableNames(t.Context(), db)
 	got := classify(path, cause)
-	if !errors.Is(got, ErrDamaged) || errors.Is(got, ErrTransient) || errors.Is(got, ErrStorage) {
-		t.Errorf("classify(%s, %v) = %v; want ErrDamaged only", path, cause, got)
+	if !errors.Is(got, store.ErrDamaged) || errors.Is(got, store.ErrTransient) || errors.Is(got, store.ErrStorage) {
+		t.Errorf("classify(%s, %v) = %v; want store.ErrDamaged only", path, cause, got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // A store is shared by every process that opens the same file; this process
@@ -24,16 +25,16 @@ func Example() {
 	}
 	defer s.Close()
 
-	key := statestore.Key{Protocol: statestore.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: 28000}
-	if _, err := s.Reserve(ctx, statestore.Request{Key: key, Label: "db"}); err != nil {
+	key := store.Key{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: 28000}
+	if _, err := s.Reserve(ctx, store.Request{Key: key, Label: "db"}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	rows, _ := s.List(ctx, statestore.Filter{})
+	rows, _ := s.List(ctx, store.Filter{})
 	for _, r := range rows {
 		fmt.Println(r.Key, r.Label, r.Kind, r.Owner.PID == os.Getpid())
 	}
-	fmt.Println(s.Release(ctx, key, statestore.Owner{}))
+	fmt.Println(s.Release(ctx, key, store.Owner{}))
 	// Output:
 	// tcp 127.0.0.1:28000 db static true
 	// <nil>
@@ -41,7 +42,7 @@ func Example() {
 
 // Scan takes the first candidate that nobody holds and that passes the
 // probe, inside one transaction.
-func ExampleStore_Scan() {
+func Example_scan() {
 	dir, _ := os.MkdirTemp("", "berth-example")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
@@ -61,8 +62,13 @@ func ExampleStore_Scan() {
 		candidates = candidates[1:]
 		return p, true
 	}
-	bound := func(k statestore.Key) (bool, error) { return k.Port != 28100, nil } // pretend 28100 is bound
-	r, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Next: next, Probe: bound})
+	probe := func(k store.Key) error { // pretend 28100 is bound
+		if k.Port == 28100 {
+			return &store.ConflictError{Key: k, Bound: true}
+		}
+		return nil
+	}
+	r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Next: next, Probe: probe})
 	fmt.Println(r.Port, r.Kind, err)
 	// Output:
 	// 28101 dynamic <nil>

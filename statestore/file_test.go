@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // TestDamagedFileRefused: Open refuses files it must not write to, says what
@@ -24,7 +25,7 @@ func TestDamagedFileRefused(t *testing.T) {
 	good := filepath.Join(t.TempDir(), "good.db")
 	s := openAt(t, good)
 	for i := range 200 {
-		if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(20000+i)), Label: strings.Repeat("x", 100)}); err != nil {
+		if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, uint16(20000+i)), Label: strings.Repeat("x", 100)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -75,7 +76,7 @@ func TestDamagedFileRefused(t *testing.T) {
 				_ = s.Close()
 				t.Fatalf("Open(%s) succeeded; want an error", tt.name)
 			}
-			if !errors.Is(err, statestore.ErrDamaged) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
+			if !errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
 				t.Errorf("Open error = %q; want ErrDamaged naming the path and saying %q", err, tt.want)
 			}
 			if tt.content != nil {
@@ -124,7 +125,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 	before, _ := os.ReadFile(path)
 	_, err = statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
 	want := fmt.Sprintf("schema version 99 of write version %d", statestore.WriteVersion+1)
-	if !errors.Is(err, statestore.ErrSchemaTooNew) || !strings.Contains(err.Error(), want) {
+	if !errors.Is(err, store.ErrSchemaTooNew) || !strings.Contains(err.Error(), want) {
 		t.Errorf("Open(newer schema) = %v; want ErrSchemaTooNew naming %q", err, want)
 	}
 	after, _ := os.ReadFile(path)
@@ -161,7 +162,7 @@ func TestOpenRestoresWAL(t *testing.T) {
 		t.Fatalf("journal mode set to %q; want delete", m)
 	}
 	s = openAt(t, path)
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 40000)}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 40000)}); err != nil {
 		t.Fatal(err)
 	}
 	if m := mode(""); m != "wal" {
@@ -187,7 +188,7 @@ func TestCloseLeavesShortWAL(t *testing.T) {
 	}
 
 	s := openAt(t, path)
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 20000), Label: "short"}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 20000), Label: "short"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -202,7 +203,7 @@ func TestCloseLeavesShortWAL(t *testing.T) {
 
 	s = openAt(t, path)
 	for i := range 400 {
-		if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(20001+i)), Label: strings.Repeat("y", 200)}); err != nil {
+		if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, uint16(20001+i)), Label: strings.Repeat("y", 200)}); err != nil {
 			t.Fatal(err)
 		}
 	}

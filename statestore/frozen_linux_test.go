@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 func init() {
@@ -45,9 +46,9 @@ func init() {
 		}
 		defer s.Close()
 		port, _ := strconv.Atoi(os.Getenv("BERTH_TEST_LO"))
-		key := statestore.Key{Protocol: statestore.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(port)}
-		if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
-			if errors.Is(err, statestore.ErrHeld) {
+		key := store.Key{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(port)}
+		if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
+			if errors.Is(err, store.ErrHeld) {
 				return out.Encode(event{Event: "refused"})
 			}
 			return out.Encode(event{Event: "error", Error: err.Error()})
@@ -67,9 +68,9 @@ func TestStoppedLockHolderNamed(t *testing.T) {
 	pid, letGo := stoppedHolder(t, path)
 	s2 := openBusy(t, path, 300*time.Millisecond)
 	start := time.Now()
-	_, err := s2.Reserve(ctx, statestore.Request{Key: tcp(lo4, 30400)})
+	_, err := s2.Reserve(ctx, store.Request{Key: tcp(lo4, 30400)})
 	took := time.Since(start)
-	if !errors.Is(err, statestore.ErrBusy) {
+	if !errors.Is(err, store.ErrBusy) {
 		t.Fatalf("Reserve under a stopped lock holder = %v; want ErrBusy", err)
 	}
 	if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("pid %d", pid)) || !strings.Contains(msg, "stopped") {
@@ -80,7 +81,7 @@ func TestStoppedLockHolderNamed(t *testing.T) {
 	}
 	// Continued, the holder lets go when told, and the store works.
 	letGo()
-	if _, err := s2.Reserve(ctx, statestore.Request{Key: tcp(lo4, 30400)}); err != nil {
+	if _, err := s2.Reserve(ctx, store.Request{Key: tcp(lo4, 30400)}); err != nil {
 		t.Errorf("Reserve after the holder let go = %v", err)
 	}
 }
@@ -124,7 +125,7 @@ func TestHolderSurvivesClockSteps(t *testing.T) {
 		_ = intruder.cmd.Wait()
 	}
 	s := openAt(t, path)
-	rs, err := s.List(ctx, statestore.Filter{})
+	rs, err := s.List(ctx, store.Filter{})
 	if err != nil || len(rs) != 1 || rs[0].Owner.PID != holder.cmd.Process.Pid {
 		t.Errorf("rows after the steps = %v, %v; want the holder's one row", rs, err)
 	}
@@ -149,11 +150,11 @@ func TestLockWaitsKeepDescriptors(t *testing.T) {
 		wg.Go(func() {
 			for i := range 300 {
 				key := tcp(lo4, uint16(31000+g*300+i))
-				if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+				if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
 					errs <- err
 					return
 				}
-				if err := s.Release(ctx, key, statestore.Owner{}); err != nil {
+				if err := s.Release(ctx, key, store.Owner{}); err != nil {
 					errs <- err
 					return
 				}
@@ -174,13 +175,13 @@ func TestLockWaitsKeepDescriptors(t *testing.T) {
 	_, letGo := stoppedHolder(t, path)
 	s3 := openBusy(t, path, 50*time.Millisecond)
 	for i := range 3 {
-		if _, err := s3.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(32300+i))}); !errors.Is(err, statestore.ErrBusy) {
+		if _, err := s3.Reserve(ctx, store.Request{Key: tcp(lo4, uint16(32300+i))}); !errors.Is(err, store.ErrBusy) {
 			t.Fatalf("Reserve under a stopped holder = %v; want ErrBusy", err)
 		}
 	}
 	letGo()
 	for i := range 50 {
-		if _, err := s3.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(32400+i))}); err != nil {
+		if _, err := s3.Reserve(ctx, store.Request{Key: tcp(lo4, uint16(32400+i))}); err != nil {
 			t.Fatalf("Reserve after the holder let go = %v", err)
 		}
 	}
@@ -222,7 +223,7 @@ func stoppedHolder(tb testing.TB, db string) (pid int, letGo func()) {
 
 // openBusy opens db with the given BusyTimeout and no sweep, and closes it
 // at the end of the test.
-func openBusy(tb testing.TB, db string, busy time.Duration) *statestore.Store {
+func openBusy(tb testing.TB, db string, busy time.Duration) store.Store {
 	tb.Helper()
 	s, err := statestore.Open(context.Background(), db, statestore.Options{SweepInterval: -1, BusyTimeout: busy})
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 func TestCheckLabel(t *testing.T) {
@@ -21,8 +21,8 @@ func TestCheckLabel(t *testing.T) {
 		{"", true},
 		{"api.http", true},
 		{"web server ü 東京", true},
-		{strings.Repeat("x", statestore.MaxLabelLen), true},
-		{strings.Repeat("x", statestore.MaxLabelLen+1), false},
+		{strings.Repeat("x", store.MaxLabelLen), true},
+		{strings.Repeat("x", store.MaxLabelLen+1), false},
 		{"\x1b[31mred", false},
 		{"\x1b]0;pwned\x07", false},
 		{"a\nforged row", false},
@@ -32,8 +32,8 @@ func TestCheckLabel(t *testing.T) {
 		{"del\x7f", false},
 		{"bidi\u202e", false},
 	} {
-		err := statestore.CheckLabel(tt.label)
-		if (err == nil) != tt.ok || err != nil && !errors.Is(err, statestore.ErrInvalid) {
+		err := store.CheckLabel(tt.label)
+		if (err == nil) != tt.ok || err != nil && !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("CheckLabel(%q) = %v; want ok %v", tt.label, err, tt.ok)
 		}
 	}
@@ -45,16 +45,16 @@ func TestLabelRefusedEverywhere(t *testing.T) {
 	ctx := context.Background()
 	s, _ := open(t)
 	bad := "x\x1b[2J"
-	_, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 30300), Label: bad})
-	if !errors.Is(err, statestore.ErrInvalid) {
+	_, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 30300), Label: bad})
+	if !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Reserve with label %q = %v; want ErrInvalid", bad, err)
 	}
 	next := func() (uint16, bool) { return 30301, true }
-	_, err = s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Label: bad, Next: next})
-	if !errors.Is(err, statestore.ErrInvalid) {
+	_, err = s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo4, Label: bad, Next: next})
+	if !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Scan with label %q = %v; want ErrInvalid", bad, err)
 	}
-	if err := s.Remember(ctx, bad, statestore.TCP, 30302); !errors.Is(err, statestore.ErrInvalid) {
+	if err := s.Remember(ctx, bad, store.TCP, 30302); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Remember with label %q = %v; want ErrInvalid", bad, err)
 	}
 	if rs := list(t, s); len(rs) != 0 {
@@ -88,7 +88,7 @@ func TestStickyBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 300 {
-		if err := s.Remember(ctx, fmt.Sprintf("new-%d", i), statestore.TCP, 30001); err != nil {
+		if err := s.Remember(ctx, fmt.Sprintf("new-%d", i), store.TCP, 30001); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -102,11 +102,11 @@ func TestStickyBounded(t *testing.T) {
 		t.Errorf("sticky_ports holds %d labels; want at most %d", n, store.MaxSticky+300-256)
 	}
 	for _, label := range []string{"new-0", "new-299"} {
-		if _, ok, err := s.Recall(ctx, label, statestore.TCP); err != nil || !ok {
+		if _, ok, err := s.Recall(ctx, label, store.TCP); err != nil || !ok {
 			t.Errorf("Recall(%s) = %v, %v; want the newest labels kept", label, ok, err)
 		}
 	}
-	if _, ok, _ := s.Recall(ctx, "old-0", statestore.TCP); ok {
+	if _, ok, _ := s.Recall(ctx, "old-0", store.TCP); ok {
 		t.Error("Recall(old-0) found it; want the least recently remembered forgotten")
 	}
 }
@@ -118,10 +118,10 @@ func FuzzCheckLabel(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, label string) {
-		if statestore.CheckLabel(label) != nil {
+		if store.CheckLabel(label) != nil {
 			return
 		}
-		if len(label) > statestore.MaxLabelLen || !utf8.ValidString(label) {
+		if len(label) > store.MaxLabelLen || !utf8.ValidString(label) {
 			t.Fatalf("CheckLabel accepted %q", label)
 		}
 		for _, r := range label {

@@ -94,6 +94,10 @@ const (
 // ended to ttl from now, and returns how many there are. A holder with none
 // is an error wrapping store.ErrNotFound.
 func (s *sqlStore) Renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
+	if holder == "" {
+		// Owner{}.Validate would judge it as a process.
+		return 0, &store.FieldError{Field: "holder", Value: "", Want: "the name of the holder whose leases to renew"}
+	}
 	if err := (store.Owner{Holder: holder}).Validate(); err != nil {
 		return 0, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 func init() {
@@ -30,7 +31,7 @@ func init() {
 // version 3: gopsutil's wall-clock start in unix milliseconds, and on Linux
 // the scope "<boot id>/<pid namespace>" (bootID replaces the boot id when
 // not empty).
-func legacyOwner(tb testing.TB, pid int, bootID string) statestore.Owner {
+func legacyOwner(tb testing.TB, pid int, bootID string) store.Owner {
 	tb.Helper()
 	p, err := process.NewProcess(int32(pid))
 	if err != nil {
@@ -40,7 +41,7 @@ func legacyOwner(tb testing.TB, pid int, bootID string) statestore.Owner {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	o := statestore.Owner{PID: pid, Start: ms, Name: "legacy"}
+	o := store.Owner{PID: pid, Start: ms, Name: "legacy"}
 	if runtime.GOOS == "linux" {
 		b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 		if err != nil {
@@ -53,14 +54,14 @@ func legacyOwner(tb testing.TB, pid int, bootID string) statestore.Owner {
 		if bootID == "" {
 			bootID = strings.TrimSpace(string(b))
 		}
-		o.Scope = bootID + "/" + strings.TrimSuffix(strings.TrimPrefix(ns, "pid:["), "]")
+		o.Namespace = bootID + "/" + strings.TrimSuffix(strings.TrimPrefix(ns, "pid:["), "]")
 	}
 	return o
 }
 
 // insertRows writes rows on tcp 127.0.0.1 straight into the table, as an
 // earlier berth would have.
-func insertRows(tb testing.TB, path string, rows map[uint16]statestore.Owner) {
+func insertRows(tb testing.TB, path string, rows map[uint16]store.Owner) {
 	tb.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 	if err != nil {
@@ -69,7 +70,7 @@ func insertRows(tb testing.TB, path string, rows map[uint16]statestore.Owner) {
 	defer db.Close()
 	for port, o := range rows {
 		if _, err := db.Exec(`INSERT INTO port_allocations (protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind, created_at)
-			VALUES ('tcp', ?, X'7f000001', ?, ?, ?, ?, 'legacy', 'dynamic', 0)`, int(port), o.PID, o.Start, o.Scope, o.Name); err != nil {
+			VALUES ('tcp', ?, X'7f000001', ?, ?, ?, ?, 'legacy', 'dynamic', 0)`, int(port), o.PID, o.Start, o.Namespace, o.Name); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -78,7 +79,7 @@ func insertRows(tb testing.TB, path string, rows map[uint16]statestore.Owner) {
 func TestConvertLegacyOwners(t *testing.T) {
 	ctx := context.Background()
 	s, path := open(t)
-	mine, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 28000), Label: "current"})
+	mine, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 28000), Label: "current"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,19 +93,19 @@ func TestConvertLegacyOwners(t *testing.T) {
 	gone.kill(t)
 
 	liveOwner := legacyOwner(t, livePID, "")
-	rows := map[uint16]statestore.Owner{
+	rows := map[uint16]store.Owner{
 		28001: liveOwner,
 		28002: liveOwner, // two rows of one owner: both converted
 		28003: goneOwner,
 	}
 	wantConverted, wantDeleted := 2, 1
-	var otherNS statestore.Owner
+	var otherNS store.Owner
 	if runtime.GOOS == "linux" {
 		rows[28004] = legacyOwner(t, livePID, "00000000-0000-0000-0000-000000000000") // another boot
 		wantDeleted++
 		// Another pid namespace: cannot be checked, so it stays as it is.
 		otherNS = liveOwner
-		otherNS.Scope = otherNS.Scope[:strings.Index(otherNS.Scope, "/")] + "/" + livePidNS(t)
+		otherNS.Namespace = otherNS.Namespace[:strings.Index(otherNS.Namespace, "/")] + "/" + livePidNS(t)
 		rows[28005] = otherNS
 	}
 	insertRows(t, path, rows)
@@ -114,11 +115,11 @@ func TestConvertLegacyOwners(t *testing.T) {
 		t.Fatalf("ConvertLegacyOwners = %d, %d, %v; want %d, %d, nil", converted, deleted, err, wantConverted, wantDeleted)
 	}
 
-	want, err := statestore.LookupOwner(ctx, livePID)
+	want, err := store.LookupOwner(ctx, livePID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[uint16]statestore.Owner{}
+	got := map[uint16]store.Owner{}
 	for _, r := range list(t, s) {
 		got[r.Port] = r.Owner
 	}
@@ -167,7 +168,7 @@ func TestOpenConvertsLegacyOwners(t *testing.T) {
 	gone.until(t, "ready")
 	goneOwner := legacyOwner(t, gone.cmd.Process.Pid, "")
 	gone.kill(t)
-	insertRows(t, path, map[uint16]statestore.Owner{28101: liveOwner, 28102: goneOwner})
+	insertRows(t, path, map[uint16]store.Owner{28101: liveOwner, 28102: goneOwner})
 
 	// Make the file what berth left at schema version 2.
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
@@ -196,7 +197,7 @@ func TestOpenConvertsLegacyOwners(t *testing.T) {
 
 	s = openAt(t, path)
 	rs := list(t, s)
-	want, err := statestore.LookupOwner(ctx, w.cmd.Process.Pid)
+	want, err := store.LookupOwner(ctx, w.cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // The test binary doubles as a worker process: each worker mode is a
@@ -76,12 +77,12 @@ func runWorker(mode string) error {
 		n, _ := strconv.Atoi(os.Getenv("BERTH_TEST_N"))
 		addrs := []string{"127.0.0.1", "0.0.0.0", "::1", "::"}
 		for range n {
-			key := statestore.Key{
-				Protocol: statestore.TCP,
+			key := store.Key{
+				Protocol: store.TCP,
 				Addr:     netip.MustParseAddr(addrs[rand.IntN(len(addrs))]),
 				Port:     uint16(lo + rand.IntN(300)),
 			}
-			if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err == nil {
+			if _, err := s.Reserve(ctx, store.Request{Key: key}); err == nil {
 				_ = out.Encode(event{Event: "grant", Protocol: "tcp", Addr: key.Addr.String(), Port: key.Port})
 			} else if !isHeld(err) {
 				return err
@@ -102,8 +103,8 @@ func runWorker(mode string) error {
 			return err
 		}
 		for _, p := range ports {
-			key := statestore.Key{Protocol: statestore.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: p}
-			if _, err := s.Reserve(ctx, statestore.Request{Key: key, Label: "held"}); err != nil {
+			key := store.Key{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: p}
+			if _, err := s.Reserve(ctx, store.Request{Key: key, Label: "held"}); err != nil {
 				return err
 			}
 		}

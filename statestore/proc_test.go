@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // TestMultiProcess: six processes reserve random ports of a 300-port window
@@ -54,7 +55,7 @@ func TestMultiProcess(t *testing.T) {
 			}
 		}
 	}
-	byKey := map[statestore.Key]statestore.Reservation{}
+	byKey := map[store.Key]store.Reservation{}
 	for _, r := range rows {
 		byKey[r.Key] = r
 	}
@@ -83,13 +84,13 @@ func TestCrashedOwnerIsReaped(t *testing.T) {
 	w := startWorker(t, "hold", path, "BERTH_TEST_PORTS="+string(pj))
 	w.until(t, "done")
 	for _, p := range ports {
-		if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, p)}); !isHeld(err) {
+		if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, p)}); !isHeld(err) {
 			t.Fatalf("Reserve(%d) while the worker lives = %v; want ErrHeld", p, err)
 		}
 	}
 	w.kill(t)
 	for _, p := range ports {
-		if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, p)}); err != nil {
+		if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, p)}); err != nil {
 			t.Fatalf("Reserve(%d) after SIGKILL = %v; want success", p, err)
 		}
 	}
@@ -184,22 +185,22 @@ func TestForeignWriteLock(t *testing.T) {
 	w.until(t, "locked")
 
 	start := time.Now()
-	_, err = s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 32000)})
-	if !errors.Is(err, statestore.ErrBusy) || errors.Is(err, statestore.ErrStorage) {
+	_, err = s.Reserve(ctx, store.Request{Key: tcp(lo4, 32000)})
+	if !errors.Is(err, store.ErrBusy) || errors.Is(err, store.ErrStorage) {
 		t.Errorf("Reserve under a foreign lock = %v; want ErrBusy and not ErrStorage", err)
 	}
 	t.Logf("gave up after %v (BusyTimeout 400ms)", time.Since(start))
 
 	cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
 	defer cancel()
-	_, err = s.Reserve(cctx, statestore.Request{Key: tcp(lo4, 32000)})
+	_, err = s.Reserve(cctx, store.Request{Key: tcp(lo4, 32000)})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Reserve with a short context under a foreign lock = %v; want DeadlineExceeded", err)
 	}
 
 	_ = w.stdin.Close()
 	_ = w.cmd.Wait()
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 32000)}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 32000)}); err != nil {
 		t.Errorf("Reserve after the lock is gone = %v", err)
 	}
 }
@@ -222,11 +223,11 @@ func TestScanRechecksBeforeExhaustion(t *testing.T) {
 			return 31500, true
 		}
 	}
-	if _, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: only()}); !errors.Is(err, statestore.ErrExhausted) {
+	if _, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo4, Next: only()}); !errors.Is(err, store.ErrExhausted) {
 		t.Fatalf("Scan with the holder alive = %v; want ErrExhausted", err)
 	}
 	w.kill(t)
-	r, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: only()})
+	r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo4, Next: only()})
 	if err != nil || r.Port != 31500 {
 		t.Fatalf("Scan right after the holder died = %+v, %v; want port 31500", r, err)
 	}

@@ -2,18 +2,18 @@ package statestore_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // TestOpenStartsAgainWhenRemovedMeanwhile: a store removed while Open makes
-// it (the state directory removed again by a cleaner) is made again, not
-// reported as an error of a file nobody uses, and never opened as the
-// empty file SQLite makes when it opens a path with no file.
+// it (by a cleaner) is made again, not reported as an error of a file
+// nobody uses, and never opened as the empty file SQLite makes when it
+// opens a path with no file.
 func TestOpenStartsAgainWhenRemovedMeanwhile(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
@@ -21,21 +21,11 @@ func TestOpenStartsAgainWhenRemovedMeanwhile(t *testing.T) {
 		hook func(t interface{ Cleanup(func()) }, fn func())
 		lose func(path string) error
 	}{
+		{"the store removed once made", statestore.AfterPrepare, os.Remove},
 		{
-			"the new file removed while it is made",
-			statestore.BeforeImport,
-			func(path string) error {
-				made, _ := filepath.Glob(path + ".new-*")
-				if len(made) == 0 {
-					return errors.New("no new file is being made")
-				}
-				for _, f := range made {
-					if err := os.Remove(f); err != nil {
-						return err
-					}
-				}
-				return nil
-			},
+			"the directory removed once the store is made",
+			statestore.AfterPrepare,
+			func(path string) error { return os.RemoveAll(filepath.Dir(path)) },
 		},
 		{
 			"the store removed once made, and an empty file made in its place",
@@ -50,7 +40,7 @@ func TestOpenStartsAgainWhenRemovedMeanwhile(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "berth.db")
+			path := filepath.Join(t.TempDir(), "state", "berth.db")
 			lost := false
 			tc.hook(t, func() {
 				if !lost {
@@ -68,8 +58,8 @@ func TestOpenStartsAgainWhenRemovedMeanwhile(t *testing.T) {
 			if !lost {
 				t.Fatal("the store was not removed: the test tested nothing")
 			}
-			key := statestore.Key{Protocol: statestore.TCP, Addr: loopback, Port: 24171}
-			if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+			key := store.Key{Protocol: store.TCP, Addr: loopback, Port: 24171}
+			if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
 				t.Fatalf("Reserve in the store opened: %v", err)
 			}
 			if err := s.Check(ctx); err != nil {

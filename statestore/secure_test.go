@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // otherUser returns the uid and gid of an unprivileged user that is not this
@@ -140,7 +141,7 @@ func TestUnsafeStateRefused(t *testing.T) {
 				_ = s.Close()
 				t.Fatalf("Open succeeded; want ErrUnsafe")
 			}
-			if !errors.Is(err, statestore.ErrUnsafe) || !strings.Contains(err.Error(), tt.reason) {
+			if !errors.Is(err, store.ErrUnsafe) || !strings.Contains(err.Error(), tt.reason) {
 				t.Errorf("Open = %v; want ErrUnsafe saying %q", err, tt.reason)
 			}
 			after, afterErr := os.ReadFile(target)

@@ -35,7 +35,6 @@ func (s *sqlStore) Remember(ctx context.Context, label string, protocol store.Pr
 	return nil
 }
 
-
 // pruneStickyEvery is how many Remember calls of a Store pass between two
 // prunes.
 const pruneStickyEvery = 256

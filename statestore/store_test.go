@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 var (
@@ -21,21 +22,21 @@ var (
 	any6 = netip.MustParseAddr("::")
 )
 
-func tcp(a netip.Addr, port uint16) statestore.Key {
-	return statestore.Key{Protocol: statestore.TCP, Addr: a, Port: port}
+func tcp(a netip.Addr, port uint16) store.Key {
+	return store.Key{Protocol: store.TCP, Addr: a, Port: port}
 }
 
-func isHeld(err error) bool { return errors.Is(err, statestore.ErrHeld) }
+func isHeld(err error) bool { return errors.Is(err, store.ErrHeld) }
 
 // open opens a store in a fresh temporary directory and closes it at the
 // end of the test.
-func open(tb testing.TB) (*statestore.Store, string) {
+func open(tb testing.TB) (store.Store, string) {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "state", "berth.db")
 	return openAt(tb, path), path
 }
 
-func openAt(tb testing.TB, path string) *statestore.Store {
+func openAt(tb testing.TB, path string) store.Store {
 	tb.Helper()
 	s, err := statestore.Open(context.Background(), path, statestore.Options{SweepInterval: -1})
 	if err != nil {
@@ -49,9 +50,9 @@ func openAt(tb testing.TB, path string) *statestore.Store {
 	return s
 }
 
-func list(tb testing.TB, s *statestore.Store) []statestore.Reservation {
+func list(tb testing.TB, s store.Store) []store.Reservation {
 	tb.Helper()
-	rs, err := s.List(context.Background(), statestore.Filter{})
+	rs, err := s.List(context.Background(), store.Filter{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -62,9 +63,9 @@ func list(tb testing.TB, s *statestore.Store) []statestore.Reservation {
 // pid with another start, which is exactly what a reused pid looks like.
 // Each shift gives another owner; starts are compared exactly, so any
 // difference will do.
-func deadOwner(tb testing.TB, shift time.Duration) statestore.Owner {
+func deadOwner(tb testing.TB, shift time.Duration) store.Owner {
 	tb.Helper()
-	me, err := statestore.Self()
+	me, err := store.Self()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -88,43 +89,48 @@ func TestOpenCreatesPrivateFiles(t *testing.T) {
 func TestReserveReleaseList(t *testing.T) {
 	ctx := context.Background()
 	s, _ := open(t)
-	r, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 21000), Label: "api.http"})
+	r, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 21000), Label: "api.http"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	me, _ := statestore.Self()
-	if r.Key != tcp(lo4, 21000) || !r.Owner.Same(me) || r.Kind != statestore.Static || r.Label != "api.http" {
+	me, _ := store.Self()
+	if r.Key != tcp(lo4, 21000) || !r.Owner.Same(me) || r.Kind != store.Static || r.Label != "api.http" {
 		t.Errorf("Reserve = %+v; want tcp 127.0.0.1:21000 static api.http owned by this process", r)
 	}
 	// The same owner asking again gets the same row back.
-	again, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 21000), Label: "other"})
+	again, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 21000), Label: "other"})
 	if err != nil || again.Label != "api.http" || !again.Created.Equal(r.Created) {
 		t.Errorf("Reserve again = %+v, %v; want the existing row", again, err)
 	}
 	// Another protocol and another address are other keys.
-	if _, err := s.Reserve(ctx, statestore.Request{Key: statestore.Key{Protocol: statestore.UDP, Addr: lo4, Port: 21000}}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: store.Key{Protocol: store.UDP, Addr: lo4, Port: 21000}}); err != nil {
 		t.Errorf("Reserve(udp, same port) = %v; want success", err)
 	}
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo6, 21000)}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo6, 21000)}); err != nil {
 		t.Errorf("Reserve(::1, same port) = %v; want success", err)
 	}
 	rs := list(t, s)
 	if len(rs) != 3 {
 		t.Fatalf("List = %d rows; want 3", len(rs))
 	}
-	rs, _ = s.List(ctx, statestore.Filter{Label: "api.http"})
+	rs, _ = s.List(ctx, store.Filter{Label: "api.http"})
 	if len(rs) != 1 || rs[0].Port != 21000 {
 		t.Errorf("List(label api.http) = %+v; want the one row", rs)
 	}
-	if err := s.Release(ctx, tcp(lo4, 21000), statestore.Owner{}); err != nil {
+	if err := s.Release(ctx, tcp(lo4, 21000), store.Owner{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, tcp(lo4, 21000), statestore.Owner{}); !errors.Is(err, statestore.ErrNotFound) {
+	if err := s.Release(ctx, tcp(lo4, 21000), store.Owner{}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("second Release error = %v; want ErrNotFound", err)
 	}
-	n, err := s.ReleaseOwner(ctx, statestore.Owner{})
-	if err != nil || n != 2 {
-		t.Errorf("ReleaseOwner = %d, %v; want 2, nil", n, err)
+	mine, err := s.List(ctx, store.Filter{OwnerPID: os.Getpid()})
+	if err != nil || len(mine) != 2 {
+		t.Fatalf("List(this pid) = %+v, %v; want the two rows left", mine, err)
+	}
+	for _, r := range mine {
+		if err := s.Release(ctx, r.Key, store.Owner{}); err != nil {
+			t.Errorf("Release(%s) = %v", r.Key, err)
+		}
 	}
 	if rs := list(t, s); len(rs) != 0 {
 		t.Errorf("List after release = %+v; want none", rs)
@@ -135,16 +141,16 @@ func TestConflictRule(t *testing.T) {
 	ctx := context.Background()
 	s, _ := open(t)
 	other := startWorker(t, "hold", filepath.Join(t.TempDir(), "unused.db"), "BERTH_TEST_PORTS=[]")
-	child, err := statestore.LookupOwner(ctx, other.cmd.Process.Pid)
+	child, err := store.LookupOwner(ctx, other.cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(any4, 22000), Owner: child}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(any4, 22000), Owner: child}); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range []netip.Addr{lo4, any4, any6, lo6} {
-		_, err := s.Reserve(ctx, statestore.Request{Key: tcp(a, 22000)})
-		var ce *statestore.ConflictError
+		_, err := s.Reserve(ctx, store.Request{Key: tcp(a, 22000)})
+		var ce *store.ConflictError
 		if !errors.As(err, &ce) || !isHeld(err) {
 			t.Fatalf("Reserve(%s:22000) with 0.0.0.0 held = %v; want *ConflictError", a, err)
 		}
@@ -156,7 +162,7 @@ func TestConflictRule(t *testing.T) {
 		}
 	}
 	// A different port is free.
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 22001)}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 22001)}); err != nil {
 		t.Errorf("Reserve(other port) = %v", err)
 	}
 }
@@ -164,11 +170,11 @@ func TestConflictRule(t *testing.T) {
 func TestConflictWithOwnWildcard(t *testing.T) {
 	ctx := context.Background()
 	s, _ := open(t)
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(any6, 22100), Label: "proxy"}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(any6, 22100), Label: "proxy"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 22100)})
-	var ce *statestore.ConflictError
+	_, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 22100)})
+	var ce *store.ConflictError
 	if !errors.As(err, &ce) || !ce.Self {
 		t.Fatalf("Reserve under own wildcard = %v; want *ConflictError with Self", err)
 	}
@@ -180,25 +186,25 @@ func TestConflictWithOwnWildcard(t *testing.T) {
 func TestBadInputChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	s, _ := open(t)
-	me, _ := statestore.Self()
+	me, _ := store.Self()
 	tests := []struct {
 		name  string
-		req   statestore.Request
+		req   store.Request
 		field string
 	}{
-		{"protocol", statestore.Request{Key: statestore.Key{Protocol: "sctp", Addr: lo4, Port: 1000}}, "protocol"},
-		{"empty protocol", statestore.Request{Key: statestore.Key{Addr: lo4, Port: 1000}}, "protocol"},
-		{"port 0", statestore.Request{Key: tcp(lo4, 0)}, "port"},
-		{"zoned", statestore.Request{Key: tcp(netip.MustParseAddr("fe80::1%eth0"), 1000)}, "address"},
-		{"no address", statestore.Request{Key: tcp(netip.Addr{}, 1000)}, "address"},
-		{"owner without start", statestore.Request{Key: tcp(lo4, 1000), Owner: statestore.Owner{PID: me.PID}}, "owner"},
-		{"owner without pid", statestore.Request{Key: tcp(lo4, 1000), Owner: statestore.Owner{Start: me.Start}}, "owner"},
-		{"kind", statestore.Request{Key: tcp(lo4, 1000), Kind: "sometimes"}, "kind"},
+		{"protocol", store.Request{Key: store.Key{Protocol: "sctp", Addr: lo4, Port: 1000}}, "protocol"},
+		{"empty protocol", store.Request{Key: store.Key{Addr: lo4, Port: 1000}}, "protocol"},
+		{"port 0", store.Request{Key: tcp(lo4, 0)}, "port"},
+		{"zoned", store.Request{Key: tcp(netip.MustParseAddr("fe80::1%eth0"), 1000)}, "address"},
+		{"no address", store.Request{Key: tcp(netip.Addr{}, 1000)}, "address"},
+		{"owner without start", store.Request{Key: tcp(lo4, 1000), Owner: store.Owner{PID: me.PID}}, "owner"},
+		{"owner without pid", store.Request{Key: tcp(lo4, 1000), Owner: store.Owner{Start: me.Start}}, "owner"},
+		{"kind", store.Request{Key: tcp(lo4, 1000), Kind: "sometimes"}, "kind"},
 	}
 	for _, tt := range tests {
 		_, err := s.Reserve(ctx, tt.req)
-		var fe *statestore.FieldError
-		if !errors.As(err, &fe) || !errors.Is(err, statestore.ErrInvalid) || fe.Field != tt.field {
+		var fe *store.FieldError
+		if !errors.As(err, &fe) || !errors.Is(err, store.ErrInvalid) || fe.Field != tt.field {
 			t.Errorf("%s: Reserve error = %v; want *FieldError for %q", tt.name, err, tt.field)
 			continue
 		}
@@ -217,14 +223,14 @@ func TestPidReuse(t *testing.T) {
 	ctx := context.Background()
 	s, _ := open(t)
 	ghost := deadOwner(t, 0)
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 23000), Owner: ghost}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 23000), Owner: ghost}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 23000)})
+	r, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 23000)})
 	if err != nil {
 		t.Fatalf("Reserve over reused pid's row = %v; want success", err)
 	}
-	me, _ := statestore.Self()
+	me, _ := store.Self()
 	if !r.Owner.Same(me) {
 		t.Errorf("owner = %v; want this process", r.Owner)
 	}
@@ -238,22 +244,22 @@ func TestTransferAndReap(t *testing.T) {
 	s, _ := open(t)
 	w := startWorker(t, "hold", filepath.Join(t.TempDir(), "unused.db"), "BERTH_TEST_PORTS=[]")
 	w.until(t, "done")
-	child, err := statestore.LookupOwner(ctx, w.cmd.Process.Pid)
+	child, err := store.LookupOwner(ctx, w.cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	key := tcp(lo4, 24000)
-	if _, err := s.Reserve(ctx, statestore.Request{Key: key, Label: "svc"}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: key, Label: "svc"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Transfer(ctx, key, statestore.Owner{}, child); err != nil {
+	if err := s.Transfer(ctx, key, store.Owner{}, child); err != nil {
 		t.Fatal(err)
 	}
 	// The parent no longer owns it: it can neither release it nor take it.
-	if err := s.Release(ctx, key, statestore.Owner{}); !errors.Is(err, statestore.ErrNotFound) {
+	if err := s.Release(ctx, key, store.Owner{}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Release after Transfer = %v; want ErrNotFound", err)
 	}
-	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); !isHeld(err) {
+	if _, err := s.Reserve(ctx, store.Request{Key: key}); !isHeld(err) {
 		t.Errorf("Reserve of transferred key = %v; want ErrHeld", err)
 	}
 	if n, err := s.Reap(ctx); err != nil || n != 0 {
@@ -263,11 +269,11 @@ func TestTransferAndReap(t *testing.T) {
 	if n, err := s.Reap(ctx); err != nil || n != 1 {
 		t.Errorf("Reap after the child died = %d, %v; want 1", n, err)
 	}
-	if _, err := s.Reserve(ctx, statestore.Request{Key: key}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
 		t.Errorf("Reserve after reaping = %v", err)
 	}
 	// Transfer to a process that does not run is refused.
-	if err := s.Transfer(ctx, key, statestore.Owner{}, child); !errors.Is(err, statestore.ErrInvalid) {
+	if err := s.Transfer(ctx, key, store.Owner{}, child); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Transfer to dead process = %v; want ErrInvalid", err)
 	}
 }
@@ -285,28 +291,33 @@ func TestScan(t *testing.T) {
 			return p, true
 		}
 	}
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 25000)}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 25000)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 25002), Owner: deadOwner(t, 0)}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 25002), Owner: deadOwner(t, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	busy := map[uint16]bool{25001: true}
-	probe := func(k statestore.Key) (bool, error) { return !busy[k.Port], nil }
+	probe := func(k store.Key) error {
+		if busy[k.Port] {
+			return bound(k)
+		}
+		return nil
+	}
 	// 25000 is ours, 25001 fails the probe, 25002 belongs to a dead owner.
-	r, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: ports(25000, 25001, 25002, 25003), Probe: probe})
-	if err != nil || r.Port != 25002 || r.Kind != statestore.Dynamic {
+	r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo4, Next: ports(25000, 25001, 25002, 25003), Probe: probe})
+	if err != nil || r.Port != 25002 || r.Kind != store.Dynamic {
 		t.Fatalf("Scan = %+v, %v; want port 25002, dynamic", r, err)
 	}
 	if st := s.Stats(); st.Reaped != 1 || st.ProbeFailures != 1 {
 		t.Errorf("Stats = %+v; want 1 reaped, 1 probe failure", st)
 	}
-	_, err = s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: ports(25000, 25001, 25002), Probe: probe})
-	if !errors.Is(err, statestore.ErrExhausted) {
+	_, err = s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo4, Next: ports(25000, 25001, 25002), Probe: probe})
+	if !errors.Is(err, store.ErrExhausted) {
 		t.Errorf("Scan of held candidates = %v; want ErrExhausted", err)
 	}
 	// Small batches commit between candidates and still find the port.
-	r, err = s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: ports(25001, 25001, 25001, 25004), Probe: probe, Batch: 1})
+	r, err = s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo4, Next: ports(25001, 25001, 25001, 25004), Probe: probe, Batch: 1})
 	if err != nil || r.Port != 25004 {
 		t.Errorf("Scan with Batch 1 = %+v, %v; want 25004", r, err)
 	}
@@ -323,15 +334,15 @@ func TestScanHonoursContext(t *testing.T) {
 		}
 		return 26000, true // forever the same held port: only ctx ends this
 	}
-	if _, err := s.Reserve(context.Background(), statestore.Request{Key: tcp(lo4, 26000)}); err != nil {
+	if _, err := s.Reserve(context.Background(), store.Request{Key: tcp(lo4, 26000)}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Scan(ctx, statestore.ScanRequest{Protocol: statestore.TCP, Addr: lo4, Next: next})
+	_, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo4, Next: next})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Scan cancelled mid-way = %v; want context.Canceled", err)
 	}
 	// The store is usable afterwards: the transaction was rolled back.
-	if _, err := s.Reserve(context.Background(), statestore.Request{Key: tcp(lo4, 26001)}); err != nil {
+	if _, err := s.Reserve(context.Background(), store.Request{Key: tcp(lo4, 26001)}); err != nil {
 		t.Errorf("Reserve after cancelled scan = %v", err)
 	}
 }
@@ -348,10 +359,10 @@ func TestCloseIdempotent(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close = %v; want nil", err)
 	}
-	if _, err := s.Reserve(context.Background(), statestore.Request{Key: tcp(lo4, 1000)}); !errors.Is(err, statestore.ErrClosed) {
+	if _, err := s.Reserve(context.Background(), store.Request{Key: tcp(lo4, 1000)}); !errors.Is(err, store.ErrClosed) {
 		t.Errorf("Reserve after Close = %v; want ErrClosed", err)
 	}
-	if _, err := s.List(context.Background(), statestore.Filter{}); !errors.Is(err, statestore.ErrClosed) {
+	if _, err := s.List(context.Background(), store.Filter{}); !errors.Is(err, store.ErrClosed) {
 		t.Errorf("List after Close = %v; want ErrClosed", err)
 	}
 }
@@ -363,7 +374,7 @@ func TestBackgroundSweep(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "berth.db")
 	seed := openAt(t, path)
 	for i := range 5 {
-		if _, err := seed.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(27000+i)), Owner: deadOwner(t, time.Duration(i)*time.Second)}); err != nil {
+		if _, err := seed.Reserve(ctx, store.Request{Key: tcp(lo4, uint16(27000+i)), Owner: deadOwner(t, time.Duration(i)*time.Second)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -392,7 +403,7 @@ func TestFirstSweepWaits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "berth.db")
 	seed := openAt(t, path)
 	for i := range 3 {
-		if _, err := seed.Reserve(ctx, statestore.Request{Key: tcp(lo4, uint16(27100+i)), Owner: deadOwner(t, time.Duration(i)*time.Second)}); err != nil {
+		if _, err := seed.Reserve(ctx, store.Request{Key: tcp(lo4, uint16(27100+i)), Owner: deadOwner(t, time.Duration(i)*time.Second)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -402,7 +413,7 @@ func TestFirstSweepWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Reserve(ctx, statestore.Request{Key: tcp(lo4, 27200)}); err != nil {
+	if _, err := s.Reserve(ctx, store.Request{Key: tcp(lo4, 27200)}); err != nil {
 		t.Fatal(err)
 	}
 	// A sweep at Open would be done well within 300 ms; the first one is
@@ -423,32 +434,36 @@ func TestFirstSweepWaits(t *testing.T) {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
+// bound is what a bind probe says of a port that a process outside berth
+// has bound.
+func bound(k store.Key) error { return &store.ConflictError{Key: k, Bound: true} }
+
 func TestRememberRecall(t *testing.T) {
 	ctx := context.Background()
 	s, path := open(t)
-	if _, ok, err := s.Recall(ctx, "db", statestore.TCP); ok || err != nil {
+	if _, ok, err := s.Recall(ctx, "db", store.TCP); ok || err != nil {
 		t.Fatalf("Recall before Remember = %v, %v; want nothing", ok, err)
 	}
-	if err := s.Remember(ctx, "db", statestore.TCP, 25432); err != nil {
+	if err := s.Remember(ctx, "db", store.TCP, 25432); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Remember(ctx, "db", statestore.TCP, 25433); err != nil {
+	if err := s.Remember(ctx, "db", store.TCP, 25433); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close()
 	s2 := openAt(t, path) // survives a restart
-	if p, ok, err := s2.Recall(ctx, "db", statestore.TCP); !ok || err != nil || p != 25433 {
+	if p, ok, err := s2.Recall(ctx, "db", store.TCP); !ok || err != nil || p != 25433 {
 		t.Errorf("Recall = %d, %v, %v; want 25433", p, ok, err)
 	}
-	if _, ok, _ := s2.Recall(ctx, "db", statestore.UDP); ok {
+	if _, ok, _ := s2.Recall(ctx, "db", store.UDP); ok {
 		t.Error("Recall(udp) found the tcp port")
 	}
 	for _, bad := range []struct {
 		label string
-		proto statestore.Protocol
+		proto store.Protocol
 		port  uint16
-	}{{"", statestore.TCP, 1}, {"x", "sctp", 1}, {"x", statestore.TCP, 0}} {
-		if err := s2.Remember(ctx, bad.label, bad.proto, bad.port); !errors.Is(err, statestore.ErrInvalid) {
+	}{{"", store.TCP, 1}, {"x", "sctp", 1}, {"x", store.TCP, 0}} {
+		if err := s2.Remember(ctx, bad.label, bad.proto, bad.port); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("Remember(%q, %q, %d) = %v; want ErrInvalid", bad.label, bad.proto, bad.port, err)
 		}
 	}

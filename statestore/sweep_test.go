@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
 )
 
 // A Close that meets the background sweep in flight ends it quietly: the
@@ -76,7 +77,7 @@ func TestSweepOfLostStoreLogsNoError(t *testing.T) {
 	// reaps nothing writes nothing, and so does not find the loss.
 	ctx := context.Background()
 	s0 := openAt(t, path)
-	if _, err := s0.Reserve(ctx, statestore.Request{Key: tcp(lo4, 40041), Owner: deadOwner(t, 0)}); err != nil {
+	if _, err := s0.Reserve(ctx, store.Request{Key: tcp(lo4, 40041), Owner: deadOwner(t, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	// The first sweep runs a second after Open: the file is replaced

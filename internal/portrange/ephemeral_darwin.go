@@ -16,7 +16,7 @@ func ephemeralRange() (Range, error) {
 		return IANADynamic, fmt.Errorf("portrange: ephemeral range: %w", err)
 	}
 	r := Range{First: uint16(first), Last: uint16(last)}
-	if first > 65535 || last > 65535 || r.Validate() != nil {
+	if first > 65535 || last > 65535 || r.Size() == 0 {
 		return IANADynamic, fmt.Errorf("portrange: ephemeral range %d-%d from sysctl is not a valid range", first, last)
 	}
 	return r, nil
