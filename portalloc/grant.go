@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/berth-go/berth/internal/mru"
 	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/store"
@@ -26,10 +28,11 @@ type locker struct {
 	// store.ErrHeld when the port is bound outside berth.
 	check func(store.Key) error
 	taken map[store.Key]*portlock.Lock
+	log   logr.Logger
 }
 
-func newLocker(check func(store.Key) error) *locker {
-	return &locker{check: check, taken: map[store.Key]*portlock.Lock{}}
+func newLocker(check func(store.Key) error, log logr.Logger) *locker {
+	return &locker{check: check, taken: map[store.Key]*portlock.Lock{}, log: log}
 }
 
 // probe is the store's probe: the lock, then check.
@@ -40,6 +43,10 @@ func (l *locker) probe(k store.Key) error {
 	}
 	if err := l.check(k); err != nil {
 		_ = lk.Close()
+		var ce *store.ConflictError
+		if errors.As(err, &ce) && ce.Bound {
+			l.log.V(1).Info("port bound outside berth", "key", k.String())
+		}
 		return err
 	}
 	l.taken[k] = lk
@@ -149,7 +156,7 @@ func (h *handle) reserve(ctx context.Context, a *Allocator, req store.Request, c
 		}
 		h.mu.Unlock()
 	}
-	l := newLocker(check)
+	l := newLocker(check, h.log)
 	if !h.fromMRU(ctx, a) {
 		var row store.Reservation
 		err := h.do(ctx, func(s store.Store) error {
@@ -195,7 +202,7 @@ func (h *handle) scan(ctx context.Context, a *Allocator, req store.ScanRequest, 
 	if a.closed.Load() {
 		return nil, store.ErrClosed
 	}
-	l := newLocker(check)
+	l := newLocker(check, h.log)
 	if !h.fromMRU(ctx, a) {
 		var rows []store.Reservation
 		err := h.do(ctx, func(s store.Store) error {

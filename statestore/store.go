@@ -225,14 +225,16 @@ func placeOf(path string) place {
 }
 
 // changed reports whether the directory or the file were removed, replaced
-// or made between p and now. A failed attempt that made them itself is
-// tried once more too: another process may have removed and made them
-// again in between.
+// or made between p and now, or the file shrank (truncated under the
+// attempt, which then read a short or torn file). A failed attempt that
+// made them itself is tried once more too: another process may have
+// removed and made them again in between.
 func (p place) changed(now place) bool {
 	differ := func(then, now os.FileInfo) bool {
 		return (then == nil) != (now == nil) || (then != nil && !os.SameFile(then, now))
 	}
-	return differ(p.dir, now.dir) || differ(p.file, now.file)
+	shrank := p.file != nil && now.file != nil && now.file.Size() < p.file.Size()
+	return differ(p.dir, now.dir) || differ(p.file, now.file) || shrank
 }
 
 // openOnce is one attempt of Open on an absolute path.

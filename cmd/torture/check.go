@@ -27,11 +27,6 @@ type claim struct {
 	pid        int
 	start, end int64  // end math.MaxInt64: held to the end of the run
 	child      string // the child a handoff was transferred to
-	// lost and found bound the time in which no process could speak for
-	// the claim: a hand-off whose worker was killed before the child bound
-	// its port, with the store lost in between, is in no store and has no
-	// mark (see portalloc's "Losing the store"). Zero when never.
-	lost, found int64
 	// holder names the holder of a lease's claim ("" for a process's
 	// claim); it lasts until its release or until expiry, since plus the
 	// TTL of its last grant or renewal, whoever lives. since is when the
@@ -94,25 +89,17 @@ type Report struct {
 	RetiredRows int64
 	// StoreLosses counts the times the store was lost under the workers.
 	StoreLosses int
-	// Unguarded counts the conflicts (a second grant, or a child's bind
-	// that failed) over hand-offs whose worker was killed before the
-	// child bound the port, with the store lost in between: such a row
-	// has no process to put it back or mark it (see portalloc's "Losing
-	// the store"), so it is lost with the file, as documented. Not a
-	// violation; printed apart.
-	Unguarded int
 	// LeaseGrants counts the grants of leases (also in Grants),
 	// LeaseReservations those of them by lease.Reserve; Renewals the
 	// renewals, LeaseReleases the releases. LeaseExpiries counts the
 	// leases that ran out before any release: LeaseDrops of them dropped
 	// by their worker, KilledLeases held by a worker that was killed, and
 	// the rest not renewed in time (a frozen or slow worker).
-	// LeasesEnded counts the renewals that found the lease ended;
-	// LostLeases the conflicts over leases lost with the store (-lose-store
-	// loses them, as documented), which are not violations.
+	// LeasesEnded counts the renewals that found the lease ended. A lost
+	// store loses no lease: its lock, which its holder's keeper keeps,
+	// still guards it, so a conflict over one is a violation.
 	LeaseGrants, LeaseReservations, Renewals, LeaseReleases int
 	LeaseExpiries, LeaseDrops, KilledLeases, LeasesEnded    int
-	LostLeases                                              int
 	// LostCalls counts the calls that failed because the store's file was
 	// lost under them, each of its attempts: opens, mostly, which the
 	// worker makes again.
@@ -514,20 +501,8 @@ func Check(dir string) (Report, error) {
 				rep.KilledLeases++
 			}
 		}
-		// The store's file lost after the grant began loses the lease
-		// with it (see portalloc's "Losing the store"): from then on
-		// the claim is no one's to guard.
-		for _, l := range losses {
-			if l >= c.since && l < c.end {
-				c.lost, c.found = l, c.end
-				break
-			}
-		}
 	}
 	for _, x := range endedEarly {
-		if x.c.lost != 0 && x.c.lost <= x.t {
-			continue // lost with the store, not ended
-		}
 		violate("lease ended before its time: a renewal at %s found no lease of %s, granted or renewed to last until %s",
 			stamp(x.t, base), x.c, stamp(x.c.expiry, base))
 	}
@@ -536,7 +511,6 @@ func Check(dir string) (Report, error) {
 			if t, ok := childExit[c.child]; ok {
 				c.end = t
 			}
-			unguarded(c, kills[c.proc], childBound[c.child], losses)
 		}
 		// A retirement ends the claims of its host made before it: every
 		// process there, children included, was killed first. A child
@@ -584,14 +558,6 @@ func Check(dir string) (Report, error) {
 	}
 	for _, f := range failed {
 		cs := of(f.e)
-		if c := childClaim(cs, f.e); c != nil && c.lost != 0 && c.lost <= f.e.T && f.e.T <= c.found {
-			rep.Unguarded++
-			continue
-		}
-		if heldByLostLeases(cs, f.e) || ownLeaseLost(cs, f.e) {
-			rep.LostLeases++
-			continue
-		}
 		if failoverLostBind(cs, f.e) {
 			rep.FailoverLost++
 			continue
@@ -700,62 +666,7 @@ func inWay(c *claim, e Event, a netip.Addr) bool {
 		c.start <= e.T && e.T < c.end && netaddr.Conflicts(a, c.addr)
 }
 
-// heldByLostLeases reports whether the claims that conflicted with the
-// failed bind e are all leases lost with the store at the time (see
-// claim.lost): their holders' leases are in no store, as documented.
-func heldByLostLeases(claims []*claim, e Event) bool {
-	a, err := netip.ParseAddr(e.Addr)
-	if err != nil {
-		return false
-	}
-	n := 0
-	for _, c := range claims {
-		if !inWay(c, e, a) {
-			continue
-		}
-		if c.holder == "" || c.lost == 0 || c.lost > e.T || e.T > c.found {
-			return false
-		}
-		n++
-	}
-	return n > 0
-}
 
-// ownLeaseLost reports whether the failed bind e is of a lease lost with
-// the store before the bind, and every claim that conflicted with it was
-// granted after that loss: the holder's lease was in no store when the
-// others asked, as documented (see portalloc's "Losing the store"). Its
-// worker may log the grant only after the loss (frozen in the call), so
-// the other claims can have been logged first.
-func ownLeaseLost(claims []*claim, e Event) bool {
-	if e.Holder == "" {
-		return false
-	}
-	a, err := netip.ParseAddr(e.Addr)
-	if err != nil {
-		return false
-	}
-	var own *claim
-	for _, c := range claims {
-		if c.proc == e.Proc && c.holder == e.Holder && c.proto == e.Proto && c.port == e.Port && c.addr == a && c.start <= e.T {
-			own = c // the latest grant of this holder before the bind
-		}
-	}
-	if own == nil || own.lost == 0 || own.lost > e.T {
-		return false
-	}
-	n := 0
-	for _, c := range claims {
-		if c == own || !inWay(c, e, a) {
-			continue
-		}
-		if c.start < own.lost {
-			return false
-		}
-		n++
-	}
-	return n > 0
-}
 
 // overlaps reports a violation for every two claims of one host, protocol
 // and port whose addresses conflict and whose times overlap, and returns
@@ -778,16 +689,6 @@ func overlaps(groups map[portKey][]*claim, violate func(string, ...any), rep *Re
 				case !netaddr.Conflicts(a.addr, b.addr):
 				case a.host != b.host && !a.fleet && !b.fleet:
 					crossHost++
-				case a.lost != 0 && a.lost <= b.start && b.start <= a.found && a.holder != "":
-					rep.LostLeases++
-				case a.lost != 0 && a.lost <= b.start && b.start <= a.found:
-					rep.Unguarded++
-				case b.lost != 0 && b.lost <= a.start && b.holder != "":
-					// b's lease was asked for before the loss and
-					// lost with the store before a was granted; its
-					// grant was logged late (its worker frozen in the
-					// call), after a's.
-					rep.LostLeases++
 				case inFailoverWindow(a, b):
 					rep.FailoverLost++
 				default:
@@ -857,37 +758,7 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// unguarded marks the span in which no process could speak for c, a
-// hand-off: its worker was killed (at killed) before the child bound the
-// port (at bound, zero if never), and the store was lost between the two.
-func unguarded(c *claim, killed, bound int64, losses []int64) {
-	if killed == 0 || killed < c.start {
-		return
-	}
-	until := c.end
-	if bound != 0 {
-		until = min(until, bound)
-	}
-	if killed >= until {
-		return
-	}
-	for _, l := range losses {
-		if l >= killed && l < until {
-			c.lost, c.found = l, until
-			return
-		}
-	}
-}
 
-// childClaim returns the hand-off claim of the child whose failed bind e is.
-func childClaim(claims []*claim, e Event) *claim {
-	for _, c := range claims {
-		if c.child == e.Proc && c.proto == e.Proto && c.port == e.Port {
-			return c
-		}
-	}
-	return nil
-}
 
 // failover is an asynchronous failover: when the primary was killed and
 // when the standby had become the primary (MaxInt64 if never).

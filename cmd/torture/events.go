@@ -170,13 +170,9 @@ const (
 	// its row would be gone while it binds the port.
 	KindRerelease = "rerelease"
 	// KindProbeKey: a bind probe of the worker's store found Proto, Addr
-	// and Port bound while the store held no row for it (pgstore's "port
+	// and Port bound while the store held no row for it (portalloc.s "port
 	// bound outside berth"); the probe-failed event of the call counts it.
 	KindProbeKey = "probe-key"
-	// KindImport: a worker made a new state store where a lost one had
-	// been, and took in Restored reservations from the marks of live
-	// holders (Probes: the marks it read).
-	KindImport = "import"
 	// KindStoreLog: a worker's Allocator or store logged a decision at
 	// info level (Err: its message), such as a lost store set aside or put
 	// back: where a violation follows a loss, these say what each process

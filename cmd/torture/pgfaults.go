@@ -154,15 +154,10 @@ func (s repairSink) Enabled(level int) bool { return level <= 1 }
 
 func (s repairSink) Info(level int, msg string, kv ...any) {
 	switch {
-	case strings.HasPrefix(msg, "this process's reservations differed from the fleet's store"):
-		s.log.add(Event{Kind: KindRepair, Restored: kvInt(kv, "restored"), NotRestored: kvInt(kv, "notRestored"), Rereleased: kvInt(kv, "releasedAgain")})
-	case strings.HasPrefix(msg, "compared this process's reservations with the fleet's store"):
-		s.log.add(Event{Kind: KindRepair})
+	case strings.HasPrefix(msg, "the store lost this process's reservations"):
+		s.log.add(Event{Kind: KindRepair, Restored: kvInt(kv, "restored"), NotRestored: kvInt(kv, "notRestored")})
 	case strings.HasPrefix(msg, "released again a reservation of this process"):
 		s.log.add(keyed(Event{Kind: KindRerelease, Err: msg}, kv, "reservation"))
-	case strings.HasPrefix(msg, "a new state store took over the reservations of live holders"),
-		strings.HasPrefix(msg, "a new state store found no live holder's mark"):
-		s.log.add(Event{Kind: KindImport, Restored: kvInt(kv, "reservations"), Probes: kvInt(kv, "marks")})
 	case msg == "port bound outside berth" && s.probeKeys:
 		s.log.add(keyed(Event{Kind: KindProbeKey}, kv, "key"))
 	case level == 0 && msg != "port bound outside berth":

@@ -202,11 +202,11 @@ func (s Summary) Print(w io.Writer) {
 			s.Freezes, s.FrozenKills, s.LongestFreeze.Round(time.Millisecond))
 	}
 	if s.LoseStore > 0 {
-		fmt.Fprintf(w, "store losses    %d (directory removed, file replaced or truncated); %d conflicts over hand-offs lost with the store, their worker killed before the child bound; %d calls failed on a store lost under them\n", s.StoreLosses, s.Unguarded, s.LostCalls)
+		fmt.Fprintf(w, "store losses    %d (directory removed, file replaced or truncated); %d calls failed on a store lost under them\n", s.StoreLosses, s.LostCalls)
 	}
 	if s.Leases {
-		fmt.Fprintf(w, "leases          %d granted (%d reserved), %d renewals, %d released, %d ran out (%d dropped by their worker, %d of killed workers), %d found ended on renewal; %d conflicts over leases lost with the store\n",
-			s.LeaseGrants, s.LeaseReservations, s.Renewals, s.LeaseReleases, s.LeaseExpiries, s.LeaseDrops, s.KilledLeases, s.LeasesEnded, s.LostLeases)
+		fmt.Fprintf(w, "leases          %d granted (%d reserved), %d renewals, %d released, %d ran out (%d dropped by their worker, %d of killed workers), %d found ended on renewal\n",
+			s.LeaseGrants, s.LeaseReservations, s.Renewals, s.LeaseReleases, s.LeaseExpiries, s.LeaseDrops, s.KilledLeases, s.LeasesEnded)
 	}
 	if s.FDPressure {
 		fmt.Fprintf(w, "fd pressure     %d spells; %d calls failed with ErrTransient, %d binds refused with EMFILE (bound again after the spell), %d children not started for want of descriptors\n",
