@@ -13,9 +13,9 @@ const (
 	QFleetReserve = qFleetReserve
 )
 
-// Renew renews the host's lease to ttl from now, as the background
+// RenewLease renews the host's lease to ttl from now, as the background
 // goroutine does.
-func (s *Store) Renew(ctx context.Context, ttl time.Duration) error { return s.renew(ctx, ttl) }
+func (s *Store) RenewLease(ctx context.Context, ttl time.Duration) error { return s.renew(ctx, ttl) }
 
 // SetFleetStart makes ReserveFleet start its search of a band of n ports
 // at offset f(n) instead of a random one. Call it before any other call.

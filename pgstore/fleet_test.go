@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/berth-go/berth/pgstore"
@@ -23,7 +24,7 @@ import (
 func reserveFleet(tb testing.TB, s *pgstore.Store, holder string, first, last uint16) pgstore.FleetReservation {
 	tb.Helper()
 	r, err := s.ReserveFleet(context.Background(), pgstore.FleetRequest{
-		Protocol: store.TCP, Band: pgstore.Band{First: first, Last: last}, Holder: holder, Label: "fleet", TTL: time.Hour})
+		Protocol: store.TCP, Band: store.Range{First: first, Last: last}, Holder: holder, Label: "fleet", TTL: time.Hour})
 	if err != nil {
 		tb.Fatalf("ReserveFleet(%s, %d-%d) = %v", holder, first, last, err)
 	}
@@ -38,16 +39,16 @@ func wantLeaseConflict(tb testing.TB, what string, err error, holder string) {
 	switch {
 	case !errors.As(err, &ce) || !errors.Is(err, store.ErrHeld):
 		tb.Errorf("%s = %v; want a *store.ConflictError", what, err)
-	case ce.Holder.Owner.Scope != store.LeaseScope || ce.Holder.Owner.Name != holder || ce.Holder.Owner.PID != 0:
-		tb.Errorf("%s: holder = %+v; want scope %q name %q pid 0", what, ce.Holder.Owner, store.LeaseScope, holder)
-	case !strings.Contains(err.Error(), `lease "`+holder+`"`) || strings.Contains(err.Error(), "outside berth"):
+	case ce.Holder.Owner != (store.Owner{Holder: holder}) || ce.Self || ce.Bound:
+		tb.Errorf("%s: holder = %+v; want the named holder %q and nothing else", what, ce.Holder.Owner, holder)
+	case !strings.Contains(err.Error(), `holder "`+holder+`"`) || strings.Contains(err.Error(), "outside berth"):
 		tb.Errorf("%s: message %q; want it to name the lease %q", what, err, holder)
 	}
 }
 
 // TestFleetPortBlocksEveryHost: a fleet-wide port is taken for the
 // processes of every host, whatever address they ask for, and skipped by
-// their scans; it counts in ReservedPorts but not in List.
+// their scans; List, which shows process rows, does not show it.
 func TestFleetPortBlocksEveryHost(t *testing.T) {
 	dsn, _ := testDB(t)
 	ctx := context.Background()
@@ -68,10 +69,6 @@ func TestFleetPortBlocksEveryHost(t *testing.T) {
 		got, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: r.Addr, Next: storetest.Candidates(59000, 59001)})
 		if err != nil || got.Port != 59001 {
 			t.Errorf("%s: Scan(59000, 59001) = %v, %v; want 59001", s.Host(), got.Port, err)
-		}
-		ports, err := s.ReservedPorts(ctx, 59000, 59000)
-		if err != nil || !slices.Equal(ports, []uint16{59000}) {
-			t.Errorf("%s: ReservedPorts(59000, 59000) = %v, %v; want [59000]", s.Host(), ports, err)
 		}
 		list, err := s.List(ctx, store.Filter{Port: 59000})
 		if err != nil || len(list) != 0 {
@@ -99,22 +96,22 @@ func TestFleetPortsDistinct(t *testing.T) {
 	stock := []*pgstore.Store{a, b}
 	got := drawAtOnce(t, n, func(i int) (pgstore.FleetReservation, error) {
 		return stock[i%2].ReserveFleet(ctx, pgstore.FleetRequest{
-			Protocol: store.TCP, Band: pgstore.Band{First: 59100, Last: 59109}, Holder: "job/batch-" + string(rune('a'+i))})
+			Protocol: store.TCP, Band: store.Range{First: 59100, Last: 59109}, Holder: "job/batch-" + string(rune('a'+i))})
 	})
 	want := []uint16{59100, 59101, 59102, 59104, 59105, 59106, 59107, 59108, 59109}
 	if !slices.Equal(got, want) {
 		t.Errorf("ports granted = %v; want %v, each once", got, want)
 	}
-	_, err := a.ReserveFleet(ctx, pgstore.FleetRequest{Protocol: store.TCP, Band: pgstore.Band{First: 59100, Last: 59109}, Holder: "job/late"})
+	_, err := a.ReserveFleet(ctx, pgstore.FleetRequest{Protocol: store.TCP, Band: store.Range{First: 59100, Last: 59109}, Holder: "job/late"})
 	if !errors.Is(err, store.ErrExhausted) {
 		t.Errorf("ReserveFleet on a full band = %v; want store.ErrExhausted", err)
 	}
 	for _, bad := range []pgstore.FleetRequest{
-		{Protocol: store.TCP, Band: pgstore.Band{First: 59100, Last: 59109}},                                 // no holder
-		{Protocol: store.TCP, Band: pgstore.Band{First: 59109, Last: 59100}, Holder: "x"},                    // reversed
-		{Protocol: "sctp", Band: pgstore.Band{First: 59100, Last: 59109}, Holder: "x"},                       // protocol
-		{Protocol: store.TCP, Band: pgstore.Band{First: 59100, Last: 59109}, Holder: "x\n"},                  // control character
-		{Protocol: store.TCP, Band: pgstore.Band{First: 59100, Last: 59109}, Holder: "x", TTL: -time.Second}, // ttl
+		{Protocol: store.TCP, Band: store.Range{First: 59100, Last: 59109}},                                 // no holder
+		{Protocol: store.TCP, Band: store.Range{First: 59109, Last: 59100}, Holder: "x"},                    // reversed
+		{Protocol: "sctp", Band: store.Range{First: 59100, Last: 59109}, Holder: "x"},                       // protocol
+		{Protocol: store.TCP, Band: store.Range{First: 59100, Last: 59109}, Holder: "x\n"},                  // control character
+		{Protocol: store.TCP, Band: store.Range{First: 59100, Last: 59109}, Holder: "x", TTL: -time.Second}, // ttl
 	} {
 		if _, err := a.ReserveFleet(ctx, bad); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("ReserveFleet(%+v) = %v; want store.ErrInvalid", bad, err)
@@ -255,7 +252,7 @@ func TestFleetLeaseReaped(t *testing.T) {
 	if _, err := conn.Exec(ctx, "UPDATE berth_port_allocations SET lease_expires = now() - interval '1 second' WHERE holder = 'job/three'"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := b.ReserveFleet(ctx, pgstore.FleetRequest{Protocol: store.TCP, Band: pgstore.Band{First: live.Port, Last: live.Port}, Holder: "job/four"})
+	r, err := b.ReserveFleet(ctx, pgstore.FleetRequest{Protocol: store.TCP, Band: store.Range{First: live.Port, Last: live.Port}, Holder: "job/four"})
 	if err != nil || r.Port != live.Port {
 		t.Errorf("ReserveFleet over a lapsed lease = %v, %v; want %d", r.Port, err, live.Port)
 	}
@@ -339,7 +336,7 @@ func TestFleetStartWraps(t *testing.T) {
 	}
 	for _, start := range []int{0, 5, 9, 12} {
 		a.SetFleetStart(func(n int) int { return start })
-		_, err := a.ReserveFleet(ctx, pgstore.FleetRequest{Protocol: store.TCP, Band: pgstore.Band{First: 59600, Last: 59609}, Holder: "job/late"})
+		_, err := a.ReserveFleet(ctx, pgstore.FleetRequest{Protocol: store.TCP, Band: store.Range{First: 59600, Last: 59609}, Holder: "job/late"})
 		if !errors.Is(err, store.ErrExhausted) {
 			t.Errorf("ReserveFleet from offset %d on a full band = %v; want store.ErrExhausted", start, err)
 		}
@@ -356,7 +353,7 @@ func TestFleetStartSpread(t *testing.T) {
 	const n = 8
 	got := drawAtOnce(t, n, func(i int) (pgstore.FleetReservation, error) {
 		return s.ReserveFleet(ctx, pgstore.FleetRequest{
-			Protocol: store.TCP, Band: pgstore.Band{First: 50000, Last: 50999}, Holder: "job/spread-" + string(rune('a'+i)), TTL: time.Hour})
+			Protocol: store.TCP, Band: store.Range{First: 50000, Last: 50999}, Holder: "job/spread-" + string(rune('a'+i)), TTL: time.Hour})
 	})
 	if len(slices.Compact(slices.Clone(got))) != n {
 		t.Fatalf("ports granted = %v; want %d distinct", got, n)
@@ -370,7 +367,7 @@ func TestFleetStartSpread(t *testing.T) {
 func fleetSet(holder string, n int, first, last uint16) []pgstore.FleetRequest {
 	reqs := make([]pgstore.FleetRequest, n)
 	for i := range reqs {
-		reqs[i] = pgstore.FleetRequest{Protocol: store.TCP, Band: pgstore.Band{First: first, Last: last}, Holder: holder,
+		reqs[i] = pgstore.FleetRequest{Protocol: store.TCP, Band: store.Range{First: first, Last: last}, Holder: holder,
 			Label: holder + "/" + string(rune('a'+i)), TTL: time.Hour}
 	}
 	return reqs
@@ -397,7 +394,7 @@ func TestFleetSetAllOrNone(t *testing.T) {
 	}
 	// One request of another band that is full fails the set too.
 	reqs := fleetSet("pod/default/mixed", 2, 59700, 59703)
-	reqs = append(reqs, pgstore.FleetRequest{Protocol: store.TCP, Band: pgstore.Band{First: 59702, Last: 59702}, Holder: "pod/default/mixed"})
+	reqs = append(reqs, pgstore.FleetRequest{Protocol: store.TCP, Band: store.Range{First: 59702, Last: 59702}, Holder: "pod/default/mixed"})
 	if _, err := a.ReserveFleetSet(ctx, reqs); !errors.Is(err, store.ErrExhausted) {
 		t.Errorf("ReserveFleetSet with a held fixed port = %v; want store.ErrExhausted", err)
 	}
@@ -429,7 +426,7 @@ func TestFleetSetAllOrNone(t *testing.T) {
 	for _, bad := range [][]pgstore.FleetRequest{
 		nil,
 		append(fleetSet("pod/default/x", 1, 59700, 59703), fleetSet("pod/default/y", 1, 59700, 59703)...), // two holders
-		{{Protocol: store.TCP, Band: pgstore.Band{First: 59703, Last: 59700}, Holder: "x"}},               // reversed band
+		{{Protocol: store.TCP, Band: store.Range{First: 59703, Last: 59700}, Holder: "x"}},                // reversed band
 	} {
 		if _, err := a.ReserveFleetSet(ctx, bad); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("ReserveFleetSet(%+v) = %v; want store.ErrInvalid", bad, err)
@@ -516,4 +513,51 @@ func drawAtOnce(tb testing.TB, n int, draw func(i int) (pgstore.FleetReservation
 	wg.Wait()
 	slices.Sort(got)
 	return got
+}
+
+// TestFleetCallsAfterClose: every fleet-wide call of a closed store, and
+// Retire, fail with ErrClosed, and change nothing.
+func TestFleetCallsAfterClose(t *testing.T) {
+	dsn, conn := testDB(t)
+	ctx := context.Background()
+	s := openWith(t, dsn, pgstore.Options{Host: "host-a"})
+	openWith(t, dsn, pgstore.Options{Host: "host-b"})
+	r := reserveFleet(t, s, "job/one", 59900, 59909)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	band := store.Range{First: 59900, Last: 59909}
+	for name, call := range map[string]func() error{
+		"ReserveFleet": func() error {
+			_, err := s.ReserveFleet(ctx, pgstore.FleetRequest{Protocol: store.TCP, Band: band, Holder: "job/two"})
+			return err
+		},
+		"ReserveFleetSet": func() error {
+			_, err := s.ReserveFleetSet(ctx, fleetSet("job/two", 2, 59900, 59909))
+			return err
+		},
+		"RenewFleet":   func() error { return s.RenewFleet(ctx, r.Key, r.Holder, time.Hour) },
+		"ReleaseFleet": func() error { return s.ReleaseFleet(ctx, r.Key, r.Holder) },
+		"NarrowFleet":  func() error { return s.NarrowFleet(ctx, r.Key, r.Holder, "host-b") },
+		"Leases": func() error {
+			_, err := s.Leases(ctx)
+			return err
+		},
+		"Retire": func() error {
+			_, err := s.Retire(ctx, "host-b", pgstore.RetireOptions{Force: true})
+			return err
+		},
+	} {
+		if err := call(); !errors.Is(err, store.ErrClosed) {
+			t.Errorf("%s after Close = %v; want ErrClosed", name, err)
+		}
+	}
+	var rows []string
+	r2, err := conn.Query(ctx, "SELECT coalesce(holder, '') || '@' || coalesce(host_no, 0) FROM berth_port_allocations ORDER BY 1")
+	if err == nil {
+		rows, err = pgx.CollectRows(r2, pgx.RowTo[string])
+	}
+	if err != nil || !slices.Equal(rows, []string{"job/one@0"}) {
+		t.Errorf("rows after the calls of a closed store = %v, %v; want job/one's fleet-wide one only", rows, err)
+	}
 }

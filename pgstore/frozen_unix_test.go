@@ -38,6 +38,15 @@ func TestFrozenServer(t *testing.T) {
 		Logger: logr.FromSlogHandler(slog.NewTextHandler(&logs, nil)),
 	}
 	ctx := context.Background()
+	// The schema first, with time to spare on a loaded machine: opts'
+	// Timeout bounds every round trip of the store under test.
+	pre, err := pgstore.Open(ctx, dsn, pgstore.Options{Host: "frozen", SweepInterval: -1, LeaseTTL: -1})
+	if err != nil {
+		t0.Fatalf("Open = %v", err)
+	}
+	if err := pre.Close(); err != nil {
+		t0.Fatalf("Close = %v", err)
+	}
 	s, err := pgstore.Open(ctx, dsn, opts)
 	if err != nil {
 		t0.Fatalf("Open = %v", err)
@@ -96,28 +105,4 @@ func TestFrozenServer(t *testing.T) {
 		t0.Errorf("the log shows the password:\n%s", logs.String())
 	}
 	c.Thaw(t) // the connections Close left finish closing now
-}
-
-// TestOpenRefusesOtherSchemes: a DSN that is neither a postgres:// or
-// postgresql:// URL (in lower case) nor key=value settings is refused
-// before any connection, with an error that says why and hides the
-// password.
-func TestOpenRefusesOtherSchemes(t *testing.T) {
-	t0 := pgcluster.Guard(t, pw)
-	for _, dsn := range []string{
-		"postgre://u:" + pw + "@127.0.0.1:1/db",
-		"POSTGRES://u:" + pw + "@127.0.0.1:1/db",
-		"PostgreSQL://u@127.0.0.1:1/db?password=" + pw,
-		"u:" + pw + "@127.0.0.1:1/db",
-	} {
-		start := time.Now()
-		_, err := pgstore.Open(context.Background(), dsn, pgstore.Options{Host: "h", SweepInterval: -1})
-		var de *pgstore.DSNError
-		if !errors.As(err, &de) || !errors.Is(err, store.ErrInvalid) || strings.Contains(fmt.Sprintf("%v %+v %#v", err, err, err), pw) {
-			t0.Errorf("Open(%q) = %v; want a *DSNError, the password hidden", pgstore.Redact(dsn), err)
-		}
-		if took := time.Since(start); took > time.Second {
-			t0.Errorf("Open(%q) took %v; want a refusal before any connection", pgstore.Redact(dsn), took)
-		}
-	}
 }

@@ -127,10 +127,11 @@ func TestGuardRestored(t *testing.T) {
 		" FROM berth_port_allocations WHERE port = 30001"); err != nil {
 		t.Fatal(err)
 	}
-	err = s1.Renew(ctx, time.Minute)
-	var ge *pgstore.guardError
-	if !errors.As(err, &ge) || !errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), "30001") {
-		t.Fatalf("Renew with conflicting rows = %v, want a *guardError wrapping ErrDamaged naming port 30001", err)
+	err = s1.RenewLease(ctx, time.Minute)
+	if !errors.Is(err, store.ErrDamaged) || errors.Is(err, store.ErrStorage) || !strings.Contains(err.Error(), "30001") ||
+		!strings.Contains(err.Error(), "lost its exclusion constraint berth_port_allocations_no_conflict") ||
+		!strings.Contains(err.Error(), "grants no port") {
+		t.Fatalf("Renew with conflicting rows = %v, want an error wrapping ErrDamaged that says the constraint is lost, naming port 30001", err)
 	}
 	for name, grant := range map[string]func() error{
 		"Reserve": func() error {
@@ -151,7 +152,7 @@ func TestGuardRestored(t *testing.T) {
 		},
 		"ReserveFleet": func() error {
 			_, err := s1.ReserveFleet(ctx, pgstore.FleetRequest{Protocol: store.TCP, Holder: "job/x",
-				Band: pgstore.Band{First: 30004, Last: 30005}, TTL: time.Minute})
+				Band: store.Range{First: 30004, Last: 30005}, TTL: time.Minute})
 			return err
 		},
 	} {
@@ -171,7 +172,7 @@ func TestGuardRestored(t *testing.T) {
 	if _, err := conn.Exec(ctx, "DELETE FROM berth_port_allocations WHERE owner_name = 'twin'"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s1.Renew(ctx, time.Minute); err != nil {
+	if err := s1.RenewLease(ctx, time.Minute); err != nil {
 		t.Fatalf("Renew once the conflict is gone: %v", err)
 	}
 	if !hasGuard(t, conn) {

@@ -3,6 +3,8 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -97,6 +99,41 @@ func rowsOf(tb testing.TB, conn *pgx.Conn, host string) int {
 	return n
 }
 
+// isHostError reports whether err refuses the host name host: a
+// *store.FieldError for the field "host" with that value.
+func isHostError(err error, host string) bool {
+	var fe *store.FieldError
+	return errors.As(err, &fe) && fe.Field == "host" && fe.Value == host && errors.Is(err, store.ErrInvalid)
+}
+
+var (
+	liveLeaseRE = regexp.MustCompile(`holds a live lease until (\S+) by the PostgreSQL server's clock \(([^ )]+) more\)`)
+	inUseRE     = regexp.MustCompile(`in use by another machine \(boot id (\S+)\), whose lease on the name runs (\S+) more`)
+)
+
+// liveLease reads from Retire's refusal of a live host when its lease
+// ends and how long that was from the refusal, as the message says.
+func liveLease(err error) (time.Time, time.Duration, bool) {
+	m := liveLeaseRE.FindStringSubmatch(fmt.Sprint(err))
+	if m == nil {
+		return time.Time{}, 0, false
+	}
+	until, terr := time.Parse(time.RFC3339, m[1])
+	left, derr := time.ParseDuration(m[2])
+	return until, left, terr == nil && derr == nil
+}
+
+// inUseBy reads from Open's refusal of a host name another boot holds
+// that boot's id and how long its lease runs on, as the message says.
+func inUseBy(err error) (string, time.Duration, bool) {
+	m := inUseRE.FindStringSubmatch(fmt.Sprint(err))
+	if m == nil {
+		return "", 0, false
+	}
+	left, derr := time.ParseDuration(m[2])
+	return m[1], left, derr == nil
+}
+
 // TestRetireHost: retirement deletes that host's rows and sticky ports
 // and nothing else; the Store's own host and unknown hosts are refused;
 // the retired host, still running, reports its loss at its next renewal
@@ -118,11 +155,18 @@ func TestRetireHost(t *testing.T) {
 	}
 
 	// host-a's lease is live: refused, naming it and when the lease ends.
-	n, err := c.Retire(ctx, "host-a", RetireOptions{})
-	var live *pgstore.hostLiveError
-	if !errors.As(err, &live) || n != 0 || live.Host != "host-a" || live.Left <= 0 || live.Expires.IsZero() ||
-		!errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), `host "host-a" holds a live lease until`) {
-		t.Fatalf("Retire(host-a) of a live host = %d, %v; want a *hostLiveError naming it and its lease's end", n, err)
+	var expires time.Time
+	if err := conn.QueryRow(ctx, "SELECT expires_at FROM berth_hosts WHERE host_id = 'host-a'").Scan(&expires); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.Retire(ctx, "host-a", pgstore.RetireOptions{})
+	if n != 0 || !isHostError(err, "host-a") || !strings.Contains(err.Error(), "RetireOptions.Force") {
+		t.Fatalf("Retire(host-a) of a live host = %d, %v; want a refusal of host-a saying how to force it", n, err)
+	}
+	until, left, ok := liveLease(err)
+	if !ok || !until.Equal(expires.Truncate(time.Second)) || left <= 0 || left > 30*time.Second {
+		t.Errorf("Retire(host-a) of a live host = %v; want it to name the lease's end %v by the server's clock and up to 30s left",
+			err, expires.UTC().Format(time.RFC3339))
 	}
 	if got := rowsOf(t, conn, "host-a"); got != 3 {
 		t.Fatalf("host-a's rows after a refused retirement = %d; want 3", got)
@@ -153,19 +197,26 @@ func TestRetireHost(t *testing.T) {
 		t.Errorf("second Retire(host-a, Force) = %d, %v; want 0, nil", n, err)
 	}
 
-	if _, err := c.Retire(ctx, "host-c", RetireOptions{}); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("Retire of the store's own host = %v; want ErrInvalid", err)
+	if _, err := c.Retire(ctx, "host-c", pgstore.RetireOptions{}); !isHostError(err, "host-c") {
+		t.Errorf("Retire of the store's own host = %v; want a refusal of host-c", err)
 	}
-	if _, err := c.Retire(ctx, "host-z", RetireOptions{}); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("Retire of an unknown host = %v; want ErrNotFound", err)
+	if _, err := c.Retire(ctx, "host-c", pgstore.RetireOptions{Force: true}); !isHostError(err, "host-c") {
+		t.Errorf("Retire of the store's own host, forced = %v; want a refusal of host-c", err)
 	}
-	if _, err := c.Retire(ctx, "", RetireOptions{}); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("Retire(\"\") = %v; want ErrInvalid", err)
+	if _, err := c.Retire(ctx, "host-z", pgstore.RetireOptions{}); !errors.Is(err, store.ErrNotFound) ||
+		!strings.Contains(err.Error(), `no host "host-z" has used this store`) {
+		t.Errorf("Retire of an unknown host = %v; want ErrNotFound naming it", err)
+	}
+	if _, err := c.Retire(ctx, "", pgstore.RetireOptions{}); !isHostError(err, "") {
+		t.Errorf("Retire(\"\") = %v; want a refusal of the empty host name", err)
+	}
+	if _, err := c.Retire(ctx, "host\x1b[2J", pgstore.RetireOptions{Force: true}); !isHostError(err, "host\x1b[2J") {
+		t.Errorf("Retire of a host name with a control character = %v; want it refused", err)
 	}
 
 	// host-a was still running: its renewal reports the loss once, and it
 	// carries on with a fresh lease.
-	if err := a.Renew(ctx, time.Minute); err != nil {
+	if err := a.RenewLease(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if got := a.Stats().LostRows; got != 3 {
@@ -174,7 +225,7 @@ func TestRetireHost(t *testing.T) {
 	if got := logA.find("were deleted by another host", `"rows"=3`, `"retired"=true`); len(got) != 1 {
 		t.Errorf("host-a's log of its loss = %q; want one error line; whole log: %q", got, logA.lines)
 	}
-	if err := a.Renew(ctx, time.Minute); err != nil {
+	if err := a.RenewLease(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if got := a.Stats().LostRows; got != 3 {
@@ -263,7 +314,7 @@ func TestGraceReaping(t *testing.T) {
 
 			// old comes back: it learns its loss once; recent's lapse
 			// cost it nothing.
-			if err := old.Renew(ctx, time.Minute); err != nil {
+			if err := old.RenewLease(ctx, time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			if got := old.Stats().LostRows; got != 3 {
@@ -272,7 +323,7 @@ func TestGraceReaping(t *testing.T) {
 			if got := logOld.find("were deleted by another host", `"rows"=3`, `"retired"=false`); len(got) != 1 {
 				t.Errorf("old's log = %q; want one line reporting 3 rows", logOld.lines)
 			}
-			if err := recent.Renew(ctx, time.Minute); err != nil {
+			if err := recent.RenewLease(ctx, time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			if got := recent.Stats().LostRows; got != 0 {
@@ -377,7 +428,7 @@ func TestRetireRacesGrants(t *testing.T) {
 		retired += n
 	}
 	n := <-granted
-	if err := a.Renew(ctx, time.Minute); err != nil {
+	if err := a.RenewLease(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	left := rowsOf(t, conn, "host-a")
@@ -423,12 +474,11 @@ func TestHostNameOfTwoMachines(t *testing.T) {
 		_ = b.Close()
 		t.Fatal("Open of web-1 by another boot while its lease is live succeeded; want it refused")
 	}
-	var inUse *pgstore.hostInUseError
-	if !errors.As(err, &inUse) || !errors.Is(err, store.ErrInvalid) {
-		t.Fatalf("Open of web-1 by another boot = %v; want a *hostInUseError wrapping ErrInvalid", err)
+	if !isHostError(err, "web-1") {
+		t.Fatalf("Open of web-1 by another boot = %v; want a refusal of the host name web-1", err)
 	}
-	if inUse.Host != "web-1" || inUse.BootID != "boot-a" || inUse.Left <= 0 || inUse.Left > 30*time.Second {
-		t.Errorf("hostInUseError = %+v; want host web-1, boot-a, up to 30s left", *inUse)
+	if boot, left, ok := inUseBy(err); !ok || boot != "boot-a" || left <= 0 || left > 30*time.Second {
+		t.Errorf("Open of web-1 by another boot = %v; want it to name boot-a and up to 30s left", err)
 	}
 	for _, want := range []string{`"web-1"`, "another machine", "--host", "BERTH_HOST"} {
 		if !strings.Contains(err.Error(), want) {
@@ -444,7 +494,7 @@ func TestHostNameOfTwoMachines(t *testing.T) {
 			got, after, before, rowsOf(t, conn, "web-1"))
 	}
 	// The first machine carries on.
-	if err := a.Renew(ctx, time.Minute); err != nil {
+	if err := a.RenewLease(ctx, time.Minute); err != nil {
 		t.Fatalf("web-1's own renewal after the refusal: %v", err)
 	}
 	reserveN(t, a, 56203, 1)
@@ -469,8 +519,9 @@ func TestHostNameOfTwoMachines(t *testing.T) {
 	}
 	reserveN(t, b, 56210, 1)
 	// The old boot, had it survived, now meets the new one's lease.
-	if err := a.Renew(ctx, time.Minute); !errors.As(err, &inUse) || inUse.BootID != "boot-b" {
-		t.Errorf("the old boot's renewal after the takeover = %v; want a *hostInUseError naming boot-b", err)
+	err = a.RenewLease(ctx, time.Minute)
+	if boot, _, ok := inUseBy(err); !isHostError(err, "web-1") || !ok || boot != "boot-b" {
+		t.Errorf("the old boot's renewal after the takeover = %v; want web-1 refused, naming boot-b", err)
 	}
 	if got := bootOf(t, conn, "web-1"); got != "boot-b" {
 		t.Errorf("boot id of web-1 after the old boot's renewal = %q; want still boot-b", got)

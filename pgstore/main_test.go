@@ -9,12 +9,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
-	"github.com/berth-go/berth/internal/owner"
 	"github.com/berth-go/berth/internal/pgschema"
 	"github.com/berth-go/berth/internal/testproc"
 	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/store"
 )
+
+// pw is the password of the tests that check it is never shown.
+const pw = "Sekr3t-PW-9f2"
 
 // envDSN names the PostgreSQL database the tests use; each test works in
 // a schema of its own there, dropped when it ends.
@@ -81,7 +83,7 @@ func child(tb testing.TB) (store.Owner, func()) {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	id, err := owner.Lookup(context.Background(), cmd.Process.Pid)
+	own, err := store.LookupOwner(context.Background(), cmd.Process.Pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -95,5 +97,5 @@ func child(tb testing.TB) (store.Owner, func()) {
 		_ = cmd.Wait()
 	}
 	tb.Cleanup(stop)
-	return store.Owner{PID: id.PID, Start: id.Start, Scope: id.Scope, Name: id.Name}, stop
+	return own, stop
 }

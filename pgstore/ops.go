@@ -45,6 +45,9 @@ func (s *Store) Transfer(ctx context.Context, key store.Key, from, to store.Owne
 	if err := to.Validate(); err != nil {
 		return err
 	}
+	if err := noHolder(to); err != nil {
+		return err
+	}
 	if !to.Alive(ctx) {
 		return &store.FieldError{Field: "owner", Value: to.String(), Want: "a running process"}
 	}
@@ -92,6 +95,9 @@ func (s *Store) List(ctx context.Context, f store.Filter) ([]store.Reservation, 
 		" ORDER BY protocol, port, address"
 	if err := s.open(); err != nil {
 		return nil, fmt.Errorf("list: %w", err)
+	}
+	if f.Holder != "" {
+		return nil, nil // no process row is a named holder's
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -183,7 +189,6 @@ func (s *Store) reapOwn(ctx context.Context) (int, error) {
 	}
 	return int(n), nil
 }
-
 
 // pruneStickyEvery is how many Remember calls of a Store pass between two
 // prunes.

@@ -78,8 +78,6 @@ const (
 	qTransfer = "UPDATE berth_port_allocations SET owner_pid = $8, owner_start = $9, owner_scope = $10, owner_name = $11" +
 		" WHERE " + keyMatch + " AND " + ownerMatch
 
-	qDeleteOwner = "DELETE FROM berth_port_allocations WHERE host_no = $1 AND owner_pid = $2 AND owner_start = $3 AND owner_scope = $4"
-
 	qOwners = "SELECT DISTINCT owner_pid, owner_start, owner_scope FROM berth_port_allocations WHERE host_no = $1 AND owner_kind = 'process'"
 	// qReapOwners deletes the rows of the listed owners, exited all.
 	qReapOwners = "DELETE FROM berth_port_allocations p" +

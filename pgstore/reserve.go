@@ -18,7 +18,6 @@ import (
 // rows of exited owners from its way or losing a race for it.
 const maxAttempts = 16
 
-
 // row is a reservation row with the host it is on.
 type row struct {
 	hostNo int32

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,10 @@ import (
 func key(p store.Protocol, addr string, port uint16) store.Key {
 	return store.Key{Protocol: p, Addr: netip.MustParseAddr(addr), Port: port}
 }
+
+// bound is a probe's verdict on a port some process outside berth has
+// bound.
+func bound(k store.Key) error { return &store.ConflictError{Key: k, Bound: true} }
 
 func TestSkipsWithoutServer(t *testing.T) {
 	if os.Getenv(envDSN) != "" {
@@ -98,7 +103,7 @@ func TestReserveSameOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	probed := false
-	again, err := s.Reserve(ctx, store.Request{Key: k, Label: "other", Probe: func(store.Key) (bool, error) { probed = true; return false, nil }})
+	again, err := s.Reserve(ctx, store.Request{Key: k, Label: "other", Probe: func(k store.Key) error { probed = true; return bound(k) }})
 	if err != nil {
 		t.Fatalf("second Reserve by the same owner = %v; want its row", err)
 	}
@@ -123,16 +128,16 @@ func TestProbeFailureDeletesRow(t *testing.T) {
 	ctx := context.Background()
 	k := key(store.UDP, "::1", 44000)
 	var during int
-	_, err := s.Reserve(ctx, store.Request{Key: k, Probe: func(store.Key) (bool, error) {
+	_, err := s.Reserve(ctx, store.Request{Key: k, Probe: func(k store.Key) error {
 		// The row is in while the probe runs: nobody else can be granted.
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM berth_port_allocations WHERE port = 44000").Scan(&during); err != nil {
 			t.Error(err)
 		}
-		return false, nil
+		return bound(k)
 	}})
 	var ce *store.ConflictError
-	if !errors.As(err, &ce) || !ce.Holder.Owner.IsZero() {
-		t.Fatalf("Reserve with a failing probe = %v; want a *ConflictError naming no owner", err)
+	if !errors.As(err, &ce) || !ce.Holder.Owner.IsZero() || !ce.Bound {
+		t.Fatalf("Reserve with a failing probe = %v; want the probe's *ConflictError, naming no owner", err)
 	}
 	if during != 1 {
 		t.Errorf("rows during the probe = %d; want 1", during)
@@ -150,10 +155,23 @@ func TestProbeFailureDeletesRow(t *testing.T) {
 				t.Error("a panicking probe did not panic through Reserve")
 			}
 		}()
-		_, _ = s.Reserve(ctx, store.Request{Key: k, Probe: func(store.Key) (bool, error) { panic("probe") }})
+		_, _ = s.Reserve(ctx, store.Request{Key: k, Probe: func(store.Key) error { panic("probe") }})
 	}()
 	if rows, _ := s.List(ctx, store.Filter{}); len(rows) != 0 {
 		t.Errorf("rows after a panicking probe = %v; want none", rows)
+	}
+	// A probe that fails otherwise fails the call, wrapping its error,
+	// and leaves no row.
+	broken := errors.New("probe broke")
+	_, err = s.Reserve(ctx, store.Request{Key: k, Probe: func(store.Key) error { return broken }})
+	if !errors.Is(err, broken) || errors.Is(err, store.ErrHeld) {
+		t.Errorf("Reserve with a probe that errs = %v; want its error, not ErrHeld", err)
+	}
+	if rows, _ := s.List(ctx, store.Filter{}); len(rows) != 0 {
+		t.Errorf("rows after a probe that erred = %v; want none", rows)
+	}
+	if got := s.Stats().ProbeFailures; got != 1 {
+		t.Errorf("Stats().ProbeFailures after a probe that erred = %d; want still 1", got)
 	}
 }
 
@@ -245,8 +263,13 @@ func TestScan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bound := func(k store.Key) (bool, error) { return k.Port != 47002, nil }
-	req := store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Probe: bound, Batch: 2}
+	probe := func(k store.Key) error {
+		if k.Port == 47002 {
+			return bound(k)
+		}
+		return nil
+	}
+	req := store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Probe: probe, Batch: 2}
 
 	req.Next = storetest.Candidates(47000, 47001, 47002)
 	if _, err := s.Scan(ctx, req); !errors.Is(err, store.ErrExhausted) {
@@ -316,8 +339,13 @@ func TestScanBlockAllOrNone(t *testing.T) {
 	}
 	req := store.ScanRequest{
 		Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"),
-		Next:  storetest.Candidates(65534, 49000, 49010, 49020),
-		Probe: func(k store.Key) (bool, error) { return k.Port != 49012, nil },
+		Next: storetest.Candidates(65534, 49000, 49010, 49020),
+		Probe: func(k store.Key) error {
+			if k.Port == 49012 {
+				return bound(k)
+			}
+			return nil
+		},
 	}
 	rs, err := s.ScanBlock(ctx, req, 4)
 	if err != nil {
@@ -391,9 +419,6 @@ func TestTwoHosts(t *testing.T) {
 		rows, err := c.s.List(ctx, store.Filter{})
 		if err != nil || len(rows) != 1 || rows[0].Label != c.want {
 			t.Errorf("%s: List = %v, %v; want its own row only", c.s.Host(), rows, err)
-		}
-		if ports, err := c.s.ReservedPorts(ctx, 51000, 51000); err != nil || len(ports) != 1 {
-			t.Errorf("%s: ReservedPorts = %v, %v; want [51000]", c.s.Host(), ports, err)
 		}
 	}
 	var n int
@@ -631,8 +656,10 @@ func TestInvalid(t *testing.T) {
 			t.Errorf("Reserve(%+v) = %v; want ErrInvalid", req, err)
 		}
 	}
-	if _, err := pgstore.Open(ctx, "host=/tmp port=notaport", pgstore.Options{}); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("Open with a bad DSN = %v; want ErrInvalid", err)
+	_, err := pgstore.Open(ctx, "host=/tmp port=notaport", pgstore.Options{})
+	var fe *store.FieldError
+	if !errors.As(err, &fe) || fe.Field != "dsn" || !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Open with a bad DSN = %v; want a *store.FieldError for dsn", err)
 	}
 	// An IPv4-mapped address is stored as IPv4.
 	r, err := s.Reserve(ctx, store.Request{Key: key(store.TCP, "::ffff:127.0.0.1", 55000)})
@@ -642,6 +669,60 @@ func TestInvalid(t *testing.T) {
 	rows, _ := s.List(ctx, store.Filter{Port: 55000})
 	if len(rows) != 1 || rows[0].Addr != netip.MustParseAddr("127.0.0.1") {
 		t.Errorf("List = %v; want the row on 127.0.0.1", rows)
+	}
+}
+
+// TestNamedHoldersAreFleetWide: the calls for a host's processes refuse
+// a named holder, whose reservations are fleet-wide (ReserveFleet): as
+// the owner of a reservation or the one it is transferred to; Renew, the
+// lease renewal of a host's named holders, refuses too, and List finds no
+// row of theirs. Nothing changes.
+func TestNamedHoldersAreFleetWide(t *testing.T) {
+	dsn, conn := testDB(t)
+	s := open(t, dsn, "h1")
+	ctx := context.Background()
+	r := reserveFleet(t, s, "job/ci-7", 55100, 55109)
+	holder := store.Owner{Holder: "job/ci-7"}
+	refused := func(what string, err error) {
+		t.Helper()
+		var fe *store.FieldError
+		if !errors.As(err, &fe) || fe.Field != "owner" || !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "ReserveFleet") {
+			t.Errorf("%s for a named holder = %v; want a *store.FieldError for owner pointing to ReserveFleet", what, err)
+		}
+	}
+	_, err := s.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 55000), Owner: holder, TTL: time.Minute})
+	refused("Reserve", err)
+	_, err = s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Owner: holder, TTL: time.Minute,
+		Next: storetest.Candidates(55001)})
+	refused("Scan", err)
+	_, err = s.ScanBlock(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Owner: holder, TTL: time.Minute,
+		Next: storetest.Candidates(55002)}, 2)
+	refused("ScanBlock", err)
+	refused("Release", s.Release(ctx, r.Key, holder))
+	n, err := s.Renew(ctx, "job/ci-7", 2*time.Hour)
+	if n != 0 {
+		t.Errorf("Renew = %d; want 0", n)
+	}
+	refused("Renew", err)
+	var rows int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM berth_port_allocations WHERE port BETWEEN 55000 AND 55003").Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("rows after the refusals = %d, %v; want none", rows, err)
+	}
+	var left time.Duration
+	if err := conn.QueryRow(ctx, "SELECT lease_expires - now() FROM berth_port_allocations WHERE holder = 'job/ci-7'").Scan(&left); err != nil || left > time.Hour {
+		t.Errorf("job/ci-7's lease after the refused Renew(2h) ends in %v, %v; want the hour ReserveFleet gave it", left, err)
+	}
+	if leases, err := s.Leases(ctx); err != nil || len(leases) != 1 || leases[0].Key != r.Key {
+		t.Errorf("Leases after the refusals = %+v, %v; want the fleet-wide one only", leases, err)
+	}
+	// List shows process rows only: none is a named holder's.
+	reserveN(t, s, 55010, 1)
+	refused("Transfer", s.Transfer(ctx, key(store.TCP, "127.0.0.1", 55010), store.Owner{}, holder))
+	if rows, err := s.List(ctx, store.Filter{Holder: "job/ci-7"}); err != nil || len(rows) != 0 {
+		t.Errorf("List of job/ci-7's rows = %v, %v; want none (its reservation is fleet-wide: Leases lists it)", rows, err)
+	}
+	if rows, err := s.List(ctx, store.Filter{}); err != nil || len(rows) != 1 || rows[0].Port != 55010 || rows[0].Owner.PID != os.Getpid() {
+		t.Errorf("List = %v, %v; want the process row only, still this process's", rows, err)
 	}
 }
 
