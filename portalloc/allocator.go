@@ -109,7 +109,10 @@ func newAllocator(ctx context.Context, cfg Config) (*Allocator, error) {
 		return nil, openErr(ctx, path, err)
 	}
 	if s := a.h.store(); s == nil && cfg.Mode != ModeMRU {
-		a.fallBack(a.h.down)
+		down := a.h.downNow()
+		a.fallBack(down)
+		a.warn.Error(down, "state store unavailable; allocating from the MRU file instead, where every port is still locked (no port a live berth holder keeps is handed out), but recorded nowhere a listing shows; retrying the store periodically",
+			"store", path, "mru", m.Path(), "retryEvery", storeRetry().String())
 	}
 	return a, nil
 }
@@ -295,6 +298,6 @@ func (a *Allocator) Close() error {
 	close(a.done)
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
 	defer cancel()
-	err := errors.Join(a.h.dropAll(ctx, a), a.h.unref())
+	err := errors.Join(a.h.dropAll(ctx, a), a.h.unref(ctx))
 	return opError("close", err)
 }

@@ -66,8 +66,11 @@ type handle struct {
 	mu   sync.Mutex // guards held, for readers that do not take turn
 	held map[store.Key]*holding
 
-	stop chan struct{}  // closed when the last Allocator lets go
-	bg   sync.WaitGroup // the watch, and stores closing aside
+	stop chan struct{} // closed when the last Allocator lets go
+	// halt cancels the watcher's calls when the last Allocator lets go.
+	halt    context.CancelFunc
+	haltCtx context.Context
+	bg      sync.WaitGroup // the watch, and stores closing aside
 
 	restored, lost, rereleased atomic.Int64
 }
@@ -111,6 +114,14 @@ const (
 func share(ctx context.Context, name, what string, open func(context.Context) (store.Store, error), reopenable bool, m *mru.File, log, warn logr.Logger, mayFail func(error) bool) (*handle, error) {
 	handles.mu.Lock()
 	if h := handles.m[name]; h != nil {
+		if down := h.downNow(); h.store() == nil && down != nil && !mayFail(down) {
+			// Down for the others, and this caller may not serve without it.
+			handles.mu.Unlock()
+			if m != nil {
+				_ = m.Close()
+			}
+			return nil, down
+		}
 		h.refs++
 		handles.mu.Unlock()
 		if m != nil {
@@ -126,6 +137,7 @@ func share(ctx context.Context, name, what string, open func(context.Context) (s
 	}
 	h := &handle{name: name, refs: 1, what: what, mru: m, log: log, warn: warn, self: self,
 		turn: make(chan struct{}, 1), held: map[store.Key]*holding{}, stop: make(chan struct{})}
+	h.haltCtx, h.halt = context.WithCancel(context.Background())
 	if reopenable {
 		h.open = open
 	}
@@ -161,7 +173,7 @@ func share(ctx context.Context, name, what string, open func(context.Context) (s
 }
 
 // unref lets go of the handle for an Allocator; the last closes the store.
-func (h *handle) unref() error {
+func (h *handle) unref(ctx context.Context) error {
 	handles.mu.Lock()
 	h.refs--
 	last := h.refs == 0
@@ -173,9 +185,15 @@ func (h *handle) unref() error {
 		return nil
 	}
 	close(h.stop)
+	h.halt()
 	h.bg.Wait()
 	var errs []error
-	h.turn <- struct{}{} // every call is over: the Allocators are closed
+	// Every Allocator is closed: a call still in flight ends within its
+	// own timeout; Close waits for it at most until ctx is done, and
+	// closes the store under it then, which fails it.
+	if h.lockTurn(ctx) == nil {
+		defer h.unlockTurn()
+	}
 	for _, e := range h.held {
 		if e.lock != nil {
 			errs = append(errs, e.lock.Close())
@@ -482,7 +500,7 @@ func (h *handle) watch() {
 		default:
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*checkInterval)
+		ctx, cancel := context.WithTimeout(h.haltCtx, 10*checkInterval)
 		if h.usable(ctx) {
 			s := h.s
 			if err := s.Check(ctx); errors.Is(err, store.ErrLost) {

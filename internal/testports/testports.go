@@ -76,7 +76,10 @@ var (
 	Pgstore      = Range{First: 26400, Last: 26463}
 	Owner        = Range{First: 26500, Last: 26563}
 	Who          = Range{First: 26600, Last: 26663}
-	Portalloc    = Range{First: 27000, Last: 32767}
+	Portset      = Range{First: 26700, Last: 26999}
+	Pool         = Range{First: 27000, Last: 27299}
+	FleetLayer   = Range{First: 27300, Last: 27599}
+	Portalloc    = Range{First: 27600, Last: 32767}
 )
 
 // All lists every range with the import path of its package, relative to
@@ -86,12 +89,12 @@ var All = []struct {
 	Range   Range
 }{
 	{"cmd/berth", CmdBerth},
-	{"portalloc/porttest", Porttest},
+	{"portlock/porttest", Porttest},
 	{"examples/quickstart", Quickstart},
 	{"examples/metrics", Metrics},
 	{"examples/orchestrator", Orchestrator},
 	{"examples/gotest", Gotest},
-	{"mru", Mru},
+	{"internal/mru", Mru},
 	{"cmd/torture", Torture},
 	{"portalloc/listenfd", Listenfd},
 	{"examples/fleet", Fleet},
@@ -99,5 +102,8 @@ var All = []struct {
 	{"pgstore", Pgstore},
 	{"internal/owner", Owner},
 	{"portalloc/who", Who},
+	{"portalloc/portset", Portset},
+	{"portalloc/pool", Pool},
+	{"portalloc/fleet", FleetLayer},
 	{"portalloc", Portalloc},
 }

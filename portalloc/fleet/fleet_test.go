@@ -64,13 +64,13 @@ func fleetDSN(tb testing.TB) (string, *pgx.Conn) {
 	return dsn, conn
 }
 
-// freeRun holds portalloc's test ports (the Allocators of these tests
-// bind-probe there, as portalloc's own do) until tb ends, and returns the
-// first of n consecutive ports of them that are all bindable now.
+// freeRun holds the package's test ports (the Allocators of these tests
+// bind-probe there) until tb ends, and returns the first of n consecutive
+// ports of them that are all bindable now.
 func freeRun(tb testing.TB, n int) uint16 {
 	tb.Helper()
-	testports.Hold(tb, testports.Portalloc)
-	pick := store.Range{First: testports.Portalloc.First, Last: testports.Portalloc.First + 1999}
+	testports.Hold(tb, testports.FleetLayer)
+	pick := store.Range(testports.FleetLayer)
 	runs := pick.Size() / n
 	start := rand.IntN(runs)
 	for i := range runs {
@@ -256,7 +256,7 @@ func TestNewNeverFallsBack(t *testing.T) {
 	if err := os.Mkdir(nowhere, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	rng := store.Range{First: testports.Portalloc.First, Last: testports.Portalloc.First + 9}
+	rng := store.Range{First: testports.FleetLayer.First, Last: testports.FleetLayer.First + 9}
 	for _, mode := range []portalloc.Mode{"", portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback} {
 		a, err := fleet.New(context.Background(), portalloc.Config{Mode: mode, StateDir: dir, StoreDSN: nowhere, Range: rng, IgnoreEnv: true, Timeout: 5 * time.Second})
 		if a != nil {

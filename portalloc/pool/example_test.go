@@ -27,7 +27,7 @@ func waitSettled(p *pool.Pool) pool.Status {
 // rolling update is under way. The pool refills in the background after a
 // Take.
 func ExamplePool_Status() {
-	a, done := exampleAllocator(29900)
+	a, done := exampleAllocator(27100)
 	defer done()
 	ctx := context.Background()
 
@@ -51,10 +51,10 @@ func ExamplePool_Status() {
 }
 
 // Update rolls the pool to a new spec; here one whose members take port
-// 29950 first, then the range from its low end. Members are replaced at
+// 27150 first, then the range from its low end. Members are replaced at
 // most MaxUnavailable at a time while Take goes on working.
 func ExamplePool_Update() {
-	a, done := exampleAllocator(29900)
+	a, done := exampleAllocator(27100)
 	defer done()
 	ctx := context.Background()
 
@@ -66,7 +66,7 @@ func ExamplePool_Update() {
 	defer p.Close()
 	before := p.Status().Revision
 
-	err = p.Update(pool.Spec{Size: 2, MaxUnavailable: "1", Prefer: []uint16{29950}, Order: portalloc.OrderLowest})
+	err = p.Update(pool.Spec{Size: 2, MaxUnavailable: "1", Prefer: []uint16{27150}, Order: portalloc.OrderLowest})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -77,7 +77,7 @@ func ExamplePool_Update() {
 		ports = append(ports, r.Port)
 	}
 	fmt.Println("new revision:", st.Revision != before, "updated:", st.Updated, "of", st.Size)
-	fmt.Println("preferred port taken:", slices.Contains(ports, 29950))
+	fmt.Println("preferred port taken:", slices.Contains(ports, 27150))
 	// Output:
 	// new revision: true updated: 2 of 2
 	// preferred port taken: true
@@ -86,11 +86,11 @@ func ExamplePool_Update() {
 // A warm pool keeps ports reserved ahead of time; Take hands one out from
 // memory, and Update moves the pool to another range member by member.
 func Example() {
-	a, done := exampleAllocator(29500)
+	a, done := exampleAllocator(27200)
 	defer done()
 	ctx := context.Background()
 
-	p, err := pool.New(ctx, a, "workers", pool.Spec{Size: 2, Range: store.Range{First: 29500, Last: 29549}})
+	p, err := pool.New(ctx, a, "workers", pool.Spec{Size: 2, Range: store.Range{First: 27200, Last: 27249}})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -102,13 +102,13 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("taken from the first half:", r.Port < 29550)
+	fmt.Println("taken from the first half:", r.Port < 27250)
 	if err := p.Return(r); err != nil {
 		fmt.Println(err)
 		return
 	}
 
-	if err := p.Update(pool.Spec{Size: 2, Range: store.Range{First: 29550, Last: 29599}}); err != nil {
+	if err := p.Update(pool.Spec{Size: 2, Range: store.Range{First: 27250, Last: 27299}}); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -124,7 +124,7 @@ func Example() {
 		return
 	}
 	defer func() { _ = p.Return(r) }()
-	fmt.Println("taken from the second half:", r.Port >= 29550)
+	fmt.Println("taken from the second half:", r.Port >= 27250)
 	// Output:
 	// taken from the first half: true
 	// taken from the second half: true

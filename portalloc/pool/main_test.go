@@ -13,10 +13,11 @@ import (
 	"github.com/berth-go/berth/portalloc/internal/testrig"
 )
 
-// The pools' tests and examples bind ports in portalloc's test range,
-// under its lock (see testrig): they run when portalloc's own tests do not.
+// The pools' tests and examples bind ports in the package's own test
+// range, under its lock (see testrig).
 func TestMain(m *testing.M) {
-	if _, err := testports.Lock(testports.Portalloc); err != nil {
+	testrig.Use(testports.Pool)
+	if _, err := testports.Lock(testports.Pool); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -239,6 +239,8 @@ func TestPoolUnavailableMemberReplaced(t *testing.T) {
 func TestPoolSegments(t *testing.T) {
 	ctx := context.Background()
 	// A range of 4,096 ports or more has a static segment of 128 at its low end.
+	// That is portalloc's range, under its lock for this test.
+	testports.Hold(t, testports.Portalloc)
 	r := store.Range(testports.Portalloc)
 	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore, Range: r})
 	for _, tt := range []struct {

@@ -13,7 +13,7 @@ import (
 // A set wires services together: each member gets its own ports and the
 // variables that point at the others'.
 func ExampleAllocate() {
-	a, done := exampleAllocator(29100)
+	a, done := exampleAllocator(26800)
 	defer done()
 	ctx := context.Background()
 

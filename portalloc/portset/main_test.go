@@ -11,12 +11,13 @@ import (
 	"github.com/berth-go/berth/portalloc/internal/testrig"
 )
 
-// The sets' examples bind ports in portalloc's test range, under its
-// lock: they run when portalloc's own tests do not. The sets' tests that
+// The sets' examples bind ports in the package's test range, under its
+// The sets' tests that
 // need other processes stay with portalloc's, which run them as workers.
 
 func TestMain(m *testing.M) {
-	if _, err := testports.Lock(testports.Portalloc); err != nil {
+	testrig.Use(testports.Portset)
+	if _, err := testports.Lock(testports.Portset); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -1,7 +1,7 @@
-// Package testrig is what the tests of portalloc and of its concept
-// packages (pool, portset) share: Allocators on a state directory of the
-// test's own, and runs of free ports, in portalloc's part of the test
-// ports (internal/testports), whose lock the test binary holds.
+// Package testrig is what the tests of portalloc and of its layers (pool,
+// portset) share: Allocators on a state directory of the test's own, and
+// runs of free ports, in the package's part of the test ports
+// (internal/testports), whose lock the test binary holds.
 package testrig
 
 import (
@@ -21,11 +21,21 @@ import (
 var (
 	// Lo4 is 127.0.0.1.
 	Lo4 = netip.MustParseAddr("127.0.0.1")
-	// PickRange is where tests pick ports of their own (FreeRun).
-	PickRange = store.Range{First: testports.Portalloc.First, Last: testports.Portalloc.First + 1999}
-	// AllocRange is the range of the Allocators NewAllocator makes.
-	AllocRange = store.Range{First: testports.Portalloc.First + 2000, Last: testports.Portalloc.Last}
+	// PickRange is where tests pick ports of their own (FreeRun), the
+	// first third of the package's range; AllocRange, the rest, is the
+	// range of the Allocators NewAllocator makes. Use sets them.
+	PickRange, AllocRange store.Range
 )
+
+func init() { Use(testports.Portalloc) }
+
+// Use makes r, the test ports of the package whose tests run (whose lock
+// the test binary holds), the ranges of PickRange and AllocRange.
+func Use(r testports.Range) {
+	third := uint16(r.Size() / 3)
+	PickRange = store.Range{First: r.First, Last: r.First + third - 1}
+	AllocRange = store.Range{First: r.First + third, Last: r.Last}
+}
 
 // NewAllocator returns an Allocator for cfg, on a state directory of the
 // test's own and AllocRange unless cfg says otherwise, closed with the
