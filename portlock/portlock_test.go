@@ -24,8 +24,8 @@ import (
 // freshPort returns a port that no lock of tcp or udp is held for, from a
 // range no berth uses by default, so tests of one run do not meet the
 // locks of another package's tests.
-func freshPort(t testing.TB) uint16 {
-	t.Helper()
+func freshPort(tb testing.TB) uint16 {
+	tb.Helper()
 	for range 1000 {
 		p := uint16(40000 + rand.IntN(8000))
 		free := true
@@ -41,17 +41,17 @@ func freshPort(t testing.TB) uint16 {
 			return p
 		}
 	}
-	t.Fatal("no port without locks")
+	tb.Fatal("no port without locks")
 	return 0
 }
 
-func acquire(t testing.TB, network, addr string, port uint16) *portlock.Lock {
-	t.Helper()
+func acquire(tb testing.TB, network, addr string, port uint16) *portlock.Lock {
+	tb.Helper()
 	l, err := portlock.Acquire(network, mustAddr(addr), port)
 	if err != nil {
-		t.Fatalf("Acquire(%s %s:%d) = %v; want the lock", network, addr, port, err)
+		tb.Fatalf("Acquire(%s %s:%d) = %v; want the lock", network, addr, port, err)
 	}
-	t.Cleanup(func() { _ = l.Close() })
+	tb.Cleanup(func() { _ = l.Close() })
 	return l
 }
 

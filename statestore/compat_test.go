@@ -15,8 +15,8 @@ import (
 	"testing"
 
 	migfiles "github.com/berth-go/berth/internal/migrations"
-	"github.com/berth-go/berth/internal/probe"
 	"github.com/berth-go/berth/internal/testports"
+	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -110,7 +110,7 @@ var loopback = netip.MustParseAddr("127.0.0.1")
 // bindProbe refuses a port that cannot be bound on its address right now,
 // as portalloc's probe does.
 func bindProbe(k store.Key) error {
-	free, err := probe.Available(string(k.Protocol), k.Addr, k.Port)
+	free, err := portlock.Probe(string(k.Protocol), k.Addr, k.Port)
 	if err != nil {
 		return err
 	}

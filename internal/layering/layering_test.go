@@ -239,7 +239,7 @@ func postgresDeps(tb testing.TB, pkg string) []string {
 // a fleet's store and the programs.
 func TestLayer(t *testing.T) {
 	order := [][]string{
-		{"internal/probe", "portlock", "portlock/porttest"},
+		{"internal/portrange", "portlock", "portlock/porttest"},
 		{"store", "store/storetest"},
 		{"statestore", "pgstore", "internal/mru"},
 		{"portalloc", "portalloc/internal/names"},

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/internal/mru"
-	"github.com/berth-go/berth/internal/probe"
 	"github.com/berth-go/berth/internal/testports"
+	"github.com/berth-go/berth/portlock"
 )
 
 // BenchmarkRecord is the file's cost in one call (lock, read what others
@@ -54,7 +54,7 @@ func BenchmarkAllocate(b *testing.B) {
 	defer f.Close()
 	r, i := testports.Mru, 0
 	next := func() (uint16, bool) { i++; return r.First + uint16(i%r.Size()), true }
-	probeTCP := func(p uint16) (bool, error) { return probe.Available("tcp", lo, p) }
+	probeTCP := func(p uint16) (bool, error) { return portlock.Probe("tcp", lo, p) }
 	for b.Loop() {
 		if _, err := f.Allocate(ctx, mru.Request{Protocol: "tcp", Addr: lo, Next: next, Probe: probeTCP}); err != nil {
 			b.Fatal(err)

@@ -33,7 +33,7 @@
 // from the whole default range 20000-32767, which overlaps every one; a test
 // of the default looks at the configuration and binds nothing.
 //
-// Tests that bind only ports the OS picks (internal/probe, mru's tests) and
+// Tests that bind only ports the OS picks (mru's tests) and
 // tests that never bind need no range: most of statestore's and pgstore's
 // port numbers are rows of a private database, probed by the test's own
 // functions; only the conformance suite's cross-process case binds, inside
