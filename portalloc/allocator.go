@@ -101,7 +101,7 @@ func newAllocator(ctx context.Context, cfg Config) (*Allocator, error) {
 		open = func(context.Context) (store.Store, error) { return nil, errors.New("Config.Mode is mru") }
 	}
 	m := mru.New(filepath.Join(cfg.StateDir, mruFile), mru.Options{Logger: cfg.Logger})
-	a.h, err = share(octx, name, path, open, true, m, a.log, a.warn, func(err error) bool {
+	a.h, err = share(octx, name, path, open, true, m, a, a.log, a.warn, func(err error) bool {
 		return cfg.Mode != ModeStateStore && !transient(err) && !errors.Is(err, store.ErrUnsafe) && !errors.Is(err, safefs.ErrNoDir)
 	})
 	if err != nil {
@@ -162,7 +162,7 @@ func newWithStore(ctx context.Context, cfg Config, open func(context.Context, Co
 	}
 	a.h, err = share(octx, name, what, func(ctx context.Context) (store.Store, error) {
 		return openWithin(ctx, what, func(ctx context.Context) (store.Store, error) { return open(ctx, cfg) })
-	}, false, nil, a.log, a.warn, func(error) bool { return false })
+	}, false, nil, a, a.log, a.warn, func(error) bool { return false })
 	if err != nil {
 		return nil, openErr(ctx, what, err)
 	}
@@ -298,6 +298,6 @@ func (a *Allocator) Close() error {
 	close(a.done)
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
 	defer cancel()
-	err := errors.Join(a.h.dropAll(ctx, a), a.h.unref(ctx))
+	err := errors.Join(a.h.dropAll(ctx, a), a.h.unref(ctx, a))
 	return opError("close", err)
 }

@@ -224,8 +224,11 @@ func (c Config) fromEnv(lookup func(string) (string, bool)) (Config, error) {
 	if c.Host == "" {
 		c.Host = get(envHost)
 	}
-	if c.Scope == "" {
-		c.Scope = get(envScope)
+	if v := get(envScope); v != "" && c.Scope == "" {
+		if _, err := resolveScope(envScope, v); err != nil {
+			errs = append(errs, err)
+		}
+		c.Scope = v
 	}
 	if v := get(envTimeout); v != "" && c.Timeout == 0 {
 		d, err := time.ParseDuration(v)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -65,3 +66,72 @@ func (s *lineSink) line(msg string, err error, kv []any) {
 	defer s.mu.Unlock()
 	_, _ = io.WriteString(s.w, b.String())
 }
+
+// logFan fans a handle's log out to the Loggers of every Allocator that
+// shares it, each with its own levels.
+type logFan struct {
+	mu sync.Mutex
+	by map[any][2]logr.Logger // log and warn, by Allocator
+}
+
+func (f *logFan) add(who any, log, warn logr.Logger) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.by == nil {
+		f.by = map[any][2]logr.Logger{}
+	}
+	f.by[who] = [2]logr.Logger{log, warn}
+}
+
+func (f *logFan) remove(who any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.by, who)
+}
+
+// loggers returns the handle's log and warn.
+func (f *logFan) loggers() (log, warn logr.Logger) {
+	return logr.New(&fanSink{f: f, which: 0}), logr.New(&fanSink{f: f, which: 1})
+}
+
+func (f *logFan) each(which int, fn func(logr.Logger)) {
+	f.mu.Lock()
+	ls := make([]logr.Logger, 0, len(f.by))
+	for _, l := range f.by {
+		ls = append(ls, l[which])
+	}
+	f.mu.Unlock()
+	for _, l := range ls {
+		fn(l)
+	}
+}
+
+// fanSink is the LogSink of a handle's log (which 0) or warn (1).
+type fanSink struct {
+	f      *logFan
+	which  int
+	values []any
+}
+
+func (s *fanSink) Init(logr.RuntimeInfo) {}
+func (s *fanSink) Enabled(level int) bool {
+	on := false
+	s.f.each(s.which, func(l logr.Logger) { on = on || l.V(level).Enabled() })
+	return on
+}
+
+func (s *fanSink) Info(level int, msg string, kv ...any) {
+	kv = append(slices.Clip(s.values), kv...)
+	s.f.each(s.which, func(l logr.Logger) { l.V(level).Info(msg, kv...) })
+}
+
+func (s *fanSink) Error(err error, msg string, kv ...any) {
+	kv = append(slices.Clip(s.values), kv...)
+	s.f.each(s.which, func(l logr.Logger) { l.Error(err, msg, kv...) })
+}
+
+func (s *fanSink) WithValues(kv ...any) logr.LogSink {
+	return &fanSink{f: s.f, which: s.which, values: append(slices.Clip(s.values), kv...)}
+}
+
+func (s *fanSink) WithName(string) logr.LogSink { return s }

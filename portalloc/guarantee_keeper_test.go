@@ -168,3 +168,29 @@ func TestHolderKeeperLease(t *testing.T) {
 		t.Errorf("Renew once the lease ended = %d, %v; want ErrNotFound: an ended lease is never revived", n, err)
 	}
 }
+
+// TestTransferToSelf: a reservation handed to this very process is its
+// own past its Allocator: Close leaves it, and its lock keeps the port
+// from every berth until the process exits.
+func TestTransferToSelf(t *testing.T) {
+	ctx := context.Background()
+	port := freeRun(t, 1)
+	a, err := portalloc.New(ctx, portalloc.Config{StateDir: t.TempDir(), Range: store.Range{First: port, Last: port}, AllowEphemeralOverlap: true, IgnoreEnv: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Reserve(ctx, portalloc.Request{Addr: lo4}, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Transfer(ctx, r, os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other := newAllocator(t, portalloc.Config{StateDir: t.TempDir(), Range: store.Range{First: port, Last: port}, AllowEphemeralOverlap: true})
+	if _, err := other.Reserve(ctx, portalloc.Request{Addr: lo4}, port); !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("Reserve(%d) from another store after it was handed to this process = %v; want ErrHeld", port, err)
+	}
+}

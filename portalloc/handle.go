@@ -73,6 +73,18 @@ type handle struct {
 	bg      sync.WaitGroup // the watch, and stores closing aside
 
 	restored, lost, rereleased atomic.Int64
+
+	// logs are the Loggers of the Allocators that share the handle, which
+	// its log and warn reach.
+	logs logFan
+}
+
+// selfKept holds the locks of reservations handed to this very process
+// (Transfer to its own pid) until it exits: past every Allocator and
+// handle, and out of reach of a garbage collector that would close them.
+var selfKept struct {
+	mu    sync.Mutex
+	locks []*portlock.Lock
 }
 
 // holding is what the process holds of one key, or released lately.
@@ -111,7 +123,7 @@ const (
 // process has none. A store that cannot be opened still gives a handle,
 // down for that reason, when mayFail says the caller can serve without it
 // (the fallback); otherwise the error. The caller lets go with unref.
-func share(ctx context.Context, name, what string, open func(context.Context) (store.Store, error), reopenable bool, m *mru.File, log, warn logr.Logger, mayFail func(error) bool) (*handle, error) {
+func share(ctx context.Context, name, what string, open func(context.Context) (store.Store, error), reopenable bool, m *mru.File, who any, log, warn logr.Logger, mayFail func(error) bool) (*handle, error) {
 	handles.mu.Lock()
 	if h := handles.m[name]; h != nil {
 		if down := h.downNow(); h.store() == nil && down != nil && !mayFail(down) {
@@ -123,6 +135,7 @@ func share(ctx context.Context, name, what string, open func(context.Context) (s
 			return nil, down
 		}
 		h.refs++
+		h.logs.add(who, log, warn)
 		handles.mu.Unlock()
 		if m != nil {
 			_ = m.Close() // the handle's own serves
@@ -135,8 +148,10 @@ func share(ctx context.Context, name, what string, open func(context.Context) (s
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
-	h := &handle{name: name, refs: 1, what: what, mru: m, log: log, warn: warn, self: self,
+	h := &handle{name: name, refs: 1, what: what, mru: m, self: self,
 		turn: make(chan struct{}, 1), held: map[store.Key]*holding{}, stop: make(chan struct{})}
+	h.log, h.warn = h.logs.loggers()
+	h.logs.add(who, log, warn)
 	h.haltCtx, h.halt = context.WithCancel(context.Background())
 	if reopenable {
 		h.open = open
@@ -156,6 +171,7 @@ func share(ctx context.Context, name, what string, open func(context.Context) (s
 	if other := handles.m[name]; other != nil {
 		// Another Allocator opened it meanwhile: use that one.
 		other.refs++
+		other.logs.add(who, log, warn)
 		handles.mu.Unlock()
 		if s != nil {
 			_ = s.Close()
@@ -172,10 +188,14 @@ func share(ctx context.Context, name, what string, open func(context.Context) (s
 	return h, nil
 }
 
-// unref lets go of the handle for an Allocator; the last closes the store.
-func (h *handle) unref(ctx context.Context) error {
+// unref lets go of the handle for who, an Allocator; the last closes the
+// store.
+func (h *handle) unref(ctx context.Context, who any) error {
 	handles.mu.Lock()
 	h.refs--
+	if h.refs > 0 {
+		h.logs.remove(who) // the last one's stay, for what closing logs
+	}
 	last := h.refs == 0
 	if last {
 		delete(handles.m, h.name)
@@ -424,7 +444,9 @@ func (h *handle) reconcile(ctx context.Context, s store.Store) (put, failed int,
 		switch {
 		case e.mru:
 		case e.lock != nil && !have[k]:
-			_, err := s.Reserve(ctx, store.Request{Key: k, Label: e.row.Label, Kind: e.row.Kind})
+			// Restore: a store that pauses grants after a change of its
+			// server (store.ErrGrace) takes back what its holders held.
+			_, err := s.Reserve(ctx, store.Request{Key: k, Label: e.row.Label, Kind: e.row.Kind, Restore: true})
 			var ce *store.ConflictError
 			switch {
 			case err == nil:

@@ -54,6 +54,9 @@ func TestMain(m *testing.M) {
 		})
 	}
 	testproc.MaybeRun()
+	// Under the race detector a process sleeps a second as it exits, and a
+	// test waits for its workers to exit: they need not.
+	_ = os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	// Held until the process exits; workers run under their parent's hold,
 	// and so do go test -fuzz's workers (fuzz targets bind no port) and a
 	// test's child test binary.

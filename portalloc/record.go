@@ -184,7 +184,15 @@ func (h *handle) transfer(ctx context.Context, a *Allocator, key store.Key, pid 
 	h.mu.Lock()
 	delete(h.held, key)
 	h.mu.Unlock()
-	if e.lock != nil {
+	switch {
+	case e.lock == nil:
+	case pid == h.self.PID:
+		// Handed to this very process, past its Allocators: the lock is
+		// its own until it exits (berth run keeps copies across exec).
+		selfKept.mu.Lock()
+		selfKept.locks = append(selfKept.locks, e.lock)
+		selfKept.mu.Unlock()
+	default:
 		_ = e.lock.Close()
 	}
 	return nil

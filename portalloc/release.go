@@ -37,7 +37,14 @@ func (a *Allocator) Release(ctx context.Context, r store.Reservation) error {
 		return opError(op, fmt.Errorf("%w (Close has released everything the Allocator held)", store.ErrClosed))
 	}
 	if r.Owner.Holder != "" {
-		_, err := a.releaseHolder(ctx, r.Owner.Holder, store.Filter{Protocol: r.Protocol, Port: r.Port}, r.Addr)
+		n, err := a.releaseHolder(ctx, r.Owner.Holder, store.Filter{Protocol: r.Protocol, Port: r.Port}, r.Addr)
+		if n == 0 && errors.Is(err, store.ErrNotFound) {
+			// Its row was lost with the store while the holder's keeper
+			// keeps its lock (see Renew): the lock is the reservation.
+			if held, kerr := portlock.HolderKeeper(r.Owner.Holder).Drop(string(r.Protocol), r.Addr, r.Port); kerr == nil && held {
+				err = nil
+			}
+		}
 		return opError(op, err)
 	}
 	err := a.h.release(ctx, a, r.Key)
@@ -52,7 +59,9 @@ func (a *Allocator) Release(ctx context.Context, r store.Reservation) error {
 // that process runs, even if the caller exits first, and is reaped once it
 // has exited. Its lock goes with it: a child that inherited a copy (Files,
 // before it started) keeps it; otherwise, on Linux, a keeper process holds
-// it for as long as pid runs (see package portlock).
+// it for as long as pid runs (see package portlock). Transferred to this
+// very process, the reservation is the process's own past its Allocators
+// (Close no longer releases it), its lock held until the process exits.
 //
 // A reservation belongs to the process, not to one Allocator: Transfer
 // refuses, with a *store.FieldError that names the other holders, one that
@@ -85,7 +94,7 @@ func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration)
 	if err := store.CheckTTL(ttl); err != nil {
 		return 0, opError(op, err)
 	}
-	if err := (store.Owner{Holder: holder}).Validate(); err != nil {
+	if err := checkHolder(holder); err != nil {
 		return 0, opError(op, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
@@ -133,7 +142,7 @@ func (a *Allocator) ReleaseHolder(ctx context.Context, holder string, f store.Fi
 // releaseHolder deletes holder's rows that match f (and, when addr is
 // valid, of that address), and has its keeper let go of their locks.
 func (a *Allocator) releaseHolder(ctx context.Context, holder string, f store.Filter, addr netip.Addr) (int, error) {
-	if err := (store.Owner{Holder: holder}).Validate(); err != nil {
+	if err := checkHolder(holder); err != nil {
 		return 0, err
 	}
 	if f.Label != "" {
@@ -194,4 +203,14 @@ func (a *Allocator) Reap(ctx context.Context) (int, error) {
 		return err
 	})
 	return n, opError("reap", err)
+}
+
+// checkHolder refuses a holder's name that no reservation can have, with a
+// *store.FieldError for "holder": the empty name too, which store.Owner
+// would take for this process.
+func checkHolder(holder string) error {
+	if holder == "" {
+		return &store.FieldError{Field: "holder", Value: "", Want: fmt.Sprintf("the name of a holder, 1 to %d bytes of printable UTF-8 such as \"ci/job-4711\"; it is empty", store.MaxHolderLen)}
+	}
+	return (store.Owner{Holder: holder}).Validate()
 }

@@ -124,7 +124,7 @@ func (a *Allocator) normalize(req Request) (Request, error) {
 		}
 	}
 	if req.Holder != "" || req.TTL != 0 {
-		if err := (store.Owner{Holder: req.Holder}).Validate(); err != nil {
+		if err := checkHolder(req.Holder); err != nil {
 			return Request{}, named("Request.Holder", err)
 		}
 		if err := store.CheckTTL(req.TTL); err != nil {

@@ -621,7 +621,10 @@ func (s *sqlStore) acquire(ctx context.Context, write bool) (func(), error) {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		// Another call of this process had the store all along: the
+		// background sweep, say, waiting for the write lock that another
+		// process holds.
+		return nil, fmt.Errorf("%w: another call of this process had the store until the call's end: %w", store.ErrBusy, ctx.Err())
 	}
 	if s.closed.Load() {
 		s.putTurn()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth-go/berth/internal/testports"
 	"github.com/berth-go/berth/portalloc"
+	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/store"
 )
 
@@ -61,8 +62,8 @@ func NewAllocator(tb testing.TB, cfg portalloc.Config) *portalloc.Allocator {
 	return a
 }
 
-// FreeRun finds n consecutive ports of PickRange that are all bindable
-// right now, and returns the first. It starts at a random run, so one test
+// FreeRun finds n consecutive ports of PickRange that are all bindable and
+// unlocked right now, and returns the first. It starts at a random run, so one test
 // does not get the ports the last one used.
 func FreeRun(tb testing.TB, n int) uint16 {
 	tb.Helper()
@@ -71,13 +72,21 @@ func FreeRun(tb testing.TB, n int) uint16 {
 	for i := range runs {
 		base := PickRange.First + uint16((start+i)%runs*n)
 		ok := true
-		for p := base; p < base+uint16(n); p++ {
+		for p := base; ok && p < base+uint16(n); p++ {
 			l, err := net.Listen("tcp", netip.AddrPortFrom(Lo4, p).String())
 			if err != nil {
 				ok = false
-				break
+				continue
 			}
 			_ = l.Close()
+			// Nor locked: by a keeper an earlier test left to end on its
+			// own, or a reservation this process keeps.
+			lk, err := portlock.Acquire("tcp", netip.IPv4Unspecified(), p)
+			if err != nil {
+				ok = false
+				continue
+			}
+			_ = lk.Close()
 		}
 		if ok {
 			return base
