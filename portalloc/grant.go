@@ -185,8 +185,8 @@ func (h *handle) reserve(ctx context.Context, a *Allocator, req store.Request, c
 	if err := l.probe(req.Key); err != nil {
 		return store.Reservation{}, h.conflict(err)
 	}
-	if err := h.mru.Record(ctx, string(req.Key.Protocol), req.Key.Port); err != nil {
-		h.log.Error(err, "could not record a reserved port in the MRU file", "port", req.Key.Port)
+	if err := h.mru.Record(ctx, string(req.Protocol), req.Port); err != nil {
+		h.log.Error(err, "could not record a reserved port in the MRU file", "port", req.Port)
 	}
 	row := store.Reservation{Key: req.Key, Owner: h.self, Label: req.Label, Kind: store.Static, Created: time.Now()}
 	return h.settleMRU(ctx, a, row, l.keep([]store.Key{req.Key})[0])

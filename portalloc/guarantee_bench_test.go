@@ -85,4 +85,3 @@ func BenchmarkGrant(b *testing.B) {
 		}
 	})
 }
-

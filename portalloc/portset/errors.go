@@ -1,7 +1,6 @@
 package portset
 
 import (
-	"errors"
 	"strconv"
 	"strings"
 
@@ -35,8 +34,7 @@ func opError(op string, err error) error {
 		return nil
 	}
 	// An error of the Allocator's has its prefix already: one is enough.
-	var oe *portalloc.OpError
-	if errors.As(err, &oe) && oe == err {
+	if oe, ok := err.(*portalloc.OpError); ok { //nolint:errorlint // only an OpError at the top, not one wrapped deeper
 		err = oe.Err
 	}
 	return &portalloc.OpError{Op: op, Err: err}
