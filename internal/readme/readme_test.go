@@ -73,14 +73,14 @@ var known = map[string]string{
 	"strings": "strings", "strconv": "strconv", "testing": "testing",
 	"logr":      "github.com/go-logr/logr",
 	"listenfd":  "github.com/berth-go/berth/portalloc/listenfd",
-	"porttest":  "github.com/berth-go/berth/portalloc/porttest",
+	"porttest":  "github.com/berth-go/berth/portlock/porttest",
+	"portlock":  "github.com/berth-go/berth/portlock",
+	"store":     "github.com/berth-go/berth/store",
 	"portalloc": "github.com/berth-go/berth/portalloc",
 	"fleet":     "github.com/berth-go/berth/portalloc/fleet",
 	"pool":      "github.com/berth-go/berth/portalloc/pool",
 	"portset":   "github.com/berth-go/berth/portalloc/portset",
-	"lease":     "github.com/berth-go/berth/portalloc/lease",
-	"scope":     "github.com/berth-go/berth/portalloc/scope",
-	"exclude":   "github.com/berth-go/berth/portalloc/exclude",
+	"who":       "github.com/berth-go/berth/portalloc/who",
 }
 
 var selector = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Z]`)
