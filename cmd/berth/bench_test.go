@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/berth-go/berth/internal/testports"
-	"github.com/berth-go/berth/portalloc"
 )
 
 // BenchmarkGet runs `berth get` end to end, as a script does: a fresh
@@ -37,7 +36,7 @@ func BenchmarkGet(b *testing.B) {
 
 	env := append(os.Environ(),
 		"BERTH_STATE_DIR="+filepath.Join(dir, "state"),
-		portalloc.EnvPortRange+"="+testports.CmdBerth.String(),
+		"BERTH_PORT_RANGE="+testports.CmdBerth.String(),
 	)
 	runOut := func(b *testing.B, name string, args ...string) string {
 		b.Helper()

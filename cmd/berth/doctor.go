@@ -141,7 +141,7 @@ func (a *app) doctorLeaks(ctx context.Context, line func(k, format string, a ...
 			dead = append(dead, r)
 		}
 	}
-	locks := lockRows(rows, store.Filter{})
+	locks := lockRows(ctx, rows, store.Filter{})
 	for _, l := range locks {
 		held[l.Port] = true
 	}

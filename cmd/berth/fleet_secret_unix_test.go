@@ -22,8 +22,10 @@ const secretPW = "Sekr3t-PW-9f2"
 
 // fleetEnv is the environment of a berth the tests below run: this
 // process's, without BERTH_* and PGPASSWORD, on a state directory of the
-// test's own and the last ports of cmd/berth's block, which the scripts
-// leave alone (TestScripts ends before these tests run).
+// test's own and 50 ports of cmd/berth's block that the scripts and the
+// other tests leave alone. Every port get hands out stays locked for this
+// process on this machine, whichever host of the fleet it was for, until
+// the test binary exits: TestFleetCommandsHideThePassword takes 24.
 func fleetEnv(tb testing.TB, extra ...string) []string {
 	tb.Helper()
 	var env []string
@@ -35,9 +37,10 @@ func fleetEnv(tb testing.TB, extra ...string) []string {
 	last := testports.CmdBerth.Last
 	return append(env, append([]string{
 		"BERTH_STATE_DIR=" + tb.TempDir(),
-		fmt.Sprintf("BERTH_PORT_RANGE=%d-%d", last-5, last),
+		fmt.Sprintf("BERTH_PORT_RANGE=%d-%d", last-99, last-50),
 		"BERTH_ALLOW_EPHEMERAL_OVERLAP=true",
 		"NO_COLOR=1",
+		"GORACE=atexit_sleep_ms=0", // see TestScripts
 	}, extra...)...)
 }
 

@@ -89,9 +89,16 @@ func ownerPID(ctx context.Context, cmd *cobra.Command, owner string, pidV1 int) 
 // it (flag) is named in the error.
 func lookupOwner(ctx context.Context, flag string, pid int) (store.Owner, error) {
 	o, err := store.LookupOwner(ctx, pid)
-	if short := transient.Wrap(err); short != nil {
-		// Out of descriptors, say: the process may well run.
-		return store.Owner{}, fmt.Errorf("%s %d: cannot look the process up: %w", flag, pid, short)
+	if no, ok := transient.Errno(err); ok {
+		// Out of descriptors, say: the process may well run. The error
+		// is the shortage alone, not store's refusal of the pid, which
+		// would make it a usage error.
+		var cause error = no
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			cause = pe
+		}
+		return store.Owner{}, fmt.Errorf("%s %d: cannot look the process up: %w", flag, pid, transient.As(no, cause))
 	}
 	if err != nil {
 		return store.Owner{}, usagef("%s %d: not a running process", flag, pid)
@@ -393,8 +400,9 @@ func (a *app) releaseCmd() *cobra.Command {
 		Long: `Release ports of --owner, by default the shell that ran berth: the given PORT
 (every protocol and address the owner holds it for), those labelled --label,
 or with --all every port the owner holds; --all --scope S only the ports
-labelled in scope S. Ports of exited processes need no release: berth reaps
-them.`,
+labelled in scope S. A port the MRU file handed out, which no store records,
+is released by its PORT too. Ports of exited processes need no
+release: berth reaps them.`,
 		Example: `  berth release 8080
   berth release --label web
   berth release --all --owner 4242
@@ -411,12 +419,11 @@ them.`,
 		if err != nil {
 			return err
 		}
-		if s == nil {
-			fmt.Fprintf(a.stderr, "%s: nothing to release: there is no state store yet\n", a.name)
-			return nil
+		if s != nil {
+			defer func() { _ = s.Close() }()
 		}
-		defer func() { _ = s.Close() }()
 		keeper, _ := portlock.ProcessKeeper(own.PID)
+		released := map[store.Key]bool{}
 		for _, r := range rows {
 			if err := s.Release(ctx, r.Key, own); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
@@ -424,14 +431,53 @@ them.`,
 			if _, err := keeper.Drop(string(r.Protocol), r.Addr, r.Port); err != nil {
 				fmt.Fprintf(a.stderr, "%s: warning: %s: its lock stays with the keeper of pid %d until that process exits: %v\n", a.name, r.Key, own.PID, err)
 			}
+			released[r.Key] = true
 			fmt.Fprintf(a.stdout, "released %s\n", r.Key)
 		}
-		if len(rows) == 0 {
+		// A port the MRU file handed out has a lock and no row: the
+		// owner's keeper lets go of it when it is named. (Not for --all:
+		// one keeper holds the owner's locks of every store, and the
+		// rows of another store need theirs.)
+		if len(args) == 1 {
+			port, _ := parsePort("port", args[0]) // selectRows has checked it
+			for _, k := range keeperLocks(keeper, port, released) {
+				fmt.Fprintf(a.stdout, "released %s\n", k)
+				released[k] = true
+			}
+		}
+		if len(released) == 0 {
 			fmt.Fprintf(a.stderr, "%s: nothing to release for pid %d\n", a.name, own.PID)
 		}
 		return nil
 	})
 	return cmd
+}
+
+// keeperLocks has keeper let go of the locks it holds of port that are not
+// in skip, and returns their keys.
+func keeperLocks(keeper portlock.Keeper, port uint16, skip map[store.Key]bool) []store.Key {
+	held, err := portlock.List()
+	if err != nil {
+		return nil
+	}
+	var out []store.Key
+	for _, l := range held {
+		if l.Port != port {
+			continue
+		}
+		addr := l.Addr
+		if !addr.IsValid() {
+			addr = netip.IPv4Unspecified() // a wildcard lock
+		}
+		k := store.Key{Protocol: store.Protocol(l.Network), Addr: addr, Port: l.Port}
+		if skip[k] {
+			continue
+		}
+		if ok, err := keeper.Drop(l.Network, addr, l.Port); err == nil && ok {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func (a *app) transferCmd() *cobra.Command {

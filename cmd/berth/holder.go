@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -193,7 +194,7 @@ func (a *app) releaseLeased(ctx context.Context, cmd *cobra.Command, f *selectFl
 	defer func() { _ = al.Close() }()
 	n, err := al.ReleaseHolder(ctx, h.holder, flt)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%w: %w", errNoLease, err)
+		return &userError{msg: fmt.Sprintf("holder %s holds no port that matches (none was reserved, it was released, or its lease ended and it was reaped)", strconv.Quote(h.holder)), err: fmt.Errorf("%w: %w", errNoLease, err)}
 	}
 	if err != nil {
 		return err
@@ -229,7 +230,7 @@ as it does for a holder with no ports. Get the ports again then.`,
 		defer func() { _ = al.Close() }()
 		n, err := al.Renew(ctx, h.holder, h.ttl)
 		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("%w: %w", errNoLease, err)
+			return &userError{msg: fmt.Sprintf("holder %s has no port whose lease has not ended (none was reserved, it was released, or its lease ended: an ended lease is never renewed, since its port may be another's by now); get the ports again", strconv.Quote(h.holder)), err: fmt.Errorf("%w: %w", errNoLease, err)}
 		}
 		if err != nil {
 			return err

@@ -181,7 +181,7 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 		rows = inScope(rows, a.cfg.Scope)
 	}
 	if f.holder == "" && f.label == "" && !a.scopeGiven {
-		rows = append(rows, lockRows(rows, flt)...)
+		rows = append(rows, lockRows(ctx, rows, flt)...)
 	}
 	var bound []bool
 	boundKnown := false
@@ -199,7 +199,7 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 				started = &at
 			}
 			row := rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, kind(r),
-				r.Owner.PID, processName(ctx, r.Owner), started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx), "", nil, nil}
+				r.Owner.PID, processName(ctx, r), started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx), "", nil, nil}
 			if r.Owner.Holder != "" {
 				leaseJSONFields(&row, r)
 			}
@@ -231,7 +231,7 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 		if !r.Owner.Alive(ctx) {
 			alive = colour(a.stdout, "31", "dead")
 		}
-		pid, name := fmt.Sprint(r.Owner.PID), dash(shown(processName(ctx, r.Owner), maxNameWidth))
+		pid, name := fmt.Sprint(r.Owner.PID), dash(shown(processName(ctx, r), maxNameWidth))
 		if r.Owner.Holder != "" {
 			// A holder under a lease: its name, and the time its lease has left.
 			pid, name, alive = "-", "holder "+shown(r.Owner.Holder, maxNameWidth), leaseLeft(r)
@@ -265,10 +265,13 @@ func kind(r store.Reservation) string {
 	return string(r.Kind)
 }
 
-// processName is the name of o's process as it is now, for a process that
-// still runs; the name recorded with the row otherwise.
-func processName(ctx context.Context, o store.Owner) string {
-	if o.Holder == "" && o.PID > 0 && o.Alive(ctx) {
+// processName is the name of r's owner's process as it is now, for a
+// process that still runs; the name recorded with the row otherwise. A
+// lock's holder is named as lockRows named it (a keeper by the owner it
+// keeps for).
+func processName(ctx context.Context, r store.Reservation) string {
+	o := r.Owner
+	if r.Kind != "" && o.Holder == "" && o.PID > 0 && o.Alive(ctx) {
 		if n := owner.NameOf(ctx, o.PID); n != "" {
 			return n
 		}
@@ -280,8 +283,9 @@ func processName(ctx context.Context, o store.Owner) string {
 // that match flt and that no row of rows stands for: a port porttest gave a
 // test, another user's berth's, a berth's of another store. The owner is
 // the first process that holds the lock (a keeper of an owner names the
-// owner in its command line).
-func lockRows(rows []store.Reservation, flt store.Filter) []store.Reservation {
+// owner in its command line), known by its start as a row's owner is, so
+// that it shows as alive while it holds the lock.
+func lockRows(ctx context.Context, rows []store.Reservation, flt store.Filter) []store.Reservation {
 	held, err := portlock.List()
 	if err != nil {
 		return nil
@@ -301,19 +305,24 @@ func lockRows(rows []store.Reservation, flt store.Filter) []store.Reservation {
 			continue
 		}
 		pid := l.PIDs[0]
-		out = append(out, store.Reservation{Key: k, Owner: store.Owner{PID: pid, Name: lockHolderName(pid)}})
+		o, err := store.LookupOwner(ctx, pid)
+		if err != nil {
+			o = store.Owner{PID: pid} // gone since List: shown as dead
+		}
+		o.Name = lockHolderName(ctx, pid)
+		out = append(out, store.Reservation{Key: k, Owner: o})
 	}
 	return out
 }
 
 // lockHolderName names the process pid that holds a lock: a keeper by the
 // owner it keeps for, any other by its name.
-func lockHolderName(pid int) string {
+func lockHolderName(ctx context.Context, pid int) string {
 	args, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if f := strings.Split(strings.TrimRight(string(args), "\x00"), "\x00"); len(f) == 3 && f[0] == "berth-keeper" {
 		return "keeper of " + f[1] + " " + f[2] // "pid 1234", "holder ci/job-1"
 	}
-	return owner.NameOf(context.Background(), pid)
+	return owner.NameOf(ctx, pid)
 }
 
 // inScope returns the rows labelled in scope, with their labels as the

@@ -39,13 +39,12 @@
 // BERTH_LOG does.
 //
 // When the state store cannot be used, get, reserve and run hand out ports
-// from the MRU file instead and warn on standard error: such a port is only
-// remembered, not reserved, and the MRU file skips the ports the store
-// holds. When it cannot read the store either, they fail (exit 1) rather
-// than hand out a port another process may hold; only --mode mru
-// (BERTH_MODE=mru) serves blind, on purpose. --strict (or
-// BERTH_MODE=statestore) makes any fallback an error; berth doctor explains
-// the cause and what to do.
+// from the MRU file instead and warn on standard error, with the cause:
+// such a port is locked for its owner as every port berth hands out is, so
+// no berth process is given it, but no store records it (berth ls lists it
+// as a lock). --mode mru (BERTH_MODE=mru) serves from the MRU file on
+// purpose. --strict (or BERTH_MODE=statestore) makes any fallback an error;
+// berth doctor explains the cause and what to do.
 //
 // Labels and process names come from the state store, where a row written
 // by an older berth, another program or a hand can hold anything. ls and

@@ -20,10 +20,11 @@ import (
 )
 
 // berthEnv returns an environment for berth with a state directory of its
-// own and the ports of r.
+// own and the ports of r. (GORACE: under -race, berth would sleep a second
+// as it exits; see TestScripts.)
 func berthEnv(tb testing.TB, r testports.Range) []string {
 	tb.Helper()
-	return append(os.Environ(), "BERTH_STATE_DIR="+tb.TempDir(), "BERTH_PORT_RANGE="+r.String(), "NO_COLOR=1")
+	return append(os.Environ(), "BERTH_STATE_DIR="+tb.TempDir(), "BERTH_PORT_RANGE="+r.String(), "NO_COLOR=1", "GORACE=atexit_sleep_ms=0")
 }
 
 // berthProc is a berth process a test started.
@@ -173,6 +174,13 @@ func TestRunKilledFreesPorts(t *testing.T) {
 	res.Env = env
 	if b, err := res.CombinedOutput(); err != nil {
 		t.Errorf("berth reserve %s after berth run was killed: %v\n%s", port, err, b)
+	}
+	// The port is this process's now, its lock kept by a keeper until the
+	// test binary exits: give it back for the next run of the test.
+	rel := exec.Command("berth", "release", port, "--owner", strconv.Itoa(os.Getpid()))
+	rel.Env = env
+	if b, err := rel.CombinedOutput(); err != nil {
+		t.Errorf("berth release %s: %v\n%s", port, err, b)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,17 @@ import (
 // placeArg starts the argument list of berth re-executed to put the
 // sockets of berth run --listen at descriptors 3 and up (see execCommand).
 const placeArg = "__berth-place-sockets"
+
+// Placing the sockets, berth execs COMMAND from its main thread. The
+// parent-death signal that berth run --restart gives its child (see
+// childAttr) is the setting of that thread alone: an exec from another
+// thread of the process would leave COMMAND without it, running on after
+// a berth run killed with SIGKILL, its port bound.
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == placeArg {
+		runtime.LockOSThread() // in init: main runs on the main thread
+	}
+}
 
 // execCommand replaces berth with the program at path. With files (the
 // sockets of --listen), they must reach it as descriptors 3, 4, ...: a Go

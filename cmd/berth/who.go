@@ -37,10 +37,14 @@ func (a *app) whoCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "who PORT[/tcp|/udp]...",
 		Short: "Show who holds a port: berth's reservation and every process bound to it",
-		Long: `For each PORT, show berth's reservations of it (owner, label, alive) and every
-socket the system shows bound to it, berth's or not: listening, unconnected
-(UDP) or connected, with the pid, user, name and command line of each process
-that holds it. PORT/tcp or PORT/udp shows one protocol only.
+		Long: `For each PORT, show berth's reservations of it (owner, label, alive), the
+kernel locks berth processes hold for it (a reservation's, or one no row of
+this store stands for: a test helper's, another store's or user's berth),
+and every socket the system shows bound to it, berth's or not: listening,
+unconnected (UDP) or connected, with the pid, user, name and command line of
+each process that holds it (a keeper, which holds the locks of an owner that
+runs no berth code, names that owner in its command line). PORT/tcp or
+PORT/udp shows one protocol only.
 
 Only Linux tells which process binds a port (/proc/net and /proc/PID/fd);
 elsewhere berth who shows its reservations and says that the system cannot
@@ -125,6 +129,13 @@ type (
 		// SocketsUnknown says why the system could not tell which
 		// sockets are bound to the port; absent when it could.
 		SocketsUnknown string `json:"sockets_unknown,omitempty"`
+		// Locks are the kernel locks berth processes hold for the port.
+		Locks []whoLockJSON `json:"locks"`
+	}
+	whoLockJSON struct {
+		Protocol  string        `json:"protocol"`
+		Address   string        `json:"address"` // "*" for a wildcard lock
+		Processes []whoProcJSON `json:"processes"`
 	}
 	whoResJSON struct {
 		Protocol  string `json:"protocol"`
@@ -243,13 +254,18 @@ func narrow(r who.Report, proto store.Protocol) who.Report {
 			out.Sockets = append(out.Sockets, x)
 		}
 	}
+	for _, x := range r.Locks {
+		if x.Protocol == proto {
+			out.Locks = append(out.Locks, x)
+		}
+	}
 	return out
 }
 
 func whoJSONOf(reports []who.Report, protos []store.Protocol, storeErr error) []whoJSON {
 	out := make([]whoJSON, 0, len(reports))
 	for i, r := range reports {
-		j := whoJSON{Port: r.Port, Protocol: string(protos[i]), Reservations: []whoResJSON{}, Sockets: []whoSocketJSON{}}
+		j := whoJSON{Port: r.Port, Protocol: string(protos[i]), Reservations: []whoResJSON{}, Sockets: []whoSocketJSON{}, Locks: []whoLockJSON{}}
 		for _, x := range r.Reservations {
 			rj := whoResJSON{string(x.Protocol), x.Addr.String(), x.Label, string(x.Kind), x.Owner.PID, x.Owner.Name, x.Owner.Holder, x.Alive}
 			j.Reservations = append(j.Reservations, rj)
@@ -263,6 +279,13 @@ func whoJSONOf(reports []who.Report, protos []store.Protocol, storeErr error) []
 				sj.Processes = append(sj.Processes, whoProcJSON{p.PID, p.UID, p.User, p.Name, p.Args})
 			}
 			j.Sockets = append(j.Sockets, sj)
+		}
+		for _, l := range r.Locks {
+			lj := whoLockJSON{Protocol: string(l.Protocol), Address: lockAddr(l), Processes: []whoProcJSON{}}
+			for _, p := range l.Processes {
+				lj.Processes = append(lj.Processes, whoProcJSON{p.PID, p.UID, p.User, p.Name, p.Args})
+			}
+			j.Locks = append(j.Locks, lj)
 		}
 		if r.SocketsErr != nil {
 			j.SocketsUnknown = r.SocketsErr.Error()
@@ -306,6 +329,9 @@ func (a *app) printWho(reports []who.Report, protos []store.Protocol, storeErr e
 		case len(r.Reservations) == 0:
 			fmt.Fprintf(tw, "  reserved\tno reservation by berth\n")
 		}
+		for _, l := range lockLines(r.Locks) {
+			fmt.Fprintf(tw, "  locked\t%s\n", l)
+		}
 		if r.SocketsErr != nil {
 			fmt.Fprintf(tw, "  bound\tunknown: %s\n", printable(r.SocketsErr.Error()))
 			continue
@@ -318,6 +344,29 @@ func (a *app) printWho(reports []who.Report, protos []store.Protocol, storeErr e
 		}
 	}
 	return tw.Flush()
+}
+
+// lockAddr is the address of l as who shows it: "*" for a wildcard.
+func lockAddr(l who.Lock) string {
+	if !l.Addr.IsValid() {
+		return "*"
+	}
+	return l.Addr.String()
+}
+
+// lockLines words locks, one line per lock and process that holds it.
+func lockLines(locks []who.Lock) []string {
+	var lines []string
+	for _, l := range locks {
+		where := fmt.Sprintf("%s %s\theld", l.Protocol, lockAddr(l))
+		if len(l.Processes) == 0 {
+			lines = append(lines, where+"\t-\t-\t-\t(its holders are hidden: they are another user's; root sees them)")
+		}
+		for _, p := range l.Processes {
+			lines = append(lines, fmt.Sprintf("%s\tpid %d\t%s\t%s\t%s", where, p.PID, dash(shown(p.User, maxNameWidth)), dash(shown(p.Name, maxNameWidth)), shown(strings.Join(p.Args, " "), maxArgsWidth)))
+		}
+	}
+	return lines
 }
 
 // socketLines words sockets, one line per socket and process, counting

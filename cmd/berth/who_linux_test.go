@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/berth-go/berth/internal/testports"
 )
@@ -96,8 +98,9 @@ func TestWhoOutsideListener(t *testing.T) {
 }
 
 // TestWhoRunListen: berth who shows a port of berth run --listen --restart
-// as reserved by berth run, alive, and bound by both berth run (which
-// keeps the socket) and its server; ls --bound marks it bound.
+// as reserved by berth run, alive, locked by berth run, and bound by both
+// berth run (which keeps the socket) and its server; ls --bound marks it
+// bound. berth run killed with SIGKILL takes the server with it.
 func TestWhoRunListen(t *testing.T) {
 	testports.Hold(t, testports.CmdBerth)
 	env := berthEnv(t, testports.Range{First: testports.CmdBerth.Last - 49, Last: testports.CmdBerth.Last - 40})
@@ -108,6 +111,7 @@ func TestWhoRunListen(t *testing.T) {
 	out = oneSpace(out)
 	for _, want := range []string{
 		fmt.Sprintf("reserved tcp 127.0.0.1 label run/port/web pid %d (berth) alive", p.cmd.Process.Pid),
+		fmt.Sprintf("locked tcp 127.0.0.1 held pid %d %s berth berth run --listen", p.cmd.Process.Pid, me(t)),
 		fmt.Sprintf("bound tcp 127.0.0.1:%s LISTEN pid %d %s berth berth run --listen", port, p.cmd.Process.Pid, me(t)),
 		fmt.Sprintf("bound tcp 127.0.0.1:%s LISTEN pid %s %s berth-testserve berth-testserver serve-once %s", port, server, me(t), portFile),
 	} {
@@ -115,8 +119,28 @@ func TestWhoRunListen(t *testing.T) {
 			t.Errorf("berth who %s = %q, %v; want a line with %q", port, out, err, want)
 		}
 	}
-	out, err = berthOut(env, "ls", "--bound")
-	if err != nil || !strings.Contains(out, "run/port/web") || !strings.HasSuffix(strings.TrimSpace(out), "yes") {
+	// (--label: berth ls lists every lock of the host too.)
+	out, err = berthOut(env, "ls", "--bound", "--label", "run/port/web")
+	if err != nil || !strings.Contains(out, "run/port/web") || !strings.HasSuffix(oneSpace(strings.TrimSpace(out)), " yes yes") {
 		t.Errorf("berth ls --bound = %q, %v; want run/port/web alive and bound", out, err)
+	}
+
+	// Killed, berth run takes its server with it: the parent-death signal
+	// it gives the child outlives the exec that places the socket.
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t)
+	pid, err := strconv.Atoi(server)
+	if err != nil {
+		t.Fatalf("server pid %q: %v", server, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for running(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("server pid %d still ran 10s after berth run was killed with SIGKILL\n%s", pid, p.out)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
