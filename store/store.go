@@ -20,6 +20,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -194,8 +195,13 @@ func Self() (Owner, error) {
 // process has is a *FieldError for "pid".
 func LookupOwner(ctx context.Context, pid int) (Owner, error) {
 	id, err := owner.Lookup(ctx, pid)
-	if err != nil {
+	switch {
+	case errors.Is(err, owner.ErrNotRunning):
 		return Owner{}, fmt.Errorf("%w: %w", &FieldError{Field: "pid", Value: fmt.Sprint(pid), Want: "the pid of a running process"}, err)
+	case err != nil:
+		// Reading the process failed (a shortage of descriptors, a call
+		// cut short): that says nothing of the pid.
+		return Owner{}, fmt.Errorf("look up pid %d: %w", pid, err)
 	}
 	return fromIdentity(id), nil
 }

@@ -147,7 +147,7 @@ func envError(err error) error {
 	}
 	errs := []error{err}
 	var j interface{ Unwrap() []error }
-	if errors.As(err, &j) { // one error per variable
+	if errors.As(err, &j) && joined(j) { // one error per variable
 		errs = j.Unwrap()
 	}
 	out := make([]error, len(errs))
@@ -159,6 +159,17 @@ func envError(err error) error {
 		}
 	}
 	return errors.Join(out...)
+}
+
+// joined reports whether j is an errors.Join, whose message is its
+// errors' on lines of their own, not one error that wraps several.
+func joined(j interface{ Unwrap() []error }) bool {
+	errs := j.Unwrap()
+	lines := make([]string, len(errs))
+	for i, e := range errs {
+		lines[i] = e.Error()
+	}
+	return len(errs) > 1 && j.(error).Error() == strings.Join(lines, "\n")
 }
 
 // level returns the log level -v or --log-level asks for, or nil.

@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else {
 		printErr(stderr, name+": ", err, "")
 	}
-	if fix := unsafeFix(err); fix != "" {
+	if fix := unsafeFix(err); fix != "" && !strings.Contains(err.Error(), strings.SplitN(fix, ";", 2)[0]) {
 		fmt.Fprintf(stderr, "%s: to fix: %s\n", name, printable(fix))
 	}
 	var ue *usageError

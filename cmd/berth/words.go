@@ -44,8 +44,15 @@ func inUserWords(err error) error {
 		}
 	}
 	msg, ok := strings.CutPrefix(err.Error(), "portalloc: ")
-	if !ok {
+	if !ok && !strings.Contains(msg, "Config.") {
 		return err
+	}
+	// The library's advice names its Config fields; here the flags.
+	for field, flag := range requestFlags {
+		if strings.HasPrefix(field, "Config.") {
+			msg = strings.ReplaceAll(msg, " or "+field, " (or "+flag+")")
+			msg = strings.ReplaceAll(msg, field, flag)
+		}
 	}
 	// A call named by a verb alone ("allocate", "reserve") is what the
 	// command's name says already: "berth get: state store unavailable",
