@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -263,11 +264,32 @@ func defaultOwner(ctx context.Context, cmd *cobra.Command) int {
 	c := chooseOwner(os.Getppid(), func(pid int) (owner.Process, error) { return owner.Inspect(ctx, pid) }, self)
 	logr.FromContextOrDiscard(ctx).Info("owner of the ports", "pid", c.pid, "name", c.name, "why", c.why)
 	if c.exits != "" && warnOfOwner(cmd) {
-		w, name := cmd.ErrOrStderr(), cmd.CommandPath()
-		fmt.Fprintf(w, "%s: warning: the ports berth hands out here belong to %s\n", name, printable(c.exits))
-		fmt.Fprintf(w, "%s: to keep a port while it is used: run the program under 'berth run --port NAME -- CMD', pass --owner PID of a process that lives as long (a script's $$), or hold the port under a named lease with --holder NAME --ttl 8h\n", name)
+		name := cmd.CommandPath()
+		msg := fmt.Sprintf("%s: warning: the ports berth hands out here belong to %s\n", name, printable(c.exits)) +
+			fmt.Sprintf("%s: to keep a port while it is used: run the program under 'berth run --port NAME -- CMD', pass --owner PID of a process that lives as long (a script's $$), or hold the port under a named lease with --holder NAME --ttl 8h\n", name)
+		fmt.Fprint(cmd.ErrOrStderr(), msg)
+		if self.makeLevel {
+			toTerminal(cmd.ErrOrStderr(), msg)
+		}
 	}
 	return c.pid
+}
+
+// toTerminal writes msg to the controlling terminal too, where make (its
+// -s, its output synchronisation, a log it writes to) would bury standard
+// error: unless standard error is that terminal already, or there is none.
+func toTerminal(stderr io.Writer, msg string) {
+	if f, ok := stderr.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			return
+		}
+	}
+	tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0)
+	if err != nil {
+		return
+	}
+	defer func() { _ = tty.Close() }()
+	_, _ = io.WriteString(tty, msg)
 }
 
 // warnOfOwner reports whether berth warns of an owner that exits soon:
