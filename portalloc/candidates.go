@@ -85,7 +85,7 @@ func (e excluded) refuseLocal(field string, port uint16, allow bool) error {
 		list[i] = r.String()
 	}
 	return &store.FieldError{Field: field, Value: fmt.Sprint(port),
-		Want: fmt.Sprintf("a port outside net.ipv4.ip_local_reserved_ports (%s), which the administrator keeps for other software; set Request.AllowOSReserved (berth --allow-reserved) to take it anyway", strings.Join(list, ","))}
+		Want: fmt.Sprintf("a port outside net.ipv4.ip_local_reserved_ports (%s), which the administrator keeps for other software; set Request.AllowOSReserved to take it anyway", strings.Join(list, ","))}
 }
 
 // candidates returns the walk over set in req's order, led by req's

@@ -165,6 +165,11 @@ type Config struct {
 	IgnoreEnv bool
 }
 
+// privilegedWant is what a range below 1024 wants, and how to allow it.
+func privilegedWant(allow string) string {
+	return "ports from 1024 up: ports below 1024 belong to system services; set " + allow + " to hand them out"
+}
+
 // env are the variables of a Config.
 const (
 	envMode                   = "BERTH_MODE"
@@ -198,12 +203,13 @@ func (c Config) fromEnv(lookup func(string) (string, bool)) (Config, error) {
 			bad(envMode, v, `"statestore", "statestore-with-fallback" or "mru"`)
 		}
 	}
+	rangeFromEnv := false
 	if v := get(envPortRange); v != "" && c.Range == (store.Range{}) {
 		r, err := store.ParseRange(v)
 		if err != nil {
 			errs = append(errs, named(envPortRange, err))
 		}
-		c.Range = r
+		c.Range, rangeFromEnv = r, err == nil
 	}
 	if v := get(envPortExclude); v != "" && c.Exclude == nil {
 		rs, err := store.ParseRanges(v)
@@ -248,6 +254,9 @@ func (c Config) fromEnv(lookup func(string) (string, bool)) (Config, error) {
 			}
 			*b.f = t
 		}
+	}
+	if rangeFromEnv && c.Range.First < 1024 && !c.AllowPrivileged {
+		bad(envPortRange, c.Range.String(), privilegedWant(envAllowPrivileged+"=true"))
 	}
 	if v := get(envLog); v != "" && c.Logger.GetSink() == nil {
 		var level slog.Level
@@ -314,7 +323,7 @@ func (c Config) withDefaults() (Config, error) {
 	} else if err := c.Range.Validate(); err != nil {
 		return Config{}, named("Config.Range", err)
 	} else if c.Range.First < 1024 && !c.AllowPrivileged {
-		return Config{}, invalid("Range", c.Range.String(), "ports from 1024 up: ports below 1024 belong to system services; set Config.AllowPrivileged (BERTH_ALLOW_PRIVILEGED=true, berth --allow-privileged) to hand them out")
+		return Config{}, invalid("Range", c.Range.String(), privilegedWant("Config.AllowPrivileged"))
 	}
 	for i, x := range c.Exclude {
 		if err := x.Validate(); err != nil {

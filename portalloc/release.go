@@ -87,7 +87,7 @@ func (a *Allocator) Transfer(ctx context.Context, r store.Reservation, pid int) 
 // replaced) while the keeper still holds their locks, the locks are what
 // count, and the ports stay the holder's.
 func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
-	op := fmt.Sprintf("renew the leases of holder %q", holder)
+	op := "renew"
 	if a.closed.Load() {
 		return 0, opError(op, store.ErrClosed)
 	}

@@ -281,6 +281,10 @@ func keeperMain(spec string) int {
 		}
 		return 0
 	}
+	// Named for ps, top and berth who, which read the name the kernel
+	// keeps (the executable's, else).
+	name := []byte("berth-keeper\x00")
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0)
 	k, err := runKeeper(spec, ready)
 	if err != nil {
 		fmt.Fprintf(ready, "%v", err)
