@@ -323,7 +323,7 @@ func (c Config) withDefaults() (Config, error) {
 	} else if err := c.Range.Validate(); err != nil {
 		return Config{}, named("Config.Range", err)
 	} else if c.Range.First < 1024 && !c.AllowPrivileged {
-		return Config{}, invalid("Range", c.Range.String(), privilegedWant("Config.AllowPrivileged"))
+		return Config{}, invalid("Range", c.Range.String(), privilegedWant("Config.AllowPrivileged (BERTH_ALLOW_PRIVILEGED=true)"))
 	}
 	for i, x := range c.Exclude {
 		if err := x.Validate(); err != nil {

@@ -101,9 +101,10 @@ func TestHandedPortsOutliveTheirSet(t *testing.T) {
 	if got := owners(); len(got) != 3 || got["kids/svc/0/http"] != want["kids/svc/0/http"] || got["kids/svc/1/http"] != want["kids/svc/1/http"] || got["kids/own"] != want["kids/own"] {
 		t.Errorf("rows after Set.Release = %v; want the children's, %v, until reaped", got, want)
 	}
-	n, err := a.Reap(ctx)
-	if err != nil || n < 2 {
-		t.Errorf("Reap = %d, %v; want the rows of the 2 exited children", n, err)
+	// Reap deletes the exited children's rows, unless the store's own
+	// sweep, which runs right after it opens, got there first.
+	if _, err := a.Reap(ctx); err != nil {
+		t.Errorf("Reap = %v", err)
 	}
 	if got := owners(); len(got) != 1 || got["kids/svc/1/http"] != alive.cmd.Process.Pid {
 		t.Errorf("rows after Reap = %v; want only kids/svc/1/http of the running pid %d", got, alive.cmd.Process.Pid)
