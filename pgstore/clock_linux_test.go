@@ -121,15 +121,15 @@ func TestClientClockAnHourOff(t *testing.T) {
 				t.Errorf("another boot's Open of host-a = %v; want the host name refused (another boot holds it)", err)
 			}
 
-			// Grace reaping: a host whose lease ended 20 minutes ago by the
-			// server's clock is reaped with a grace of 10 minutes, whatever
+			// Reaping a lapsed host: a host whose lease ended 20 minutes ago
+			// by the server's clock is reaped with a ReapAfter of 10 minutes, whatever
 			// the client's clock says of that time; host-a, live, is kept.
 			b := openWith(t, dsn, pgstore.Options{Host: "host-b", BootID: "boot-b"})
 			reserveN(t, b, 56300, 3)
 			expire(t, conn, "host-b", "20 minutes")
-			reaper := openWith(t, dsn, pgstore.Options{Host: "reaper", BootID: "boot-r", Grace: 10 * time.Minute})
+			reaper := openWith(t, dsn, pgstore.Options{Host: "reaper", BootID: "boot-r", ReapAfter: 10 * time.Minute})
 			if n, err := reaper.Reap(ctx); err != nil || n != 3 {
-				t.Errorf("Reap with a 10m grace = %d, %v; want host-b's 3 rows (its lease ended 20m ago by the server's clock)", n, err)
+				t.Errorf("Reap with a ReapAfter of 10m = %d, %v; want host-b's 3 rows (its lease ended 20m ago by the server's clock)", n, err)
 			}
 			if got := rowsOf(t, conn, "host-a"); got != 2 {
 				t.Errorf("host-a's rows after Reap = %d; want its 2: its lease is live by the server's clock", got)

@@ -42,7 +42,6 @@ type losses struct {
 	lossSeq atomic.Uint64          // bumped by noteLoss
 	lossWhy atomic.Pointer[string] // the latest reason
 	settled atomic.Uint64          // the lossSeq Check last reported
-	server  atomic.Pointer[string] // the start time of the server connected to last
 }
 
 // retryRenew is how soon a failed lease renewal is tried again, at most.
@@ -98,7 +97,7 @@ func (s *Store) Check(_ context.Context) error {
 const (
 	// qServer reads, on each new connection, when its server started
 	// and this host's number ($1 is the host's name).
-	qServer = "SELECT pg_postmaster_start_time()::text, (SELECT host_no FROM berth_hosts WHERE host_id = $1)"
+	qServer = "SELECT pg_postmaster_start_time(), (SELECT host_no FROM berth_hosts WHERE host_id = $1)"
 	// qReRegisterHost registers host $2 again under its old number $1,
 	// with a lease of $3 ms for the boot $4; it does nothing when either
 	// the name or the number is taken.
@@ -114,6 +113,7 @@ const (
 // querier is a connection or the pool.
 type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
@@ -149,46 +149,44 @@ func (s *Store) register(ctx context.Context, q querier, ttl time.Duration) (int
 
 // afterConnect runs on every new connection of the pool, before any
 // statement: it notes a server other than the one of the last connection
-// (a failover, or a restart), and makes sure the host is registered under
+// (a failover, or a restart), makes sure the host is registered under
 // the number the Store's statements use, registering it again when its row
-// was lost.
+// was lost, and, on another server, records it (starting the grace period,
+// see grace.go) and re-asserts what was granted through this Store.
 func (s *Store) afterConnect(ctx context.Context, c *pgx.Conn) error {
 	var (
-		started string
+		started time.Time
 		no      *int32
 	)
 	if err := c.QueryRow(ctx, qServer, s.host).Scan(&started, &no); err != nil {
 		return fmt.Errorf("identify the server: %w", err)
 	}
-	prev := s.server.Swap(&started)
+	changed := s.noticeServer(started)
 	num := s.hostNo()
 	if num == 0 {
-		return nil // Open, whose claim registers the host
-	}
-	if prev != nil && *prev != started {
-		s.noteLoss(fmt.Sprintf("connected to a server that started at %s, not the one of the last connection (started at %s): "+
-			"a failover or a restart may have lost the last commits", started, *prev))
+		return nil // Open, whose claim registers the host and the session
 	}
 	switch {
 	case no != nil && *no == num:
-		return nil
 	case no != nil:
 		// Another process of this host registered it again first, under
 		// another number: the old one was taken.
 		s.num.Store(*no)
 		s.noteLoss(fmt.Sprintf("host %q was registered anew as number %d (it was %d): its registration was lost", s.host, *no, num))
-		return nil
+	default:
+		got, err := s.register(ctx, c, s.sessTTL)
+		if err != nil {
+			return fmt.Errorf("register host %q again: %w", s.host, err)
+		}
+		s.num.Store(got)
+		s.noteLoss(fmt.Sprintf("host %q was missing from the store (its registration was lost) and is registered again as number %d", s.host, got))
 	}
-	ttl := s.ttl
-	if ttl <= 0 {
-		ttl = 30 * time.Second
+	if changed || s.owes() {
+		if _, err := s.sync(ctx, c, false); err != nil {
+			return fmt.Errorf("record the server: %w", err)
+		}
+		s.reassert(ctx, c)
 	}
-	got, err := s.register(ctx, c, ttl)
-	if err != nil {
-		return fmt.Errorf("register host %q again: %w", s.host, err)
-	}
-	s.num.Store(got)
-	s.noteLoss(fmt.Sprintf("host %q was missing from the store (its registration was lost) and is registered again as number %d", s.host, got))
 	return nil
 }
 

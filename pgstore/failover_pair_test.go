@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -41,6 +42,15 @@ func startPair(tb testing.TB, sync bool) *pgserver.Pair {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
+		if tb.Failed() {
+			// The servers' logs say what the servers did.
+			logs, _ := filepath.Glob(filepath.Join(root, "*.log"))
+			for _, l := range logs {
+				if b, err := os.ReadFile(l); err == nil {
+					tb.Logf("%s:\n%s", filepath.Base(l), tail(b, 4096))
+				}
+			}
+		}
 		if err := c.Close(context.Background()); err != nil {
 			tb.Errorf("stop the failover test's servers: %v", err)
 		}
@@ -52,6 +62,9 @@ func startPair(tb testing.TB, sync bool) *pgserver.Pair {
 	}
 	return pair
 }
+
+// tail is the last n bytes of b.
+func tail(b []byte, n int) []byte { return b[max(0, len(b)-n):] }
 
 // connect connects to one server of a pair, closed when tb ends.
 func connect(tb testing.TB, s *pgserver.Server) *pgx.Conn {
@@ -129,15 +142,19 @@ func settle(tb testing.TB, s *pgstore.Store) {
 // multi-host DSN, each store's next connection goes to the new primary:
 // the grants, releases and the host registration made after the standby
 // fell behind are gone. Each store notices the other server on its first
-// new connection and reports it through Check, so that its holders put
-// back what they hold; a host whose registration was lost is registered
-// again under the number its store has cached, and grants under it at
-// once.
+// new connection, records it and reports it through Check, so that its
+// holders put back what they hold; a host whose registration was lost is
+// registered again under the number its store has cached. Meanwhile the
+// grace period holds every new grant, of every store, new ones included,
+// until each store has its holders' rows back: a holder's own rows
+// (Request.Restore) are taken back at once.
 func TestFailoverAsyncStandby(t *testing.T) { testFailover(t, false) }
 
 // TestFailoverSyncStandby: the same with a synchronous standby: nothing is
 // lost, and the stores still report the other server, since nothing but
-// the server's configuration tells a holder that nothing was lost.
+// the server's configuration tells a holder that nothing was lost; the
+// grace period still starts, and ends as soon as the stores have
+// connected to the new server and found their rows there.
 func TestFailoverSyncStandby(t *testing.T) { testFailover(t, true) }
 
 func testFailover(t *testing.T, sync bool) { //nolint:thelper // the body of the two tests above
@@ -166,6 +183,9 @@ func testFailover(t *testing.T, sync bool) { //nolint:thelper // the body of the
 			t.Fatalf("%s: Check before the failover = %v; want nil", s.Host(), err)
 		}
 	}
+	if g, err := a.Grace(ctx); err != nil || g.Paused || !g.Previous.IsZero() {
+		t.Fatalf("Grace before the failover = %+v, %v; want no pause and no change recorded", g, err)
+	}
 
 	// The primary dies as in a crash (nothing more is flushed or
 	// shipped), and the standby is promoted.
@@ -181,6 +201,7 @@ func testFailover(t *testing.T, sync bool) { //nolint:thelper // the body of the
 	}
 
 	settle(t, a)
+	settle(t, b)
 	wantA := []uint16{56600, 56601} // its grant lost, its release undone
 	if sync {
 		wantA = []uint16{56601, 56602}
@@ -195,40 +216,99 @@ func testFailover(t *testing.T, sync bool) { //nolint:thelper // the body of the
 	if err := a.Check(ctx); err != nil {
 		t.Errorf("fo-a: Check once it said so = %v; want nil", err)
 	}
-	// Its holders put back what they hold, and release again.
-	reserveN(t, a, 56602, 1)
-	err = a.Release(ctx, key(store.TCP, "127.0.0.1", 56600), store.Owner{})
-	if sync != errors.Is(err, store.ErrNotFound) || (!sync && err != nil) {
-		t.Errorf("fo-a: Release again after the failover = %v; want ErrNotFound only where the release was kept", err)
+	g, err := a.Grace(ctx)
+	if err != nil || g.Previous.IsZero() || g.Server.Equal(g.Previous) || g.Until.IsZero() {
+		t.Fatalf("Grace after the failover = %+v, %v; want the change recorded, with a grace period", g, err)
+	}
+	if sync {
+		// Nothing was lost: each store found its rows at once.
+		reserveN(t, a, 56603, 1)
+		if g, err := a.Grace(ctx); err != nil || g.Paused || !g.Now.Before(g.Until) || g.Waiting != 0 {
+			t.Errorf("Grace once a grant went through = %+v, %v; want it over before its end, every store re-asserted", g, err)
+		}
+		if err := a.Release(ctx, key(store.TCP, "127.0.0.1", 56600), store.Owner{}); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("fo-a: Release again after the failover = %v; want ErrNotFound: the release was kept", err)
+		}
+		if got := ports(t, b); !slices.Equal(got, []uint16{56610}) {
+			t.Errorf("fo-b's rows on the new primary = %v; want [56610]", got)
+		}
+		return
+	}
+
+	// fo-a and fo-b have yet to put their rows back: the grace period
+	// holds every grant, and fo-b's session, lost with its registration,
+	// is registered again.
+	if !g.Paused || g.Waiting != 2 {
+		t.Errorf("Grace after the stores reconnected = %+v; want paused, waiting for fo-a and fo-b", g)
+	}
+	// A grant of fo-a's, which has yet to put back its own row, is
+	// refused at once, so that its holders can.
+	start := time.Now()
+	_, err = a.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 56604)})
+	if !errors.Is(err, store.ErrGrace) || errors.Is(err, store.ErrStorage) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("fo-a: Reserve of a new port in the grace period = %v; want ErrGrace at once", err)
+	}
+	t.Logf("refused at once (in %v): %v", time.Since(start).Round(time.Millisecond), err)
+	// Its holder puts its row back (portalloc does so with Restore); the
+	// release it redoes is no grant.
+	if _, err := a.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 56602), Restore: true}); err != nil {
+		t.Fatalf("fo-a: Reserve with Restore in the grace period = %v; want its row back", err)
+	}
+	if err := a.Release(ctx, key(store.TCP, "127.0.0.1", 56600), store.Owner{}); err != nil {
+		t.Errorf("fo-a: Release again after the failover = %v; want its release done again", err)
 	}
 	if got := ports(t, a); !slices.Equal(got, []uint16{56601, 56602}) {
 		t.Errorf("fo-a's rows once its holders compared = %v; want [56601 56602]", got)
 	}
+	// fo-b has not put its row back: a grant waits, within its context,
+	// whoever asks, a store opened now included.
+	c := openWith(t, dsn, pgstore.Options{Host: "fo-c"})
+	if got := hostNo(t, np, "fo-c"); got == noB || got == 0 {
+		t.Errorf("fo-c registered after the failover as number %d; want a new one, not fo-b's %d", got, noB)
+	}
+	for _, s := range []*pgstore.Store{a, c} {
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err := s.Reserve(short, store.Request{Key: key(store.TCP, "127.0.0.1", 56610)})
+		cancel()
+		if !errors.Is(err, store.ErrGrace) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: Reserve of fo-b's lost port while fo-b has not put it back = %v; want ErrGrace once its context ended", s.Host(), err)
+		}
+		if err := s.RenewFleet(ctx, key(store.TCP, "0.0.0.0", 56699), "pod/x", time.Minute); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s: RenewFleet in the grace period of a lease never granted through it = %v; want ErrNotFound", s.Host(), err)
+		}
+	}
+	if got := rowsOf(t, np, "fo-a") + rowsOf(t, np, "fo-c"); got != 2 {
+		t.Errorf("rows of fo-a and fo-c after the refused grants = %d; want fo-a's 2", got)
+	}
 
-	settle(t, b)
 	if got := hostNo(t, np, "fo-b"); got != noB {
 		t.Errorf("fo-b on the new primary after its store reconnected is number %d; want %d, the one it had", got, noB)
 	}
 	err = b.Check(ctx)
 	lostReg := strings.Contains(fmt.Sprint(err), `host "fo-b" was missing from the store`)
-	if !errors.Is(err, store.ErrLost) || lostReg == sync {
-		t.Errorf("fo-b: Check after the failover = %v; want ErrLost, for its lost registration only with an asynchronous standby", err)
+	if !errors.Is(err, store.ErrLost) || !lostReg {
+		t.Errorf("fo-b: Check after the failover = %v; want ErrLost for its lost registration", err)
 	}
-	wantB := []uint16(nil)
-	if sync {
-		wantB = []uint16{56610}
+	if got := ports(t, b); len(got) != 0 {
+		t.Errorf("fo-b's rows on the new primary = %v; want none", got)
 	}
-	if got := ports(t, b); !slices.Equal(got, wantB) {
-		t.Errorf("fo-b's rows on the new primary = %v; want %v", got, wantB)
+	if _, err := b.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 56610), Restore: true}); err != nil {
+		t.Fatalf("fo-b: Reserve with Restore in the grace period = %v; want its row back", err)
 	}
-	reserveN(t, b, 56610, 1)
 	if got := rowsOf(t, np, "fo-b"); got != 1 {
 		t.Errorf("fo-b's rows after it put its grant back = %d; want 1", got)
 	}
-	// A host that registers now is not given a number the lost one had.
-	c := openWith(t, dsn, pgstore.Options{Host: "fo-c"})
-	if got := hostNo(t, np, "fo-c"); got == noB || got == 0 {
-		t.Errorf("fo-c registered after the failover as number %d; want a new one, not fo-b's %d", got, noB)
+	// Every store has its rows back: the grace period is over, before
+	// its end, and the grants go on; another process of fo-b asking for
+	// its port is refused, naming its holder.
+	other, _ := child(t)
+	_, err = b.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 56610), Owner: other})
+	var ce *store.ConflictError
+	if !errors.As(err, &ce) || ce.Holder.Owner.PID != os.Getpid() {
+		t.Errorf("another process of fo-b: Reserve of fo-b's port once it is back = %v; want a conflict naming its holder", err)
 	}
 	reserveN(t, c, 56620, 1)
+	if g, err := a.Grace(ctx); err != nil || g.Paused || !g.Now.Before(g.Until) || g.Waiting != 0 {
+		t.Errorf("Grace once every store re-asserted = %+v, %v; want it over before its end", g, err)
+	}
 }

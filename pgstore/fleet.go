@@ -31,9 +31,11 @@ const (
 	// until $6 ms from now. The walk visits every port of the band once,
 	// so "no row" means exactly that the band is exhausted; the offset $8
 	// (0 to the band's size less one) only says where it starts. It
-	// returns one row when the band had a free port: its created_at and
-	// lease_expires are NULL when the insert lost a race for it.
-	qFleetReserve = "WITH free AS (" +
+	// returns one row: the gate's wait (see qGate; while it is not 0
+	// nothing is inserted), and the free port found (NULL: none) with the
+	// created_at and lease_expires of its row (NULL when the insert lost a
+	// race for it).
+	qFleetReserve = "WITH " + qGate + ", free AS (" +
 		" SELECT c.port FROM generate_series(0, $4::int - $3::int) AS g(i)," +
 		"  LATERAL (SELECT $3::int + ($8::int + g.i) % ($4::int - $3::int + 1) AS port) AS c" +
 		" WHERE NOT EXISTS (SELECT 1 FROM berth_port_allocations p" +
@@ -42,14 +44,29 @@ const (
 		" ins AS (INSERT INTO berth_port_allocations" +
 		" (host_no, protocol, port, address, owner_kind, holder, lease_expires, label, kind)" +
 		" SELECT NULL, $1, free.port, $2::inet, 'lease', $5, now() + $6::bigint * interval '1 millisecond', $7, 'dynamic'" +
-		" FROM free ON CONFLICT DO NOTHING RETURNING created_at, lease_expires)" +
-		" SELECT free.port, ins.created_at, ins.lease_expires FROM free LEFT JOIN ins ON true"
+		" FROM free WHERE (SELECT wait_ms FROM gate) = 0 ON CONFLICT DO NOTHING RETURNING created_at, lease_expires)" +
+		" SELECT gate.wait_ms, free.port, ins.created_at, ins.lease_expires FROM gate LEFT JOIN free ON true LEFT JOIN ins ON true"
 
 	// leaseMatch picks holder $4's lease row of key $1..$3, fleet-wide or
 	// narrowed to any host.
 	leaseMatch = "owner_kind = 'lease' AND protocol = $1 AND port = $2 AND address = $3::inet AND holder = $4"
 
-	qFleetRenew   = "UPDATE berth_port_allocations SET lease_expires = now() + $5::bigint * interval '1 millisecond' WHERE " + leaseMatch
+	// qFleetRenew renews holder $4's lease of the key to $5 ms from now.
+	// Where the row is missing while a grace period holds grants (see
+	// qGate), the holder's re-assertion puts it back when its lease, as
+	// last granted or renewed through this Store, ends after now ($8):
+	// fleet-wide, or on host $6 when it was narrowed there, with label
+	// $7. It returns the rows renewed and put back, the lease's new end,
+	// and whether the row was to be put back (then none put back means
+	// another row holds the port).
+	qFleetRenew = "WITH " + qGate + "," +
+		" upd AS (UPDATE berth_port_allocations SET lease_expires = now() + $5::bigint * interval '1 millisecond' WHERE " + leaseMatch + " RETURNING lease_expires)," +
+		" ins AS (INSERT INTO berth_port_allocations (host_no, protocol, port, address, owner_kind, holder, lease_expires, label, kind)" +
+		" SELECT (SELECT host_no FROM berth_hosts WHERE host_id = $6), $1, $2, $3::inet, 'lease', $4, now() + $5::bigint * interval '1 millisecond', $7, 'dynamic'" +
+		" WHERE NOT EXISTS (SELECT 1 FROM upd) AND (SELECT wait_ms FROM gate) <> 0 AND $8::timestamptz > now()" +
+		" ON CONFLICT DO NOTHING RETURNING lease_expires)" +
+		" SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM ins), coalesce((SELECT max(lease_expires) FROM upd), (SELECT max(lease_expires) FROM ins))," +
+		" coalesce((SELECT wait_ms FROM gate) <> 0 AND $8::timestamptz > now(), false)"
 	qFleetRelease = "DELETE FROM berth_port_allocations WHERE " + leaseMatch
 
 	// qHostSeen registers host $1, should no berth process of it have
@@ -151,14 +168,22 @@ func (s *Store) ReserveFleet(ctx context.Context, req FleetRequest) (FleetReserv
 	}
 	op := fmt.Sprintf("reserve a fleet-wide %s port on %s in %d-%d for %s", key.Protocol, key.Addr, req.Band.First, req.Band.Last, strconv.Quote(req.Holder))
 	reaped := false
-	for range maxAttempts {
-		port, created, expires, ok, err := s.fleetOnce(ctx, op, key, req, ttl)
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		port, created, expires, ok, wait, err := s.fleetOnce(ctx, op, key, req, ttl)
 		switch {
 		case err != nil:
 			return FleetReservation{}, err
+		case wait != 0:
+			if err := s.waitGrace(ctx, op, wait); err != nil {
+				return FleetReservation{}, err
+			}
+			attempt-- // the grace period is over: not an attempt
+			continue
 		case ok:
 			key.Port = port
-			return FleetReservation{Key: key, Holder: req.Holder, Label: req.Label, Created: created, Expires: expires}, nil
+			r := FleetReservation{Key: key, Holder: req.Holder, Label: req.Label, Created: created, Expires: expires}
+			s.book.lease(r)
+			return r, nil
 		case port != 0:
 			continue // a race lost for port: the next free one
 		case !reaped:
@@ -243,12 +268,21 @@ func (s *Store) ReserveFleetSet(ctx context.Context, reqs []FleetRequest) ([]Fle
 	}
 	op := fmt.Sprintf("reserve a fleet-wide set of %d ports for %s", len(reqs), strconv.Quote(reqs[0].Holder))
 	reaped := false
-	for range maxAttempts {
-		out, full, err := s.fleetSetOnce(ctx, op, keys, reqs, ttls)
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		out, full, wait, err := s.fleetSetOnce(ctx, op, keys, reqs, ttls)
 		switch {
 		case err != nil:
 			return nil, err
+		case wait != 0:
+			if err := s.waitGrace(ctx, op, wait); err != nil {
+				return nil, err
+			}
+			attempt-- // the grace period is over: not an attempt
+			continue
 		case full < 0:
+			for _, r := range out {
+				s.book.lease(r)
+			}
 			return out, nil
 		case out == nil && full == len(reqs):
 			continue // a race lost: the whole set again
@@ -272,16 +306,19 @@ func (s *Store) ReserveFleetSet(ctx context.Context, reqs []FleetRequest) ([]Fle
 // fleetSetOnce tries to grant the set in one transaction. It returns the
 // reservations and -1; or nil and the index of the first request whose
 // band had no free port (the transaction rolled back); or nil and
-// len(reqs) when a race was lost and the whole set should be tried again.
-func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, reqs []FleetRequest, ttls []time.Duration) ([]FleetReservation, int, error) {
+// len(reqs) when a race was lost and the whole set should be tried again;
+// or nil and the gate's wait when a grace period holds grants (see
+// qGate).
+func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, reqs []FleetRequest, ttls []time.Duration) ([]FleetReservation, int, int64, error) {
 	if err := s.grantable(); err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", op, err)
+		return nil, 0, 0, fmt.Errorf("%s: %w", op, err)
 	}
 	// One deadline for the transaction: a port per round trip.
 	cctx, cancel := context.WithTimeout(ctx, s.timeout*time.Duration(min(len(reqs), 10)+2))
 	defer cancel()
 	out := make([]FleetReservation, len(reqs))
 	full := -1
+	var wait int64
 	err := pgx.BeginFunc(cctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(cctx, qSetLockTimeout); err != nil {
 			return err
@@ -291,21 +328,23 @@ func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, r
 			granted := false
 			for range maxAttempts {
 				var (
-					port             int32
+					port             *int32
 					created, expires *time.Time
 				)
 				err := tx.QueryRow(cctx, qFleetReserve, string(key.Protocol), key.Addr.String(), int32(req.Band.First), int32(req.Band.Last),
-					req.Holder, ttls[i].Milliseconds(), req.Label, s.bandStart(req.Band)).Scan(&port, &created, &expires)
+					req.Holder, ttls[i].Milliseconds(), req.Label, s.bandStart(req.Band)).Scan(&wait, &port, &created, &expires)
 				switch {
-				case errors.Is(err, pgx.ErrNoRows):
-					full = i
-					return errSetFull
 				case err != nil:
 					return err
+				case wait != 0:
+					return errSetGated
+				case port == nil:
+					full = i
+					return errSetFull
 				case created == nil || expires == nil:
 					continue // a port committed by another meanwhile: look again
 				}
-				key.Port = uint16(port)
+				key.Port = uint16(*port)
 				out[i] = FleetReservation{Key: key, Holder: req.Holder, Label: req.Label, Created: *created, Expires: *expires}
 				granted = true
 				break
@@ -318,25 +357,29 @@ func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, r
 	})
 	switch {
 	case err == nil:
-		return out, -1, nil
+		return out, -1, 0, nil
+	case errors.Is(err, errSetGated):
+		return nil, 0, wait, nil
 	case errors.Is(err, errSetFull):
-		return nil, full, nil
+		return nil, full, 0, nil
 	case errors.Is(err, errSetRace), isExclusion(err), isLockWait(err):
 		// A port another transaction inserted but has not committed is
 		// waited for; two sets that took each other's next port would
 		// wait for each other until the server's deadlock check (a
 		// second by default). lock_timeout cuts such waits short, and the
 		// set starts again from other random ports.
-		return nil, len(reqs), nil
+		return nil, len(reqs), 0, nil
 	}
-	return nil, 0, s.fail(ctx, op, err)
+	return nil, 0, 0, s.fail(ctx, op, err)
 }
 
-// errSetFull and errSetRace roll a set's transaction back: a band had no
-// free port, or a port was lost to other transactions too often.
+// errSetFull, errSetRace and errSetGated roll a set's transaction back: a
+// band had no free port, a port was lost to other transactions too often,
+// or a grace period holds grants.
 var (
-	errSetFull = errors.New("a band of the set has no free port")
-	errSetRace = errors.New("lost the race for a port of the set")
+	errSetFull  = errors.New("a band of the set has no free port")
+	errSetRace  = errors.New("lost the race for a port of the set")
+	errSetGated = errors.New("grants are paused")
 )
 
 // isLockWait reports whether err is a set's transaction that waited too
@@ -348,31 +391,35 @@ func isLockWait(err error) bool {
 }
 
 // fleetOnce runs qFleetReserve: the port granted and true; a port that was
-// free but lost to a concurrent insert and false; or port 0 when the band
-// has no free port.
-func (s *Store) fleetOnce(ctx context.Context, op string, key store.Key, req FleetRequest, ttl time.Duration) (uint16, time.Time, time.Time, bool, error) {
+// free but lost to a concurrent insert and false; port 0 when the band
+// has no free port; or the gate's wait when a grace period holds grants
+// (see qGate).
+func (s *Store) fleetOnce(ctx context.Context, op string, key store.Key, req FleetRequest, ttl time.Duration) (uint16, time.Time, time.Time, bool, int64, error) {
 	if err := s.grantable(); err != nil {
-		return 0, time.Time{}, time.Time{}, false, fmt.Errorf("%s: %w", op, err)
+		return 0, time.Time{}, time.Time{}, false, 0, fmt.Errorf("%s: %w", op, err)
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	var (
-		port             int32
+		wait             int64
+		port             *int32
 		created, expires *time.Time
 	)
 	err := s.pool.QueryRow(cctx, qFleetReserve, string(key.Protocol), key.Addr.String(), int32(req.Band.First), int32(req.Band.Last),
-		req.Holder, ttl.Milliseconds(), req.Label, s.bandStart(req.Band)).Scan(&port, &created, &expires)
+		req.Holder, ttl.Milliseconds(), req.Label, s.bandStart(req.Band)).Scan(&wait, &port, &created, &expires)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return 0, time.Time{}, time.Time{}, false, nil
 	case isExclusion(err):
-		return 1, time.Time{}, time.Time{}, false, nil // a race lost; which port does not matter
+		return 1, time.Time{}, time.Time{}, false, 0, nil // a race lost; which port does not matter
 	case err != nil:
-		return 0, time.Time{}, time.Time{}, false, s.fail(ctx, op, err)
+		return 0, time.Time{}, time.Time{}, false, 0, s.fail(ctx, op, err)
+	case wait != 0:
+		return 0, time.Time{}, time.Time{}, false, wait, nil
+	case port == nil:
+		return 0, time.Time{}, time.Time{}, false, 0, nil
 	case created == nil || expires == nil:
-		return uint16(port), time.Time{}, time.Time{}, false, nil
+		return uint16(*port), time.Time{}, time.Time{}, false, 0, nil
 	}
-	return uint16(port), *created, *expires, true, nil
+	return uint16(*port), *created, *expires, true, 0, nil
 }
 
 // RenewFleet extends holder's lease on its reservation of key, fleet-wide
@@ -383,6 +430,19 @@ func (s *Store) fleetOnce(ctx context.Context, op string, key store.Key, req Fle
 // hands. No such row of holder's (another holder's row included) is an
 // error wrapping store.ErrNotFound: the port may be someone else's now;
 // reserve again.
+//
+// It is also the holder's re-assertion after a change of server: in the
+// grace period that follows one (see the package doc), a row the change
+// lost is put back, with the label and host it had, when it was granted,
+// renewed or narrowed through this Store and its lease had not run out,
+// unless another row now holds the port: then the error wraps
+// store.ErrGrace, and the renewal is to be tried again (it is most likely
+// a row released before the change, which the change brought back and
+// its holder releases again; this Store does so for the leases released
+// through it). A holder's controller that
+// keeps its Store open, calls Check every second or so and renews every
+// lease it holds when Check reports store.ErrLost keeps its ports across
+// a failover.
 func (s *Store) RenewFleet(ctx context.Context, key store.Key, holder string, ttl time.Duration) error {
 	key, err := checkLease(key, holder)
 	if err != nil {
@@ -392,12 +452,42 @@ func (s *Store) RenewFleet(ctx context.Context, key store.Key, holder string, tt
 		return err
 	}
 	op := "renew the lease of " + strconv.Quote(holder) + " on " + key.String()
-	n, err := s.exec(ctx, op, qFleetRenew, string(key.Protocol), int32(key.Port), key.Addr.String(), holder, ttl.Milliseconds())
-	if err != nil {
-		return err
+	if err := s.open(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
-	if n == 0 {
+	known, ok := s.book.leaseOf(key, holder)
+	var until *time.Time // no re-assertion of a lease unknown here
+	if ok {
+		until = &known.Expires
+	}
+	var (
+		renewed, restored int64
+		expires           *time.Time
+		restoring         bool
+	)
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	err = s.pool.QueryRow(cctx, qFleetRenew, string(key.Protocol), int32(key.Port), key.Addr.String(), holder, ttl.Milliseconds(), known.Host, known.Label, until).
+		Scan(&renewed, &restored, &expires, &restoring)
+	if err != nil {
+		return s.fail(ctx, op, err)
+	}
+	if renewed+restored == 0 && restoring {
+		// In a grace period no port is granted anew: a row the change
+		// brought back, released before it, holds the port; its holder
+		// releases it again.
+		return fmt.Errorf("%s: %w", op, &graceError{Blocked: errors.New("another row holds the port")})
+	}
+	if renewed+restored == 0 || expires == nil {
+		s.book.unlease(key, holder)
 		return fmt.Errorf("%s: %w: it was released or its lease ran out and was reaped; reserve again", op, store.ErrNotFound)
+	}
+	known.Key, known.Holder, known.Expires = key, holder, *expires
+	s.book.lease(known)
+	if restored > 0 {
+		s.log.Info("put back a fleet-wide reservation a change of server had lost, renewed by its holder in the grace period",
+			"holder", holder, "key", key.String())
+		s.reassertNow(ctx)
 	}
 	return nil
 }
@@ -412,6 +502,7 @@ func (s *Store) ReleaseFleet(ctx context.Context, key store.Key, holder string) 
 		return err
 	}
 	op := "release the lease of " + strconv.Quote(holder) + " on " + key.String()
+	s.book.releaseLease(key, holder)
 	n, err := s.exec(ctx, op, qFleetRelease, string(key.Protocol), int32(key.Port), key.Addr.String(), holder)
 	if err != nil {
 		return err
@@ -471,6 +562,7 @@ func (s *Store) NarrowFleet(ctx context.Context, key store.Key, holder, host str
 	})
 	switch {
 	case moved:
+		s.book.narrow(key, holder, host)
 		return nil
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%s: %w", op, store.ErrNotFound)

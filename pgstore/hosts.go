@@ -26,7 +26,7 @@ const (
 	// and resets what other hosts left for it: the rows they deleted
 	// (lost_rows), whether it was retired, and whether its lease had
 	// lapsed. The first CTE locks the host's row and reads its newest
-	// version before the update, so a grace reaping or retirement that
+	// version before the update, so a reaping of a lapsed host or a retirement that
 	// runs meanwhile is counted either in what this statement returns or
 	// in the next claim, never lost.
 	//
@@ -77,8 +77,8 @@ const (
 		" WHERE host_no = $1 RETURNING (SELECT count(*) FROM gone)"
 )
 
-// defaultGrace is Options.Grace's zero value.
-const defaultGrace = 24 * time.Hour
+// defaultReapAfter is Options.ReapAfter's zero value.
+const defaultReapAfter = 24 * time.Hour
 
 // claim registers the host or renews its lease to ttl from now, by the
 // server's clock, reports what it lost meanwhile (see noteReturn), and
@@ -142,6 +142,12 @@ func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 	if err := s.guard(ctx, guarded); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	// The Store's session is renewed with the lease, and the server
+	// compared with the one recorded: see grace.go.
+	if _, err := s.sync(cctx, s.pool, old == 0); err != nil {
+		return s.fail(ctx, op, err)
+	}
+	s.reassert(cctx, s.pool)
 	return nil
 }
 
@@ -270,11 +276,11 @@ func (e *unknownHostError) Error() string {
 func (e *unknownHostError) Unwrap() error { return store.ErrNotFound }
 
 // reapLapsed deletes the rows of other hosts whose lease ended more than
-// the grace period ago, by the server's clock, in one transaction, and
+// Options.ReapAfter ago, by the server's clock, in one transaction, and
 // returns how many. Such a host is presumed gone; should it come back, it
 // learns how many rows it lost (see claim).
 func (s *Store) reapLapsed(ctx context.Context) (int64, error) {
-	if s.grace < 0 {
+	if s.reap < 0 {
 		return 0, nil
 	}
 	type reaped struct {
@@ -286,7 +292,7 @@ func (s *Store) reapLapsed(ctx context.Context) (int64, error) {
 	defer cancel()
 	err := pgx.BeginFunc(cctx, s.pool, func(tx pgx.Tx) error {
 		got = got[:0] // BeginFunc runs this once; reset anyway
-		rows, err := tx.Query(cctx, qLapsedHosts, s.hostNo(), s.grace.Milliseconds())
+		rows, err := tx.Query(cctx, qLapsedHosts, s.hostNo(), s.reap.Milliseconds())
 		if err != nil {
 			return err
 		}
@@ -311,8 +317,8 @@ func (s *Store) reapLapsed(ctx context.Context) (int64, error) {
 	var total int64
 	for _, x := range got {
 		total += x.n
-		s.log.Info("deleted the reservations of a host whose lease lapsed longer ago than the grace period",
-			"host", x.host, "rows", x.n, "grace", s.grace.String())
+		s.log.Info("deleted the reservations of a host whose lease lapsed longer ago than ReapAfter",
+			"host", x.host, "rows", x.n, "reapAfter", s.reap.String())
 	}
 	s.reaped.Add(total)
 	return total, nil

@@ -267,12 +267,12 @@ func TestReopenAfterRetirement(t *testing.T) {
 	}
 }
 
-// TestGraceReaping: another host's Reap deletes the rows of a host whose
-// lease ended more than the grace ago, by the server's clock, and keeps
-// those of a host within its grace and its own; a negative grace never
+// TestReapAfter: another host's Reap deletes the rows of a host whose
+// lease ended more than ReapAfter ago, by the server's clock, and keeps
+// those of a host within ReapAfter and its own; a negative ReapAfter never
 // reaps. The reaping store's session runs in a far time zone: leases are
 // compared as instants on the server, so that changes nothing.
-func TestGraceReaping(t *testing.T) {
+func TestReapAfter(t *testing.T) {
 	for _, tz := range []string{"UTC", "Pacific/Kiritimati", "Etc/GMT+12"} {
 		t.Run(tz, func(t *testing.T) {
 			dsn, conn := testDB(t)
@@ -280,8 +280,8 @@ func TestGraceReaping(t *testing.T) {
 			var logOld logBuf
 			old := openWith(t, dsn, pgstore.Options{Host: "old", Logger: logOld.logger()})
 			recent := openWith(t, dsn, pgstore.Options{Host: "recent"})
-			never := openWith(t, pgschema.WithParam(dsn, "timezone", tz), pgstore.Options{Host: "never", Grace: -1})
-			reaper := openWith(t, pgschema.WithParam(dsn, "timezone", tz), pgstore.Options{Host: "reaper", Grace: 30 * time.Minute})
+			never := openWith(t, pgschema.WithParam(dsn, "timezone", tz), pgstore.Options{Host: "never", ReapAfter: -1})
+			reaper := openWith(t, pgschema.WithParam(dsn, "timezone", tz), pgstore.Options{Host: "reaper", ReapAfter: 30 * time.Minute})
 			reserveN(t, old, 57000, 3)
 			reserveN(t, recent, 57000, 2)
 			reserveN(t, reaper, 57000, 1)
@@ -290,10 +290,10 @@ func TestGraceReaping(t *testing.T) {
 			expire(t, conn, "reaper", "1 hour") // its own rows are judged by owner only
 
 			if n, err := never.Reap(ctx); err != nil || n != 0 {
-				t.Errorf("Reap with a negative grace = %d, %v; want 0, nil", n, err)
+				t.Errorf("Reap with a negative ReapAfter = %d, %v; want 0, nil", n, err)
 			}
 			if got := rowsOf(t, conn, "old"); got != 3 {
-				t.Fatalf("old's rows after a Reap with a negative grace = %d; want 3", got)
+				t.Fatalf("old's rows after a Reap with a negative ReapAfter = %d; want 3", got)
 			}
 			n, err := reaper.Reap(ctx)
 			if err != nil || n != 3 {
@@ -338,18 +338,18 @@ func TestGraceReaping(t *testing.T) {
 	}
 }
 
-// TestGraceShort: with a grace of a second, a lease that ended just now
+// TestReapAfterShort: with a ReapAfter of a second, a lease that ended just now
 // is kept and one that ended two seconds ago (both by the server's clock)
 // is reaped.
-func TestGraceShort(t *testing.T) {
+func TestReapAfterShort(t *testing.T) {
 	dsn, conn := testDB(t)
 	ctx := context.Background()
 	a := openWith(t, dsn, pgstore.Options{Host: "host-a"})
-	reaper := openWith(t, dsn, pgstore.Options{Host: "reaper", Grace: time.Second})
+	reaper := openWith(t, dsn, pgstore.Options{Host: "reaper", ReapAfter: time.Second})
 	reserveN(t, a, 57100, 2)
 	expire(t, conn, "host-a", "0 seconds")
 	if n, err := reaper.Reap(ctx); err != nil || n != 0 {
-		t.Errorf("Reap of a lease that just ended = %d, %v; want 0 within the grace", n, err)
+		t.Errorf("Reap of a lease that just ended = %d, %v; want 0 within ReapAfter", n, err)
 	}
 	expire(t, conn, "host-a", "2 seconds")
 	if n, err := reaper.Reap(ctx); err != nil || n != 2 {

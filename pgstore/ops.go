@@ -23,6 +23,7 @@ func (s *Store) Release(ctx context.Context, key store.Key, own store.Owner) err
 		return err
 	}
 	op := "release " + key.String()
+	s.book.release(store.Reservation{Key: key, Owner: own}) // before the delete
 	n, err := s.exec(ctx, op, qDeleteOwned, s.keyArgs(key, own)...)
 	if err != nil {
 		return err
@@ -59,6 +60,9 @@ func (s *Store) Transfer(ctx context.Context, key store.Key, from, to store.Owne
 	if n == 0 {
 		return fmt.Errorf("%s: %w for %s", op, store.ErrNotFound, from)
 	}
+	// The row is to's now, and this Store no longer speaks for it (see
+	// the package doc's grace period).
+	s.book.drop(key, from)
 	return nil
 }
 
@@ -108,7 +112,7 @@ func (s *Store) List(ctx context.Context, f store.Filter) ([]store.Reservation, 
 	defer rows.Close()
 	var out []store.Reservation
 	for rows.Next() {
-		r, err := scanRow(rows, nil)
+		r, err := scanRow(rows, nil, nil)
 		if err != nil {
 			return nil, s.fail(ctx, "list", err)
 		}
@@ -121,7 +125,7 @@ func (s *Store) List(ctx context.Context, f store.Filter) ([]store.Reservation, 
 }
 
 // Reap deletes this host's reservations whose owners have exited, the
-// reservations of other hosts whose lease ended more than Options.Grace
+// reservations of other hosts whose lease ended more than Options.ReapAfter
 // ago by the server's clock, and the lease rows of any host or of the
 // whole fleet whose lease has run out (see ReserveFleet), and returns how
 // many it deleted.
@@ -140,6 +144,9 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 		return n + int(m), err
 	}
 	l, err := s.reapLeases(ctx)
+	if err == nil {
+		s.reapSessions(ctx)
+	}
 	return n + int(m) + int(l), err
 }
 

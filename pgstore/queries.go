@@ -16,13 +16,17 @@ const (
 		" CASE owner_kind WHEN 'lease' THEN '" + leaseKind + "' ELSE owner_scope END, coalesce(holder, owner_name)," +
 		" label, kind, created_at"
 
-	// qInsert grants a key in one round trip when nothing conflicts; when
-	// something does, the exclusion constraint turns the insert into no
-	// row at all.
-	qInsert = "INSERT INTO berth_port_allocations" +
+	// qInsert grants a key in one round trip when nothing conflicts and
+	// no grace period holds grants ($11: the holder restores its row,
+	// which a grace period lets through); when something conflicts, the
+	// exclusion constraint turns the insert into no row at all. It returns
+	// the row's creation time (NULL: no row) and the gate's wait (see
+	// qGate).
+	qInsert = "WITH " + qGate + ", ins AS (INSERT INTO berth_port_allocations" +
 		" (host_no, protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind)" +
-		" VALUES ($1, $2, $3, $4::inet, $5, $6, $7, $8, $9, $10)" +
-		" ON CONFLICT DO NOTHING RETURNING created_at"
+		" SELECT $1, $2, $3, $4::inet, $5, $6, $7, $8, $9, $10 WHERE $11::bool OR (SELECT wait_ms FROM gate) = 0" +
+		" ON CONFLICT DO NOTHING RETURNING created_at)" +
+		" SELECT (SELECT created_at FROM ins), (SELECT wait_ms FROM gate)"
 
 	// qHolders reads the rows that conflict with an address on any of
 	// some ports: the exclusion constraint's own test, served by its
@@ -36,8 +40,10 @@ const (
 	// no row conflicts with, in one round trip. When it grants none
 	// (every candidate held, or a race lost) the same result holds the
 	// candidates' holders instead, so the caller can judge them without
-	// another round trip. The first column tells which a row is.
-	qScan = "WITH free AS (" +
+	// another round trip. The first column tells which a row is, the
+	// second is 0; while a grace period holds grants (see qGate) the
+	// result is one row of port 0 whose second column is the gate's wait.
+	qScan = "WITH " + qGate + ", free AS (" +
 		" SELECT c.port FROM unnest($5::int[]) WITH ORDINALITY AS c(port, ord)" +
 		" WHERE NOT EXISTS (SELECT 1 FROM berth_port_allocations p" +
 		"  WHERE p.host_span && int4range($1, $1, '[]') AND p.protocol = $2 AND p.port = c.port" +
@@ -46,21 +52,25 @@ const (
 		" ins AS (" +
 		" INSERT INTO berth_port_allocations" +
 		" (host_no, protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind)" +
-		" SELECT $1, $2, free.port, $3::inet, $6, $7, $8, $9, $10, $4 FROM free" +
+		" SELECT $1, $2, free.port, $3::inet, $6, $7, $8, $9, $10, $4 FROM free WHERE (SELECT wait_ms FROM gate) = 0" +
 		" ON CONFLICT DO NOTHING RETURNING " + rowColumns + ")" +
-		" SELECT true, * FROM ins" +
+		" SELECT true, 0::bigint, * FROM ins" +
 		" UNION ALL" +
-		" SELECT false, " + rowColumns + " FROM berth_port_allocations" +
-		" WHERE NOT EXISTS (SELECT 1 FROM ins)" +
+		" SELECT false, 0::bigint, " + rowColumns + " FROM berth_port_allocations" +
+		" WHERE (SELECT wait_ms FROM gate) = 0 AND NOT EXISTS (SELECT 1 FROM ins)" +
 		" AND host_span && int4range($1, $1, '[]') AND protocol = $2 AND port = ANY($5::int[])" +
-		" AND addr_span && berth_addr_span($3::inet)"
+		" AND addr_span && berth_addr_span($3::inet)" +
+		" UNION ALL" +
+		" SELECT false, wait_ms, 0, '', 0, '0.0.0.0', 0, 0::bigint, '', '', '', '', now() FROM gate WHERE wait_ms <> 0"
 
 	// qBlock grants the ports $5 to $6 in one statement, so in one
 	// transaction: one conflict anywhere fails it (exclusion_violation)
-	// and none of the block stays.
-	qBlock = "INSERT INTO berth_port_allocations" +
+	// and none of the block stays. While a grace period holds grants (see
+	// qGate) it inserts nothing and returns no row.
+	qBlock = "WITH " + qGate + " INSERT INTO berth_port_allocations" +
 		" (host_no, protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind)" +
 		" SELECT $1, $2, g.port, $3::inet, $7, $8, $9, $10, $11, $4 FROM generate_series($5::int, $6::int) AS g(port)" +
+		" WHERE (SELECT wait_ms FROM gate) = 0" +
 		" RETURNING " + rowColumns
 
 	// ownerMatch: owners match exactly (see store.Owner); the name is for

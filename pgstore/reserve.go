@@ -35,6 +35,13 @@ type row struct {
 // tried again; any other holder is a *store.ConflictError naming it. The
 // probe, when given, runs after the row is in: nobody else can be granted
 // the key meanwhile, and a failed probe deletes the row again.
+//
+// In the grace period after a change of server (see the package doc) a
+// key the owner does not hold already is granted only to a holder that
+// puts back what it held (req.Restore); any other request waits, within
+// ctx, for the period to end, or fails at once with an error wrapping
+// store.ErrGrace while this Store's own holders have yet to put their
+// reservations back.
 func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservation, error) {
 	req, err := req.Validate(s.self)
 	if err != nil {
@@ -46,8 +53,8 @@ func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservati
 	key, own, kind := req.Key, req.Owner, req.Kind
 	op := "reserve " + key.String()
 	memo := map[ownerKey]bool{}
-	for range maxAttempts {
-		created, ok, err := s.insertOne(ctx, op, key, own, req.Label, kind)
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		created, ok, wait, err := s.insertOne(ctx, op, key, own, req.Label, kind, req.Restore)
 		if err != nil {
 			return store.Reservation{}, err
 		}
@@ -55,7 +62,12 @@ func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservati
 			if err := s.probeOrUndo(ctx, op, req.Probe, key, own, key.Port); err != nil {
 				return store.Reservation{}, err
 			}
-			return store.Reservation{Key: key, Owner: own, Label: req.Label, Kind: kind, Created: created}, nil
+			r := store.Reservation{Key: key, Owner: own, Label: req.Label, Kind: kind, Created: created}
+			s.book.hold(r)
+			if req.Restore {
+				s.reassertNow(ctx)
+			}
+			return r, nil
 		}
 		rows, err := s.holders(ctx, op, key, []int32{int32(key.Port)})
 		if err != nil {
@@ -63,12 +75,34 @@ func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservati
 		}
 		for _, r := range rows {
 			if r.hostNo == s.hostNo() && r.Key == key && r.Owner.Same(own) {
+				if wait != 0 && !req.Restore && s.owes() {
+					// In a grace period, before this Store's holders have
+					// put their rows back, the row may be one they
+					// released that the change brought back, in the way of
+					// one of theirs it lost: they compare first.
+					return store.Reservation{}, fmt.Errorf("%s: %w", op, &graceError{Left: time.Duration(max(wait, 0)) * time.Millisecond, Own: true})
+				}
+				s.book.hold(r.Reservation)
 				return r.Reservation, nil
 			}
 		}
 		// No rows: the holder left between the two statements.
 		if err := s.clearDead(ctx, op, key, own, rows, memo); err != nil {
+			var ce *store.ConflictError
+			if req.Restore && wait != 0 && errors.As(err, &ce) && !ce.Self {
+				// In a grace period no port is granted anew: what holds
+				// this one is a row the change brought back, released
+				// before it, which its holder releases again.
+				return store.Reservation{}, fmt.Errorf("%s: %w", op, &graceError{Left: time.Duration(max(wait, 0)) * time.Millisecond, Blocked: err})
+			}
 			return store.Reservation{}, err
+		}
+		if wait != 0 && !req.Restore {
+			// Nobody holds the key: the grace period does.
+			if err := s.waitGrace(ctx, op, wait); err != nil {
+				return store.Reservation{}, err
+			}
+			attempt-- // the grace period is over: not an attempt
 		}
 	}
 	return store.Reservation{}, fmt.Errorf("%s: %w: the port changed hands %d times while this call tried; try again", op, store.ErrBusy, maxAttempts)
@@ -114,9 +148,17 @@ func (s *Store) Scan(ctx context.Context, req store.ScanRequest) (store.Reservat
 		if len(pending) == 0 {
 			return store.Reservation{}, fmt.Errorf("%s: %w", op, store.ErrExhausted)
 		}
-		got, held, err := s.scanOnce(ctx, op, key, own, req.Label, kind, pending)
+		got, held, wait, err := s.scanOnce(ctx, op, key, own, req.Label, kind, pending)
 		if err != nil {
 			return store.Reservation{}, err
+		}
+		if wait != 0 {
+			// The grace period after a change of server: the same
+			// candidates once it is over.
+			if err := s.waitGrace(ctx, op, wait); err != nil {
+				return store.Reservation{}, err
+			}
+			continue
 		}
 		if got != nil {
 			key.Port = got.Port
@@ -124,6 +166,7 @@ func (s *Store) Scan(ctx context.Context, req store.ScanRequest) (store.Reservat
 			var ce *store.ConflictError
 			switch {
 			case err == nil:
+				s.book.hold(got.Reservation)
 				return got.Reservation, nil
 			case errors.As(err, &ce) && ce.Holder.Owner.IsZero():
 				pending = without(pending, int32(got.Port)) // bound outside berth
@@ -166,42 +209,50 @@ func (s *Store) Scan(ctx context.Context, req store.ScanRequest) (store.Reservat
 }
 
 // scanOnce runs qScan on candidates: the row granted, or none and the
-// candidates' holders.
-func (s *Store) scanOnce(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, candidates []int32) (*row, []row, error) {
+// candidates' holders, or the gate's wait while a grace period holds
+// grants (see qGate).
+func (s *Store) scanOnce(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, candidates []int32) (*row, []row, int64, error) {
 	if err := s.grantable(); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", op, err)
+		return nil, nil, 0, fmt.Errorf("%s: %w", op, err)
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(cctx, qScan, s.hostNo(), string(key.Protocol), key.Addr.String(), string(kind),
 		candidates, own.PID, own.Start, own.Namespace, own.Name, label)
 	if err != nil {
-		return nil, nil, s.fail(ctx, op, err)
+		return nil, nil, 0, s.fail(ctx, op, err)
 	}
 	defer rows.Close()
 	var (
 		got  *row
 		held []row
+		wait int64
 	)
 	for rows.Next() {
-		var granted bool
-		r, err := scanRow(rows, &granted)
+		var (
+			granted bool
+			gated   int64
+		)
+		r, err := scanRow(rows, &granted, &gated)
 		if err != nil {
-			return nil, nil, s.fail(ctx, op, err)
+			return nil, nil, 0, s.fail(ctx, op, err)
 		}
-		if granted {
+		switch {
+		case gated != 0:
+			wait = gated
+		case granted:
 			got = &r
-		} else {
+		default:
 			held = append(held, r)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		if isExclusion(err) {
-			return nil, nil, nil // a race lost to a concurrent insert: again
+			return nil, nil, 0, nil // a race lost to a concurrent insert: again
 		}
-		return nil, nil, s.fail(ctx, op, err)
+		return nil, nil, 0, s.fail(ctx, op, err)
 	}
-	return got, held, nil
+	return got, held, wait, nil
 }
 
 // ScanBlock reserves on this host n consecutive ports, base to base+n-1,
@@ -243,10 +294,19 @@ func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]
 			ports[i] = int32(base) + int32(i)
 		}
 	attempts:
-		for range maxAttempts {
-			rs, err := s.insertBlock(ctx, op, key, own, req.Label, kind, base, last)
+		for attempt := 0; attempt < maxAttempts; attempt++ {
+			rs, wait, err := s.insertBlock(ctx, op, key, own, req.Label, kind, base, last)
 			if err != nil {
 				return nil, err
+			}
+			if wait != 0 {
+				// The grace period after a change of server: the same
+				// base once it is over.
+				if err := s.waitGrace(ctx, op, wait); err != nil {
+					return nil, err
+				}
+				attempt--
+				continue
 			}
 			if rs != nil {
 				if err := s.probeBlock(ctx, op, req.Probe, key, own, base, last); err != nil {
@@ -254,6 +314,9 @@ func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]
 						break attempts // bound outside berth: the next base
 					}
 					return nil, err
+				}
+				for _, r := range rs {
+					s.book.hold(r)
 				}
 				return rs, nil
 			}
@@ -278,34 +341,44 @@ func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]
 }
 
 // insertBlock inserts the block base..last in one statement: the rows, or
-// nil when the exclusion constraint refused the block.
-func (s *Store) insertBlock(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, base, last uint16) ([]store.Reservation, error) {
+// nil when the exclusion constraint refused the block, or the gate's wait
+// while a grace period holds grants (see qGate).
+func (s *Store) insertBlock(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, base, last uint16) ([]store.Reservation, int64, error) {
 	if err := s.grantable(); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, 0, fmt.Errorf("%s: %w", op, err)
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(cctx, qBlock, s.hostNo(), string(key.Protocol), key.Addr.String(), string(kind),
 		int32(base), int32(last), own.PID, own.Start, own.Namespace, own.Name, label)
 	if err != nil {
-		return nil, s.fail(ctx, op, err)
+		return nil, 0, s.fail(ctx, op, err)
 	}
 	defer rows.Close()
 	var out []store.Reservation
 	for rows.Next() {
-		r, err := scanRow(rows, nil)
+		r, err := scanRow(rows, nil, nil)
 		if err != nil {
-			return nil, s.fail(ctx, op, err)
+			return nil, 0, s.fail(ctx, op, err)
 		}
 		out = append(out, r.Reservation)
 	}
 	if err := rows.Err(); err != nil {
 		if isExclusion(err) {
-			return nil, nil
+			return nil, 0, nil
 		}
-		return nil, s.fail(ctx, op, err)
+		return nil, 0, s.fail(ctx, op, err)
 	}
-	return out, nil
+	if len(out) == 0 {
+		// The statement inserts all of the block or fails: no row is the
+		// gate's doing.
+		wait, err := s.gateWait(ctx, op)
+		if err != nil || wait != 0 {
+			return nil, wait, err
+		}
+		return nil, 0, nil
+	}
+	return out, 0, nil
 }
 
 // probeBlock probes every port of a block just inserted, and deletes the
@@ -381,22 +454,29 @@ func (s *Store) probeOrUndo(ctx context.Context, op string, probe func(store.Key
 }
 
 // insertOne runs qInsert: the row's creation time and true, or false when
-// a row is in the way.
-func (s *Store) insertOne(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind) (time.Time, bool, error) {
+// a row is in the way or the grace period after a change of server holds
+// grants (then with the gate's wait, see qGate). restore puts back a row
+// its holder held before the change, which no grace period holds up.
+func (s *Store) insertOne(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, restore bool) (time.Time, bool, int64, error) {
 	if err := s.grantable(); err != nil {
-		return time.Time{}, false, fmt.Errorf("%s: %w", op, err)
+		return time.Time{}, false, 0, fmt.Errorf("%s: %w", op, err)
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	var created time.Time
-	err := s.pool.QueryRow(cctx, qInsert, append(s.keyArgs(key, own), own.Name, label, string(kind))...).Scan(&created)
+	var (
+		created *time.Time
+		wait    int64
+	)
+	err := s.pool.QueryRow(cctx, qInsert, append(s.keyArgs(key, own), own.Name, label, string(kind), restore)...).Scan(&created, &wait)
 	switch {
+	case err == nil && created != nil:
+		return *created, true, 0, nil
 	case err == nil:
-		return created, true, nil
-	case errors.Is(err, pgx.ErrNoRows), isExclusion(err):
-		return time.Time{}, false, nil
+		return time.Time{}, false, wait, nil
+	case isExclusion(err):
+		return time.Time{}, false, 0, nil
 	default:
-		return time.Time{}, false, s.fail(ctx, op, err)
+		return time.Time{}, false, 0, s.fail(ctx, op, err)
 	}
 }
 
@@ -420,7 +500,7 @@ func (s *Store) holders(ctx context.Context, op string, key store.Key, ports []i
 	defer rows.Close()
 	var out []row
 	for rows.Next() {
-		r, err := scanRow(rows, nil)
+		r, err := scanRow(rows, nil, nil)
 		if err != nil {
 			return nil, s.fail(ctx, op, err)
 		}
@@ -479,9 +559,9 @@ func (s *Store) clearDead(ctx context.Context, op string, key store.Key, own sto
 	return nil
 }
 
-// scanRow reads a row of rowColumns, after a leading granted column when
-// granted is not nil.
-func scanRow(rows pgx.Rows, granted *bool) (row, error) {
+// scanRow reads a row of rowColumns, after a leading granted column and
+// the gate's wait when granted is not nil.
+func scanRow(rows pgx.Rows, granted *bool, wait *int64) (row, error) {
 	var (
 		r           row
 		proto, addr string
@@ -490,7 +570,7 @@ func scanRow(rows pgx.Rows, granted *bool) (row, error) {
 	)
 	dst := []any{&r.hostNo, &proto, &port, &addr, &r.Owner.PID, &r.Owner.Start, &r.Owner.Namespace, &r.Owner.Name, &r.Label, &kind, &r.Created}
 	if granted != nil {
-		dst = append([]any{granted}, dst...)
+		dst = append([]any{granted, wait}, dst...)
 	}
 	if err := rows.Scan(dst...); err != nil {
 		return row{}, err

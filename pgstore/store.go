@@ -31,12 +31,12 @@
 //   - by Retire (berth host retire), for a host that is gone for good,
 //     or
 //   - by the Reap and background sweep of another host, once the host's
-//     lease ended more than Options.Grace (default a day) ago.
+//     lease ended more than Options.ReapAfter (default a day) ago.
 //
 // Stale rows cost capacity; wrong deletions cost correctness, hence the
 // long default. Retire refuses a host whose lease is live (a
 // *hostLiveError), unless forced (Retire with RetireOptions.Force). A host whose berth processes are all short commands has a
-// lease only while one runs: its rows go Grace after its last command.
+// lease only while one runs: its rows go ReapAfter after its last command.
 //
 // The lease records the boot id of the machine that holds it. Open under
 // a name whose lease is live and held by another boot fails with a
@@ -64,7 +64,7 @@
 // known. The holder's controller renews the lease (RenewFleet) and
 // releases the port (ReleaseFleet); a lease that runs out, by the server's clock, is deleted
 // by the Reap and the sweep of any host. Lease rows are not judged by any
-// process table, and neither Retire nor grace reaping deletes them.
+// process table, and neither Retire nor the reaping of lapsed hosts deletes them.
 // List shows process rows only; Leases lists the lease rows of the fleet.
 //
 // # Failures
@@ -89,13 +89,32 @@
 // (store.ErrStorage), the next ones connect to the new one. A synchronous
 // standby (synchronous_standby_names, synchronous_commit on) loses
 // nothing. An asynchronous one loses the commits it had not received:
-// reservations of live holders, releases, a host's registration. A Store
-// notices a connection to another or a restarted server, registers its
-// host again when its row is gone (under its old number when that is
-// free, so nothing cached goes stale), and reports through Check, at those
-// times and at every lease renewal, that its holders are to compare what
-// they hold with the store and put back what is missing; portalloc's
-// Allocator does so. See failover.go.
+// reservations of live holders, releases, a host's registration; so do a
+// crash of a server with synchronous_commit off and a restore from
+// backup. A Store notices a connection to another or a restarted server
+// (at once: a Store that renews a lease keeps an idle connection that
+// watches for it), registers its host again when its row is gone (under
+// its old number when that is free, so nothing cached goes stale), and
+// reports through Check, at those times and at every lease renewal, that
+// its holders are to compare what they hold with the store and put back
+// what is missing; portalloc's Allocator does so. See failover.go.
+//
+// # Grace period
+//
+// After any change of server the database pauses grants until the holders
+// have put back what the change may have lost: the first transaction on
+// the new server records it, and every grant statement (Reserve, Scan,
+// ScanBlock, ReserveFleet, ReserveFleetSet) refuses, in its own
+// statement, any port that is not already the asker's, so no client's
+// timing matters. A holder's re-assertion goes through: Reserve with
+// store.Request.Restore, and RenewFleet of a lease granted or renewed
+// through the same Store. Any other grant waits within its context and
+// then fails with an error wrapping store.ErrGrace; a Store whose own
+// holders have yet to put their rows back refuses at once. The period
+// ends once every open Store of the fleet has its rows back (a second
+// after the change at the earliest), or after the longest Options.Grace
+// of the open Stores. Grace reports it. See grace.go for what is covered
+// and what is not.
 package pgstore
 
 import (
@@ -109,6 +128,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	pgdsn "github.com/berth-go/berth/internal/dsn"
@@ -138,9 +158,17 @@ type Options struct {
 	// store renews it every third of it. Zero: 30s; negative: no renewal
 	// after Open.
 	LeaseTTL time.Duration
-	// Grace is how long after another host's lease ended, by the
+	// ReapAfter is how long after another host's lease ended, by the
 	// server's clock, this store's Reap and sweep delete that host's rows;
 	// zero: 24h; negative: never (only Retire deletes them).
+	ReapAfter time.Duration
+	// Grace is the longest pause of grants after a change of the server
+	// (a failover, a restart, a restore): see "Grace period" in the
+	// package doc. Zero: a third of LeaseTTL (the longest a live Store
+	// takes to notice the change, at its lease renewal) plus 5s (for its
+	// holders to put back what they hold); at least a third of LeaseTTL
+	// plus 2s, at most 10 minutes. A change pauses grants for the longest
+	// Grace of the fleet's live Stores.
 	Grace time.Duration
 	// BootID identifies this machine's current boot; it is recorded with
 	// the host's lease, so that a machine whose Host is already held
@@ -165,7 +193,16 @@ type Store struct {
 	name    string         // "PostgreSQL store " and the DSN, its password hidden: for messages
 	scrub   pgdsn.Scrubber // hides the DSN's password in errors
 	ttl     time.Duration
-	grace   time.Duration // negative: no grace reaping
+	reap    time.Duration // Options.ReapAfter; negative: no reaping of lapsed hosts
+	grace   time.Duration // Options.Grace
+	// session is this Store's row in berth_sessions, sessTTL its lease;
+	// book is what was granted through it (see grace.go).
+	session string
+	sessTTL time.Duration
+	book    ledger
+	// watchCfg connects the connection that watches for a change of
+	// server (see watch); nil: none.
+	watchCfg *pgx.ConnConfig
 
 	closed   atomic.Bool
 	guardErr atomic.Pointer[guardError] // set while grants are refused: see guard.go
@@ -177,8 +214,9 @@ type Store struct {
 	probeFailures atomic.Int64
 	lost          atomic.Int64 // rows of this host other hosts deleted, reported since Open
 
-	num    atomic.Int32 // the host's number in berth_hosts; see hostNo
-	losses              // what Check reports: see failover.go
+	num        atomic.Int32 // the host's number in berth_hosts; see hostNo
+	losses                  // what Check reports: see failover.go
+	graceState              // the server seen and re-asserted for: see grace.go
 
 	// fleetStart, when set (by tests, before any call), picks the offset
 	// in a band of n ports where ReserveFleet's search starts; nil: random.
@@ -216,8 +254,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = 30 * time.Second
 	}
-	if opts.Grace == 0 {
-		opts.Grace = defaultGrace
+	if opts.ReapAfter == 0 {
+		opts.ReapAfter = defaultReapAfter
+	}
+	grace, err := checkGrace(opts.Grace, opts.LeaseTTL)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Host == "" {
 		h, err := os.Hostname()
@@ -262,7 +304,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		bootID:  opts.BootID,
 		timeout: opts.Timeout,
 		ttl:     opts.LeaseTTL,
-		grace:   opts.Grace,
+		reap:    opts.ReapAfter,
+		grace:   grace,
+		session: newSessionID(),
+		sessTTL: openTTL(opts.LeaseTTL),
 		stop:    make(chan struct{}),
 	}
 	if err := migrateUp(ctx, cfg.ConnConfig, opts.Timeout, opts.Logger, s.name); err != nil {
@@ -272,17 +317,20 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, s.fail(ctx, "open", err)
 	}
-	ttl := opts.LeaseTTL
-	if ttl < 0 {
-		ttl = 30 * time.Second // the lease Open takes; nothing renews it
-	}
-	if err := s.claim(ctx, "open: register host "+strconv.Quote(s.host), ttl); err != nil {
+	if err := s.claim(ctx, "open: register host "+strconv.Quote(s.host), s.sessTTL); err != nil {
 		s.pool.Close()
 		return nil, err
 	}
 	if opts.SweepInterval > 0 || opts.LeaseTTL > 0 {
 		s.wg.Add(1)
 		go s.background(opts.SweepInterval, opts.LeaseTTL) //nolint:contextcheck // it outlives Open's context; Close stops it
+	}
+	if opts.LeaseTTL > 0 {
+		// A Store that renews a lease lives long enough for a change of
+		// server to matter to it: it watches for one.
+		s.watchCfg = cfg.ConnConfig.Copy()
+		s.wg.Add(1)
+		go s.watch() //nolint:contextcheck // it outlives Open's context; Close stops it
 	}
 	return s, nil
 }
@@ -328,6 +376,7 @@ func (s *Store) Close() error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		s.endSession() // so that a grace period does not wait for it
 		s.pool.Close() // waits for the connections in use to come back
 	}()
 	t := time.NewTimer(s.timeout)
@@ -341,8 +390,8 @@ func (s *Store) Close() error {
 }
 
 // background renews the host's lease every third of ttl and reaps every
-// sweep (this host's rows of exited owners, other hosts' rows past their
-// grace), until Close.
+// sweep (this host's rows of exited owners, other hosts' rows past
+// ReapAfter), until Close.
 func (s *Store) background(sweep, ttl time.Duration) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())

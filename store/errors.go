@@ -53,6 +53,15 @@ var (
 	// not received the last commits. The holders put back what they hold;
 	// portalloc does so by itself.
 	ErrLost = errors.New("state store lost")
+	// ErrGrace: the store pauses grants after a change of its server (a
+	// failover to a standby, a restart, a restore from backup), which may
+	// have lost reservations whose holders have not put them back yet; a
+	// holder's own reservations are accepted meanwhile (Request.Restore).
+	// The pause ends once every holder the store knows of has put back
+	// what it holds, or after the store's grace period at most. Nothing is
+	// damaged and the request was not refused: ask again; berth never
+	// falls back to a weaker backend for it.
+	ErrGrace = errors.New("grants paused after a change of server")
 	// ErrTransient: the system ran short of something for a while, or
 	// interrupted the call: file descriptors (EMFILE, ENFILE), memory,
 	// disk space (ENOSPC, EDQUOT, SQLITE_FULL), a signal (EINTR, EAGAIN).

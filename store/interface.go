@@ -86,6 +86,13 @@ type Request struct {
 	// wrapping ErrHeld (a *ConflictError) says the port is not free, any
 	// other error fails the call.
 	Probe func(Key) error
+	// Restore says that Owner held Key before the store lost its row (a
+	// failover to a standby that had not received it): the holder puts
+	// its reservation back. A store that pauses grants after a change of
+	// its server (ErrGrace) accepts such a request all the same; every
+	// other store treats it as any request. Only a holder that held the
+	// key sets it: portalloc does, when it puts back what it holds.
+	Restore bool
 }
 
 // ScanRequest asks Scan and ScanBlock for the first free port among

@@ -72,7 +72,6 @@ func TestParseRanges(t *testing.T) {
 	}
 }
 
-
 // FuzzParseRange checks that ParseRange never panics, that what it accepts prints back
 // to an equal range, and that ParseRanges agrees with it on single items.
 func FuzzParseRange(f *testing.F) {
@@ -100,4 +99,3 @@ func FuzzParseRange(f *testing.F) {
 		}
 	})
 }
-

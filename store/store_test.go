@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -125,5 +126,40 @@ func TestFieldErrorCutsLongValues(t *testing.T) {
 	short := &store.FieldError{Field: "label", Value: "a\x1bb", Want: "printable"}
 	if got, want := short.Error(), `label "a\x1bb": want printable`; got != want {
 		t.Errorf("Error() = %q; want %q", got, want)
+	}
+}
+
+// TestSentinelsDistinct: every sentinel is its own condition: none is
+// another, so a caller that branches on one (portalloc falls back on
+// ErrStorage, waits on ErrBusy, asks again on ErrGrace) never mistakes
+// it for another.
+func TestSentinelsDistinct(t *testing.T) {
+	all := map[string]error{
+		"ErrInvalid": store.ErrInvalid, "ErrHeld": store.ErrHeld, "ErrExhausted": store.ErrExhausted,
+		"ErrNotFound": store.ErrNotFound, "ErrClosed": store.ErrClosed, "ErrUnavailable": store.ErrUnavailable,
+		"ErrDamaged": store.ErrDamaged, "ErrSchemaTooNew": store.ErrSchemaTooNew, "ErrBusy": store.ErrBusy,
+		"ErrUnsafe": store.ErrUnsafe, "ErrLost": store.ErrLost, "ErrGrace": store.ErrGrace,
+		"ErrTransient": store.ErrTransient, "ErrStorage": store.ErrStorage,
+	}
+	msgs := map[string]string{}
+	for name, err := range all {
+		if err == nil || err.Error() == "" {
+			t.Errorf("%s = %v; want an error with a message", name, err)
+			continue
+		}
+		if other, dup := msgs[err.Error()]; dup {
+			t.Errorf("%s and %s read the same: %q", name, other, err)
+		}
+		msgs[err.Error()] = name
+		for other, target := range all {
+			if other != name && errors.Is(err, target) {
+				t.Errorf("errors.Is(%s, %s) = true; want every sentinel distinct", name, other)
+			}
+		}
+	}
+	wrapped := fmt.Errorf("reserve tcp 127.0.0.1:80: %w", store.ErrGrace)
+	if !errors.Is(wrapped, store.ErrGrace) || errors.Is(wrapped, store.ErrUnavailable) || errors.Is(wrapped, store.ErrStorage) {
+		t.Errorf("a wrapped ErrGrace: Is(ErrGrace) %v, Is(ErrUnavailable) %v, Is(ErrStorage) %v; want true, false, false",
+			errors.Is(wrapped, store.ErrGrace), errors.Is(wrapped, store.ErrUnavailable), errors.Is(wrapped, store.ErrStorage))
 	}
 }

@@ -11,7 +11,7 @@ import (
 // made self (the calling process, as Self returns it), a zero Kind Static.
 // A refused field is a *FieldError naming it.
 func (req Request) Validate(self Owner) (Request, error) {
-	key, err := req.Key.Normalize()
+	key, err := req.Normalize()
 	if err != nil {
 		return Request{}, err
 	}

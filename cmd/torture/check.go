@@ -36,13 +36,19 @@ type claim struct {
 	// asked is when the call that granted the claim began; a commit of
 	// it may have reached the store from then on.
 	asked int64
-	// failLost and failFound bound the time in which the claim's row may
-	// have been missing from the store after an asynchronous failover:
-	// from the failover (its grant began before it, and it was still
-	// held) until its holder compared its reservations with the new
-	// primary and put the row back (a hand-off's child has no one to put
-	// its row back: until its exit). Zero when never.
-	failWin  []span
+	// failWin holds the times in which the row of a hand-off's claim may
+	// have been missing from the store after an asynchronous failover,
+	// with nobody to put it back (the child runs no berth code): from the
+	// failover (its grant began before it, and it was still held) until
+	// the child's exit. Every other holder puts its rows back within the
+	// grace period after the change of server, which holds every grant
+	// of another meanwhile: no window.
+	failWin []span
+	// released is when the worker's release of the claim returned (its
+	// end is when the worker logged it, before the call), or when its
+	// worker, killed, was gone: the lock goes after the row, so in between
+	// the port may be locked with no row.
+	released int64
 	dropped  bool // its worker closed the socket and let it run out
 	ofKilled bool // its worker was killed holding it
 }
@@ -122,14 +128,24 @@ type Report struct {
 	// calls that failed on a server out of reach.
 	Repairs, Unavailable              int
 	Restored, NotRestored, Rereleased int64
-	// FailoverLost counts the conflicts (a second grant, or a bind that
-	// failed) over a row an asynchronous failover lost, before its holder
-	// put it back: the claim was granted before the failover and the
-	// other after it and before its holder's next comparison with the
-	// store (see Config.FailoverEvery). FailoverProbes counts the bind
-	// probes that failed in such a time. Documented; not violations.
+	// FailoverLost counts the conflicts (a fleet-wide grant, or its bind
+	// that failed) over the row of a port handed to a child that an
+	// asynchronous failover lost: nobody puts such a row back, and once
+	// the grace period is over a fleet-wide grant may meet the port (the
+	// child's lock keeps it from its host's processes). FailoverProbes
+	// counts the bind probes that failed in such a time (the lock at
+	// work). Documented; not violations. Every other conflict around a
+	// failover is one: the grace period holds grants until the holders
+	// have put their rows back.
 	FailoverLost   int
 	FailoverProbes int64
+	// ReleaseProbes counts the failed probes (with the keys logged) of a
+	// port whose last holder on the host was still releasing it: its row
+	// was deleted, its lock not yet (the lock goes last). Not violations.
+	ReleaseProbes int64
+	// GraceCalls counts the calls held up, or refused, by the grace
+	// period after a change of server (store.ErrGrace).
+	GraceCalls int
 	// ProbeKeys says, for each failed bind probe whose key a worker
 	// logged (with the server faults), the key and which claims of the
 	// run held it then.
@@ -231,15 +247,14 @@ func Check(dir string) (Report, error) {
 	var (
 		byProc     = map[string][]Event{}
 		kills      = map[string]int64{}
+		dead       = map[string]int64{} // when killed workers were gone
 		childExit  = map[string]int64{}
 		childBound = map[string]int64{}
 		reaped     = map[string]int64{}
 		retires    []Event
-		losses     []int64
 		failovers  []failover // asynchronous ones
 		rereleases []Event
-		probeKeys  []Event                // the keys of failed probes, where the workers logged them
-		repairs    = map[string][]int64{} // each worker's comparisons with the store
+		probeKeys  []Event // the keys of failed probes, where the workers logged them
 		probes     []Event
 		// From the supervisor's log, in its order.
 		base, stop  int64 = math.MaxInt64, math.MaxInt64 // the run's start and end
@@ -247,6 +262,8 @@ func Check(dir string) (Report, error) {
 		frozenSince = map[string]int64{}
 		frozen      = map[string][]span{} // each worker's frozen times
 		calls       []Event
+		releases    = map[string][]int64{} // when each worker's release calls returned
+		callsOf     = map[string][]Event{} // each worker's calls, in its order
 		grants      []int64
 		failed      []bindFailure
 	)
@@ -292,6 +309,10 @@ func Check(dir string) (Report, error) {
 				rep.Hangs = append(rep.Hangs, fmt.Sprintf("%s (pid %d) had not stopped %v after it was told to", e.Proc, e.PID, time.Duration(e.DurNS)))
 			case KindCall:
 				calls = append(calls, e)
+				callsOf[e.Proc] = append(callsOf[e.Proc], e)
+				if e.Op == "release" {
+					releases[e.Proc] = append(releases[e.Proc], e.T)
+				}
 				rep.Calls++
 				if e.Timeout {
 					rep.Timeouts++
@@ -305,6 +326,9 @@ func Check(dir string) (Report, error) {
 				if e.Unavailable {
 					rep.Unavailable++
 				}
+				if e.Grace {
+					rep.GraceCalls++
+				}
 			case KindPressure:
 				rep.PressureSpells++
 			case KindPressureEnd:
@@ -317,6 +341,8 @@ func Check(dir string) (Report, error) {
 				unfreeze(e.Proc, e.T)
 				kills[e.Proc] = e.T
 				rep.Kills++
+			case KindDead:
+				dead[e.Proc] = e.T
 			case KindRetire:
 				retires = append(retires, e)
 				rep.Retirements++
@@ -325,7 +351,6 @@ func Check(dir string) (Report, error) {
 				childExit[e.Proc] = e.T
 			case KindLoseStore:
 				rep.StoreLosses++
-				losses = append(losses, e.T)
 			case KindPGRestart:
 				rep.Restarts++
 				rep.LongestRestart = max(rep.LongestRestart, time.Duration(e.DurNS))
@@ -345,7 +370,6 @@ func Check(dir string) (Report, error) {
 				rep.Restored += e.Restored
 				rep.NotRestored += e.NotRestored
 				rep.Rereleased += e.Rereleased
-				repairs[e.Proc] = append(repairs[e.Proc], e.T)
 			case KindRerelease:
 				rereleases = append(rereleases, e)
 			case KindProbeKey:
@@ -522,9 +546,28 @@ func Check(dir string) (Report, error) {
 		}
 	}
 	for _, c := range claims {
-		failoverWindow(c, failovers, repairs)
+		failoverWindow(c, failovers)
+		c.released = c.end
+		if c.holder == "" && !c.fleet && c.child == "" && c.end != math.MaxInt64 {
+			killed, wasKilled := kills[c.proc]
+			done := false
+			for _, t := range releases[c.proc] {
+				if t >= c.end && (!wasKilled || t <= killed) {
+					c.released, done = t, true
+					break
+				}
+			}
+			if !done && wasKilled && c.end <= killed {
+				// Its release never returned, or it was killed holding
+				// it: the lock went with the process.
+				if t, ok := dead[c.proc]; ok {
+					c.released = t
+				}
+			}
+		}
 	}
 	rep.FailoverProbes = failoverProbes(probes, probeKeys, claims)
+	rep.ReleaseProbes = releaseProbes(probeKeys, claims, callsOf)
 	// The claims of each protocol and port: a question about one key
 	// reads its claims, not the run's million.
 	byKey := map[portKey][]*claim{}
@@ -533,10 +576,7 @@ func Check(dir string) (Report, error) {
 		byKey[k] = append(byKey[k], c)
 	}
 	of := func(e Event) []*claim { return byKey[portKey{e.Proto, e.Port}] }
-	for _, e := range probeKeys {
-		if rep.Restarts == 0 && rep.Failovers == 0 {
-			break // listed for the runs whose server goes away only
-		}
+	for _, e := range probeKeys { // logged by the runs across hosts only
 		rep.ProbeKeys = append(rep.ProbeKeys, fmt.Sprintf("%s %s:%d on %s by %s at %s%s", e.Proto, e.Addr, e.Port, e.Host, e.Proc, stamp(e.T, base), heldBy(of(e), e, base)))
 	}
 	for _, e := range rereleases {
@@ -666,8 +706,6 @@ func inWay(c *claim, e Event, a netip.Addr) bool {
 		c.start <= e.T && e.T < c.end && netaddr.Conflicts(a, c.addr)
 }
 
-
-
 // overlaps reports a violation for every two claims of one host, protocol
 // and port whose addresses conflict and whose times overlap, and returns
 // how many such pairs were of two hosts. A fleet-wide claim is on every
@@ -689,7 +727,7 @@ func overlaps(groups map[portKey][]*claim, violate func(string, ...any), rep *Re
 				case !netaddr.Conflicts(a.addr, b.addr):
 				case a.host != b.host && !a.fleet && !b.fleet:
 					crossHost++
-				case inFailoverWindow(a, b):
+				case inFailoverWindow(a, b) || inFailoverWindow(b, a):
 					rep.FailoverLost++
 				default:
 					violate("double grant: %s from %s until %s overlaps %s from %s", a, stamp(a.start, base), stamp(a.end, base), b, stamp(b.start, base))
@@ -758,39 +796,32 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-
-
 // failover is an asynchronous failover: when the primary was killed and
 // when the standby had become the primary (MaxInt64 if never).
 type failover struct{ killed, promoted int64 }
 
-// failoverWindow marks the times in which c's row may have been missing
-// from the store after an asynchronous failover: one whose grant began
-// before the primary was killed and that was still held then, until its
-// holder's first comparison with the store after the promotion (repairs,
-// by process), or, for a hand-off (whose child nobody speaks for) and a
-// fleet-wide grant, until the claim's end.
-func failoverWindow(c *claim, failovers []failover, repairs map[string][]int64) {
+// failoverWindow marks the times in which the row of c, a hand-off's
+// claim, may have been missing from the store after an asynchronous
+// failover: one whose grant began before the primary was killed and that
+// was still held then, until the claim's end (its child runs no berth
+// code: nobody puts its row back).
+func failoverWindow(c *claim, failovers []failover) {
+	if c.child == "" {
+		return
+	}
 	for _, f := range failovers {
 		if c.asked >= f.killed || c.end <= f.killed {
 			continue
 		}
-		found := c.end
-		if c.child == "" && !c.fleet {
-			for _, t := range repairs[c.proc] {
-				if t > f.promoted {
-					found = min(found, t)
-					break
-				}
-			}
-		}
-		c.failWin = append(c.failWin, span{f.killed, found})
+		c.failWin = append(c.failWin, span{f.killed, c.end})
 	}
 }
 
-// inFailoverWindow reports whether b began while a's row may have been
-// missing after an asynchronous failover.
-func inFailoverWindow(a, b *claim) bool { return inSpans(a.failWin, b.start) }
+// inFailoverWindow reports whether b, a fleet-wide claim, began while a's
+// row (a hand-off's) may have been missing after an asynchronous
+// failover: the one conflict the grace period does not prevent, since the
+// child's lock keeps the port from the other processes of its host only.
+func inFailoverWindow(a, b *claim) bool { return b.fleet && inSpans(a.failWin, b.start) }
 
 func inSpans(spans []span, t int64) bool {
 	for _, w := range spans {
@@ -829,6 +860,34 @@ func failoverLostBind(claims []*claim, e Event) bool {
 		}
 	}
 	return false
+}
+
+// releaseProbes counts the failed probes, among those whose keys the
+// workers logged, of a key that a claim of the prober's host was
+// releasing: between the release's log (the claim's end) and the return of
+// its call, or the death of its killed worker (see claim.released). A probe happened within the prober's call
+// that logged it, before the log: from the start of its call (calls, by
+// process) to the log.
+func releaseProbes(keys []Event, claims []*claim, calls map[string][]Event) int64 {
+	var n int64
+	for _, k := range keys {
+		a, err := netip.ParseAddr(k.Addr)
+		if err != nil {
+			continue
+		}
+		from := k.T
+		if i, _ := slices.BinarySearchFunc(calls[k.Proc], k.T, func(e Event, t int64) int { return compare(e.T, t) }); i < len(calls[k.Proc]) {
+			c := calls[k.Proc][i]
+			from = min(from, c.T-c.DurNS)
+		}
+		for _, c := range claims {
+			if c.host == k.Host && c.proto == k.Proto && c.port == k.Port && c.end <= k.T && from <= c.released && netaddr.Conflicts(a, c.addr) {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // failoverProbes counts the failed bind probes that came while a claim

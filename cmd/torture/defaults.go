@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/berth-go/berth/store"
@@ -58,19 +59,30 @@ type Config struct {
 	// SIGKILLs the primary and every process of it, promotes the standby,
 	// and makes a new standby of the new primary (pg_basebackup) for the
 	// next time. The standby is asynchronous unless SyncStandby: commits
-	// the standby had not received are then lost, as documented (see
-	// portalloc's "Failover"), and until its holder puts a lost row back
-	// (its next comparison with the store, which a new server sets off)
-	// another process of its host may be granted the port. The checker
-	// counts such conflicts apart (FailoverLost), and only those: a
-	// conflict with a claim granted after the failover, or after its
-	// holder's comparison, or any conflict with a synchronous standby, is
-	// a violation. Zero: never.
+	// the standby had not received are then lost, and the store's grace
+	// period after a change of server holds every grant until the holders
+	// have put their rows back (see pgstore's "Grace period"). So no
+	// conflict is allowed, but one over the row of a port handed to a
+	// child (which runs no berth code, and nobody puts back) met by a
+	// fleet-wide grant once the grace period is over: the checker counts
+	// those apart (FailoverLost). Zero: never.
 	FailoverEvery time.Duration
 	// SyncStandby makes the standby of FailoverEvery synchronous
 	// (synchronous_standby_names='*'): every commit waits for it, and a
 	// failover loses nothing.
 	SyncStandby bool
+	// FailoverKind is how an asynchronous standby loses commits at each
+	// failover: FailoverKill (the primary SIGKILLed as it runs: the
+	// commits in flight), FailoverLag (the standby's WAL receiver stopped
+	// a second before: every commit of that second), FailoverCommitOff
+	// (synchronous_commit off on the primary for half a second before:
+	// commits acknowledged before they were written), or FailoverAll
+	// (each in turn). Zero: FailoverKill.
+	FailoverKind string
+	// Faults, with PGRestartEvery or FailoverEvery, makes the run go on
+	// past Duration until the server has been restarted or failed over
+	// that many times. Zero: Duration alone.
+	Faults int
 	// Hosts, with a Store, runs the workers on that many hosts of one
 	// fleet: network namespaces of their own (see internal/netns), whose
 	// Config.Host is host-1 through host-N; Workers workers run on each,
@@ -87,13 +99,12 @@ type Config struct {
 	// FleetWorkers, with Hosts, runs that many fleet workers besides the
 	// hosts' workers: each holds fleet-wide ports of Range
 	// (pgstore.ReserveFleet, rows of no host), binds each in every host's
-	// namespace, and is SIGKILLed at random like the others. Zero: 1,
-	// none with ClockStep (a step of the server's clock ends their
-	// leases); negative: none.
+	// namespace, renews its leases, and renews them all at once when its
+	// store says to compare (after a change of server: that puts back, in
+	// the grace period, those a failover lost), and is SIGKILLed at
+	// random like the others. Zero: 1, none with ClockStep (a step of the
+	// server's clock ends their leases); negative: none.
 	FleetWorkers int
-	// (With FailoverEvery and an asynchronous standby the default is
-	// none: a fleet-wide lease lost with the last commits has no process
-	// to put it back.)
 	// LoseStore, on the SQLite store, loses the store under the workers
 	// this often: at random it removes the state directory, replaces the
 	// database with an empty file, or truncates it in place, as a cache
@@ -178,6 +189,15 @@ func (c *Config) setDefaults() error {
 	if faults && c.Store != "" && c.Store != StoreAuto {
 		return errFaultsNeedOwnServer
 	}
+	switch {
+	case c.FailoverKind == "":
+		c.FailoverKind = FailoverKill
+	case !slices.Contains(failoverKinds, c.FailoverKind) || c.FailoverEvery <= 0 || (c.SyncStandby && c.FailoverKind != FailoverKill):
+		return errBadFaults
+	}
+	if c.Faults < 0 || (c.Faults > 0 && !faults) {
+		return errBadFaults
+	}
 	if faults {
 		c.Store = StoreAuto
 	}
@@ -207,9 +227,6 @@ func (c *Config) setDefaults() error {
 	switch {
 	case c.Hosts == 0 || c.FleetWorkers < 0:
 		c.FleetWorkers = 0
-	case c.FleetWorkers == 0 && c.FailoverEvery > 0 && !c.SyncStandby:
-		// A fleet-wide lease lost with an asynchronous standby's last
-		// commits has no process to put it back: only on request.
 	case c.FleetWorkers == 0 && c.ClockStep:
 		// A fleet-wide lease follows the server's clock, which the steps
 		// move by 300 s: a step forward ends every lease on the spot, as

@@ -93,6 +93,10 @@ type Event struct {
 	// fleet worker), while the run restarted it or failed over
 	// (-pg-restart-every, -failover-every): counted, not an error.
 	Unavailable bool `json:"unavailable,omitempty"`
+	// Grace marks a call held up or refused by the fleet's grace period
+	// after a change of server (an error wrapping store.ErrGrace): counted,
+	// not an error.
+	Grace bool `json:"grace,omitempty"`
 	// Restored, NotRestored and Rereleased are what a worker's Allocator
 	// did when it compared its reservations with the fleet's store (a
 	// repair event): rows it put back, rows it could not put back
@@ -117,6 +121,7 @@ const (
 	KindLeaseHeld = "lease-held" // Reserve was refused a port a fleet-wide lease holds
 	KindError     = "error"      // an unexpected error
 	KindKill      = "kill"       // the supervisor is about to SIGKILL Proc
+	KindDead      = "dead"       // Proc, SIGKILLed, is gone: its sockets and locks with it
 	KindExit      = "exit"       // a worker released everything and exits
 	KindCall      = "call"       // a worker's portalloc call returned (Op, DurNS, Timeout)
 	KindProbe     = "probe"      // bind probes of the worker's last call failed (Probes)
@@ -169,9 +174,10 @@ const (
 	// Port (Err: its log message). The worker must not hold the key then:
 	// its row would be gone while it binds the port.
 	KindRerelease = "rerelease"
-	// KindProbeKey: a bind probe of the worker's store found Proto, Addr
-	// and Port bound while the store held no row for it (portalloc.s "port
-	// bound outside berth"); the probe-failed event of the call counts it.
+	// KindProbeKey: a probe of the worker's store found Proto, Addr and
+	// Port bound, or locked by another process, while the store held no
+	// row for it (pgstore's "port held outside this store"); the
+	// probe-failed event of the call counts it.
 	KindProbeKey = "probe-key"
 	// KindStoreLog: a worker's Allocator or store logged a decision at
 	// info level (Err: its message), such as a lost store set aside or put

@@ -75,7 +75,10 @@ func runFleetWorker() error {
 	defer cancel()
 	var st *pgstore.Store
 	for {
-		st, err = pgstore.Open(ctx, os.Getenv(envStore), pgstore.Options{Host: fleetStoreHost, Timeout: timeout, SweepInterval: -1, LeaseTTL: -1})
+		// A lease of its own, as a controller's Store has: the grace
+		// period after a change of server waits for it to put back the
+		// leases it holds.
+		st, err = pgstore.Open(ctx, os.Getenv(envStore), pgstore.Options{Host: fleetStoreHost, Timeout: timeout, SweepInterval: -1})
 		if err == nil || !env.faults || !unavailable(err) || ctx.Err() != nil {
 			break
 		}
@@ -109,6 +112,12 @@ func (w *fleetWorker) call(ctx context.Context, op string, f func(ctx context.Co
 }
 
 func (w *fleetWorker) step(ctx context.Context) {
+	if err := w.st.Check(ctx); errors.Is(err, store.ErrLost) {
+		// The store changed server, or its routine renewal says to
+		// compare: renewing every lease puts back, in the grace period
+		// after a change of server, those the change lost.
+		w.reassert(ctx)
+	}
 	w.renewDue(ctx)
 	switch n := w.rng.IntN(100); {
 	case n < 40 && len(w.held) < maxFleetHeld:
@@ -141,7 +150,7 @@ func (w *fleetWorker) grant(ctx context.Context) {
 	case errors.Is(err, store.ErrExhausted):
 		w.log.add(Event{Kind: KindExhausted, Fleet: true, DurNS: int64(time.Since(start))})
 		return
-	case ctx.Err() != nil, timedOut(err), w.faults && unavailable(err):
+	case ctx.Err() != nil, timedOut(err), errors.Is(err, store.ErrGrace), w.faults && unavailable(err):
 		return
 	default:
 		w.log.add(Event{Kind: KindError, Err: "reserve fleet-wide: " + err.Error()})
@@ -186,9 +195,28 @@ func (w *fleetWorker) release(ctx context.Context, h *fleetHeld) {
 	err := w.call(context.WithoutCancel(ctx), "release-fleet", func(ctx context.Context) error {
 		return w.st.ReleaseFleet(ctx, h.r.Key, h.r.Holder)
 	})
-	if err != nil && !timedOut(err) && (!w.faults || !unavailable(err)) {
+	// With the server faults, a lease granted just before a failover may
+	// be gone with it (and not put back: the worker let it go first).
+	if err != nil && !timedOut(err) && (!w.faults || (!unavailable(err) && !errors.Is(err, store.ErrNotFound))) {
 		w.log.add(Event{Kind: KindError, Err: "release fleet-wide: " + err.Error()})
 	}
+}
+
+// reassert renews every lease the worker holds, now: its holder's
+// re-assertion after a change of server. A renewal that fails for the
+// server is tried again at the next check.
+func (w *fleetWorker) reassert(ctx context.Context) {
+	renewed := int64(0)
+	for _, h := range w.held {
+		h.renewed = time.Time{} // due
+	}
+	w.renewDue(ctx)
+	for _, h := range w.held {
+		if !h.renewed.IsZero() {
+			renewed++
+		}
+	}
+	w.log.add(Event{Kind: KindRepair, Fleet: true, Restored: renewed})
 }
 
 // renewDue renews the leases renewed longer than fleetRenew ago. A lease
@@ -206,6 +234,10 @@ func (w *fleetWorker) renewDue(ctx context.Context) {
 		case err == nil:
 			h.renewed = time.Now()
 		case ctx.Err() != nil, timedOut(err), w.faults && unavailable(err):
+		case w.faults && errors.Is(err, store.ErrGrace):
+			// Put back after a change of server, it met a row released
+			// before the change that the change brought back: its holder
+			// releases it again; this renewal is tried again.
 		default:
 			w.log.add(Event{Kind: KindError, Err: "renew fleet-wide: " + err.Error()})
 		}

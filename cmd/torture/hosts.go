@@ -54,7 +54,7 @@ func retireHost(ctx context.Context, dsn, by, host string, timeout time.Duration
 	if err != nil {
 		return 0, fmt.Errorf("torture: retire %s: %w", host, err)
 	}
-	defer func() { _ = st.Close() }()
+	defer func() { _ = st.Close() }() //nolint:contextcheck // Close ends the session on a context of its own, within the store's timeout
 	n, err := st.Retire(ctx, host, pgstore.RetireOptions{Force: true})
 	if err != nil {
 		return 0, fmt.Errorf("torture: retire %s: %w", host, err)

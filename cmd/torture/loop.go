@@ -32,6 +32,7 @@ type supervisor struct {
 	started     int            // workers started, for their names
 	killed      []killedWorker // identities of the workers killed
 	reapedAtEnd int
+	faults      int // server restarts and failovers so far
 }
 
 type workerProc struct {
@@ -173,6 +174,10 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 	defer timer.Stop()
 	for {
 		due := deadline
+		if s.faults < s.cfg.Faults {
+			// Past the deadline until the faults asked for are done.
+			due = time.Now().Add(time.Hour)
+		}
 		for _, t := range []time.Time{nextKill, nextStep, nextFreeze, nextRetire, nextLoss, nextRestart, nextFailover} {
 			if !t.IsZero() && t.Before(due) {
 				due = t
@@ -190,7 +195,7 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 		case <-timer.C:
 		}
 		now := time.Now()
-		if !now.Before(deadline) {
+		if !now.Before(deadline) && s.faults >= s.cfg.Faults {
 			return nil
 		}
 		if err := s.thawDue(ctx, now); err != nil {
@@ -315,6 +320,7 @@ func (s *supervisor) killOnly(ctx context.Context, w *workerProc) error {
 		return fmt.Errorf("torture: kill %s (pid %d): %w", w.name, pid, err)
 	}
 	_ = w.cmd.Wait()
+	s.log.add(Event{Kind: KindDead, Proc: w.name, PID: pid})
 	if idErr == nil {
 		s.killed = append(s.killed, killedWorker{owner: id, host: w.host})
 	}

@@ -161,6 +161,8 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.DurationVar(&cfg.PGRestartEvery, "pg-restart-every", 0, "restart the run's own PostgreSQL server (pg_ctl restart -m fast) this often; starts one without -store (default: never)")
 	fs.DurationVar(&cfg.FailoverEvery, "failover-every", 0, "run the store on a primary and a streaming standby of the run's own, and fail over this often: SIGKILL the primary, promote the standby, build a new standby (default: never)")
 	fs.BoolVar(&cfg.SyncStandby, "sync-standby", false, "with -failover-every: a synchronous standby (synchronous_standby_names='*'), so that a failover loses nothing")
+	fs.StringVar(&cfg.FailoverKind, "failover-kind", "", "with -failover-every and an asynchronous standby, how a failover loses commits: kill (the primary SIGKILLed as it runs), lag (the standby's WAL receiver stopped 1s before), commit-off (synchronous_commit off on the primary 0.5s before), all (each in turn) (default kill)")
+	fs.IntVar(&cfg.Faults, "faults", 0, "with -pg-restart-every or -failover-every: go on past -duration until the server has been restarted or failed over this many times")
 	fs.IntVar(&cfg.Hosts, "hosts", 0, "with -store: run -workers workers on each of this many hosts, network namespaces named host-1..N; needs root")
 	fs.DurationVar(&cfg.RetireEvery, "retire-every", 5*time.Second, "with 2 -hosts or more: kill every process of a random host, retire it from another, and restart it this often (negative: never)")
 	fs.IntVar(&cfg.FleetWorkers, "fleet-workers", 0, "with -hosts: workers that hold fleet-wide ports and bind each on every host (default 1, none with -clock-step; negative: none)")

@@ -25,9 +25,27 @@ const StoreAuto = "auto"
 // started itself.
 var errFaultsNeedOwnServer = errors.New("torture: -pg-restart-every and -failover-every restart and kill a PostgreSQL server the run starts itself: leave -store out or set it to auto")
 
-// errBadFaults: a negative fault period, or -sync-standby without
-// -failover-every.
-var errBadFaults = errors.New("torture: -pg-restart-every and -failover-every take a positive duration, and -sync-standby needs -failover-every")
+// errBadFaults: a negative fault period, -sync-standby or -failover-kind
+// without -failover-every, a kind of failover that is not one, or
+// -faults without a fault.
+var errBadFaults = errors.New("torture: -pg-restart-every and -failover-every take a positive duration; -sync-standby and -failover-kind need -failover-every, -failover-kind is kill, lag, commit-off or all (kill alone with -sync-standby); -faults needs -pg-restart-every or -failover-every")
+
+// The kinds of failover (Config.FailoverKind).
+const (
+	FailoverKill      = "kill"
+	FailoverLag       = "lag"
+	FailoverCommitOff = "commit-off"
+	FailoverAll       = "all"
+)
+
+var failoverKinds = []string{FailoverKill, FailoverLag, FailoverCommitOff, FailoverAll}
+
+// lagFor and commitOffFor are how long before a failover of those kinds
+// the standby stops receiving, or the primary commits without writing.
+const (
+	lagFor       = time.Second
+	commitOffFor = 500 * time.Millisecond
+)
 
 // ownServer is the PostgreSQL server the run started: one cluster, or a
 // primary with a standby (FailoverEvery).
@@ -89,6 +107,7 @@ func (s *supervisor) restartServer(ctx context.Context) error {
 	if err := s.pg.primary().Restart(ctx, "fast"); err != nil {
 		return fmt.Errorf("torture: restart the server: %w", err)
 	}
+	s.faults++
 	s.log.add(Event{Kind: KindPGRestart, DurNS: int64(time.Since(start))})
 	if s.cfg.Progress != nil {
 		fmt.Fprintf(s.cfg.Progress, "restarted the PostgreSQL server in %v\n", time.Since(start).Round(time.Millisecond))
@@ -96,22 +115,41 @@ func (s *supervisor) restartServer(ctx context.Context) error {
 	return nil
 }
 
-// failover SIGKILLs the primary and every process of it, promotes the
-// standby, and makes a new standby of the new primary, logging each
+// failover loses commits as Config.FailoverKind says (the workers going
+// on meanwhile), SIGKILLs the primary and every process of it, promotes
+// the standby, and makes a new standby of the new primary, logging each
 // step: the checker places the commits a failover may have lost by them.
 func (s *supervisor) failover(ctx context.Context) error {
+	kind := s.cfg.FailoverKind
+	if kind == FailoverAll {
+		kinds := []string{FailoverKill, FailoverLag, FailoverCommitOff}
+		kind = kinds[s.faults%len(kinds)]
+	}
+	switch kind {
+	case FailoverLag:
+		if err := s.pg.pair.HoldBack(ctx); err != nil {
+			return fmt.Errorf("torture: hold the standby back: %w", err)
+		}
+		time.Sleep(lagFor)
+	case FailoverCommitOff:
+		if err := s.pg.pair.Primary.Exec(ctx, "ALTER SYSTEM SET synchronous_commit = off", "SELECT pg_reload_conf()"); err != nil {
+			return fmt.Errorf("torture: set synchronous_commit off: %w", err)
+		}
+		time.Sleep(commitOffFor)
+	}
 	start := time.Now()
 	sync := s.cfg.SyncStandby
 	err := s.pg.pair.Failover(ctx, true,
-		func() { s.log.add(Event{Kind: KindFailover, Sync: sync}) },
+		func() { s.log.add(Event{Kind: KindFailover, Sync: sync, Op: kind}) },
 		func() { s.log.add(Event{Kind: KindPromoted, Sync: sync}) })
 	if err != nil {
 		return fmt.Errorf("torture: fail over: %w", err)
 	}
+	s.faults++
 	s.log.add(Event{Kind: KindRebuilt, DurNS: int64(time.Since(start))})
 	if s.cfg.Progress != nil {
-		fmt.Fprintf(s.cfg.Progress, "failed over to %s (old primary SIGKILLed, new standby streaming) in %v\n",
-			s.pg.pair.Primary.Name, time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(s.cfg.Progress, "failed over (%s) to %s (old primary SIGKILLed, new standby streaming) in %v\n",
+			kind, s.pg.pair.Primary.Name, time.Since(start).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -142,10 +180,10 @@ func serverDir(runDir string) (string, error) {
 type repairSink struct {
 	log  *eventLog
 	errs logr.LogSink
-	// probeKeys: log the keys of failed bind probes (KindProbeKey), which
-	// the checker reads for the runs that fail over; a run on one host
-	// fails probes by the hundred thousand, and the check would read the
-	// claims of each.
+	// probeKeys: log the keys of failed probes (KindProbeKey), which the
+	// checker reads for the runs across hosts (and that fail over); a run
+	// on this machine alone fails probes by the hundred thousand, and the
+	// check would read the claims of each.
 	probeKeys bool
 }
 
@@ -158,9 +196,10 @@ func (s repairSink) Info(level int, msg string, kv ...any) {
 		s.log.add(Event{Kind: KindRepair, Restored: kvInt(kv, "restored"), NotRestored: kvInt(kv, "notRestored")})
 	case strings.HasPrefix(msg, "released again a reservation of this process"):
 		s.log.add(keyed(Event{Kind: KindRerelease, Err: msg}, kv, "reservation"))
-	case msg == "port bound outside berth" && s.probeKeys:
+	case msg == "port held outside this store" && s.probeKeys:
+		// The store's word for a probe that failed, bound or locked.
 		s.log.add(keyed(Event{Kind: KindProbeKey}, kv, "key"))
-	case level == 0 && msg != "port bound outside berth":
+	case level == 0:
 		s.log.add(Event{Kind: KindStoreLog, Err: msg, Restored: kvInt(kv, "restored"), NotRestored: kvInt(kv, "notRestored")})
 	}
 }
@@ -186,9 +225,10 @@ func (s repairSink) Error(err error, msg string, kv ...any) {
 func (s repairSink) WithValues(...any) logr.LogSink { return s }
 func (s repairSink) WithName(string) logr.LogSink   { return s }
 
-// repairLogger is a worker's Config.Logger.
-func repairLogger(log *eventLog, faults bool) logr.Logger {
-	return logr.New(repairSink{log: log, errs: portalloc.TextLogger(os.Stderr, slog.LevelError).GetSink(), probeKeys: faults})
+// repairLogger is a worker's Config.Logger; keys: log the keys of
+// failed probes.
+func repairLogger(log *eventLog, keys bool) logr.Logger {
+	return logr.New(repairSink{log: log, errs: portalloc.TextLogger(os.Stderr, slog.LevelError).GetSink(), probeKeys: keys})
 }
 
 // kvInt returns the integer value of key in a logr key-value list.

@@ -143,7 +143,7 @@ func runWorker() error {
 	// or a failover by the repair events this logs; the store's other
 	// decisions (a lost file set aside, a new one given the marks) go in
 	// the log for reading a violation.
-	cfg.Logger = repairLogger(log, env.faults)
+	cfg.Logger = repairLogger(log, env.faults || cfg.Host != "")
 	a, err := open(ctx, log, cfg, env.faults)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -259,7 +259,7 @@ func timedCall(ctx context.Context, log *eventLog, timeout time.Duration, op str
 	defer cancel()
 	start := time.Now()
 	err := f(ctx)
-	e := Event{Kind: KindCall, Op: op, DurNS: int64(time.Since(start))}
+	e := Event{Kind: KindCall, Op: op, DurNS: int64(time.Since(start)), Grace: errors.Is(err, store.ErrGrace)}
 	switch {
 	case timedOut(err):
 		e.Timeout, e.Err = true, err.Error()
@@ -354,7 +354,7 @@ func (w *worker) grant(ctx context.Context, static bool) {
 			w.log.add(Event{Kind: KindLeaseHeld, Proto: string(req.Protocol), Addr: req.Addr.String(), Port: ce.Key.Port})
 		}
 		return
-	case ctx.Err() != nil, timedOut(err), errors.Is(err, store.ErrTransient), w.faults && unavailable(err):
+	case ctx.Err() != nil, timedOut(err), errors.Is(err, store.ErrTransient), errors.Is(err, store.ErrGrace), w.faults && unavailable(err):
 		return // counted with the call
 	default:
 		w.log.add(Event{Kind: KindError, Err: unexpected(err)})

@@ -183,13 +183,15 @@ func (s *Server) BaseBackup(ctx context.Context, from *Server) error {
 	return s.c.run(ctx, "pg_basebackup", "-D", s.Data, "-h", from.Sock, "-U", "postgres", "-R", "-X", "stream", "-c", "fast", "--no-sync")
 }
 
-// options are the server's settings: the unix socket only, no fsync.
+// options are the server's settings: the unix socket only, no fsync; a
+// standby that finds no WAL to replay looks again after 100ms, not 5s, so
+// that a promotion does not wait for it.
 func (s *Server) options() string {
 	n := s.c.MaxConnections
 	if n <= 0 {
 		n = 200
 	}
-	o := fmt.Sprintf("-c listen_addresses='' -c unix_socket_directories='%s' -c fsync=off -c full_page_writes=off -c max_connections=%d", s.Sock, n)
+	o := fmt.Sprintf("-c listen_addresses='' -c unix_socket_directories='%s' -c fsync=off -c full_page_writes=off -c max_connections=%d -c wal_retrieve_retry_interval=100ms", s.Sock, n)
 	if s.sync {
 		o += " -c synchronous_standby_names='*' -c synchronous_commit=on"
 	}
@@ -391,8 +393,8 @@ func (p *Pair) DSN() string {
 	return fmt.Sprintf("host=%s,%s dbname=postgres user=postgres sslmode=disable target_session_attrs=read-write connect_timeout=2", a, b)
 }
 
-// exec runs statements on s, one by one.
-func (s *Server) exec(ctx context.Context, stmts ...string) error {
+// Exec runs statements on s, one by one, as the postgres role.
+func (s *Server) Exec(ctx context.Context, stmts ...string) error {
 	conn, err := pgx.Connect(ctx, s.DSN())
 	if err != nil {
 		return fmt.Errorf("pgserver: %s: %w", s.Name, err)
@@ -433,6 +435,37 @@ func (p *Pair) WaitStreaming(ctx context.Context) error {
 	}
 }
 
+// HoldBack stops the standby's WAL receiver and waits until it is gone:
+// the primary's commits from then on do not reach the standby, as when an
+// asynchronous standby lags behind. The next Failover loses them; the
+// standby it builds streams again.
+func (p *Pair) HoldBack(ctx context.Context) error {
+	if p.C.Sync {
+		return errors.New("pgserver: a synchronous standby held back would hold every commit of the primary")
+	}
+	if err := p.Standby.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.Standby.DSN())
+	if err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	for {
+		var n int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n)
+		if err == nil && n == 0 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("pgserver: the standby's WAL receiver did not stop in 30s (%w)", errors.Join(err, ctx.Err()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Failover fails over as when the primary's machine dies: it SIGKILLs
 // the primary (Kill), promotes the standby, then, unless rebuild is
 // false, makes the old primary's place a standby of the new one
@@ -454,7 +487,7 @@ func (p *Pair) Failover(ctx context.Context, rebuild bool, killed, promoted func
 		// Set where the server's command line did not: on the standby
 		// it was, the setting was not. Until the new standby streams,
 		// commits wait.
-		if err := p.Standby.exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()"); err != nil {
+		if err := p.Standby.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()"); err != nil {
 			return err
 		}
 	}

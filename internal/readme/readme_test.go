@@ -76,6 +76,7 @@ var known = map[string]string{
 	"porttest":  "github.com/berth-go/berth/portlock/porttest",
 	"portlock":  "github.com/berth-go/berth/portlock",
 	"store":     "github.com/berth-go/berth/store",
+	"pgstore":   "github.com/berth-go/berth/pgstore",
 	"portalloc": "github.com/berth-go/berth/portalloc",
 	"fleet":     "github.com/berth-go/berth/portalloc/fleet",
 	"pool":      "github.com/berth-go/berth/portalloc/pool",

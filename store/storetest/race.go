@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/internal/testproc"
+	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/store"
 )
 

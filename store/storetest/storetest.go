@@ -81,7 +81,6 @@ type Config struct {
 	Ports store.Range
 }
 
-
 // racePorts is how many ports of Config.Ports ProcessesRace binds.
 const racePorts = 8
 
