@@ -14,15 +14,12 @@ import (
 // heldCache is this connection's view of the table, by (protocol, port),
 // filled key by key as scans visit candidates, so that a scan skips held
 // ports without a query each. An entry is exact while no other connection
-// has committed since it was read: PRAGMA data_version changes exactly
-// when one has, and fresh, which runs at the start of every scanning
-// transaction, then opens a new generation, in which every older entry
-// counts as unknown and is read again, by its primary key, when a scan
-// next visits it. Nothing ever reads the whole table, so what a call costs
-// follows the keys it visits, not the size of the table or the number of
-// other writers. This connection's own writes are applied as they happen.
-// The view is only ever a hint: a candidate it calls free is checked
-// against the table before it is granted.
+// has committed since it was read: when PRAGMA data_version says one has,
+// fresh opens a new generation, and older entries are read again, by
+// primary key, when next visited. So what a call costs follows the keys it
+// visits, not the size of the table. This connection's own writes are
+// applied as they happen. The view is only a hint: a candidate it calls
+// free is checked against the table before it is granted.
 type heldCache struct {
 	valid   bool   // version is known; false when new and after a failed transaction
 	version int64  // data_version at which generation gen began
@@ -48,7 +45,7 @@ func cacheKey(p store.Protocol, port uint16) uint32 {
 // fresh brings the view up to date. It must run inside a write transaction.
 func (s *sqlStore) fresh(ctx context.Context) error {
 	var v int64
-	if err := s.st.dataVersion.QueryRowContext(ctx).Scan(&v); err != nil {
+	if err := s.st.row(ctx, qDataVersion).Scan(&v); err != nil {
 		s.cache.valid = false
 		return fmt.Errorf("read data version: %w", err)
 	}
@@ -80,7 +77,7 @@ func (s *sqlStore) holders(ctx context.Context, k store.Key) (out []store.Reserv
 	ck := cacheKey(k.Protocol, k.Port)
 	all, known := s.cache.entry(ck)
 	if !known {
-		if all, err = s.keyRows(ctx, k); err != nil {
+		if all, err = s.rowsOf(ctx, nil, qConflicts, string(k.Protocol), int(k.Port)); err != nil {
 			return nil, false, err
 		}
 		switch {
@@ -97,27 +94,6 @@ func (s *sqlStore) holders(ctx context.Context, k store.Key) (out []store.Reserv
 		}
 	}
 	return out, !known, nil
-}
-
-// keyRows reads every row of one protocol and port.
-func (s *sqlStore) keyRows(ctx context.Context, key store.Key) ([]store.Reservation, error) {
-	rows, err := s.st.conflicts.QueryContext(ctx, string(key.Protocol), int(key.Port))
-	if err != nil {
-		return nil, fmt.Errorf("load reservations of %s %d: %w", key.Protocol, key.Port, err)
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.Reservation
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("load reservations of %s %d: %w", key.Protocol, key.Port, err)
-	}
-	return out, nil
 }
 
 func (c *heldCache) add(r store.Reservation) {
@@ -185,13 +161,6 @@ func scanRow(rows *sql.Rows) (store.Reservation, error) {
 	return r, nil
 }
 
-// liveness remembers owner liveness between calls. A dead owner stays dead
-// (its identity includes its start time), so that answer is kept for good;
-// a live one is asked again after liveTTL.
-type liveness struct {
-	m map[ownerKey]liveEntry
-}
-
 type ownerKey struct {
 	pid   int
 	start int64
@@ -209,32 +178,28 @@ const (
 )
 
 // rowAlive reports whether r's owner still holds it: a lease that has not
-// ended (see leaseRow), or a live process as alive judges it.
+// ended (see leaseRow), or a process that still runs. A remembered death is
+// always used; a remembered life only when it was checked after
+// freshSince, which callers set to now (always check) where a wrong "alive"
+// would refuse a request or keep a row, and to a moment ago where it only
+// skips a candidate. It must be called with the store acquired.
 func (s *sqlStore) rowAlive(ctx context.Context, r store.Reservation, freshSince time.Time) bool {
-	if r.Owner.Holder != "" {
+	o := r.Owner
+	if o.Holder != "" {
 		return leaseLive(r)
 	}
-	return s.alive(ctx, r.Owner, freshSince)
-}
-
-// alive reports whether o still runs. A remembered death is always used;
-// a remembered life only when it was checked after freshSince, which
-// callers set to now (always check) where a wrong "alive" would refuse a
-// request or keep a row, and to a moment ago where it only skips a
-// candidate. It must be called with the store acquired.
-func (s *sqlStore) alive(ctx context.Context, o store.Owner, freshSince time.Time) bool {
 	if o.Same(s.self) {
 		return true
 	}
 	k := ownerKey{o.PID, o.Start, o.Namespace}
 	now := time.Now()
-	if e, ok := s.live.m[k]; ok && (!e.alive || e.at.After(freshSince)) {
+	if e, ok := s.live[k]; ok && (!e.alive || e.at.After(freshSince)) {
 		return e.alive
 	}
 	a := o.Alive(ctx)
-	if s.live.m == nil || len(s.live.m) >= liveCacheMax {
-		s.live.m = make(map[ownerKey]liveEntry)
+	if s.live == nil || len(s.live) >= liveCacheMax {
+		s.live = make(map[ownerKey]liveEntry)
 	}
-	s.live.m[k] = liveEntry{alive: a, at: now}
+	s.live[k] = liveEntry{alive: a, at: now}
 	return a
 }

@@ -11,15 +11,11 @@ import (
 
 // openDB returns a database handle on dsn whose connections keep the WAL
 // and shared-memory files when they close (SQLITE_FCNTL_PERSIST_WAL).
-//
-// By default the last connection to close a WAL database deletes both, and
-// the next process to open it creates them again, fsyncing the directory
-// and the WAL header before its first commit: with short-lived processes
-// (`berth get`, a test binary) that was every process, and it was most of
-// what a fresh process paid for its first port. Kept, the files are reused:
-// SQLite validates them by their checksums and salts (and rebuilds the
-// shared-memory index from the WAL when no other connection is open), so
-// a file left by a crash is read the same way as before.
+// Otherwise the last connection deletes both, and the next process makes
+// them again, fsyncing the directory and the WAL header: most of what a
+// short-lived process (`berth get`, a test binary) paid for its first
+// port. SQLite validates kept files by their checksums and salts, so a
+// file left by a crash is read as before.
 func openDB(dsn string) (*sql.DB, error) {
 	base, err := sqlite.NewConnector(dsn)
 	if err != nil {

@@ -29,16 +29,6 @@ func storageErr(op string, err error) error {
 	return &storageError{op: op, err: err}
 }
 
-// shortErr prefixes err with op and, when it comes of a passing shortage
-// (an errno of one), puts it in the words of one, wrapping store.ErrTransient;
-// any other error it leaves as it is.
-func shortErr(op string, err error) error {
-	if short := transient.Wrap(err); short != nil {
-		err = short
-	}
-	return fmt.Errorf("%s: %w", op, err)
-}
-
 // storageError is a failure of the store: it wraps store.ErrStorage and the
 // cause, unless explain has found the cause to be a full disk (short).
 type storageError struct {
@@ -61,25 +51,28 @@ func (e *storageError) Unwrap() []error {
 	return []error{store.ErrStorage, e.err}
 }
 
-// isLocked reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED, in
-// any of their extended forms.
-func isLocked(err error) bool {
+// sqliteCode returns the primary result code of the SQLite error err wraps
+// (the extended codes share it), or 0.
+func sqliteCode(err error) int {
 	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
+	if errors.As(err, &se) {
+		return se.Code() & 0xff
 	}
-	c := se.Code() & 0xff
-	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
+	return 0
+}
+
+func isBusy(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_BUSY }
+
+func isLocked(err error) bool {
+	return isBusy(err) || sqliteCode(err) == sqlite3.SQLITE_LOCKED
 }
 
 // shortage returns err in the words of a passing shortage (wrapping
-// store.ErrTransient) when that is what it is, else nil: an error number of a
-// shortage anywhere in err; SQLite's SQLITE_NOMEM and SQLITE_FULL; and an
-// open or I/O error of SQLite, which carries no errno, when this process
-// is short of descriptors now or, with dir given, the file system of dir
-// is full. A real failure to open (no such directory, no permission, a
-// directory where the file should be) leaves descriptors and space to
-// spare and stays a failure.
+// store.ErrTransient) when that is what it is, else nil: an error number of
+// a shortage in err; SQLITE_NOMEM and SQLITE_FULL; and an open or I/O error
+// of SQLite, which carries no errno, when this process is short of
+// descriptors now or, with dir given, dir's file system is full (a real
+// failure to open leaves both to spare).
 func shortage(err error, dir string) error {
 	if short := transient.Wrap(err); short != nil {
 		return short

@@ -5,26 +5,20 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/internal/owner"
 	"github.com/berth-go/berth/store"
 )
 
 // Leases: a reservation can belong to a named holder under a lease instead
 // of a process (an Owner with Holder set), e.g. a CI job's port that must
-// outlive the shell that asked for it.
-//
-// Such a row holds the holder's name in owner_name and the end of its lease
-// in lease_until: nanoseconds of the lease clock (CLOCK_BOOTTIME on Linux,
-// see owner.LeaseNow) of the boot and time namespace its owner_scope names.
-// owner_pid, owner_start and owner_scope are owner.LeaseIdentity's: pid 1
-// of the writer's pid namespace with its start, and a scope ending in
-// "/lease". A berth that knows no leases (a release from before schema
-// version 6, still running) judges such a row as the row of a process that
-// lives as long as the boot, and keeps it; this berth judges it by
-// lease_until alone, so a lease ends on time, neither earlier nor later
-// when the wall clock is stepped, and with its boot. Rows read from the
-// table show the holder as store.Owner{Holder: name}, with Expires set.
+// outlive the shell that asked for it. Its row holds the holder's name in
+// owner_name and the lease's end in lease_until, in nanoseconds of the
+// lease clock (see owner.LeaseNow) of the boot and time namespace its
+// owner_scope names; its other owner columns are owner.LeaseIdentity's,
+// which berths from before schema 6 judge as a process that lives as long
+// as the boot, and keep. This berth judges it by lease_until alone, so a
+// lease ends on time whatever the wall clock does, and with its boot. Read,
+// the row shows the holder as store.Owner{Holder: name}, with Expires set.
 
 // leaseGrant is a lease about to be granted or renewed: its holder and its
 // end, on the lease clock and on this process's clock.
@@ -71,8 +65,8 @@ func leaseLive(r store.Reservation) bool {
 
 // extend sets the lease of r, a live lease of g's holder, to g's end.
 func (s *sqlStore) extend(ctx context.Context, r store.Reservation, g *leaseGrant) (store.Reservation, error) {
-	packed, _ := netaddr.Pack(r.Addr) // read from the table: already normal
-	if _, err := s.conn.ExecContext(ctx, qRenewKey, g.until, string(r.Protocol), int(r.Port), packed, g.stored().Namespace, g.holder); err != nil {
+	args := append(append([]any{g.until}, keyArgs(r.Key)...), g.stored().Namespace, g.holder)
+	if _, err := s.st.exec(ctx, qRenewKey, args...); err != nil {
 		return store.Reservation{}, storageErr("renew "+r.String(), err)
 	}
 	s.cache.stale()
@@ -110,7 +104,7 @@ func (s *sqlStore) Renew(ctx context.Context, holder string, ttl time.Duration) 
 	}
 	op := fmt.Sprintf("renew the leases of holder %q", holder)
 	now := g.until - int64(ttl)
-	n, err := s.writeN(ctx, op, qRenew, g.until, now, g.stored().Namespace, holder)
+	n, err := s.exec(ctx, op, func(int64) { s.cache.stale() }, qRenew, g.until, now, g.stored().Namespace, holder)
 	if err != nil {
 		return 0, err
 	}
@@ -118,22 +112,4 @@ func (s *sqlStore) Renew(ctx context.Context, holder string, ttl time.Duration) 
 		return 0, fmt.Errorf("%s: %w: it holds no reservation whose lease has not ended; get the ports again", op, store.ErrNotFound)
 	}
 	return int(n), nil
-}
-
-// writeN runs the write statement q, rare enough not to be kept prepared,
-// in a write transaction and returns how many rows it changed.
-func (s *sqlStore) writeN(ctx context.Context, op, q string, args ...any) (int64, error) {
-	var n int64
-	err := s.write(ctx, op, func(tctx context.Context) error {
-		res, err := s.conn.ExecContext(tctx, q, args...)
-		if err != nil {
-			return storageErr(op, err)
-		}
-		if n, err = res.RowsAffected(); err != nil {
-			return storageErr(op, err)
-		}
-		s.cache.stale()
-		return nil
-	})
-	return n, err
 }

@@ -33,25 +33,25 @@ var migrations embed.FS
 // SchemaVersion is the schema version this berth migrates a store to. A
 // store of a newer schema is used as it is when its write version is one
 // this berth knows (see WriteVersion and the package doc).
-var SchemaVersion = latestMigration()
+var SchemaVersion = migfiles.Latest(migrations, "migrations")
 
 // WriteVersion is the write version of SchemaVersion: this berth writes, with
 // its full guarantee, to every store whose write version is at most
 // WriteVersion, whatever its schema version; a higher one makes Open refuse
 // the store with store.ErrSchemaTooNew.
-var WriteVersion = ownWriteVersion()
-
-func latestMigration() uint { return migfiles.Latest(migrations, "migrations") }
+var WriteVersion = func() uint {
+	k, _ := ownSchema() // on an error, 0: TestWriteVersionsDeclared names the file
+	return k.write
+}()
 
 // prepareFile checks the file at path and brings its schema to
-// SchemaVersion, exactly once however many processes open a fresh file
-// together, and reports the version it found (0 for a new file). A file that
-// is current, the common case, costs one read and no lock. Otherwise a flock
-// on a sidecar file serialises the processes from a second look at the file
-// to the last migration (golang-migrate's sqlite driver locks only within
-// one process); the database file itself is never locked by anything but
-// SQLite, because closing any descriptor of it drops SQLite's own locks.
-// Every wait ends with ctx or after busy, with an error wrapping store.ErrBusy.
+// SchemaVersion, once however many processes open a fresh file together,
+// and reports the version it found (0 for a new file). A current file costs
+// one read and no lock; otherwise a flock of a sidecar file serialises the
+// processes from a second look to the last migration (never a lock of the
+// database file: closing any descriptor of it drops SQLite's own locks).
+// Every wait ends with ctx or after busy, with an error wrapping
+// store.ErrBusy.
 func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.Logger) (uint, error) {
 	k, err := known()
 	if err != nil {
@@ -61,11 +61,8 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 	if err != nil {
 		return 0, err
 	}
-	if k.refuses(st) {
-		return st.version, tooNew(path, st, k)
-	}
-	if k.usable(st) {
-		return st.version, nil
+	if ready, err := k.ready(path, st); ready || err != nil {
+		return st.version, err
 	}
 	lock := flock.New(path+".migrate.lock", flock.SetPermissions(0o600))
 	defer func() { _ = lock.Close() }()
@@ -104,31 +101,20 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 		}
 		return st.version, makeFresh(ctx, path, st, k, busy, log)
 	}
-	if k.refuses(st) {
-		return st.version, tooNew(path, st, k)
-	}
-	if k.usable(st) {
-		return st.version, nil
-	}
-	if err := migrateUp(ctx, path, st, k, busy, log); err != nil {
+	if ready, err := k.ready(path, st); ready || err != nil {
 		return st.version, err
 	}
-	return st.version, nil
+	return st.version, migrateUp(ctx, path, st, k, busy, log)
 }
 
 // makeFresh makes the database at path from nothing, in a file of its own
 // beside it: created, migrated, checkpointed into one file, and only then
-// renamed into place. A failure at any step (a process short of
-// descriptors, a crash) leaves no half-made file at path: the next process
-// to open path makes it again. The caller holds the migration lock.
-//
-// That lock serialises the processes that make the file only while the
-// directory stays: one removed meanwhile (rm -rf again) leaves each
+// put in place, so a failure at any step (a shortage of descriptors, a
+// crash) leaves no half-made file at path. The caller holds the migration
+// lock, but a directory removed meanwhile (rm -rf again) leaves each
 // process the lock of a file that is gone, and two may make the store at
-// once. So each builds in a file of its own, named for it, and puts it in
-// place only where no file is yet: the first is the store, and the others
-// drop theirs and open it. A file that is no longer the one this process
-// made (its directory removed and made again) is never put in place.
+// once: each puts its file in place only where no file is yet, and never
+// one that is no longer the one it made.
 func makeFresh(ctx context.Context, path string, st fileState, k schema, busy time.Duration, log logr.Logger) error {
 	removeStaleFresh(path)
 	tmp := path + freshSuffix + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(rand.Uint64(), 36)
@@ -160,10 +146,7 @@ func makeFresh(ctx context.Context, path string, st fileState, k schema, busy ti
 	if fi, err := os.Stat(tmp); err != nil || !os.SameFile(fi, made) {
 		return fmt.Errorf("create %s: the new file was removed or replaced while it was made: %w", path, store.ErrLost)
 	}
-	if err := placeNew(tmp, path); err != nil {
-		return err
-	}
-	return nil
+	return placeNew(tmp, path)
 }
 
 // placeNew gives the file at tmp the name path, unless a file has that
@@ -260,17 +243,13 @@ func tooNew(path string, st fileState, k schema) error {
 // migrateUp applies the embedded migrations. The caller holds the migration
 // lock.
 //
-// golang-migrate's own runner marks a version dirty, runs the migration's
-// body in one transaction and marks it clean in another: a crash between
-// them leaves "dirty", which it refuses for good, and a failure before the
-// body is read leaves the goroutines that buffer the bodies blocked forever
-// (golang-migrate/migrate#1443). So berth reads the bodies from
-// golang-migrate's source and keeps golang-migrate's version table, but
-// applies each body together with its version record in one transaction:
-// there is no moment at which a crash leaves a half-done migration. A dirty
-// mark left by an older berth tells one thing: the body of that version
-// either committed (each body records itself in schema_history) or left no
-// trace; migrateUp resolves it accordingly.
+// golang-migrate's own runner marks a version dirty, runs its body and
+// marks it clean in separate transactions, so a crash between leaves
+// "dirty" for good, and a failure before the body is read blocks its
+// goroutines forever (golang-migrate/migrate#1443). berth keeps its source
+// and version table but applies each body with its version record in one
+// transaction. A dirty mark left by an older berth is resolved by whether
+// that body committed: each body records itself in schema_history.
 func migrateUp(ctx context.Context, path string, st fileState, k schema, busy time.Duration, log logr.Logger) error {
 	file, err := os.Stat(path)
 	if err != nil {
@@ -409,12 +388,11 @@ func sameAsPath(fi os.FileInfo, path string) bool {
 }
 
 // setAsideLost moves the WAL and shared-memory files of a database file
-// that is gone or was truncated to nothing out of the way, with the empty
-// file, so that the store made in its place is a file of its own. Holders
-// of the old file still use that WAL: a new database opened on it would
-// read their pages as its own, or wait on their locks for as long as they
-// live. They find the file replaced instead, and put their rows back. The
-// caller holds the migration lock. It reports whether it moved anything.
+// that is gone or truncated to nothing out of the way, with the empty
+// file, and reports whether it moved anything. Holders of the old file
+// still use that WAL: a new database on it would read their pages as its
+// own, or wait on their locks. They find the file replaced instead, and put
+// their rows back. The caller holds the migration lock.
 func setAsideLost(path string, now time.Time) (bool, error) {
 	fi, err := os.Lstat(path)
 	switch {

@@ -7,12 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth-go/berth/internal/netaddr"
 	"github.com/berth-go/berth/store"
 )
-
-// ownerArgs are the arguments of ownerMatch.
-func ownerArgs(o store.Owner) []any { return []any{o.PID, o.Namespace, o.Start} }
 
 // Release deletes the reservation of key if own holds it; zero own: this
 // process. It returns an error wrapping store.ErrNotFound when own holds no
@@ -23,12 +19,11 @@ func (s *sqlStore) Release(ctx context.Context, key store.Key, own store.Owner) 
 	if err != nil {
 		return err
 	}
-	packed, _ := netaddr.Pack(key.Addr)
-	stmt, args := s.st.deleteOwned, append([]any{string(key.Protocol), int(key.Port), packed}, ownerArgs(own)...)
+	q, args := qDeleteOwned, append(keyArgs(key), ownerArgs(own)...)
 	if own.Holder != "" {
-		stmt, args = s.st.deleteHeld, []any{string(key.Protocol), int(key.Port), packed, own.Holder}
+		q, args = qDeleteHeld, append(keyArgs(key), own.Holder)
 	}
-	n, err := s.exec(ctx, "release "+key.String(), func(int64) { s.cache.remove(key) }, stmt, args...)
+	n, err := s.exec(ctx, "release "+key.String(), func(int64) { s.cache.remove(key) }, q, args...)
 	if err != nil {
 		return err
 	}
@@ -55,10 +50,8 @@ func (s *sqlStore) Transfer(ctx context.Context, key store.Key, from, to store.O
 	if !to.Alive(ctx) {
 		return &store.FieldError{Field: "owner", Value: to.String(), Want: "a running process"}
 	}
-	packed, _ := netaddr.Pack(key.Addr)
-	args := append([]any{to.PID, to.Start, to.Namespace, to.Name,
-		string(key.Protocol), int(key.Port), packed}, ownerArgs(from)...)
-	n, err := s.exec(ctx, "transfer "+key.String(), func(int64) { s.cache.stale() }, s.st.transfer, args...)
+	args := append(append([]any{to.PID, to.Start, to.Namespace, to.Name}, keyArgs(key)...), ownerArgs(from)...)
+	n, err := s.exec(ctx, "transfer "+key.String(), func(int64) { s.cache.stale() }, qTransfer, args...)
 	if err != nil {
 		return err
 	}
@@ -118,32 +111,17 @@ func (s *sqlStore) List(ctx context.Context, f store.Filter) ([]store.Reservatio
 		return nil, acquireErr("list", err)
 	}
 	defer release()
-	rows, err := s.conn.QueryContext(ctx, q, args...)
+	out, err := s.rowsOf(ctx, nil, q, args...)
 	if err != nil {
-		return nil, storageErr("list", err)
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.Reservation
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, storageErr("list", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, storageErr("list", err)
 	}
 	return out, nil
 }
 
-// Reap deletes every reservation whose owner has exited and returns how
-// many it deleted. Liveness is checked without holding the write lock (it
-// reads the process table); a dead owner never comes back, so its rows can
-// be deleted afterwards without a recheck.
-//
-// Reservations under a lease are deleted once their lease has ended (see
-// ReserveLease); no process table is read for them.
+// Reap deletes every reservation whose owner has exited or whose lease has
+// ended, and returns how many it deleted. Liveness is checked without the
+// write lock (it reads the process table): a dead owner never comes back,
+// so its rows can be deleted afterwards without a recheck.
 func (s *sqlStore) Reap(ctx context.Context) (int, error) {
 	owners, leases, err := s.owners(ctx)
 	if err != nil {
@@ -164,18 +142,17 @@ func (s *sqlStore) Reap(ctx context.Context) (int, error) {
 	var n int64
 	err = s.write(ctx, "reap", func(tctx context.Context) error {
 		// One pass over the table picks the rows; each is deleted by its key.
-		doomed, err := s.rowsWhere(tctx, func(r store.Reservation) bool {
+		doomed, err := s.rowsOf(tctx, func(r store.Reservation) bool {
 			if r.Owner.Holder != "" {
 				return !leaseLive(r)
 			}
 			return dead[ownerKey{r.Owner.PID, r.Owner.Start, r.Owner.Namespace}]
-		})
+		}, qAll)
 		if err != nil {
 			return storageErr("reap", err)
 		}
 		for _, r := range doomed {
-			packed, _ := netaddr.Pack(r.Addr)
-			if _, err := s.st.deleteKey.ExecContext(tctx, string(r.Protocol), int(r.Port), packed); err != nil {
+			if _, err := s.st.exec(tctx, qDeleteKey, keyArgs(r.Key)...); err != nil {
 				return storageErr("reap "+r.String(), err)
 			}
 			n++
@@ -193,28 +170,6 @@ func (s *sqlStore) Reap(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// rowsWhere reads the whole table and returns the rows keep selects. The
-// rows are closed before it returns, so the caller can write on the same
-// connection.
-func (s *sqlStore) rowsWhere(ctx context.Context, keep func(store.Reservation) bool) ([]store.Reservation, error) {
-	rows, err := s.st.all.QueryContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.Reservation
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, err
-		}
-		if keep(r) {
-			out = append(out, r)
-		}
-	}
-	return out, rows.Err()
-}
-
 // owners returns the process owners of the table's rows, and whether it
 // has rows under a lease.
 func (s *sqlStore) owners(ctx context.Context) ([]store.Owner, bool, error) {
@@ -223,27 +178,34 @@ func (s *sqlStore) owners(ctx context.Context) ([]store.Owner, bool, error) {
 		return nil, false, acquireErr("reap", err)
 	}
 	defer release()
-	rows, err := s.conn.QueryContext(ctx, qOwners)
+	out, err := s.processOwners(ctx)
 	if err != nil {
 		return nil, false, storageErr("reap", err)
+	}
+	var leases bool
+	if err := s.st.row(ctx, qLeases).Scan(&leases); err != nil {
+		return nil, false, storageErr("reap", err)
+	}
+	return out, leases, nil
+}
+
+// processOwners returns the distinct process owners of the table's rows,
+// with the rows closed, so the caller can write on the connection.
+func (s *sqlStore) processOwners(ctx context.Context) ([]store.Owner, error) {
+	rows, err := s.st.query(ctx, qOwners)
+	if err != nil {
+		return nil, err
 	}
 	defer func() { _ = rows.Close() }()
 	var out []store.Owner
 	for rows.Next() {
 		var o store.Owner
 		if err := rows.Scan(&o.PID, &o.Start, &o.Namespace); err != nil {
-			return nil, false, storageErr("reap", err)
+			return nil, err
 		}
 		out = append(out, o)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, false, storageErr("reap", err)
-	}
-	var leases bool
-	if err := s.conn.QueryRowContext(ctx, qLeases).Scan(&leases); err != nil {
-		return nil, false, storageErr("reap", err)
-	}
-	return out, leases, nil
+	return out, rows.Err()
 }
 
 // firstSweep is how long after Open the first sweep runs at the latest. A
@@ -256,29 +218,18 @@ const firstSweep = time.Second
 // Close.
 func (s *sqlStore) sweep(every time.Duration) {
 	defer s.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx := s.bg
 	t := time.NewTimer(min(every, firstSweep))
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		// Close ends a sweep in flight: store.ErrClosed or ctx's end is no failure.
-		// A lost file (see store.ErrLost) is no failure of the sweep: the
-		// store's owner learns of it at its next call, and opens the
-		// store again; until then, every minute would log the same.
+		// Close ends a sweep in flight. A lost file is no failure of the
+		// sweep: the store's owner learns of it at its next call, and
+		// opens the store again.
 		switch _, err := s.Reap(ctx); {
 		case err == nil || ctx.Err() != nil || errors.Is(err, store.ErrClosed):
 		case errors.Is(err, store.ErrLost):

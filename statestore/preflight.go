@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"modernc.org/sqlite"
@@ -42,13 +43,11 @@ type fileState struct {
 
 // inspect decides, without writing a byte to the file, whether path may be
 // opened for writing and what it needs first. It reads through SQLite only:
-// this process may hold the database open in another Store, and closing any
-// other descriptor of the file would drop SQLite's locks for the whole
-// process. SQLite itself refuses a file that is not a database and one
-// shorter than its header says (unless the WAL holds the missing pages, as
-// after a checkpoint cut short); it rolls back a hot journal left by a crash,
-// which is what a crashed writer needs. A lock held by another process is
-// store.ErrBusy, never damage.
+// closing any other descriptor of the file would drop SQLite's locks of
+// every Store of this process. SQLite refuses a file that is not a database
+// and one shorter than its header says (unless the WAL holds the missing
+// pages), and rolls back a hot journal left by a crash. A lock held by
+// another process is store.ErrBusy, never damage.
 func inspect(ctx context.Context, path string, busy time.Duration) (fileState, error) {
 	fi, err := os.Stat(path)
 	switch {
@@ -91,31 +90,7 @@ func inspectOn(ctx context.Context, path string, db querier) (fileState, error) 
 		st.fresh = true
 		return st, nil
 	}
-	has := func(t string) bool {
-		for _, n := range names {
-			if n == t {
-				return true
-			}
-		}
-		return false
-	}
-	// A table berth does not know is another program's, unless a newer
-	// berth made it: the store's schema is newer than this berth knows and
-	// the store is berth's (it has berth's own tables). Whether this berth
-	// may write to such a store is its write version's to say.
-	foreign := func() error {
-		for _, name := range names {
-			if !ourTables[name] {
-				return fmt.Errorf("%s is a SQLite database of another program (it has table %q); choose another path: %w", path, name, store.ErrDamaged)
-			}
-		}
-		return nil
-	}
-	if !has("schema_migrations") || !has("port_allocations") {
-		if err := foreign(); err != nil {
-			return fileState{}, err
-		}
-	}
+	has := func(t string) bool { return slices.Contains(names, t) }
 	if has("schema_migrations") {
 		var v int64
 		err := db.QueryRowContext(ctx, "SELECT version, dirty FROM schema_migrations LIMIT 1").Scan(&v, &st.dirty)
@@ -127,9 +102,14 @@ func inspectOn(ctx context.Context, path string, db querier) (fileState, error) 
 			st.version = uint(v)
 		}
 	}
-	if st.version <= SchemaVersion {
-		if err := foreign(); err != nil {
-			return fileState{}, err
+	// A table berth does not know is another program's, unless a newer
+	// berth made it: a newer schema in a store with berth's own tables,
+	// which this berth may write to if its write version says so.
+	if st.version <= SchemaVersion || !has("port_allocations") {
+		for _, name := range names {
+			if !ourTables[name] {
+				return fileState{}, fmt.Errorf("%s is a SQLite database of another program (it has table %q); choose another path: %w", path, name, store.ErrDamaged)
+			}
 		}
 	}
 	var w int64
@@ -140,42 +120,39 @@ func inspectOn(ctx context.Context, path string, db querier) (fileState, error) 
 		st.writeVersion = uint(w)
 	}
 	if has("schema_history") {
-		rows, err := db.QueryContext(ctx, "SELECT version FROM schema_history")
+		applied, err := column[int64](ctx, db, "SELECT version FROM schema_history")
 		if err != nil {
 			return fileState{}, classify(path, err)
 		}
-		defer func() { _ = rows.Close() }()
-		for rows.Next() {
-			var v int64
-			if err := rows.Scan(&v); err != nil {
-				return fileState{}, classify(path, err)
-			}
+		for _, v := range applied {
 			if v > 0 {
 				st.applied[uint(v)] = true
 			}
-		}
-		if err := rows.Err(); err != nil {
-			return fileState{}, classify(path, err)
 		}
 	}
 	return st, nil
 }
 
 func tableNames(ctx context.Context, db querier) ([]string, error) {
-	rows, err := db.QueryContext(ctx, "SELECT name FROM sqlite_schema WHERE type = 'table'")
+	return column[string](ctx, db, "SELECT name FROM sqlite_schema WHERE type = 'table'")
+}
+
+// column reads the first column of q's rows.
+func column[T any](ctx context.Context, db querier, q string) ([]T, error) {
+	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = rows.Close() }()
-	var names []string
+	var out []T
 	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
+		var v T
+		if err := rows.Scan(&v); err != nil {
 			return nil, err
 		}
-		names = append(names, name)
+		out = append(out, v)
 	}
-	return names, rows.Err()
+	return out, rows.Err()
 }
 
 // classify turns an error of reading the file into what it means: a file

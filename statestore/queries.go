@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+
+	"github.com/berth-go/berth/internal/netaddr"
+	"github.com/berth-go/berth/store"
 )
 
 // The statements of the hot paths, prepared once on the store's connection.
@@ -24,6 +27,7 @@ const (
 	qInsert = "INSERT INTO port_allocations (" + rowColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 	qDeleteKey = "DELETE FROM port_allocations WHERE protocol = ? AND port = ? AND address = ?"
+	qRelabel   = "UPDATE port_allocations SET label = ? WHERE protocol = ? AND port = ? AND address = ? AND label = ''"
 
 	// Owners match exactly: the start is the kernel's record, which no
 	// clock step moves (see store.Owner).
@@ -57,93 +61,93 @@ const (
 		" (SELECT label, protocol FROM sticky_ports ORDER BY updated_at DESC LIMIT -1 OFFSET ?)"
 )
 
-// statements are the store's statements, each prepared on its connection
-// the first time it is used and kept for the store's life: a call pays for
-// parsing only the statements it needs, once, and opening a store (every
-// berth get does) parses none of them.
-type statements struct {
-	begin, commit, rollback, dataVersion *stmt
-	conflicts, insert, deleteKey         *stmt
-	deleteOwned, deleteOwner, transfer   *stmt
-	deleteHeld                           *stmt
-	all, remember, recall, pruneSticky   *stmt
+// keyArgs are the arguments of a key's columns: protocol, port, address. The
+// key is in normal form (validated, or read from the table).
+func keyArgs(k store.Key) []any {
+	packed, _ := netaddr.Pack(k.Addr)
+	return []any{string(k.Protocol), int(k.Port), packed}
 }
 
-func (st *statements) prepare(conn *sql.Conn) {
-	for _, p := range []struct {
-		dst **stmt
-		q   string
-	}{
-		{&st.begin, qBegin}, {&st.commit, qCommit}, {&st.rollback, qRollback},
-		{&st.dataVersion, qDataVersion}, {&st.conflicts, qConflicts},
-		{&st.insert, qInsert}, {&st.deleteKey, qDeleteKey},
-		{&st.deleteOwned, qDeleteOwned}, {&st.deleteOwner, qDeleteOwner},
-		{&st.transfer, qTransfer}, {&st.all, qAll},
-		{&st.remember, qRemember}, {&st.recall, qRecall},
-		{&st.pruneSticky, qPruneSticky}, {&st.deleteHeld, qDeleteHeld},
-	} {
-		*p.dst = &stmt{conn: conn, q: p.q}
+// ownerArgs are the arguments of ownerMatch.
+func ownerArgs(o store.Owner) []any { return []any{o.PID, o.Namespace, o.Start} }
+
+// rowsOf runs q, a SELECT of rowColumns, and returns the rows keep accepts
+// (nil: all). The rows are closed before it returns, so the caller can
+// write on the connection.
+func (s *sqlStore) rowsOf(ctx context.Context, keep func(store.Reservation) bool, q string, args ...any) ([]store.Reservation, error) {
+	rows, err := s.st.query(ctx, q, args...)
+	if err != nil {
+		return nil, err
 	}
+	defer func() { _ = rows.Close() }()
+	var out []store.Reservation
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		if keep == nil || keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out, rows.Err()
+}
+
+// statements prepares the store's statements on its connection the first
+// time each is used and keeps them for the store's life: a call pays for
+// parsing only the statements it needs, once, and opening a store (every
+// berth get does) parses none of them. Like the connection, they are used
+// only with the store acquired.
+type statements struct {
+	conn     *sql.Conn
+	prepared map[string]*sql.Stmt
+}
+
+func (st *statements) get(ctx context.Context, q string) (*sql.Stmt, error) {
+	if p, ok := st.prepared[q]; ok {
+		return p, nil
+	}
+	p, err := st.conn.PrepareContext(ctx, q) //nolint:sqlclosecheck // kept for the store's life; closed by close
+	if err != nil {
+		return nil, err
+	}
+	if st.prepared == nil {
+		st.prepared = map[string]*sql.Stmt{}
+	}
+	st.prepared[q] = p
+	return p, nil
+}
+
+func (st *statements) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	p, err := st.get(ctx, q) //nolint:sqlclosecheck // kept for the store's life; closed by close
+	if err != nil {
+		return nil, err
+	}
+	return p.ExecContext(ctx, args...)
+}
+
+func (st *statements) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	p, err := st.get(ctx, q) //nolint:sqlclosecheck // kept for the store's life; closed by close
+	if err != nil {
+		return nil, err
+	}
+	return p.QueryContext(ctx, args...)
+}
+
+// row runs q for one row; when q cannot be prepared, the row carries that
+// error, from running it unprepared.
+func (st *statements) row(ctx context.Context, q string, args ...any) *sql.Row {
+	p, err := st.get(ctx, q) //nolint:sqlclosecheck // kept for the store's life; closed by close
+	if err != nil {
+		return st.conn.QueryRowContext(ctx, q, args...)
+	}
+	return p.QueryRowContext(ctx, args...)
 }
 
 func (st *statements) close() error {
 	var errs []error
-	for _, s := range []*stmt{
-		st.begin, st.commit, st.rollback, st.dataVersion, st.conflicts, st.insert,
-		st.deleteKey, st.deleteOwned, st.deleteOwner, st.transfer, st.all,
-		st.remember, st.recall, st.pruneSticky, st.deleteHeld,
-	} {
-		if s != nil && s.st != nil {
-			errs = append(errs, s.st.Close())
-		}
+	for _, p := range st.prepared {
+		errs = append(errs, p.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// stmt is one statement, prepared on first use. Like the connection it
-// belongs to, it is used only with the store acquired.
-type stmt struct {
-	conn *sql.Conn
-	q    string
-	st   *sql.Stmt // nil until first used
-}
-
-func (s *stmt) get(ctx context.Context) (*sql.Stmt, error) {
-	if s.st == nil {
-		st, err := s.conn.PrepareContext(ctx, s.q) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
-		if err != nil {
-			return nil, err
-		}
-		s.st = st
-	}
-	return s.st, nil
-}
-
-// ExecContext runs the statement.
-func (s *stmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
-	st, err := s.get(ctx) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
-	if err != nil {
-		return nil, err
-	}
-	return st.ExecContext(ctx, args...)
-}
-
-// QueryContext runs the statement and returns its rows.
-func (s *stmt) QueryContext(ctx context.Context, args ...any) (*sql.Rows, error) {
-	st, err := s.get(ctx) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
-	if err != nil {
-		return nil, err
-	}
-	return st.QueryContext(ctx, args...)
-}
-
-// QueryRowContext runs the statement for one row. When the statement
-// cannot be prepared, the row carries that error, from running the query
-// unprepared.
-func (s *stmt) QueryRowContext(ctx context.Context, args ...any) *sql.Row {
-	st, err := s.get(ctx) //nolint:sqlclosecheck // kept for the store's life; closed by statements.close
-	if err != nil {
-		return s.conn.QueryRowContext(ctx, s.q, args...)
-	}
-	return st.QueryRowContext(ctx, args...)
 }

@@ -67,18 +67,42 @@ func (s *sqlStore) Reserve(ctx context.Context, req store.Request) (store.Reserv
 // when Next runs out first. Rows of exited owners in the way are deleted; a
 // row that cannot be deleted only costs its own candidate.
 func (s *sqlStore) Scan(ctx context.Context, req store.ScanRequest) (store.Reservation, error) {
-	req, err := req.Validate(s.self)
+	rs, err := s.scan(ctx, req, 1)
 	if err != nil {
 		return store.Reservation{}, err
+	}
+	return rs[0], nil
+}
+
+// ScanBlock reserves n consecutive ports, base to base+n-1, for the first
+// candidate base whose ports no live reservation conflicts with and whose
+// every port passes the probe, as Scan does for one port. The n rows are
+// inserted in one transaction: all of them, or none. A base whose block
+// would pass port 65535 is skipped. It returns the reservations in port
+// order.
+func (s *sqlStore) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]store.Reservation, error) {
+	if n < 1 || n > store.MaxBlock {
+		return nil, &store.FieldError{Field: "n", Value: fmt.Sprint(n), Want: fmt.Sprintf("a block of 1 to %d ports", store.MaxBlock)}
+	}
+	return s.scan(ctx, req, n)
+}
+
+func (s *sqlStore) scan(ctx context.Context, req store.ScanRequest, n int) ([]store.Reservation, error) {
+	req, err := req.Validate(s.self)
+	if err != nil {
+		return nil, err
 	}
 	lease, err := grant(req.Owner.Holder, req.TTL)
 	if err != nil {
-		return store.Reservation{}, err
+		return nil, err
 	}
-	key, own, kind, batch := store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, req.Batch
+	op, what := "scan", string(req.Protocol)
+	if n > 1 {
+		op, what = "scan block", fmt.Sprintf("a block of %d %s ports", n, req.Protocol)
+	}
+	key := store.Key{Protocol: req.Protocol, Addr: req.Addr}
 	var (
-		res       store.Reservation
-		found     bool
+		res       []store.Reservation
 		exhausted bool
 		// skipped are candidates passed over because the store remembered
 		// their holder alive. A holder may have died since: before the
@@ -86,21 +110,21 @@ func (s *sqlStore) Scan(ctx context.Context, req store.ScanRequest) (store.Reser
 		skipped    []uint16
 		rechecking bool
 		freshSince = time.Now().Add(-liveTTL)
+		next       = req.Next
 	)
-	next := req.Next
-	for !found && !exhausted {
+	for res == nil && !exhausted {
 		if err := ctx.Err(); err != nil {
-			return store.Reservation{}, err
+			return nil, err
 		}
-		err := s.write(ctx, "scan", func(tctx context.Context) error {
+		err := s.write(ctx, op, func(tctx context.Context) error {
 			if err := s.fresh(tctx); err != nil {
-				return storageErr("scan", err)
+				return storageErr(op, err)
 			}
-			for checked := 0; checked < batch; {
+			for checked := 0; checked < req.Batch; {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				port, ok := next()
+				base, ok := next()
 				if !ok && !rechecking && len(skipped) > 0 {
 					rechecking, freshSince = true, time.Now()
 					next = func() (uint16, bool) {
@@ -111,61 +135,99 @@ func (s *sqlStore) Scan(ctx context.Context, req store.ScanRequest) (store.Reser
 						skipped = skipped[1:]
 						return p, true
 					}
-					port, ok = next()
+					base, ok = next()
 				}
 				if !ok {
 					exhausted = true
 					return nil // commit the rows reaped on the way
 				}
-				key.Port = port
-				rows, fromTable, err := s.holders(tctx, key)
-				if err != nil {
-					return storageErr("look up "+key.String(), err)
+				if base == 0 || int(base)+n-1 > 65535 {
+					continue
 				}
-				if s.heldLive(tctx, rows, freshSince) {
+				held, free, err := s.blockFree(tctx, key, req.Owner, base, n, freshSince, req.Probe)
+				if err != nil {
+					return err
+				}
+				if held {
 					if !rechecking {
-						skipped = append(skipped, port)
+						skipped = append(skipped, base)
 					}
 					continue
 				}
 				checked++
-				if !fromTable {
-					// The view called it free: check against the table
-					// itself, so that a slip in keeping the view in step
-					// can never become a double grant.
-					if rows, err = s.conflictRows(tctx, key); err != nil {
-						return err
-					}
-				}
-				if err := s.clearDead(tctx, key, own, rows); err != nil {
-					if !errors.Is(err, store.ErrHeld) {
-						// Another candidate will do; this row waits for the sweep.
-						s.log.Error(err, "could not reap a row in the way", "key", key.String())
-					}
+				if !free {
 					continue
 				}
-				if err := s.probe(req.Probe, key); errors.Is(err, store.ErrHeld) {
-					continue
-				} else if err != nil {
-					return err
+				rs := make([]store.Reservation, 0, n)
+				for i := range n {
+					key.Port = base + uint16(i)
+					r, err := s.insert(tctx, key, req.Owner, req.Label, req.Kind, lease)
+					if err != nil {
+						return err // the transaction rolls back: none of the block stays
+					}
+					rs = append(rs, r)
 				}
-				res, err = s.insert(tctx, key, own, req.Label, kind, lease)
-				if err != nil {
-					return err
-				}
-				found = true
+				res = rs
 				return nil
 			}
 			return nil
 		})
 		if err != nil {
-			return store.Reservation{}, err
+			return nil, err
 		}
 	}
-	if !found {
-		return store.Reservation{}, fmt.Errorf("scan for %s on %s: %w", req.Protocol, key.Addr, store.ErrExhausted)
+	if res == nil {
+		return nil, fmt.Errorf("scan for %s on %s: %w", what, key.Addr, store.ErrExhausted)
 	}
 	return res, nil
+}
+
+// blockFree judges the ports base..base+n-1 for own: held when a live
+// owner holds one as far as the store remembers (only a hint, to skip the
+// candidate); else free when each may be reserved (rows of exited owners
+// are deleted on the way) and passes the probe.
+func (s *sqlStore) blockFree(tctx context.Context, key store.Key, own store.Owner, base uint16, n int, freshSince time.Time, probe func(store.Key) error) (held, free bool, err error) {
+	inWay := make([][]store.Reservation, n)
+	for i := range n {
+		key.Port = base + uint16(i)
+		rows, fromTable, err := s.holders(tctx, key)
+		if err != nil {
+			return false, false, storageErr("look up "+key.String(), err)
+		}
+		for _, r := range rows {
+			if s.rowAlive(tctx, r, freshSince) {
+				return true, false, nil
+			}
+		}
+		if !fromTable {
+			// The view called it free: check against the table itself, so
+			// that a slip in keeping the view in step can never become a
+			// double grant.
+			if rows, err = s.conflictRows(tctx, key); err != nil {
+				return false, false, err
+			}
+		}
+		inWay[i] = rows
+	}
+	for i := range n {
+		key.Port = base + uint16(i)
+		if err := s.clearDead(tctx, key, own, inWay[i]); err != nil {
+			if !errors.Is(err, store.ErrHeld) {
+				// Another candidate will do; this row waits for the sweep.
+				s.log.Error(err, "could not reap a row in the way", "key", key.String())
+			}
+			return false, false, nil
+		}
+	}
+	for i := range n {
+		key.Port = base + uint16(i)
+		if err := s.probe(probe, key); errors.Is(err, store.ErrHeld) {
+			return false, false, nil
+		} else if err != nil {
+			return false, false, err
+		}
+	}
+	return false, true, nil
 }
 
 // probe runs the caller's probe, if any, and counts a port it refuses.
@@ -186,37 +248,12 @@ func (s *sqlStore) probe(probe func(store.Key) error, key store.Key) error {
 
 // conflictRows reads the rows that conflict with key from the table.
 func (s *sqlStore) conflictRows(ctx context.Context, key store.Key) ([]store.Reservation, error) {
-	rows, err := s.st.conflicts.QueryContext(ctx, string(key.Protocol), int(key.Port))
+	rows, err := s.rowsOf(ctx, func(r store.Reservation) bool { return netaddr.Conflicts(r.Addr, key.Addr) },
+		qConflicts, string(key.Protocol), int(key.Port))
 	if err != nil {
 		return nil, storageErr("look up "+key.String(), err)
 	}
-	defer func() { _ = rows.Close() }()
-	var out []store.Reservation
-	for rows.Next() {
-		r, err := scanRow(rows)
-		if err != nil {
-			return nil, storageErr("look up "+key.String(), err)
-		}
-		if netaddr.Conflicts(r.Addr, key.Addr) {
-			out = append(out, r)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, storageErr("look up "+key.String(), err)
-	}
-	return out, nil
-}
-
-// heldLive reports whether any of rows has a live owner, trusting what the
-// store remembers of liveness since freshSince: it only decides which
-// candidates to skip.
-func (s *sqlStore) heldLive(ctx context.Context, rows []store.Reservation, freshSince time.Time) bool {
-	for _, r := range rows {
-		if s.rowAlive(ctx, r, freshSince) {
-			return true
-		}
-	}
-	return false
+	return rows, nil
 }
 
 // clearDead deletes the rows in key's way whose owners have exited. When a
@@ -229,8 +266,7 @@ func (s *sqlStore) clearDead(ctx context.Context, key store.Key, own store.Owner
 		}
 	}
 	for _, r := range rows {
-		packed, _ := netaddr.Pack(r.Addr) // read from the table: already normal
-		if _, err := s.st.deleteKey.ExecContext(ctx, string(r.Protocol), int(r.Port), packed); err != nil {
+		if _, err := s.st.exec(ctx, qDeleteKey, keyArgs(r.Key)...); err != nil {
 			return storageErr("reap "+r.String(), err)
 		}
 		s.cache.remove(r.Key)
@@ -243,7 +279,6 @@ func (s *sqlStore) clearDead(ctx context.Context, key store.Key, own store.Owner
 // insert inserts a row for own, or, when lease is not nil, for the holder
 // under that lease (own is then the lease's owner).
 func (s *sqlStore) insert(ctx context.Context, key store.Key, own store.Owner, label string, kind store.Kind, lease *leaseGrant) (store.Reservation, error) {
-	packed, _ := netaddr.Pack(key.Addr) // normalised by validate
 	now := s.now()
 	r := store.Reservation{Key: key, Owner: own, Label: label, Kind: kind, Created: time.Unix(0, now.UnixNano())}
 	stored, until := own, int64(0)
@@ -251,11 +286,8 @@ func (s *sqlStore) insert(ctx context.Context, key store.Key, own store.Owner, l
 		stored, until = lease.stored(), lease.until
 		r.Expires = lease.expires
 	}
-	if _, err := s.st.insert.ExecContext(ctx,
-		string(key.Protocol), int(key.Port), packed,
-		stored.PID, stored.Start, stored.Namespace, stored.Name,
-		label, string(kind), now.UnixNano(), until,
-	); err != nil {
+	if _, err := s.st.exec(ctx, qInsert, append(keyArgs(key),
+		stored.PID, stored.Start, stored.Namespace, stored.Name, label, string(kind), now.UnixNano(), until)...); err != nil {
 		return store.Reservation{}, storageErr("insert "+key.String(), err)
 	}
 	s.cache.add(r)
@@ -264,9 +296,7 @@ func (s *sqlStore) insert(ctx context.Context, key store.Key, own store.Owner, l
 
 // relabel sets the label of r's row, which has none.
 func (s *sqlStore) relabel(ctx context.Context, r *store.Reservation, label string) error {
-	packed, _ := netaddr.Pack(r.Addr) // read from the table: already normal
-	if _, err := s.conn.ExecContext(ctx, "UPDATE port_allocations SET label = ? WHERE protocol = ? AND port = ? AND address = ? AND label = ''",
-		label, string(r.Protocol), int(r.Port), packed); err != nil {
+	if _, err := s.st.exec(ctx, qRelabel, append([]any{label}, keyArgs(r.Key)...)...); err != nil {
 		return storageErr("label "+r.String(), err)
 	}
 	r.Label = label

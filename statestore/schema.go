@@ -40,23 +40,16 @@ func readSchema(src fs.FS) (schema, error) {
 	return schema{src: src, latest: latest, write: writes[latest], writes: writes}, nil
 }
 
-// ownWriteVersion is the write version of the embedded migrations.
-func ownWriteVersion() uint {
-	writes, err := migfiles.WriteVersions(migrations, "migrations")
-	if err != nil {
-		return 0 // TestMigrationsDeclareWriteVersions names the file
-	}
-	return writes[latestMigration()]
-}
-
-// usable reports whether a file in state f can be used as it is by a berth
+// ready reports whether a file in state f can be used as it is by a berth
 // that knows k: its schema is k's, or newer but of a write version k knows
-// (the changes since are ones that k's writers tolerate).
-func (k schema) usable(f fileState) bool {
-	if f.fresh || f.dirty {
-		return false
+// (the changes since are ones that k's writers tolerate). A newer schema of
+// a newer write version (or of none, or whose migration was cut short,
+// which only a newer berth can finish) it refuses with an error.
+func (k schema) ready(path string, f fileState) (bool, error) {
+	if f.version > k.latest && (f.dirty || !k.newerKnown(f)) {
+		return true, tooNew(path, f, k)
 	}
-	return f.version == k.latest || k.newerKnown(f)
+	return !f.fresh && !f.dirty && (f.version == k.latest || k.newerKnown(f)), nil
 }
 
 // newerKnown reports whether f's schema is newer than k's but its write
@@ -64,12 +57,4 @@ func (k schema) usable(f fileState) bool {
 // (write version 0) are never newer: every schema since declares one.
 func (k schema) newerKnown(f fileState) bool {
 	return f.version > k.latest && f.writeVersion >= 1 && f.writeVersion <= k.write
-}
-
-// refuses reports whether a berth that knows k must refuse a file in state
-// f: its schema is newer than k's, and its write version newer too (or
-// unknown, or a migration of it is cut short, which only a newer berth can
-// finish).
-func (k schema) refuses(f fileState) bool {
-	return f.version > k.latest && (f.dirty || !k.newerKnown(f))
 }

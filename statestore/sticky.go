@@ -23,7 +23,7 @@ func (s *sqlStore) Remember(ctx context.Context, label string, protocol store.Pr
 	if port == 0 {
 		return &store.FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535"}
 	}
-	_, err := s.exec(ctx, "remember "+label, nil, s.st.remember, label, string(protocol), int(port), s.now().UnixNano())
+	_, err := s.exec(ctx, "remember "+label, nil, qRemember, label, string(protocol), int(port), s.now().UnixNano())
 	if err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ const pruneStickyEvery = 256
 // pruneSticky forgets the least recently remembered sticky ports beyond
 // store.MaxSticky.
 func (s *sqlStore) pruneSticky(ctx context.Context) error {
-	_, err := s.exec(ctx, "forget old sticky ports", nil, s.st.pruneSticky, store.MaxSticky)
+	_, err := s.exec(ctx, "forget old sticky ports", nil, qPruneSticky, store.MaxSticky)
 	return err
 }
 
@@ -55,7 +55,7 @@ func (s *sqlStore) Recall(ctx context.Context, label string, protocol store.Prot
 	}
 	defer release()
 	var port int
-	err = s.st.recall.QueryRowContext(ctx, label, string(protocol)).Scan(&port)
+	err = s.st.row(ctx, qRecall, label, string(protocol)).Scan(&port)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil

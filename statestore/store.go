@@ -86,6 +86,7 @@ import (
 
 	"github.com/berth-go/berth/internal/filelock"
 	"github.com/berth-go/berth/internal/safefs"
+	"github.com/berth-go/berth/internal/transient"
 	"github.com/berth-go/berth/store"
 )
 
@@ -124,7 +125,10 @@ type sqlStore struct {
 	writeLock *filelock.File
 	spare     *filelock.File // waitLock's own descriptor of the lock file, kept between waits
 	cache     heldCache
-	live      liveness
+	// live remembers owner liveness between calls. A dead owner stays dead
+	// (its identity includes its start time), so that answer is kept for
+	// good; a live one is asked again after liveTTL.
+	live map[ownerKey]liveEntry
 
 	// commits counts this connection's write transactions; every
 	// checkpointEvery of them it nudges the checkpointer. Guarded by sem.
@@ -133,8 +137,9 @@ type sqlStore struct {
 	ckptDB     *sql.DB       // the checkpointer's own connection
 
 	closed atomic.Bool
-	stop   chan struct{}  // closed by Close to end the background goroutines
-	wg     sync.WaitGroup // the sweep and the checkpointer
+	bg     context.Context    // the background goroutines' context: Close ends it
+	stop   context.CancelFunc // ends bg
+	wg     sync.WaitGroup     // the sweep and the checkpointer
 
 	remembered    atomic.Int64 // Remember calls, to prune sticky ports now and then
 	reaped        atomic.Int64
@@ -158,14 +163,6 @@ var _ store.Store = (*sqlStore)(nil)
 // WriteVersion (see the package doc), and uses a newer schema of a write
 // version it knows as it is.
 func Open(ctx context.Context, path string, opts Options) (store.Store, error) {
-	s, err := open(ctx, path, opts)
-	if err != nil {
-		return nil, err // no typed nil in the interface
-	}
-	return s, nil
-}
-
-func open(ctx context.Context, path string, opts Options) (*sqlStore, error) {
 	if path == "" {
 		return nil, &store.FieldError{Field: "path", Value: "", Want: "a file path for the database"}
 	}
@@ -186,31 +183,27 @@ func open(ctx context.Context, path string, opts Options) (*sqlStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	// A store removed or replaced while it opens (a cleaner at work, or
-	// another process that just set a truncated file aside) fails in ways
-	// that say nothing of the store that is there now: open it again. An
-	// error wrapping store.ErrLost says so itself; otherwise the directory or
-	// the file changed (a directory made again may have the inode number
-	// of the one removed, so that alone is not proof).
+	// A store removed or replaced while it opens (a cleaner, another
+	// process that set a truncated file aside) fails in ways that say
+	// nothing of the store there now: open it again, when the error wraps
+	// store.ErrLost or the directory or the file changed.
 	for attempt := 1; ; attempt++ {
 		before := placeOf(path)
 		s, err := openOnce(ctx, path, self, opts)
-		if err == nil || attempt == maxOpenAttempts || ctx.Err() != nil {
-			return s, err
-		}
-		if !errors.Is(err, store.ErrLost) && !before.changed(placeOf(path)) {
-			return s, err
+		switch {
+		case err == nil:
+			return s, nil
+		case attempt == maxOpenAttempts || ctx.Err() != nil || !errors.Is(err, store.ErrLost) && !before.changed(placeOf(path)):
+			return nil, err // no typed nil in the interface
 		}
 		opts.Logger.V(1).Info("the store was removed or replaced while it opened; opening it again", "path", path, "error", err.Error())
 	}
 }
 
-// maxOpenAttempts bounds how often Open starts again because the store
-// changed under it.
 const maxOpenAttempts = 5
 
-// place is the directory and the file of a store as they were at one
-// moment (nil: missing), to tell whether either was removed or replaced.
+// place is the directory and the file of a store at one moment (nil:
+// missing).
 type place struct{ dir, file os.FileInfo }
 
 func placeOf(path string) place {
@@ -225,10 +218,10 @@ func placeOf(path string) place {
 }
 
 // changed reports whether the directory or the file were removed, replaced
-// or made between p and now, or the file shrank (truncated under the
-// attempt, which then read a short or torn file). A failed attempt that
-// made them itself is tried once more too: another process may have
-// removed and made them again in between.
+// or made between p and now (also by the failed attempt itself: another
+// process may have removed and made them again in between), or the file
+// shrank (the attempt then read a short or torn file). A directory made
+// again may have the inode number of the one removed.
 func (p place) changed(now place) bool {
 	differ := func(then, now os.FileInfo) bool {
 		return (then == nil) != (now == nil) || (then != nil && !os.SameFile(then, now))
@@ -251,22 +244,9 @@ func openOnce(ctx context.Context, path string, self store.Owner, opts Options) 
 	if err != nil {
 		return nil, err
 	}
-	writeLock, err := filelock.Open(path + ".lock")
-	if err != nil {
-		_ = conn.Close()
-		_ = db.Close()
-		return nil, shortErr("open "+path, err)
-	}
-	ckptDB, err := openDB(dsn(path, busySlice, false, false))
-	if err != nil {
-		_ = writeLock.Close()
-		_ = conn.Close()
-		_ = db.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	ckptDB.SetMaxOpenConns(1)
 	s := &sqlStore{
 		path:       path,
+		file:       file,
 		log:        opts.Logger,
 		now:        opts.Now,
 		self:       self,
@@ -274,33 +254,41 @@ func openOnce(ctx context.Context, path string, self store.Owner, opts Options) 
 		db:         db,
 		sem:        make(chan struct{}, 1),
 		conn:       conn,
-		writeLock:  writeLock,
+		st:         statements{conn: conn},
 		checkpoint: make(chan struct{}, 1),
-		ckptDB:     ckptDB,
-		stop:       make(chan struct{}),
 	}
-	// The connection opened the file that was at the path just before it
-	// connected; if that is still the one there, it is the store every
-	// other process uses. If it was replaced meanwhile (a cleaner, another
-	// process that set a truncated file aside), the connection may be on
-	// the old one, which nobody else reads: Open starts again.
-	s.file = file
 	s.size.Store(file.Size())
-	if err := s.sameFile(); err != nil {
+	fail := func(err error) (*sqlStore, error) {
 		_ = s.closeDB()
-		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, err)
+		return nil, err
 	}
-	s.st.prepare(conn)
+	if s.writeLock, err = filelock.Open(path + ".lock"); err != nil {
+		if short := transient.Wrap(err); short != nil {
+			err = short // a passing shortage, in its words
+		}
+		return fail(fmt.Errorf("open %s: %w", path, err))
+	}
+	if s.ckptDB, err = openDB(dsn(path, busySlice, false, false)); err != nil {
+		return fail(fmt.Errorf("open %s: %w", path, err))
+	}
+	s.ckptDB.SetMaxOpenConns(1)
+	// The connection may be on a file replaced since (a cleaner, another
+	// process that set a truncated file aside), which nobody else reads:
+	// Open starts again.
+	if err := s.sameFile(); err != nil {
+		return fail(fmt.Errorf("open %s: the file changed while it opened: %w", path, err))
+	}
 	if found > 0 && found < ownerFormatVersion {
-		// The file was just migrated from a schema whose rows name owners
-		// by wall-clock start times: rewrite them once. A failure leaves
-		// them to the conservative judgement they get wherever met.
+		// Rows of that schema name owners by wall-clock start times:
+		// rewrite them once. A failure leaves them to the conservative
+		// judgement they get wherever met.
 		if conv, del, err := s.convertLegacyOwners(ctx); err != nil {
 			s.log.Error(err, "could not convert owners recorded by an earlier berth; they are judged conservatively until a later open converts them", "path", path)
 		} else if conv+del > 0 {
 			s.log.Info("converted owners recorded by an earlier berth", "path", path, "converted", conv, "reaped", del)
 		}
 	}
+	s.bg, s.stop = context.WithCancel(context.Background())
 	if opts.SweepInterval > 0 {
 		s.wg.Add(1)
 		go s.sweep(opts.SweepInterval) //nolint:contextcheck // the sweep outlives Open's context; Close stops it
@@ -310,27 +298,23 @@ func openOnce(ctx context.Context, path string, self store.Owner, opts Options) 
 	return s, nil
 }
 
-// Path returns the database file's absolute path.
-func (s *sqlStore) Path() string { return s.path }
-
 // ownerFormatVersion is the schema version from which rows name owners by
 // the kernel's start time; rows of older schemas are converted on Open.
 const ownerFormatVersion = 3
 
 // closeGrace is how long Close waits, beyond BusyTimeout, for a call in
-// flight to end before it leaves the database to be closed by that call.
+// flight to end.
 const closeGrace = time.Second
 
-// Close stops the background sweep and closes the database. It does not
-// release reservations: they belong to their owners. Close is idempotent
-// and bounded: a call still in flight after BusyTimeout plus a second (it is
-// bounded itself) closes the database when it ends, and Close returns an
-// error saying so.
+// Close stops the background sweep and closes the database; reservations
+// stay, as they belong to their owners. Close is idempotent and bounded: a
+// call still in flight after BusyTimeout plus closeGrace closes the
+// database when it ends, and Close returns an error saying so.
 func (s *sqlStore) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	close(s.stop)
+	s.stop()
 	s.wg.Wait() // the sweep's and the checkpointer's calls end with stop
 	wait := time.NewTimer(s.busy + closeGrace)
 	defer wait.Stop()
@@ -347,13 +331,12 @@ func (s *sqlStore) Close() error {
 }
 
 func (s *sqlStore) closeDB() error {
-	var errs []error
-	errs = append(errs, s.st.close())
+	errs := []error{s.st.close()}
 	guard := s.closeGuard() // before the store's own connections close
-	if s.conn != nil {
-		errs = append(errs, s.conn.Close())
+	errs = append(errs, s.conn.Close(), s.db.Close())
+	if s.ckptDB != nil {
+		errs = append(errs, s.ckptDB.Close())
 	}
-	errs = append(errs, s.db.Close(), s.ckptDB.Close())
 	if guard != nil {
 		errs = append(errs, guard.Close())
 	}
@@ -372,20 +355,15 @@ func (s *sqlStore) closeDB() error {
 // closeGuard returns an open read-only handle on the store's file when the
 // WAL is small enough to leave for the next process, or nil.
 //
-// The last connection to close a WAL database checkpoints it, fsyncing the
-// WAL and the database file, and (with journal_size_limit set) truncates the
-// WAL; the next process to write then starts a new WAL, fsyncing its header
-// and the directory. For short-lived processes (`berth get`, a test binary)
-// those four fsyncs were most of what a port cost. SQLite skips the
-// checkpoint when another connection still has the file open, and a
-// read-only connection cannot checkpoint at all: closed after the store's
-// own connections, the guard leaves the WAL as it is, and the next process
-// appends to it with no fsync at all. The frames are as safe in the WAL as
-// in the database file (SQLite reads both, and a crash of any process loses
-// neither); only a power cut can lose the last of them, and it also ends
-// every owner those frames name. Once the WAL is past walKeepLimit the
-// store closes without a guard, so one process in many pays for the
-// checkpoint and a fresh process never reads back a long WAL.
+// The last connection to close a WAL database checkpoints and truncates
+// the WAL, and the next writer starts a new one: four fsyncs, most of what
+// a port cost a short-lived process (`berth get`, a test binary). SQLite
+// skips that while another connection has the file open, and a read-only
+// one cannot checkpoint: closed last, the guard leaves the WAL for the next
+// process to append to. Frames in the WAL are as safe as in the file; only
+// a power cut can lose the last of them, and it also ends every owner they
+// name. Past walKeepLimit the store closes without a guard, so one process
+// in many pays for the checkpoint and none reads back a long WAL.
 func (s *sqlStore) closeGuard() *sql.DB {
 	fi, err := os.Stat(s.path + "-wal")
 	if err != nil || fi.Size() > walKeepLimit {
@@ -395,9 +373,7 @@ func (s *sqlStore) closeGuard() *sql.DB {
 	if err != nil {
 		return nil
 	}
-	// A connection holds its shared lock on the database file once it has
-	// read it.
-	var v int
+	var v int // read once, the connection holds its shared lock
 	if err := g.QueryRow("PRAGMA schema_version").Scan(&v); err != nil {
 		_ = g.Close()
 		return nil
@@ -405,24 +381,21 @@ func (s *sqlStore) closeGuard() *sql.DB {
 	return g
 }
 
-// dsn builds the driver's data source name. The path goes in as a file: URI
-// with the characters that would end or escape it encoded.
+// dsn builds the driver's data source name.
 func dsn(path string, busy time.Duration, readOnly, setWAL bool) string {
 	if readOnly {
 		return dsnBare(path) + "?mode=ro&_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")"
 	}
 	d := dsnBare(path) + "?_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")"
 	if setWAL {
-		// WAL mode is recorded in the file: a database that has it needs
-		// no setting, and setting it on one that is not berth's would
-		// rewrite that file's header.
+		// Set only on a file that needs it: on one that is not berth's it
+		// would rewrite that file's header.
 		d += "&_pragma=journal_mode(WAL)"
 	}
 	return d + "&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate" +
-		// The WAL file is kept when the last connection closes (see
-		// openDB); with a limit set, that connection, having checkpointed
-		// it, truncates it to nothing, so the next process neither reads
-		// old frames to rebuild its index nor copies them back again.
+		// The WAL file is kept (see openDB); the limit has the last
+		// connection truncate it after its checkpoint, so the next process
+		// neither reads old frames back nor copies them again.
 		"&_pragma=journal_size_limit(" + fmt.Sprint(walSizeLimit) + ")" +
 		// Checkpoints run in the background (see checkpointer); this
 		// automatic one is only a backstop against a WAL that grows.
@@ -434,16 +407,12 @@ func dsn(path string, busy time.Duration, readOnly, setWAL bool) string {
 var testHookPrepared func()
 
 // openConn opens the store's connection to path, with the file made ready
-// first. The usual file, one of the current schema, is inspected on that
-// connection itself, so a fresh process opens the database once: a second
-// connection would also be the last to close, which makes SQLite check the
-// WAL and, when another process left it unchecked, checkpoint it with two
-// fsyncs before the store's first call. Any other file (none yet, an older
-// schema, one to refuse) takes the careful path: prepareFile inspects it
-// under the migration lock and migrates it, and then the connection opens.
-//
-// It also returns the file as it was just before the connection opened it,
-// for the caller to check that it is still the one at the path.
+// first, and returns the file as it was just before, for the caller to
+// check that it is still the one at the path. A file of the current schema
+// is inspected on that connection itself: a second one, closed first, would
+// make SQLite checkpoint a WAL another process left, with two fsyncs. Any
+// other file (none yet, an older schema, one to refuse) takes the careful
+// path: prepareFile inspects and migrates it under the migration lock.
 func openConn(ctx context.Context, path string, busy time.Duration, log logr.Logger) (*sql.DB, *sql.Conn, uint, os.FileInfo, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
 		db, conn, err := connect(ctx, path, busy, false)
@@ -455,19 +424,18 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 		if err == nil {
 			st, err = inspectOn(ctx, path, conn)
 		}
-		if err == nil && k.refuses(st) {
-			err = tooNew(path, st, k)
+		ready := false
+		if err == nil {
+			ready, err = k.ready(path, st)
 		}
-		if err == nil && k.usable(st) {
+		if err == nil && ready {
 			if k.newerKnown(st) {
 				log.V(1).Info("the store's schema is newer than this berth knows, of a write version it knows: writing to it", "path", path, "schema", st.version, "known", k.latest, "writeVersion", st.writeVersion)
 			}
-			if err := settle(ctx, conn); err != nil {
-				_ = conn.Close()
-				_ = db.Close()
-				return nil, nil, 0, nil, classify(path, err)
+			if err = settle(ctx, conn); err == nil {
+				return db, conn, st.version, fi, nil
 			}
-			return db, conn, st.version, fi, nil
+			err = classify(path, err)
 		}
 		_ = conn.Close()
 		_ = db.Close()
@@ -489,8 +457,8 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 	case err != nil:
 		return nil, nil, 0, nil, classify(path, err)
 	case fi.Size() == 0:
-		// prepareFile leaves a whole store at path: an empty file is one
-		// that SQLite made, opening the path of a store removed meanwhile.
+		// prepareFile leaves a whole store: SQLite made this one, opening
+		// the path of a store removed meanwhile.
 		return nil, nil, 0, nil, fmt.Errorf("database file %s was removed while the store opened, and an empty file made in its place: %w", path, store.ErrLost)
 	}
 	db, conn, err := connect(ctx, path, busySlice, true)
@@ -501,8 +469,8 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 }
 
 // settle readies a connection that inspected a berth database of the
-// current schema: WAL mode back on if someone turned it off (the sqlite3
-// shell can), and the store's short busy timeout.
+// current schema: WAL mode back on (the sqlite3 shell can turn it off), and
+// the store's short busy timeout.
 func settle(ctx context.Context, conn *sql.Conn) error {
 	var mode string
 	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
@@ -517,15 +485,14 @@ func settle(ctx context.Context, conn *sql.Conn) error {
 	return err
 }
 
-// connect opens a database handle of one connection on path and takes that
-// connection.
+// connect opens a database handle of one connection on path and takes it:
+// writers of this process take turns on it through sem, so they never see
+// SQLITE_BUSY from each other.
 func connect(ctx context.Context, path string, busy time.Duration, setWAL bool) (*sql.DB, *sql.Conn, error) {
 	db, err := openDB(dsn(path, busy, false, setWAL))
 	if err != nil {
 		return nil, nil, err
 	}
-	// One connection: writers in this process take turns on it through
-	// sem, so they never see SQLITE_BUSY from each other.
 	db.SetMaxOpenConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
@@ -547,50 +514,35 @@ const (
 	// backstopCheckpointPages is the WAL size, in pages, at which SQLite
 	// checkpoints inside a commit anyway.
 	backstopCheckpointPages = 8192
-	// walSizeLimit is the size, in bytes, to which SQLite trims the WAL
-	// file when it starts it over after a checkpoint.
-	walSizeLimit = 1 << 20
-	// walKeepLimit is the WAL size, in bytes, up to which a closing store
-	// leaves the WAL for the next process (see closeGuard): about 30
-	// processes that allocate and release a port each.
+	walSizeLimit            = 1 << 20 // bytes: see dsn
+	// walKeepLimit, in bytes (about 30 processes that allocate and release
+	// a port each): see closeGuard.
 	walKeepLimit = 128 << 10
 )
 
-// checkpointer copies the WAL back into the database file when nudged.
-// SQLite's automatic checkpoint runs inside the commit that crosses its
-// threshold, holding the write lock through an fsync: the slowest calls
-// under contention were those. A PASSIVE checkpoint on a connection of its
-// own blocks no writer.
+// checkpointer copies the WAL back into the database file when nudged: a
+// PASSIVE checkpoint on a connection of its own blocks no writer, while
+// SQLite's automatic one holds the write lock of the commit that crosses
+// its threshold through an fsync (the slowest calls under contention).
 func (s *sqlStore) checkpointer() {
 	defer s.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for {
 		select {
-		case <-s.stop:
+		case <-s.bg.Done():
 			return
 		case <-s.checkpoint:
 		}
 		if s.sameFile() != nil {
-			// Pages written back into a file that was truncated would
-			// make it look whole again, and hide the loss.
-			continue
+			continue // written back, pages would make a truncated file look whole
 		}
-		if _, err := s.ckptDB.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil && !isBusy(err) && ctx.Err() == nil {
+		if _, err := s.ckptDB.ExecContext(s.bg, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil && !isBusy(err) && s.bg.Err() == nil {
 			s.log.V(1).Info("background checkpoint failed", "error", err.Error())
 		}
 	}
 }
 
-// committed counts a commit and nudges the checkpointer now and then. It
-// must be called with the store acquired.
+// committed counts a commit, with the store acquired, and nudges the
+// checkpointer now and then.
 func (s *sqlStore) committed() {
 	s.commits++
 	if s.commits%checkpointEvery == 0 {
@@ -601,7 +553,8 @@ func (s *sqlStore) committed() {
 	}
 }
 
-// dsnBare is the file: URI of path with no parameters.
+// dsnBare is the file: URI of path, with the characters that would end or
+// escape it encoded.
 func dsnBare(path string) string {
 	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.ToSlash(path))
 	if !strings.HasPrefix(esc, "/") {
@@ -621,9 +574,7 @@ func (s *sqlStore) acquire(ctx context.Context, write bool) (func(), error) {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		// Another call of this process had the store all along: the
-		// background sweep, say, waiting for the write lock that another
-		// process holds.
+		// The background sweep, say, waiting for another process's lock.
 		return nil, fmt.Errorf("%w: another call of this process had the store until the call's end: %w", store.ErrBusy, ctx.Err())
 	}
 	if s.closed.Load() {
@@ -638,9 +589,9 @@ func (s *sqlStore) acquire(ctx context.Context, write bool) (func(), error) {
 		s.putTurn()
 		return nil, err
 	}
-	// Checked under the lock, so that a write that passes lands in the
-	// file every other process uses, unless it is deleted meanwhile,
-	// which write and exec check again.
+	// Under the lock, a write that passes lands in the file every other
+	// process uses (unless it is deleted meanwhile: write and exec check
+	// again).
 	if err := s.sameFile(); err != nil {
 		release()
 		return nil, err
@@ -651,49 +602,43 @@ func (s *sqlStore) acquire(ctx context.Context, write bool) (func(), error) {
 // lockWrite takes the cross-process write lock for a caller that holds the
 // turn, and returns the function that lets go of both.
 func (s *sqlStore) lockWrite(ctx context.Context) (func(), error) {
-	ok, err := s.writeLock.TryLock()
+	lock := s.writeLock
+	ok, err := lock.TryLock()
 	if err != nil {
-		return nil, fmt.Errorf("write lock %s: %w", s.writeLock.Path(), err)
+		return nil, fmt.Errorf("write lock %s: %w", lock.Path(), err)
 	}
-	if ok {
-		return func() {
-			if err := s.writeLock.Unlock(); err != nil {
-				s.log.Error(err, "unlock write lock", "path", s.writeLock.Path())
-			}
-			s.putTurn()
-		}, nil
-	}
-	lock, err := s.waitLock(ctx)
-	if err != nil {
-		return nil, err
+	waited := !ok
+	if waited {
+		if lock, err = s.waitLock(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return func() {
 		if err := lock.Unlock(); err != nil {
 			s.log.Error(err, "unlock write lock", "path", lock.Path())
-			_ = lock.Close() // closing drops the lock whatever Unlock said
-		} else {
+			if waited {
+				_ = lock.Close() // closing drops the lock whatever Unlock said
+			}
+		} else if waited {
 			s.spare = lock
 		}
 		s.putTurn()
-		// Another process may be waiting as this one did: let it run
-		// before this one can take the lock again (see filelock.Yield).
-		filelock.Yield()
+		if waited {
+			filelock.Yield() // let a waiter run before this one locks again
+		}
 	}, nil
 }
 
-// putTurn gives back the in-process turn taken by acquire.
 func (s *sqlStore) putTurn() { <-s.sem }
 
-// waitLock waits for the write lock that another process holds. The kernel
-// wakes a blocked flock the moment the holder lets go, with no polling, but
-// a blocked flock cannot be interrupted. So the wait runs in a goroutine on
-// a lock file of its own: when ctx or BusyTimeout ends it first, the caller
-// leaves with the turn given back, and the goroutine, once the kernel grants
-// it the lock, lets go of it and ends. A holder that stays frozen keeps that
-// goroutine blocked, never a caller or Close. The waiter's descriptor is
-// kept for the next wait (s.spare) unless its wait was abandoned: under 16
-// processes every write waits, and opening and closing the file each time
-// cost an eighth of their rate.
+// waitLock waits for the write lock that another process holds. A blocked
+// flock wakes the moment the holder lets go, but cannot be interrupted: so
+// it blocks in a goroutine on a descriptor of its own, and when ctx or
+// BusyTimeout ends first the caller leaves, and the goroutine lets go of
+// the lock once granted. A frozen holder blocks that goroutine, never a
+// caller or Close. The descriptor is kept for the next wait (s.spare) unless
+// abandoned: under 16 processes every write waits, and opening and closing
+// it each time cost an eighth of their rate.
 func (s *sqlStore) waitLock(ctx context.Context) (*filelock.File, error) {
 	lock := s.spare
 	s.spare = nil
@@ -743,9 +688,6 @@ func (s *sqlStore) waitLock(ctx context.Context) (*filelock.File, error) {
 	holder := "another process"
 	if h, ok := filelock.HolderOf(s.writeLock.Path()); ok {
 		holder = h.String()
-	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("write lock %s is held by %s: %w: %w", s.writeLock.Path(), holder, store.ErrBusy, why)
 	}
 	return nil, fmt.Errorf("write lock %s is held by %s (%w): %w", s.writeLock.Path(), holder, why, store.ErrBusy)
 }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/berth-go/berth/store"
@@ -18,16 +17,70 @@ import (
 // statements (an interrupted statement can leave the connection in a state
 // only ROLLBACK clears); fn checks ctx between steps instead.
 func (s *sqlStore) write(ctx context.Context, op string, fn func(tctx context.Context) error) error {
+	return s.writing(ctx, op, func(tctx context.Context) error {
+		if err := s.retryBusy(ctx, func() error {
+			_, err := s.st.exec(tctx, qBegin)
+			return err
+		}); err != nil {
+			return storageErr(op, err)
+		}
+		committed := false
+		defer func() { //nolint:contextcheck // a rollback must run whatever became of ctx
+			// Also after a panic in fn (a caller's probe, a bug): the
+			// shared connection must not stay inside the transaction.
+			if !committed {
+				s.rollback()
+			}
+		}()
+		if err := fn(tctx); err != nil {
+			return err
+		}
+		if _, err := s.st.exec(tctx, qCommit); err != nil {
+			return storageErr(op, err)
+		}
+		committed = true
+		s.committed()
+		return nil
+	})
+}
+
+// exec runs one autocommit write statement with the store acquired for
+// writing and returns the number of rows it changed. done, when not nil,
+// runs with the store still acquired, to bring the cache in line.
+func (s *sqlStore) exec(ctx context.Context, op string, done func(n int64), q string, args ...any) (int64, error) {
+	var n int64
+	err := s.writing(ctx, op, func(tctx context.Context) error {
+		if err := s.retryBusy(ctx, func() error {
+			res, err := s.st.exec(tctx, q, args...)
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
+			return err
+		}); err != nil {
+			s.cache.invalidate()
+			return storageErr(op, err)
+		}
+		s.committed()
+		if done != nil {
+			done(n)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// writing runs body with the store acquired for writing.
+func (s *sqlStore) writing(ctx context.Context, op string, body func(tctx context.Context) error) error {
 	release, err := s.acquire(ctx, true)
 	if err != nil {
 		return acquireErr(op, err)
 	}
 	defer release()
-	err = s.inTx(ctx, op, fn)
-	// The file may have been deleted while the transaction ran: its rows
-	// would then be where nobody looks. A failed transaction is checked
-	// too: a file truncated under the connection fails with "no such
-	// table" or as damaged, which is its loss, not a failure of the store.
+	err = body(context.WithoutCancel(ctx))
+	// The file may have been deleted meanwhile: its rows would then be
+	// where nobody looks. A failed write is checked too: a file truncated
+	// under the connection fails with "no such table" or as damaged, which
+	// is its loss, not a failure of the store.
 	if lost := s.lostErr(err); lost != nil {
 		err = lost
 	}
@@ -48,76 +101,6 @@ func (s *sqlStore) lostErr(err error) error {
 	return fmt.Errorf("%w (the transaction failed with: %s)", serr, err.Error()) // not wrapped: it is no failure of the store
 }
 
-func (s *sqlStore) inTx(ctx context.Context, op string, fn func(tctx context.Context) error) error {
-	tctx := context.WithoutCancel(ctx)
-	if err := s.retryBusy(ctx, func() error {
-		_, err := s.st.begin.ExecContext(tctx)
-		return err
-	}); err != nil {
-		return storageErr(op, err)
-	}
-	// A panic in fn (a caller's probe, a bug) must not leave the shared
-	// connection inside the transaction: roll back, then let it go on.
-	finished := false
-	defer func() { //nolint:contextcheck // a rollback must run whatever became of ctx
-		if !finished {
-			if p := recover(); p != nil {
-				s.rollback() //nolint:contextcheck // a rollback must run whatever became of ctx
-				panic(p)
-			}
-		}
-	}()
-	if err := fn(tctx); err != nil {
-		finished = true // nothing left for the deferred rollback
-		s.rollback()    //nolint:contextcheck // a rollback must run whatever became of ctx
-		return err
-	}
-	finished = true
-	if _, err := s.st.commit.ExecContext(tctx); err != nil {
-		s.rollback() //nolint:contextcheck // a rollback must run whatever became of ctx
-		return storageErr(op, err)
-	}
-	s.committed()
-	return nil
-}
-
-// exec runs one autocommit write statement with the store acquired for
-// writing and returns the number of rows it changed. done, when not nil,
-// runs with the store still acquired, to bring the cache in line.
-func (s *sqlStore) exec(ctx context.Context, op string, done func(n int64), stmt *stmt, args ...any) (int64, error) {
-	release, err := s.acquire(ctx, true)
-	if err != nil {
-		return 0, acquireErr(op, err)
-	}
-	defer release()
-	tctx := context.WithoutCancel(ctx)
-	var n int64
-	err = s.retryBusy(ctx, func() error {
-		res, err := stmt.ExecContext(tctx, args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		s.cache.invalidate()
-		err = storageErr(op, err)
-		if lost := s.lostErr(err); lost != nil {
-			return 0, fmt.Errorf("%s: %w", op, lost)
-		}
-		return 0, s.explain(err)
-	}
-	s.committed()
-	if done != nil {
-		done(n)
-	}
-	if err := s.sameFile(); err != nil {
-		return 0, fmt.Errorf("%s: %w", op, err)
-	}
-	return n, nil
-}
-
 func acquireErr(op string, err error) error {
 	if errors.Is(err, store.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
@@ -130,7 +113,7 @@ func acquireErr(op string, err error) error {
 
 func (s *sqlStore) rollback() {
 	s.cache.invalidate()
-	if _, err := s.st.rollback.ExecContext(context.Background()); err != nil {
+	if _, err := s.st.exec(context.Background(), qRollback); err != nil {
 		// "no transaction is active" after a failed COMMIT is expected;
 		// anything else leaves the connection in a transaction.
 		s.log.V(1).Info("rollback failed", "error", err.Error())
@@ -163,8 +146,8 @@ func (s *sqlStore) retryBusy(ctx context.Context, fn func() error) error {
 
 // explain adds what to check to errors of the file system under the store.
 func (s *sqlStore) explain(err error) error {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
+	code := sqliteCode(err)
+	if code == 0 {
 		return err
 	}
 	// A write that failed for want of space SQLite reports as an I/O
@@ -176,7 +159,7 @@ func (s *sqlStore) explain(err error) error {
 	if errors.Is(err, store.ErrTransient) {
 		return err // its message says what ran short
 	}
-	switch se.Code() & 0xff {
+	switch code {
 	case sqlite3.SQLITE_READONLY:
 		if writable(s.path) && writable(filepath.Dir(s.path)) {
 			// SQLite opens a file read-only when it cannot open it for
@@ -190,9 +173,4 @@ func (s *sqlStore) explain(err error) error {
 		return fmt.Errorf("%w; check that %s is writable and its file system not full", err, filepath.Dir(s.path))
 	}
 	return err
-}
-
-func isBusy(err error) bool {
-	var se *sqlite.Error
-	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }

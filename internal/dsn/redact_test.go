@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
 )
 
 // pw is the password of the tests that check it is never shown.
@@ -73,7 +72,7 @@ func TestScrubberErr(t *testing.T) {
 	inner := errors.New(`server: unrecognized configuration parameter "postgre://u:` + pw + `@h/db?x"`)
 	outer := errors.New("storage failed")
 	wrapped := errors.Join(outer, inner)
-	err := NewScrubber("postgre://u:"+pw+"@h/db").Err(wrapped)
+	err := NewScrubber("postgre://u:" + pw + "@h/db").Err(wrapped)
 	if strings.Contains(err.Error(), pw) {
 		t.Errorf("Scrubber.Err = %q; shows the password", err)
 	}

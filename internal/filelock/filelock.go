@@ -48,18 +48,6 @@ func (l *File) Unlock() error { return unlock(l.f) }
 // Close closes the file, releasing the lock if held.
 func (l *File) Close() error { return l.f.Close() }
 
-// Current reports whether the file l has open is still the one at its
-// path: a lock of a file that was removed or replaced since it was opened
-// keeps nobody else out.
-func (l *File) Current() bool {
-	held, err := l.f.Stat()
-	if err != nil {
-		return false
-	}
-	now, err := os.Stat(l.f.Name())
-	return err == nil && os.SameFile(held, now)
-}
-
 // Reopen opens the same lock file again, as a File of its own. Locks are
 // held per open file, so the two compete for the lock like two processes:
 // a waiter that may have to be abandoned blocks on a File of its own, and

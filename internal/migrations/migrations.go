@@ -5,6 +5,7 @@ package migrations
 import (
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -12,22 +13,29 @@ import (
 	"sync"
 )
 
-// Latest returns the highest version among the migration files in dir of
-// fsys, named VERSION_title.up.sql as golang-migrate names them; 0 when
+// Latest returns the highest version among the up migration files in dir
+// of fsys, named VERSION_title.up.sql as golang-migrate names them; 0 when
 // there are none. Files of another name are passed over.
 func Latest(fsys fs.FS, dir string) uint {
-	var latest uint
-	entries, _ := fs.ReadDir(fsys, dir) // an unreadable dir has no versions
+	files, _ := upFiles(fsys, dir) // an unreadable dir has no versions
+	return slices.Max(append(slices.Collect(maps.Keys(files)), 0))
+}
+
+// upFiles returns the names of the up migration files in dir of fsys, by
+// version.
+func upFiles(fsys fs.FS, dir string) (map[uint]string, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	files := map[uint]string{}
 	for _, e := range entries {
-		v, _, ok := strings.Cut(e.Name(), "_")
-		if !ok {
+		v, rest, ok := strings.Cut(e.Name(), "_")
+		if !ok || !strings.HasSuffix(rest, ".up.sql") {
 			continue
 		}
-		if n, err := strconv.ParseUint(v, 10, 32); err == nil && uint(n) > latest {
-			latest = uint(n)
+		if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+			files[uint(n)] = e.Name()
 		}
 	}
-	return latest
+	return files, err
 }
 
 // Compat is the first migration version that declares a write version: a
@@ -47,28 +55,13 @@ const Declaration = "-- write-version:"
 // change) or one more (they must stop writing): anything else is an error
 // naming the file.
 func WriteVersions(fsys fs.FS, dir string) (map[uint]uint, error) {
-	entries, err := fs.ReadDir(fsys, dir)
+	files, err := upFiles(fsys, dir)
 	if err != nil {
 		return nil, err
 	}
 	out := map[uint]uint{}
-	var versions []uint
-	files := map[uint]string{}
-	for _, e := range entries {
-		v, rest, ok := strings.Cut(e.Name(), "_")
-		if !ok || !strings.HasSuffix(rest, ".up.sql") {
-			continue
-		}
-		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil {
-			continue
-		}
-		versions = append(versions, uint(n))
-		files[uint(n)] = e.Name()
-	}
-	slices.Sort(versions)
 	var prev uint
-	for _, v := range versions {
+	for _, v := range slices.Sorted(maps.Keys(files)) {
 		if v < Compat {
 			out[v] = 0
 			continue

@@ -49,6 +49,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -341,29 +342,18 @@ func (f *File) update(ctx context.Context, fn func(recent func(string, uint16) b
 // file that cannot be opened or locked (a read-only or full state
 // directory) degrades the File instead of failing it.
 func (f *File) lockFile(ctx context.Context) (func(), error) {
+	var err error
 	if f.lock == nil {
-		l, err := filelock.Open(f.path + ".lock")
-		if err != nil {
-			if errors.Is(err, syscall.ELOOP) {
-				return nil, fmt.Errorf("MRU file: %w", &safefs.UnsafeError{Path: f.path + ".lock", Why: "is a symbolic link where berth keeps its own file", Fix: "remove the link"})
-			}
-			if err := f.degrade(err); err != nil {
-				return nil, err
-			}
-			return func() {}, nil
+		if f.lock, err = filelock.Open(f.path + ".lock"); errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("MRU file: %w", &safefs.UnsafeError{Path: f.path + ".lock", Why: "is a symbolic link where berth keeps its own file", Fix: "remove the link"})
 		}
-		f.lock = l
 	}
-	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
-		ok, err := f.lock.TryLock()
-		if err != nil {
-			if err := f.degrade(err); err != nil {
-				return nil, err
-			}
-			return func() {}, nil
-		}
-		if ok {
+	for wait := 50 * time.Microsecond; err == nil; wait = min(2*wait, 5*time.Millisecond) {
+		var ok bool
+		if ok, err = f.lock.TryLock(); ok {
 			return func() { _ = f.lock.Unlock() }, nil
+		} else if err != nil {
+			break
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -373,6 +363,7 @@ func (f *File) lockFile(ctx context.Context) (func(), error) {
 		case <-t.C:
 		}
 	}
+	return func() {}, f.degrade(err)
 }
 
 // fresh reports whether an entry handed out at at is still within Window.
@@ -392,22 +383,19 @@ func (f *File) live(now time.Time) []Entry {
 }
 
 // refresh reads what other processes appended since the last call, or the
-// whole file when it was replaced. It opens the file only if it is a
-// regular file, never through a link, and never blocks on a FIFO.
+// whole file when it was replaced.
 func (f *File) refresh(now time.Time) error {
-	file, err := os.OpenFile(f.path, os.O_RDONLY|noFollow|nonBlock, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		f.view = view{valid: true, recent: map[key]int64{}}
-		return nil
-	}
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return fmt.Errorf("MRU file: %w", &safefs.UnsafeError{Path: f.path, Why: "is a symbolic link where berth keeps its own file", Fix: "remove the link; berth creates the file itself"})
-		}
+	file, err := safefs.OpenFile(f.path, os.O_RDONLY, 0)
+	switch {
+	case errors.Is(err, safefs.ErrUnsafe):
+		return fmt.Errorf("MRU file: %w", err)
+	case err != nil && !errors.Is(err, os.ErrNotExist):
 		if err := f.degrade(err); err != nil {
 			return err
 		}
-		f.view = view{valid: true, recent: map[key]int64{}}
+		fallthrough
+	case err != nil:
+		f.view = view{valid: true}
 		return nil
 	}
 	defer func() { _ = file.Close() }()
@@ -415,17 +403,14 @@ func (f *File) refresh(now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("MRU file: %w", err)
 	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("MRU file: %w", &safefs.UnsafeError{Path: f.path, Why: fmt.Sprintf("is not a regular file (%s)", fi.Mode().Type()), Fix: "remove it; berth creates the file itself"})
-	}
 	if fi.Size() > MaxFileSize {
 		f.setAside(fmt.Errorf("file is %d bytes, more than the %d an MRU file may have", fi.Size(), MaxFileSize))
-		f.view = view{valid: true, recent: map[key]int64{}}
+		f.view = view{valid: true}
 		return nil
 	}
 	v := &f.view
 	if !v.valid || v.id == nil || !os.SameFile(v.id, fi) || fi.Size() < v.end {
-		*v = view{id: fi, recent: map[key]int64{}}
+		*v = view{id: fi}
 	}
 	if fi.Size() == v.end && v.valid {
 		return nil
@@ -439,7 +424,7 @@ func (f *File) refresh(now time.Time) error {
 		entries, n, err := parseStart(buf)
 		if err != nil {
 			f.setAside(err)
-			*v = view{valid: true, recent: map[key]int64{}}
+			*v = view{valid: true}
 			return nil
 		}
 		if n < 0 {
@@ -462,6 +447,9 @@ func (f *File) refresh(now time.Time) error {
 // add puts entries into the view, dropping the oldest beyond MaxEntries.
 func (f *File) add(entries []Entry) {
 	v := &f.view
+	if v.recent == nil {
+		v.recent = map[key]int64{}
+	}
 	for _, e := range entries {
 		v.entries = append(v.entries, e)
 		v.lines++
@@ -490,7 +478,7 @@ func (f *File) append(entries []Entry, now time.Time) error {
 		f.add(entries)
 		return f.rewrite(now)
 	}
-	file, err := os.OpenFile(f.path, os.O_WRONLY|noFollow|nonBlock, 0)
+	file, err := safefs.OpenFile(f.path, os.O_WRONLY, 0)
 	if err != nil {
 		if err := f.degrade(fmt.Errorf("write %s: %w", f.path, err)); err != nil {
 			return err
@@ -499,20 +487,15 @@ func (f *File) append(entries []Entry, now time.Time) error {
 		return nil
 	}
 	defer func() { _ = file.Close() }()
-	if fi, err := file.Stat(); err != nil || !os.SameFile(fi, v.id) || !fi.Mode().IsRegular() {
+	if fi, err := file.Stat(); err != nil || !os.SameFile(fi, v.id) {
 		f.add(entries)
 		f.view.valid = false // replaced under us: read it whole next time
 		return nil
 	} else if fi.Size() != v.end {
 		_ = file.Truncate(v.end) // a torn last line
 	}
-	var b bytes.Buffer
-	for _, e := range entries {
-		line, _ := json.Marshal(e)
-		b.Write(line)
-		b.WriteByte('\n')
-	}
-	if _, err := file.WriteAt(b.Bytes(), v.end); err != nil {
+	b := appendLines(nil, entries)
+	if _, err := file.WriteAt(b, v.end); err != nil {
 		_ = file.Truncate(v.end)
 		if err := f.degrade(fmt.Errorf("write %s: %w", f.path, err)); err != nil {
 			return err
@@ -520,7 +503,7 @@ func (f *File) append(entries []Entry, now time.Time) error {
 		f.add(entries)
 		return nil
 	}
-	v.end += int64(b.Len())
+	v.end += int64(len(b))
 	f.add(entries)
 	// Now and then, not on every append (counting live entries reads them
 	// all), rewrite a file most of whose lines have expired or been
@@ -535,14 +518,8 @@ func (f *File) append(entries []Entry, now time.Time) error {
 // fails only for a passing shortage (see degrade).
 func (f *File) rewrite(now time.Time) error {
 	live := f.live(now)
-	var b bytes.Buffer
-	b.Write(header)
-	for _, e := range live {
-		line, _ := json.Marshal(e)
-		b.Write(line)
-		b.WriteByte('\n')
-	}
-	if err := writeAtomic(f.path, b.Bytes()); err != nil {
+	b := appendLines(header, live)
+	if err := writeAtomic(f.path, b); err != nil {
 		return f.degrade(fmt.Errorf("write %s: %w", f.path, err))
 	}
 	fi, err := os.Lstat(f.path)
@@ -550,10 +527,20 @@ func (f *File) rewrite(now time.Time) error {
 		f.view.valid = false
 		return nil
 	}
-	f.view = view{valid: true, id: fi, end: int64(b.Len()), recent: map[key]int64{}}
+	f.view = view{valid: true, id: fi, end: int64(len(b))}
 	f.add(live)
 	f.view.lines = len(live)
 	return nil
+}
+
+// appendLines appends entries to b as lines of the file.
+func appendLines(b []byte, entries []Entry) []byte {
+	b = slices.Clip(b)
+	for _, e := range entries {
+		line, _ := json.Marshal(e)
+		b = append(append(b, line...), '\n')
+	}
+	return b
 }
 
 // degrade logs, once per File, that recent ports are not being recorded,

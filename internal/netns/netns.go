@@ -38,11 +38,6 @@ func (ns NS) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command(ipPath(), append([]string{"netns", "exec", ns.Name, name}, args...)...)
 }
 
-// CommandContext is Command with a context that kills the process.
-func (ns NS) CommandContext(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, ipPath(), append([]string{"netns", "exec", ns.Name, name}, args...)...)
-}
-
 // AddN makes n namespaces named prefix-1 through prefix-n, each with its
 // loopback up, and returns them with the function that deletes them all.
 // On an error it deletes those it made. The remove function deletes every

@@ -8,28 +8,21 @@ import (
 	"runtime"
 )
 
-func ipPath() string { return "ip" }
+// Every call fails here: network namespaces are Linux's.
+var errNone = fmt.Errorf("%w: %s has none", ErrUnsupported, runtime.GOOS)
+
+func ipPath() string                    { return "ip" }
+func del(context.Context, string) error { return nil }
+func prefixForTest() string             { return "berth-test" }
 
 // Add fails: network namespaces are Linux's.
-func Add(ctx context.Context, name string) (NS, error) {
-	return NS{}, fmt.Errorf("%w: %s has none", ErrUnsupported, runtime.GOOS)
-}
-
-func del(context.Context, string) error { return nil }
-
-func prefixForTest() string { return "berth-test" }
+func Add(context.Context, string) (NS, error) { return NS{}, errNone }
 
 // Do fails: network namespaces are Linux's.
-func (ns NS) Do(func() error) error {
-	return fmt.Errorf("%w: %s has none", ErrUnsupported, runtime.GOOS)
-}
+func (ns NS) Do(func() error) error { return errNone }
 
 // Pids fails: network namespaces are Linux's.
-func (ns NS) Pids(context.Context) ([]int, error) {
-	return nil, fmt.Errorf("%w: %s has none", ErrUnsupported, runtime.GOOS)
-}
+func (ns NS) Pids(context.Context) ([]int, error) { return nil, errNone }
 
 // KillAll fails: network namespaces are Linux's.
-func (ns NS) KillAll(context.Context, func(int) bool) (int, error) {
-	return 0, fmt.Errorf("%w: %s has none", ErrUnsupported, runtime.GOOS)
-}
+func (ns NS) KillAll(context.Context, func(int) bool) (int, error) { return 0, errNone }

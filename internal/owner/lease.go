@@ -11,17 +11,12 @@ import (
 //
 // A reservation can belong to a named holder under a lease instead of to a
 // process. Its end is judged by a clock no wall-clock step moves (see
-// LeaseNow), of one boot: a lease of another boot has ended.
-//
-// Its row names, as its process, pid 1 as this process's pid namespace
-// numbers it, with the start the kernel recorded for that pid 1, and a
-// scope of the current format with "/lease" added: "<boot id>/k1/<pid
-// namespace>/<time namespace>/lease". Berth releases that know no leases,
-// still running while a newer one takes one, thereby judge the row as
-// they judge a process that runs as long as the boot (or, across pid
-// namespaces, the namespace): they keep it. The boot id of the lease clock
-// is always in front, on macOS too (which has no boot id in process
-// scopes).
+// LeaseNow), of one boot: a lease of another boot has ended. Its row names,
+// as its process, pid 1 of this process's pid namespace, with its start,
+// and the scope "<boot id>/k1/<pid namespace>/<time namespace>/lease" (the
+// lease clock's boot id, on macOS too): berth releases that know no leases
+// judge it as a process that runs as long as the boot (or, across pid
+// namespaces, the namespace), and keep it.
 
 // leaseTag ends the scope of a lease.
 const leaseTag = "/lease"

@@ -13,10 +13,9 @@
 //     pid namespace, because containers that share a state directory reuse
 //     each other's pids, and the time namespace, because the kernel offsets
 //     starttime by the reader's time namespace.
-//   - macOS: the kernel's p_starttime (kern.proc.pid sysctl), unix
-//     milliseconds. The kernel writes it once, when the process starts.
-//   - Windows: the creation time from GetProcessTimes, unix milliseconds.
-//     The kernel writes it once, when the process starts.
+//   - macOS and Windows: the kernel's p_starttime (kern.proc.pid sysctl) or
+//     creation time (GetProcessTimes), unix milliseconds, written once
+//     when the process starts.
 //   - Other systems: gopsutil's CreateTime, unix milliseconds.
 //
 // Starts are compared exactly. Nothing in an identity, and nothing Active
@@ -78,12 +77,10 @@ var ErrNotRunning = errors.New("no such process")
 
 // LegacyMargin is how far the start of a legacy identity (see IsLegacy) may
 // be from the start its pid's process shows now and still count as that
-// process. Legacy starts were computed from the wall clock at the time they
-// were read, so every wall-clock step since then moved them, by as much as
-// the step; in containers they were also rounded per process. A wide margin
-// errs toward alive: a pid reused within the margin keeps a dead owner's row
-// until that new process exits, which only delays reaping, whereas a narrow
-// one would take live owners for dead after an ordinary clock correction.
+// process. Legacy starts came from the wall clock, which every step since
+// moved (in containers they were also rounded per process). A wide margin
+// errs toward alive: a pid reused within it only delays reaping, whereas a
+// narrow one would take live owners for dead after a clock correction.
 const LegacyMargin = 10 * time.Minute
 
 // Identity names one process for as long as it lives. The zero Identity
@@ -156,13 +153,11 @@ func BootID() string { return host.scope().boot }
 // wrapping ErrNotRunning when there is none, or when it has exited and waits
 // for its parent (a zombie).
 //
-// The scope recorded is this process's, also for another pid: a pid is a
-// number in the pid namespace of the one who reads it, and the start a
-// number in its time namespace. A child in a pid namespace of its own has
-// another number there, so recording the child's namespace with the number
-// this process knows would let the child's namespace-mates judge an
-// unrelated process; recording this process's keeps the identity checkable
-// here, and the child's namespace-mates count it as live.
+// The scope recorded is this process's, also for another pid: pid and start
+// are numbers of the reader's pid and time namespaces. With a child's own
+// namespace recorded, its namespace-mates would judge an unrelated process
+// of their number; with this process's, it stays checkable here, and they
+// count it as live.
 func Lookup(ctx context.Context, pid int) (Identity, error) {
 	if !validPID(pid) {
 		return Identity{}, fmt.Errorf("owner: pid %d: %w; want a positive process id", pid, ErrNotRunning)
@@ -197,7 +192,7 @@ func Active(ctx context.Context, id Identity) bool {
 	return v != Dead
 }
 
-// Verdict is what Judge decides about an identity.
+// Verdict is what judge decides about an identity.
 type Verdict int
 
 const (
@@ -217,17 +212,6 @@ func (v Verdict) String() string {
 		return "live"
 	}
 	return "unknown"
-}
-
-// Judge is Active with its grounds: Live when the process was seen
-// running, Dead when it has surely exited, Unknown when it cannot be told
-// from here. With Unknown, err is the error that kept the process's state
-// from being read (a shortage of descriptors or memory, say), which may
-// pass; it is nil when the identity cannot be judged from this process at
-// all (another pid or time namespace), which will not.
-func Judge(ctx context.Context, id Identity) (Verdict, error) {
-	v, _, err := judge(ctx, host, id)
-	return v, err
 }
 
 // Upgrade returns the current identity of the process a legacy identity
@@ -282,9 +266,12 @@ func StartedAt(id Identity) (time.Time, bool) {
 	return time.UnixMilli(ms), true
 }
 
-// judge decides whether id's process still runs. With Live it also returns
-// the reading that showed it; with Unknown, the error of reading the
-// process's state when that is why.
+// judge decides whether id's process still runs: Live when it was seen
+// running, with the reading that showed it; Dead when it has surely
+// exited; Unknown when it cannot be told from here, with the error that
+// kept the process's state from being read (a shortage of descriptors or
+// memory, say), which may pass, or nil when the identity cannot be judged
+// from this process at all (another pid or time namespace).
 func judge(ctx context.Context, k kernel, id Identity) (Verdict, reading, error) {
 	if !validPID(id.PID) {
 		// No process can have this pid; such a row can only come from a
@@ -396,20 +383,6 @@ func parseScope(s string) (sc scope, current bool) {
 		return scope{boot: boot, pidNS: pidNS, timeNS: timeNS}, true
 	}
 	return scope{boot: boot, pidNS: rest}, false
-}
-
-// ScopeParts returns the parts of a scope in the current format: the boot
-// id, the pid namespace and the time namespace (each "" when unknown). ok
-// is false for a scope of an earlier release.
-func ScopeParts(s string) (boot, pidNS, timeNS string, ok bool) {
-	sc, current := parseScope(s)
-	return sc.boot, sc.pidNS, sc.timeNS, current
-}
-
-// MakeScope returns the scope, in the current format, of a process of
-// this boot in the given pid and time namespaces ("" when unknown).
-func MakeScope(pidNS, timeNS string) string {
-	return scope{boot: host.scope().boot, pidNS: pidNS, timeNS: timeNS}.String()
 }
 
 // NameOf returns the name of process pid, for people to read, or "".

@@ -762,8 +762,8 @@ func TestJudgeOutOfDescriptors(t *testing.T) {
 		endedErr, runningErr error
 	)
 	outOfDescriptors(t, func() {
-		endedV, endedErr = Judge(ctx, endedID)
-		runningV, runningErr = Judge(ctx, runningID)
+		endedV, _, endedErr = judge(ctx, host, endedID)
+		runningV, _, runningErr = judge(ctx, host, runningID)
 	})
 
 	if endedV != Dead || endedErr != nil {
@@ -772,7 +772,7 @@ func TestJudgeOutOfDescriptors(t *testing.T) {
 	if runningV != Unknown || !errors.Is(runningErr, syscall.EMFILE) {
 		t.Errorf("Judge(running child) out of descriptors = %v, %v; want Unknown with EMFILE", runningV, runningErr)
 	}
-	if v, err := Judge(ctx, runningID); v != Live || err != nil {
+	if v, _, err := judge(ctx, host, runningID); v != Live || err != nil {
 		t.Errorf("Judge(running child) with descriptors = %v, %v; want Live, nil", v, err)
 	}
 }

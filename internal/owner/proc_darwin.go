@@ -10,9 +10,8 @@ import (
 // host reads the running kernel.
 var host darwinKernel
 
-// darwinKernel reads processes with the kern.proc.pid sysctl. macOS has
-// neither a boot id nor pid namespaces, so its scope is empty.
-type darwinKernel struct{}
+// darwinKernel reads processes with the kern.proc.pid sysctl.
+type darwinKernel struct{ flat }
 
 // sZomb is SZOMB of <sys/proc.h>: exited, waiting for its parent.
 const sZomb = 5
@@ -35,11 +34,3 @@ func (darwinKernel) read(_ context.Context, pid int) (reading, error) {
 	t := k.Proc.P_starttime
 	return reading{start: t.Sec*1000 + int64(t.Usec)/1000, exited: k.Proc.P_stat == sZomb}, nil
 }
-
-func (darwinKernel) scope() scope { return scope{} }
-
-// wallMillis returns start itself: macOS records the start on the wall clock.
-func (darwinKernel) wallMillis(start int64) (int64, bool) { return start, true }
-
-// pidNSGone: this OS has no pid namespaces to be gone.
-func (darwinKernel) pidNSGone(string) bool { return false }

@@ -13,9 +13,8 @@ import (
 var host psKernel
 
 // psKernel reads processes through gopsutil, whose CreateTime on the BSDs
-// is the start the kernel recorded, in unix milliseconds. These systems get
-// an empty scope.
-type psKernel struct{}
+// is the start the kernel recorded, in unix milliseconds.
+type psKernel struct{ flat }
 
 func (psKernel) read(ctx context.Context, pid int) (reading, error) {
 	p, err := process.NewProcessWithContext(ctx, int32(pid))
@@ -35,11 +34,3 @@ func (psKernel) read(ctx context.Context, pid int) (reading, error) {
 	st, err := p.StatusWithContext(ctx)
 	return reading{start: start, exited: err == nil && len(st) > 0 && st[0] == process.Zombie}, nil
 }
-
-func (psKernel) scope() scope { return scope{} }
-
-// wallMillis returns start itself: gopsutil gives starts in unix ms.
-func (psKernel) wallMillis(start int64) (int64, bool) { return start, true }
-
-// pidNSGone: this OS has no pid namespaces to be gone.
-func (psKernel) pidNSGone(string) bool { return false }

@@ -11,8 +11,7 @@ import (
 var host windowsKernel
 
 // windowsKernel reads processes with OpenProcess and GetProcessTimes.
-// Windows has neither a boot id nor pid namespaces, so its scope is empty.
-type windowsKernel struct{}
+type windowsKernel struct{ flat }
 
 // stillActive is STILL_ACTIVE, the exit code of a process that runs.
 const stillActive = 259
@@ -42,12 +41,3 @@ func (windowsKernel) read(_ context.Context, pid int) (reading, error) {
 	// package doc).
 	return reading{start: created.Nanoseconds() / 1e6, exited: gone}, nil
 }
-
-func (windowsKernel) scope() scope { return scope{} }
-
-// wallMillis returns start itself: Windows records the start on the wall
-// clock.
-func (windowsKernel) wallMillis(start int64) (int64, bool) { return start, true }
-
-// pidNSGone: this OS has no pid namespaces to be gone.
-func (windowsKernel) pidNSGone(string) bool { return false }

@@ -29,3 +29,12 @@ func inspect(ctx context.Context, pid int) (Process, error) {
 	}
 	return pr, nil
 }
+
+// flat is the part of a kernel of a system with neither boot ids nor pid
+// namespaces, which records starts on the wall clock, in unix
+// milliseconds: its scope is empty.
+type flat struct{}
+
+func (flat) scope() scope                         { return scope{} }
+func (flat) wallMillis(start int64) (int64, bool) { return start, true }
+func (flat) pidNSGone(string) bool                { return false }

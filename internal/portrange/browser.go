@@ -19,11 +19,8 @@ var browserRestricted = []uint16{
 	6679, 6697, 10080,
 }
 
-// BrowserRestricted returns the ports web browsers refuse to connect to,
-// in ascending order: a copy the caller may change.
-func BrowserRestricted() []uint16 { return slices.Clone(browserRestricted) }
-
-// BrowserRestrictedRanges returns BrowserRestricted as one-port ranges.
+// BrowserRestrictedRanges returns the ports web browsers refuse to connect
+// to, as one-port ranges.
 func BrowserRestrictedRanges() []Range {
 	out := make([]Range, len(browserRestricted))
 	for i, p := range browserRestricted {

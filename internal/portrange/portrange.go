@@ -89,33 +89,11 @@ type Set struct {
 
 // NewSet returns the ports of r that are in none of the excluded ranges.
 func NewSet(r Range, exclude ...Range) *Set {
-	s := &Set{r: r}
-	if r.Size() == 0 {
-		return s
-	}
-	for p := int(r.First); p <= int(r.Last); p++ {
+	s := &Set{r: r, size: r.Size()}
+	for p := int(r.First); p < int(r.First)+s.size; p++ {
 		s.allowed[p/64] |= 1 << (p % 64)
 	}
-	for _, x := range exclude {
-		if x.Size() == 0 {
-			continue
-		}
-		for p := max(int(x.First), int(r.First)); p <= min(int(x.Last), int(r.Last)); p++ {
-			s.allowed[p/64] &^= 1 << (p % 64)
-		}
-	}
-	for _, w := range s.allowed {
-		s.size += popcount(w)
-	}
-	return s
-}
-
-func popcount(w uint64) int {
-	n := 0
-	for ; w != 0; w &= w - 1 {
-		n++
-	}
-	return n
+	return s.Without(exclude...)
 }
 
 // Without returns a copy of s with the ports of the given ranges taken out.

@@ -76,8 +76,8 @@ func CheckFile(path string) error {
 }
 
 // OpenFile opens path like os.OpenFile, but never through a symbolic link
-// in its last component, and checks what it opened like CheckFile; it must
-// be a regular file.
+// in its last component nor blocking on a FIFO, and checks what it opened
+// like CheckFile; it must be a regular file.
 func OpenFile(path string, flag int, perm os.FileMode) (*os.File, error) {
 	if err := CheckFile(path); err != nil {
 		return nil, err

@@ -9,7 +9,9 @@ import (
 	"syscall"
 )
 
-const noFollow = syscall.O_NOFOLLOW
+// Never through a link, and never waiting for a writer when something put a
+// FIFO in the file's place.
+const noFollow = syscall.O_NOFOLLOW | syscall.O_NONBLOCK
 
 func isLoop(err error) bool { return errors.Is(err, syscall.ELOOP) }
 

@@ -25,19 +25,23 @@ type kind struct {
 	fix   string // "" when waiting is all there is to do
 }
 
-// Errno returns the error number of the first shortage err wraps, and
-// whether there is one.
+// Errno returns the error number of the shortage err wraps, and whether
+// there is one.
 func Errno(err error) (syscall.Errno, bool) {
+	k, ok := kindOf(err)
+	return k.errno, ok
+}
+
+func kindOf(err error) (kind, bool) {
 	var no syscall.Errno
-	if !errors.As(err, &no) {
-		return 0, false
-	}
-	for _, k := range kinds {
-		if k.errno == no {
-			return no, true
+	if errors.As(err, &no) {
+		for _, k := range kinds {
+			if k.errno == no {
+				return k, true
+			}
 		}
 	}
-	return 0, false
+	return kind{}, false
 }
 
 // Is reports whether err is a shortage: it wraps ErrTransient, or one of
@@ -75,12 +79,10 @@ func As(no syscall.Errno, err error) error {
 	if errors.Is(err, ErrTransient) {
 		return err
 	}
-	what, fix := no.Error(), ""
-	for _, k := range kinds {
-		if k.errno == no {
-			what, fix = k.what, k.fix
-			break
-		}
+	k, ok := kindOf(no)
+	what, fix := k.what, k.fix
+	if !ok {
+		what = no.Error()
 	}
 	if fix == "" {
 		return fmt.Errorf("%s (%w); try again: %w", what, ErrTransient, err)
