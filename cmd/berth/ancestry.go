@@ -21,32 +21,27 @@ import (
 // owner, but in three common cases it exits at once, its ports are reaped
 // while they are still in use, and the next berth is given them again:
 //
-//   - A pipeline in a command substitution, P=$(berth get | head -1) or
-//     P=$(berth get --json | python3 ...): the shell forks a subshell to
-//     run the pipeline, and that subshell is berth's parent. So is the
-//     subshell of ( ... ) and of $( (...) ) in bash. A forked subshell is a
-//     copy of the script's shell, not a new start of it: same executable,
-//     same command line and, on Linux, the same place in memory for its
-//     stack and arguments (a new start of a program gets new ones from
-//     address space randomisation). berth climbs through such forks to the
-//     script's shell, which waits for them. A plain P=$(berth get) needs no
-//     climbing: the shell execs berth in place of the subshell.
-//     Not through a fork that runs in the background, ( ... ) &: it may
-//     outlive the script. A non-interactive shell gives a background job
-//     /dev/null as its standard input, which tells it from the script's
-//     other subshells unless the script's own input is /dev/null.
+//   - A pipeline in a command substitution, P=$(berth get | head -1): the
+//     shell forks a subshell to run the pipeline (so it does for ( ... )),
+//     and that subshell is berth's parent. A forked subshell is a copy of
+//     the script's shell: same executable, same command line and, on
+//     Linux, the same place in memory for its stack and arguments (a new
+//     start of a program gets new ones from address space randomisation).
+//     berth climbs through such forks to the script's shell, which waits
+//     for them; not through one that runs in the background, ( ... ) &,
+//     which may outlive the script, and which a non-interactive shell gives
+//     /dev/null as its standard input.
 //   - A Makefile recipe: make runs each line with sh -c LINE, which exits
 //     when the line ends. berth gives the ports to make instead, which
-//     waits for every recipe: two recipes' ports then differ while make
-//     runs. make exits at the end of the build, so berth warns.
+//     waits for every recipe, and warns, since make exits at the end of
+//     the build.
 //   - sh -c 'berth get ...' where berth is the last command, as a Python
 //     subprocess with shell=True runs it: the shell exits right after
 //     berth. berth keeps it as the owner, since the program that ran it may
 //     live for days and never give the ports back, and warns.
 //
-// On Linux berth reads all this from /proc; on other systems from what the
-// system tells of a process's parent, program and command line, without
-// the layout and standard-input checks (see owner.Process).
+// Other systems than Linux tell less of a process (see owner.Process):
+// there berth goes without the layout and standard-input checks.
 
 // ownerChoice is the process that gets the ports when --owner is left at
 // "parent", and why berth took it.
@@ -164,17 +159,11 @@ func isMake(p owner.Process, underMake bool) bool {
 // exec'd a program: the same executable, the same command line and, where
 // both are known, the same layout.
 func forkOf(p, q owner.Process) bool {
-	if p.Args == nil || !slices.Equal(p.Args, q.Args) {
-		return false
-	}
+	same := p.Name == q.Name
 	if p.Exe != "" && q.Exe != "" {
-		if p.Exe != q.Exe {
-			return false
-		}
-	} else if p.Name != q.Name {
-		return false
+		same = p.Exe == q.Exe
 	}
-	return p.Layout == "" || q.Layout == "" || p.Layout == q.Layout
+	return same && p.Args != nil && slices.Equal(p.Args, q.Args) && (p.Layout == "" || q.Layout == "" || p.Layout == q.Layout)
 }
 
 // background reports whether the fork p of q runs in the background: a
@@ -263,7 +252,9 @@ func defaultOwner(ctx context.Context, cmd *cobra.Command) int {
 	self := invocation{name: filepath.Base(os.Args[0]), sub: cmd.Name(), makeLevel: os.Getenv("MAKELEVEL") != ""}
 	c := chooseOwner(os.Getppid(), func(pid int) (owner.Process, error) { return owner.Inspect(ctx, pid) }, self)
 	logr.FromContextOrDiscard(ctx).Info("owner of the ports", "pid", c.pid, "name", c.name, "why", c.why)
-	if c.exits != "" && warnOfOwner(cmd) {
+	// Warned of: the owner of the ports get and reserve hand out, unless
+	// --owner parent was given on purpose.
+	if c.exits != "" && (cmd.Name() == "get" || cmd.Name() == "reserve") && !cmd.Flags().Changed("owner") {
 		name := cmd.CommandPath()
 		msg := fmt.Sprintf("%s: warning: the ports berth hands out here belong to %s\n", name, printable(c.exits)) +
 			fmt.Sprintf("%s: to keep a port while it is used: run the program under 'berth run --port NAME -- CMD', pass --owner PID of a process that lives as long (a script's $$), or hold the port under a named lease with --holder NAME --ttl 8h\n", name)
@@ -279,10 +270,8 @@ func defaultOwner(ctx context.Context, cmd *cobra.Command) int {
 // -s, its output synchronisation, a log it writes to) would bury standard
 // error: unless standard error is that terminal already, or there is none.
 func toTerminal(stderr io.Writer, msg string) {
-	if f, ok := stderr.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			return
-		}
+	if isTerminal(stderr) {
+		return
 	}
 	tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0)
 	if err != nil {
@@ -290,21 +279,4 @@ func toTerminal(stderr io.Writer, msg string) {
 	}
 	defer func() { _ = tty.Close() }()
 	_, _ = io.WriteString(tty, msg)
-}
-
-// warnOfOwner reports whether berth warns of an owner that exits soon:
-// only for the commands that hand out ports, and not when the owner was
-// chosen on purpose.
-func warnOfOwner(cmd *cobra.Command) bool {
-	if cmd.Name() != "get" && cmd.Name() != "reserve" {
-		return false
-	}
-	// --owner parent given explicitly is a choice too. So is a named
-	// holder, whose ports are held by a lease, not by a process.
-	for _, name := range []string{"owner", "holder"} {
-		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
-			return false
-		}
-	}
-	return true
 }

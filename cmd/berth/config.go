@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -111,14 +112,19 @@ func (a *app) configure(cmd *cobra.Command) error {
 	case g.timeout > 0:
 		cfg.Timeout = g.timeout
 	}
-	level, err := g.level()
-	if err != nil {
-		return err
+	level := strings.ToLower(g.logLevel)
+	switch {
+	case g.logLevel != "" && g.verbose > 0:
+		return usagef("-v with --log-level %s: give one of them", g.logLevel)
+	case g.verbose > 0:
+		level = []string{"info", "debug"}[min(g.verbose, 2)-1]
 	}
-	if level != nil {
-		cfg.Logger = portalloc.TextLogger(a.stderr, *level)
+	if l, ok := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn}[level]; ok {
+		cfg.Logger = portalloc.TextLogger(a.stderr, l)
+	} else if level != "" {
+		return usagef("--log-level %q: want debug, info or warn", g.logLevel)
 	}
-	cfg, err = cfg.Resolve()
+	cfg, err := cfg.Resolve()
 	if err != nil {
 		return envError(err)
 	}
@@ -137,66 +143,27 @@ func (a *app) configure(cmd *cobra.Command) error {
 }
 
 // envError words an error of the configuration: a refused variable as
-// VARIABLE="value": what is wrong, one line for each (see userVariable); a
-// field named by a flag as inUserWords does. The errors still wrap
-// store.ErrInvalid.
+// VARIABLE="value": what is wrong, one line for each; a field named by a
+// flag as inUserWords does. The errors still wrap store.ErrInvalid.
 func envError(err error) error {
 	var oe *portalloc.OpError
 	if errors.As(err, &oe) {
 		err = oe.Err
 	}
-	errs := []error{err}
-	var j interface{ Unwrap() []error }
-	if errors.As(err, &j) && joined(j) { // one error per variable
-		errs = j.Unwrap()
+	errs := joinedErrs(err) // one error per variable
+	if errs == nil {
+		errs = []error{err}
 	}
 	out := make([]error, len(errs))
 	for i, e := range errs {
-		out[i] = inUserWords(e)
 		var fe *store.FieldError
 		if errors.As(e, &fe) && strings.HasPrefix(fe.Field, "BERTH_") {
-			out[i] = &userError{msg: userVariable(fe), err: e}
+			out[i] = &userError{msg: fe.Field + "=" + strings.TrimPrefix(fe.Error(), fe.Field+" "), err: e}
+		} else {
+			out[i] = inUserWords(e)
 		}
 	}
 	return errors.Join(out...)
-}
-
-// joined reports whether j is an errors.Join, whose message is its
-// errors' on lines of their own, not one error that wraps several.
-func joined(j interface{ Unwrap() []error }) bool {
-	errs := j.Unwrap()
-	lines := make([]string, len(errs))
-	for i, e := range errs {
-		lines[i] = e.Error()
-	}
-	return len(errs) > 1 && j.(error).Error() == strings.Join(lines, "\n")
-}
-
-// level returns the log level -v or --log-level asks for, or nil.
-func (g *globalFlags) level() (*slog.Level, error) {
-	var l slog.Level
-	switch {
-	case g.logLevel != "" && g.verbose > 0:
-		return nil, usagef("-v with --log-level %s: give one of them", g.logLevel)
-	case g.logLevel != "":
-		switch strings.ToLower(g.logLevel) {
-		case "debug":
-			l = slog.LevelDebug
-		case "info":
-			l = slog.LevelInfo
-		case "warn":
-			l = slog.LevelWarn
-		default:
-			return nil, usagef("--log-level %q: want debug, info or warn", g.logLevel)
-		}
-	case g.verbose == 1:
-		l = slog.LevelInfo
-	case g.verbose > 1:
-		l = slog.LevelDebug
-	default:
-		return nil, nil
-	}
-	return &l, nil
 }
 
 // warnSink prints the Allocator's error-level log as warnings, one line
@@ -243,23 +210,15 @@ func version() string {
 	if !ok {
 		return "berth (version unknown)"
 	}
-	v := "berth " + bi.Main.Version
-	if v == "berth " {
-		v = "berth (devel)"
-	}
-	var rev, dirty string
+	v := "berth " + cmp.Or(bi.Main.Version, "(devel)")
+	vcs := map[string]string{}
 	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = ", modified"
-			}
-		}
+		vcs[s.Key] = s.Value
 	}
-	if rev != "" {
-		v += fmt.Sprintf(" (commit %.12s%s)", rev, dirty)
+	if rev := vcs["vcs.revision"]; rev != "" && vcs["vcs.modified"] == "true" {
+		v += fmt.Sprintf(" (commit %.12s, modified)", rev)
+	} else if rev != "" {
+		v += fmt.Sprintf(" (commit %.12s)", rev)
 	}
 	return v + " " + bi.GoVersion
 }

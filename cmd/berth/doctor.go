@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +19,7 @@ import (
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/portalloc/who"
+	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
 )
@@ -45,18 +46,14 @@ func (a *app) runDoctor(ctx context.Context) error {
 	// can hold anything: they are printed escaped.
 	line := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(fmt.Sprintf(format, a...))) }
 
-	stateDir := func() {
-		if a.cfg.StoreDSN != "" {
-			return
-		}
+	al, err := fleet.New(ctx, a.cfg)
+	if a.cfg.StoreDSN == "" { // once New has made it, if it could
 		if fi, err := os.Stat(a.cfg.StateDir); err == nil {
 			line("state directory", "%s (mode %04o; %s)", a.cfg.StateDir, fi.Mode().Perm(), a.stateDirWhy)
 		} else {
 			line("state directory", "%s (%v; %s)", a.cfg.StateDir, err, a.stateDirWhy)
 		}
 	}
-	al, err := fleet.New(ctx, a.cfg)
-	stateDir() // once New has made it, if it could
 	if err != nil {
 		line("mode", "%s: cannot serve: %v", modeOf(a.cfg), err)
 		switch {
@@ -194,16 +191,85 @@ func (a *app) doctorLeaks(ctx context.Context, line func(k, format string, a ...
 			outside = append(outside, strconv.Itoa(int(p)))
 		}
 	}
-	switch {
-	case len(outside) == 0:
+	if len(outside) == 0 {
 		line("outside berth", "no port of the range is bound by a process outside berth")
-	default:
-		shown := outside[:min(len(outside), 10)]
-		more := ""
-		if len(outside) > len(shown) {
-			more = fmt.Sprintf(" and %d more", len(outside)-len(shown))
+	} else {
+		line("outside berth", "%d ports of the range are bound without a reservation: %s (berth who PORT tells more)", len(outside), upTo10(outside, ", "))
+	}
+}
+
+// upTo10 joins the first ten of items with sep, and says how many more
+// there are.
+func upTo10(items []string, sep string) string {
+	s := strings.Join(items[:min(len(items), 10)], sep)
+	if len(items) > 10 {
+		s += fmt.Sprintf(" and %d more", len(items)-10)
+	}
+	return s
+}
+
+// printExclusions adds to berth doctor's report what berth leaves out of
+// the range besides the OS ephemeral range (reported on its own line), and
+// why: each source with its ports in the range, runs merged. A system list
+// that cannot be read is left out, and said so first.
+func printExclusions(line func(k, format string, a ...any), cfg portalloc.Config) {
+	type exclusion struct {
+		ports       []portrange.Range
+		source, why string
+	}
+	var ex []exclusion
+	if len(cfg.Exclude) > 0 {
+		ports := make([]portrange.Range, len(cfg.Exclude))
+		for i, r := range cfg.Exclude {
+			ports[i] = portrange.Range(r)
 		}
-		line("outside berth", "%d ports of the range are bound without a reservation: %s%s (berth who PORT tells more)", len(outside), strings.Join(shown, ", "), more)
+		ex = append(ex, exclusion{ports, "Config.Exclude (BERTH_PORT_EXCLUDE)", "configured"})
+	}
+	if byOS, err := portrange.ReservedByOS(); err != nil {
+		line("excluded", "%v", err)
+	} else if len(byOS) > 0 {
+		ex = append(ex, exclusion{byOS, "the OS's excluded port ranges", "the OS refuses to bind them (Hyper-V, WinNAT)"})
+	}
+	local, err := portrange.LocalReserved()
+	if err != nil {
+		line("excluded", "%v", err)
+	}
+	if len(local) > 0 {
+		ex = append(ex, exclusion{local, "net.ipv4.ip_local_reserved_ports", "the administrator keeps them for other software; reserve and --prefer refuse them unless --allow-reserved"})
+	}
+	if !cfg.AllowBrowserRestricted {
+		ex = append(ex, exclusion{portrange.BrowserRestrictedRanges(), "web browsers' restricted ports", "Chromium and Firefox refuse to connect to them; skipped in --prefer lists too; --allow-browser-restricted keeps them"})
+	}
+	for _, e := range ex {
+		// The ports of the range excluded, as runs.
+		var in [1 << 16]bool
+		for _, r := range e.ports {
+			for p := max(int(r.First), int(cfg.Range.First)); p <= min(int(r.Last), int(cfg.Range.Last)); p++ {
+				in[p] = true
+			}
+		}
+		var runs []portrange.Range
+		n := 0
+		for p := int(cfg.Range.First); p <= int(cfg.Range.Last); p++ {
+			if !in[p] {
+				continue
+			}
+			if k := len(runs) - 1; k >= 0 && int(runs[k].Last) == p-1 {
+				runs[k].Last = uint16(p)
+			} else {
+				runs = append(runs, portrange.Range{First: uint16(p), Last: uint16(p)})
+			}
+			n++
+		}
+		where := "none in the range"
+		if n > 0 {
+			shown := make([]string, len(runs))
+			for i, r := range runs {
+				shown[i] = r.String()
+			}
+			where = fmt.Sprintf("%d ports of the range: %s", n, upTo10(shown, ","))
+		}
+		line("excluded", "%s: %s (%s)", e.source, where, e.why)
 	}
 }
 
@@ -234,21 +300,13 @@ func modeOf(cfg portalloc.Config) portalloc.Mode {
 // on any of them.
 func boundOutside(r store.Range, reserved map[uint16]bool) []uint16 {
 	var out []uint16
-	for p := int(r.First); p <= int(r.Last); p++ {
-		if reserved[uint16(p)] {
-			continue
+	for i := int(r.First); i <= int(r.Last); i++ {
+		p := uint16(i)
+		tcp, _ := portlock.Probe("tcp", netip.IPv4Unspecified(), p)
+		udp, _ := portlock.Probe("udp", netip.IPv4Unspecified(), p)
+		if !reserved[p] && (!tcp || !udp) {
+			out = append(out, p)
 		}
-		hp := net.JoinHostPort("", strconv.Itoa(p))
-		l, err := net.Listen("tcp", hp)
-		if err == nil {
-			_ = l.Close()
-			c, uerr := net.ListenPacket("udp", hp)
-			if uerr == nil {
-				_ = c.Close()
-				continue
-			}
-		}
-		out = append(out, uint16(p))
 	}
 	return out
 }

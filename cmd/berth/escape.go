@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf16"
@@ -15,96 +16,57 @@ import (
 // the terminal, clear the screen or forge a row of its own. So every such
 // string is shown escaped, and cut to a width.
 
-// maxLabelWidth is how many characters ls and reap show of a label; a
-// longer one is cut and ends in "…".
-const maxLabelWidth = 64
-
-// maxNameWidth is how many characters ls shows of a process name.
-const maxNameWidth = 16
+const (
+	maxLabelWidth = 64 // characters ls and reap show of a label
+	maxNameWidth  = 16 // characters ls shows of a process name
+)
 
 // shown returns s as berth prints a label or a process name: as it is when
 // it is printable UTF-8 that does not start with '"'; otherwise quoted and
-// escaped as Go quotes a string ("\x1b]0;pwned\a", "bad\xff"), so that
-// nothing in it reaches the terminal as a control and the quotes tell an
-// escaped string from one that merely contains a backslash. Either way the
-// result is at most width characters: a longer one is cut and ends in "…"
-// (after the closing quote, when quoted).
+// escaped as Go quotes a string ("\x1b]0;pwned\a", "bad\xff"), so that the
+// quotes tell an escaped string from one that merely contains a backslash.
+// Either way the result is at most width characters: a longer one is cut
+// and ends in "…" (after the closing quote, when quoted).
 func shown(s string, width int) string {
-	if !needsQuote(s) {
+	if !unprintable(s) && !strings.HasPrefix(s, `"`) {
 		if utf8.RuneCountInString(s) <= width {
 			return s
 		}
-		var b strings.Builder
-		n := 0
-		for _, r := range s {
-			if n == width-1 {
-				break
-			}
-			b.WriteRune(r)
-			n++
-		}
-		return b.String() + "…"
+		return string([]rune(s)[:width-1]) + "…"
 	}
 	var b strings.Builder
 	b.WriteByte('"')
 	n := 1 // characters written; the closing quote needs one more
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
-		piece := escapeRune(s[i:], r, size)
+		piece := escapeRune(s[i:i+size], r)
 		i += size
 		w := utf8.RuneCountInString(piece)
-		cut := i < len(s)
 		// Keep room for the closing quote, and for "…" if more follows.
-		if n+w+1 > width || (cut && n+w+2 > width) {
-			b.WriteString(`"…`)
-			return b.String()
+		if n+w+1 > width || (i < len(s) && n+w+2 > width) {
+			return b.String() + `"…`
 		}
 		b.WriteString(piece)
 		n += w
 	}
-	b.WriteByte('"')
-	return b.String()
+	return b.String() + `"`
 }
 
-// needsQuote reports whether s must be shown quoted.
-func needsQuote(s string) bool {
-	return !utf8.ValidString(s) || strings.HasPrefix(s, `"`) ||
-		strings.ContainsFunc(s, func(r rune) bool { return r == utf8.RuneError || !unicode.IsPrint(r) })
+// unprintable reports whether s holds invalid UTF-8, U+FFFD or a character
+// that is not printable.
+func unprintable(s string) bool {
+	return !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r == utf8.RuneError || !unicode.IsPrint(r) })
 }
 
-// escapeRune is the rune r (of size bytes, at the start of s) inside a
-// quoted string: itself when printable, else a Go escape.
-func escapeRune(s string, r rune, size int) string {
-	switch {
-	case r == utf8.RuneError && size == 1:
-		return fmt.Sprintf(`\x%02x`, s[0])
-	case r == '"' || r == '\\':
-		return `\` + string(r)
-	case r == utf8.RuneError:
+// escapeRune is the rune r, whose encoding (or invalid byte) is c, inside a
+// quoted string: itself when printable, else a Go escape. U+FFFD is
+// escaped too, so that it is not taken for a byte that was invalid.
+func escapeRune(c string, r rune) string {
+	if r == utf8.RuneError && len(c) > 1 {
 		return `\ufffd`
-	case unicode.IsPrint(r):
-		return string(r)
-	case r == '\a':
-		return `\a`
-	case r == '\b':
-		return `\b`
-	case r == '\f':
-		return `\f`
-	case r == '\n':
-		return `\n`
-	case r == '\r':
-		return `\r`
-	case r == '\t':
-		return `\t`
-	case r == '\v':
-		return `\v`
-	case r < 0x80:
-		return fmt.Sprintf(`\x%02x`, r)
-	case r <= 0xffff:
-		return fmt.Sprintf(`\u%04x`, r)
-	default:
-		return fmt.Sprintf(`\U%08x`, r)
 	}
+	q := strconv.Quote(c)
+	return q[1 : len(q)-1]
 }
 
 // printable escapes what a terminal would act on in a message (an error,
@@ -112,19 +74,16 @@ func escapeRune(s string, r rune, size int) string {
 // escapes; everything else, quotes and backslashes included, is left as it
 // is, so ordinary messages read as they always did.
 func printable(s string) string {
-	if !strings.ContainsFunc(s, func(r rune) bool { return r == utf8.RuneError || !unicode.IsPrint(r) }) && utf8.ValidString(s) {
+	if !unprintable(s) {
 		return s
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\\' || r == '"':
+		if r == '\\' || r == '"' {
 			b.WriteRune(r)
-		default:
-			b.WriteString(escapeRune(s[i:], r, size))
+		} else {
+			b.WriteString(escapeRune(s[i:i+size], r))
 		}
 		i += size
 	}

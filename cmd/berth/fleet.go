@@ -18,16 +18,10 @@ import (
 
 // fleetFlags are the flags of the berth fleet commands.
 type fleetFlags struct {
-	holder string
-	band   string
-	ttl    time.Duration
-	label  string
-	addr   string
-	udp    bool
-	all    bool
-	json   bool
-	set    string
-	to     string
+	holder, band, label, addr, set, to string
+	ttl                                time.Duration
+	udp, all, json                     bool
+	needTo                             bool // narrow's --to is required
 }
 
 // holderHelp explains --holder wherever it appears.
@@ -58,16 +52,30 @@ a lease that runs out is reaped by any host.`,
 	return cmd
 }
 
-// fleetStore checks that the command has a fleet's store and opens it.
+// fleetStore opens the fleet's store of --store, which the running command
+// needs.
 func (a *app) fleetStore(ctx context.Context) (*pgstore.Store, error) {
 	if a.cfg.StoreDSN == "" {
 		return nil, usagef("%s needs --store (a fleet's PostgreSQL store)", a.name)
 	}
-	return fleet.Open(ctx, a.cfg)
+	cfg := a.cfg
+	cfg.IgnoreEnv = true // a.cfg has what the variables say already
+	return fleet.Open(ctx, cfg)
+}
+
+// withFleet runs fn on the fleet's store of --store. Closing it leaves the
+// holders' reservations.
+func (a *app) withFleet(ctx context.Context, fn func(*pgstore.Store) error) error {
+	st, err := a.fleetStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = st.Close() }() //nolint:contextcheck // Close ends the session on a context of its own, within the store's timeout
+	return fn(st)
 }
 
 // needHolder refuses a missing --holder.
-func (a *app) needHolder(holder string) error {
+func needHolder(holder string) error {
 	if holder == "" {
 		return usagef("--holder is missing: want %s", holderHelp)
 	}
@@ -100,7 +108,7 @@ reserved as it is; the others come from --band.`,
 	cmd.Flags().StringVar(&f.set, "set", "", "a set spec (JSON file): reserve every port of it for --holder, all or none")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
-		if err := a.needHolder(f.holder); err != nil {
+		if err := needHolder(f.holder); err != nil {
 			return err
 		}
 		if f.band == "" {
@@ -110,122 +118,60 @@ reserved as it is; the others come from --band.`,
 		if err != nil {
 			return usagef("--band %q: want FIRST-LAST such as 40000-40999, 1 <= FIRST <= LAST <= 65535", f.band)
 		}
-		var spec *portset.SetSpec
-		if f.set != "" {
-			switch {
-			case cmd.Flags().Changed("label"):
-				return usagef("--label with --set: the set's ports are labelled by the spec")
-			case cmd.Flags().Changed("udp"), cmd.Flags().Changed("addr"):
-				return usagef("--udp or --addr with --set: the spec gives each port its protocol and address")
-			}
-			sp, err := readSetSpec(f.set)
-			if err != nil {
-				return err
-			}
-			spec = &sp
+		var spec portset.SetSpec
+		req := pgstore.FleetRequest{Protocol: protocol(f.udp), Band: band, Holder: f.holder, Label: f.label, TTL: f.ttl}
+		switch {
+		case f.set != "" && cmd.Flags().Changed("label"):
+			return usagef("--label with --set: the set's ports are labelled by the spec")
+		case f.set != "" && (cmd.Flags().Changed("udp") || cmd.Flags().Changed("addr")):
+			return usagef("--udp or --addr with --set: the spec gives each port its protocol and address")
+		case f.set != "":
+			spec, err = readSetSpec(f.set)
+		default:
+			req.Addr, err = parseAddr(f.addr)
 		}
-		req := pgstore.FleetRequest{Protocol: store.TCP, Band: band, Holder: f.holder, Label: f.label, TTL: f.ttl}
-		if spec == nil {
-			if req.Addr, err = parseAddr(f.addr); err != nil {
-				return err
-			}
-			if f.udp {
-				req.Protocol = store.UDP
-			}
-		}
-		st, err := a.fleetStore(ctx)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = st.Close() }() // the reservations are the holder's: Close leaves them
-		if spec == nil {
-			got, err := st.ReserveFleet(ctx, req)
-			if err != nil {
-				return err
+		return a.withFleet(ctx, func(st *pgstore.Store) error {
+			var rs []pgstore.FleetReservation
+			if f.set == "" {
+				r, err := st.ReserveFleet(ctx, req)
+				if err != nil {
+					return err
+				}
+				rs = append(rs, r)
+			} else {
+				reqs, err := fleet.SetRequests(spec, band, f.holder, f.ttl)
+				if err != nil {
+					return err
+				}
+				if rs, err = st.ReserveFleetSet(ctx, reqs); err != nil {
+					return err
+				}
 			}
 			if f.json {
-				return a.writeJSON([]leaseJSON{toLeaseJSON(got)})
+				return a.writeJSON(leasesJSON(rs))
 			}
-			fmt.Fprintln(a.stdout, got.Port)
+			for _, r := range rs {
+				if f.set == "" {
+					fmt.Fprintln(a.stdout, r.Port)
+				} else {
+					fmt.Fprintf(a.stdout, "%s %d\n", printable(r.Label), r.Port)
+				}
+			}
 			return nil
-		}
-		reqs, err := fleet.SetRequests(*spec, band, f.holder, f.ttl)
-		if err != nil {
-			return err
-		}
-		rs, err := st.ReserveFleetSet(ctx, reqs)
-		if err != nil {
-			return err
-		}
-		if f.json {
-			out := make([]leaseJSON, len(rs))
-			for i, r := range rs {
-				out[i] = toLeaseJSON(r)
-			}
-			return a.writeJSON(out)
-		}
-		for _, r := range rs {
-			fmt.Fprintf(a.stdout, "%s %d\n", printable(r.Label), r.Port)
-		}
-		return nil
+		})
 	})
 	return cmd
 }
 
-// selectLeases returns the reservations of --holder that PORT (args, with
-// --udp and --addr) or --all names.
-func (a *app) selectLeases(ctx context.Context, st *pgstore.Store, f *fleetFlags, args []string) ([]pgstore.FleetReservation, error) {
-	if len(args) == 1 {
-		port, err := parsePort("port", args[0])
-		if err != nil {
-			return nil, err
-		}
-		addr, err := parseAddr(f.addr)
-		if err != nil {
-			return nil, err
-		}
-		key := store.Key{Protocol: store.TCP, Addr: addr, Port: port}
-		if f.udp {
-			key.Protocol = store.UDP
-		}
-		return []pgstore.FleetReservation{{Key: key, Holder: f.holder}}, nil
-	}
-	all, err := st.Leases(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var mine []pgstore.FleetReservation
-	for _, r := range all {
-		if r.Holder == f.holder {
-			mine = append(mine, r)
-		}
-	}
-	return mine, nil
-}
-
-// checkSelect checks that exactly one of PORT and --all names what to act
-// on, and that --holder is given.
-// onLeases checks the selection f and args make, opens the fleet's
-// Allocator and runs fn on the reservations selected, as renew and release
-// do.
+// onLeases checks that --holder is given and that exactly one of PORT and
+// --all names what to act on, and runs fn on the fleet's store with the
+// reservations of --holder that PORT (args, with --udp and --addr) or --all
+// names, as renew, release and narrow do.
 func (a *app) onLeases(ctx context.Context, f *fleetFlags, args []string, fn func(*pgstore.Store, []pgstore.FleetReservation) error) error {
-	if err := a.checkSelect(f, args); err != nil {
-		return err
-	}
-	st, err := a.fleetStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = st.Close() }()
-	rs, err := a.selectLeases(ctx, st, f, args)
-	if err != nil {
-		return err
-	}
-	return fn(st, rs)
-}
-
-func (a *app) checkSelect(f *fleetFlags, args []string) error {
-	if err := a.needHolder(f.holder); err != nil {
+	if err := needHolder(f.holder); err != nil {
 		return err
 	}
 	switch {
@@ -233,8 +179,40 @@ func (a *app) checkSelect(f *fleetFlags, args []string) error {
 		return usagef("give a PORT, or --all for every port of --holder")
 	case len(args) == 1 && f.all:
 		return usagef("--all with a PORT: give one of them")
+	case f.needTo && f.to == "":
+		return usagef("--to is missing: want the host the reservation is for from now on")
 	}
-	return nil
+	return a.withFleet(ctx, func(st *pgstore.Store) error {
+		if len(args) == 0 {
+			rs, err := leasesOf(ctx, st, f.holder)
+			if err != nil {
+				return err
+			}
+			return fn(st, rs)
+		}
+		port, err := parsePort("port", args[0])
+		if err != nil {
+			return err
+		}
+		addr, err := parseAddr(f.addr)
+		if err != nil {
+			return err
+		}
+		return fn(st, []pgstore.FleetReservation{{Key: store.Key{Protocol: protocol(f.udp), Addr: addr, Port: port}, Holder: f.holder}})
+	})
+}
+
+// leasesOf returns the fleet's reservations held under a lease by holder,
+// or by every holder for "".
+func leasesOf(ctx context.Context, st *pgstore.Store, holder string) ([]pgstore.FleetReservation, error) {
+	all, err := st.Leases(ctx)
+	rs := all[:0]
+	for _, r := range all {
+		if holder == "" || r.Holder == holder {
+			rs = append(rs, r)
+		}
+	}
+	return rs, err
 }
 
 func (a *app) fleetRenewCmd() *cobra.Command {
@@ -308,7 +286,7 @@ touched; a PORT --holder does not hold is an error.`,
 }
 
 func (a *app) fleetNarrowCmd() *cobra.Command {
-	var f fleetFlags
+	f := fleetFlags{needTo: true}
 	cmd := &cobra.Command{
 		Use:   "narrow PORT --holder NAME --to HOST",
 		Short: "Make --holder's fleet-wide port one of host --to, free again on the others",
@@ -324,26 +302,13 @@ check it: a misspelt one holds the port on a host that does not exist.`,
 	f.addKey(cmd)
 	cmd.Flags().StringVar(&f.to, "to", "", "the host the reservation is for from now on (required)")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		if err := a.needHolder(f.holder); err != nil {
-			return err
-		}
-		if f.to == "" {
-			return usagef("--to is missing: want the host the reservation is for from now on")
-		}
-		st, err := a.fleetStore(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = st.Close() }()
-		rs, err := a.selectLeases(ctx, st, &f, args)
-		if err != nil {
-			return err
-		}
-		if err := st.NarrowFleet(ctx, rs[0].Key, rs[0].Holder, f.to); err != nil {
-			return err
-		}
-		fmt.Fprintf(a.stdout, "narrowed %s of %s to host %s\n", rs[0].Key, printable(strconv.Quote(f.holder)), printable(f.to))
-		return nil
+		return a.onLeases(ctx, &f, args, func(st *pgstore.Store, rs []pgstore.FleetReservation) error {
+			if err := st.NarrowFleet(ctx, rs[0].Key, rs[0].Holder, f.to); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "narrowed %s of %s to host %s\n", rs[0].Key, printable(strconv.Quote(f.holder)), printable(f.to))
+			return nil
+		})
 	})
 	return cmd
 }
@@ -361,8 +326,12 @@ type leaseJSON struct {
 	Created  time.Time `json:"created"`
 }
 
-func toLeaseJSON(r pgstore.FleetReservation) leaseJSON {
-	return leaseJSON{r.Holder, string(r.Protocol), r.Addr.String(), r.Port, r.Label, r.Host, r.Expires.UTC(), r.Created.UTC()}
+func leasesJSON(rs []pgstore.FleetReservation) []leaseJSON {
+	out := make([]leaseJSON, len(rs))
+	for i, r := range rs {
+		out[i] = leaseJSON{r.Holder, string(r.Protocol), r.Addr.String(), r.Port, r.Label, r.Host, r.Expires.UTC(), r.Created.UTC()}
+	}
+	return out
 }
 
 func (a *app) fleetLsCmd() *cobra.Command {
@@ -381,39 +350,26 @@ out is listed until a host reaps it.`,
 	cmd.Flags().StringVar(&f.holder, "holder", "", "only the reservations of this holder")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
-		st, err := a.fleetStore(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = st.Close() }()
-		all, err := st.Leases(ctx)
-		if err != nil {
-			return err
-		}
-		rs := all[:0]
-		for _, r := range all {
-			if f.holder == "" || r.Holder == f.holder {
-				rs = append(rs, r)
+		return a.withFleet(ctx, func(st *pgstore.Store) error {
+			rs, err := leasesOf(ctx, st, f.holder)
+			if err != nil {
+				return err
 			}
-		}
-		if f.json {
-			out := make([]leaseJSON, len(rs))
-			for i, r := range rs {
-				out[i] = toLeaseJSON(r)
+			if f.json {
+				return a.writeJSON(leasesJSON(rs))
 			}
-			return a.writeJSON(out)
-		}
-		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "HOLDER\tPROTO\tADDRESS\tPORT\tLABEL\tHOST\tEXPIRES")
-		for _, r := range rs {
-			host := "*"
-			if r.Host != "" {
-				host = shown(r.Host, maxNameWidth)
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "HOLDER\tPROTO\tADDRESS\tPORT\tLABEL\tHOST\tEXPIRES")
+			for _, r := range rs {
+				host := "*"
+				if r.Host != "" {
+					host = shown(r.Host, maxNameWidth)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", shown(r.Holder, maxLabelWidth), r.Protocol, r.Addr, r.Port,
+					dash(shown(r.Label, maxLabelWidth)), host, r.Expires.UTC().Format(time.RFC3339))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", shown(r.Holder, maxLabelWidth), r.Protocol, r.Addr, r.Port,
-				dash(shown(r.Label, maxLabelWidth)), host, r.Expires.UTC().Format(time.RFC3339))
-		}
-		return tw.Flush()
+			return tw.Flush()
+		})
 	})
 	return cmd
 }

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/berth-go/berth/internal/transient"
-	"github.com/berth-go/berth/pgstore"
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
 	"github.com/berth-go/berth/portlock"
@@ -24,20 +24,47 @@ import (
 // ownerHelp explains --owner wherever it appears.
 const ownerHelp = `the process the ports belong to: "parent" (the default: the shell or script that ran berth, through any subshell a pipeline forked; make for a recipe line) or a PID`
 
-// grantFlags are the flags of the commands that hand out ports.
+// ownerFlags are --owner and its older, hidden spelling --owner-pid.
+type ownerFlags struct {
+	owner string
+	pidV1 int
+}
+
+func (o *ownerFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.owner, "owner", "parent", ownerHelp)
+	cmd.Flags().IntVar(&o.pidV1, "owner-pid", 0, "the older spelling of --owner PID")
+	_ = cmd.Flags().MarkHidden("owner-pid")
+}
+
+// resolve returns the running process --owner (or --owner-pid) names.
+func (o *ownerFlags) resolve(ctx context.Context, cmd *cobra.Command) (store.Owner, error) {
+	pid, err := strconv.Atoi(o.owner)
+	switch {
+	case cmd.Flags().Changed("owner-pid") && cmd.Flags().Changed("owner"):
+		return store.Owner{}, usagef("--owner-pid with --owner: give --owner PID only")
+	case cmd.Flags().Changed("owner-pid"):
+		if o.pidV1 <= 0 {
+			return store.Owner{}, usagef("--owner-pid %d: want a process id above 0", o.pidV1)
+		}
+		pid = o.pidV1
+	case o.owner == "parent":
+		pid = defaultOwner(ctx, cmd) // berth's parent, or the process it stands for: see ancestry.go
+	case err != nil || pid <= 0:
+		return store.Owner{}, usagef("--owner %q: want \"parent\" or a process id above 0", o.owner)
+	}
+	return lookupOwner(ctx, "--owner", pid)
+}
+
+// grantFlags are the flags of get and reserve.
 type grantFlags struct {
 	holderFlags
-	udp, json  bool
-	addr       string
-	label      string
-	owner      string
-	count      int
-	block      int
-	prefer     []uint
-	order      string
-	sticky     bool
-	allowRes   bool // --allow-reserved
-	ownerPIDv1 int  // --owner-pid, the older spelling of --owner PID
+	ownerFlags
+	udp, json, sticky bool
+	allowRes          bool // --allow-reserved
+	addr, label       string
+	order             string
+	count, block      int
+	prefer            []uint
 }
 
 func (f *grantFlags) add(cmd *cobra.Command, allocate bool) {
@@ -46,7 +73,7 @@ func (f *grantFlags) add(cmd *cobra.Command, allocate bool) {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1", "address the port is for; 0.0.0.0 and :: are the wildcards")
 	fs.StringVar(&f.label, "label", "", "a name for the port, shown by ls and used by release and transfer")
 	fs.BoolVar(&f.json, "json", false, "print JSON")
-	addOwner(cmd, &f.owner, &f.ownerPIDv1)
+	f.ownerFlags.add(cmd)
 	f.holderFlags.add(cmd, true)
 	fs.BoolVar(&f.allowRes, "allow-reserved", false, "take a port of net.ipv4.ip_local_reserved_ports, which the administrator keeps for other software, when it is named (reserve PORT, --prefer)")
 	if allocate {
@@ -56,33 +83,6 @@ func (f *grantFlags) add(cmd *cobra.Command, allocate bool) {
 		fs.StringVar(&f.order, "order", "", "how to go through the range: random (the default) or lowest (lowest free port first)")
 		fs.BoolVar(&f.sticky, "sticky", false, "the port this --label had last time (in this --scope), when it is free; needs --label")
 	}
-}
-
-// addOwner adds --owner and its older spelling --owner-pid to cmd.
-func addOwner(cmd *cobra.Command, owner *string, pidV1 *int) {
-	cmd.Flags().StringVar(owner, "owner", "parent", ownerHelp)
-	cmd.Flags().IntVar(pidV1, "owner-pid", 0, "the older spelling of --owner PID")
-	_ = cmd.Flags().MarkHidden("owner-pid")
-}
-
-// ownerPID resolves --owner (or --owner-pid) to a pid.
-func ownerPID(ctx context.Context, cmd *cobra.Command, owner string, pidV1 int) (int, error) {
-	switch {
-	case cmd.Flags().Changed("owner-pid") && cmd.Flags().Changed("owner"):
-		return 0, usagef("--owner-pid with --owner: give --owner PID only")
-	case cmd.Flags().Changed("owner-pid"):
-		if pidV1 <= 0 {
-			return 0, usagef("--owner-pid %d: want a process id above 0", pidV1)
-		}
-		return pidV1, nil
-	case owner == "parent":
-		return defaultOwner(ctx, cmd), nil // berth's parent, or the process it stands for: see ancestry.go
-	}
-	pid, err := strconv.Atoi(owner)
-	if err != nil || pid <= 0 {
-		return 0, usagef("--owner %q: want \"parent\" or a process id above 0", owner)
-	}
-	return pid, nil
 }
 
 // lookupOwner returns the identity of the running process pid; what names
@@ -124,10 +124,7 @@ func (f *grantFlags) request() (portalloc.Request, error) {
 	if err != nil {
 		return portalloc.Request{}, err
 	}
-	req := portalloc.Request{Protocol: store.TCP, Addr: addr, Label: f.label, Sticky: f.sticky, AllowOSReserved: f.allowRes}
-	if f.udp {
-		req.Protocol = store.UDP
-	}
+	req := portalloc.Request{Protocol: protocol(f.udp), Addr: addr, Label: f.label, Sticky: f.sticky, AllowOSReserved: f.allowRes}
 	if len(f.prefer) > portalloc.MaxPrefer {
 		return portalloc.Request{}, usagef("--prefer lists %d ports: want at most %d", len(f.prefer), portalloc.MaxPrefer)
 	}
@@ -146,28 +143,45 @@ func (f *grantFlags) request() (portalloc.Request, error) {
 	return req, nil
 }
 
-// portJSON is one port as get and reserve print it with --json.
-type portJSON struct {
-	Protocol string `json:"protocol"`
-	Address  string `json:"address"`
-	Port     uint16 `json:"port"`
-	Label    string `json:"label,omitempty"`
-	OwnerPID int    `json:"owner_pid"`
+// protocol is the protocol of --udp.
+func protocol(udp bool) store.Protocol {
+	if udp {
+		return store.UDP
+	}
+	return store.TCP
 }
 
+// portJSON is one port as get and reserve print it with --json: a
+// process's with its owner_pid, a holder's with the holder and the end of
+// its lease.
+type portJSON struct {
+	Protocol string     `json:"protocol"`
+	Address  string     `json:"address"`
+	Port     uint16     `json:"port"`
+	Label    string     `json:"label,omitempty"`
+	OwnerPID *int       `json:"owner_pid,omitempty"`
+	Holder   string     `json:"holder,omitempty"`
+	Expires  *time.Time `json:"expires,omitempty"`
+}
+
+// printPorts prints the ports of own, or of their holder when own is zero.
 func (a *app) printPorts(asJSON bool, rs []store.Reservation, own store.Owner) error {
-	if asJSON {
-		out := make([]portJSON, len(rs))
-		for i, r := range rs {
-			label, _ := unscoped(r.Label, a.cfg.Scope)
-			out[i] = portJSON{string(r.Protocol), r.Addr.String(), r.Port, label, own.PID}
+	if !asJSON {
+		for _, r := range rs {
+			fmt.Fprintln(a.stdout, r.Port)
 		}
-		return a.writeJSON(out)
+		return nil
 	}
-	for _, r := range rs {
-		fmt.Fprintln(a.stdout, r.Port)
+	out := make([]portJSON, len(rs))
+	for i, r := range rs {
+		label, _ := unscoped(r.Label, a.cfg.Scope)
+		out[i] = portJSON{Protocol: string(r.Protocol), Address: r.Addr.String(), Port: r.Port, Label: label, OwnerPID: &own.PID}
+		if own.PID == 0 {
+			at := r.Expires.UTC().Round(time.Second)
+			out[i].OwnerPID, out[i].Holder, out[i].Expires = nil, r.Owner.Holder, &at
+		}
 	}
-	return nil
+	return a.writeJSON(out)
 }
 
 // fallbackHint follows the warning the Allocator logged when it fell back
@@ -180,35 +194,82 @@ func (a *app) fallbackHint(al *portalloc.Allocator, rs []store.Reservation) {
 	fmt.Fprintf(a.stderr, "%s: warning: the ports came from the MRU file: they are locked for their owner, so no berth process is given them, but no store records them (berth ls shows them without a label). Run 'berth doctor' for the cause and what to do; --strict (or BERTH_MODE=statestore) makes this an error.\n", a.name)
 }
 
-// handOver gives every reservation to own, and its lock to own's keeper.
-func handOver(ctx context.Context, al *portalloc.Allocator, rs []store.Reservation, own store.Owner) error {
-	for _, r := range rs {
-		if err := al.Transfer(ctx, r, own.PID); err != nil {
+// grant is get (port 0) and reserve PORT: ports for --owner, all of them
+// or none, or with --holder for a named holder under a lease.
+func (a *app) grant(ctx context.Context, cmd *cobra.Command, f *grantFlags, port uint16) error {
+	holder := f.set(cmd)
+	if holder {
+		if err := f.check(cmd); err != nil {
+			return err
+		}
+		if cmd.Flags().Changed("block") {
+			return usagef("--block with --holder: a holder gets ports one by one; use --count")
+		}
+	} else if cmd.Flags().Changed("ttl") {
+		return usagef("--ttl without --holder: only a holder's ports have a lease; a process's last as long as it runs")
+	}
+	req, err := f.request()
+	if err != nil {
+		return err
+	}
+	var (
+		own store.Owner // zero for a holder
+		al  *portalloc.Allocator
+	)
+	if holder {
+		req.Holder, req.TTL = f.holder, f.ttl
+		al, err = a.strictAllocator(ctx)
+	} else if own, err = f.resolve(ctx, cmd); err == nil {
+		al, err = fleet.New(ctx, a.cfg)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { _ = al.Close() }() // releases a process's ports not handed over; a holder's stay
+	var rs []store.Reservation
+	defer func() { a.fallbackHint(al, rs) }()
+	switch {
+	case port != 0:
+		r, err := al.Reserve(ctx, req, port)
+		var ce *store.ConflictError
+		if !holder && errors.As(err, &ce) && ce.Holder.Owner.PID == own.PID && ce.Holder.Addr == req.Addr.Unmap() {
+			// The owner holds exactly this already: reserving again is a no-op.
+			return a.printPorts(f.json, []store.Reservation{ce.Holder}, own)
+		}
+		if !holder && errors.As(err, &ce) && ce.Holder.Owner.PID == os.Getppid() {
+			return fmt.Errorf("%w; it is held by the shell that ran berth: to give it to pid %d, run 'berth transfer %d --to %d'", err, own.PID, port, own.PID)
+		}
+		if err != nil {
+			return err
+		}
+		rs = append(rs, r)
+	case f.block > 0:
+		if rs, err = al.AllocateBlock(ctx, req, f.block); err != nil {
+			return err
+		}
+	default:
+		for range f.count {
+			r, err := al.Allocate(ctx, req)
+			if err != nil {
+				for _, r := range rs {
+					if holder { // Close gives back a process's ports, not a holder's
+						_ = al.Release(context.WithoutCancel(ctx), r)
+					}
+				}
+				return err
+			}
+			rs = append(rs, r)
+		}
+	}
+	for i := 0; i < len(rs) && !holder; i++ {
+		if err := al.Transfer(ctx, rs[i], own.PID); err != nil { // the row, and its lock to own's keeper
 			return err
 		}
 	}
-	return nil
-}
-
-// grantSetup reads the request flags and the owner, and opens an Allocator.
-func (a *app) grantSetup(ctx context.Context, cmd *cobra.Command, f *grantFlags) (portalloc.Request, store.Owner, *portalloc.Allocator, error) {
-	req, err := f.request()
-	if err != nil {
-		return portalloc.Request{}, store.Owner{}, nil, err
+	if f.block > 0 && !f.json {
+		rs = rs[:1]
 	}
-	pid, err := ownerPID(ctx, cmd, f.owner, f.ownerPIDv1)
-	if err != nil {
-		return portalloc.Request{}, store.Owner{}, nil, err
-	}
-	own, err := lookupOwner(ctx, "--owner", pid)
-	if err != nil {
-		return portalloc.Request{}, store.Owner{}, nil, err
-	}
-	al, err := fleet.New(ctx, a.cfg)
-	if err != nil {
-		return portalloc.Request{}, store.Owner{}, nil, err
-	}
-	return req, own, al, nil
+	return a.printPorts(f.json, rs, own)
 }
 
 func (a *app) getCmd() *cobra.Command {
@@ -243,39 +304,8 @@ at the end of the build, and berth warns. 'berth run' avoids the question.`,
 			return usagef("--sticky needs --label: a sticky port is remembered under its label")
 		case f.sticky && (f.count > 1 || f.block > 0):
 			return usagef("--sticky with --count or --block: a label remembers one port; give each port a --label of its own")
-		case f.set(cmd):
-			return a.getLeased(ctx, cmd, &f, &f.holderFlags)
 		}
-		if err := checkTTLAlone(cmd); err != nil {
-			return err
-		}
-		req, own, al, err := a.grantSetup(ctx, cmd, &f)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = al.Close() }() // releases whatever was not handed over
-		var rs []store.Reservation
-		defer func() { a.fallbackHint(al, rs) }()
-		if f.block > 0 {
-			if rs, err = al.AllocateBlock(ctx, req, f.block); err != nil {
-				return err
-			}
-		} else {
-			for range f.count {
-				r, err := al.Allocate(ctx, req)
-				if err != nil {
-					return err
-				}
-				rs = append(rs, r)
-			}
-		}
-		if err := handOver(ctx, al, rs, own); err != nil {
-			return err
-		}
-		if f.block > 0 && !f.json {
-			rs = rs[:1]
-		}
-		return a.printPorts(f.json, rs, own)
+		return a.grant(ctx, cmd, &f, 0)
 	})
 	return cmd
 }
@@ -297,76 +327,59 @@ the owner holds already is not an error.`,
 		if err != nil {
 			return err
 		}
-		if f.set(cmd) {
-			return a.reserveLeased(ctx, cmd, &f, &f.holderFlags, port)
-		}
-		if err := checkTTLAlone(cmd); err != nil {
-			return err
-		}
-		req, own, al, err := a.grantSetup(ctx, cmd, &f)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = al.Close() }()
-		r, err := al.Reserve(ctx, req, port)
-		var ce *store.ConflictError
-		if errors.As(err, &ce) && ce.Holder.Owner.PID == own.PID && ce.Holder.Addr == req.Addr.Unmap() {
-			// The owner holds exactly this already: reserving again is a no-op.
-			return a.printPorts(f.json, []store.Reservation{ce.Holder}, own)
-		}
-		if errors.As(err, &ce) && ce.Holder.Owner.PID == os.Getppid() {
-			return fmt.Errorf("%w; it is held by the shell that ran berth: to give it to pid %d, run 'berth transfer %d --to %d'", err, own.PID, port, own.PID)
-		}
-		if err != nil {
-			return err
-		}
-		a.fallbackHint(al, []store.Reservation{r})
-		if err := handOver(ctx, al, []store.Reservation{r}, own); err != nil {
-			return err
-		}
-		return a.printPorts(f.json, []store.Reservation{r}, own)
+		return a.grant(ctx, cmd, &f, port)
 	})
 	return cmd
 }
 
-// selectFlags pick the rows of one owner that release and transfer act on.
+// selectFlags pick the ports of one owner that release and transfer act on.
 type selectFlags struct {
-	holder     holderFlags // release only
-	label      string
-	owner      string
-	all        bool
-	ownerPIDv1 int
+	ownerFlags
+	holder holderFlags // release only
+	label  string
+	all    bool
 }
 
 func (f *selectFlags) add(cmd *cobra.Command, verb string) {
 	cmd.Flags().StringVar(&f.label, "label", "", verb+" the owner's ports with this label")
 	cmd.Flags().BoolVar(&f.all, "all", false, verb+" every port of the owner")
-	addOwner(cmd, &f.owner, &f.ownerPIDv1)
+	f.ownerFlags.add(cmd)
 }
 
-// selectRows returns the rows of the owner that match PORT (args) or --label,
-// or all of them with --all, and the owner.
-func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags, args []string) (store.Store, []store.Reservation, store.Owner, error) {
+// port returns the PORT of args (0 without one), refusing --all along with
+// PORT or --label, and returning missing, unless nil, when none of them
+// says which ports.
+func (f *selectFlags) port(args []string, missing error) (uint16, error) {
 	var port uint16
 	switch {
 	case len(args) == 1:
 		p, err := parsePort("port", args[0])
 		if err != nil {
-			return nil, nil, store.Owner{}, err
+			return 0, err
 		}
 		port = p
-	case f.label == "" && !f.all && !cmd.Flags().Changed("owner") && !cmd.Flags().Changed("owner-pid"):
-		// --owner alone names every port of that owner.
-		return nil, nil, store.Owner{}, usagef("give a PORT, --label, --all, or --owner PID for every port of PID")
+	case f.label == "" && !f.all && missing != nil:
+		return 0, missing
 	}
 	if f.all && (port != 0 || f.label != "") {
-		return nil, nil, store.Owner{}, usagef("--all with a PORT or --label: give one of them")
+		return 0, usagef("--all with a PORT or --label: give one of them")
 	}
-	pid, err := ownerPID(ctx, cmd, f.owner, f.ownerPIDv1)
+	return port, nil
+}
+
+// selectRows returns the rows of the owner that match PORT (args) or --label,
+// or all of them with --all, and the owner. The store is nil when there is
+// none yet.
+func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags, args []string) (store.Store, []store.Reservation, store.Owner, error) {
+	var missing error
+	if !cmd.Flags().Changed("owner") && !cmd.Flags().Changed("owner-pid") { // --owner alone names every port of that owner
+		missing = usagef("give a PORT, --label, --all, or --owner PID for every port of PID")
+	}
+	port, err := f.port(args, missing)
 	if err != nil {
 		return nil, nil, store.Owner{}, err
 	}
-	own, err := lookupOwner(ctx, "--owner", pid)
+	own, err := f.resolve(ctx, cmd)
 	if err != nil {
 		return nil, nil, store.Owner{}, err
 	}
@@ -381,13 +394,12 @@ func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags
 	}
 	mine := rows[:0]
 	for _, r := range rows {
-		if !r.Owner.Same(own) { // not the pid's earlier process: that is for reap
-			continue
+		_, in := unscoped(r.Label, a.cfg.Scope)
+		// Not the pid's earlier process (that is for reap); with --all
+		// --scope, the scope's ports only.
+		if r.Owner.Same(own) && (in || !f.all || !a.scopeGiven) {
+			mine = append(mine, r)
 		}
-		if _, in := unscoped(r.Label, a.cfg.Scope); f.all && a.scopeGiven && !in {
-			continue // --all --scope: the scope's ports only
-		}
-		mine = append(mine, r)
 	}
 	return s, mine, own, nil
 }
@@ -413,7 +425,7 @@ release: berth reaps them.`,
 	f.holder.add(cmd, false)
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
 		if f.holder.set(cmd) {
-			return a.releaseLeased(ctx, cmd, &f, &f.holder, args)
+			return a.releaseLeased(ctx, cmd, &f, args)
 		}
 		s, rows, own, err := a.selectRows(ctx, cmd, &f, args)
 		if err != nil {
@@ -550,7 +562,7 @@ func (a *app) dbPath() string { return filepath.Join(a.cfg.StateDir, databaseFil
 // another process keeps locked end with --timeout.
 func (a *app) openStore(ctx context.Context) (store.Store, error) {
 	if a.cfg.StoreDSN != "" {
-		return a.openFleet(ctx)
+		return a.fleetStore(ctx)
 	}
 	if _, err := os.Stat(a.dbPath()); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -560,13 +572,6 @@ func (a *app) openStore(ctx context.Context) (store.Store, error) {
 		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return s, nil
-}
-
-// openFleet opens the fleet's store of --store.
-func (a *app) openFleet(ctx context.Context) (*pgstore.Store, error) {
-	cfg := a.cfg
-	cfg.IgnoreEnv = true // a.cfg has what the variables say already
-	return fleet.Open(ctx, cfg)
 }
 
 // moveLock hands the lock of key from the keeper of process from to that

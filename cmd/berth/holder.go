@@ -14,34 +14,25 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// errNoLease is the error of renew, and of a holder's release, when the
-// holder has no port whose lease has not ended: exit 4.
-var errNoLease = errors.New("the holder has no port whose lease has not ended")
-
 // Ports of named holders: get, reserve and release with --holder, and
 // renew. Such a port belongs to no process: it lasts until its holder
 // releases it or its lease (--ttl) ends.
 
-// defaultTTL is the lease of --holder when --ttl is not given.
-const defaultTTL = time.Hour
+// errNoLease is the error of renew, and of a holder's release, when the
+// holder has no port whose lease has not ended: exit 4.
+var errNoLease = errors.New("the holder has no port whose lease has not ended")
 
-// hostHolderHelp and hostTTLHelp explain the two flags of a holder on this
-// host (fleet.go has its own --holder).
-var (
-	hostHolderHelp = fmt.Sprintf(`a named holder the ports belong to instead of a process, e.g. "ci/job-4711" (1 to %d bytes of printable text); they outlive the shell that ran berth, until released or their lease ends`, store.MaxHolderLen)
-	hostTTLHelp    = "how long the holder's lease lasts (1s to 720h), e.g. 8h; renew extends it (default 1h)"
-)
-
-// holderFlags are --holder and --ttl.
+// holderFlags are --holder and --ttl of a holder on this host (fleet.go
+// has its own --holder).
 type holderFlags struct {
 	holder string
 	ttl    time.Duration
 }
 
 func (h *holderFlags) add(cmd *cobra.Command, withTTL bool) {
-	cmd.Flags().StringVar(&h.holder, "holder", "", hostHolderHelp)
+	cmd.Flags().StringVar(&h.holder, "holder", "", fmt.Sprintf(`a named holder the ports belong to instead of a process, e.g. "ci/job-4711" (1 to %d bytes of printable text); they outlive the shell that ran berth, until released or their lease ends`, store.MaxHolderLen))
 	if withTTL {
-		cmd.Flags().DurationVar(&h.ttl, "ttl", defaultTTL, hostTTLHelp)
+		cmd.Flags().DurationVar(&h.ttl, "ttl", time.Hour, "how long the holder's lease lasts (1s to 720h), e.g. 8h; renew extends it (default 1h)")
 	}
 }
 
@@ -67,40 +58,6 @@ func (h *holderFlags) check(cmd *cobra.Command) error {
 	return nil
 }
 
-// checkTTLAlone refuses --ttl without --holder.
-func checkTTLAlone(cmd *cobra.Command) error {
-	if cmd.Flags().Changed("ttl") && !cmd.Flags().Changed("holder") {
-		return usagef("--ttl without --holder: only a holder's ports have a lease; a process's last as long as it runs")
-	}
-	return nil
-}
-
-// holderPortJSON is one port of a holder as get and reserve print it with
-// --json.
-type holderPortJSON struct {
-	Protocol string    `json:"protocol"`
-	Address  string    `json:"address"`
-	Port     uint16    `json:"port"`
-	Label    string    `json:"label,omitempty"`
-	Holder   string    `json:"holder"`
-	Expires  time.Time `json:"expires"`
-}
-
-func (a *app) printLeases(asJSON bool, rs []store.Reservation) error {
-	if asJSON {
-		out := make([]holderPortJSON, len(rs))
-		for i, r := range rs {
-			label, _ := unscoped(r.Label, a.cfg.Scope)
-			out[i] = holderPortJSON{string(r.Protocol), r.Addr.String(), r.Port, label, r.Owner.Holder, r.Expires.UTC().Round(time.Second)}
-		}
-		return a.writeJSON(out)
-	}
-	for _, r := range rs {
-		fmt.Fprintln(a.stdout, r.Port)
-	}
-	return nil
-}
-
 // strictAllocator opens an Allocator for a holder's ports: the state store
 // only, since the MRU file keeps no lease.
 func (a *app) strictAllocator(ctx context.Context) (*portalloc.Allocator, error) {
@@ -112,87 +69,22 @@ func (a *app) strictAllocator(ctx context.Context) (*portalloc.Allocator, error)
 	return fleet.New(ctx, cfg)
 }
 
-// getLeased is get with --holder.
-func (a *app) getLeased(ctx context.Context, cmd *cobra.Command, f *grantFlags, h *holderFlags) error {
-	if err := h.check(cmd); err != nil {
-		return err
-	}
-	if cmd.Flags().Changed("block") {
-		return usagef("--block with --holder: a holder gets ports one by one; use --count")
-	}
-	req, err := f.request()
-	if err != nil {
-		return err
-	}
-	al, err := a.strictAllocator(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = al.Close() }() // a holder's ports stay
-	req.Holder, req.TTL = h.holder, h.ttl
-	var rs []store.Reservation
-	for range f.count {
-		r, err := al.Allocate(ctx, req)
-		if err != nil {
-			// All or nothing, as for a process: give back what this run took.
-			for _, r := range rs {
-				_ = al.Release(context.WithoutCancel(ctx), r)
-			}
-			return err
-		}
-		rs = append(rs, r)
-	}
-	return a.printLeases(f.json, rs)
-}
-
-// reserveLeased is reserve with --holder.
-func (a *app) reserveLeased(ctx context.Context, cmd *cobra.Command, f *grantFlags, h *holderFlags, port uint16) error {
-	if err := h.check(cmd); err != nil {
-		return err
-	}
-	req, err := f.request()
-	if err != nil {
-		return err
-	}
-	al, err := a.strictAllocator(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = al.Close() }()
-	req.Holder, req.TTL = h.holder, h.ttl
-	r, err := al.Reserve(ctx, req, port)
-	if err != nil {
-		return err
-	}
-	return a.printLeases(f.json, []store.Reservation{r})
-}
-
 // releaseLeased is release with --holder.
-func (a *app) releaseLeased(ctx context.Context, cmd *cobra.Command, f *selectFlags, h *holderFlags, args []string) error {
+func (a *app) releaseLeased(ctx context.Context, cmd *cobra.Command, f *selectFlags, args []string) error {
+	h := &f.holder
 	if err := h.check(cmd); err != nil {
 		return err
 	}
-	var flt store.Filter
-	switch {
-	case len(args) == 1:
-		p, err := parsePort("port", args[0])
-		if err != nil {
-			return err
-		}
-		flt.Port = p
-	case f.label == "" && !f.all:
-		return usagef("give a PORT, --label or --all: which ports of holder %q to release", h.holder)
+	port, err := f.port(args, usagef("give a PORT, --label or --all: which ports of holder %q to release", h.holder))
+	if err != nil {
+		return err
 	}
-	if f.all && (flt.Port != 0 || f.label != "") {
-		return usagef("--all with a PORT or --label: give one of them")
-	}
-	flt.Label = f.label
 	al, err := a.strictAllocator(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = al.Close() }()
-	n, err := al.ReleaseHolder(ctx, h.holder, flt)
+	n, err := al.ReleaseHolder(ctx, h.holder, store.Filter{Port: port, Label: f.label})
 	if errors.Is(err, store.ErrNotFound) {
 		return &userError{msg: fmt.Sprintf("holder %s holds no port that matches (none was reserved, it was released, or its lease ended and it was reaped)", strconv.Quote(h.holder)), err: fmt.Errorf("%w: %w", errNoLease, err)}
 	}
@@ -254,39 +146,15 @@ func leaseLeft(r store.Reservation) string {
 		return "yes (lease of another namespace)"
 	}
 	left := time.Until(r.Expires)
-	if left <= 0 {
-		return "ended"
-	}
 	d := left.Round(time.Second)
 	h, m, sec := int(d.Hours()), int(d.Minutes())%60, int(d.Seconds())%60
 	switch {
+	case left <= 0:
+		return "ended"
 	case h > 0:
 		return fmt.Sprintf("%dh%02dm left", h, m)
 	case m > 0:
 		return fmt.Sprintf("%dm%02ds left", m, sec)
 	}
 	return fmt.Sprintf("%ds left", sec)
-}
-
-// leaseJSONFields fills in the lease fields of ls --json for r, a port of a
-// holder.
-func leaseJSONFields(row *rowJSON, r store.Reservation) {
-	row.Holder, row.Alive = r.Owner.Holder, r.Expires.IsZero() || time.Now().Before(r.Expires)
-	if r.Expires.IsZero() {
-		return
-	}
-	at := r.Expires.UTC().Round(time.Second)
-	left := max(int64(time.Until(r.Expires).Round(time.Second).Seconds()), 0)
-	row.Expires, row.LeaseSeconds = &at, &left
-}
-
-// ofHolder returns the rows of holder, for ls --holder.
-func ofHolder(rows []store.Reservation, holder string) []store.Reservation {
-	out := rows[:0]
-	for _, r := range rows {
-		if r.Owner.Holder == holder {
-			out = append(out, r)
-		}
-	}
-	return out
 }

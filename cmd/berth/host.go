@@ -9,13 +9,6 @@ import (
 	"github.com/berth-go/berth/pgstore"
 )
 
-// retirer is what berth host retire asks of a store: a fleet's
-// PostgreSQL store (pgstore.Store) has it, the SQLite store has not.
-type retirer interface {
-	Host() string
-	Retire(ctx context.Context, host string, opts pgstore.RetireOptions) (int, error)
-}
-
 func (a *app) hostCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "host",
@@ -45,31 +38,19 @@ its reservations were deleted, and it goes on with a fresh lease.`,
 	}
 	var force bool
 	retire.Flags().BoolVar(&force, "force", false, "retire the host even while its lease is live (its berth processes may be running)")
-	retire.RunE = a.action(func(ctx context.Context, args []string) error { return a.runRetire(ctx, args[0], force) })
+	retire.RunE = a.action(func(ctx context.Context, args []string) error {
+		return a.withFleet(ctx, func(st *pgstore.Store) error {
+			if args[0] == st.Host() {
+				return usagef("%q is this host's own name (--host, else $BERTH_HOST, else the hostname); retire a host from another host of the fleet", args[0])
+			}
+			n, err := st.Retire(ctx, args[0], pgstore.RetireOptions{Force: force})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "retired host %s: deleted %d reservations\n", printable(args[0]), n)
+			return nil
+		})
+	})
 	cmd.AddCommand(retire)
 	return cmd
-}
-
-func (a *app) runRetire(ctx context.Context, name string, force bool) error {
-	if a.cfg.StoreDSN == "" {
-		return usagef("berth host retire needs --store (a fleet's PostgreSQL store)")
-	}
-	s, err := a.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = s.Close() }()
-	r, ok := s.(retirer)
-	if !ok {
-		return usagef("berth host retire needs --store (a fleet's PostgreSQL store)")
-	}
-	if name == r.Host() {
-		return usagef("%q is this host's own name (--host, else $BERTH_HOST, else the hostname); retire a host from another host of the fleet", name)
-	}
-	n, err := r.Retire(ctx, name, pgstore.RetireOptions{Force: force})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(a.stdout, "retired host %s: deleted %d reservations\n", printable(name), n)
-	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-go/berth/internal/owner"
+	"github.com/berth-go/berth/portalloc/who"
 	"github.com/berth-go/berth/portlock"
 	"github.com/berth-go/berth/store"
 )
@@ -147,10 +149,13 @@ type rowJSON struct {
 	Holder       string     `json:"holder,omitempty"`
 	Expires      *time.Time `json:"expires,omitempty"`
 	LeaseSeconds *int64     `json:"lease_seconds,omitempty"`
+	// Bound, with --bound, is whether the port is bound right now (a
+	// *bool: null where the system cannot tell).
+	Bound any `json:"bound,omitempty"`
 }
 
 func (a *app) runLs(ctx context.Context, f *lsFlags) error {
-	var flt store.Filter
+	flt := store.Filter{OwnerPID: f.owner, Label: scopedLabel(a.cfg.Scope, f.label), Holder: f.holder}
 	if f.port != "" {
 		p, err := parsePort("--port", f.port)
 		if err != nil {
@@ -161,8 +166,6 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 	if f.owner < 0 {
 		return usagef("--owner %d: want a process id above 0", f.owner)
 	}
-	flt.OwnerPID = f.owner
-	flt.Label = scopedLabel(a.cfg.Scope, f.label)
 	var rows []store.Reservation
 	s, err := a.openStore(ctx)
 	if err != nil {
@@ -174,48 +177,39 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 			return err
 		}
 	}
-	if f.holder != "" {
-		rows = ofHolder(rows, f.holder)
-	}
 	if a.scopeGiven {
 		rows = inScope(rows, a.cfg.Scope)
 	}
 	if f.holder == "" && f.label == "" && !a.scopeGiven {
 		rows = append(rows, lockRows(ctx, rows, flt)...)
 	}
-	var bound []bool
-	boundKnown := false
+	var bound []*bool
 	if f.bound {
-		if bound, boundKnown, err = boundRows(ctx, rows); err != nil {
+		if bound, err = boundRows(ctx, rows); err != nil {
 			return err
 		}
 	}
 	if f.json {
-		out := make([]any, 0, len(rows))
+		out := make([]rowJSON, len(rows))
 		for i, r := range rows {
 			var started *time.Time
 			if at, ok := r.Owner.StartedAt(); ok {
 				at = at.UTC()
 				started = &at
 			}
-			row := rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, kind(r),
-				r.Owner.PID, processName(ctx, r), started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx), "", nil, nil}
+			out[i] = rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, kind(r),
+				r.Owner.PID, processName(ctx, r), started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx), r.Owner.Holder, nil, nil, nil}
 			if r.Owner.Holder != "" {
-				leaseJSONFields(&row, r)
+				out[i].Alive = r.Expires.IsZero() || time.Now().Before(r.Expires)
+			}
+			if r.Owner.Holder != "" && !r.Expires.IsZero() {
+				at := r.Expires.UTC().Round(time.Second)
+				left := max(int64(time.Until(r.Expires).Round(time.Second).Seconds()), 0)
+				out[i].Expires, out[i].LeaseSeconds = &at, &left
 			}
 			if f.bound {
-				// Bound is null where the system cannot tell.
-				var b *bool
-				if boundKnown {
-					b = &bound[i]
-				}
-				out = append(out, struct {
-					rowJSON
-					Bound *bool `json:"bound"`
-				}{row, b})
-				continue
+				out[i].Bound = bound[i]
 			}
-			out = append(out, row)
 		}
 		return a.writeJSON(out)
 	}
@@ -240,7 +234,14 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 			}
 		}
 		if f.bound {
-			alive += "\t" + boundWord(bound, boundKnown, i)
+			switch {
+			case bound[i] == nil:
+				alive += "\t?"
+			case *bound[i]:
+				alive += "\tyes"
+			default:
+				alive += "\tno"
+			}
 		}
 		created := "-"
 		if !r.Created.IsZero() {
@@ -254,6 +255,29 @@ func (a *app) runLs(ctx context.Context, f *lsFlags) error {
 			pid, name, created, alive)
 	}
 	return tw.Flush()
+}
+
+// boundRows tells, for ls --bound, whether each reservation's port is
+// bound right now by a socket of its protocol on an address that overlaps
+// its own (who.Overlaps), whoever holds it: nil where the system cannot
+// tell (every system but Linux), which ls never probes by binding, since
+// that could make a program's own bind fail.
+func boundRows(ctx context.Context, rows []store.Reservation) ([]*bool, error) {
+	bound := make([]*bool, len(rows))
+	socks, err := who.Bound(ctx)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return bound, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range rows {
+		b := slices.ContainsFunc(socks, func(s who.Socket) bool {
+			return s.Protocol == r.Protocol && s.Local.Port() == r.Port && !s.Remote.IsValid() && who.Overlaps(s.Local.Addr(), r.Addr)
+		})
+		bound[i] = &b
+	}
+	return bound, nil
 }
 
 // kind is what ls shows as a row's kind: the store's, or "lock" for a

@@ -3,11 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -23,21 +20,12 @@ import (
 // errNoReservation: portOf found no live reservation of the label.
 var errNoReservation = errors.New("no live reservation")
 
-// livePort is a live reservation of a scope.
+// livePort is a live reservation of a scope, by the environment variable
+// it goes by (envVar of its label).
 type livePort struct {
-	Label, Scope string // the label as its scope knows it, and the scope
-	Var          string // the environment variable it goes by: envVar(Label)
-	Protocol     store.Protocol
-	Addr         netip.Addr
-	Port         uint16
-	OwnerPID     int    // 0 for a named holder
-	Holder       string // the named holder, if it is one's
-	Created      time.Time
-}
-
-func asLive(r store.Reservation, label, scope string) livePort {
-	return livePort{Label: label, Scope: scope, Var: envVar(label), Protocol: r.Protocol, Addr: r.Addr, Port: r.Port,
-		OwnerPID: r.Owner.PID, Holder: r.Owner.Holder, Created: r.Created}
+	Var     string
+	Port    uint16
+	Created time.Time
 }
 
 // livePorts returns the live reservations with a label in scope ("" for
@@ -54,7 +42,7 @@ func livePorts(ctx context.Context, s store.Store, scope string) ([]livePort, er
 		if !ok || !r.Live(ctx) {
 			continue
 		}
-		lp := asLive(r, label, scope)
+		lp := livePort{envVar(label), r.Port, r.Created}
 		if prev, ok := byVar[lp.Var]; !ok || lp.Created.After(prev.Created) {
 			byVar[lp.Var] = lp
 		}
@@ -67,38 +55,32 @@ func livePorts(ctx context.Context, s store.Store, scope string) ([]livePort, er
 	return out, nil
 }
 
-// portOf returns the live reservation of label in scope for protocol; where
-// there are several (one label on two addresses), the newest. A label with
-// no live reservation of its own also finds the port berth run --port label
-// gives its command (labelled run/port/label). When there is none, the
-// error wraps errNoReservation.
-func portOf(ctx context.Context, s store.Store, scope, label string, protocol store.Protocol) (livePort, error) {
-	var (
-		best  livePort
-		found bool
-	)
+// portOf returns the port of the live reservation of label in scope for
+// protocol; where there are several (one label on two addresses), the
+// newest. A label with no live reservation of its own also finds the port
+// berth run --port label gives its command (labelled run/port/label). When
+// there is none, the error wraps errNoReservation.
+func portOf(ctx context.Context, s store.Store, scope, label string, protocol store.Protocol) (uint16, error) {
 	for _, l := range []string{label, "run/port/" + label} {
 		rows, err := s.List(ctx, store.Filter{Protocol: protocol, Label: scopedLabel(scope, l)})
 		if err != nil {
-			return livePort{}, fmt.Errorf("port of %q: %w", label, err)
+			return 0, fmt.Errorf("port of %q: %w", label, err)
 		}
-		for _, r := range rows {
-			if !r.Live(ctx) {
-				continue
-			}
-			if lp := asLive(r, l, scope); !found || lp.Created.After(best.Created) {
-				best, found = lp, true
+		var best *store.Reservation
+		for i, r := range rows {
+			if r.Live(ctx) && (best == nil || r.Created.After(best.Created)) {
+				best = &rows[i]
 			}
 		}
-		if found {
-			return best, nil
+		if best != nil {
+			return best.Port, nil
 		}
 	}
 	in := ""
 	if scope != "" {
 		in = fmt.Sprintf(" in scope %q", scope)
 	}
-	return livePort{}, fmt.Errorf("%s port of %q%s: %w", protocol, label, in, errNoReservation)
+	return 0, fmt.Errorf("%s port of %q%s: %w", protocol, label, in, errNoReservation)
 }
 
 // envVar returns the environment variable a port labelled label goes by,
@@ -112,51 +94,19 @@ func envVar(label string) string {
 	if rest, ok := strings.CutPrefix(label, "run/port/"); ok && rest != "" {
 		name = rest
 	}
-	var b strings.Builder
-	for _, r := range name {
+	v := strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z':
-			b.WriteRune(r - 'a' + 'A')
+			return r - 'a' + 'A'
 		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
+			return r
 		}
-	}
-	v := b.String()
+		return '_'
+	}, name)
 	if v == "" || v[0] >= '0' && v[0] <= '9' {
 		v = "_" + v
 	}
 	return v + "_PORT"
-}
-
-// writeEnv writes ports to w as variables in format: "sh" (export lines for
-// eval), "dotenv" (NAME=PORT lines) or "json" (one object).
-func writeEnv(w io.Writer, ports []livePort, format string) error {
-	var err error
-	switch format {
-	case "sh", "dotenv":
-		var b strings.Builder
-		for _, p := range ports {
-			if format == "sh" {
-				b.WriteString("export ")
-			}
-			fmt.Fprintf(&b, "%s=%d\n", p.Var, p.Port)
-		}
-		_, err = io.WriteString(w, b.String())
-	case "json":
-		m := make(map[string]uint16, len(ports))
-		for _, p := range ports {
-			m[p.Var] = p.Port
-		}
-		var out []byte
-		if out, err = json.MarshalIndent(m, "", "  "); err == nil {
-			_, err = w.Write(append(out, '\n'))
-		}
-	default:
-		return usagef("--format %q: want sh, dotenv or json", format)
-	}
-	return err
 }
 
 // scopedLabel is label as a reservation of scope records it, LABEL@SCOPE

@@ -1,62 +1,21 @@
 // Command berth hands out ports to shell scripts and Makefiles, runs
 // programs with ports of their own, and shows who holds which port, through
-// the same state store as berth's Go API.
-//
-//	berth run --port web -- COMMAND ARGS...   run COMMAND with a port in $WEB_PORT
-//	berth get [--count N | --block N]         allocate ports, one per line
-//	berth reserve PORT                        reserve a given port
-//	berth transfer PORT|--label L --to PID    hand ports to another process
-//	berth release PORT|--label L|--all        release ports
-//	berth ls                                  who holds which port, alive or not
-//	berth port LABEL                          the port of a live reservation (exit 3: none)
-//	berth env [--format sh|dotenv|json]       the live reservations of a scope as variables
-//	berth who PORT... [--kill[=SIGNAL]]        berth's reservation and every process bound to PORT
-//	berth reap                                delete reservations of exited processes
-//	berth doctor                              state store, mode, ranges and outside listeners
-//	berth host retire NAME                    delete a decommissioned host's reservations (--store)
-//	berth fleet reserve|renew|narrow|release  ports free on every host, held by a named --holder (--store)
-//	berth fleet ls                            the fleet's reservations held under a lease
-//	berth completion bash|zsh|fish|powershell shell completion
+// the same state store as berth's Go API; 'berth --help' lists its commands.
 //
 // A port belongs to a process: it stays reserved while that process runs
 // and is reaped after it exits. berth run execs COMMAND in its own place,
 // so COMMAND owns its ports for exactly as long as it runs. get and reserve
-// give their ports to berth's parent process (the shell that ran berth)
-// unless --owner names another; transfer hands them on, for example to a
-// daemon the script has just started. Where that parent exits at once,
-// berth climbs to the process it stands for: from a subshell a pipeline
-// forked, $(berth get | head -1), to the script's shell; from a make
-// recipe's shell to make, with a warning, since make exits at the end of
-// the build (see ancestry.go).
+// give their ports to the process berth's parent stands for (see
+// ancestry.go) unless --owner names another.
 //
 // Configuration comes from the BERTH_* variables of package portalloc and
-// the --state-dir, --range, --mode, --strict and --timeout flags. Every
-// command gives up after --timeout (default $BERTH_TIMEOUT, else 30s),
-// including its waits for a state store that another process keeps locked;
-// a busy store is an error, never a reason to fall back, and so is running
-// out of file descriptors, memory or disk space. -v (info) and -vv
-// or --log-level debug (debug) log what berth does on standard error, as
-// BERTH_LOG does.
+// the global flags. A busy store is an error, never a reason to fall back to
+// the MRU file, and so is running out of file descriptors, memory or disk
+// space: the MRU file is for a store that cannot be used at all, and a port
+// it hands out is locked for its owner but recorded nowhere.
 //
-// When the state store cannot be used, get, reserve and run hand out ports
-// from the MRU file instead and warn on standard error, with the cause:
-// such a port is locked for its owner as every port berth hands out is, so
-// no berth process is given it, but no store records it (berth ls lists it
-// as a lock). --mode mru (BERTH_MODE=mru) serves from the MRU file on
-// purpose. --strict (or BERTH_MODE=statestore) makes any fallback an error;
-// berth doctor explains the cause and what to do.
-//
-// Labels and process names come from the state store, where a row written
-// by an older berth, another program or a hand can hold anything. ls and
-// reap print them escaped: one with a control character, invalid UTF-8 or
-// a leading '"' is shown quoted as Go quotes a string ("\x1b]0;pwned\a"),
-// and the table shows at most 64 characters of a label and 16 of a process
-// name, a longer one cut and ending in "…". ls --json prints them whole,
-// with every control and format character as a JSON \u escape. Errors and
-// doctor's report are printed escaped too.
-//
-// Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 port held,
-// range exhausted, or no live reservation of the label (berth port).
+// Labels and process names come from the state store, where a row can hold
+// anything: berth prints them escaped (see escape.go).
 package main
 
 import (
@@ -82,6 +41,15 @@ const (
 	exitUsage   = 2
 	exitHeld    = 3
 	exitNoLease = 4 // the holder has no port (or no lease that has not ended)
+)
+
+// berth runs itself again, as a program of its own, with these first
+// arguments: to put the sockets of berth run --listen at descriptors 3 and
+// up before it execs COMMAND (see execCommand), and to remove the file of
+// berth run --env-file once COMMAND has exited (see startEnvFileWatch).
+const (
+	placeArg    = "__berth-place-sockets"
+	envWatchArg = "__berth-env-file-watch"
 )
 
 func main() { os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) }
@@ -299,33 +267,50 @@ func editDistance(a, b string) int {
 // can quote what a row of the store holds (a process name, a label), so
 // each line is printed escaped (see printable).
 func printErr(w io.Writer, prefix string, err error, suffix string) {
-	msg := err.Error()
-	// An errors.Join: its message is its errors' on lines of their own.
-	if j, ok := err.(interface{ Unwrap() []error }); ok { //nolint:errorlint // only the outermost join is split into lines
-		errs := j.Unwrap()
-		lines := make([]string, len(errs))
-		for i, e := range errs {
-			lines[i] = e.Error()
+	if errs := joinedErrs(err); errs != nil {
+		for _, e := range errs {
+			printErr(w, prefix, e, suffix)
 		}
-		if len(errs) > 1 && msg == strings.Join(lines, "\n") {
-			for _, e := range errs {
-				printErr(w, prefix, e, suffix)
-			}
-			return
-		}
+		return
 	}
-	fmt.Fprintf(w, "%s%s%s\n", prefix, printable(msg), suffix)
+	fmt.Fprintf(w, "%s%s%s\n", prefix, printable(err.Error()), suffix)
 }
 
-// colour wraps s in an ANSI colour when stdout is a terminal and NO_COLOR
-// is unset.
-func colour(w io.Writer, code, s string) string {
-	f, ok := w.(*os.File)
-	if !ok || os.Getenv("NO_COLOR") != "" {
-		return s
+// joinedErrs returns the errors err joins when it is an errors.Join of
+// several, whose message is theirs on lines of their own (not one error
+// that wraps several), else nil. Only the outermost join counts.
+func joinedErrs(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error }) //nolint:errorlint // only the outermost join is split into lines
+	if !ok {
+		return nil
 	}
-	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+	errs := j.Unwrap()
+	lines := make([]string, len(errs))
+	for i, e := range errs {
+		lines[i] = e.Error()
+	}
+	if len(errs) < 2 || err.Error() != strings.Join(lines, "\n") {
+		return nil
+	}
+	return errs
+}
+
+// colour wraps s in an ANSI colour when w is a terminal and NO_COLOR is
+// unset.
+func colour(w io.Writer, code, s string) string {
+	if !isTerminal(w) || os.Getenv("NO_COLOR") != "" {
 		return s
 	}
 	return "\x1b[" + code + "m" + s + "\x1b[0m"
+}
+
+// isTerminal reports whether w is a terminal (or another character device,
+// such as /dev/null).
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -31,10 +33,7 @@ reservations (two addresses), the newest. Exit 3 when none.`,
 		if err := store.CheckLabel(args[0]); err != nil || args[0] == "" {
 			return usagef("LABEL %q: want the label of a reservation (%s)", args[0], labelWant(err))
 		}
-		proto := store.TCP
-		if udp {
-			proto = store.UDP
-		}
+		proto := protocol(udp)
 		s, err := a.openStore(ctx)
 		if err != nil {
 			return err
@@ -43,14 +42,14 @@ reservations (two addresses), the newest. Exit 3 when none.`,
 			return fmt.Errorf("%s port of %q: %w: there is no state store yet", proto, args[0], errNoReservation)
 		}
 		defer func() { _ = s.Close() }()
-		lp, err := portOf(ctx, s, a.cfg.Scope, args[0], proto)
+		port, err := portOf(ctx, s, a.cfg.Scope, args[0], proto)
 		if errors.Is(err, errNoReservation) {
 			return fmt.Errorf("%w; 'berth ls' lists the reservations, 'berth ls --scope S' those of a scope", err)
 		}
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(a.stdout, lp.Port)
+		fmt.Fprintln(a.stdout, port)
 		return nil
 	})
 	return cmd
@@ -104,7 +103,22 @@ json prints one object.`,
 				return err
 			}
 		}
-		return writeEnv(a.stdout, ports, format)
+		if format == "json" {
+			m := make(map[string]uint16, len(ports))
+			for _, p := range ports {
+				m[p.Var] = p.Port
+			}
+			return a.writeJSON(m)
+		}
+		var b strings.Builder
+		for _, p := range ports {
+			if format == "sh" {
+				b.WriteString("export ")
+			}
+			fmt.Fprintf(&b, "%s=%d\n", p.Var, p.Port)
+		}
+		_, err = io.WriteString(a.stdout, b.String())
+		return err
 	})
 	return cmd
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -150,18 +152,27 @@ COMMAND and its arguments, flags included.`,
 	cmd.Flags().StringVar(&f.addr, "addr", "127.0.0.1", "address the --port ports are for; 0.0.0.0 and :: are the wildcards")
 	cmd.Flags().StringVar(&f.envFile, "env-file", "", "also write COMMAND's port variables to this file (NAME=PORT lines: docker compose's .env, an editor's envFile) while COMMAND runs; removed when it exits")
 	cmd.Flags().BoolVar(&f.sticky, "sticky", false, "give each --port the port it had last time (in this --scope) when it is free")
-	cmd.Flags().StringVar(&f.restart, "restart", restartNo, "stay COMMAND's parent and start it again when it exits: no, on-failure or always")
+	cmd.Flags().StringVar(&f.restart, "restart", "no", "stay COMMAND's parent and start it again when it exits: no, on-failure or always")
 	cmd.Flags().StringArrayVar(&f.watch, "watch", nil, "stay COMMAND's parent and start it again when a file under PATH changes; repeat for more")
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error { return a.runRun(ctx, &f, args) })
 	return cmd
 }
+
+// exitCode is the error of a command that ends with the exit status of the
+// program it ran: run exits with code, printing nothing.
+type exitCode struct{ code int }
+
+func (e *exitCode) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// supervising reports whether berth run stays the parent of COMMAND.
+func (f *runFlags) supervising() bool { return f.restart != "no" || len(f.watch) > 0 }
 
 func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	addr, err := parseAddr(f.addr)
 	if err != nil {
 		return err
 	}
-	var ports *portset.SetSpec
+	var ports, spec *portset.SetSpec
 	if len(f.ports) > 0 {
 		sp, err := portSpec(f.ports, addr, f.sticky)
 		if err != nil {
@@ -169,7 +180,6 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		}
 		ports = &sp
 	}
-	var spec *portset.SetSpec
 	if f.set != "" {
 		sp, err := readSetSpec(f.set)
 		if err != nil {
@@ -184,28 +194,31 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		if err := sp.ValidateOneEnv(); err != nil {
 			return usagef("--set %s: %v", f.set, inSpecWords(err))
 		}
-		if ports != nil {
-			for _, g := range sp.Groups {
-				for _, k := range g.EnvNames() {
-					if slices.ContainsFunc(ports.Groups[0].Ports, func(p portset.PortSpec) bool { return p.Env == k }) {
-						return usagef("--set %s: $%s is both a --port and a variable of group %q of the set; rename the --port", f.set, k, g.Name)
-					}
+		for _, g := range sp.Groups {
+			for _, k := range g.EnvNames() {
+				if ports != nil && slices.ContainsFunc(ports.Groups[0].Ports, func(p portset.PortSpec) bool { return p.Env == k }) {
+					return usagef("--set %s: $%s is both a --port and a variable of group %q of the set; rename the --port", f.set, k, g.Name)
 				}
 			}
 		}
 		spec = &sp
 	}
-	if ports == nil && spec == nil {
+	switch {
+	case ports == nil && spec == nil:
 		return usagef("run needs --port or --set: which ports should COMMAND have?")
-	}
-	if f.sticky && ports == nil {
+	case f.sticky && ports == nil:
 		return usagef("--sticky applies to --port ports; a --set spec says \"sticky\" per port")
-	}
-	if f.listen && spec != nil {
+	case f.listen && spec != nil:
 		return usagef("--listen with --set: berth run binds --port ports only; let the set's programs bind theirs")
+	case f.restart != "no" && f.restart != "on-failure" && f.restart != "always":
+		return usagef("--restart %q: want no, on-failure or always", f.restart)
 	}
-	if err := f.checkSupervise(); err != nil {
-		return err
+	for _, p := range f.watch {
+		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+			return usagef("--watch %q: no such file or directory; want a file or directory that exists", p)
+		} else if err != nil {
+			return usagef("--watch %q: %v", p, err)
+		}
 	}
 	path, err := exec.LookPath(args[0])
 	if err != nil {
@@ -218,33 +231,20 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	}
 	defer func() { _ = al.Close() }() // releases everything unless exec happens
 	var (
-		env   []string
-		rs    []store.Reservation
-		names []string
-		sets  []*portset.Set
+		env  []string
+		sets []*portset.Set
+		vars = map[string]bool{}
 	)
-	if ports != nil {
-		// All of them or none.
-		set, err := portset.Allocate(ctx, al, *ports)
-		if err != nil {
-			return err
+	for _, sp := range []*portset.SetSpec{ports, spec} {
+		if sp == nil {
+			continue
 		}
-		sets = append(sets, set)
-		m := set.Members()[0]
-		for _, p := range ports.Groups[0].Ports {
-			rs = append(rs, m.Ports[p.Name])
-			names = append(names, p.Name)
-		}
-		env = m.Env()
-	}
-	if spec != nil {
-		set, err := portset.Allocate(ctx, al, *spec)
+		set, err := portset.Allocate(ctx, al, *sp) // all of its ports or none
 		if err != nil {
 			return err
 		}
 		sets = append(sets, set)
 		// ValidateOneEnv made sure a variable set twice has one port.
-		vars := map[string]bool{}
 		for _, m := range set.Members() {
 			for _, kv := range m.Env() {
 				if k, _, _ := strings.Cut(kv, "="); !vars[k] {
@@ -255,16 +255,19 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 		}
 	}
 
-	var files []*os.File
-	if f.listen {
-		for i, r := range rs {
-			file, err := bindFile(ctx, r)
-			if err != nil {
-				return fmt.Errorf("--listen %s (%s): %w", names[i], r, err)
-			}
-			defer func() { _ = file.Close() }()
-			files = append(files, file)
+	var (
+		files []*os.File
+		names []string
+	)
+	for i := 0; f.listen && i < len(ports.Groups[0].Ports); i++ {
+		name := ports.Groups[0].Ports[i].Name
+		r := sets[0].Members()[0].Ports[name]
+		file, err := bindFile(ctx, r)
+		if err != nil {
+			return fmt.Errorf("--listen %s (%s): %w", name, r, err)
 		}
+		defer func() { _ = file.Close() }()
+		files, names = append(files, file), append(names, name)
 	}
 
 	// The file lives as long as this process: COMMAND's, once it execs
@@ -274,14 +277,17 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 			return err
 		}
 	}
+	// LISTEN_PID is set where COMMAND starts, with the sockets in place
+	// (see place).
+	environ := append(withoutVars(os.Environ(), "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"), env...)
+	if len(files) > 0 {
+		environ = append(environ, "LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_FDNAMES="+strings.Join(names, ":"))
+	}
+	held := al.Held()
+	a.fallbackHint(al, held)
 	if f.supervising() {
 		// The ports stay this process's, for as long as it runs: al
 		// releases them when it closes.
-		environ := append(withoutListenVars(os.Environ()), env...)
-		if len(files) > 0 {
-			environ = append(environ, "LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_FDNAMES="+strings.Join(names, ":"))
-		}
-		a.fallbackHint(al, al.Held())
 		return a.supervise(context.WithoutCancel(ctx), path, args, environ, files, f)
 	}
 
@@ -289,8 +295,6 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	// becomes. Their locks pass through exec as descriptors from 64 up,
 	// which COMMAND never needs to know of: they are let go when it
 	// exits.
-	held := al.Held()
-	a.fallbackHint(al, held)
 	for _, r := range held {
 		fs, err := al.Files(r)
 		if err != nil {
@@ -300,16 +304,10 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 			return fmt.Errorf("keep the lock of %s across exec: %w", r, err)
 		}
 	}
-	self := os.Getpid()
 	for _, set := range sets {
-		if err := set.TransferAll(ctx, self); err != nil {
+		if err := set.TransferAll(ctx, os.Getpid()); err != nil {
 			return err
 		}
-	}
-	environ := withoutListenVars(os.Environ())
-	environ = append(environ, env...)
-	if len(files) > 0 {
-		environ = append(environ, "LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_PID="+strconv.Itoa(self), "LISTEN_FDNAMES="+strings.Join(names, ":"))
 	}
 	for _, kv := range env {
 		a.cfg.Logger.V(1).Info("berth run", "set", kv)
@@ -323,50 +321,29 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 // bindFile binds r's port and returns the socket as a file (a descriptor
 // of its own; the listener itself is closed).
 func bindFile(ctx context.Context, r store.Reservation) (*os.File, error) {
-	addr := r.AddrPort().String()
-	var lc net.ListenConfig
+	var (
+		lc  net.ListenConfig
+		c   io.Closer
+		err error
+	)
 	if r.Protocol == store.UDP {
-		c, err := lc.ListenPacket(ctx, "udp", addr)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = c.Close() }()
-		uc, ok := c.(*net.UDPConn)
-		if !ok {
-			return nil, errors.New("not a UDP socket")
-		}
-		return uc.File()
+		c, err = lc.ListenPacket(ctx, "udp", r.AddrPort().String())
+	} else {
+		c, err = lc.Listen(ctx, "tcp", r.AddrPort().String())
 	}
-	l, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = l.Close() }()
-	tl, ok := l.(*net.TCPListener)
-	if !ok {
-		return nil, errors.New("not a TCP listener")
-	}
-	return tl.File()
+	defer func() { _ = c.Close() }()
+	return c.(interface{ File() (*os.File, error) }).File()
 }
 
-// withoutListenVars drops inherited socket-activation variables, which
-// would describe descriptors COMMAND does not have.
-func withoutListenVars(env []string) []string {
-	for _, name := range []string{"LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"} {
-		env = withoutVar(env, name)
-	}
-	return env
-}
-
-// withoutVar returns env without the variable name.
-func withoutVar(env []string, name string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, name+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
+// withoutVars returns env without the variables names.
+func withoutVars(env []string, names ...string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(names, k)
+	})
 }
 
 // readSetSpec reads and parses the set spec file a --set flag names; a

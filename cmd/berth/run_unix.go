@@ -3,21 +3,22 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
 )
-
-// placeArg starts the argument list of berth re-executed to put the
-// sockets of berth run --listen at descriptors 3 and up (see execCommand).
-const placeArg = "__berth-place-sockets"
 
 // Placing the sockets, berth execs COMMAND from its main thread. The
 // parent-death signal that berth run --restart gives its child (see
@@ -42,30 +43,43 @@ func execCommand(path string, args, env []string, files []*os.File) error {
 	if len(files) == 0 {
 		return fmt.Errorf("exec %s: %w", path, syscall.Exec(path, args, env))
 	}
+	var fds []int
+	for _, f := range files {
+		if _, err := unix.FcntlInt(f.Fd(), unix.F_SETFD, 0); err != nil { // inherited by the exec
+			return fmt.Errorf("--listen: %w", err)
+		}
+		fds = append(fds, int(f.Fd()))
+	}
+	self, argv, env, err := placeCmd(path, args, env, fds)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("exec %s: %w", self, syscall.Exec(self, argv, env))
+}
+
+// placeCmd returns the program, arguments and environment that run berth
+// again as placeArg, to move the sockets at descriptors fds to 3, 4, ...
+// and exec the program at path with args and env.
+func placeCmd(path string, args, env []string, fds []int) (string, []string, []string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("--listen: find berth's own executable: %w", err)
+		return "", nil, nil, fmt.Errorf("--listen: find berth's own executable: %w", err)
 	}
 	// The runtime keeps the cgroup files it sizes GOMAXPROCS by open (as
 	// descriptors 3 and 4, typically) unless told not to; the program gets
 	// GODEBUG as it was.
-	godebug, had := os.LookupEnv("GODEBUG")
 	saved := "-"
-	if had {
-		saved = "=" + godebug
-	}
-	env = append(withoutVar(env, "GODEBUG"), "GODEBUG=containermaxprocs=0,updatemaxprocs=0")
-	argv := []string{os.Args[0], placeArg, saved, strconv.Itoa(len(files))}
-	for _, f := range files {
-		fd := int(f.Fd())
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil { // inherited by the exec
-			return fmt.Errorf("--listen: %w", err)
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			saved = "=" + v
 		}
+	}
+	argv := []string{os.Args[0], placeArg, saved, strconv.Itoa(len(fds))}
+	for _, fd := range fds {
 		argv = append(argv, strconv.Itoa(fd))
 	}
-	argv = append(argv, path)
-	argv = append(argv, args...)
-	return fmt.Errorf("exec %s: %w", self, syscall.Exec(self, argv, env))
+	argv = append(append(argv, path), args...)
+	return self, argv, append(withoutVars(env, "GODEBUG"), "GODEBUG=containermaxprocs=0,updatemaxprocs=0"), nil
 }
 
 // placeAndExec is berth re-executed by execCommand: args are N, the N
@@ -81,7 +95,7 @@ func place(args []string) error {
 	if len(args) < 2 {
 		return errors.New("socket placement: no count")
 	}
-	env := withoutVar(os.Environ(), "GODEBUG")
+	env := withoutVars(os.Environ(), "GODEBUG")
 	if v, ok := strings.CutPrefix(args[0], "="); ok {
 		env = append(env, "GODEBUG="+v)
 	}
@@ -117,7 +131,7 @@ func place(args []string) error {
 	}
 	// The program keeps this process's id: berth run's own when it execs,
 	// a new child's when berth run --restart starts one.
-	env = append(withoutVar(env, "LISTEN_PID"), "LISTEN_PID="+strconv.Itoa(os.Getpid()))
+	env = append(withoutVars(env, "LISTEN_PID"), "LISTEN_PID="+strconv.Itoa(os.Getpid()))
 	path, argv := args[1+n], args[2+n:]
 	return fmt.Errorf("exec %s: %w", path, syscall.Exec(path, argv, env))
 }
@@ -135,4 +149,102 @@ func keepAcrossExec(files []*os.File) error {
 		_ = f.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// writeEnvFile writes env, the NAME=VALUE variables berth run gives
+// COMMAND, to path as a dotenv file (for docker compose's .env, an
+// editor's envFile, a second shell), atomically, and arranges for it to
+// be removed when this process, which COMMAND is about to become, exits.
+// The file is removed only while it still holds what was written: a file
+// another program (another berth run) has rewritten since stays.
+func writeEnvFile(path string, env []string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return usagef("--env-file %q: %v", path, err)
+	}
+	content := []byte(strings.Join(env, "\n") + "\n")
+	if err := renameio.WriteFile(abs, content, 0o644); err != nil {
+		return fmt.Errorf("--env-file: %w", err)
+	}
+	if err := startEnvFileWatch(abs, content); err != nil {
+		_ = os.Remove(abs)
+		return fmt.Errorf("--env-file %s: cannot arrange its removal when COMMAND exits: %w", path, err)
+	}
+	return nil
+}
+
+// startEnvFileWatch starts berth again as a small process of its own
+// session, a child of this one, that waits for this process to exit and
+// then removes path if it still holds content. This process execs COMMAND
+// next and keeps its pid, so the watcher's parent is COMMAND, and the
+// watcher learns that COMMAND has ended when it stops being its parent.
+// It has no terminal and no standard streams: a pipeline reading
+// COMMAND's output ends when COMMAND does, and ^C reaches COMMAND only.
+func startEnvFileWatch(path string, content []byte) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, envWatchArg, strconv.Itoa(os.Getpid()), path, string(content))
+	cmd.Args[0] = os.Args[0] // as berth was run (a multi-call binary dispatches on it)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	// Not waited for: it outlives this process, whose program COMMAND
+	// replaces; init (or a subreaper) reaps it.
+	return cmd.Process.Release()
+}
+
+// watchEnvFile is the watcher startEnvFileWatch starts: args are the pid
+// of its parent, the file and what it was written with.
+func watchEnvFile(args []string) int {
+	if len(args) != 3 {
+		return exitUsage
+	}
+	ppid, err := strconv.Atoi(args[0])
+	if err != nil {
+		return exitUsage
+	}
+	waitParent(ppid)
+	b, err := os.ReadFile(args[1])
+	if err == nil && bytes.Equal(b, []byte(args[2])) {
+		if err := os.Remove(args[1]); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return exitFailure
+		}
+	}
+	return exitOK
+}
+
+// pollParent returns once ppid is no longer this process's parent.
+func pollParent(ppid int) {
+	for os.Getppid() == ppid {
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// signalByName returns the signal named name (SIGTERM).
+func signalByName(name string) (syscall.Signal, bool) {
+	sig := unix.SignalNum(name)
+	return sig, sig != 0
+}
+
+// signalNames lists the common signals --kill takes by name.
+func signalNames() []string { return []string{"HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM"} }
+
+// signalName names sig as kill(1) does: SIGTERM.
+func signalName(sig syscall.Signal) string {
+	if n := unix.SignalName(sig); n != "" {
+		return n
+	}
+	return "signal " + strings.TrimPrefix(sig.String(), "signal ")
+}
+
+// running reports whether process pid exists and is not a zombie (a
+// child of another process that has not waited for it).
+func running(pid int) bool {
+	if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+		return false
+	}
+	return !zombie(pid)
 }

@@ -5,12 +5,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -39,21 +39,14 @@ func (a *app) startChild(path string, args, env []string, files []*os.File) (*ch
 		cmd.Stdin = os.Stdin
 	}
 	if len(files) > 0 {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("--listen: find berth's own executable: %w", err)
-		}
-		saved := "-"
-		if v, ok := lookupVar(env, "GODEBUG"); ok {
-			saved = "=" + v
-		}
-		cmd.Path = self
-		cmd.Args = []string{os.Args[0], placeArg, saved, strconv.Itoa(len(files))}
+		fds := make([]int, len(files))
 		for i := range files {
-			cmd.Args = append(cmd.Args, strconv.Itoa(3+i))
+			fds[i] = 3 + i
 		}
-		cmd.Args = append(append(cmd.Args, path), args...)
-		cmd.Env = append(withoutVar(env, "GODEBUG"), "GODEBUG=containermaxprocs=0,updatemaxprocs=0")
+		var err error
+		if cmd.Path, cmd.Args, cmd.Env, err = placeCmd(path, args, env, fds); err != nil {
+			return nil, err
+		}
 	}
 	cmd.SysProcAttr = childAttr()
 	c := &child{done: make(chan *os.ProcessState, 1)}
@@ -154,7 +147,7 @@ func (a *app) supervise(ctx context.Context, path string, args, env []string, fi
 		if time.Since(startedAt) >= steadyRun {
 			backoff = firstBackoff
 		}
-		again := f.restart == restartAlways || (f.restart == restartOnFailure && !st.Success())
+		again := f.restart == "always" || (f.restart == "on-failure" && !st.Success())
 		var wait <-chan time.Time // nil: until a watched path changes
 		if again {
 			fmt.Fprintf(a.stderr, "berth run: %s (pid %d) %s; starting it again in %v\n", name, c.pid, exitWords(st), backoff)
@@ -209,26 +202,96 @@ func exitWords(st *os.ProcessState) string {
 	return fmt.Sprintf("exited with status %d", st.ExitCode())
 }
 
-// isTerminal reports whether f is a terminal (or another character
-// device, such as /dev/null, which COMMAND may as well not read).
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+// Backoff between restarts of a command that keeps exiting: it starts at
+// firstBackoff, doubles with each exit that comes sooner than steadyRun
+// after the start, up to maxBackoff, and starts over once the command has
+// run for steadyRun.
+const (
+	firstBackoff = 100 * time.Millisecond
+	maxBackoff   = 10 * time.Second
+	steadyRun    = 10 * time.Second
+)
+
+// stopGrace is how long berth run waits for COMMAND to exit after SIGTERM,
+// on a change of a watched path, before it sends SIGKILL.
+const stopGrace = 5 * time.Second
+
+// Watching: how often the watched paths are looked at, and how long they
+// must stay unchanged after a change before COMMAND is restarted (an
+// editor's save, a build's output, come as bursts of writes).
+const (
+	watchPoll     = 200 * time.Millisecond
+	watchDebounce = 300 * time.Millisecond
+)
+
+// fileState is what berth run compares of a watched file.
+type fileState struct {
+	size    int64
+	modTime time.Time
+	mode    fs.FileMode
 }
 
-// lookupVar returns the value of variable name in env.
-func lookupVar(env []string, name string) (string, bool) {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := cutVar(env[i], name); ok {
-			return v, true
+// snapshot returns the state of every file under paths. Directories are
+// walked, leaving out .git and node_modules below them; what cannot be
+// read is left out.
+func snapshot(paths []string) map[string]fileState {
+	out := map[string]fileState{}
+	for _, root := range paths {
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			if d.IsDir() && p != root && (d.Name() == ".git" || d.Name() == "node_modules") {
+				return filepath.SkipDir
+			}
+			if info, err := d.Info(); err == nil {
+				out[p] = fileState{info.Size(), info.ModTime(), info.Mode()}
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+func sameSnapshot(a, b map[string]fileState) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !w.modTime.Equal(v.modTime) || w.size != v.size || w.mode != v.mode {
+			return false
 		}
 	}
-	return "", false
+	return true
 }
 
-func cutVar(kv, name string) (string, bool) {
-	if len(kv) > len(name) && kv[:len(name)] == name && kv[len(name)] == '=' {
-		return kv[len(name)+1:], true
+// watch sends on changed, without blocking, each time the files under
+// paths change and then stay unchanged for watchDebounce, until ctx ends.
+// It looks every watchPoll: that works on every system and file system
+// (network mounts, containers' bind mounts) at the cost of a walk of the
+// tree each time.
+func watch(ctx context.Context, paths []string, changed chan<- struct{}) {
+	last := snapshot(paths)
+	var changedAt time.Time // of a change not yet reported
+	t := time.NewTicker(watchPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := snapshot(paths)
+		if !sameSnapshot(last, now) {
+			last, changedAt = now, time.Now()
+			continue
+		}
+		if !changedAt.IsZero() && time.Since(changedAt) >= watchDebounce {
+			changedAt = time.Time{}
+			select {
+			case changed <- struct{}{}:
+			default: // one is pending already
+			}
+		}
 	}
-	return "", false
 }

@@ -19,21 +19,16 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// whoFlags are berth who's flags.
-type whoFlags struct {
-	json bool
-	kill string // the signal of --kill; "" without it
-}
-
-// maxArgsWidth is how many characters who shows of a command line.
-const maxArgsWidth = 160
-
-// killWait is how long who --kill waits for the processes it signalled to
-// exit, within --timeout.
-const killWait = 5 * time.Second
+const (
+	maxArgsWidth = 160             // characters who shows of a command line
+	killWait     = 5 * time.Second // how long who --kill waits for the processes it signalled to exit, within --timeout
+)
 
 func (a *app) whoCmd() *cobra.Command {
-	var f whoFlags
+	var (
+		asJSON bool
+		kill   string // the signal of --kill; "" without it
+	)
 	cmd := &cobra.Command{
 		Use:   "who PORT[/tcp|/udp]...",
 		Short: "Show who holds a port: berth's reservation and every process bound to it",
@@ -66,10 +61,10 @@ fails (exit 1) when it could not signal one, or one still runs.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON")
-	cmd.Flags().StringVar(&f.kill, "kill", "", "signal the processes bound to the ports: TERM, or --kill=SIGNAL (name or number)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&kill, "kill", "", "signal the processes bound to the ports: TERM, or --kill=SIGNAL (name or number)")
 	cmd.Flags().Lookup("kill").NoOptDefVal = "TERM"
-	cmd.RunE = a.action(func(ctx context.Context, args []string) error { return a.runWho(ctx, &f, args) })
+	cmd.RunE = a.action(func(ctx context.Context, args []string) error { return a.runWho(ctx, asJSON, kill, args) })
 	return cmd
 }
 
@@ -116,7 +111,7 @@ func parseSignal(s string) (syscall.Signal, error) {
 	return 0, usagef("--kill %q: want a signal name such as TERM, INT, HUP or KILL (%s), or its number", s, strings.Join(signalNames(), ", "))
 }
 
-// Text of who's JSON.
+// who's JSON.
 type (
 	whoJSON struct {
 		Port         uint16       `json:"port"`
@@ -165,10 +160,12 @@ type (
 	}
 )
 
-func (a *app) runWho(ctx context.Context, f *whoFlags, args []string) error {
+func (a *app) runWho(ctx context.Context, asJSON bool, kill string, args []string) error {
 	var (
 		ports []whoPort
 		nums  []uint16
+		sig   syscall.Signal
+		err   error
 	)
 	for _, s := range args {
 		p, err := parseWhoPort(s)
@@ -178,10 +175,8 @@ func (a *app) runWho(ctx context.Context, f *whoFlags, args []string) error {
 		ports = append(ports, p)
 		nums = append(nums, p.port)
 	}
-	var sig syscall.Signal
-	if f.kill != "" {
-		var err error
-		if sig, err = parseSignal(f.kill); err != nil {
+	if kill != "" {
+		if sig, err = parseSignal(kill); err != nil {
 			return err
 		}
 	}
@@ -214,78 +209,69 @@ func (a *app) runWho(ctx context.Context, f *whoFlags, args []string) error {
 	var protos []store.Protocol
 	seen := map[whoPort]bool{}
 	for _, p := range ports {
-		if seen[p] {
-			continue
+		if !seen[p] {
+			seen[p] = true
+			shownReports = append(shownReports, narrow(byPort[p.port], p.proto))
+			protos = append(protos, p.proto)
 		}
-		seen[p] = true
-		shownReports = append(shownReports, narrow(byPort[p.port], p.proto))
-		protos = append(protos, p.proto)
-	}
-	if f.json {
-		if err := a.writeJSON(whoJSONOf(shownReports, protos, storeErr)); err != nil {
-			return err
-		}
-	} else if err := a.printWho(shownReports, protos, storeErr); err != nil {
-		return err
-	}
-	if f.kill == "" {
-		return nil
 	}
 	out := a.stdout
-	if f.json {
-		out = a.stderr // the JSON stays JSON
+	if asJSON {
+		err, out = a.writeJSON(whoJSONOf(shownReports, protos, storeErr)), a.stderr // --kill's words: the JSON stays JSON
+	} else {
+		err = a.printWho(shownReports, protos, storeErr)
+	}
+	if err != nil || kill == "" {
+		return err
 	}
 	return killHolders(ctx, out, shownReports, sig)
 }
 
-// narrow keeps r's reservations and sockets of proto ("": all).
+// narrow keeps r's reservations, sockets and locks of proto ("": all).
 func narrow(r who.Report, proto store.Protocol) who.Report {
 	if proto == "" {
 		return r
 	}
-	out := who.Report{Port: r.Port, SocketsErr: r.SocketsErr}
-	for _, x := range r.Reservations {
-		if x.Protocol == proto {
-			out.Reservations = append(out.Reservations, x)
-		}
-	}
-	for _, x := range r.Sockets {
-		if x.Protocol == proto {
-			out.Sockets = append(out.Sockets, x)
-		}
-	}
-	for _, x := range r.Locks {
-		if x.Protocol == proto {
-			out.Locks = append(out.Locks, x)
+	return who.Report{Port: r.Port, SocketsErr: r.SocketsErr,
+		Reservations: ofProto(r.Reservations, proto, func(x who.Reservation) store.Protocol { return x.Protocol }),
+		Sockets:      ofProto(r.Sockets, proto, func(x who.Socket) store.Protocol { return x.Protocol }),
+		Locks:        ofProto(r.Locks, proto, func(x who.Lock) store.Protocol { return x.Protocol })}
+}
+
+// ofProto returns the xs of proto, in a slice of its own.
+func ofProto[T any](xs []T, proto store.Protocol, of func(T) store.Protocol) []T {
+	var out []T
+	for _, x := range xs {
+		if of(x) == proto {
+			out = append(out, x)
 		}
 	}
 	return out
 }
 
 func whoJSONOf(reports []who.Report, protos []store.Protocol, storeErr error) []whoJSON {
+	procs := func(ps []who.Process) []whoProcJSON {
+		out := []whoProcJSON{}
+		for _, p := range ps {
+			out = append(out, whoProcJSON(p))
+		}
+		return out
+	}
 	out := make([]whoJSON, 0, len(reports))
 	for i, r := range reports {
 		j := whoJSON{Port: r.Port, Protocol: string(protos[i]), Reservations: []whoResJSON{}, Sockets: []whoSocketJSON{}, Locks: []whoLockJSON{}}
 		for _, x := range r.Reservations {
-			rj := whoResJSON{string(x.Protocol), x.Addr.String(), x.Label, string(x.Kind), x.Owner.PID, x.Owner.Name, x.Owner.Holder, x.Alive}
-			j.Reservations = append(j.Reservations, rj)
+			j.Reservations = append(j.Reservations, whoResJSON{string(x.Protocol), x.Addr.String(), x.Label, string(x.Kind), x.Owner.PID, x.Owner.Name, x.Owner.Holder, x.Alive})
 		}
 		for _, s := range r.Sockets {
-			sj := whoSocketJSON{Protocol: string(s.Protocol), Local: s.Local.String(), State: s.State, UID: s.UID, User: s.User, Processes: []whoProcJSON{}}
+			sj := whoSocketJSON{Protocol: string(s.Protocol), Local: s.Local.String(), State: s.State, UID: s.UID, User: s.User, Processes: procs(s.Processes)}
 			if s.Remote.IsValid() {
 				sj.Remote = s.Remote.String()
-			}
-			for _, p := range s.Processes {
-				sj.Processes = append(sj.Processes, whoProcJSON{p.PID, p.UID, p.User, p.Name, p.Args})
 			}
 			j.Sockets = append(j.Sockets, sj)
 		}
 		for _, l := range r.Locks {
-			lj := whoLockJSON{Protocol: string(l.Protocol), Address: lockAddr(l), Processes: []whoProcJSON{}}
-			for _, p := range l.Processes {
-				lj.Processes = append(lj.Processes, whoProcJSON{p.PID, p.UID, p.User, p.Name, p.Args})
-			}
-			j.Locks = append(j.Locks, lj)
+			j.Locks = append(j.Locks, whoLockJSON{Protocol: string(l.Protocol), Address: lockAddr(l), Processes: procs(l.Processes)})
 		}
 		if r.SocketsErr != nil {
 			j.SocketsUnknown = r.SocketsErr.Error()
@@ -329,8 +315,14 @@ func (a *app) printWho(reports []who.Report, protos []store.Protocol, storeErr e
 		case len(r.Reservations) == 0:
 			fmt.Fprintf(tw, "  reserved\tno reservation by berth\n")
 		}
-		for _, l := range lockLines(r.Locks) {
-			fmt.Fprintf(tw, "  locked\t%s\n", l)
+		for _, l := range r.Locks {
+			where := fmt.Sprintf("  locked\t%s %s\theld\t", l.Protocol, lockAddr(l))
+			if len(l.Processes) == 0 {
+				fmt.Fprintln(tw, where+"-\t-\t-\t(its holders are hidden: they are another user's; root sees them)")
+			}
+			for _, p := range l.Processes {
+				fmt.Fprintln(tw, where+procLine(p))
+			}
 		}
 		if r.SocketsErr != nil {
 			fmt.Fprintf(tw, "  bound\tunknown: %s\n", printable(r.SocketsErr.Error()))
@@ -354,19 +346,14 @@ func lockAddr(l who.Lock) string {
 	return l.Addr.String()
 }
 
-// lockLines words locks, one line per lock and process that holds it.
-func lockLines(locks []who.Lock) []string {
-	var lines []string
-	for _, l := range locks {
-		where := fmt.Sprintf("%s %s\theld", l.Protocol, lockAddr(l))
-		if len(l.Processes) == 0 {
-			lines = append(lines, where+"\t-\t-\t-\t(its holders are hidden: they are another user's; root sees them)")
-		}
-		for _, p := range l.Processes {
-			lines = append(lines, fmt.Sprintf("%s\tpid %d\t%s\t%s\t%s", where, p.PID, dash(shown(p.User, maxNameWidth)), dash(shown(p.Name, maxNameWidth)), shown(strings.Join(p.Args, " "), maxArgsWidth)))
-		}
-	}
-	return lines
+// procLine words a process that holds a socket or a lock, for who's table.
+func procLine(p who.Process) string {
+	return fmt.Sprintf("pid %d\t%s\t%s\t%s", p.PID, dash(shown(p.User, maxNameWidth)), dash(shown(p.Name, maxNameWidth)), shown(strings.Join(p.Args, " "), maxArgsWidth))
+}
+
+// procName names a process in who --kill's words.
+func procName(p who.Process) string {
+	return fmt.Sprintf("pid %d (%s)", p.PID, shown(p.Name, maxNameWidth))
 }
 
 // socketLines words sockets, one line per socket and process, counting
@@ -382,7 +369,7 @@ func socketLines(socks []who.Socket) []string {
 		where := fmt.Sprintf("%s %s\t%s", s.Protocol, s.Local, state)
 		var procs []string
 		for _, p := range s.Processes {
-			procs = append(procs, fmt.Sprintf("pid %d\t%s\t%s\t%s", p.PID, dash(shown(p.User, maxNameWidth)), dash(shown(p.Name, maxNameWidth)), shown(strings.Join(p.Args, " "), maxArgsWidth)))
+			procs = append(procs, procLine(p))
 		}
 		if len(procs) == 0 {
 			procs = []string{fmt.Sprintf("-\t%s\t-\t(its processes are hidden: they are another user's; root sees them)", dash(shown(s.User, maxNameWidth)))}
@@ -445,7 +432,7 @@ func killHolders(ctx context.Context, w io.Writer, reports []who.Report, sig sys
 	}
 	var sent []who.Process
 	for _, p := range procs {
-		what := fmt.Sprintf("pid %d (%s)", p.PID, shown(p.Name, maxNameWidth))
+		what := procName(p)
 		if err := who.Signal(p, sig); err != nil {
 			switch {
 			case errors.Is(err, os.ErrProcessDone):
@@ -474,9 +461,8 @@ func killHolders(ctx context.Context, w io.Writer, reports []who.Report, sig sys
 		}
 	}
 	for _, p := range sent {
-		what := fmt.Sprintf("pid %d (%s)", p.PID, shown(p.Name, maxNameWidth))
-		fmt.Fprintf(w, "%s still runs %v after %s; --kill=KILL ends it at once\n", what, killWait.Round(time.Second), signalName(sig))
-		failed = append(failed, what)
+		fmt.Fprintf(w, "%s still runs %v after %s; --kill=KILL ends it at once\n", procName(p), killWait.Round(time.Second), signalName(sig))
+		failed = append(failed, procName(p))
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("--kill: %d holders not stopped: %s", len(failed), strings.Join(failed, ", "))

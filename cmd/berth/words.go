@@ -33,14 +33,20 @@ var requestFlags = map[string]string{
 }
 
 // inUserWords puts an error of portalloc into the words of berth's users:
-// a refused field is named by the flag or variable its value came from
-// (see userField), and the library's "portalloc: " prefix goes, since the
+// a refused field of a request is named by its flag, as --flag "value"
+// (requestFlags), and the library's "portalloc: " prefix goes, since the
 // command's name leads the line. The error still wraps what it wrapped.
 func inUserWords(err error) error {
 	var fe *store.FieldError
 	if errors.As(err, &fe) {
-		if msg, ok := userField(fe); ok {
-			return &userError{msg: msg, err: err}
+		field, index, _ := strings.Cut(fe.Field, "[") // Request.Prefer[2]
+		if flag, ok := requestFlags[field]; ok {
+			named := *fe
+			named.Field = flag
+			if n, err := strconv.Atoi(strings.TrimSuffix(index, "]")); err == nil && named.At == "" {
+				named.At = "item " + strconv.Itoa(n+1) // of the flag's list: --prefer 3000,0
+			}
+			return &userError{msg: named.Error(), err: err}
 		}
 	}
 	msg, ok := strings.CutPrefix(err.Error(), "portalloc: ")
@@ -63,28 +69,6 @@ func inUserWords(err error) error {
 		msg = strings.TrimPrefix(msg, oe.Op+": ")
 	}
 	return &userError{msg: msg, err: err}
-}
-
-// userField words a refused field as berth's users gave it: a field of a
-// request by its flag (requestFlags), as --flag "value". It reports false
-// for a field berth's users do not give by flag.
-func userField(fe *store.FieldError) (string, bool) {
-	named := *fe
-	field, index, _ := strings.Cut(fe.Field, "[") // Request.Prefer[2]
-	if flag, ok := requestFlags[field]; ok {
-		named.Field = flag
-		if n, err := strconv.Atoi(strings.TrimSuffix(index, "]")); err == nil && named.At == "" {
-			named.At = "item " + strconv.Itoa(n+1) // of the flag's list: --prefer 3000,0
-		}
-		return named.Error(), true
-	}
-	return "", false
-}
-
-// userVariable words a refused variable (a *store.FieldError whose Field is
-// the variable) as VARIABLE="value", the way the shell sets it.
-func userVariable(fe *store.FieldError) string {
-	return fe.Field + "=" + strings.TrimPrefix(fe.Error(), fe.Field+" ")
 }
 
 // userError is an error with a message of berth's own.
