@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
@@ -15,7 +16,9 @@ const (
 
 // RenewLease renews the host's lease to ttl from now, as the background
 // goroutine does.
-func (s *Store) RenewLease(ctx context.Context, ttl time.Duration) error { return s.renew(ctx, ttl) }
+func (s *Store) RenewLease(ctx context.Context, ttl time.Duration) error {
+	return s.claim(ctx, "renew lease of "+strconv.Quote(s.host), ttl)
+}
 
 // SetFleetStart makes ReserveFleet start its search of a band of n ports
 // at offset f(n) instead of a random one. Call it before any other call.

@@ -12,49 +12,28 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Failover. With an asynchronous standby, the commits the standby had not
-// received when the primary died are gone from the new primary: rows of
-// live holders (their ports can then be granted again), releases (their
-// rows come back), even a host's registration. Nothing in the database
-// tells a holder so. Each Store therefore reports, through Check, that its
-// holders are to compare what they hold with the store:
-//
-//   - when a connection comes back to another server, or to one that
-//     restarted (its start time changed): a failover, or a crash with
-//     synchronous_commit off;
-//   - when the host's registration was lost, which the Store notices on
-//     every new connection and at every renewal, and makes again: under
-//     its old number when that is free, so that nothing the host's
-//     processes cached goes stale;
-//   - when other hosts deleted this host's rows (retired, or reaped after
-//     its lease lapsed);
-//   - at every renewal of the host's lease, since a lost commit leaves no
-//     other trace.
-//
-// portalloc's Allocator asks every CheckInterval, lists its process's rows
-// (List), puts back those it holds that are missing (a conflict, a port
-// granted to another process meanwhile, is logged naming both owners),
-// and deletes again those it released.
+// Failover: an asynchronous standby loses the commits it had not
+// received, and nothing in the database tells a holder so. Each Store
+// therefore reports through Check (see the package doc for when) that its
+// holders are to compare what they hold with the store; portalloc's
+// Allocator puts back what is missing and deletes again what it released.
 
-// losses is what Check reports: a count of reasons to compare, and how
-// many of them the holders have dealt with.
+// losses is what Check reports: reasons to compare, and how many of them
+// the holders have dealt with.
 type losses struct {
 	lossSeq atomic.Uint64          // bumped by noteLoss
 	lossWhy atomic.Pointer[string] // the latest reason
 	settled atomic.Uint64          // the lossSeq Check last reported
 }
 
-// retryRenew is how soon a failed lease renewal is tried again, at most.
-const retryRenew = time.Second
+const (
+	retryRenew = time.Second     // how soon a failed lease renewal is tried again, at most
+	routine    = "lease renewal" // the reason noteLoss is given at every lease renewal
+)
 
-// routine is the reason noteLoss is given at every lease renewal.
-const routine = "lease renewal"
-
-// noteLoss records a reason for the holders to compare their
-// reservations with the store.
+// noteLoss records a reason for the holders to compare.
 func (s *Store) noteLoss(why string) {
-	// A renewal does not hide a sign of loss the holders have not dealt
-	// with yet.
+	// A renewal does not hide a sign of loss not dealt with yet.
 	if p := s.lossWhy.Load(); why != routine || p == nil || *p == routine || s.lossSeq.Load() <= s.settled.Load() {
 		s.lossWhy.Store(&why)
 	}
@@ -70,9 +49,7 @@ func (s *Store) noteLoss(why string) {
 // server or to a restarted one, the host's registration was lost and made
 // again, another host deleted this host's rows, or the host's lease was
 // renewed (a lost commit leaves no other trace). It makes no round trip.
-// The holders then compare what they hold with the store; a comparison
-// that fails is theirs to do again. After Close it returns an error
-// wrapping store.ErrClosed.
+// After Close it returns an error wrapping store.ErrClosed.
 func (s *Store) Check(_ context.Context) error {
 	if err := s.open(); err != nil {
 		return fmt.Errorf("check: %w", err)
@@ -99,8 +76,7 @@ const (
 	// and this host's number ($1 is the host's name).
 	qServer = "SELECT pg_postmaster_start_time(), (SELECT host_no FROM berth_hosts WHERE host_id = $1)"
 	// qReRegisterHost registers host $2 again under its old number $1,
-	// with a lease of $3 ms for the boot $4; it does nothing when either
-	// the name or the number is taken.
+	// with a lease of $3 ms for the boot $4, unless either is taken.
 	qReRegisterHost = "INSERT INTO berth_hosts (host_no, host_id, expires_at, boot_id) OVERRIDING SYSTEM VALUE" +
 		" VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond', $4) ON CONFLICT DO NOTHING"
 	// qSkipHostNo keeps the host numbers handed out from now on past $1,
@@ -117,9 +93,8 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// register registers the host, whose row is missing, with a lease of ttl:
-// under its old number when it had one and no other host has taken it,
-// else under a new one. It returns the number the host has now.
+// register registers the host, whose row is missing, with a lease of ttl,
+// under its old number when it is free, and returns its number now.
 func (s *Store) register(ctx context.Context, q querier, ttl time.Duration) (int32, error) {
 	done := false
 	if num := s.hostNo(); num != 0 {
@@ -147,12 +122,10 @@ func (s *Store) register(ctx context.Context, q querier, ttl time.Duration) (int
 	return no, nil
 }
 
-// afterConnect runs on every new connection of the pool, before any
-// statement: it notes a server other than the one of the last connection
-// (a failover, or a restart), makes sure the host is registered under
-// the number the Store's statements use, registering it again when its row
-// was lost, and, on another server, records it (starting the grace period,
-// see grace.go) and re-asserts what was granted through this Store.
+// afterConnect runs on every new connection of the pool: it notes a
+// server other than the one of the last connection, makes sure the host
+// is registered under the number the Store's statements use, and, on
+// another server, records it (see grace.go) and re-asserts.
 func (s *Store) afterConnect(ctx context.Context, c *pgx.Conn) error {
 	var (
 		started time.Time
@@ -192,34 +165,8 @@ func (s *Store) afterConnect(ctx context.Context, c *pgx.Conn) error {
 
 // RetireOptions tune Retire.
 type RetireOptions struct {
-	// Force retires a host whose lease is live: its berth processes are
-	// running, and hold ports that a new process of the host can then be
-	// granted until those holders put their reservations back, at their
-	// next lease renewal.
+	// Force retires a host whose lease is live: ports its running berth
+	// processes hold can then be granted again until those holders put
+	// their reservations back, at their next lease renewal.
 	Force bool
-}
-
-// hostLiveError reports a retirement refused because the host's lease is
-// live: berth processes of that host ran within the last lease period, and
-// may still hold and use its ports. It wraps a *store.FieldError for the
-// field "host", and so store.ErrInvalid.
-type hostLiveError struct {
-	Host string
-	// Expires is when the lease ends, by the server's clock; Left is how
-	// long that was from the refusal.
-	Expires time.Time
-	Left    time.Duration
-}
-
-func (e *hostLiveError) Error() string {
-	return fmt.Sprintf("host %q holds a live lease until %s by the PostgreSQL server's clock (%v more): berth ran on that host within its lease period, "+
-		"and retiring it would hand out the ports its processes may still use; retire it once it is gone and its lease has ended, or force it "+
-		"(berth host retire --force; RetireOptions.Force), and its live holders put their reservations back at their next lease renewal",
-		e.Host, e.Expires.UTC().Format(time.RFC3339), e.Left.Round(time.Second))
-}
-
-// Unwrap returns a *store.FieldError for the field "host", which wraps
-// store.ErrInvalid: the refusal is of the host named.
-func (e *hostLiveError) Unwrap() error {
-	return &store.FieldError{Field: "host", Value: e.Host, Want: "a host whose lease has ended, or RetireOptions.Force (berth host retire --force)"}
 }

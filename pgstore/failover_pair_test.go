@@ -267,7 +267,7 @@ func testFailover(t *testing.T, sync bool) { //nolint:thelper // the body of the
 		t.Errorf("fo-c registered after the failover as number %d; want a new one, not fo-b's %d", got, noB)
 	}
 	for _, s := range []*pgstore.Store{a, c} {
-		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		short, cancel := context.WithTimeout(ctx, graceWait)
 		_, err := s.Reserve(short, store.Request{Key: key(store.TCP, "127.0.0.1", 56610)})
 		cancel()
 		if !errors.Is(err, store.ErrGrace) || !errors.Is(err, context.DeadlineExceeded) {

@@ -17,24 +17,15 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Fleet-wide reservations: ports held by a named holder under a renewable
-// lease rather than by a process of a host, for owners whose host is not
-// known yet (a pod not yet scheduled) or that are not processes at all (a
-// pod, a job). Such a row starts with no host, so the exclusion constraint
-// keeps its port taken on every host of the fleet; NarrowFleet gives it
-// its host once that is known. Every lease time is the server's: set as
-// now() + ttl and compared with now() in SQL, never with a client's clock.
+// Fleet-wide reservations (see the package doc). Every lease time is the
+// server's: set as now() + ttl and compared with now() in SQL.
 const (
 	// qFleetReserve grants the first port of the band $3..$4, going up
-	// from $3 + $8 and wrapping round to $3, that no row of any host holds
-	// for an address conflicting with $2, as a row of no host held by $5
-	// until $6 ms from now. The walk visits every port of the band once,
-	// so "no row" means exactly that the band is exhausted; the offset $8
-	// (0 to the band's size less one) only says where it starts. It
-	// returns one row: the gate's wait (see qGate; while it is not 0
-	// nothing is inserted), and the free port found (NULL: none) with the
-	// created_at and lease_expires of its row (NULL when the insert lost a
-	// race for it).
+	// from $3 + $8 and wrapping round, that no row of any host holds for an
+	// address conflicting with $2, as a row of no host held by $5 until $6
+	// ms from now. The walk visits every port of the band once, so "no
+	// row" means exactly that the band is exhausted. See fleetQuery for
+	// what it returns.
 	qFleetReserve = "WITH " + qGate + ", free AS (" +
 		" SELECT c.port FROM generate_series(0, $4::int - $3::int) AS g(i)," +
 		"  LATERAL (SELECT $3::int + ($8::int + g.i) % ($4::int - $3::int + 1) AS port) AS c" +
@@ -47,18 +38,14 @@ const (
 		" FROM free WHERE (SELECT wait_ms FROM gate) = 0 ON CONFLICT DO NOTHING RETURNING created_at, lease_expires)" +
 		" SELECT gate.wait_ms, free.port, ins.created_at, ins.lease_expires FROM gate LEFT JOIN free ON true LEFT JOIN ins ON true"
 
-	// leaseMatch picks holder $4's lease row of key $1..$3, fleet-wide or
-	// narrowed to any host.
+	// leaseMatch picks holder $4's lease row of key $1..$3.
 	leaseMatch = "owner_kind = 'lease' AND protocol = $1 AND port = $2 AND address = $3::inet AND holder = $4"
 
 	// qFleetRenew renews holder $4's lease of the key to $5 ms from now.
-	// Where the row is missing while a grace period holds grants (see
-	// qGate), the holder's re-assertion puts it back when its lease, as
-	// last granted or renewed through this Store, ends after now ($8):
-	// fleet-wide, or on host $6 when it was narrowed there, with label
+	// A row missing in a grace period is put back when its lease, as known
+	// to this Store, ends after now ($8), on host $6 (or none) with label
 	// $7. It returns the rows renewed and put back, the lease's new end,
-	// and whether the row was to be put back (then none put back means
-	// another row holds the port).
+	// and whether the row was to be put back.
 	qFleetRenew = "WITH " + qGate + "," +
 		" upd AS (UPDATE berth_port_allocations SET lease_expires = now() + $5::bigint * interval '1 millisecond' WHERE " + leaseMatch + " RETURNING lease_expires)," +
 		" ins AS (INSERT INTO berth_port_allocations (host_no, protocol, port, address, owner_kind, holder, lease_expires, label, kind)" +
@@ -69,27 +56,21 @@ const (
 		" coalesce((SELECT wait_ms FROM gate) <> 0 AND $8::timestamptz > now(), false)"
 	qFleetRelease = "DELETE FROM berth_port_allocations WHERE " + leaseMatch
 
-	// qHostSeen registers host $1, should no berth process of it have
-	// opened a store yet, with a lease that has ended: it becomes a host
-	// of the fleet whose berth renews the lease once it runs there.
+	// qHostSeen registers host $1, unknown yet, with a lease that has
+	// ended, for its berth to renew once it runs there.
 	qHostSeen = "INSERT INTO berth_hosts (host_id, expires_at) VALUES ($1, now()) ON CONFLICT (host_id) DO NOTHING"
 	// qFleetNarrow moves holder $4's fleet-wide row of the key to host $5
-	// (idempotent when it is there already). The exclusion constraint
-	// checks the row again.
+	// (idempotent when it is there already).
 	qFleetNarrow = "UPDATE berth_port_allocations p SET host_no = h.host_no FROM berth_hosts h" +
 		" WHERE h.host_id = $5 AND (p.host_no IS NULL OR p.host_no = h.host_no) AND p." + leaseMatch
-	// qFleetWhere names the host holder $4's row of the key is on: ''
-	// fleet-wide.
+	// qFleetWhere names the host holder $4's row of the key is on.
 	qFleetWhere = "SELECT coalesce(h.host_id, '') FROM berth_port_allocations p LEFT JOIN berth_hosts h USING (host_no)" +
 		" WHERE p." + leaseMatch
 
-	// qReapLeases deletes the lease rows, of every host and of none,
-	// whose lease has run out.
 	qReapLeases = "DELETE FROM berth_port_allocations WHERE owner_kind = 'lease' AND lease_expires < now()"
 
-	// qSetLockTimeout bounds how long a set's transaction waits for a
-	// port another transaction holds uncommitted: far longer than a set
-	// of free ports takes to commit, far shorter than the deadlock check.
+	// qSetLockTimeout bounds a set's wait for a port another transaction
+	// holds uncommitted: far shorter than the deadlock check.
 	qSetLockTimeout = "SET LOCAL lock_timeout = '100ms'"
 
 	qLeases = "SELECT p.protocol, p.port, host(p.address), p.holder, p.label, coalesce(h.host_id, ''), p.lease_expires, p.created_at" +
@@ -104,29 +85,23 @@ const DefaultFleetTTL = 5 * time.Minute
 // MaxFleetSet is the most ports one ReserveFleetSet reserves.
 const MaxFleetSet = 1024
 
-// FleetRequest asks ReserveFleet for a port. Every zero value is
-// documented; Holder and Band are required.
+// FleetRequest asks ReserveFleet for a port.
 type FleetRequest struct {
 	// Protocol is tcp or udp; required.
 	Protocol store.Protocol
 	// Addr is the address the holder will bind; zero: 0.0.0.0, which
-	// under berth's conflict rule takes the port on every address, IPv4
-	// and IPv6: "this port on whatever host, whatever address", the usual
-	// meaning of a fleet-wide port.
+	// under berth's conflict rule takes the port on every address.
 	Addr netip.Addr
-	// Band is where the port is drawn from, from a random port of it
-	// onwards (see ReserveFleet): a band of the caller's own for
-	// fleet-wide ports, apart from the ranges hosts hand out to processes,
-	// so that per-host grants rarely stand in the way (a port any host
-	// holds is skipped). Required.
+	// Band is where the port is drawn from (see ReserveFleet): best a
+	// band apart from the ranges hosts hand out to processes, so that
+	// per-host grants rarely stand in the way. Required.
 	Band store.Range
-	// Holder names the owner, e.g. "pod/default/web-0": at most 255
-	// bytes, no control characters. Required.
+	// Holder names the owner, e.g. "pod/default/web-0"; required.
 	Holder string
 	// Label is stored with the row, as a Request's.
 	Label string
-	// TTL is how long the lease lasts from the grant, by the store's
-	// clock; zero: DefaultFleetTTL. RenewFleet extends it.
+	// TTL is how long the lease lasts from the grant; zero:
+	// DefaultFleetTTL.
 	TTL time.Duration
 }
 
@@ -137,30 +112,23 @@ type FleetReservation struct {
 	Label  string
 	// Host is the host it was narrowed to; "" while it is fleet-wide.
 	Host string
-	// Expires is when the lease runs out, by the store's clock (the
-	// PostgreSQL server's): compare it with the server's time, not the
-	// local clock.
+	// Expires is when the lease runs out, by the PostgreSQL server's
+	// clock, not the local one.
 	Expires time.Time
 	Created time.Time
 }
 
 // ReserveFleet reserves for req.Holder, under a lease of req.TTL, a port
-// of req.Band that is free on every host: a row of no host,
-// which the exclusion constraint keeps out of every host's way and every
-// host's out of its way. The search starts at a random port of the band
-// and goes up, wrapping round to its first port, so controllers that
-// reserve at the same moment rarely want the same port (all starting at
-// the lowest, each but one would lose the race for it and try again); it
-// is still one round trip, and it still visits every port of the band,
-// so a band with no free port is told apart exactly. No process of any
-// host can reserve the port
-// while the row lasts; a process Reserve or Scan that meets it gets a
-// *store.ConflictError whose holder is the named holder (Owner.Holder).
+// of req.Band that is free on every host: a row of no host. The search,
+// one round trip, starts at a random port of the band and goes up,
+// wrapping round, so controllers that reserve at the same moment rarely
+// want the same port. While the row lasts, a process Reserve or Scan of
+// any host that meets it gets a *store.ConflictError whose holder is the
+// named holder (Owner.Holder).
 //
 // The row lasts until ReleaseFleet, or until its lease runs out unless
-// RenewFleet extends it: then the Reap and the sweep of any host delete
-// it. A band with no port free everywhere is an error wrapping
-// store.ErrExhausted. The Store's own host plays no part.
+// RenewFleet extends it. A band with no port free everywhere is an error
+// wrapping store.ErrExhausted.
 func (s *Store) ReserveFleet(ctx context.Context, req FleetRequest) (FleetReservation, error) {
 	key, ttl, err := checkFleet(&req)
 	if err != nil {
@@ -169,26 +137,32 @@ func (s *Store) ReserveFleet(ctx context.Context, req FleetRequest) (FleetReserv
 	op := fmt.Sprintf("reserve a fleet-wide %s port on %s in %d-%d for %s", key.Protocol, key.Addr, req.Band.First, req.Band.Last, strconv.Quote(req.Holder))
 	reaped := false
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		port, created, expires, ok, wait, err := s.fleetOnce(ctx, op, key, req, ttl)
+		if err := s.grantable(); err != nil {
+			return FleetReservation{}, fmt.Errorf("%s: %w", op, err)
+		}
+		cctx, cancel := s.call(ctx)
+		wait, port, created, expires, err := s.fleetQuery(cctx, s.pool, key, req, ttl)
+		cancel()
 		switch {
+		case isExclusion(err):
+			continue // a race lost; which port does not matter
 		case err != nil:
-			return FleetReservation{}, err
+			return FleetReservation{}, s.fail(ctx, op, err)
 		case wait != 0:
 			if err := s.waitGrace(ctx, op, wait); err != nil {
 				return FleetReservation{}, err
 			}
 			attempt-- // the grace period is over: not an attempt
 			continue
-		case ok:
-			key.Port = port
-			r := FleetReservation{Key: key, Holder: req.Holder, Label: req.Label, Created: created, Expires: expires}
+		case port != nil && created != nil && expires != nil:
+			key.Port = uint16(*port)
+			r := FleetReservation{Key: key, Holder: req.Holder, Label: req.Label, Created: *created, Expires: *expires}
 			s.book.lease(r)
 			return r, nil
-		case port != 0:
+		case port != nil:
 			continue // a race lost for port: the next free one
 		case !reaped:
-			// Lapsed leases may stand in the way until a sweep: delete
-			// them and look once more.
+			// Lapsed leases may stand in the way: reap, look once more.
 			reaped = true
 			n, err := s.reapLeases(ctx)
 			if err != nil {
@@ -204,7 +178,7 @@ func (s *Store) ReserveFleet(ctx context.Context, req FleetRequest) (FleetReserv
 }
 
 // checkFleet validates req, filling in its default address, and returns
-// its key (port 1: the search sets it) and lease.
+// its key (port 1) and lease.
 func checkFleet(req *FleetRequest) (store.Key, time.Duration, error) {
 	if req.Addr == (netip.Addr{}) {
 		req.Addr = netip.IPv4Unspecified()
@@ -230,25 +204,19 @@ func checkFleet(req *FleetRequest) (store.Key, time.Duration, error) {
 	return key, ttl, nil
 }
 
-// ReserveFleetSet reserves a port for each of reqs, all of them or none:
-// the ports of a set of named ports for one holder (every request's
-// Holder must be the same), each drawn as ReserveFleet draws one, from
-// its own request's Band, Protocol and Addr, under its own TTL. The ports
-// are granted in one transaction: when one of them cannot be had, the
-// transaction rolls back and no row of the set is left behind. Ports are
-// distinct wherever they would conflict (two requests of one protocol on
-// one band get two ports). It returns the reservations in the order of
-// reqs.
+// ReserveFleetSet reserves a port for each of reqs, all of them or none,
+// in one transaction: the ports of a set of named ports for one holder
+// (every request's Holder must be the same), each drawn as ReserveFleet
+// draws one, from its own request's Band, Protocol and Addr, under its own
+// TTL. Ports are distinct wherever they would conflict. It returns the
+// reservations in the order of reqs.
 //
 // A band with no port free for some request is an error wrapping
-// store.ErrExhausted that names the request; as with ReserveFleet, lapsed
-// leases are reaped once before that is decided. A set that loses races
-// to concurrent reservations (another transaction took a port between
-// this one's look and its insert, or kept one uncommitted for longer
-// than 100ms, as two sets that want each other's next port do) is tried
-// again, whole, from other random ports, up to a bound; past it the
-// error wraps store.ErrBusy. One round trip per port, plus
-// BEGIN and COMMIT, when nothing is in the way.
+// store.ErrExhausted that names the request (lapsed leases are reaped once
+// before that is decided). A set that loses races to concurrent
+// reservations (or waits more than 100ms for a port another transaction
+// holds uncommitted) is tried again, whole, up to a bound; past it the
+// error wraps store.ErrBusy.
 func (s *Store) ReserveFleetSet(ctx context.Context, reqs []FleetRequest) ([]FleetReservation, error) {
 	if len(reqs) == 0 || len(reqs) > MaxFleetSet {
 		return nil, &store.FieldError{Field: "set", Value: fmt.Sprintf("%d ports", len(reqs)), Want: fmt.Sprintf("1 to %d ports (MaxFleetSet)", MaxFleetSet)}
@@ -305,10 +273,8 @@ func (s *Store) ReserveFleetSet(ctx context.Context, reqs []FleetRequest) ([]Fle
 
 // fleetSetOnce tries to grant the set in one transaction. It returns the
 // reservations and -1; or nil and the index of the first request whose
-// band had no free port (the transaction rolled back); or nil and
-// len(reqs) when a race was lost and the whole set should be tried again;
-// or nil and the gate's wait when a grace period holds grants (see
-// qGate).
+// band had no free port; or nil and len(reqs) when a race was lost; or nil
+// and the gate's wait.
 func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, reqs []FleetRequest, ttls []time.Duration) ([]FleetReservation, int, int64, error) {
 	if err := s.grantable(); err != nil {
 		return nil, 0, 0, fmt.Errorf("%s: %w", op, err)
@@ -327,12 +293,8 @@ func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, r
 			key := keys[i]
 			granted := false
 			for range maxAttempts {
-				var (
-					port             *int32
-					created, expires *time.Time
-				)
-				err := tx.QueryRow(cctx, qFleetReserve, string(key.Protocol), key.Addr.String(), int32(req.Band.First), int32(req.Band.Last),
-					req.Holder, ttls[i].Milliseconds(), req.Label, s.bandStart(req.Band)).Scan(&wait, &port, &created, &expires)
+				w, port, created, expires, err := s.fleetQuery(cctx, tx, key, req, ttls[i])
+				wait = w
 				switch {
 				case err != nil:
 					return err
@@ -363,86 +325,52 @@ func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, r
 	case errors.Is(err, errSetFull):
 		return nil, full, 0, nil
 	case errors.Is(err, errSetRace), isExclusion(err), isLockWait(err):
-		// A port another transaction inserted but has not committed is
-		// waited for; two sets that took each other's next port would
-		// wait for each other until the server's deadlock check (a
-		// second by default). lock_timeout cuts such waits short, and the
-		// set starts again from other random ports.
+		// Two sets that took each other's next port would wait for each
+		// other until the server's deadlock check; lock_timeout cuts such
+		// waits short, and the set starts again from other random ports.
 		return nil, len(reqs), 0, nil
 	}
 	return nil, 0, 0, s.fail(ctx, op, err)
 }
 
-// errSetFull, errSetRace and errSetGated roll a set's transaction back: a
-// band had no free port, a port was lost to other transactions too often,
-// or a grace period holds grants.
+// errSetFull, errSetRace and errSetGated roll a set's transaction back.
 var (
 	errSetFull  = errors.New("a band of the set has no free port")
 	errSetRace  = errors.New("lost the race for a port of the set")
 	errSetGated = errors.New("grants are paused")
 )
 
-// isLockWait reports whether err is a set's transaction that waited too
-// long for another one: lock_timeout ran out, or the server found the two
-// waiting for each other.
+// isLockWait reports whether lock_timeout ran out or a deadlock was found.
 func isLockWait(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.DeadlockDetected)
 }
 
-// fleetOnce runs qFleetReserve: the port granted and true; a port that was
-// free but lost to a concurrent insert and false; port 0 when the band
-// has no free port; or the gate's wait when a grace period holds grants
-// (see qGate).
-func (s *Store) fleetOnce(ctx context.Context, op string, key store.Key, req FleetRequest, ttl time.Duration) (uint16, time.Time, time.Time, bool, int64, error) {
-	if err := s.grantable(); err != nil {
-		return 0, time.Time{}, time.Time{}, false, 0, fmt.Errorf("%s: %w", op, err)
-	}
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	var (
-		wait             int64
-		port             *int32
-		created, expires *time.Time
-	)
-	err := s.pool.QueryRow(cctx, qFleetReserve, string(key.Protocol), key.Addr.String(), int32(req.Band.First), int32(req.Band.Last),
+// fleetQuery runs qFleetReserve on q for req: the gate's wait, and the
+// free port found (nil: none) with its row's creation and lease's end
+// (nil: a race lost for the port).
+func (s *Store) fleetQuery(ctx context.Context, q querier, key store.Key, req FleetRequest, ttl time.Duration) (
+	wait int64, port *int32, created, expires *time.Time, err error) {
+	err = q.QueryRow(ctx, qFleetReserve, string(key.Protocol), key.Addr.String(), int32(req.Band.First), int32(req.Band.Last),
 		req.Holder, ttl.Milliseconds(), req.Label, s.bandStart(req.Band)).Scan(&wait, &port, &created, &expires)
-	switch {
-	case isExclusion(err):
-		return 1, time.Time{}, time.Time{}, false, 0, nil // a race lost; which port does not matter
-	case err != nil:
-		return 0, time.Time{}, time.Time{}, false, 0, s.fail(ctx, op, err)
-	case wait != 0:
-		return 0, time.Time{}, time.Time{}, false, wait, nil
-	case port == nil:
-		return 0, time.Time{}, time.Time{}, false, 0, nil
-	case created == nil || expires == nil:
-		return uint16(*port), time.Time{}, time.Time{}, false, 0, nil
-	}
-	return uint16(*port), *created, *expires, true, 0, nil
+	return wait, port, created, expires, err
 }
 
 // RenewFleet extends holder's lease on its reservation of key, fleet-wide
 // or narrowed, to ttl from now by the server's clock (zero ttl:
-// DefaultFleetTTL). Renew every third of the TTL or so, so that a slow
-// round trip does not let it run out. A lease that has run out but whose
-// row no reaping has deleted yet is renewed too: its port never changed
-// hands. No such row of holder's (another holder's row included) is an
-// error wrapping store.ErrNotFound: the port may be someone else's now;
-// reserve again.
+// DefaultFleetTTL). Renew every third of the TTL or so. A lease that has
+// run out but whose row no reaping has deleted yet is renewed too. No such
+// row of holder's is an error wrapping store.ErrNotFound: the port may be
+// someone else's now; reserve again.
 //
 // It is also the holder's re-assertion after a change of server: in the
-// grace period that follows one (see the package doc), a row the change
-// lost is put back, with the label and host it had, when it was granted,
-// renewed or narrowed through this Store and its lease had not run out,
-// unless another row now holds the port: then the error wraps
-// store.ErrGrace, and the renewal is to be tried again (it is most likely
-// a row released before the change, which the change brought back and
-// its holder releases again; this Store does so for the leases released
-// through it). A holder's controller that
-// keeps its Store open, calls Check every second or so and renews every
-// lease it holds when Check reports store.ErrLost keeps its ports across
-// a failover.
+// grace period (see the package doc), a row the change lost is put back
+// as it was when it was granted, renewed or narrowed through this Store
+// and its lease had not run out, unless another row now holds the port:
+// then the error wraps store.ErrGrace, and the renewal is to be tried
+// again. A controller that keeps its Store open, calls Check every second
+// or so and renews every lease it holds when Check reports store.ErrLost
+// keeps its ports across a failover.
 func (s *Store) RenewFleet(ctx context.Context, key store.Key, holder string, ttl time.Duration) error {
 	key, err := checkLease(key, holder)
 	if err != nil {
@@ -452,9 +380,6 @@ func (s *Store) RenewFleet(ctx context.Context, key store.Key, holder string, tt
 		return err
 	}
 	op := "renew the lease of " + strconv.Quote(holder) + " on " + key.String()
-	if err := s.open(); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
 	known, ok := s.book.leaseOf(key, holder)
 	var until *time.Time // no re-assertion of a lease unknown here
 	if ok {
@@ -465,12 +390,9 @@ func (s *Store) RenewFleet(ctx context.Context, key store.Key, holder string, tt
 		expires           *time.Time
 		restoring         bool
 	)
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	err = s.pool.QueryRow(cctx, qFleetRenew, string(key.Protocol), int32(key.Port), key.Addr.String(), holder, ttl.Milliseconds(), known.Host, known.Label, until).
-		Scan(&renewed, &restored, &expires, &restoring)
-	if err != nil {
-		return s.fail(ctx, op, err)
+	if err := s.queryRow(ctx, op, qFleetRenew, []any{string(key.Protocol), int32(key.Port), key.Addr.String(), holder, ttl.Milliseconds(),
+		known.Host, known.Label, until}, &renewed, &restored, &expires, &restoring); err != nil {
+		return err
 	}
 	if renewed+restored == 0 && restoring {
 		// In a grace period no port is granted anew: a row the change
@@ -493,9 +415,8 @@ func (s *Store) RenewFleet(ctx context.Context, key store.Key, holder string, tt
 }
 
 // ReleaseFleet deletes holder's reservation of key, fleet-wide or
-// narrowed to a host: the release path of a holder's controller, e.g. a
-// pod's finalizer. Another holder's row is never touched: no such row of
-// holder's is an error wrapping store.ErrNotFound.
+// narrowed to a host, e.g. in a pod's finalizer. No such row of holder's
+// is an error wrapping store.ErrNotFound.
 func (s *Store) ReleaseFleet(ctx context.Context, key store.Key, holder string) error {
 	key, err := checkLease(key, holder)
 	if err != nil {
@@ -515,18 +436,16 @@ func (s *Store) ReleaseFleet(ctx context.Context, key store.Key, holder string) 
 
 // NarrowFleet makes holder's fleet-wide reservation of key a reservation
 // of host, e.g. once its pod is bound to a node: the port is free again on
-// every other host and stays taken on host. The row stays the holder's,
-// under its lease: RenewFleet, ReleaseFleet and lapsing work as before,
-// and host's processes cannot take it over. It never conflicts: the
-// fleet-wide row excluded the port on host already.
+// every other host and stays taken on host, still the holder's under its
+// lease. It never conflicts: the fleet-wide row excluded the port on host
+// already.
 //
-// host is a name as Options.Host takes it. A host no berth of which has
-// opened a store yet is registered, with a lease that has ended (its
-// berth renews it when it runs there): check the name, a misspelt one
-// holds the port on a host that does not exist. Narrowing to the host the
-// row is on already does nothing; a row narrowed to another host is an
-// error wrapping store.ErrInvalid (release it and reserve again). No such
-// row of holder's is an error wrapping store.ErrNotFound.
+// host is a name as Options.Host takes it; one no berth of which has
+// opened a store yet is registered (check the name: a misspelt one holds
+// the port on a host that does not exist). Narrowing to the host the row
+// is on already does nothing; a row narrowed to another host is an error
+// wrapping store.ErrInvalid (release it and reserve again). No such row
+// of holder's is an error wrapping store.ErrNotFound.
 func (s *Store) NarrowFleet(ctx context.Context, key store.Key, holder, host string) error {
 	key, err := checkLease(key, holder)
 	if err != nil {
@@ -573,20 +492,10 @@ func (s *Store) NarrowFleet(ctx context.Context, key store.Key, holder, host str
 		Want: "the host the reservation is narrowed to already, " + strconv.Quote(where) + "; release it and reserve again to move it"}
 }
 
-// Leases returns every reservation held under a lease, fleet-wide or
-// narrowed to any host, ordered by holder, protocol, port and address.
-// Leases that have run out are included until reaped.
+// Leases returns every reservation held under a lease, ordered by holder,
+// protocol, port and address, those run out included until reaped.
 func (s *Store) Leases(ctx context.Context) ([]FleetReservation, error) {
-	if err := s.open(); err != nil {
-		return nil, fmt.Errorf("list leases: %w", err)
-	}
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	rows, err := s.pool.Query(cctx, qLeases)
-	if err != nil {
-		return nil, s.fail(ctx, "list leases", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FleetReservation, error) {
+	return query(ctx, s, s.open, "list leases", func(r pgx.CollectableRow) (FleetReservation, error) {
 		var (
 			f           FleetReservation
 			proto, addr string
@@ -601,15 +510,10 @@ func (s *Store) Leases(ctx context.Context) ([]FleetReservation, error) {
 		}
 		f.Key = store.Key{Protocol: store.Protocol(proto), Addr: a.Unmap(), Port: uint16(port)}
 		return f, nil
-	})
-	if err != nil {
-		return nil, s.fail(ctx, "list leases", err)
-	}
-	return out, nil
+	}, qLeases)
 }
 
-// reapLeases deletes the lease rows whose lease has run out, by the
-// server's clock, and returns how many.
+// reapLeases deletes the lease rows whose lease has run out.
 func (s *Store) reapLeases(ctx context.Context) (int64, error) {
 	n, err := s.exec(ctx, "reap lapsed leases", qReapLeases)
 	if err != nil {
@@ -622,8 +526,7 @@ func (s *Store) reapLeases(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// bandStart returns where a search of band starts: an offset from its
-// first port, drawn at random (or by Store.fleetStart, in tests).
+// bandStart returns where a search of band starts: a random offset.
 func (s *Store) bandStart(band store.Range) int32 {
 	n := int(band.Last) - int(band.First) + 1
 	if s.fleetStart != nil {
@@ -632,8 +535,7 @@ func (s *Store) bandStart(band store.Range) int32 {
 	return int32(rand.IntN(n))
 }
 
-// checkLease validates what RenewFleet, ReleaseFleet and NarrowFleet
-// share: the key, in normal form, and the holder.
+// checkLease normalises key and validates holder.
 func checkLease(key store.Key, holder string) (store.Key, error) {
 	key, err := key.Normalize()
 	if err != nil {
@@ -643,19 +545,10 @@ func checkLease(key store.Key, holder string) (store.Key, error) {
 }
 
 func checkHolder(h string) error {
-	if h == "" || len(h) > 255 {
-		return &store.FieldError{Field: "holder", Value: h, Want: `the holder's name, 1 to 255 bytes, e.g. "pod/default/web-0"`}
-	}
-	for _, r := range h {
-		if r < 0x20 || r == 0x7f {
-			return &store.FieldError{Field: "holder", Value: h, Want: "a holder name without control characters"}
-		}
-	}
-	return nil
+	return checkName("holder", h, h != "", `the holder's name, 1 to 255 bytes, e.g. "pod/default/web-0"`)
 }
 
-// maxFleetTTL bounds a lease, so that a unit mistake (hours for seconds)
-// does not hold a port for years.
+// maxFleetTTL bounds a lease against unit mistakes (hours for seconds).
 const maxFleetTTL = 7 * 24 * time.Hour
 
 func leaseTTL(ttl time.Duration) (time.Duration, error) {

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,77 +17,48 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// The grace period after a change of server.
+// The grace period after a change of server (see the package doc). As an
+// NFSv4 server does after a restart (RFC 8881, 8.4.2), the database
+// refuses new grants for a while after it finds itself served by another
+// server, and takes back what holders held:
 //
-// A failover to an asynchronous standby, a crash of a server that runs
-// with synchronous_commit off, or a restore from backup loses the last
-// commits: rows of live holders among them. Until their holders put them
-// back, the ports could be granted again. So, as an NFSv4 server does after
-// a restart (RFC 8881, 8.4.2), the database refuses new grants for a while
-// after it finds itself served by another server, and takes back what
-// holders held:
-//
-//   - berth_server records the server that serves the database, by its
-//     pg_postmaster_start_time(), which every restart, promotion and
-//     restore changes (its timeline and system identifier are recorded
-//     too, for people). The migration that made the table recorded the
-//     first one: a fresh database starts no grace period.
-//   - Every grant statement (Reserve, Scan, ScanBlock, ReserveFleet,
-//     ReserveFleetSet) reads the record in its own statement (qGate): on
-//     another server than the recorded one, or within a grace period, it
-//     inserts nothing. So no client's timing decides: a grant on the new
-//     server is held up whichever client gets there first.
-//   - The first berth transaction on the new server that finds it
-//     unrecorded (qSync: on every new connection to another server, and
-//     at every lease renewal) records it and starts the grace period: the
-//     longest Options.Grace of the fleet's live Stores, from then by the
-//     server's clock.
+//   - berth_server records the server by its pg_postmaster_start_time(),
+//     which every restart, promotion and restore changes. The migration
+//     that made the table recorded the first one.
+//   - Every grant statement reads the record in its own statement (qGate):
+//     on an unrecorded server, or within a grace period, it inserts
+//     nothing, so no client's timing decides.
+//   - The first berth transaction that finds the server unrecorded (qSync)
+//     records it and starts the grace period.
 //   - Every open Store has a session (berth_sessions), renewed with its
-//     host's lease. A Store re-asserts for a server once every reservation
-//     granted through it and still held (a process row whose owner lives,
-//     a fleet-wide lease that has not run out) is in the table again, and
-//     no row released through it in the last ten minutes is: its holders
-//     put theirs back (Reserve with Request.Restore, which the grace
-//     period lets through; RenewFleet, which puts back a lease row it finds
-//     missing in a grace period) and release again what the change
-//     brought back (the Store does so itself for leases), and the Store
-//     checks that with one query (qVerify) and marks its session (acked).
-//     A Store that granted and released nothing re-asserts at once.
-//   - The grace period ends early once every live session has re-asserted
-//     for the new server, but never less than a second after it began
-//     (the floor: time for a Store the new server has no session of to
-//     connect again, see watch).
+//     host's lease. It re-asserts for a server (qVerify) once every
+//     reservation granted through it and still held is in the table again
+//     and no row released through it in the last ten minutes is.
+//   - The period ends early once every live session has re-asserted, but
+//     never less than a second after it began: time for a Store the new
+//     server has no session of to connect again (see watch).
 //
-// What this does not cover: rows of Stores the new server never heard of
-// (a Store opened within the replication lag before the failover loses
-// its session with its rows; the floor gives it a second to connect
-// again), rows granted through no live Store (a port transferred to a
-// child, the shell of berth get: their holders run no berth code), and a
-// holder that does not put its rows back within the grace period. On a
-// host, portlock's kernel locks keep such ports from every other berth
-// process of the host all the same; only a fleet-wide grant can meet them.
+// Not covered: rows of Stores the new server never heard of, rows granted
+// through no live Store (a port transferred to a child), and a holder that
+// does not put its rows back in time. On a host, portlock's kernel locks
+// keep such ports from other berth processes; only a fleet-wide grant can
+// meet them.
 
 const (
-	// minGraceMargin and defaultGraceMargin are added to a third of the
-	// lease, the longest a live Store takes to notice a change (at its
-	// renewal): the time its holders have to put their rows back.
-	minGraceMargin     = 2 * time.Second
+	minGraceMargin     = 2 * time.Second // added to a third of the lease: see Options.Grace
 	defaultGraceMargin = 5 * time.Second
-	// maxGrace bounds Options.Grace: grants paused longer than that are a
-	// misconfiguration, not safety.
+	// maxGrace bounds Options.Grace: a longer pause is a misconfiguration.
 	maxGrace = 10 * time.Minute
 	// pollGrace is how often a grant waiting out a grace period looks
-	// again; watchRetry how often the watch connects again to a server
-	// that went away.
+	// again; watchRetry how often watch connects again.
 	pollGrace  = 100 * time.Millisecond
 	watchRetry = 250 * time.Millisecond
 )
 
 // gateCase is the gate's wait in ms, for the berth_server row s: 0 when
-// grants may go on; -1 when the server is not the recorded one (no berth
-// transaction has recorded the change yet); else the ms left of the grace
-// period, while it runs and some live session has not re-asserted for the
-// server (or for a second at least: the floor).
+// grants may go on; -1 when the server is not the recorded one; else the
+// ms left of the grace period, while some live session has not
+// re-asserted for the server (or for a second at least).
 const gateCase = "CASE WHEN s.id IS NULL OR s.started <> pg_postmaster_start_time() THEN -1" +
 	" WHEN s.grace_until > now() AND (now() < s.changed_at + interval '1 second' OR EXISTS (SELECT 1 FROM berth_sessions x" +
 	"  WHERE x.expires_at > now() AND x.acked IS DISTINCT FROM s.started))" +
@@ -95,19 +68,17 @@ const gateCase = "CASE WHEN s.id IS NULL OR s.started <> pg_postmaster_start_tim
 const (
 	// qGate is the CTE of every grant statement: its one row's wait_ms
 	// (see gateCase) must be 0 for the statement to insert.
-	qGate = "gate AS (SELECT " + gateCase + " AS wait_ms FROM (SELECT 1) one LEFT JOIN berth_server s ON s.id = 1)"
-	// qGateWait reads the gate alone.
+	qGate     = "gate AS (SELECT " + gateCase + " AS wait_ms FROM (SELECT 1) one LEFT JOIN berth_server s ON s.id = 1)"
 	qGateWait = "WITH " + qGate + " SELECT wait_ms FROM gate"
 
-	// qSync compares the server with the one recorded, and, on another
-	// one, records it and starts a grace period of the longest grace of
-	// the live sessions and this Store's ($4 ms); it renews this Store's
-	// session $1 (of host $2, $3 ms, its process $5 $6 $7 of boot $8),
-	// registering it when it is missing: re-asserted for the server $9 (or
-	// for this one when $10, a new Store with nothing granted). It returns
-	// the server's start time, the recorded one before this statement,
-	// whether it recorded a change, the gate's wait after it, the
-	// session's acked and whether it was registered now.
+	// qSync records another server than the recorded one, starting a
+	// grace period of the longest grace of the live sessions and this
+	// Store's ($4 ms), and renews this Store's session $1 (of host $2, $3
+	// ms, its process $5 $6 $7 of boot $8), registering it when it is
+	// missing: acked for $9 (or for this server when $10, a new Store). It
+	// returns the server's start time, the recorded one before, whether it
+	// recorded a change, the gate's wait, the session's acked and whether
+	// it was registered now.
 	qSync = "WITH cur AS (SELECT pg_postmaster_start_time() AS started)," +
 		" grace AS (SELECT greatest($4::bigint, (SELECT coalesce(max(grace_ms), 0) FROM berth_sessions WHERE expires_at > now())) AS ms)," +
 		" rec AS (UPDATE berth_server b SET previous = b.started, started = cur.started, system_id = berth_server_system(), timeline = berth_server_timeline()," +
@@ -126,12 +97,10 @@ const (
 		" FROM cur CROSS JOIN sess LEFT JOIN berth_server s ON s.id = 1"
 
 	// qVerify checks that the process rows $2..$7 (on host $1) and the
-	// lease rows $8..$12 whose lease has not run out are all in the
-	// table, and that the process rows $14..$19, released, are not; when
-	// so, it marks session $13 re-asserted for this server. It returns the
-	// indexes (from 1) of the missing ones of the first two kinds and of
-	// the ones back of the third, the session's new acked (NULL: not
-	// marked), the server's start time and the gate's wait.
+	// live lease rows $8..$12 are in the table, and the released process
+	// rows $14..$19 are not; when so, it marks session $13 re-asserted. It
+	// returns the indexes (from 1) of those that fail, the session's new
+	// acked (NULL: not marked), the server's start time and the gate's wait.
 	qVerify = "WITH " + qGate + "," +
 		" p AS (SELECT * FROM unnest($2::text[], $3::int[], $4::text[], $5::int[], $6::bigint[], $7::text[]) WITH ORDINALITY AS w(proto, port, addr, pid, start, scope, i))," +
 		" f AS (SELECT * FROM unnest($8::text[], $9::int[], $10::text[], $11::text[], $12::timestamptz[]) WITH ORDINALITY AS w(proto, port, addr, holder, expires, i))," +
@@ -147,30 +116,25 @@ const (
 		" SELECT coalesce((SELECT array_agg(i::int) FROM mp), '{}'), coalesce((SELECT array_agg(i::int) FROM mf), '{}')," +
 		" coalesce((SELECT array_agg(i::int) FROM br), '{}'), (SELECT acked FROM ack), pg_postmaster_start_time(), (SELECT wait_ms FROM gate)"
 
-	// qHostSessions reads the other live sessions of host $1 that have
-	// not re-asserted for this server, for their owners to be judged.
+	// qHostSessions reads host $1's other live sessions not re-asserted.
 	qHostSessions = "SELECT session_id, owner_pid, owner_start, owner_scope, boot_id FROM berth_sessions" +
 		" WHERE host_id = $1 AND session_id <> $2 AND expires_at > now() AND acked IS DISTINCT FROM pg_postmaster_start_time()"
-	// qDropSessions deletes sessions $2 of host $1, whose processes have
-	// exited.
+	// qDropSessions deletes sessions $2 of host $1.
 	qDropSessions = "DELETE FROM berth_sessions WHERE host_id = $1 AND session_id = ANY($2::text[])"
 	// qReleaseAgain deletes the lease rows $1..$4 (protocol, port,
-	// address, holder), released lately through this Store.
+	// address, holder).
 	qReleaseAgain = "DELETE FROM berth_port_allocations p USING unnest($1::text[], $2::int[], $3::text[], $4::text[]) AS d(proto, port, addr, holder)" +
 		" WHERE p.owner_kind = 'lease' AND p.protocol = d.proto AND p.port = d.port AND p.address = d.addr::inet AND p.holder = d.holder"
-	// qEndSession deletes session $1: its Store is closed.
-	qEndSession = "DELETE FROM berth_sessions WHERE session_id = $1"
-	// qReapSessions deletes the sessions whose lease has run out.
+	qEndSession   = "DELETE FROM berth_sessions WHERE session_id = $1"
 	qReapSessions = "DELETE FROM berth_sessions WHERE expires_at < now()"
 
-	// qGraceState reads the record and the gate, for Grace.
 	qGraceState = "WITH " + qGate + " SELECT s.started, s.previous, s.changed_at, s.grace_until, gate.wait_ms," +
 		" (SELECT count(*) FROM berth_sessions x WHERE x.expires_at > now() AND x.acked IS DISTINCT FROM s.started), now()" +
 		" FROM berth_server s CROSS JOIN gate WHERE s.id = 1"
 )
 
-// checkGrace validates Options.Grace for a lease of ttl (negative: no
-// renewal, 30s taken at Open) and returns it, or its default when zero.
+// checkGrace validates Options.Grace for a lease of ttl and returns it,
+// or its default when zero.
 func checkGrace(grace, ttl time.Duration) (time.Duration, error) {
 	notice := openTTL(ttl) / 3 // the longest a live Store takes to notice a change
 	switch least := notice + minGraceMargin; {
@@ -184,8 +148,8 @@ func checkGrace(grace, ttl time.Duration) (time.Duration, error) {
 	return grace, nil
 }
 
-// openTTL is the lease of a Store's host and session: ttl, or the 30s
-// that Open takes when nothing renews it (ttl negative) or ttl is zero.
+// openTTL is the lease of a Store's host and session: ttl, or 30s when
+// ttl is zero or negative (no renewal).
 func openTTL(ttl time.Duration) time.Duration {
 	if ttl <= 0 {
 		return 30 * time.Second
@@ -199,8 +163,8 @@ func newSessionID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// graceState is what a Store knows of the server: the one it saw last,
-// and the one its session re-asserted for.
+// graceState is the server a Store saw last, and the one its session
+// re-asserted for.
 type graceState struct {
 	seen       atomic.Pointer[time.Time]
 	acked      atomic.Pointer[time.Time]
@@ -208,8 +172,7 @@ type graceState struct {
 }
 
 // noticeServer notes the server a connection found, by its start time, and
-// reports whether it is another than the one seen last: then the holders
-// are to compare what they hold with the store (see Check).
+// reports whether it is another than the one seen last (see Check).
 func (s *Store) noticeServer(started time.Time) bool {
 	prev := s.seen.Swap(&started)
 	if prev == nil || prev.Equal(started) {
@@ -220,8 +183,7 @@ func (s *Store) noticeServer(started time.Time) bool {
 	return true
 }
 
-// owes reports whether this Store has yet to re-assert for the server it
-// saw last.
+// owes reports whether this Store has yet to re-assert for the server.
 func (s *Store) owes() bool {
 	seen := s.seen.Load()
 	if seen == nil {
@@ -231,31 +193,23 @@ func (s *Store) owes() bool {
 	return a == nil || !a.Equal(*seen)
 }
 
-// syncResult is what qSync returned.
-type syncResult struct {
-	started  time.Time
-	recorded bool
-	wait     int64
-}
-
-// sync runs qSync on q: it records a change of server (starting the grace
-// period), renews the Store's session (fresh: a new Store, which has
-// nothing to re-assert), and notes the server.
-func (s *Store) sync(ctx context.Context, q querier, fresh bool) (syncResult, error) {
+// sync runs qSync on q (fresh: a new Store, with nothing to re-assert),
+// notes the server, and returns the gate's wait.
+func (s *Store) sync(ctx context.Context, q querier, fresh bool) (int64, error) {
 	var (
-		r        syncResult
-		prev     *time.Time
-		acked    *time.Time
-		inserted bool
+		started            time.Time
+		prev, acked        *time.Time
+		wait               int64
+		recorded, inserted bool
 	)
 	err := q.QueryRow(ctx, qSync, s.session, s.host, s.sessTTL.Milliseconds(), s.grace.Milliseconds(),
 		s.self.PID, s.self.Start, s.self.Namespace, s.bootID, s.acked.Load(), fresh).
-		Scan(&r.started, &prev, &r.recorded, &r.wait, &acked, &inserted)
+		Scan(&started, &prev, &recorded, &wait, &acked, &inserted)
 	if err != nil {
-		return r, err
+		return 0, err
 	}
 	owed := s.owes()
-	changed := s.noticeServer(r.started)
+	changed := s.noticeServer(started)
 	s.acked.Store(acked)
 	if !owed && !changed && s.owes() && !fresh {
 		// A change this Store's own connections did not show (another
@@ -263,30 +217,27 @@ func (s *Store) sync(ctx context.Context, q querier, fresh bool) (syncResult, er
 		// server): its holders compare all the same.
 		s.noteLoss("the store recorded a change of server, which may have lost the last commits")
 	}
-	if r.recorded {
+	if recorded {
 		was := "none"
 		if prev != nil {
 			was = prev.UTC().Format(time.RFC3339Nano)
 		}
 		s.log.Info("the database is served by another PostgreSQL server than the one recorded (a failover, a restart or a restore, which may have lost the last commits): "+
 			"grants are paused until every berth process of the fleet has put back what it holds, or for the grace period at most",
-			"started", r.started.UTC().Format(time.RFC3339Nano), "recorded", was, "grace", (time.Duration(r.wait) * time.Millisecond).String(), "host", s.host)
+			"started", started.UTC().Format(time.RFC3339Nano), "recorded", was, "grace", (time.Duration(wait) * time.Millisecond).String(), "host", s.host)
 	}
 	if inserted && !fresh {
 		s.log.Info("this process's session was missing from the store (a change of server lost it) and is registered again", "host", s.host)
 	}
-	return r, nil
+	return wait, nil
 }
 
 // reassert marks the Store's session re-asserted for the server, on q,
 // once every reservation granted through it and still held is in the
 // table and none released through it lately is (qVerify), and reports
-// whether the Store owes nothing now. It first releases again the leases
-// released through it lately (releaseAgain). Rows of
-// this host's sessions whose processes exited are deleted meanwhile, so
-// that they do not hold up the grace period. Once the grace period is
-// over, what is still missing was not put back in time: it is logged and
-// forgotten. Errors are logged, and reported as false.
+// whether the Store owes nothing now. Once the grace period is over, what
+// is still missing was not put back in time: it is logged and forgotten.
+// Errors are logged, and reported as false.
 func (s *Store) reassert(ctx context.Context, q querier) bool {
 	if !s.owes() {
 		return true
@@ -302,22 +253,10 @@ func (s *Store) reassert(ctx context.Context, q querier) bool {
 		procs, leases := s.book.snapshot(ctx)
 		released := s.book.releasedRowsLately()
 		var (
-			pProto, pAddr, pScope, fProto, fAddr, fHolder []string
-			pPort, pPID, fPort                            []int32
-			pStart                                        []int64
-			fExpires                                      []time.Time
-			rProto, rAddr, rScope                         []string
-			rPort, rPID                                   []int32
-			rStart                                        []int64
+			fProto, fAddr, fHolder []string
+			fPort                  []int32
+			fExpires               []time.Time
 		)
-		for _, r := range released {
-			rProto, rPort, rAddr = append(rProto, string(r.Protocol)), append(rPort, int32(r.Port)), append(rAddr, r.Addr.String())
-			rPID, rStart, rScope = append(rPID, int32(r.Owner.PID)), append(rStart, r.Owner.Start), append(rScope, r.Owner.Namespace)
-		}
-		for _, r := range procs {
-			pProto, pPort, pAddr = append(pProto, string(r.Protocol)), append(pPort, int32(r.Port)), append(pAddr, r.Addr.String())
-			pPID, pStart, pScope = append(pPID, int32(r.Owner.PID)), append(pStart, r.Owner.Start), append(pScope, r.Owner.Namespace)
-		}
 		for _, l := range leases {
 			fProto, fPort, fAddr = append(fProto, string(l.Protocol)), append(fPort, int32(l.Port)), append(fAddr, l.Addr.String())
 			fHolder, fExpires = append(fHolder, l.Holder), append(fExpires, l.Expires)
@@ -328,8 +267,9 @@ func (s *Store) reassert(ctx context.Context, q querier) bool {
 			started             time.Time
 			wait                int64
 		)
-		err := q.QueryRow(ctx, qVerify, s.hostNo(), pProto, pPort, pAddr, pPID, pStart, pScope,
-			fProto, fPort, fAddr, fHolder, fExpires, s.session, rProto, rPort, rAddr, rPID, rStart, rScope).
+		args := append([]any{s.hostNo()}, procColumns(procs)...)
+		args = append(append(args, fProto, fPort, fAddr, fHolder, fExpires, s.session), procColumns(released)...)
+		err := q.QueryRow(ctx, qVerify, args...).
 			Scan(&missP, &missF, &backR, &acked, &started, &wait)
 		if err != nil {
 			s.log.V(1).Info("could not check this process's reservations against the new server; tried again", "host", s.host, "error", s.scrub.String(err.Error()))
@@ -379,12 +319,25 @@ func (s *Store) reassert(ctx context.Context, q querier) bool {
 	}
 }
 
+// procColumns returns the protocols, ports, addresses and owners' pids,
+// starts and scopes of rs, as arrays.
+func procColumns(rs []store.Reservation) []any {
+	var (
+		proto, addr, scope []string
+		port, pid          []int32
+		start              []int64
+	)
+	for _, r := range rs {
+		proto, port, addr = append(proto, string(r.Protocol)), append(port, int32(r.Port)), append(addr, r.Addr.String())
+		pid, start, scope = append(pid, int32(r.Owner.PID)), append(start, r.Owner.Start), append(scope, r.Owner.Namespace)
+	}
+	return []any{proto, port, addr, pid, start, scope}
+}
+
 // releaseAgain deletes again, on q, the lease rows released through this
-// Store lately: a change of server may have brought them back, and they
-// would hold their ports, in the way of rows their holders put back, until
-// their lease ran out. (A process row released lately and brought back is
-// its holder's to release again, as portalloc does: until then the Store
-// has not re-asserted, see reassert.) Errors are logged.
+// Store lately, which a change of server may have brought back in the way
+// of rows their holders put back. (A process row is its holder's to
+// release again, as portalloc does.) Errors are logged.
 func (s *Store) releaseAgain(ctx context.Context, q querier) {
 	ks := s.book.releasedLately()
 	if len(ks) == 0 {
@@ -405,8 +358,7 @@ func (s *Store) releaseAgain(ctx context.Context, q querier) {
 	}
 }
 
-// reassertNow re-asserts at once if the Store owes it: after a holder put
-// a row back.
+// reassertNow re-asserts if the Store owes it: after a holder put a row back.
 func (s *Store) reassertNow(ctx context.Context) {
 	if !s.owes() {
 		return
@@ -417,25 +369,23 @@ func (s *Store) reassertNow(ctx context.Context) {
 }
 
 // clearDeadSessions deletes the sessions of this host, not re-asserted
-// for the server, whose processes have exited (or are of another boot):
-// no holder of theirs will re-assert, and they would hold up the grace
-// period until their lease ran out. Errors are logged.
+// for the server, whose processes have exited (or are of another boot),
+// lest they hold up the grace period until their lease runs out.
 func (s *Store) clearDeadSessions(ctx context.Context, q querier) {
-	rows, err := q.Query(ctx, qHostSessions, s.host, s.session)
-	if err != nil {
-		s.log.V(1).Info("could not read this host's sessions", "host", s.host, "error", s.scrub.String(err.Error()))
-		return
-	}
 	type sess struct {
 		id   string
 		own  store.Owner
 		boot string
 	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sess, error) {
-		var x sess
-		err := r.Scan(&x.id, &x.own.PID, &x.own.Start, &x.own.Namespace, &x.boot)
-		return x, err
-	})
+	var all []sess
+	rows, err := q.Query(ctx, qHostSessions, s.host, s.session)
+	if err == nil {
+		all, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (sess, error) {
+			var x sess
+			err := r.Scan(&x.id, &x.own.PID, &x.own.Start, &x.own.Namespace, &x.boot)
+			return x, err
+		})
+	}
 	if err != nil {
 		s.log.V(1).Info("could not read this host's sessions", "host", s.host, "error", s.scrub.String(err.Error()))
 		return
@@ -459,16 +409,13 @@ func (s *Store) clearDeadSessions(ctx context.Context, q querier) {
 // graceError reports a grant held up by the grace period after a change
 // of server. It wraps store.ErrGrace.
 type graceError struct {
-	// Left is how long the grace period runs at most, by the server's
-	// clock, as of the refusal.
+	// Left is how long the grace period runs at most, as of the refusal.
 	Left time.Duration
-	// Own: this process's own reservations are still being put back; the
-	// grant was refused at once rather than waited for, so that its
-	// holders can put them back.
+	// Own: refused at once, so that this process's holders can put their
+	// reservations back.
 	Own bool
-	// Blocked: a holder's re-assertion met another row (a row released
-	// before the change, which the change brought back and its holder
-	// releases again): it is to be tried again.
+	// Blocked: a holder's re-assertion met another row: it is to be tried
+	// again.
 	Blocked error
 }
 
@@ -488,12 +435,9 @@ func (e *graceError) Error() string {
 
 func (e *graceError) Unwrap() error { return store.ErrGrace }
 
-// waitGrace waits, within ctx, for the grace period a grant met (wait,
-// from the gate) to end, and returns nil once the grant may be tried
-// again. While this Store has yet to re-assert, it fails at once: its
-// process's holders put their rows back between its calls (portalloc
-// does so on the call's turn). When ctx ends first, the error wraps both
-// store.ErrGrace and ctx's error.
+// waitGrace waits, within ctx, for the grace period a grant met (wait) to
+// end. While this Store has yet to re-assert, it fails at once, so that
+// its process's holders can put their rows back between its calls.
 func (s *Store) waitGrace(ctx context.Context, op string, wait int64) error {
 	synced := false
 	for {
@@ -503,15 +447,15 @@ func (s *Store) waitGrace(ctx context.Context, op string, wait int64) error {
 			// (another Store may have recorded the change), registering
 			// it again if the change lost it.
 			cctx, cancel := s.call(ctx)
-			r, err := s.sync(cctx, s.pool, false)
-			if err == nil && r.wait != 0 {
+			w, err := s.sync(cctx, s.pool, false)
+			if err == nil && w != 0 {
 				s.clearDeadSessions(cctx, s.pool)
 			}
 			cancel()
 			if err != nil {
 				return s.fail(ctx, op, err)
 			}
-			wait, synced = r.wait, true
+			wait, synced = w, true
 			continue
 		}
 		if wait == 0 {
@@ -541,46 +485,24 @@ func (s *Store) waitGrace(ctx context.Context, op string, wait int64) error {
 
 // gateWait reads the gate's wait (see gateCase).
 func (s *Store) gateWait(ctx context.Context, op string) (int64, error) {
-	if err := s.open(); err != nil {
-		return 0, fmt.Errorf("%s: %w", op, err)
-	}
-	cctx, cancel := s.call(ctx)
-	defer cancel()
 	var wait int64
-	if err := s.pool.QueryRow(cctx, qGateWait).Scan(&wait); err != nil {
-		return 0, s.fail(ctx, op, err)
-	}
-	return wait, nil
+	err := s.queryRow(ctx, op, qGateWait, nil, &wait)
+	return wait, err
 }
 
-// watch keeps a connection of its own to the server, idle, until Close:
-// when the server goes away (a failover, a restart), it connects again
-// every watchRetry until one takes it, records a change of server and
-// re-asserts (qSync, then reassert), without waiting for a call of the
-// Store or its next lease renewal. While the Store owes a re-assertion it
-// tries again every watchRetry.
+// watch keeps an idle connection of its own to the server until Close:
+// when the server goes away, it connects again every watchRetry, records
+// a change of server and re-asserts, without waiting for a call of the
+// Store or its next lease renewal.
 func (s *Store) watch() {
 	defer s.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-s.stop
-		cancel()
-	}()
+	ctx := s.life
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
 			closeConn(conn)
 		}
 	}()
-	pause := func() {
-		t := time.NewTimer(watchRetry)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-	}
 	for ctx.Err() == nil {
 		if conn == nil {
 			cctx, ccancel := s.call(ctx)
@@ -596,7 +518,12 @@ func (s *Store) watch() {
 				if ctx.Err() == nil {
 					s.log.V(1).Info("the server is out of reach; connecting again", "host", s.host, "in", watchRetry.String(), "error", s.scrub.String(err.Error()))
 				}
-				pause()
+				t := time.NewTimer(watchRetry)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
 				continue
 			}
 			conn = c
@@ -620,29 +547,19 @@ func (s *Store) watch() {
 	}
 }
 
-// closeConn closes a connection of the watch, giving up after a second
-// on a server that does not answer.
+// closeConn closes a connection of watch, within a second.
 func closeConn(c *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = c.Close(ctx)
 }
 
-// endSession deletes the Store's session, at Close, within the Store's
-// Timeout.
+// endSession deletes the Store's session, at Close.
 func (s *Store) endSession() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	if _, err := s.pool.Exec(ctx, qEndSession, s.session); err != nil {
 		s.log.V(1).Info("could not delete this process's session; it ends with its lease", "host", s.host, "error", s.scrub.String(err.Error()))
-	}
-}
-
-// reapSessions deletes the sessions whose lease has run out. Errors are
-// logged: the gate does not count such sessions anyway.
-func (s *Store) reapSessions(ctx context.Context) {
-	if _, err := s.exec(ctx, "reap ended sessions", qReapSessions); err != nil && ctx.Err() == nil {
-		s.log.V(1).Info("could not delete ended sessions", "error", err.Error())
 	}
 }
 
@@ -652,14 +569,12 @@ type GraceState struct {
 	// recorded; Previous the one before it (zero: none recorded).
 	Server, Previous time.Time
 	// Changed is when the change was recorded, and Until when the grace
-	// period it started ends at the latest (zero: none), by the server's
-	// clock.
+	// period it started ends at the latest (zero: none).
 	Changed, Until time.Time
 	// Paused says that grants are held up now: Left more at most.
 	Paused bool
 	Left   time.Duration
-	// Waiting counts the live sessions (open Stores of the fleet) that
-	// have not re-asserted for the server.
+	// Waiting counts the open Stores of the fleet not re-asserted yet.
 	Waiting int
 	// Now is the server's time as of the reading.
 	Now time.Time
@@ -668,19 +583,13 @@ type GraceState struct {
 // Grace reports whether grants are paused after a change of server, and
 // until when. It records nothing.
 func (s *Store) Grace(ctx context.Context) (GraceState, error) {
-	if err := s.open(); err != nil {
-		return GraceState{}, fmt.Errorf("read the grace period: %w", err)
-	}
-	cctx, cancel := s.call(ctx)
-	defer cancel()
 	var (
 		g               GraceState
 		prev, until     *time.Time
 		wait, waitingNo int64
 	)
-	err := s.pool.QueryRow(cctx, qGraceState).Scan(&g.Server, &prev, &g.Changed, &until, &wait, &waitingNo, &g.Now)
-	if err != nil {
-		return GraceState{}, s.fail(ctx, "read the grace period", err)
+	if err := s.queryRow(ctx, "read the grace period", qGraceState, nil, &g.Server, &prev, &g.Changed, &until, &wait, &waitingNo, &g.Now); err != nil {
+		return GraceState{}, err
 	}
 	if prev != nil {
 		g.Previous = *prev
@@ -695,25 +604,26 @@ func (s *Store) Grace(ctx context.Context) (GraceState, error) {
 	return g, nil
 }
 
-// ledger is what was granted through a Store and not given up through it:
-// what the Store checks is in the table again before it re-asserts; and
-// what was released through it lately: rows, which it checks are not in
-// the table again (a change of server may have undone their release, and
-// they would hold their ports in the way of rows other holders put back;
-// their holder releases them again), and leases, which it releases again
-// itself.
+// ledger is what was granted through a Store and not given up through
+// it, which the Store checks is in the table again before it re-asserts;
+// and what was released through it lately, which a change of server may
+// have brought back: rows, which it checks are gone again, and leases,
+// which it releases again itself.
 type ledger struct {
-	mu        sync.Mutex
-	procs     map[procKey]store.Reservation
-	leases    map[leaseKey]FleetReservation
-	released  map[leaseKey]time.Time
-	relProcs  map[procKey]time.Time
-	relOwners map[procKey]store.Owner
+	mu       sync.Mutex
+	procs    map[procKey]store.Reservation
+	leases   map[leaseKey]FleetReservation
+	released map[leaseKey]time.Time
+	relProcs map[procKey]store.Reservation // Created: when released
 }
 
-// redoWindow is how long the ledger keeps a lease released, to release it
-// again after a change of server.
+// redoWindow is how long the ledger keeps a release.
 const redoWindow = 10 * time.Minute
+
+func newLedger() ledger {
+	return ledger{procs: map[procKey]store.Reservation{}, leases: map[leaseKey]FleetReservation{},
+		released: map[leaseKey]time.Time{}, relProcs: map[procKey]store.Reservation{}}
+}
 
 type procKey struct {
 	key   store.Key
@@ -733,13 +643,9 @@ func procKeyOf(k store.Key, o store.Owner) procKey { return procKey{k, o.PID, o.
 func (l *ledger) hold(r store.Reservation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.procs == nil {
-		l.procs = map[procKey]store.Reservation{}
-	}
 	k := procKeyOf(r.Key, r.Owner)
 	l.procs[k] = r
 	delete(l.relProcs, k)
-	delete(l.relOwners, k)
 }
 
 // release records that own released its row of key.
@@ -748,34 +654,28 @@ func (l *ledger) release(r store.Reservation) {
 	defer l.mu.Unlock()
 	k := procKeyOf(r.Key, r.Owner)
 	delete(l.procs, k)
-	if l.relProcs == nil {
-		l.relProcs, l.relOwners = map[procKey]time.Time{}, map[procKey]store.Owner{}
-	}
-	l.relProcs[k], l.relOwners[k] = time.Now(), r.Owner
+	l.relProcs[k] = store.Reservation{Key: r.Key, Owner: r.Owner, Created: time.Now()}
 }
 
 // forgetRelease forgets a release of r.
 func (l *ledger) forgetRelease(r store.Reservation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := procKeyOf(r.Key, r.Owner)
-	delete(l.relProcs, k)
-	delete(l.relOwners, k)
+	delete(l.relProcs, procKeyOf(r.Key, r.Owner))
 }
 
 // releasedRowsLately returns the process rows released within
-// redoWindow, and forgets the older ones.
+// redoWindow, forgetting the older ones.
 func (l *ledger) releasedRowsLately() []store.Reservation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []store.Reservation
-	for k, at := range l.relProcs {
-		if time.Since(at) > redoWindow {
+	for k, r := range l.relProcs {
+		if time.Since(r.Created) > redoWindow {
 			delete(l.relProcs, k)
-			delete(l.relOwners, k)
 			continue
 		}
-		out = append(out, store.Reservation{Key: k.key, Owner: l.relOwners[k]})
+		out = append(out, store.Reservation{Key: r.Key, Owner: r.Owner})
 	}
 	return out
 }
@@ -791,9 +691,6 @@ func (l *ledger) drop(k store.Key, own store.Owner) {
 func (l *ledger) lease(r FleetReservation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.leases == nil {
-		l.leases = map[leaseKey]FleetReservation{}
-	}
 	l.leases[leaseKey{r.Key, r.Holder}] = r
 	delete(l.released, leaseKey{r.Key, r.Holder})
 }
@@ -803,14 +700,10 @@ func (l *ledger) releaseLease(k store.Key, holder string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.leases, leaseKey{k, holder})
-	if l.released == nil {
-		l.released = map[leaseKey]time.Time{}
-	}
 	l.released[leaseKey{k, holder}] = time.Now()
 }
 
-// releasedLately returns the leases released within redoWindow, and
-// forgets the older ones.
+// releasedLately is releasedRowsLately for leases.
 func (l *ledger) releasedLately() []leaseKey {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -842,8 +735,7 @@ func (l *ledger) narrow(k store.Key, holder, host string) {
 	}
 }
 
-// leaseOf returns holder's lease row of key as granted, renewed or
-// narrowed through the Store, and whether there is one.
+// leaseOf returns holder's lease row of key, and whether there is one.
 func (l *ledger) leaseOf(k store.Key, holder string) (FleetReservation, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -851,18 +743,11 @@ func (l *ledger) leaseOf(k store.Key, holder string) (FleetReservation, bool) {
 	return r, ok
 }
 
-// snapshot returns what the ledger holds, the process rows of owners that
-// exited left out (and forgotten).
+// snapshot returns what the ledger holds, less (and forgetting) the
+// process rows of exited owners.
 func (l *ledger) snapshot(ctx context.Context) ([]store.Reservation, []FleetReservation) {
 	l.mu.Lock()
-	procs := make([]store.Reservation, 0, len(l.procs))
-	for _, r := range l.procs {
-		procs = append(procs, r)
-	}
-	leases := make([]FleetReservation, 0, len(l.leases))
-	for _, r := range l.leases {
-		leases = append(leases, r)
-	}
+	procs, leases := slices.Collect(maps.Values(l.procs)), slices.Collect(maps.Values(l.leases))
 	l.mu.Unlock()
 	alive := map[ownerKey]bool{}
 	live := procs[:0]

@@ -34,11 +34,16 @@ func changeServer(tb testing.TB, conn *pgx.Conn) {
 	}
 }
 
-// paused reserves key for s within 300ms and reports whether that was
-// held up by a grace period until the context ended.
+// graceWait is how long a grant that a grace period holds is let wait: long
+// enough for a round trip on a busy machine, well within the grace periods
+// of these tests (15 s and more, but for the one that only reads it).
+const graceWait = 2 * time.Second
+
+// paused reserves key for s within graceWait and reports whether that
+// was held up by a grace period until the context ended.
 func paused(tb testing.TB, s *pgstore.Store, k store.Key) error {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), graceWait)
 	defer cancel()
 	_, err := s.Reserve(ctx, store.Request{Key: k})
 	return err
@@ -131,7 +136,7 @@ func TestGraceAfterChange(t *testing.T) {
 		t.Errorf("gc-a: Reserve of its own key in the grace period = %v, %v; want its row", r, err)
 	}
 	// Every other kind of grant waits too.
-	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 300*time.Millisecond) }
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, graceWait) }
 	for name, grant := range map[string]func(context.Context) error{
 		"Scan": func(ctx context.Context) error {
 			next := 56720
@@ -273,7 +278,12 @@ func TestGraceRecordLost(t *testing.T) {
 	if _, err := conn.Exec(ctx, "DELETE FROM berth_server"); err != nil {
 		t.Fatal(err)
 	}
-	if err := paused(t, a, key(store.TCP, "127.0.0.1", 56821)); !isWait(err) {
+	// Within the floor: this grace period ends as soon as a second has
+	// passed, gr-a being the only Store.
+	short, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	_, err := a.Reserve(short, store.Request{Key: key(store.TCP, "127.0.0.1", 56821)})
+	cancel()
+	if !isWait(err) {
 		t.Fatalf("Reserve right after the record was lost = %v; want ErrGrace once its context ended (a grace period lasts a second at least)", err)
 	}
 	reserveN(t, a, 56821, 1)

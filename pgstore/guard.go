@@ -12,18 +12,14 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// The exclusion constraint is the fleet's guarantee: no two rows on
-// overlapping hosts for one protocol, port and overlapping addresses. It
-// lives in berth's table, but its index uses the btree_gist extension,
-// which a database holds once, in one schema. Dropping that extension
-// with CASCADE, or the schema it was created in (say another program's,
-// or an old berth schema), drops the constraint of every berth table in
-// the database without a word, and from then on the store would grant one
-// port twice. So the store checks the constraint every time it claims the
-// host's lease (at Open and, while it runs, every third of the lease; a
-// store opened with no lease checks at Open only) and puts it back when it
-// is gone. From a check that finds it gone until it is back, the store
-// grants nothing; a store grants on until its own next check notices.
+// The exclusion constraint is the fleet's guarantee, but its index uses
+// the btree_gist extension, which a database holds once, in one schema.
+// Dropping that extension with CASCADE, or the schema it was created in
+// (say another program's, or an old berth schema), drops the constraint of
+// every berth table in the database without a word, and from then on the
+// store would grant one port twice. So the store checks the constraint
+// every time it claims the host's lease and puts it back when it is gone;
+// from a check that finds it gone until it is back, it grants nothing.
 const (
 	// constraintName is the exclusion constraint of migration 1.
 	constraintName = "berth_port_allocations_no_conflict"
@@ -44,11 +40,9 @@ const (
 )
 
 // guardError reports that berth's table lost its exclusion constraint and
-// that the store could not put it back: the store grants no port until it
-// can. It wraps store.ErrDamaged.
+// the store could not put it back. It wraps store.ErrDamaged.
 type guardError struct {
-	// Err is why the constraint could not be restored: most often rows
-	// that conflict, granted while it was missing.
+	// Err is why the constraint could not be restored.
 	Err error
 }
 
@@ -60,9 +54,8 @@ func (e *guardError) Error() string {
 
 func (e *guardError) Unwrap() []error { return []error{store.ErrDamaged, e.Err} }
 
-// guard acts on what a claim of the host's lease read of the constraint:
-// when it is missing, it restores it, and records whether grants may go
-// on.
+// guard restores the constraint when a claim found it missing, and
+// records whether grants may go on.
 func (s *Store) guard(ctx context.Context, guarded bool) error {
 	if guarded {
 		s.guardErr.Store(nil)
@@ -84,11 +77,9 @@ func (s *Store) guard(ctx context.Context, guarded bool) error {
 
 // restoreGuard creates btree_gist should it be gone and adds the
 // constraint again, in one transaction. Stores that find it missing at
-// once queue on a transaction advisory lock, and each looks again once it
-// holds it: a store that another restored it for is done. (Without the
-// lock, all but one would fail: concurrent CREATE EXTENSIONs collide on
-// the catalog's unique index, and a second ADD CONSTRAINT finds the index
-// there.)
+// once queue on an advisory lock and look again once they hold it:
+// without it, concurrent CREATE EXTENSIONs collide on the catalog's unique
+// index, and a second ADD CONSTRAINT finds the index there.
 func (s *Store) restoreGuard(ctx context.Context) error {
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -118,8 +109,7 @@ func (s *Store) restoreGuard(ctx context.Context) error {
 	}
 }
 
-// grantable fails when the store is closed or is refusing grants for a
-// missing exclusion constraint.
+// grantable fails when the store is closed or refuses grants (guard).
 func (s *Store) grantable() error {
 	if err := s.open(); err != nil {
 		return err

@@ -13,29 +13,24 @@ import (
 )
 
 // Host leases. Every time below is the server's: each statement compares
-// with now() in SQL and takes durations as milliseconds, so a client whose
-// clock is off, or whose session runs in another time zone, decides
-// nothing differently. No lease decision reads the Go clock.
+// with now() in SQL and takes durations as milliseconds, so a client's
+// clock or time zone decides nothing.
 const (
 	// qRegisterHost adds host $1 with a lease of $2 ms; qClaimHost
 	// renews it when the host is known already.
 	qRegisterHost = "INSERT INTO berth_hosts (host_id, expires_at) VALUES ($1, now() + $2::bigint * interval '1 millisecond')" +
 		" ON CONFLICT (host_id) DO NOTHING"
 	// qClaimHost renews host $1's lease to $2 ms from now for the boot $3,
-	// never shortening a lease another Store of the host holds, and reads
-	// and resets what other hosts left for it: the rows they deleted
-	// (lost_rows), whether it was retired, and whether its lease had
-	// lapsed. The first CTE locks the host's row and reads its newest
-	// version before the update, so a reaping of a lapsed host or a retirement that
-	// runs meanwhile is counted either in what this statement returns or
-	// in the next claim, never lost.
+	// never shortening it, and reads and resets what other hosts left for
+	// it: the rows they deleted (lost_rows), whether it was retired, and
+	// whether its lease had lapsed. The first CTE locks the host's row, so
+	// a reaping or retirement that runs meanwhile is counted either in this
+	// claim or in the next, never lost.
 	//
-	// A lease that is live, not retired, and held by another boot ($3 and
-	// the row's boot both known) belongs to another machine under the same
-	// name: then nothing changes (taken is true), and the statement
-	// returns that boot and how many ms its lease has left. Two machines
-	// claiming at once are serialised by the row lock: the second sees the
-	// first's lease.
+	// A lease that is live, not retired, and held by another boot (both
+	// known) belongs to another machine under the same name: then nothing
+	// changes (taken), and the statement returns that boot and how many ms
+	// its lease has left. The row lock serialises two machines' claims.
 	qClaimHost = "WITH old AS (SELECT host_no, lost_rows, retired_at IS NOT NULL AS retired, expires_at < now() AS lapsed, boot_id," +
 		" (retired_at IS NULL AND expires_at >= now() AND boot_id <> '' AND $3::text <> '' AND boot_id <> $3::text) AS taken," +
 		" greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint AS left_ms" +
@@ -47,41 +42,33 @@ const (
 
 	// qLapsedHosts locks the other hosts ($1 is this one) that hold rows
 	// and whose lease ended more than $2 ms ago. FOR UPDATE rechecks the
-	// lease on the newest row version: a host that renewed meanwhile is
-	// left alone, and the lock holds off its inserts (their foreign key
-	// check) and renewals until the transaction ends.
+	// lease on the newest row version, and holds off the host's inserts
+	// (their foreign key check) and renewals until the transaction ends.
 	qLapsedHosts = "SELECT host_no FROM berth_hosts h" +
 		" WHERE host_no <> $1 AND expires_at + $2::bigint * interval '1 millisecond' < now()" +
 		" AND EXISTS (SELECT 1 FROM berth_port_allocations p WHERE p.host_no = h.host_no AND p.owner_kind = 'process')" +
 		" ORDER BY host_no FOR UPDATE"
-	// qReapHosts deletes the process rows of the hosts $1, locked by
-	// qLapsedHosts, and adds their number to each host's lost_rows. Lease
-	// rows narrowed to those hosts go by their own lease.
+	// qReapHosts deletes the process rows of the hosts $1 and adds their
+	// number to each host's lost_rows.
 	qReapHosts = "WITH gone AS (DELETE FROM berth_port_allocations WHERE host_no = ANY($1::int[]) AND owner_kind = 'process' RETURNING host_no)," +
 		" n AS (SELECT host_no, count(*) AS n FROM gone GROUP BY host_no)" +
 		" UPDATE berth_hosts h SET lost_rows = h.lost_rows + n.n FROM n WHERE h.host_no = n.host_no" +
 		" RETURNING h.host_id, n.n"
 
-	// qLockHost locks host $1's row for its retirement, and reads
-	// whether its lease is live, when it ends and how many ms are left.
+	// qLockHost locks host $1's row for its retirement and reads its lease.
 	qLockHost = "SELECT host_no, expires_at >= now(), expires_at," +
 		" greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint" +
 		" FROM berth_hosts WHERE host_id = $1 FOR UPDATE"
 	// qRetireHost deletes every process row and sticky port of host $1
-	// and marks it retired, adding the rows to its lost_rows. Lease rows
-	// narrowed to it stay until their holder releases them or the lease
-	// runs out.
+	// and marks it retired, adding the rows to its lost_rows.
 	qRetireHost = "WITH gone AS (DELETE FROM berth_port_allocations WHERE host_no = $1 AND owner_kind = 'process' RETURNING 1)," +
 		" sticky AS (DELETE FROM berth_sticky_ports WHERE host_no = $1)" +
 		" UPDATE berth_hosts SET retired_at = now(), lost_rows = lost_rows + (SELECT count(*) FROM gone)" +
 		" WHERE host_no = $1 RETURNING (SELECT count(*) FROM gone)"
 )
 
-// defaultReapAfter is Options.ReapAfter's zero value.
-const defaultReapAfter = 24 * time.Hour
-
 // claim registers the host or renews its lease to ttl from now, by the
-// server's clock, reports what it lost meanwhile (see noteReturn), and
+// server's clock, reports what it lost meanwhile, and
 // checks the exclusion constraint (see guard).
 func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 	if err := s.open(); err != nil {
@@ -103,9 +90,8 @@ func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 	err := scan()
 	registered := false
 	if errors.Is(err, pgx.ErrNoRows) {
-		// A new host, or one whose row was lost (a failover to a
-		// standby that had not received it) or deleted by hand:
-		// register it, under its old number when it had one.
+		// A new host, or one whose row was lost: register it, under its
+		// old number when it had one.
 		if _, err = s.register(cctx, s.pool, ttl); err == nil {
 			registered = true
 			err = scan()
@@ -115,47 +101,21 @@ func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 		return s.fail(ctx, op, err)
 	}
 	if taken {
-		// Another machine holds the name: touching nothing, this Store
-		// neither reaps that machine's rows nor extends its lease.
-		return fmt.Errorf("%s: %w", op, &hostInUseError{Host: s.host, BootID: boot, Left: time.Duration(leftMS) * time.Millisecond})
+		// Another machine holds the name: touch nothing.
+		return fmt.Errorf("%s: %w", op, &refusal{fmt.Sprintf("host %q is in use by another machine (boot id %s), whose lease on the name runs %v more: "+
+			"give this machine a host name of its own (--host or BERTH_HOST; Options.Host); "+
+			"if it is this machine before a reboot, the name is free once that lease has run out",
+			s.host, boot, (time.Duration(leftMS) * time.Millisecond).Round(time.Second)),
+			&store.FieldError{Field: "host", Value: s.host, Want: "a host name no other machine uses under a live lease (--host or BERTH_HOST; Options.Host)"}})
 	}
 	if lapsed && boot != "" && boot != s.bootID && s.bootID != "" {
-		// The usual case is a reboot: the rows of the old boot are judged
-		// dead by their owners' boot id and reaped.
+		// A reboot: the old boot's rows are judged dead and reaped.
 		s.log.Info("this host's lapsed lease was held by another boot; this boot takes it over", "host", s.host, "previous", boot, "boot", s.bootID)
 	}
 	old := s.num.Swap(hostNo)
-	s.noteReturn(lost, retired, lapsed)
-	switch {
-	case old == 0: // Open
-	case hostNo != old:
-		s.noteLoss(fmt.Sprintf("host %q was registered anew as number %d (it was %d): its registration was lost", s.host, hostNo, old))
-	case registered:
-		s.noteLoss(fmt.Sprintf("host %q was registered anew: its registration was lost", s.host))
-	case lost > 0 || retired:
-		s.noteLoss(fmt.Sprintf("%d reservations of host %q were deleted by another host (retired: %v)", lost, s.host, retired))
-	default:
-		// Every renewal: a commit lost in a failover leaves no other
-		// trace, so the holders compare what they hold with the store.
-		s.noteLoss("lease renewal")
-	}
-	if err := s.guard(ctx, guarded); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	// The Store's session is renewed with the lease, and the server
-	// compared with the one recorded: see grace.go.
-	if _, err := s.sync(cctx, s.pool, old == 0); err != nil {
-		return s.fail(ctx, op, err)
-	}
-	s.reassert(cctx, s.pool)
-	return nil
-}
-
-// noteReturn logs and counts what a claim found: rows other hosts deleted
-// (an error: owners on this host may still use those ports), a
-// retirement, or a lease that lapsed without loss (normal for a host whose
-// only berth processes are short commands).
-func (s *Store) noteReturn(lost int64, retired, lapsed bool) {
+	// Rows other hosts deleted are an error: owners on this host may still
+	// use those ports. A lease that lapsed without loss is normal for a
+	// host whose only berth processes are short commands.
 	switch {
 	case lost > 0:
 		s.lost.Add(lost)
@@ -166,25 +126,42 @@ func (s *Store) noteReturn(lost int64, retired, lapsed bool) {
 	case lapsed:
 		s.log.V(1).Info("this host's lease had lapsed; renewed, no reservations were lost", "host", s.host)
 	}
+	switch {
+	case old == 0: // Open
+	case hostNo != old:
+		s.noteLoss(fmt.Sprintf("host %q was registered anew as number %d (it was %d): its registration was lost", s.host, hostNo, old))
+	case registered:
+		s.noteLoss(fmt.Sprintf("host %q was registered anew: its registration was lost", s.host))
+	case lost > 0 || retired:
+		s.noteLoss(fmt.Sprintf("%d reservations of host %q were deleted by another host (retired: %v)", lost, s.host, retired))
+	default:
+		// Every renewal: a commit lost in a failover leaves no other trace.
+		s.noteLoss("lease renewal")
+	}
+	if err := s.guard(ctx, guarded); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	// The session is renewed with the lease: see grace.go.
+	if _, err := s.sync(cctx, s.pool, old == 0); err != nil {
+		return s.fail(ctx, op, err)
+	}
+	s.reassert(cctx, s.pool)
+	return nil
 }
 
-// Retire deletes every reservation and remembered port of another
-// host of the fleet, and returns how many reservations it deleted: for a
-// host that is gone for good, called by whatever decommissions hosts
-// (berth host retire). It runs in one transaction that locks the host's
-// row, so none of that host's inserts slips past it.
+// Retire deletes every reservation and remembered port of another host
+// of the fleet, one gone for good (berth host retire), and returns how
+// many reservations it deleted. It runs in one transaction that locks the
+// host's row, so none of that host's inserts slips past it.
 //
-// A host whose lease is live, by the server's clock, is refused with a
-// *hostLiveError naming it and when the lease ends: its berth processes
-// ran within the last lease period and may hold ports still in use. Retire
-// with RetireOptions.Force retires it all the same.
+// A host whose lease is live, whose processes may hold ports still in
+// use, is refused with an error wrapping store.ErrInvalid, unless
+// RetireOptions.Force.
 //
-// The host is marked retired and its count of lost reservations grows by
-// the rows deleted; should it come back after all, its next Open or lease
-// renewal reports them (see Stats.LostRows), its holders put back the
-// reservations they hold (see Check), and it carries on with a fresh
-// lease. Retiring this Store's own host is refused (store.ErrInvalid); an
-// unknown host is an error wrapping store.ErrNotFound.
+// The host is marked retired and its lost reservations counted, for it
+// to learn should it come back (see the package doc). Retiring this
+// Store's own host is refused (store.ErrInvalid); an unknown host is an
+// error wrapping store.ErrNotFound.
 func (s *Store) Retire(ctx context.Context, host string, opts RetireOptions) (int, error) {
 	op := "retire host " + strconv.Quote(host)
 	if host == "" {
@@ -202,7 +179,7 @@ func (s *Store) Retire(ctx context.Context, host string, opts RetireOptions) (in
 	}
 	var (
 		n    int64
-		live *hostLiveError
+		live *refusal
 	)
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -217,14 +194,19 @@ func (s *Store) Retire(ctx context.Context, host string, opts RetireOptions) (in
 			return err
 		}
 		if isLive && !opts.Force {
-			live = &hostLiveError{Host: host, Expires: expires, Left: time.Duration(leftMS) * time.Millisecond}
+			live = &refusal{fmt.Sprintf("host %q holds a live lease until %s by the PostgreSQL server's clock (%v more): "+
+				"berth ran on that host within its lease period, and retiring it would hand out the ports its processes may still use; "+
+				"retire it once it is gone and its lease has ended, or force it (berth host retire --force; RetireOptions.Force), "+
+				"and its live holders put their reservations back at their next lease renewal",
+				host, expires.UTC().Format(time.RFC3339), (time.Duration(leftMS) * time.Millisecond).Round(time.Second)),
+				&store.FieldError{Field: "host", Value: host, Want: "a host whose lease has ended, or RetireOptions.Force (berth host retire --force)"}}
 			return nil // nothing was changed: the commit ends the lock
 		}
 		return tx.QueryRow(cctx, qRetireHost, hostNo).Scan(&n)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, &unknownHostError{Host: host}
+		return 0, &refusal{fmt.Sprintf("no host %q has used this store: check the name (berth doctor --host NAME on that host shows it)", host), store.ErrNotFound}
 	case err != nil:
 		return 0, s.fail(ctx, op, err)
 	case live != nil:
@@ -234,51 +216,18 @@ func (s *Store) Retire(ctx context.Context, host string, opts RetireOptions) (in
 	return int(n), nil
 }
 
-// hostInUseError reports that the host name a Store was opened under is
-// held, under a live lease, by another boot: most likely another machine
-// configured with the same name. Two machines under one name would take
-// each other's processes for exited and hand out ports still in use, so
-// the Store refuses instead. It wraps a *store.FieldError for the field
-// "host", and so store.ErrInvalid.
-type hostInUseError struct {
-	// Host is the name in use.
-	Host string
-	// BootID is the boot id of the machine that holds the lease.
-	BootID string
-	// Left is how long that lease still runs, by the server's clock, as
-	// of the refusal.
-	Left time.Duration
+// refusal is an error whose message says what was refused and why, and
+// which wraps err: a *store.FieldError, or an error of package store.
+type refusal struct {
+	msg string
+	err error
 }
 
-func (e *hostInUseError) Error() string {
-	return fmt.Sprintf("host %q is in use by another machine (boot id %s), whose lease on the name runs %v more: "+
-		"give this machine a host name of its own (--host or BERTH_HOST; Options.Host); "+
-		"if it is this machine before a reboot, the name is free once that lease has run out",
-		e.Host, e.BootID, e.Left.Round(time.Second))
-}
+func (e *refusal) Error() string { return e.msg }
+func (e *refusal) Unwrap() error { return e.err }
 
-// Unwrap returns a *store.FieldError for the field "host", which wraps
-// store.ErrInvalid: the name is refused, not the machine.
-func (e *hostInUseError) Unwrap() error {
-	return &store.FieldError{Field: "host", Value: e.Host, Want: "a host name no other machine uses under a live lease (--host or BERTH_HOST; Options.Host)"}
-}
-
-// unknownHostError reports a host name no Store has registered in the
-// database. It wraps store.ErrNotFound.
-type unknownHostError struct {
-	Host string
-}
-
-func (e *unknownHostError) Error() string {
-	return fmt.Sprintf("no host %q has used this store: check the name (berth doctor --host NAME on that host shows it)", e.Host)
-}
-
-func (e *unknownHostError) Unwrap() error { return store.ErrNotFound }
-
-// reapLapsed deletes the rows of other hosts whose lease ended more than
-// Options.ReapAfter ago, by the server's clock, in one transaction, and
-// returns how many. Such a host is presumed gone; should it come back, it
-// learns how many rows it lost (see claim).
+// reapLapsed deletes, in one transaction, the rows of other hosts whose
+// lease ended more than Options.ReapAfter ago, and returns how many.
 func (s *Store) reapLapsed(ctx context.Context) (int64, error) {
 	if s.reap < 0 {
 		return 0, nil

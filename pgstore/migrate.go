@@ -28,18 +28,13 @@ import (
 var migrations embed.FS
 
 // SchemaVersion is the schema version this berth writes.
-var SchemaVersion = latestMigration()
+var SchemaVersion = migfiles.Latest(migrations, "migrations")
 
-// migrationsTable is golang-migrate's version table. Its default name,
-// schema_migrations, is shared by every program that uses golang-migrate:
-// berth's own name keeps a database or schema shared with one of them
-// working for both.
+// migrationsTable is golang-migrate's version table: not its default
+// name, which every program that uses golang-migrate shares.
 const migrationsTable = "berth_schema_migrations"
 
-func latestMigration() uint { return migfiles.Latest(migrations, "migrations") }
-
-// schemaVersion reads the berth schema version of the database conn is
-// connected to: 0 for none.
+// schemaVersion reads the database's berth schema version: 0 for none.
 func schemaVersion(ctx context.Context, conn *pgx.Conn) (v uint, dirty bool, err error) {
 	var n int64
 	err = conn.QueryRow(ctx, "SELECT version, dirty FROM "+migrationsTable+" LIMIT 1").Scan(&n, &dirty)
@@ -60,25 +55,21 @@ func tooNew(v uint) error {
 }
 
 // migrateUp brings the berth schema of the database cfg names to
-// SchemaVersion. A database that is current, the common case, costs one
-// query and takes no lock. Otherwise golang-migrate's pgx driver applies
-// the embedded migrations under a session advisory lock, so concurrent
-// Opens apply each migration once; each waits for the lock at most
-// timeout (at least a minute: a migration may take a while) or until ctx
-// ends.
+// SchemaVersion. A current database costs one query and takes no lock.
+// Otherwise golang-migrate applies the embedded migrations under a session
+// advisory lock, waited for at most timeout (at least a minute) or until
+// ctx ends.
 //
 // golang-migrate marks a version dirty while it runs its body. PostgreSQL
-// runs each body, one multi-statement query, as one transaction that also
-// records itself in berth_schema_history, so a dirty mark left by a crash
-// is resolved from that table: the body committed or left no trace.
-// Its errors name the store by name.
+// runs each body as one transaction that also records itself in
+// berth_schema_history, so a dirty mark left by a crash is resolved from
+// that table: the body committed or left no trace.
 func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, log logr.Logger, name string) error {
 	wait := max(timeout, time.Minute)
 	if d, ok := ctx.Deadline(); ok {
 		wait = time.Until(d)
 	}
-	// Connecting and reading the version are round trips: each has
-	// timeout, as the Store's calls have.
+	// Each round trip has timeout, as the Store's calls have.
 	rctx, rcancel := context.WithTimeout(ctx, timeout)
 	conn, err := pgx.ConnectConfig(rctx, cfg)
 	if err != nil {
@@ -157,10 +148,8 @@ func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, 
 
 // resolveDirty clears golang-migrate's dirty mark, if there still is one
 // once it holds the migration lock: the marked version stays when its body
-// committed (it recorded itself in berth_schema_history), else the version
-// before it does. The mark is read and cleared under the lock, so a
-// migration another berth is running right now (its version marked dirty
-// until its body commits) is never taken for one cut short.
+// committed, else the version before it does. Under the lock, a migration
+// another berth is running right now is never taken for one cut short.
 func resolveDirty(ctx context.Context, db *sql.DB, drv database.Driver, src source.Driver, log logr.Logger) (err error) {
 	if err := drv.Lock(); err != nil {
 		return err

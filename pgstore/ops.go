@@ -14,9 +14,8 @@ import (
 )
 
 // Release deletes own's reservation of key on this host (zero own: this
-// process), in one round trip. It returns an error wrapping
-// store.ErrNotFound when own holds no such row; another owner's row is
-// never touched.
+// process). It returns an error wrapping store.ErrNotFound when own holds
+// no such row.
 func (s *Store) Release(ctx context.Context, key store.Key, own store.Owner) error {
 	key, own, err := s.validate(key, own)
 	if err != nil {
@@ -35,9 +34,8 @@ func (s *Store) Release(ctx context.Context, key store.Key, own store.Owner) err
 }
 
 // Transfer hands the reservation of key on this host from one owner to
-// another, e.g. from an orchestrator to the child it started, in one
-// round trip. to must be a live process of this host. It returns an error
-// wrapping store.ErrNotFound when from holds no such row.
+// another, a live process of this host. It returns an error wrapping
+// store.ErrNotFound when from holds no such row.
 func (s *Store) Transfer(ctx context.Context, key store.Key, from, to store.Owner) error {
 	key, from, err := s.validate(key, from)
 	if err != nil {
@@ -60,19 +58,15 @@ func (s *Store) Transfer(ctx context.Context, key store.Key, from, to store.Owne
 	if n == 0 {
 		return fmt.Errorf("%s: %w for %s", op, store.ErrNotFound, from)
 	}
-	// The row is to's now, and this Store no longer speaks for it (see
-	// the package doc's grace period).
+	// The row is to's now: this Store no longer speaks for it.
 	s.book.drop(key, from)
 	return nil
 }
 
 // List returns this host's reservations that match f, ordered by
-// protocol, port and address (IPv4 before IPv6). Rows of exited owners are
-// included until they are reaped: use Owner.Alive to tell them apart.
-//
-// List shows the rows of processes only, as store.Store promises: lease
-// rows, fleet-wide or narrowed to this host, are listed by Leases. Their
-// ports are taken all the same.
+// protocol, port and address (IPv4 before IPv6), rows of exited owners
+// included until they are reaped. It shows the rows of processes only, as
+// store.Store promises: lease rows are listed by Leases.
 func (s *Store) List(ctx context.Context, f store.Filter) ([]store.Reservation, error) {
 	where := []string{"host_no = $1", "owner_kind = 'process'"}
 	args := []any{s.hostNo()}
@@ -103,37 +97,24 @@ func (s *Store) List(ctx context.Context, f store.Filter) ([]store.Reservation, 
 	if f.Holder != "" {
 		return nil, nil // no process row is a named holder's
 	}
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	rows, err := s.pool.Query(cctx, q, args...)
+	rows, err := s.queryRows(ctx, s.open, "list", q, args...)
 	if err != nil {
-		return nil, s.fail(ctx, "list", err)
+		return nil, err
 	}
-	defer rows.Close()
 	var out []store.Reservation
-	for rows.Next() {
-		r, err := scanRow(rows, nil, nil)
-		if err != nil {
-			return nil, s.fail(ctx, "list", err)
-		}
+	for _, r := range rows {
 		out = append(out, r.Reservation)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail(ctx, "list", err)
 	}
 	return out, nil
 }
 
 // Reap deletes this host's reservations whose owners have exited, the
 // reservations of other hosts whose lease ended more than Options.ReapAfter
-// ago by the server's clock, and the lease rows of any host or of the
-// whole fleet whose lease has run out (see ReserveFleet), and returns how
-// many it deleted.
+// ago by the server's clock, and the lease rows whose lease has run out,
+// and returns how many it deleted.
 //
-// For this host, one round trip reads the host's owners, liveness is
-// judged here, and one more deletes the rows of the dead. A dead owner
-// never comes back, so no recheck is needed between the two. Other hosts'
-// rows go in one transaction (see reapLapsed).
+// A dead owner never comes back, so no recheck is needed between reading
+// this host's owners and deleting the rows of the dead.
 func (s *Store) Reap(ctx context.Context) (int, error) {
 	n, err := s.reapOwn(ctx)
 	if err != nil {
@@ -145,30 +126,23 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	}
 	l, err := s.reapLeases(ctx)
 	if err == nil {
-		s.reapSessions(ctx)
+		// Errors are only logged: the gate does not count ended sessions.
+		if _, err := s.exec(ctx, "reap ended sessions", qReapSessions); err != nil && ctx.Err() == nil {
+			s.log.V(1).Info("could not delete ended sessions", "error", err.Error())
+		}
 	}
 	return n + int(m) + int(l), err
 }
 
 // reapOwn deletes this host's reservations whose owners have exited.
 func (s *Store) reapOwn(ctx context.Context) (int, error) {
-	if err := s.open(); err != nil {
-		return 0, fmt.Errorf("reap: %w", err)
-	}
-	cctx, cancel := s.call(ctx)
-	rows, err := s.pool.Query(cctx, qOwners, s.hostNo())
-	if err != nil {
-		cancel()
-		return 0, s.fail(ctx, "reap", err)
-	}
-	owners, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Owner, error) {
+	owners, err := query(ctx, s, s.open, "reap", func(r pgx.CollectableRow) (store.Owner, error) {
 		var o store.Owner
 		err := r.Scan(&o.PID, &o.Start, &o.Namespace)
 		return o, err
-	})
-	cancel()
+	}, qOwners, s.hostNo())
 	if err != nil {
-		return 0, s.fail(ctx, "reap", err)
+		return 0, err
 	}
 	var (
 		pids   []int32
@@ -197,8 +171,7 @@ func (s *Store) reapOwn(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// pruneStickyEvery is how many Remember calls of a Store pass between two
-// prunes.
+// pruneStickyEvery is how many Remember calls pass between two prunes.
 const pruneStickyEvery = 256
 
 // Remember records port as the last one handed out on this host under
@@ -247,8 +220,7 @@ func (s *Store) Recall(ctx context.Context, label string, protocol store.Protoco
 	return uint16(port), true, nil
 }
 
-// Renew refuses: a fleet's named holders reserve fleet-wide, and renew
-// with RenewFleet.
+// Renew refuses: a fleet's named holders renew with RenewFleet.
 func (s *Store) Renew(_ context.Context, holder string, _ time.Duration) (int, error) {
 	return 0, noHolder(store.Owner{Holder: holder})
 }

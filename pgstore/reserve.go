@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -14,8 +15,7 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// maxAttempts bounds how often one call tries a key again after clearing
-// rows of exited owners from its way or losing a race for it.
+// maxAttempts bounds how often one call tries a key again.
 const maxAttempts = 16
 
 // row is a reservation row with the host it is on.
@@ -27,21 +27,18 @@ type row struct {
 // Reserve reserves req.Key on this host for req.Owner (zero: this
 // process).
 //
-// The common case, a free key, is one round trip: an insert that the
-// exclusion constraint turns into nothing when a row is in the way. Then
-// the rows in the way are read: when req.Owner holds exactly req.Key
-// already, its row is returned and no probe runs; rows of this host's
-// exited owners are deleted (and counted as reaped) and the insert is
-// tried again; any other holder is a *store.ConflictError naming it. The
-// probe, when given, runs after the row is in: nobody else can be granted
-// the key meanwhile, and a failed probe deletes the row again.
+// A free key takes one round trip. When a row is in the way and req.Owner
+// holds exactly req.Key already, its row is returned and no probe runs;
+// rows of this host's exited owners are deleted (and counted as reaped)
+// and the insert is tried again; any other holder is a
+// *store.ConflictError naming it. The probe, when given, runs after the
+// row is in, and a failed probe deletes the row again.
 //
-// In the grace period after a change of server (see the package doc) a
-// key the owner does not hold already is granted only to a holder that
-// puts back what it held (req.Restore); any other request waits, within
-// ctx, for the period to end, or fails at once with an error wrapping
-// store.ErrGrace while this Store's own holders have yet to put their
-// reservations back.
+// In the grace period after a change of server (see the package doc) only
+// a holder that puts back what it held (req.Restore) is granted a key it
+// does not hold already; any other request waits, within ctx, for the
+// period to end, or fails at once (store.ErrGrace) while this Store's own
+// holders have yet to put their reservations back.
 func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservation, error) {
 	req, err := req.Validate(s.self)
 	if err != nil {
@@ -59,7 +56,7 @@ func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservati
 			return store.Reservation{}, err
 		}
 		if ok {
-			if err := s.probeOrUndo(ctx, op, req.Probe, key, own, key.Port); err != nil {
+			if err := s.probeOrUndo(ctx, op, req.Probe, key, own, key.Port, false); err != nil {
 				return store.Reservation{}, err
 			}
 			r := store.Reservation{Key: key, Owner: own, Label: req.Label, Kind: kind, Created: created}
@@ -76,10 +73,8 @@ func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservati
 		for _, r := range rows {
 			if r.hostNo == s.hostNo() && r.Key == key && r.Owner.Same(own) {
 				if wait != 0 && !req.Restore && s.owes() {
-					// In a grace period, before this Store's holders have
-					// put their rows back, the row may be one they
-					// released that the change brought back, in the way of
-					// one of theirs it lost: they compare first.
+					// The row may be one released before the change that
+					// the change brought back: the holders compare first.
 					return store.Reservation{}, fmt.Errorf("%s: %w", op, &graceError{Left: time.Duration(max(wait, 0)) * time.Millisecond, Own: true})
 				}
 				s.book.hold(r.Reservation)
@@ -90,9 +85,8 @@ func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservati
 		if err := s.clearDead(ctx, op, key, own, rows, memo); err != nil {
 			var ce *store.ConflictError
 			if req.Restore && wait != 0 && errors.As(err, &ce) && !ce.Self {
-				// In a grace period no port is granted anew: what holds
-				// this one is a row the change brought back, released
-				// before it, which its holder releases again.
+				// A row the change brought back, released before it,
+				// holds the port; its holder releases it again.
 				return store.Reservation{}, fmt.Errorf("%s: %w", op, &graceError{Left: time.Duration(max(wait, 0)) * time.Millisecond, Blocked: err})
 			}
 			return store.Reservation{}, err
@@ -113,12 +107,10 @@ func (s *Store) Reserve(ctx context.Context, req store.Request) (store.Reservati
 // store.ErrExhausted when Next runs out first.
 //
 // Candidates go to the server req.Batch at a time (zero: 32): one round
-// trip grants the first of a batch that no row conflicts with, or, when
-// every one is held, returns their holders. Only then are the holders
-// judged: rows of this host's exited owners are deleted and their ports
-// tried again, ports of live holders are skipped. So a candidate that only
-// a dead owner's row holds may be passed over for a later free one in the
-// same batch; the sweep, Reap and Reserve delete such rows.
+// trip grants the first of a batch that no row conflicts with, or returns
+// their holders; rows of this host's exited owners are then deleted and
+// their ports tried again. So a candidate that only a dead owner's row
+// holds may be passed over for a later free one in the same batch.
 func (s *Store) Scan(ctx context.Context, req store.ScanRequest) (store.Reservation, error) {
 	key, own, kind, batch, err := s.checkScan(req)
 	if err != nil {
@@ -153,8 +145,7 @@ func (s *Store) Scan(ctx context.Context, req store.ScanRequest) (store.Reservat
 			return store.Reservation{}, err
 		}
 		if wait != 0 {
-			// The grace period after a change of server: the same
-			// candidates once it is over.
+			// A grace period: the same candidates once it is over.
 			if err := s.waitGrace(ctx, op, wait); err != nil {
 				return store.Reservation{}, err
 			}
@@ -162,14 +153,14 @@ func (s *Store) Scan(ctx context.Context, req store.ScanRequest) (store.Reservat
 		}
 		if got != nil {
 			key.Port = got.Port
-			err := s.probeOrUndo(ctx, op, req.Probe, key, own, key.Port)
+			err := s.probeOrUndo(ctx, op, req.Probe, key, own, key.Port, false)
 			var ce *store.ConflictError
 			switch {
 			case err == nil:
 				s.book.hold(got.Reservation)
 				return got.Reservation, nil
 			case errors.As(err, &ce) && ce.Holder.Owner.IsZero():
-				pending = without(pending, int32(got.Port)) // bound outside berth
+				pending = slices.DeleteFunc(pending, func(p int32) bool { return p == int32(got.Port) }) // bound outside berth
 				continue
 			default:
 				return store.Reservation{}, err
@@ -209,8 +200,7 @@ func (s *Store) Scan(ctx context.Context, req store.ScanRequest) (store.Reservat
 }
 
 // scanOnce runs qScan on candidates: the row granted, or none and the
-// candidates' holders, or the gate's wait while a grace period holds
-// grants (see qGate).
+// candidates' holders, or the gate's wait.
 func (s *Store) scanOnce(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, candidates []int32) (*row, []row, int64, error) {
 	if err := s.grantable(); err != nil {
 		return nil, nil, 0, fmt.Errorf("%s: %w", op, err)
@@ -256,17 +246,16 @@ func (s *Store) scanOnce(ctx context.Context, op string, key store.Key, own stor
 }
 
 // ScanBlock reserves on this host n consecutive ports, base to base+n-1,
-// for the first candidate base whose ports no live reservation conflicts
-// with and whose every port passes the probe: all of them or none. A base
-// whose block would pass port 65535 is skipped. It returns the
-// reservations in port order, or an error wrapping store.ErrExhausted
-// when the candidates run out.
+// for the first candidate base whose ports no live reservation holds and
+// whose every port passes the probe: all of them or none (a base whose
+// block would pass 65535 is skipped). It returns the reservations in port
+// order, or an error wrapping store.ErrExhausted when the candidates run
+// out.
 //
 // The n rows go in with one statement, which the exclusion constraint
-// fails as a whole when any of them conflicts: one round trip for a free
-// block. Then the block's holders are read; rows of this host's exited
-// owners are deleted and the block tried again. The probe runs after the
-// rows are in, and a failure deletes the whole block.
+// fails as a whole when any of them conflicts; then rows of this host's
+// exited owners are deleted and the block tried again. The probe runs
+// after the rows are in, and a failure deletes the whole block.
 func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]store.Reservation, error) {
 	if n < 1 || n > store.MaxBlock {
 		return nil, &store.FieldError{Field: "n", Value: fmt.Sprint(n), Want: fmt.Sprintf("a block of 1 to %d ports", store.MaxBlock)}
@@ -289,6 +278,8 @@ func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]
 			continue
 		}
 		last := base + uint16(n-1)
+		k := key
+		k.Port = base
 		ports := make([]int32, n)
 		for i := range ports {
 			ports[i] = int32(base) + int32(i)
@@ -300,8 +291,7 @@ func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]
 				return nil, err
 			}
 			if wait != 0 {
-				// The grace period after a change of server: the same
-				// base once it is over.
+				// A grace period: the same base once it is over.
 				if err := s.waitGrace(ctx, op, wait); err != nil {
 					return nil, err
 				}
@@ -309,7 +299,7 @@ func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]
 				continue
 			}
 			if rs != nil {
-				if err := s.probeBlock(ctx, op, req.Probe, key, own, base, last); err != nil {
+				if err := s.probeOrUndo(ctx, op, req.Probe, k, own, last, true); err != nil {
 					if errors.Is(err, store.ErrHeld) {
 						break attempts // bound outside berth: the next base
 					}
@@ -324,8 +314,6 @@ func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]
 			if err != nil {
 				return nil, err
 			}
-			k := key
-			k.Port = base
 			if err := s.clearDead(ctx, op, k, own, rows, memo); err != nil {
 				if errors.Is(err, store.ErrHeld) {
 					break attempts
@@ -340,57 +328,46 @@ func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]
 	}
 }
 
-// insertBlock inserts the block base..last in one statement: the rows, or
-// nil when the exclusion constraint refused the block, or the gate's wait
-// while a grace period holds grants (see qGate).
+// insertBlock inserts the block base..last: the rows, or nil when it was
+// refused, or the gate's wait.
 func (s *Store) insertBlock(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, base, last uint16) ([]store.Reservation, int64, error) {
-	if err := s.grantable(); err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", op, err)
-	}
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	rows, err := s.pool.Query(cctx, qBlock, s.hostNo(), string(key.Protocol), key.Addr.String(), string(kind),
+	rows, err := s.queryRows(ctx, s.grantable, op, qBlock, s.hostNo(), string(key.Protocol), key.Addr.String(), string(kind),
 		int32(base), int32(last), own.PID, own.Start, own.Namespace, own.Name, label)
-	if err != nil {
-		return nil, 0, s.fail(ctx, op, err)
-	}
-	defer rows.Close()
-	var out []store.Reservation
-	for rows.Next() {
-		r, err := scanRow(rows, nil, nil)
-		if err != nil {
-			return nil, 0, s.fail(ctx, op, err)
-		}
-		out = append(out, r.Reservation)
-	}
-	if err := rows.Err(); err != nil {
-		if isExclusion(err) {
-			return nil, 0, nil
-		}
-		return nil, 0, s.fail(ctx, op, err)
-	}
-	if len(out) == 0 {
+	switch {
+	case isExclusion(err):
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, err
+	case len(rows) == 0:
 		// The statement inserts all of the block or fails: no row is the
 		// gate's doing.
 		wait, err := s.gateWait(ctx, op)
-		if err != nil || wait != 0 {
-			return nil, wait, err
-		}
-		return nil, 0, nil
+		return nil, wait, err
+	}
+	var out []store.Reservation
+	for _, r := range rows {
+		out = append(out, r.Reservation)
 	}
 	return out, 0, nil
 }
 
-// probeBlock probes every port of a block just inserted, and deletes the
-// block when one fails.
-func (s *Store) probeBlock(ctx context.Context, op string, probe func(store.Key) error, key store.Key, own store.Owner, base, last uint16) (err error) {
+// probeOrUndo runs probe, when not nil, on every port of key.Port to last,
+// just inserted for own (block: as a block), and deletes them all again
+// when one fails, errs or panics (the panic goes on). A port bound outside
+// berth is a *store.ConflictError whose holder is the zero Reservation.
+func (s *Store) probeOrUndo(ctx context.Context, op string, probe func(store.Key) error, key store.Key, own store.Owner, last uint16, block bool) (err error) {
 	if probe == nil {
 		return nil
 	}
+	base := key.Port
 	undo := func() {
-		if _, derr := s.exec(context.WithoutCancel(ctx), op+": delete the block after its probe", qDeleteBlock,
+		what, where := "row", []any{"key", key.String()}
+		if block {
+			what, where = "block", []any{"first", base, "last", last}
+		}
+		if _, derr := s.exec(context.WithoutCancel(ctx), op+": delete the "+what+" after its probe", qDeleteBlock,
 			s.hostNo(), string(key.Protocol), int32(base), int32(last), own.PID, own.Start, own.Namespace, key.Addr.String()); derr != nil {
-			s.log.Error(derr, "could not delete a block whose probe failed; its owner holds it until released", "first", base, "last", last)
+			s.log.Error(derr, "could not delete a "+what+" whose probe failed; its owner holds it until released", where...)
 			err = errors.Join(err, derr)
 		}
 	}
@@ -417,46 +394,9 @@ func (s *Store) probeBlock(ctx context.Context, op string, probe func(store.Key)
 	return nil
 }
 
-// probeOrUndo runs probe, when not nil, on key (port: its port) just
-// inserted for own, and deletes the row again when the probe fails, errs
-// or panics (the panic goes on). A port bound outside berth is a
-// *store.ConflictError whose holder is the zero Reservation.
-func (s *Store) probeOrUndo(ctx context.Context, op string, probe func(store.Key) error, key store.Key, own store.Owner, port uint16) (err error) {
-	if probe == nil {
-		return nil
-	}
-	key.Port = port
-	undo := func() {
-		if _, derr := s.exec(context.WithoutCancel(ctx), op+": delete the row after its probe", qDeleteOwned, s.keyArgs(key, own)...); derr != nil {
-			s.log.Error(derr, "could not delete a row whose probe failed; its owner holds it until released", "key", key.String())
-			err = errors.Join(err, derr)
-		}
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			undo()
-			panic(p)
-		}
-	}()
-	perr := probe(key)
-	switch {
-	case perr == nil:
-		return nil
-	case errors.Is(perr, store.ErrHeld):
-		s.probeFailures.Add(1)
-		s.log.V(1).Info("port held outside this store", "key", key.String(), "why", perr.Error())
-		err = perr
-	default:
-		err = fmt.Errorf("probe %s: %w", key, perr)
-	}
-	undo()
-	return err
-}
-
 // insertOne runs qInsert: the row's creation time and true, or false when
-// a row is in the way or the grace period after a change of server holds
-// grants (then with the gate's wait, see qGate). restore puts back a row
-// its holder held before the change, which no grace period holds up.
+// a row is in the way or (with the gate's wait) a grace period holds
+// grants, which restore passes.
 func (s *Store) insertOne(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, restore bool) (time.Time, bool, int64, error) {
 	if err := s.grantable(); err != nil {
 		return time.Time{}, false, 0, fmt.Errorf("%s: %w", op, err)
@@ -488,28 +428,45 @@ func (s *Store) keyArgs(key store.Key, own store.Owner) []any {
 // holders reads the rows that conflict with key's address on any of
 // ports, on this host or spanning it.
 func (s *Store) holders(ctx context.Context, op string, key store.Key, ports []int32) ([]row, error) {
-	if err := s.open(); err != nil {
+	return s.queryRows(ctx, s.open, op, qHolders, s.hostNo(), string(key.Protocol), ports, key.Addr.String())
+}
+
+// queryRows runs q, which returns rows of rowColumns: see query.
+func (s *Store) queryRows(ctx context.Context, check func() error, op, q string, args ...any) ([]row, error) {
+	return query(ctx, s, check, op, func(r pgx.CollectableRow) (row, error) { return scanRow(r, nil, nil) }, q, args...)
+}
+
+// query runs q in one round trip once check passes, and reads its rows
+// with scan. An exclusion violation (a race lost) is returned as it is,
+// any other error as fail makes it.
+func query[T any](ctx context.Context, s *Store, check func() error, op string, scan pgx.RowToFunc[T], q string, args ...any) ([]T, error) {
+	if err := check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(cctx, qHolders, s.hostNo(), string(key.Protocol), ports, key.Addr.String())
+	rows, err := s.pool.Query(cctx, q, args...)
 	if err != nil {
 		return nil, s.fail(ctx, op, err)
 	}
-	defer rows.Close()
-	var out []row
-	for rows.Next() {
-		r, err := scanRow(rows, nil, nil)
-		if err != nil {
-			return nil, s.fail(ctx, op, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, scan)
+	if err != nil && !isExclusion(err) {
 		return nil, s.fail(ctx, op, err)
 	}
-	return out, nil
+	return out, err
+}
+
+// queryRow runs q, one row, in one round trip once the store is open.
+func (s *Store) queryRow(ctx context.Context, op, q string, args []any, dst ...any) error {
+	if err := s.open(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	if err := s.pool.QueryRow(cctx, q, args...).Scan(dst...); err != nil {
+		return s.fail(ctx, op, err)
+	}
+	return nil
 }
 
 // ownerKey is what identifies an owner.
@@ -519,11 +476,9 @@ type ownerKey struct {
 	scope string
 }
 
-// alive judges a holder: a row of another host or of the whole fleet is
-// taken for live (its processes cannot be seen from here), and so is a
-// lease row (its lease is the reaper's to judge, by the server's clock);
-// one of this host's processes as the SQLite store judges it. memo keeps
-// the verdicts of one call.
+// alive judges a holder: a row of another host, of the whole fleet, or a
+// lease row is taken for live (not judged from here); one of this host's
+// processes as the SQLite store judges it. memo keeps one call's verdicts.
 func (s *Store) alive(ctx context.Context, r row, memo map[ownerKey]bool) bool {
 	if r.hostNo != s.hostNo() || r.Owner.Holder != "" {
 		return true
@@ -537,9 +492,8 @@ func (s *Store) alive(ctx context.Context, r row, memo map[ownerKey]bool) bool {
 	return v
 }
 
-// clearDead deletes the rows in key's way whose owners have exited, each
-// by compare-and-delete on its owner. When a live owner holds one, it
-// deletes nothing and returns a *store.ConflictError naming it.
+// clearDead deletes the rows in key's way whose owners have exited, or,
+// when a live owner holds one, returns a *store.ConflictError naming it.
 func (s *Store) clearDead(ctx context.Context, op string, key store.Key, own store.Owner, rows []row, memo map[ownerKey]bool) error {
 	for _, r := range rows {
 		if s.alive(ctx, r, memo) {
@@ -559,9 +513,9 @@ func (s *Store) clearDead(ctx context.Context, op string, key store.Key, own sto
 	return nil
 }
 
-// scanRow reads a row of rowColumns, after a leading granted column and
-// the gate's wait when granted is not nil.
-func scanRow(rows pgx.Rows, granted *bool, wait *int64) (row, error) {
+// scanRow reads a row of rowColumns, after granted and the gate's wait
+// when granted is not nil.
+func scanRow(rows pgx.Row, granted *bool, wait *int64) (row, error) {
 	var (
 		r           row
 		proto, addr string
@@ -587,27 +541,15 @@ func scanRow(rows pgx.Rows, granted *bool, wait *int64) (row, error) {
 	return r, nil
 }
 
-// isExclusion reports whether err is the exclusion constraint refusing a
-// row.
+// isExclusion reports whether err is the exclusion constraint's refusal.
 func isExclusion(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ExclusionViolation
 }
 
-func without(ports []int32, p int32) []int32 {
-	out := ports[:0]
-	for _, q := range ports {
-		if q != p {
-			out = append(out, q)
-		}
-	}
-	return out
-}
-
-// checkScan validates what Scan and ScanBlock share of a request (see
-// store.ScanRequest.Validate) and returns its normalised key (port 1: the
-// scan sets it), owner and kind, and the batch size. A named holder is
-// refused: a fleet's are fleet-wide (ReserveFleet).
+// checkScan validates what Scan and ScanBlock share of a request and
+// returns its normalised key (port 1: the scan sets it), owner and kind,
+// and the batch size. A named holder is refused.
 func (s *Store) checkScan(req store.ScanRequest) (store.Key, store.Owner, store.Kind, int, error) {
 	req, err := req.Validate(s.self)
 	if err == nil {
@@ -616,8 +558,8 @@ func (s *Store) checkScan(req store.ScanRequest) (store.Key, store.Owner, store.
 	return store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, req.Batch, err
 }
 
-// validate checks key and own for Release and Transfer: the key
-// normalised, a zero owner this process.
+// validate normalises key and own (zero: this process) for Release and
+// Transfer.
 func (s *Store) validate(key store.Key, own store.Owner) (store.Key, store.Owner, error) {
 	if err := noHolder(own); err != nil {
 		return store.Key{}, store.Owner{}, err
@@ -632,9 +574,7 @@ func (s *Store) validate(key store.Key, own store.Owner) (store.Key, store.Owner
 	return key, own, own.Validate()
 }
 
-// noHolder refuses a named holder in a call for a host's processes: a
-// fleet's named holders reserve fleet-wide (ReserveFleet), and narrow
-// their ports to a host (NarrowFleet).
+// noHolder refuses a named holder in a call for a host's processes.
 func noHolder(o store.Owner) error {
 	if o.Holder != "" {
 		return &store.FieldError{Field: "owner", Value: o.String(), Want: "a process of this host: a fleet's named holders reserve fleet-wide (pgstore.Store.ReserveFleet, berth fleet reserve), and NarrowFleet gives such a port a host"}

@@ -9,7 +9,10 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/berth-go/berth/internal/portrange"
 	"github.com/berth-go/berth/store"
@@ -214,4 +217,280 @@ func listenBound[S io.Closer](ctx context.Context, a *Allocator, req Request, pr
 		return store.Reservation{}, none, err
 	}
 	return rs[0], sock, nil
+}
+
+// Order is the order in which Allocate tries the ports of its range.
+type Order string
+
+const (
+	// OrderRandom walks the range from a random port by a random stride,
+	// the ports above the range's static segment first. Allocators racing
+	// on one store start in different places, so they rarely want the same
+	// port: the default.
+	OrderRandom Order = "random"
+	// OrderLowest tries the lowest port of the range first, then the next:
+	// predictable ports for people who read them. Allocators racing on one
+	// store all want the same low ports; the store's write lock makes them
+	// take turns, and each skips the ports the others hold.
+	OrderLowest Order = "lowest"
+)
+
+func (o Order) valid() bool { return o == OrderRandom || o == OrderLowest }
+
+// Request describes the port a caller wants.
+type Request struct {
+	// Protocol is "tcp" (the zero value) or "udp".
+	Protocol store.Protocol
+	// Addr is the address the port is for; zero: 127.0.0.1. 0.0.0.0 and ::
+	// are the wildcards, which take the port on every address.
+	Addr netip.Addr
+	// Prefer lists ports for Allocate to try first, in this order, each
+	// with the full guarantee (locked, free in the store, bind-probed);
+	// when none is free, Allocate goes on with the range as usual.
+	// Preferred ports may lie outside Config.Range (a dev server that
+	// should land on 3000 when it can). At most MaxPrefer ports, none of
+	// them 0.
+	Prefer []uint16
+	// Order overrides Config.Order for this request.
+	Order Order
+	// Within narrows the range Allocate walks for this request to a part
+	// of Config.Range (a pool's segment, say); zero: all of it.
+	Within store.Range
+	// Label is the caller's name for the port, shown in listings: at most
+	// store.MaxLabelLen bytes of printable UTF-8 (see store.CheckLabel).
+	Label string
+	// Sticky asks Allocate for the port last handed out under Label (kept
+	// in the state store across restarts; in Config.Scope, when it has
+	// one) when it is free and in the range; otherwise any free port, with
+	// the reason logged. It needs a Label. The MRU file remembers nothing
+	// and ignores it.
+	Sticky bool
+	// AllowOSReserved lets Reserve, and Allocate through Prefer, take a
+	// port of Linux's net.ipv4.ip_local_reserved_ports, which an
+	// administrator keeps for other software: without it they refuse such
+	// a port with a *store.FieldError that says so. Allocate never hands
+	// one out from the range.
+	AllowOSReserved bool
+	// Holder makes the reservation a named holder's instead of this
+	// process's, under a lease of TTL: a CI job, a development
+	// environment, a service started detached, whose port must outlive the
+	// process that asked. It ends with ReleaseHolder (or Release), or when
+	// the lease ends unless Renew extends it. 1 to store.MaxHolderLen
+	// bytes of printable UTF-8, e.g. "ci/job-4711". Such a reservation is
+	// not held by the Allocator (Held and Close leave it alone); on Linux
+	// its lock is held by a keeper process of the holder's (see package
+	// portlock).
+	Holder string
+	// TTL is the lease of a Holder's reservation, from store.MinTTL to
+	// store.MaxTTL; zero for this process's.
+	TTL time.Duration
+
+	unscoped string // Label before it was recorded in the scope
+}
+
+// normalize validates req and fills in its zero fields. The error is a
+// *store.FieldError naming the field of Request.
+func (a *Allocator) normalize(req Request) (Request, error) {
+	if err := store.CheckLabel(req.Label); err != nil {
+		return Request{}, named("Request.Label", err)
+	}
+	switch req.Protocol {
+	case "":
+		req.Protocol = store.TCP
+	case store.TCP, store.UDP:
+	default:
+		return Request{}, &store.FieldError{Field: "Request.Protocol", Value: string(req.Protocol), Want: `"tcp" or "udp"`}
+	}
+	if !req.Addr.IsValid() {
+		req.Addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	if req.Addr.Zone() != "" {
+		return Request{}, &store.FieldError{Field: "Request.Addr", Value: req.Addr.String(), Want: "an IPv4 or IPv6 address without a zone, such as 127.0.0.1, ::1, 0.0.0.0 or ::"}
+	}
+	req.Addr = req.Addr.Unmap()
+	switch {
+	case req.Order == "":
+		req.Order = a.cfg.Order
+	case !req.Order.valid():
+		return Request{}, &store.FieldError{Field: "Request.Order", Value: string(req.Order), Want: `"random" or "lowest"`}
+	}
+	if len(req.Prefer) > MaxPrefer {
+		return Request{}, &store.FieldError{Field: "Request.Prefer", Value: fmt.Sprintf("%d ports", len(req.Prefer)), Want: fmt.Sprintf("at most %d ports (MaxPrefer)", MaxPrefer)}
+	}
+	if i := slices.Index(req.Prefer, 0); i >= 0 {
+		return Request{}, &store.FieldError{Field: fmt.Sprintf("Request.Prefer[%d]", i), Value: "0", Want: "a port from 1 to 65535"}
+	}
+	for i, p := range req.Prefer {
+		if err := a.excl.refuseLocal(fmt.Sprintf("Request.Prefer[%d]", i), p, req.AllowOSReserved); err != nil {
+			return Request{}, err
+		}
+	}
+	if req.Within != (store.Range{}) {
+		if err := req.Within.Validate(); err != nil {
+			return Request{}, named("Request.Within", err)
+		}
+		if !a.cfg.Range.Contains(req.Within.First) || !a.cfg.Range.Contains(req.Within.Last) {
+			return Request{}, &store.FieldError{Field: "Request.Within", Value: req.Within.String(), Want: fmt.Sprintf("a range inside Config.Range %s", a.cfg.Range)}
+		}
+	}
+	if req.Holder != "" || req.TTL != 0 {
+		if err := checkHolder(req.Holder); err != nil {
+			return Request{}, named("Request.Holder", err)
+		}
+		if err := store.CheckTTL(req.TTL); err != nil {
+			return Request{}, named("Request.TTL", err)
+		}
+	}
+	if req.Sticky && req.Label == "" {
+		return Request{}, &store.FieldError{Field: "Request.Label", Value: "", Want: "a label to remember the port under, which a sticky request (Request.Sticky) needs"}
+	}
+	req.unscoped = req.Label
+	if l := scopeLabel(a.cfg.Scope, req.Label); len(l) > store.MaxLabelLen {
+		return Request{}, &store.FieldError{Field: "Request.Label", Value: req.Label,
+			Want: fmt.Sprintf("at most %d bytes together with the scope %q and %q (%d bytes now): a shorter label or scope", store.MaxLabelLen, a.cfg.Scope, scopeSep, len(l))}
+	} else {
+		req.Label = l
+	}
+	return req, nil
+}
+
+// owner is who req's reservation belongs to: its holder, or this process
+// (the zero Owner).
+func (req Request) owner() store.Owner { return store.Owner{Holder: req.Holder} }
+
+// Which ports an Allocator hands out: its range, less Config.Exclude, the
+// ports the administrator reserves (Linux's ip_local_reserved_ports), the
+// ports browsers refuse (unless Config.AllowBrowserRestricted), the OS
+// ephemeral range (unless Config.AllowEphemeralOverlap) and the ports the
+// OS keeps for itself (Windows's excluded ranges). New reads them once.
+
+var ephemeralWarning sync.Once
+
+// excluded is what an Allocator leaves out besides Config.Exclude, read
+// once by New.
+type excluded struct {
+	local   []portrange.Range // net.ipv4.ip_local_reserved_ports
+	browser bool              // the browsers' restricted ports are left out
+}
+
+// candidateSet is the range less everything left out.
+func candidateSet(cfg Config, excl excluded) (*portrange.Set, error) {
+	var exclude []portrange.Range
+	for _, r := range cfg.Exclude {
+		exclude = append(exclude, portrange.Range(r))
+	}
+	rng := portrange.Range(cfg.Range)
+	if !cfg.AllowEphemeralOverlap {
+		eph, err := portrange.Ephemeral()
+		if err != nil {
+			cfg.Logger.Info("could not read the OS ephemeral port range; assuming the IANA range", "range", eph.String(), "error", err.Error())
+		}
+		if rng.Overlaps(eph) {
+			ephemeralWarning.Do(func() {
+				cfg.Logger.Info("the port range overlaps the OS ephemeral range; leaving the overlap out (set Config.AllowEphemeralOverlap or BERTH_ALLOW_EPHEMERAL_OVERLAP=true to keep it)",
+					"range", cfg.Range.String(), "ephemeral", eph.String())
+			})
+			exclude = append(exclude, eph)
+		}
+	}
+	reserved, err := portrange.ReservedByOS()
+	if err != nil {
+		cfg.Logger.Info("could not read the ports the OS reserves", "error", err.Error())
+	}
+	exclude = append(exclude, reserved...)
+	exclude = append(exclude, excl.local...)
+	if excl.browser {
+		exclude = append(exclude, portrange.BrowserRestrictedRanges()...)
+	}
+	set := portrange.NewSet(rng, exclude...)
+	if set.Len() == 0 {
+		return nil, &store.FieldError{Field: "Config.Range", Value: cfg.Range.String(),
+			Want: "a range with ports left after Config.Exclude, the OS ephemeral range and the ports the OS reserves; widen it (Config.Range, BERTH_PORT_RANGE or --range), or set Config.AllowEphemeralOverlap (BERTH_ALLOW_EPHEMERAL_OVERLAP=true) to keep the overlap"}
+	}
+	return set, nil
+}
+
+// refuseLocal refuses port, named field, when the administrator reserves
+// it, unless allow: a port of ip_local_reserved_ports is kept for other
+// software, which may bind it at any time.
+func (e excluded) refuseLocal(field string, port uint16, allow bool) error {
+	if allow || !slices.ContainsFunc(e.local, func(r portrange.Range) bool { return r.Contains(port) }) {
+		return nil
+	}
+	list := make([]string, len(e.local))
+	for i, r := range e.local {
+		list[i] = r.String()
+	}
+	return &store.FieldError{Field: field, Value: fmt.Sprint(port),
+		Want: fmt.Sprintf("a port outside net.ipv4.ip_local_reserved_ports (%s), which the administrator keeps for other software; set Request.AllowOSReserved to take it anyway", strings.Join(list, ","))}
+}
+
+// candidates returns the walk over set in req's order, led by req's
+// preferred ports and, before them, the sticky port of a sticky request as
+// the store remembers it (returned too; 0 when there is none).
+func (a *Allocator) candidates(ctx context.Context, req Request, set *portrange.Set) (func() (uint16, bool), uint16) {
+	var it *portrange.Iter
+	if req.Order == OrderLowest {
+		it = set.Lowest()
+	} else if seeded := scopeSeed(a.cfg.Scope, req.unscoped); seeded != nil {
+		it = set.Candidates(seeded)
+	} else {
+		a.rngMu.Lock()
+		it = set.Candidates(a.rng)
+		a.rngMu.Unlock()
+	}
+	// The sticky port is in set, so never one the browsers refuse.
+	sticky := a.stickyPort(ctx, req, set)
+	prefer := req.Prefer
+	if sticky != 0 {
+		prefer = append([]uint16{sticky}, prefer...)
+	}
+	return func() (uint16, bool) {
+		for len(prefer) > 0 {
+			p := prefer[0]
+			prefer = prefer[1:]
+			if a.excl.browser && portrange.IsBrowserRestricted(p) {
+				a.log.Info("skipping a preferred port that web browsers refuse to connect to (set Config.AllowBrowserRestricted or BERTH_ALLOW_BROWSER_RESTRICTED=true to allow it)", "port", p)
+				continue
+			}
+			return p, true
+		}
+		return it.Next()
+	}, sticky
+}
+
+// stickyPort returns the port a sticky request had last time as the store
+// remembers it, when it is still in set; 0 otherwise.
+func (a *Allocator) stickyPort(ctx context.Context, req Request, set *portrange.Set) uint16 {
+	s := a.h.store()
+	if !req.Sticky || s == nil {
+		return 0
+	}
+	p, ok, err := s.Recall(ctx, req.Label, req.Protocol)
+	switch {
+	case err != nil:
+		a.log.Error(err, "could not recall the sticky port; allocating afresh", "label", req.Label)
+		return 0
+	case !ok:
+		return 0
+	case !set.Contains(p):
+		a.log.Info("sticky port is outside the range now; allocating afresh", "label", req.Label, "port", p, "range", a.cfg.Range.String())
+		return 0
+	}
+	return p
+}
+
+// remember records a sticky request's port, and logs when it is not the
+// one it had before.
+func (a *Allocator) remember(ctx context.Context, req Request, sticky, got uint16) {
+	s := a.h.store()
+	if !req.Sticky || s == nil {
+		return
+	}
+	if sticky != 0 && sticky != got {
+		a.log.Info("sticky port was not free (held or bound by another process); allocated another", "label", req.Label, "was", sticky, "now", got)
+	}
+	if err := s.Remember(ctx, req.Label, req.Protocol, got); err != nil {
+		a.log.Error(err, "could not remember the sticky port", "label", req.Label)
+	}
 }

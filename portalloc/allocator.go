@@ -63,13 +63,9 @@ type Allocator struct {
 // New links no PostgreSQL client: a Config.StoreDSN is refused with a
 // *store.FieldError that says to call fleet.New of package
 // github.com/berth-go/berth/portalloc/fleet.
-func New(ctx context.Context, cfg Config) (*Allocator, error) {
-	a, err := newAllocator(ctx, cfg)
-	return a, opError("", err)
-}
-
-func newAllocator(ctx context.Context, cfg Config) (*Allocator, error) {
-	cfg, err := cfg.withDefaults()
+func New(ctx context.Context, cfg Config) (a *Allocator, err error) {
+	defer func() { err = opError("", err) }()
+	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +77,7 @@ func newAllocator(ctx context.Context, cfg Config) (*Allocator, error) {
 		return nil, &store.FieldError{Field: field, Value: dsn.Redact(cfg.StoreDSN),
 			Want: "no PostgreSQL store with portalloc.New, which links no PostgreSQL client: import \"github.com/berth-go/berth/portalloc/fleet\" and call fleet.New, which opens it; or leave it empty for the SQLite store of this host"}
 	}
-	a, err := prepare(cfg)
+	a, err = prepare(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -110,9 +106,11 @@ func newAllocator(ctx context.Context, cfg Config) (*Allocator, error) {
 	}
 	if s := a.h.store(); s == nil && cfg.Mode != ModeMRU {
 		down := a.h.downNow()
-		a.fallBack(down)
+		if down != nil {
+			a.ctr.fallbacks.Add(1)
+		}
 		a.warn.Error(down, "state store unavailable; allocating from the MRU file instead, where every port is still locked (no port a live berth holder keeps is handed out), but recorded nowhere a listing shows; retrying the store periodically",
-			"store", path, "mru", m.Path(), "retryEvery", storeRetry().String())
+			"store", path, "mru", m.Path(), "retryEvery", storeRetryInterval.String())
 	}
 	return a, nil
 }
@@ -131,16 +129,12 @@ func newAllocator(ctx context.Context, cfg Config) (*Allocator, error) {
 // gets them back from this process, as New's does; one whose file is lost
 // is not opened again: calls fail until the program makes a new
 // Allocator.
-func NewWithStore(ctx context.Context, cfg Config, open func(context.Context, Config) (store.Store, error)) (*Allocator, error) {
-	a, err := newWithStore(ctx, cfg, open)
-	return a, opError("", err)
-}
-
-func newWithStore(ctx context.Context, cfg Config, open func(context.Context, Config) (store.Store, error)) (*Allocator, error) {
+func NewWithStore(ctx context.Context, cfg Config, open func(context.Context, Config) (store.Store, error)) (a *Allocator, err error) {
+	defer func() { err = opError("", err) }()
 	if open == nil {
 		return nil, &store.FieldError{Field: "open", Value: "nil", Want: "a function that opens the store"}
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +142,7 @@ func newWithStore(ctx context.Context, cfg Config, open func(context.Context, Co
 		return nil, &store.FieldError{Field: "Config.Mode", Value: string(cfg.Mode), Want: `"statestore": an Allocator of a store given to NewWithStore serves from that store only`}
 	}
 	cfg.Mode = ModeStateStore
-	a, err := prepare(cfg)
+	a, err = prepare(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +165,11 @@ func newWithStore(ctx context.Context, cfg Config, open func(context.Context, Co
 
 // prepare returns an Allocator of cfg, complete but for its handle.
 func prepare(cfg Config) (*Allocator, error) {
-	excl := readExcluded(cfg)
+	local, err := portrange.LocalReserved()
+	if err != nil {
+		cfg.Logger.Info("could not read the ports the administrator reserves; not leaving them out", "file", portrange.LocalReservedFile, "error", err.Error())
+	}
+	excl := excluded{local: local, browser: !cfg.AllowBrowserRestricted}
 	set, err := candidateSet(cfg, excl)
 	if err != nil {
 		return nil, err
@@ -232,7 +230,7 @@ func openWithin(ctx context.Context, what string, open func(context.Context) (st
 	case <-t.C:
 	}
 	go func() {
-		if o := <-done; o.s != nil {
+		if o := <-done; o.err == nil && o.s != nil {
 			_ = o.s.Close()
 		}
 	}()
@@ -300,4 +298,117 @@ func (a *Allocator) Close() error {
 	defer cancel()
 	err := errors.Join(a.h.dropAll(ctx, a), a.h.unref(ctx, a))
 	return opError("close", err)
+}
+
+// Counts counts by the kind of an allocation, as Kubernetes' port
+// allocator labels its metrics: Dynamic for Allocate (berth chose the
+// port), Static for Reserve (the caller named it).
+type Counts struct {
+	Dynamic int64
+	Static  int64
+}
+
+// Stats are an Allocator's counters since New, what it holds now, and the
+// counters of the store it shares with the process's other Allocators.
+type Stats struct {
+	// Held is how many reservations this Allocator holds now.
+	Held int
+	// Ports is how many ports Allocate may hand out: the range less
+	// everything left out of it.
+	Ports int
+	// Allocations counts successful Allocate and Reserve calls; Errors
+	// failed ones, whatever the cause.
+	Allocations, Errors Counts
+	// Fallbacks counts this Allocator's switches from the state store to
+	// the MRU file; Fallback says why it serves from the MRU file now, ""
+	// when it serves from the store (and in ModeMRU).
+	Fallbacks int64
+	Fallback  string
+	// The store's: ProbeFailures counts candidates free in the store that
+	// another process's lock or bind refused; Reaped rows of exited owners
+	// deleted.
+	ProbeFailures, Reaped int64
+	// Restored counts the process's reservations put back in the store
+	// after it lost them (a file deleted, replaced or truncated, a
+	// failover); Lost those another owner's row stood in the way of (each
+	// logged as an error naming both; their locks still keep the ports);
+	// Rereleased the releases done again where a failover brought a row
+	// back or a release had failed.
+	Restored, Lost, Rereleased int64
+}
+
+// counters are the Allocator's own counts.
+type counters struct {
+	alloc, allocErr Counts // updated atomically
+	fallbacks       atomic.Int64
+}
+
+func (c *counters) count(kind store.Kind, err error) {
+	if errors.Is(err, store.ErrClosed) {
+		return
+	}
+	n := &c.alloc
+	if err != nil {
+		n = &c.allocErr
+	}
+	p := &n.Dynamic
+	if kind == store.Static {
+		p = &n.Static
+	}
+	atomic.AddInt64(p, 1)
+}
+
+// Stats returns the Allocator's counters. It takes no lock of the store
+// and does no I/O: it is cheap enough for every scrape.
+func (a *Allocator) Stats() Stats {
+	load := func(c *Counts) Counts { return Counts{atomic.LoadInt64(&c.Dynamic), atomic.LoadInt64(&c.Static)} }
+	st := Stats{
+		Held:        len(a.Held()),
+		Ports:       a.set.Len(),
+		Allocations: load(&a.ctr.alloc),
+		Errors:      load(&a.ctr.allocErr),
+		Fallbacks:   a.ctr.fallbacks.Load(),
+		Restored:    a.h.restored.Load(),
+		Lost:        a.h.lost.Load(),
+		Rereleased:  a.h.rereleased.Load(),
+	}
+	if s := a.h.store(); s != nil {
+		ss := s.Stats()
+		st.ProbeFailures, st.Reaped = ss.ProbeFailures, ss.Reaped
+	} else if a.cfg.Mode == ModeStateStoreWithFallback {
+		st.Fallback = "the state store cannot be used"
+		if err := a.h.downNow(); err != nil {
+			st.Fallback = err.Error()
+		}
+	}
+	return st
+}
+
+// Usage returns how many ports Allocate may hand out, and how many of them
+// have a live reservation in the store now (any owner's): the range's use,
+// read from the store. Served from the MRU file, it reports the ports
+// only.
+func (a *Allocator) Usage(ctx context.Context) (ports, reserved int, err error) {
+	if a.closed.Load() {
+		return 0, 0, opError("usage", store.ErrClosed)
+	}
+	ports = a.set.Len()
+	s := a.h.store()
+	if s == nil {
+		return ports, 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	rows, err := s.List(ctx, store.Filter{})
+	if err != nil {
+		return 0, 0, opError("usage", err)
+	}
+	seen := map[uint16]bool{}
+	for _, r := range rows {
+		if a.set.Contains(r.Port) && !seen[r.Port] && r.Live(ctx) {
+			seen[r.Port] = true
+			reserved++
+		}
+	}
+	return ports, reserved, nil
 }

@@ -4,11 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -428,3 +436,368 @@ func (c Config) Format(f fmt.State, verb rune) {
 }
 
 type configFields = Config
+
+// storeRetryInterval is how long a store that could not be used is left
+// alone before a call tries it again; tests shorten it.
+var storeRetryInterval = 5 * time.Second
+
+// warnLogger is the Logger fallback warnings go to: cfg.Logger, or, when it
+// is the zero Logger (which discards), standard error. A fallback weakens
+// berth's guarantee, so it must not pass unseen.
+func warnLogger(cfg Config) logr.Logger {
+	if cfg.Logger.GetSink() != nil {
+		return cfg.Logger
+	}
+	return logr.New(&lineSink{w: os.Stderr, prefix: "berth: "})
+}
+
+// lineSink writes Info and Error messages of level 0 as single lines.
+type lineSink struct {
+	mu     sync.Mutex // guards writes to w
+	w      io.Writer
+	prefix string
+}
+
+func (s *lineSink) Init(logr.RuntimeInfo)                  {}
+func (s *lineSink) Enabled(level int) bool                 { return level == 0 }
+func (s *lineSink) WithValues(...any) logr.LogSink         { return s }
+func (s *lineSink) WithName(string) logr.LogSink           { return s }
+func (s *lineSink) Info(_ int, msg string, kv ...any)      { s.line(msg, nil, kv) }
+func (s *lineSink) Error(err error, msg string, kv ...any) { s.line("warning: "+msg, err, kv) }
+
+func (s *lineSink) line(msg string, err error, kv []any) {
+	var b strings.Builder
+	b.WriteString(s.prefix)
+	b.WriteString(msg)
+	if err != nil {
+		b.WriteString(": ")
+		b.WriteString(err.Error())
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		fmt.Fprintf(&b, " %v=%v", kv[i], kv[i+1])
+	}
+	b.WriteByte('\n')
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = io.WriteString(s.w, b.String())
+}
+
+// logFan fans a handle's log out to the Loggers of every Allocator that
+// shares it, each with its own levels.
+type logFan struct {
+	mu sync.Mutex
+	by map[any][2]logr.Logger // log and warn, by Allocator
+}
+
+func (f *logFan) add(who any, log, warn logr.Logger) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.by == nil {
+		f.by = map[any][2]logr.Logger{}
+	}
+	f.by[who] = [2]logr.Logger{log, warn}
+}
+
+func (f *logFan) remove(who any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.by, who)
+}
+
+// loggers returns the handle's log and warn.
+func (f *logFan) loggers() (log, warn logr.Logger) {
+	return logr.New(&fanSink{f: f, which: 0}), logr.New(&fanSink{f: f, which: 1})
+}
+
+func (f *logFan) each(which int, fn func(logr.Logger)) {
+	f.mu.Lock()
+	ls := make([]logr.Logger, 0, len(f.by))
+	for _, l := range f.by {
+		ls = append(ls, l[which])
+	}
+	f.mu.Unlock()
+	for _, l := range ls {
+		fn(l)
+	}
+}
+
+// fanSink is the LogSink of a handle's log (which 0) or warn (1).
+type fanSink struct {
+	f      *logFan
+	which  int
+	values []any
+}
+
+func (s *fanSink) Init(logr.RuntimeInfo) {}
+func (s *fanSink) Enabled(level int) bool {
+	on := false
+	s.f.each(s.which, func(l logr.Logger) { on = on || l.V(level).Enabled() })
+	return on
+}
+
+func (s *fanSink) Info(level int, msg string, kv ...any) {
+	kv = append(slices.Clip(s.values), kv...)
+	s.f.each(s.which, func(l logr.Logger) { l.V(level).Info(msg, kv...) })
+}
+
+func (s *fanSink) Error(err error, msg string, kv ...any) {
+	kv = append(slices.Clip(s.values), kv...)
+	s.f.each(s.which, func(l logr.Logger) { l.Error(err, msg, kv...) })
+}
+
+func (s *fanSink) WithValues(kv ...any) logr.LogSink {
+	return &fanSink{f: s.f, which: s.which, values: append(slices.Clip(s.values), kv...)}
+}
+
+func (s *fanSink) WithName(string) logr.LogSink { return s }
+
+// A scope keeps the labels and sticky ports of one checkout (or one name)
+// apart from another's: the label a reservation records is LABEL@SCOPE
+// (scopeSep), so that "api" of two worktrees of a project are two labels.
+
+// scopeSep joins a label and its scope in the label a reservation records.
+const scopeSep = "@"
+
+// maxScopeLen is the longest scope, in bytes, once resolved.
+const maxScopeLen = 200
+
+// modeRE matches a scope that names a mode: a word of two or more letters,
+// digits or dashes and a colon ("git:", "env:NAME"). Such values are kept
+// for modes; one berth does not know is refused rather than taken as a
+// name, so that a mode a later berth adds never means something else to an
+// earlier one. One letter and a colon is a Windows drive ("C:\src").
+var modeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]+:`)
+
+// scopeWant says what a scope may be, for error messages.
+const scopeWant = `"git" (the root of the current git worktree), "dir" (the current directory), or a name of your own: printable UTF-8 of at most 200 bytes that does not start with a word of two or more letters and a colon ("git:", "env:X"), which are kept for modes`
+
+// ResolveScope returns the scope s names for this process, as New resolves
+// Config.Scope: the root of the current git worktree for "git", the
+// working directory for "dir", and s itself for any other name; "" for "".
+// Paths are absolute, with symbolic links resolved. A scope it refuses is a
+// *store.FieldError for "scope".
+func ResolveScope(s string) (string, error) { return resolveScope("scope", s) }
+
+func resolveScope(field, s string) (string, error) {
+	bad := func(w string) error {
+		return &store.FieldError{Field: field, Value: s, Want: w}
+	}
+	switch {
+	case s == "":
+		return "", nil
+	case s == "git", s == "dir":
+		dir, err := os.Getwd()
+		if real, rerr := filepath.EvalSymlinks(dir); err == nil && rerr == nil {
+			dir = real
+		}
+		if err != nil {
+			return "", bad(scopeWant + "; the working directory cannot be read: " + err.Error())
+		}
+		if s == "git" {
+			root, ok := gitRoot(dir)
+			if !ok {
+				return "", bad(fmt.Sprintf("%s; %q is in no git worktree (no .git in it or any directory above it): run berth inside the checkout, or give a name", scopeWant, dir))
+			}
+			dir = root
+		}
+		return checkScopeLen(field, s, dir)
+	case modeRE.MatchString(s):
+		mode, _, _ := strings.Cut(s, ":")
+		return "", bad(fmt.Sprintf("%s; %q is not a scope mode berth knows", scopeWant, mode+":"))
+	}
+	if err := store.CheckLabel(s); err != nil {
+		var fe *store.FieldError
+		if errors.As(err, &fe) {
+			_, why, _ := strings.Cut(fe.Want, "; ") // what CheckLabel found
+			return "", bad(scopeWant + "; " + why)
+		}
+		return "", bad(scopeWant)
+	}
+	return checkScopeLen(field, s, s)
+}
+
+func checkScopeLen(field, given, resolved string) (string, error) {
+	if len(resolved) > maxScopeLen {
+		return "", &store.FieldError{Field: field, Value: given, Want: fmt.Sprintf("%s; it resolves to %d bytes", scopeWant, len(resolved))}
+	}
+	return resolved, nil
+}
+
+// gitRoot returns the top of the git worktree dir is in: the nearest
+// directory at or above dir that holds .git (a directory, or a file in a
+// linked worktree or submodule).
+func gitRoot(dir string) (string, bool) {
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+			return d, true
+		}
+		if d == filepath.Dir(d) {
+			return "", false
+		}
+	}
+}
+
+// scopeLabel records label in scope; "" stays "".
+func scopeLabel(scope, label string) string {
+	if scope == "" || label == "" {
+		return label
+	}
+	return label + scopeSep + scope
+}
+
+// scopeSeed returns the random source of the order in which a labelled
+// request of a scope tries the range: seeded by the scope and the label,
+// so that a label's first port in a scope is the same on every machine
+// while it is free, and two scopes, or two labels, rarely start at the same
+// port. A scope that is a path (git, dir) counts by its last element, the
+// checkout's directory name, which is the same for the same project on
+// another machine while the rest of the path is not. nil for a request
+// without a scope or a label: the Allocator's own random order.
+func scopeSeed(scope, label string) *rand.Rand {
+	if scope == "" || label == "" {
+		return nil
+	}
+	name := scope
+	if filepath.IsAbs(name) {
+		name = filepath.Base(name)
+	}
+	h := fnv.New128a()
+	_, _ = h.Write([]byte(name))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(label))
+	sum := h.Sum(nil)
+	var hi, lo uint64
+	for i := range 8 {
+		hi = hi<<8 | uint64(sum[i])
+		lo = lo<<8 | uint64(sum[8+i])
+	}
+	return rand.New(rand.NewPCG(hi, lo))
+}
+
+// stateNotCache is why the default is a state directory, for people.
+const stateNotCache = "state, not cache, so cache cleaners leave it"
+
+// place is a default directory, before the root rule, and how it was found.
+type place struct {
+	dir  string // absolute
+	how  string // for people: "$XDG_STATE_HOME/berth", ...
+	vars string // the variables that chose it, for the root rule's message
+	// own is the directory root uses instead, relative to its home from
+	// the password database, when dir lies in another user's tree.
+	own string
+}
+
+// absEnv returns the variable name, which must be an absolute path; shown
+// is its name in messages ("$HOME").
+func absEnv(name, shown string) (string, error) {
+	v := os.Getenv(name)
+	switch {
+	case v == "":
+		return "", fmt.Errorf("%s is not set", shown)
+	case !filepath.IsAbs(v):
+		return "", fmt.Errorf("%s %q is not an absolute path", shown, v)
+	}
+	return v, nil
+}
+
+// statePlace is the platform's state directory for berth: see
+// Config.StateDir.
+func statePlace() (place, error) {
+	switch runtime.GOOS {
+	case "windows":
+		base, err := absEnv("LocalAppData", "%LocalAppData%")
+		if err != nil {
+			return place{}, err
+		}
+		return place{dir: filepath.Join(base, "berth"), how: `%LocalAppData%\berth`}, nil
+	case "darwin", "ios":
+		home, err := absEnv("HOME", "$HOME")
+		if err != nil {
+			return place{}, err
+		}
+		rel := filepath.Join("Library", "Application Support", "berth")
+		return place{dir: filepath.Join(home, rel), how: "~/Library/Application Support/berth", vars: "HOME", own: rel}, nil
+	}
+	rel := filepath.Join(".local", "state", "berth")
+	x := os.Getenv("XDG_STATE_HOME")
+	if x != "" && filepath.IsAbs(x) {
+		return place{dir: filepath.Join(x, "berth"), how: "$XDG_STATE_HOME/berth", vars: "XDG_STATE_HOME", own: rel}, nil
+	}
+	home, err := absEnv("HOME", "$HOME")
+	if err != nil {
+		return place{}, err
+	}
+	how := "$XDG_STATE_HOME unset, so ~/.local/state/berth"
+	if x != "" {
+		// The XDG base directory specification: "If an implementation
+		// encounters a relative path in any of these variables it should
+		// consider the path invalid and ignore it."
+		how = fmt.Sprintf("$XDG_STATE_HOME %q is relative, which the XDG base directory spec says to ignore, so ~/.local/state/berth", x)
+	}
+	return place{dir: filepath.Join(home, rel), how: how, vars: "HOME", own: rel}, nil
+}
+
+// resolved is a default directory with the root rule applied.
+type resolved struct {
+	dir    string
+	reason string // for people: how it was chosen, without stateNotCache
+	rooted string // non-empty when root uses its own directory: why, to log
+}
+
+// forRoot applies the root rule of Config.StateDir to p: a root process
+// never takes a directory in another user's tree, but its own home's from
+// the password database, and refuses with ErrUnsafe when it cannot have it.
+func forRoot(p place) (resolved, error) {
+	r := resolved{dir: p.dir, reason: "the default: " + p.how}
+	if geteuid() != 0 || p.own == "" {
+		return r, nil
+	}
+	uid, foreign := foreignOwner(p.dir)
+	if !foreign {
+		return r, nil
+	}
+	refuse := func(reason string) (resolved, error) {
+		return resolved{}, fmt.Errorf("%w: running as root, the default state directory %s is in a directory of uid %d (%s is another user's, as sudo keeps it), and berth never creates root's files there; %s: set %s or Config.StateDir to a directory of root's",
+			store.ErrUnsafe, p.dir, uid, p.vars, reason, envStateDir)
+	}
+	root, err := lookupRoot()
+	if err != nil || root.HomeDir == "" || !filepath.IsAbs(root.HomeDir) {
+		return refuse(fmt.Sprintf("root's home directory cannot be read from the password database (%v)", err))
+	}
+	own := filepath.Join(root.HomeDir, p.own)
+	if ouid, foreign := foreignOwner(own); foreign {
+		return refuse(fmt.Sprintf("root's own %s is in a directory of uid %d too", own, ouid))
+	}
+	return resolved{
+		dir:    own,
+		reason: fmt.Sprintf("the default for root: %s is another user's (uid %d; sudo keeps it), so root's own ~root/%s", p.vars, uid, filepath.ToSlash(p.own)),
+		rooted: fmt.Sprintf("running as root with another user's %s (%s, uid %d; sudo keeps it); using root's own state directory instead", p.vars, p.dir, uid),
+	}, nil
+}
+
+// defaultState is defaultStateDir with how it was chosen.
+func defaultState() (resolved, error) {
+	p, err := statePlace()
+	if err != nil {
+		return resolved{}, fmt.Errorf("%w: no default state directory (%w); set %s or Config.StateDir", store.ErrUnavailable, err, envStateDir)
+	}
+	return forRoot(p)
+}
+
+// Inject the process's identity and the password database, for tests.
+var (
+	geteuid    = os.Geteuid
+	lookupRoot = func() (*user.User, error) { return user.LookupId("0") }
+)
+
+// DefaultStateDir returns the state directory of a Config that names none
+// (and BERTH_STATE_DIR unset), and why it is that one, for people: see
+// Config.StateDir. Without one (no HOME, say) it returns an error wrapping
+// store.ErrUnavailable that says what to set.
+func DefaultStateDir() (dir, reason string, err error) {
+	r, err := defaultState()
+	if err != nil {
+		return "", "", opError("", err)
+	}
+	return r.dir, r.reason + "; " + stateNotCache, nil
+}

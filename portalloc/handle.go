@@ -17,16 +17,13 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// A process opens one handle per store, as sql.Open gives one *sql.DB per
-// data source: per SQLite file (its canonical path), per fleet's database,
-// per store given to NewWithStore. Every Allocator of the process on that
-// store shares it, and through them every set, pool and helper. The handle
-// keeps the process's one record of what it holds there (holding): the
-// row, the kernel lock that guards it, and which Allocators hold it. The
-// locks are taken with the rows, in the store's write, and dropped with
-// them; on a lost file or a failover the handle opens the store again (a
-// file) and puts the rows of the record back (reconcile), the same code
-// for every store.
+// A process opens one handle per store (per SQLite file by its canonical
+// path, per fleet's database, per store given to NewWithStore), shared by
+// every Allocator on it as sql.Open shares a *sql.DB. The handle keeps the
+// process's one record of what it holds there (holding): the row, the
+// kernel lock taken with it in the store's write, and which Allocators
+// hold it. On a lost file or a failover it puts the rows of the record
+// back (reconcile), the same code for every store.
 
 // handles are the process's open handles, by name.
 var handles = struct {
@@ -124,23 +121,24 @@ const (
 // down for that reason, when mayFail says the caller can serve without it
 // (the fallback); otherwise the error. The caller lets go with unref.
 func share(ctx context.Context, name, what string, open func(context.Context) (store.Store, error), reopenable bool, m *mru.File, who any, log, warn logr.Logger, mayFail func(error) bool) (*handle, error) {
-	handles.mu.Lock()
-	if h := handles.m[name]; h != nil {
+	// join takes a reference of h, which the process has open already, and
+	// whose own MRU file serves, unless h is down for a cause this caller
+	// may not serve without (mayFail). The caller holds handles.mu.
+	join := func(h *handle, mayFail func(error) bool) (*handle, error) {
+		defer handles.mu.Unlock()
+		if m != nil {
+			_ = m.Close()
+		}
 		if down := h.downNow(); h.store() == nil && down != nil && !mayFail(down) {
-			// Down for the others, and this caller may not serve without it.
-			handles.mu.Unlock()
-			if m != nil {
-				_ = m.Close()
-			}
 			return nil, down
 		}
 		h.refs++
 		h.logs.add(who, log, warn)
-		handles.mu.Unlock()
-		if m != nil {
-			_ = m.Close() // the handle's own serves
-		}
 		return h, nil
+	}
+	handles.mu.Lock()
+	if h := handles.m[name]; h != nil {
+		return join(h, mayFail)
 	}
 	handles.mu.Unlock()
 
@@ -162,7 +160,7 @@ func share(ctx context.Context, name, what string, open func(context.Context) (s
 			return nil, err
 		}
 		h.setDown(err)
-		h.retry = time.Now().Add(storeRetry())
+		h.retry = time.Now().Add(storeRetryInterval)
 	} else {
 		h.setStore(s)
 	}
@@ -170,16 +168,10 @@ func share(ctx context.Context, name, what string, open func(context.Context) (s
 	handles.mu.Lock()
 	if other := handles.m[name]; other != nil {
 		// Another Allocator opened it meanwhile: use that one.
-		other.refs++
-		other.logs.add(who, log, warn)
-		handles.mu.Unlock()
 		if s != nil {
-			_ = s.Close()
+			defer func() { _ = s.Close() }()
 		}
-		if m != nil {
-			_ = m.Close()
-		}
-		return other, nil
+		return join(other, func(error) bool { return true })
 	}
 	handles.m[name] = h
 	handles.mu.Unlock()
@@ -240,41 +232,39 @@ func (h *handle) lockTurn(ctx context.Context) error {
 
 func (h *handle) unlockTurn() { <-h.turn }
 
-// setDown records why the store cannot be used (nil: it can). The caller
-// holds turn.
+// setDown records why the store cannot be used (nil: it can), and
+// setStore the store (nil while it is down). The caller holds turn.
 func (h *handle) setDown(err error) {
 	h.down = err
-	if err == nil {
-		h.downs.Store(nil)
-		return
-	}
-	h.downs.Store(&err)
-}
-
-// downNow returns why the store cannot be used, without turn.
-func (h *handle) downNow() error {
-	if p := h.downs.Load(); p != nil {
-		return *p
-	}
-	return nil
+	setPtr(&h.downs, err)
 }
 
 func (h *handle) setStore(s store.Store) {
 	h.s = s
-	if s == nil {
-		h.cur.Store(nil)
-		return
-	}
-	h.cur.Store(&s)
+	setPtr(&h.cur, s)
 }
 
-// store returns the store for a call that only reads, or nil while it is
-// down.
-func (h *handle) store() store.Store {
-	if p := h.cur.Load(); p != nil {
-		return *p
+// downNow returns why the store cannot be used, and store the store, nil
+// while it is down: for calls that only read, without turn.
+func (h *handle) downNow() error     { return load(&h.downs) }
+func (h *handle) store() store.Store { return load(&h.cur) }
+
+// setPtr stores v in p; nil for the zero v.
+func setPtr[T comparable](p *atomic.Pointer[T], v T) {
+	var zero T
+	if v == zero {
+		p.Store(nil)
+		return
 	}
-	return nil
+	p.Store(&v)
+}
+
+// load returns what p points to, or the zero T.
+func load[T any](p *atomic.Pointer[T]) (v T) {
+	if q := p.Load(); q != nil {
+		v = *q
+	}
+	return v
 }
 
 // usable reports whether the store can be used now, opening it again when
@@ -286,13 +276,13 @@ func (h *handle) usable(ctx context.Context) bool {
 	if h.open == nil || time.Now().Before(h.retry) {
 		return false
 	}
-	h.retry = time.Now().Add(storeRetry())
+	h.retry = time.Now().Add(storeRetryInterval)
 	s, err := h.open(ctx)
 	if err != nil {
 		if !transient(err) {
 			h.setDown(err) // a busy store says nothing new of the cause
 		}
-		h.log.V(1).Info("the state store is still unavailable", "store", h.what, "error", err.Error(), "retryIn", storeRetry().String())
+		h.log.V(1).Info("the state store is still unavailable", "store", h.what, "error", err.Error(), "retryIn", storeRetryInterval.String())
 		return false
 	}
 	h.setStore(s)
@@ -313,10 +303,10 @@ func (h *handle) fail(err error) {
 	old := h.s
 	h.setStore(nil)
 	h.setDown(err)
-	h.retry = time.Now().Add(storeRetry())
+	h.retry = time.Now().Add(storeRetryInterval)
 	h.closeAside(old)
 	h.warn.Error(err, "state store unavailable; allocating from the MRU file instead, where every port is still locked (no port a live berth holder keeps is handed out), but recorded nowhere a listing shows; retrying the store periodically",
-		"store", h.what, "mru", h.mru.Path(), "retryEvery", storeRetry().String())
+		"store", h.what, "mru", h.mru.Path(), "retryEvery", storeRetryInterval.String())
 }
 
 // closeAside closes a store the handle no longer uses, off the caller's
@@ -381,9 +371,11 @@ func (h *handle) repair(ctx context.Context, lost store.Store, why error) error 
 	}
 	if h.open != nil {
 		s, err := h.open(ctx)
-		for try := 1; err != nil && try < 3 && ctx.Err() == nil && !lasting(err); try++ {
+		for try := 1; err != nil && try < 3 && ctx.Err() == nil &&
+			!errors.Is(err, store.ErrDamaged) && !errors.Is(err, store.ErrUnsafe) && !errors.Is(err, store.ErrSchemaTooNew); try++ {
 			// Whatever lost the file may still be at work (a cleaner
-			// removing the directory as it is made again): try again.
+			// removing the directory as it is made again): try again,
+			// unless trying again at once cannot mend it.
 			time.Sleep(time.Duration(try) * 20 * time.Millisecond)
 			s, err = h.open(ctx)
 		}
@@ -401,16 +393,10 @@ func (h *handle) repair(ctx context.Context, lost store.Store, why error) error 
 		h.setStore(s)
 		h.closeAside(lost)
 	}
-	put, failed, _ := h.reconcile(ctx, h.s)
+	put, failed := h.reconcile(ctx, h.s)
 	h.warn.Info("the store lost this process's reservations (its file deleted, replaced or truncated, or a failover); put them back",
 		"store", h.what, "cause", why.Error(), "restored", put, "notRestored", failed)
 	return nil
-}
-
-// lasting reports whether err of opening a store is one that trying again
-// at once cannot mend.
-func lasting(err error) bool {
-	return errors.Is(err, store.ErrDamaged) || errors.Is(err, store.ErrUnsafe) || errors.Is(err, store.ErrSchemaTooNew)
 }
 
 // reconcile compares the record with the rows of this process in s: it
@@ -419,15 +405,14 @@ func lasting(err error) bool {
 // deletes again every row released that is there. A row another owner
 // took meanwhile cannot be put back: that is logged naming both, and
 // counted in Stats.Lost; its lock still keeps the port from every berth.
-// It returns how many it put back and could not, and whether anything is
-// left to do at the next check. The caller holds turn.
-func (h *handle) reconcile(ctx context.Context, s store.Store) (put, failed int, pending bool) {
+// It returns how many it put back and could not. The caller holds turn.
+func (h *handle) reconcile(ctx context.Context, s store.Store) (put, failed int) {
 	h.again = false
 	rows, err := s.List(ctx, store.Filter{OwnerPID: h.self.PID})
 	if err != nil {
 		h.log.V(1).Info("could not compare this process's reservations with the store; the next check tries again", "store", h.what, "error", err.Error())
 		h.again = true
-		return 0, 0, true
+		return 0, 0
 	}
 	have := make(map[store.Key]bool, len(rows))
 	for _, r := range rows {
@@ -456,7 +441,7 @@ func (h *handle) reconcile(ctx context.Context, s store.Store) (put, failed int,
 				h.warn.Error(err, "a reservation of this process could not be put back in the store: another owner has a row for the port (its lock keeps the port from every berth all the same)",
 					"reservation", k.String(), "holder", ce.Holder.Owner.String())
 			default:
-				h.again, pending = true, true
+				h.again = true
 				h.log.V(1).Info("a reservation could not be put back yet; trying again", "reservation", k.String(), "error", err.Error())
 			}
 		case e.lock == nil && have[k]:
@@ -469,7 +454,7 @@ func (h *handle) reconcile(ctx context.Context, s store.Store) (put, failed int,
 			case errors.Is(err, store.ErrNotFound):
 				h.forget(k, e)
 			default:
-				h.again, pending = true, true
+				h.again = true
 			}
 		case e.lock == nil && (!e.failed || !have[k]) && now.Sub(e.released) > redoWindow:
 			h.forget(k, e)
@@ -481,7 +466,7 @@ func (h *handle) reconcile(ctx context.Context, s store.Store) (put, failed int,
 	}
 	h.restored.Add(int64(put))
 	h.lost.Add(int64(failed))
-	return put, failed, pending
+	return put, failed
 }
 
 // forget drops e, a released holding of k, from the record unless k was
@@ -560,4 +545,362 @@ func (h *handle) heldBy(a *Allocator) []store.Reservation {
 		}
 	}
 	return out
+}
+
+// A grant takes, for the key a store's write is about to record, the key's
+// kernel lock and then a bind-probe (or a bind, for Listen), inside that
+// write: no other berth process, whatever its store, can be granted a
+// conflicting key while the lock is held, and none can choose the key
+// between the probe and the row. The locks a grant takes are kept by the
+// locker until the grant is settled: those of the rows made go into the
+// record (or to the keeper of a named holder), the others are let go.
+
+// locker takes the locks of a grant.
+type locker struct {
+	// check bind-probes a key whose lock is held: an error wrapping
+	// store.ErrHeld when the port is bound outside berth.
+	check func(store.Key) error
+	taken map[store.Key]*portlock.Lock
+	log   logr.Logger
+}
+
+// probe is the store's probe: the lock, then check.
+func (l *locker) probe(k store.Key) error {
+	lk, err := portlock.Acquire(string(k.Protocol), k.Addr, k.Port)
+	if err != nil {
+		return lockErr(k, err)
+	}
+	if err := l.check(k); err != nil {
+		_ = lk.Close()
+		var ce *store.ConflictError
+		if errors.As(err, &ce) && ce.Bound {
+			l.log.V(1).Info("port bound outside berth", "key", k.String())
+		}
+		return err
+	}
+	l.taken[k] = lk
+	return nil
+}
+
+// keep returns the locks of keys and lets go of every other.
+func (l *locker) keep(keys []store.Key) []*portlock.Lock {
+	out := make([]*portlock.Lock, len(keys))
+	for i, k := range keys {
+		out[i] = l.taken[k]
+		delete(l.taken, k)
+	}
+	l.closeAll()
+	return out
+}
+
+func (l *locker) closeAll() {
+	for k, lk := range l.taken {
+		_ = lk.Close()
+		delete(l.taken, k)
+	}
+}
+
+// lockErr puts a lock's refusal into a *store.ConflictError whose holder,
+// the conflicting key, has no owner this store knows; any other error (out
+// of descriptors, say) is returned as it is.
+func lockErr(k store.Key, err error) error {
+	var he *portlock.HeldError
+	if !errors.As(err, &he) {
+		return err
+	}
+	in := k
+	switch {
+	case he.In.IsValid():
+		in.Addr = he.In
+	case he.Slots:
+	default:
+		in.Addr = k.Addr // a specific address of the port, which the lock does not tell
+	}
+	return &store.ConflictError{Key: k, Holder: store.Reservation{Key: in}}
+}
+
+// probeCheck is the check of an allocation: a bind-probe.
+func probeCheck(k store.Key) error {
+	free, err := portlock.Probe(string(k.Protocol), k.Addr, k.Port)
+	if err != nil {
+		return err
+	}
+	if !free {
+		return &store.ConflictError{Key: k, Bound: true}
+	}
+	return nil
+}
+
+// fromMRU reports whether a's grant is to come from the MRU file: in
+// ModeMRU, and in the fallback mode while the store is down. The caller
+// holds turn.
+func (h *handle) fromMRU(ctx context.Context, a *Allocator) bool {
+	return h.mru != nil && (a.cfg.Mode == ModeMRU || a.cfg.Mode == ModeStateStoreWithFallback && !h.usable(ctx))
+}
+
+// fallsBack reports whether err of the store makes a's grant fall back to
+// the MRU file, having taken the store out of service: a failure of the
+// store, not of the request, in the fallback mode. Waiting is never a
+// reason (a busy store, a shortage, a call out of time): the MRU file would
+// meet the same, and the store works once it has passed. The caller holds
+// turn.
+func (h *handle) fallsBack(a *Allocator, err error) bool {
+	if h.mru == nil || a.cfg.Mode != ModeStateStoreWithFallback || transient(err) || errors.Is(err, store.ErrUnsafe) ||
+		!errors.Is(err, store.ErrStorage) && !errors.Is(err, store.ErrDamaged) && !errors.Is(err, store.ErrSchemaTooNew) && !errors.Is(err, store.ErrUnavailable) {
+		return false
+	}
+	if h.s != nil {
+		h.fail(err)
+		a.ctr.fallbacks.Add(1)
+	}
+	return true
+}
+
+// grant runs a grant of a with the handle's turn: for a (own zero) or for
+// the named holder own, under a lease of ttl. In the store, inStore makes
+// the rows with the probe it is given (the lock, then check); from the MRU
+// file, inFile takes its one key's lock with l. key is the key a Reserve
+// names (zero for a scan): one the process holds already gets one more
+// hold of a.
+func (h *handle) grant(ctx context.Context, a *Allocator, own store.Owner, ttl time.Duration, key store.Key, check func(store.Key) error,
+	inStore func(store.Store, func(store.Key) error) ([]store.Reservation, error),
+	inFile func(*locker) (store.Reservation, error),
+) ([]store.Reservation, error) {
+	if err := h.lockTurn(ctx); err != nil {
+		return nil, err
+	}
+	defer h.unlockTurn()
+	if a.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	if own.IsZero() && key.Port != 0 {
+		h.mu.Lock()
+		e := h.held[key]
+		if e != nil && e.released.IsZero() {
+			e.by[a]++
+			h.mu.Unlock()
+			return []store.Reservation{e.row}, nil
+		}
+		h.mu.Unlock()
+	}
+	l := &locker{check: check, taken: map[store.Key]*portlock.Lock{}, log: h.log}
+	if !h.fromMRU(ctx, a) {
+		var rows []store.Reservation
+		err := h.do(ctx, func(s store.Store) (err error) {
+			l.closeAll()
+			rows, err = inStore(s, l.probe)
+			return err
+		})
+		if err == nil {
+			keys := make([]store.Key, len(rows))
+			for i, r := range rows {
+				keys[i] = r.Key
+			}
+			return h.settle(ctx, a, own, ttl, rows, l.keep(keys), key.Port == 0)
+		}
+		l.closeAll()
+		if !h.fallsBack(a, err) {
+			return nil, h.conflict(err)
+		}
+	}
+	if !own.IsZero() {
+		return nil, h.noLease()
+	}
+	row, err := inFile(l)
+	if err != nil {
+		l.closeAll()
+		return nil, err
+	}
+	row.Owner, row.Created = h.self, time.Now()
+	lk := l.keep([]store.Key{row.Key})[0]
+	if a.closed.Load() {
+		_ = lk.Close()
+		return nil, store.ErrClosed
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held[row.Key] = &holding{row: row, lock: lk, mru: true, by: map[*Allocator]int{a: 1}}
+	return []store.Reservation{row}, nil
+}
+
+// reserve reserves req.Key for a (req.Owner zero) or for a named holder.
+// check bind-probes the key once its lock is held.
+func (h *handle) reserve(ctx context.Context, a *Allocator, req store.Request, check func(store.Key) error) (store.Reservation, error) {
+	rows, err := h.grant(ctx, a, req.Owner, req.TTL, req.Key, check, func(s store.Store, probe func(store.Key) error) ([]store.Reservation, error) {
+		req.Probe = probe
+		row, err := s.Reserve(ctx, req)
+		return []store.Reservation{row}, err
+	}, func(l *locker) (store.Reservation, error) {
+		// The MRU file: the lock and the probe, and a line of the file.
+		if err := l.probe(req.Key); err != nil {
+			return store.Reservation{}, h.conflict(err)
+		}
+		if err := h.mru.Record(ctx, string(req.Protocol), req.Port); err != nil {
+			h.log.Error(err, "could not record a reserved port in the MRU file", "port", req.Port)
+		}
+		return store.Reservation{Key: req.Key, Label: req.Label, Kind: store.Static}, nil
+	})
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	return rows[0], nil
+}
+
+// scan reserves the first free candidate of req for a (req.Owner zero) or
+// for a named holder; n > 0 reserves a block of n consecutive ports.
+func (h *handle) scan(ctx context.Context, a *Allocator, req store.ScanRequest, n int, check func(store.Key) error) ([]store.Reservation, error) {
+	return h.grant(ctx, a, req.Owner, req.TTL, store.Key{}, check, func(s store.Store, probe func(store.Key) error) ([]store.Reservation, error) {
+		req.Probe = probe
+		if n > 0 {
+			return s.ScanBlock(ctx, req, n)
+		}
+		r, err := s.Scan(ctx, req)
+		return []store.Reservation{r}, err
+	}, func(l *locker) (store.Reservation, error) {
+		if n > 0 {
+			return store.Reservation{}, fmt.Errorf("%w (%w), and the MRU file hands out single ports only", store.ErrUnavailable, h.cause(a))
+		}
+		key := store.Key{Protocol: req.Protocol, Addr: req.Addr}
+		port, err := h.mru.Allocate(ctx, mru.Request{Protocol: string(req.Protocol), Addr: req.Addr, Next: req.Next, Probe: func(p uint16) (bool, error) {
+			k := key
+			k.Port = p
+			err := l.probe(k)
+			if errors.Is(err, store.ErrHeld) {
+				return false, nil
+			}
+			return err == nil, err
+		}})
+		if errors.Is(err, mru.ErrExhausted) {
+			err = fmt.Errorf("%w: %w", store.ErrExhausted, err)
+		}
+		key.Port = port
+		return store.Reservation{Key: key, Label: req.Label, Kind: store.Dynamic}, err
+	})
+}
+
+// cause says why a's grants come from the MRU file.
+func (h *handle) cause(a *Allocator) error {
+	if a.cfg.Mode == ModeMRU || h.down == nil {
+		return errors.New("Config.Mode is mru")
+	}
+	return h.down
+}
+
+// noLease is the error of a named holder's grant while the store is down:
+// the MRU file keeps no holder.
+func (h *handle) noLease() error {
+	return fmt.Errorf("%w: a named holder's reservation needs the state store (%w)", store.ErrUnavailable, h.downErr())
+}
+
+// settle records rows, just made by a grant of a with locks, as the
+// process's, each held once by a; or hands the locks to the keeper of the
+// named holder own, for ttl. When a was closed meanwhile, the rows are
+// released again and the grant fails with store.ErrClosed. scanned says the
+// rows are new (a scan only makes rows); a Reserve may return a row this
+// process had, whose lock it then takes without a probe.
+func (h *handle) settle(ctx context.Context, a *Allocator, own store.Owner, ttl time.Duration, rows []store.Reservation, locks []*portlock.Lock, scanned bool) ([]store.Reservation, error) {
+	if own.Holder != "" {
+		live := slices.DeleteFunc(slices.Clone(locks), func(lk *portlock.Lock) bool { return lk == nil })
+		var err error
+		if len(live) > 0 {
+			_, err = h.hold(portlock.HolderKeeper(own.Holder), ttl, live...)
+		}
+		for _, lk := range live {
+			_ = lk.Close()
+		}
+		if err != nil {
+			// No keeper holds the locks: the grant is undone rather than
+			// left to a row that a lost store would take with it.
+			for _, r := range rows {
+				_ = h.do(context.WithoutCancel(ctx), func(s store.Store) error { return s.Release(ctx, r.Key, own) })
+			}
+			return nil, err
+		}
+		return rows, nil
+	}
+	if a.closed.Load() {
+		for i, r := range rows {
+			_ = h.do(context.WithoutCancel(ctx), func(s store.Store) error { return s.Release(ctx, r.Key, store.Owner{}) })
+			if locks[i] != nil {
+				_ = locks[i].Close()
+			}
+		}
+		return nil, store.ErrClosed
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, r := range rows {
+		lk := locks[i]
+		if lk == nil && !scanned {
+			// A row of this process's that the record lacked: its lock,
+			// without a probe (the process may be listening on the port).
+			// Held elsewhere (by the keeper of this very process), it
+			// stays there.
+			lk, _ = portlock.Acquire(string(r.Protocol), r.Addr, r.Port)
+		}
+		h.held[r.Key] = &holding{row: r, lock: lk, by: map[*Allocator]int{a: 1}}
+	}
+	return rows, nil
+}
+
+// hold hands copies of locks to k; this process's own stay open. Where no
+// keeper can run (ErrNoKeeper: systems other than Linux) the reservation
+// is kept by its row alone, as documented: that is logged at V(1), and
+// kept is false. A keeper that should run and cannot take them is an
+// error wrapping store.ErrTransient for a passing shortage (descriptors,
+// processes), to be tried again, and store.ErrUnavailable otherwise.
+func (h *handle) hold(k portlock.Keeper, ttl time.Duration, locks ...*portlock.Lock) (kept bool, err error) {
+	switch err := k.Hold(ttl, locks...); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, portlock.ErrNoKeeper):
+		h.log.V(1).Info("no keeper on this system: the reservation is kept by its row in the store alone", "keeper", k.String())
+		return false, nil
+	case transient(err):
+		return false, fmt.Errorf("%w: %s could not take the reservation's lock: %w", store.ErrTransient, k, err)
+	default:
+		return false, fmt.Errorf("%w: %s could not take the reservation's lock: %w", store.ErrUnavailable, k, err)
+	}
+}
+
+// conflict completes a store's *store.ConflictError whose holder the store
+// does not know (a lock held without a row in it): the process's own
+// reservation when it is one of the record, a process's lock otherwise.
+// Any other error is returned as it is.
+func (h *handle) conflict(err error) error {
+	var ce *store.ConflictError
+	if !errors.As(err, &ce) || !ce.Holder.Owner.IsZero() || ce.Bound {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, e := range h.held {
+		if e.released.IsZero() && k.Conflicts(ce.Key) {
+			ce.Holder, ce.Self = e.row, true
+			return err
+		}
+	}
+	return err
+}
+
+// whoLocks fills in the processes that hold the lock in ce's way: a look
+// at every process of the host, for a conflict reported to people.
+func whoLocks(ce *store.ConflictError) {
+	if ce.Bound || ce.Self || !ce.Holder.Owner.IsZero() {
+		return
+	}
+	held, err := portlock.List()
+	if err != nil {
+		return
+	}
+	for _, l := range held {
+		if l.Network != string(ce.Key.Protocol) || l.Port != ce.Key.Port {
+			continue
+		}
+		if !l.Addr.IsValid() || ce.Key.Addr.IsUnspecified() || l.Addr == ce.Key.Addr {
+			ce.PIDs = append(ce.PIDs, l.PIDs...)
+		}
+	}
+	slices.Sort(ce.PIDs)
+	ce.PIDs = slices.Compact(ce.PIDs)
 }

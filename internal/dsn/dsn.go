@@ -14,21 +14,15 @@ import (
 	"strings"
 )
 
-// Connection strings. A DSN carries a password in several places: the
-// user information of a URL (postgres://u:pw@h/db, also with several
-// hosts, postgres://u:pw@h1,h2/db), a password or sslpassword query
-// parameter of a URL, or a password or sslpassword setting of a key=value
-// string (quoted or not, with spaces around "=" or in the value). Redact
-// hides each of them, and Check refuses a string that is neither form
-// before it can reach the server: pgx takes any string that is not a
-// postgres:// or postgresql:// URL for key=value settings and sends the
-// settings it does not know to the server, which echoes them in its error.
+// Check refuses a string that is neither form before it can reach the
+// server: pgx takes any string that is not a postgres:// or postgresql://
+// URL for key=value settings and sends the settings it does not know to
+// the server, which echoes them in its error.
 
 // Redacted is what Redact puts in place of a password.
 const Redacted = "xxxxx"
 
-// The URL schemes a DSN may have, exactly as libpq and pgx take them: in
-// lower case.
+// The URL schemes a DSN may have, in lower case as libpq and pgx take them.
 const (
 	schemePostgres   = "postgres://"
 	schemePostgreSQL = "postgresql://"
@@ -37,20 +31,13 @@ const (
 // Forms says which forms of a DSN pgstore.Open takes, for messages.
 const Forms = `a postgres:// or postgresql:// URL (the scheme in lower case, as libpq takes it) or key=value settings such as "host=/run/postgresql dbname=berth"`
 
-// isURL reports whether dsn is a URL that pgx parses as one.
-func isURL(dsn string) bool {
-	return strings.HasPrefix(dsn, schemePostgres) || strings.HasPrefix(dsn, schemePostgreSQL)
-}
-
 // Check reports whether pgstore.Open takes dsn: a postgres:// or postgresql://
 // URL (the scheme in lower case, as libpq and pgx take it) or key=value
 // settings whose keys are words ("host=/run/postgresql dbname=berth"). A
-// string that is neither, such as "postgre://u:pw@h/db" or
-// "POSTGRES://u:pw@h/db", is refused, with an error that says why and
-// never quotes the string (it may hold a password): pgx would take it for
-// key=value settings and send it to the server as a setting.
+// string that is neither, such as "POSTGRES://u:pw@h/db", is refused, with
+// an error that says why and never quotes the string.
 func Check(dsn string) error {
-	if isURL(dsn) {
+	if strings.HasPrefix(dsn, schemePostgres) || strings.HasPrefix(dsn, schemePostgreSQL) {
 		return nil
 	}
 	if i := strings.Index(dsn, "://"); i >= 0 && urlLike(dsn[:i]) {
@@ -78,7 +65,7 @@ func Check(dsn string) error {
 
 // Error reports a DSN that pgstore.Open refuses before connecting (see
 // Check): Reason says why. Its message never quotes the DSN, which may
-// hold a password. pgstore.DSNError carries the same Reason.
+// hold a password.
 type Error struct {
 	Reason string
 }
@@ -89,9 +76,8 @@ func (e *Error) Error() string {
 
 // FromStore returns the pgx connection string that a store's name s (a
 // Config.StoreDSN of portalloc, BERTH_STORE, berth --store) stands for: s
-// itself when Check takes it, else, for the absolute path of a directory,
-// the unix socket in it ("host='/run/postgresql'", the database named
-// like the user). Anything else is Check's error.
+// itself when Check takes it, else, for an absolute path, the unix socket
+// in that directory. Anything else is Check's error.
 func FromStore(s string) (string, error) {
 	err := Check(s)
 	switch {
@@ -104,8 +90,7 @@ func FromStore(s string) (string, error) {
 	return "", err
 }
 
-// urlLike reports whether s, what precedes "://" in a DSN, can be a URL's
-// scheme rather than part of a key=value string.
+// urlLike reports whether s, what precedes "://", can be a URL's scheme.
 func urlLike(s string) bool { return !strings.ContainsAny(s, " \t\n\r\v\f='") }
 
 // isWord reports whether s is a keyword as libpq names its settings: ASCII
@@ -126,26 +111,24 @@ func isWord(s string) bool {
 	return true
 }
 
-// secretKey reports whether a setting named key holds a secret: password
-// and sslpassword, and, in case of a misspelt name, any name with "pass",
-// "pwd" or "secret" in it.
+// secretKey reports whether a setting named key holds a secret: any name
+// with "pass", "pwd" or "secret" in it.
 func secretKey(key string) bool {
 	k := strings.ToLower(key)
 	return strings.Contains(k, "pass") || strings.Contains(k, "pwd") || strings.Contains(k, "secret")
 }
 
-// pair is one setting of a key=value string: its key and value, and where
-// the value's text (quotes included) starts and ends in the string.
+// pair is one setting of a key=value string, and where its value's text
+// (quotes included) starts and ends.
 type pair struct {
 	key, value string
 	start, end int
 }
 
 // keywordValues splits a key=value string as libpq does: a key, "=" with
-// optional spaces around it, and a value that is either a run of
-// non-space characters or quoted in single quotes, backslash escaping
-// the next character in both. ok is false when s does not parse so; the
-// pairs read until then are returned all the same, for Redact.
+// optional spaces around it, and a value, a run of non-space characters
+// or quoted in single quotes, backslash escaping the next character. ok is
+// false when s does not parse so, with the pairs read until then.
 func keywordValues(s string) (pairs []pair, ok bool) {
 	isSpace := func(c byte) bool { return strings.IndexByte(" \t\n\r\v\f", c) >= 0 }
 	i := 0
@@ -209,29 +192,22 @@ func keywordValues(s string) (pairs []pair, ok bool) {
 
 // Redact returns dsn with every password in it replaced by Redacted, for
 // messages and logs: the password of a URL's user information (one or
-// several hosts), the values of its password and sslpassword query
-// parameters, and the values of the password and sslpassword settings of
-// a key=value string, quoted or not. Settings and parameters whose names
-// look like a misspelt password ("passwd", "pwd") are hidden too. A
-// string of neither form, such as a URL with another scheme, is hidden
-// the same way as far as it can be read: its user information, and any
-// password setting in it.
+// several hosts), and the values of password and sslpassword query
+// parameters or key=value settings (quoted or not), and of names that
+// look like a misspelt password ("passwd", "pwd"). A string of neither
+// form is hidden the same way as far as it can be read.
 func Redact(dsn string) string {
 	if i := strings.Index(dsn, "://"); i >= 0 && urlLike(dsn[:i]) {
-		return redactURL(dsn, i+len("://"))
+		return redactSpans(dsn, urlSecrets(dsn, i+len("://")))
 	}
 	pairs, ok := keywordValues(dsn)
-	var b strings.Builder
-	last := 0
+	var spans []span
 	for _, p := range pairs {
 		if secretKey(p.key) && p.end > p.start {
-			b.WriteString(dsn[last:p.start])
-			b.WriteString(Redacted)
-			last = p.end
+			spans = append(spans, span{start: p.start, end: p.end})
 		}
 	}
-	b.WriteString(dsn[last:])
-	out := b.String()
+	out := redactSpans(dsn, spans)
 	if ok {
 		return out
 	}
@@ -244,53 +220,61 @@ func Redact(dsn string) string {
 	return userInfo.ReplaceAllString(out, ":"+Redacted+"@")
 }
 
-// redactURL hides the user information's password and the secret query
-// parameters of the URL dsn, whose authority starts at rest. It reads the
-// URL itself rather than with net/url, which refuses several hosts.
-func redactURL(dsn string, rest int) string {
+// span is where a secret's text starts and ends in a DSN; query: it is a
+// URL's query parameter, else a URL's password or a key=value setting.
+type span struct {
+	start, end int
+	query      bool
+}
+
+// redactSpans returns dsn with spans, in order, replaced by Redacted.
+func redactSpans(dsn string, spans []span) string {
+	var b strings.Builder
+	last := 0
+	for _, sp := range spans {
+		b.WriteString(dsn[last:sp.start])
+		b.WriteString(Redacted)
+		last = sp.end
+	}
+	b.WriteString(dsn[last:])
+	return b.String()
+}
+
+// urlSecrets returns where the secrets of the URL dsn are, whose authority
+// starts at rest. It reads the URL itself: net/url refuses several hosts.
+func urlSecrets(dsn string, rest int) []span {
 	end := len(dsn)
 	if j := strings.IndexAny(dsn[rest:], "/?#"); j >= 0 {
 		end = rest + j
 	}
-	var b strings.Builder
-	b.WriteString(dsn[:rest])
-	auth := dsn[rest:end]
-	if at := strings.LastIndexByte(auth, '@'); at >= 0 {
-		user := auth[:at]
-		if c := strings.IndexByte(user, ':'); c >= 0 {
-			user = user[:c+1] + Redacted
+	var out []span
+	if at := strings.LastIndexByte(dsn[rest:end], '@'); at >= 0 {
+		if c := strings.IndexByte(dsn[rest:rest+at], ':'); c >= 0 {
+			out = append(out, span{start: rest + c + 1, end: rest + at})
 		}
-		auth = user + auth[at:]
 	}
-	b.WriteString(auth)
-	tail := dsn[end:]
-	q := strings.IndexByte(tail, '?')
+	q := strings.IndexByte(dsn[end:], '?')
 	if q < 0 {
-		b.WriteString(tail)
-		return b.String()
+		return out
 	}
-	b.WriteString(tail[:q+1])
-	query, frag, hasFrag := strings.Cut(tail[q+1:], "#")
-	params := strings.Split(query, "&")
-	for i, p := range params {
+	pos := end + q + 1
+	query, _, _ := strings.Cut(dsn[pos:], "#")
+	for _, p := range strings.Split(query, "&") {
 		k, _, ok := strings.Cut(p, "=")
 		if dk, err := url.QueryUnescape(k); err == nil {
 			k = dk
 		}
 		if ok && secretKey(k) {
-			params[i] = p[:strings.IndexByte(p, '=')+1] + Redacted
+			out = append(out, span{start: pos + strings.IndexByte(p, '=') + 1, end: pos + len(p), query: true})
 		}
+		pos += len(p) + 1
 	}
-	b.WriteString(strings.Join(params, "&"))
-	if hasFrag {
-		b.WriteString("#" + frag)
-	}
-	return b.String()
+	return out
 }
 
 // secrets returns what of dsn is secret, as written and as decoded: the
 // passwords Redact hides, and PGPASSWORD, which pgx reads when dsn has
-// none. An error that quotes any of them is scrubbed (see Scrubber).
+// none.
 func secrets(dsn string) []string {
 	var out []string
 	add := func(s string) {
@@ -299,33 +283,14 @@ func secrets(dsn string) []string {
 		}
 	}
 	if i := strings.Index(dsn, "://"); i >= 0 && urlLike(dsn[:i]) {
-		rest := dsn[i+3:]
-		end := len(rest)
-		if j := strings.IndexAny(rest, "/?#"); j >= 0 {
-			end = j
-		}
-		auth := rest[:end]
-		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
-			if _, pw, ok := strings.Cut(auth[:at], ":"); ok {
-				add(pw)
-				if d, err := url.PathUnescape(pw); err == nil {
-					add(d)
-				}
+		for _, sp := range urlSecrets(dsn, i+3) {
+			v, unescape := dsn[sp.start:sp.end], url.PathUnescape
+			if sp.query {
+				unescape = url.QueryUnescape
 			}
-		}
-		if _, query, ok := strings.Cut(rest[end:], "?"); ok {
-			query, _, _ = strings.Cut(query, "#")
-			for _, p := range strings.Split(query, "&") {
-				k, v, _ := strings.Cut(p, "=")
-				if dk, err := url.QueryUnescape(k); err == nil {
-					k = dk
-				}
-				if secretKey(k) {
-					add(v)
-					if d, err := url.QueryUnescape(v); err == nil {
-						add(d)
-					}
-				}
+			add(v)
+			if d, err := unescape(v); err == nil {
+				add(d)
 			}
 		}
 	} else {
@@ -350,14 +315,13 @@ func secrets(dsn string) []string {
 	return out
 }
 
-// Scrubber hides the secrets of one DSN in messages: the DSN itself
-// wherever it appears, then each secret. Its zero value hides nothing.
+// Scrubber hides the secrets of one DSN in messages: the DSN itself, then
+// each secret. Its zero value hides nothing.
 type Scrubber struct {
 	r *strings.Replacer
 }
 
-// NewScrubber returns a Scrubber of dsn's secrets and of more (a password
-// pgx found elsewhere, say).
+// NewScrubber returns a Scrubber of dsn's secrets and of more.
 func NewScrubber(dsn string, more ...string) Scrubber {
 	olds := append(secrets(dsn), more...)
 	// Longest first: a secret that contains another is hidden whole.
@@ -410,8 +374,8 @@ type scrubbedError struct {
 func (e *scrubbedError) Error() string { return e.msg }
 func (e *scrubbedError) Unwrap() error { return e.err }
 
-// passwordPair finds password settings Redact's parser could not read:
-// the key and the value.
+// passwordPair finds the key and value of password settings Redact's
+// parser could not read.
 var passwordPair = regexp.MustCompile(`(?i)(\w*(?:pass|pwd|secret)\w*)\s*=\s*('(?:\\.|[^'])*'|\S+)`)
 
 // userInfo finds what looks like the password of user information

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,10 +39,8 @@ type Cluster struct {
 }
 
 // Start starts a cluster of the test's own, stopped and deleted when the
-// test ends (resumed first if it is frozen). It skips the test when
-// BERTH_TEST_POSTGRES is unset or the cluster cannot be started (no
-// PostgreSQL installed: .ci/postgres would install it, which a test does
-// not do).
+// test ends. It skips the test when BERTH_TEST_POSTGRES is unset or no
+// PostgreSQL is installed.
 func Start(tb testing.TB) *Cluster {
 	tb.Helper()
 	if os.Getenv(EnvDSN) == "" {
@@ -101,32 +98,20 @@ func ciScript() (string, error) {
 	}
 }
 
-// pids returns the server's process and the processes it started.
-func (c *Cluster) pids() ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
-	if err != nil {
-		return nil, err
-	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	pm, err := strconv.Atoi(strings.TrimSpace(first))
-	if err != nil {
-		return nil, fmt.Errorf("postmaster.pid: %w", err)
-	}
-	return append([]int{pm}, pgserver.Children(pm)...), nil
-}
-
 // Freeze stops every process of the cluster with SIGSTOP: connections
 // are accepted by the kernel and then never answered. The test's end
-// resumes it (Thaw), before the cluster is stopped. It skips the test
-// where processes cannot be signalled.
+// resumes it. It skips the test where processes cannot be signalled.
 func (c *Cluster) Freeze(tb testing.TB) {
 	tb.Helper()
-	pids, err := c.pids()
+	pids, err := pgserver.Pids(filepath.Join(c.Dir, "data"))
+	if err == nil && len(pids) == 0 {
+		err = errors.New("the server does not run")
+	}
 	if err != nil {
 		tb.Fatalf("the cluster's processes: %v", err)
 	}
 	for _, pid := range pids {
-		if err := stop(pid); err != nil {
+		if err := pgserver.StopProcess(pid); err != nil {
 			c.thaw()
 			tb.Skipf("cannot stop the server's process %d: %v", pid, err)
 		}
@@ -144,14 +129,13 @@ func (c *Cluster) Thaw(tb testing.TB) {
 func (c *Cluster) thaw() {
 	// The postmaster (the first stopped) last.
 	for i := len(c.frozen) - 1; i >= 0; i-- {
-		_ = cont(c.frozen[i])
+		_ = pgserver.ContinueProcess(c.frozen[i])
 	}
 	c.frozen = nil
 }
 
 // RequirePassword gives the postgres role password and makes the server
-// require it (scram-sha-256) of every connection from then on, so that a
-// wrong password is refused by the server.
+// require it (scram-sha-256) of every connection from then on.
 func (c *Cluster) RequirePassword(tb testing.TB, password string) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -164,7 +148,7 @@ func (c *Cluster) RequirePassword(tb testing.TB, password string) {
 	if _, err := conn.Exec(ctx, "SET password_encryption = 'scram-sha-256'"); err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, "ALTER ROLE postgres PASSWORD "+quoteLiteral(password)); err != nil {
+	if _, err := conn.Exec(ctx, "ALTER ROLE postgres PASSWORD '"+strings.ReplaceAll(password, "'", "''")+"'"); err != nil {
 		tb.Fatal("set the role's password failed")
 	}
 	hba := filepath.Join(c.Dir, "data", "pg_hba.conf")
@@ -190,13 +174,9 @@ func (c *Cluster) RequirePassword(tb testing.TB, password string) {
 	}
 }
 
-// quoteLiteral quotes s as an SQL string literal.
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-// Guard returns tb for a test that must never show secret, such as a
-// password it puts in connection strings: whatever the test logs or
-// reports through it has secret replaced by "<secret>", and a message
-// that would have shown it fails the test.
+// Guard returns tb for a test that must never show secret: whatever the
+// test reports through it has secret replaced by "<secret>", and a
+// message that would have shown it fails the test.
 func Guard(tb testing.TB, secret string) testing.TB {
 	tb.Helper()
 	return &guard{tb, secret}

@@ -2,13 +2,11 @@
 // torture runs: each gets a schema of its own on a shared server, so that
 // no row of one meets another's, and drops it when done.
 //
-// berth's first migration creates the btree_gist extension, which a
-// database holds once, in the first schema of the search path. Should
-// that be a throwaway schema, dropping it with CASCADE would drop the
-// extension, and with it the exclusion constraint of every other schema's
-// berth tables. So Create makes sure the extension exists outside the
-// throwaway schema (in the connection's default schema) before it creates
-// one.
+// berth's first migration creates the btree_gist extension in the first
+// schema of the search path; dropping a throwaway schema that held it
+// would drop the exclusion constraint of every other schema's berth
+// tables. So Create makes sure the extension exists outside the throwaway
+// schema before it creates one.
 package pgschema
 
 import (
@@ -56,11 +54,10 @@ func Create(ctx context.Context, dsn, prefix string) (scoped string, drop func()
 var ErrNoCreateDB = errors.New("the role may not create databases")
 
 // CreateDatabase makes a database named prefix followed by a random
-// number on the server dsn names, for a test that needs one of its own
-// (say, one without btree_gist), and returns a key=value dsn for it and a
-// function that drops it, ending the connections still open to it. A
-// role without CREATEDB gets an error wrapping ErrNoCreateDB, for tests
-// to skip on.
+// number on the server dsn names, for a test that needs one of its own,
+// and returns a key=value dsn for it and a function that drops it, ending
+// the connections still open to it. A role without CREATEDB gets an error
+// wrapping ErrNoCreateDB.
 func CreateDatabase(ctx context.Context, dsn, prefix string) (scoped string, drop func() error, err error) {
 	if strings.Contains(dsn, "://") {
 		return "", nil, errors.New("create a database: want a key=value DSN, not a URL")
@@ -88,9 +85,8 @@ func CreateDatabase(ctx context.Context, dsn, prefix string) (scoped string, dro
 }
 
 // ensureExtension creates btree_gist in the first schema of conn's
-// search_path unless the database has it. Two connections creating it at
-// once can collide on the catalog's unique index; the loser finds it there
-// on its second try.
+// search_path unless the database has it, trying twice: two connections
+// creating it at once can collide on the catalog's unique index.
 func ensureExtension(ctx context.Context, conn *pgx.Conn) error {
 	var err error
 	for range 2 {

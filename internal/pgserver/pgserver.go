@@ -1,12 +1,10 @@
 // Package pgserver runs throwaway PostgreSQL servers of a program's own
 // (a test's, or the torture harness's) with the binaries installed under
 // /usr/lib/postgresql: one cluster, or a primary with a streaming standby
-// (initdb, pg_basebackup -R) that can fail over again and again. Servers
-// listen on unix sockets only, trust every local connection and run
-// without fsync, as .ci/postgres starts them: they are for tests and
-// nothing else. PostgreSQL refuses to run as root: run as root, every
-// program runs as the OS user postgres (bash .ci/postgres start creates
-// it).
+// that can fail over again and again. Servers listen on unix sockets only,
+// trust every local connection and run without fsync: they are for tests
+// and nothing else. Run as root, every program runs as the OS user
+// postgres, since PostgreSQL refuses to run as root.
 package pgserver
 
 import (
@@ -26,17 +24,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ErrNotInstalled: no PostgreSQL server binaries (initdb, pg_ctl,
-// pg_basebackup) under /usr/lib/postgresql.
+// ErrNotInstalled: no PostgreSQL server binaries under /usr/lib/postgresql.
 var ErrNotInstalled = errors.New("no PostgreSQL server binaries (initdb, pg_ctl, pg_basebackup) under /usr/lib/postgresql; bash .ci/postgres start installs them")
 
-// ErrNoUser: this is root, and there is no OS user postgres to run the
-// servers as.
+// ErrNoUser: this is root, and there is no OS user postgres.
 var ErrNoUser = errors.New("running as root without an OS user postgres to run PostgreSQL as (bash .ci/postgres start creates it)")
 
 // maxRoot bounds the length of a cluster's directory: a unix socket's
-// path (the directory, a short name, ".s.PGSQL.5432") has about 100
-// bytes.
+// path has about 100 bytes.
 const maxRoot = 80
 
 // Bin returns the directory of the newest installed PostgreSQL's
@@ -61,12 +56,8 @@ func ok(path string) bool {
 
 // version is the major version in a path /usr/lib/postgresql/V/bin/...
 func version(path string) int {
-	f := strings.Split(path, string(filepath.Separator))
-	if len(f) > 4 {
-		v, _ := strconv.Atoi(f[4])
-		return v
-	}
-	return 0
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(path))))
+	return v
 }
 
 // Cluster is a directory of servers, all run as one OS user.
@@ -79,15 +70,13 @@ type Cluster struct {
 	// MaxConnections is every server's max_connections; zero: 200.
 	MaxConnections int
 	// Sync makes the primary of StartPair, and each one Failover
-	// promotes, wait at every commit for a standby to have flushed it
-	// (synchronous_standby_names='*'): with no standby streaming, commits
-	// wait.
+	// promotes, wait at every commit for a standby to have flushed it.
 	Sync    bool
 	servers []*Server
 }
 
-// New makes root (which must not exist yet, or be empty) for servers of
-// the user this process is, or of postgres when it is root.
+// New makes root (absent or empty) for servers of this process's user,
+// or of postgres when it is root.
 func New(root string) (*Cluster, error) {
 	bin, err := Bin()
 	if err != nil {
@@ -153,7 +142,7 @@ type Server struct {
 }
 
 // Server returns the server name of c (data in Root/name, socket in
-// Root/name.s), making its socket directory; nothing is started.
+// Root/name.s), not started.
 func (c *Cluster) Server(name string) (*Server, error) {
 	s := &Server{c: c, Name: name, Data: filepath.Join(c.Root, name), Sock: filepath.Join(c.Root, name+".s"),
 		Log: filepath.Join(c.Root, name+".log")}
@@ -174,8 +163,7 @@ func (s *Server) InitDB(ctx context.Context) error {
 	return s.c.run(ctx, "initdb", "-D", s.Data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 }
 
-// BaseBackup makes s a standby of from (pg_basebackup -R), deleting
-// what s's data directory held.
+// BaseBackup makes s a standby of from (pg_basebackup -R).
 func (s *Server) BaseBackup(ctx context.Context, from *Server) error {
 	if err := os.RemoveAll(s.Data); err != nil {
 		return fmt.Errorf("pgserver: %w", err)
@@ -183,9 +171,8 @@ func (s *Server) BaseBackup(ctx context.Context, from *Server) error {
 	return s.c.run(ctx, "pg_basebackup", "-D", s.Data, "-h", from.Sock, "-U", "postgres", "-R", "-X", "stream", "-c", "fast", "--no-sync")
 }
 
-// options are the server's settings: the unix socket only, no fsync; a
-// standby that finds no WAL to replay looks again after 100ms, not 5s, so
-// that a promotion does not wait for it.
+// options are the server's settings; a standby that finds no WAL to
+// replay looks again after 100ms, not 5s, so a promotion does not wait.
 func (s *Server) options() string {
 	n := s.c.MaxConnections
 	if n <= 0 {
@@ -224,8 +211,12 @@ func (s *Server) Promote(ctx context.Context) error {
 
 // Pids returns s's postmaster and the processes it started; none when
 // it does not run.
-func (s *Server) Pids() ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(s.Data, "postmaster.pid"))
+func (s *Server) Pids() ([]int, error) { return Pids(s.Data) }
+
+// Pids returns the postmaster of the data directory data and the
+// processes it started; none when it does not run.
+func Pids(data string) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -235,7 +226,7 @@ func (s *Server) Pids() ([]int, error) {
 	first, _, _ := strings.Cut(string(b), "\n")
 	pm, err := strconv.Atoi(strings.TrimSpace(first))
 	if err != nil {
-		return nil, fmt.Errorf("pgserver: %s/postmaster.pid: %w", s.Data, err)
+		return nil, fmt.Errorf("pgserver: %s/postmaster.pid: %w", data, err)
 	}
 	if gone(pm) {
 		return nil, nil // a stale file
@@ -255,17 +246,7 @@ func Children(pid int) []int {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+		if f := stat(e.Name()); len(f) > 1 && f[1] == strconv.Itoa(pid) {
 			out = append(out, p)
 		}
 	}
@@ -273,8 +254,7 @@ func Children(pid int) []int {
 }
 
 // Kill SIGKILLs s's postmaster and every process it started, as when
-// its machine dies: nothing more is written, flushed or shipped, and no
-// session of it answers again.
+// its machine dies.
 func (s *Server) Kill() error {
 	pids, err := s.Pids()
 	if err != nil {
@@ -307,18 +287,24 @@ func (s *Server) Kill() error {
 	return nil
 }
 
-func zombie(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
+// stat returns the fields of /proc/pid/stat after the command's name
+// (state, ppid, ...), which may hold spaces and parentheses; nil when it
+// cannot be read.
+func stat(pid string) []string {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if i := bytes.LastIndexByte(b, ')'); err == nil && i >= 0 {
+		return strings.Fields(string(b[i+1:]))
 	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && len(stat) > i+2 && stat[i+2] == 'Z'
+	return nil
 }
 
-// Stop stops every server of c at once (immediate); a server that does
-// not stop is killed (Kill). It runs even when ctx has ended: a program
-// stops its servers on its way out.
+func zombie(pid int) bool {
+	f := stat(strconv.Itoa(pid))
+	return len(f) == 0 || f[0] == "Z"
+}
+
+// Stop stops every server of c at once (immediate), killing those that do
+// not stop. It runs even when ctx has ended.
 func (c *Cluster) Stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
 	defer cancel()
@@ -355,8 +341,7 @@ type Pair struct {
 }
 
 // StartPair makes and starts, in c, a primary and a standby streaming
-// from it, and waits until the standby has caught up. With c.Sync the
-// primary waits at every commit for the standby.
+// from it, and waits until the standby has caught up.
 func (c *Cluster) StartPair(ctx context.Context) (*Pair, error) {
 	p, err := c.Server("p")
 	if err != nil {
@@ -383,8 +368,7 @@ func (c *Cluster) StartPair(ctx context.Context) (*Pair, error) {
 	return pair, pair.WaitStreaming(ctx)
 }
 
-// DSN is a fleet's connection string for the pair: both servers, the
-// writable one, whichever it is.
+// DSN is a fleet's connection string for the pair's writable server.
 func (p *Pair) DSN() string {
 	a, b := p.Primary.Sock, p.Standby.Sock
 	if a > b { // the same string whichever server is the primary
@@ -411,34 +395,45 @@ func (s *Server) Exec(ctx context.Context, stmts ...string) error {
 // WaitStreaming waits until the standby streams from the primary and has
 // replayed everything the primary had written when it was called.
 func (p *Pair) WaitStreaming(ctx context.Context) error {
+	return p.Primary.poll(ctx, "the standby did not catch up with the primary", "SELECT pg_current_wal_lsn()::text",
+		"SELECT count(*) = 1 AND bool_and(replay_lsn >= $1::pg_lsn) FROM pg_stat_replication WHERE state = 'streaming'")
+}
+
+// poll runs q on a connection to s every 20ms until it returns true, for
+// 30s at most; the error says what did not happen. first, when not empty,
+// runs once before: its text result is q's $1.
+func (s *Server) poll(ctx context.Context, what, first, q string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, p.Primary.DSN())
+	conn, err := pgx.Connect(ctx, s.DSN())
 	if err != nil {
 		return fmt.Errorf("pgserver: %w", err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	var target string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
-		return fmt.Errorf("pgserver: %w", err)
+	var args []any
+	if first != "" {
+		var v string
+		if err := conn.QueryRow(ctx, first).Scan(&v); err != nil {
+			return fmt.Errorf("pgserver: %w", err)
+		}
+		args = append(args, v)
 	}
 	for {
-		var caught bool
-		err := conn.QueryRow(ctx, "SELECT count(*) = 1 AND bool_and(replay_lsn >= $1::pg_lsn) FROM pg_stat_replication WHERE state = 'streaming'", target).Scan(&caught)
-		if err == nil && caught {
+		var done bool
+		err := conn.QueryRow(ctx, q, args...).Scan(&done)
+		if err == nil && done {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("pgserver: the standby did not catch up with the primary in 30s (%w)", errors.Join(err, ctx.Err()))
+			return fmt.Errorf("pgserver: %s in 30s (%w)", what, errors.Join(err, ctx.Err()))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
 // HoldBack stops the standby's WAL receiver and waits until it is gone:
-// the primary's commits from then on do not reach the standby, as when an
-// asynchronous standby lags behind. The next Failover loses them; the
-// standby it builds streams again.
+// the primary's commits from then on do not reach the standby, and the
+// next Failover loses them.
 func (p *Pair) HoldBack(ctx context.Context) error {
 	if p.C.Sync {
 		return errors.New("pgserver: a synchronous standby held back would hold every commit of the primary")
@@ -446,33 +441,14 @@ func (p *Pair) HoldBack(ctx context.Context) error {
 	if err := p.Standby.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, p.Standby.DSN())
-	if err != nil {
-		return fmt.Errorf("pgserver: %w", err)
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	for {
-		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n)
-		if err == nil && n == 0 {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("pgserver: the standby's WAL receiver did not stop in 30s (%w)", errors.Join(err, ctx.Err()))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return p.Standby.poll(ctx, "the standby's WAL receiver did not stop", "", "SELECT count(*) = 0 FROM pg_stat_wal_receiver")
 }
 
-// Failover fails over as when the primary's machine dies: it SIGKILLs
-// the primary (Kill), promotes the standby, then, unless rebuild is
-// false, makes the old primary's place a standby of the new one
-// (pg_basebackup) and starts it, so that the next failover can happen;
-// then Primary and Standby have swapped. killed, when not nil, is called
-// once the old primary is dead, and promoted once the standby has become
-// the primary.
+// Failover fails over as when the primary's machine dies: it kills the
+// primary, promotes the standby, then, when rebuild, makes the old
+// primary's place a standby of the new one and starts it; Primary and
+// Standby have swapped. killed, when not nil, is called once the old
+// primary is dead, and promoted once the standby has become the primary.
 func (p *Pair) Failover(ctx context.Context, rebuild bool, killed, promoted func()) error {
 	if err := p.Primary.Kill(); err != nil {
 		return err
@@ -484,9 +460,8 @@ func (p *Pair) Failover(ctx context.Context, rebuild bool, killed, promoted func
 		return err
 	}
 	if p.C.Sync {
-		// Set where the server's command line did not: on the standby
-		// it was, the setting was not. Until the new standby streams,
-		// commits wait.
+		// The standby's command line did not set it. Until the new
+		// standby streams, commits wait.
 		if err := p.Standby.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()"); err != nil {
 			return err
 		}

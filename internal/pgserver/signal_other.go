@@ -27,3 +27,11 @@ func sigkill(pid int) error {
 	}
 	return nil
 }
+
+var errNoSignals = errors.New("processes cannot be stopped and resumed on this system")
+
+// StopProcess stops pid with SIGSTOP.
+func StopProcess(int) error { return errNoSignals }
+
+// ContinueProcess resumes pid with SIGCONT.
+func ContinueProcess(int) error { return errNoSignals }

@@ -22,3 +22,9 @@ func sigkill(pid int) error {
 	}
 	return nil
 }
+
+// StopProcess stops pid with SIGSTOP.
+func StopProcess(pid int) error { return syscall.Kill(pid, syscall.SIGSTOP) }
+
+// ContinueProcess resumes pid with SIGCONT.
+func ContinueProcess(pid int) error { return syscall.Kill(pid, syscall.SIGCONT) }

@@ -3,22 +3,17 @@
 // granting a port twice on one host.
 //
 // It is the one package a program imports to use a Config.StoreDSN (or
-// BERTH_STORE): portalloc itself links no PostgreSQL client, and neither do
-// porttest nor statestore, so a program that does not ask for PostgreSQL
-// does not build or link pgx. The split is database/sql's: the dispatcher
-// talks to the interfaces of package store, and the driver is linked by the
-// program that wants it.
+// BERTH_STORE): portalloc itself links no PostgreSQL client, so a program
+// that does not ask for PostgreSQL does not build or link pgx.
 //
 //	a, err := fleet.New(ctx, portalloc.Config{}) // BERTH_STORE's PostgreSQL store, else the SQLite one
 //
 // # Fleet-wide reservations
 //
-// A fleet's store also serves owners that are not processes of a host: a
-// pod not yet scheduled, a job. They reserve through the store itself (Open,
-// then pgstore.Store's ReserveFleet, ReserveFleetSet with SetRequests,
-// RenewFleet, NarrowFleet, ReleaseFleet and Leases): a port of a band of
-// the caller's own that is free on every host, for a named holder under a
-// lease on the server's clock.
+// Owners that are not processes of a host (a pod not yet scheduled, a
+// job) reserve through the store itself: Open, then pgstore.Store's
+// ReserveFleet, ReserveFleetSet with SetRequests, RenewFleet, NarrowFleet,
+// ReleaseFleet and Leases.
 //
 // Importing fleet has no side effects: it registers nothing.
 package fleet
@@ -39,10 +34,10 @@ import (
 // New returns an Allocator for cfg, as portalloc.New does, reserving in
 // the PostgreSQL store that cfg.StoreDSN (or BERTH_STORE, unless
 // cfg.IgnoreEnv) names, as the host cfg.Host (or BERTH_HOST, else the
-// hostname). Without a store named it is portalloc.New. The Allocators of
-// a process with one StoreDSN share one store. A fleet's store never falls
-// back to the MRU file: one that cannot be opened or used is an error
-// wrapping store.ErrUnavailable.
+// hostname); without a store named it is portalloc.New. The Allocators of
+// a process with one StoreDSN share one store, which never falls back to
+// the MRU file: one that cannot be opened or used is an error wrapping
+// store.ErrUnavailable.
 func New(ctx context.Context, cfg portalloc.Config) (*portalloc.Allocator, error) {
 	if cfg.StoreDSN == "" && !cfg.IgnoreEnv {
 		cfg.StoreDSN = os.Getenv("BERTH_STORE")
@@ -51,14 +46,17 @@ func New(ctx context.Context, cfg portalloc.Config) (*portalloc.Allocator, error
 		return portalloc.New(ctx, cfg)
 	}
 	return portalloc.NewWithStore(ctx, cfg, func(ctx context.Context, cfg portalloc.Config) (store.Store, error) {
-		return open(ctx, cfg)
+		st, err := open(ctx, cfg)
+		if err != nil {
+			return nil, err // a nil *pgstore.Store is no nil store.Store
+		}
+		return st, nil
 	})
 }
 
 // Open opens the PostgreSQL store cfg.StoreDSN names (or BERTH_STORE, as
-// for New), as the host cfg.Host, with cfg.Logger and cfg.Timeout: for
-// fleet-wide reservations, and for tools that read or change its rows. The
-// caller closes it. A Config without a store is a *store.FieldError for
+// for New), as the host cfg.Host, with cfg.Logger and cfg.Timeout, for
+// the caller to close. A Config without a store is a *store.FieldError for
 // Config.StoreDSN.
 func Open(ctx context.Context, cfg portalloc.Config) (*pgstore.Store, error) {
 	if cfg.StoreDSN == "" && !cfg.IgnoreEnv {
@@ -91,15 +89,12 @@ func open(ctx context.Context, cfg portalloc.Config) (*pgstore.Store, error) {
 
 // SetRequests returns the requests that reserve every port of spec
 // fleet-wide for holder, under a lease of ttl (zero:
-// pgstore.DefaultFleetTTL), for pgstore.Store.ReserveFleetSet, which grants
-// them all or none: one per port, in spec order (groups, then each group's
-// ports, a port of each member once per member), labelled as
-// portset.Allocate labels them. The ports that are not fixed are drawn from
-// band; a fixed Port is reserved as it is. A port's zero Addr is 0.0.0.0
-// (the port on every address). Prefer, Order and Sticky choose among a
-// host's range and are refused, as is a set of more than
-// pgstore.MaxFleetSet ports; a spec that is not valid is refused as
-// portset.ParseSetSpec refuses it.
+// pgstore.DefaultFleetTTL), for pgstore.Store.ReserveFleetSet: one per
+// port, in spec order (groups, then each group's ports, a port of each
+// member once per member), labelled as portset.Allocate labels them. The
+// ports that are not fixed are drawn from band. A port's zero Addr is
+// 0.0.0.0. Prefer, Order and Sticky are refused, as is a set of more than
+// pgstore.MaxFleetSet ports or a spec that is not valid.
 func SetRequests(spec portset.SetSpec, band store.Range, holder string, ttl time.Duration) ([]pgstore.FleetRequest, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err

@@ -76,35 +76,31 @@ type Handoff struct {
 
 // Add adds a listener under name. The Handoff keeps a duplicate of its
 // descriptor until Close; the caller may close l once the child started.
-// The name goes into LISTEN_FDNAMES: 1 to MaxSocketNameLen printable ASCII
-// characters other than ':', each name once per Handoff. Other names are
-// refused with a *store.FieldError, which wraps
-// store.ErrInvalid.
+// The name goes into LISTEN_FDNAMES: 1 to 255 printable ASCII characters
+// other than ':', each name once per Handoff. Other names are refused with
+// a *store.FieldError, which wraps store.ErrInvalid.
 func (h *Handoff) Add(name string, l net.Listener) error {
-	fl, ok := l.(interface{ File() (*os.File, error) })
-	if !ok {
-		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: "listener", Value: fmt.Sprintf("%T %s", l, name), Want: "a listener with a file descriptor to pass, such as a *net.TCPListener"})
-	}
-	return h.add(name, fl.File)
+	return h.add(name, l, "listener", "a listener with a file descriptor to pass, such as a *net.TCPListener")
 }
 
 // AddPacketConn adds a UDP socket under name.
 func (h *Handoff) AddPacketConn(name string, c net.PacketConn) error {
-	fc, ok := c.(interface{ File() (*os.File, error) })
-	if !ok {
-		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: "packet conn", Value: fmt.Sprintf("%T %s", c, name), Want: "a packet conn with a file descriptor to pass, such as a *net.UDPConn"})
-	}
-	return h.add(name, fc.File)
+	return h.add(name, c, "packet conn", "a packet conn with a file descriptor to pass, such as a *net.UDPConn")
 }
 
-func (h *Handoff) add(name string, file func() (*os.File, error)) error {
+// add adds sock, named field in errors (with want, what it must be).
+func (h *Handoff) add(name string, sock any, field, want string) error {
+	fs, ok := sock.(interface{ File() (*os.File, error) })
+	if !ok {
+		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: field, Value: fmt.Sprintf("%T %s", sock, name), Want: want})
+	}
 	if why := nameProblem(name); why != "" {
 		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: "socket name", Value: name, Want: nameWant + "; " + why})
 	}
 	if slices.Contains(h.names, name) {
 		return fmt.Errorf("listenfd: %w", &store.FieldError{Field: "socket name", Value: name, Want: "a name of its own for each socket; this one is handed off already"})
 	}
-	f, err := file()
+	f, err := fs.File()
 	if err != nil {
 		return fmt.Errorf("listenfd: hand off %q: %w", name, err)
 	}

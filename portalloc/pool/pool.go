@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -200,13 +201,8 @@ type StepInfo struct {
 // nothing). Once a pool is closed its name may be used again. Names follow
 // the rules of set names (see package portset). After a's Close, New
 // returns an error wrapping store.ErrClosed.
-func New(ctx context.Context, a *portalloc.Allocator, name string, spec Spec) (*Pool, error) {
-	p, err := newPool(ctx, a, name, spec)
-	return p, opError("new pool "+names.QuoteShort(name), err)
-}
-
-// newPool is New without the prefix.
-func newPool(ctx context.Context, a *portalloc.Allocator, name string, spec Spec) (*Pool, error) {
+func New(ctx context.Context, a *portalloc.Allocator, name string, spec Spec) (_ *Pool, err error) {
+	defer func() { err = opError("new pool "+names.QuoteShort(name), err) }()
 	if err := names.Check("name", name); err != nil {
 		return nil, err
 	}
@@ -221,7 +217,9 @@ func newPool(ctx context.Context, a *portalloc.Allocator, name string, spec Spec
 	p := &Pool{name: name, a: a, inUse: map[store.Key]*member{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	fail := func(err error) (*Pool, error) {
-		p.releaseIdle(ctx)
+		for _, m := range p.idle {
+			_ = a.Release(ctx, m.r) // it goes on whatever became of ctx; reaping covers a failure
+		}
 		unclaim(a, name)
 		return nil, err
 	}
@@ -266,14 +264,6 @@ func unclaim(a *portalloc.Allocator, name string) {
 	}
 }
 
-// releaseIdle releases the idle members of a pool that New gives up on.
-// Release goes on whatever became of ctx, within portalloc.Config.Timeout.
-func (p *Pool) releaseIdle(ctx context.Context) {
-	for _, m := range p.idle {
-		_ = p.a.Release(ctx, m.r) // reaping covers a failure
-	}
-}
-
 // setSpec validates spec and makes it current. A refused field is a
 // *store.FieldError for "Spec.<field>".
 func (p *Pool) setSpec(spec Spec) error {
@@ -283,14 +273,12 @@ func (p *Pool) setSpec(spec Spec) error {
 	if spec.Size < 0 {
 		return &store.FieldError{Field: "Spec.Size", Value: strconv.Itoa(spec.Size), Want: "1 or more (zero: 4)"}
 	}
-	segment, err := spec.segment()
-	if err != nil {
-		return err
-	}
-	spec.Segment = segment
+	segment := spec.Segment
 	ar := p.a.Config().Range
 	static, dynamic := segments(ar)
 	switch {
+	case segment != "" && segment != "static" && segment != "dynamic":
+		return &store.FieldError{Field: "Spec.Segment", Value: segment, Want: `"static" or "dynamic" (or empty: the Allocator's range, or Range)`}
 	case segment != "" && spec.Range != (store.Range{}):
 		return &store.FieldError{Field: "Spec.Segment", Value: segment, Want: fmt.Sprintf("no segment beside a Range (Range is %s): one of them", spec.Range)}
 	case segment == "static" && static.Size() == 0:
@@ -427,7 +415,7 @@ func (p *Pool) Take(ctx context.Context) (store.Reservation, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return store.Reservation{}, p.takeErr(store.ErrClosed)
+		return store.Reservation{}, opError(fmt.Sprintf("take from pool %q", p.name), store.ErrClosed)
 	}
 	// Prefer members of the current revision, newest last in idle.
 	i := slices.IndexFunc(p.idle, func(m *member) bool { return m.revision == p.rev })
@@ -445,7 +433,7 @@ func (p *Pool) Take(ctx context.Context) (store.Reservation, error) {
 	p.mu.Unlock()
 	m, err := p.allocate(ctx)
 	if err != nil {
-		return store.Reservation{}, p.takeErr(err)
+		return store.Reservation{}, opError(fmt.Sprintf("take from pool %q", p.name), err)
 	}
 	p.mu.Lock()
 	p.inUse[m.r.Key] = m
@@ -454,28 +442,15 @@ func (p *Pool) Take(ctx context.Context) (store.Reservation, error) {
 	return m.r, nil
 }
 
-// takeErr is err of Take, with the operation's prefix.
-func (p *Pool) takeErr(err error) error {
-	return opError(fmt.Sprintf("take from pool %q", p.name), err)
-}
-
 // Return gives a taken member back. A member of an older revision, or one
 // beyond the pool's size, is released instead of kept; that release waits
 // at most portalloc.Config.Timeout.
 func (p *Pool) Return(r store.Reservation) error {
-	if err := p.giveBack(r); err != nil {
-		return opError(fmt.Sprintf("return to pool %q", p.name), err)
-	}
-	return nil
-}
-
-// giveBack is Return without the prefix.
-func (p *Pool) giveBack(r store.Reservation) error {
 	p.mu.Lock()
 	m, ok := p.inUse[r.Key]
 	if !ok {
 		p.mu.Unlock()
-		return &store.FieldError{Field: "Reservation", Value: r.String(), Want: fmt.Sprintf("a member of pool %q that Take handed out and that is not returned yet", p.name)}
+		return opError(fmt.Sprintf("return to pool %q", p.name), &store.FieldError{Field: "Reservation", Value: r.String(), Want: fmt.Sprintf("a member of pool %q that Take handed out and that is not returned yet", p.name)})
 	}
 	delete(p.inUse, r.Key)
 	keep := !p.closed && len(p.idle)+p.replacing < p.spec.Size
@@ -485,7 +460,7 @@ func (p *Pool) giveBack(r store.Reservation) error {
 	p.mu.Unlock()
 	p.nudge()
 	if !keep {
-		return p.a.Release(context.Background(), r)
+		return opError(fmt.Sprintf("return to pool %q", p.name), p.a.Release(context.Background(), r))
 	}
 	return nil
 }
@@ -519,12 +494,7 @@ func (p *Pool) Status() Status {
 
 func (p *Pool) statusLocked() Status {
 	st := Status{Size: p.spec.Size, Idle: len(p.idle), InUse: len(p.inUse), Revision: p.rev, Replacing: p.replacing}
-	for _, m := range p.idle {
-		if m.revision == p.rev {
-			st.Updated++
-		}
-	}
-	for _, m := range p.inUse {
+	for _, m := range slices.Concat(p.idle, slices.Collect(maps.Values(p.inUse))) {
 		if m.revision == p.rev {
 			st.Updated++
 		}
@@ -631,13 +601,9 @@ func (p *Pool) tend(ctx context.Context) (err error) {
 			p.a.Config().Logger.Error(err, "pool could not refill or update; retrying", "pool", p.name, "in", retryEvery.String())
 		}
 	}()
-	for {
-		stepped, err := p.step(ctx)
-		if err != nil {
+	for stepped := true; stepped; {
+		if stepped, err = p.step(ctx); err != nil {
 			return err
-		}
-		if !stepped {
-			break
 		}
 	}
 	for p.need() > 0 {
@@ -735,15 +701,9 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 func (p *Pool) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.a.Config().Timeout)
 	defer cancel()
-	return opError("", p.close(ctx)) // its errors say "close pool <name>"
-}
-
-// close is Close within ctx: it waits for the background work to stop and
-// releases the idle members until ctx is done. A worker still busy then
-// stops on its own, since stopping cancels what it waits for. Its errors
-// begin "close pool <name>: ", without the package's prefix: the
-// Allocator's Close adds its own.
-func (p *Pool) close(ctx context.Context) error {
+	// Wait for the background work to stop, and release the idle members,
+	// until ctx is done: a worker still busy then stops on its own, since
+	// stopping cancels what it waits for.
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -773,7 +733,7 @@ func (p *Pool) close(ctx context.Context) error {
 		errs = append(errs, ctx.Err())
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("close pool %q: %w", p.name, err)
+		return opError("", fmt.Errorf("close pool %q: %w", p.name, err))
 	}
 	return nil
 }
