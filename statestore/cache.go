@@ -122,10 +122,6 @@ func (c *heldCache) remove(key store.Key) {
 	c.rows[k] = viewEntry{gen: c.gen, rows: rs}
 }
 
-// invalidate drops the view after a failed transaction, whose effects on
-// it were applied and then rolled back.
-func (c *heldCache) invalidate() { c.valid = false }
-
 // stale forgets the view after a committed write of this connection whose
 // effect on it is not applied row by row (bulk deletes, transfers):
 // data_version, which counts only other connections' commits, does not

@@ -20,7 +20,7 @@ func storageErr(op string, err error) error {
 	switch {
 	case errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrTransient):
 		return fmt.Errorf("%s: %w", op, err) // waiting, not failing
-	case isLocked(err):
+	case isBusy(err) || sqliteCode(err) == sqlite3.SQLITE_LOCKED:
 		return fmt.Errorf("%s: the database is locked by another process (%w): %w", op, err, store.ErrBusy)
 	}
 	if short := shortage(err, ""); short != nil {
@@ -62,10 +62,6 @@ func sqliteCode(err error) int {
 }
 
 func isBusy(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_BUSY }
-
-func isLocked(err error) bool {
-	return isBusy(err) || sqliteCode(err) == sqlite3.SQLITE_LOCKED
-}
 
 // shortage returns err in the words of a passing shortage (wrapping
 // store.ErrTransient) when that is what it is, else nil: an error number of

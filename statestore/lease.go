@@ -84,9 +84,7 @@ const (
 	qRenew = "UPDATE port_allocations SET lease_until = ? WHERE lease_until > ? AND " + leaseMatch
 )
 
-// Renew sets the lease of every reservation of holder whose lease has not
-// ended to ttl from now, and returns how many there are. A holder with none
-// is an error wrapping store.ErrNotFound.
+// Renew starts the live leases of holder over, as store.Store says.
 func (s *sqlStore) Renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
 	if holder == "" {
 		// Owner{}.Validate would judge it as a process.

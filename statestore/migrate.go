@@ -153,8 +153,11 @@ func makeFresh(ctx context.Context, path string, st fileState, k schema, busy ti
 // name already (another process made the store first): then it leaves
 // that one, and tmp goes with makeFresh's cleanup.
 func placeNew(tmp, path string) error {
-	err := os.Link(tmp, path)
-	switch {
+	switch err := os.Link(tmp, path); {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("create %s: the new file was removed while it was made: %w", path, store.ErrLost)
 	case errors.Is(err, fs.ErrExist):
 		if fi, serr := os.Lstat(path); serr != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
 			return nil // another process's store, made meanwhile
@@ -162,19 +165,12 @@ func placeNew(tmp, path string) error {
 		// An empty file: SQLite creates the file it opens, so a process
 		// that opened the path while it had none made it. It is nobody's
 		// store: replace it.
-		if err := os.Rename(tmp, path); err != nil {
-			return storageErr("create "+path, err)
+	default:
+		// A file system without hard links: rename, after a look for a
+		// file made meanwhile.
+		if _, serr := os.Lstat(path); serr == nil {
+			return nil
 		}
-		return nil
-	case err == nil:
-		return nil
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("create %s: the new file was removed while it was made: %w", path, store.ErrLost)
-	}
-	// A file system without hard links: rename, after a look for a file
-	// made meanwhile.
-	if _, serr := os.Lstat(path); serr == nil {
-		return nil
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return storageErr("create "+path, err)
@@ -262,9 +258,7 @@ func migrateUp(ctx context.Context, path string, st fileState, k schema, busy ti
 	// One connection, kept: every migration then goes to the file it
 	// opened, checked below to be the one at the path, even if the file is
 	// replaced meanwhile (whoever made the new one migrates it).
-	db.SetMaxOpenConns(1)
-	db.SetConnMaxLifetime(0)
-	db.SetConnMaxIdleTime(0)
+	oneConn(db)
 	// The driver creates golang-migrate's version table when it is missing;
 	// its Close closes db.
 	drv, err := sqlite.WithInstance(db, &sqlite.Config{})
@@ -291,13 +285,16 @@ func migrateUp(ctx context.Context, path string, st fileState, k schema, busy ti
 			}
 		}
 		log.Info("resolving a migration cut short", "path", path, "version", st.version, "now", from)
-		if err := setVersion(ctx, db, from); err != nil {
+		if err := inTx(ctx, db, func(tx *sql.Tx) error { return recordVersion(ctx, tx, from) }); err != nil {
 			return fmt.Errorf("migrate %s: %w", path, classify(path, err))
 		}
 	}
 	v := from
 	for {
-		next, err := nextVersion(src, v)
+		next, err := src.Next(v)
+		if v == 0 {
+			next, err = src.First()
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			break
 		}
@@ -315,27 +312,20 @@ func migrateUp(ctx context.Context, path string, st fileState, k schema, busy ti
 	return nil
 }
 
-// nextVersion is the first migration after v (0: the first of all).
-func nextVersion(src source.Driver, v uint) (uint, error) {
-	if v == 0 {
-		return src.First()
-	}
-	return src.Next(v)
-}
-
-// setVersion records v, clean, as the schema version (0: none).
-func setVersion(ctx context.Context, db *sql.DB, v uint) error {
+// inTx runs fn in one transaction of db, and commits when it returns nil.
+func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
-	if err := recordVersion(ctx, tx, v); err != nil {
+	if err := fn(tx); err != nil {
 		return err
 	}
 	return tx.Commit()
 }
 
+// recordVersion records v, clean, as the schema version (0: none).
 func recordVersion(ctx context.Context, tx *sql.Tx, v uint) error {
 	if _, err := tx.ExecContext(ctx, "DELETE FROM "+sqlite.DefaultMigrationsTable); err != nil {
 		return err
@@ -361,24 +351,17 @@ func applyMigration(ctx context.Context, db *sql.DB, src source.Driver, v, w uin
 	if err != nil {
 		return err
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }() // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
-		return err
-	}
-	if err := recordVersion(ctx, tx, v); err != nil {
-		return err
-	}
-	if v >= migfiles.Compat {
-		// PRAGMA takes no parameters; w is a number this berth parsed.
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", w)); err != nil {
+	return inTx(ctx, db, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
 			return err
 		}
-	}
-	return tx.Commit()
+		if err := recordVersion(ctx, tx, v); err != nil || v < migfiles.Compat {
+			return err
+		}
+		// PRAGMA takes no parameters; w is a number this berth parsed.
+		_, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", w))
+		return err
+	})
 }
 
 // sameAsPath reports whether fi is the file at path now.
@@ -400,7 +383,8 @@ func setAsideLost(path string, now time.Time) (bool, error) {
 	case err != nil || !fi.Mode().IsRegular() || fi.Size() != 0:
 		return false, nil //nolint:nilerr // a file with pages: inspect judges it
 	}
-	if !exists(path+"-wal") && !exists(path+"-shm") {
+	_, werr := os.Lstat(path + "-wal")
+	if _, serr := os.Lstat(path + "-shm"); werr != nil && serr != nil {
 		return false, nil
 	}
 	aside := path + ".lost-" + strconv.FormatInt(now.UnixNano(), 10)
@@ -411,9 +395,4 @@ func setAsideLost(path string, now time.Time) (bool, error) {
 		}
 	}
 	return true, nil
-}
-
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
 }

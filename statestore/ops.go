@@ -33,9 +33,8 @@ func (s *sqlStore) Release(ctx context.Context, key store.Key, own store.Owner) 
 	return nil
 }
 
-// Transfer hands the reservation of key from one owner to another, e.g.
-// from an orchestrator to the child it started, so that the port stays
-// reserved exactly as long as the child runs. to must be a live process.
+// Transfer hands the reservation of key from one process to another, which
+// must be live.
 func (s *sqlStore) Transfer(ctx context.Context, key store.Key, from, to store.Owner) error {
 	key, from, err := s.validate(key, from)
 	if err != nil {
@@ -74,31 +73,29 @@ func (s *sqlStore) validate(key store.Key, own store.Owner) (store.Key, store.Ow
 	return key, own, own.Validate()
 }
 
-// List returns the reservations that match f, ordered by protocol, port and
-// address. Rows of exited owners are included until they are reaped: use
-// store.Owner.Alive to tell them apart.
+// List returns the reservations that match f, as store.Store says.
 func (s *sqlStore) List(ctx context.Context, f store.Filter) ([]store.Reservation, error) {
+	if f.Protocol != "" && f.Protocol != store.TCP && f.Protocol != store.UDP {
+		return nil, &store.FieldError{Field: "protocol", Value: string(f.Protocol), Want: `"tcp" or "udp"`}
+	}
 	var (
 		where []string
 		args  []any
 	)
-	if f.Protocol != "" {
-		if f.Protocol != store.TCP && f.Protocol != store.UDP {
-			return nil, &store.FieldError{Field: "protocol", Value: string(f.Protocol), Want: `"tcp" or "udp"`}
+	for _, c := range []struct {
+		set  bool
+		cond string
+		arg  any
+	}{
+		{f.Protocol != "", "protocol = ?", string(f.Protocol)},
+		{f.Port != 0, "port = ?", int(f.Port)},
+		{f.Label != "", "label = ?", f.Label},
+		{f.OwnerPID != 0, "owner_pid = ? AND lease_until = 0", f.OwnerPID},
+		{f.Holder != "", "lease_until <> 0 AND owner_name = ?", f.Holder},
+	} {
+		if c.set {
+			where, args = append(where, c.cond), append(args, c.arg)
 		}
-		where, args = append(where, "protocol = ?"), append(args, string(f.Protocol))
-	}
-	if f.Port != 0 {
-		where, args = append(where, "port = ?"), append(args, int(f.Port))
-	}
-	if f.Label != "" {
-		where, args = append(where, "label = ?"), append(args, f.Label)
-	}
-	if f.OwnerPID != 0 {
-		where, args = append(where, "owner_pid = ? AND lease_until = 0"), append(args, f.OwnerPID)
-	}
-	if f.Holder != "" {
-		where, args = append(where, "lease_until <> 0 AND owner_name = ?"), append(args, f.Holder)
 	}
 	q := "SELECT " + rowColumns + " FROM port_allocations"
 	if len(where) > 0 {

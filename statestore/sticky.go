@@ -4,12 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net/netip"
 
 	"github.com/berth-go/berth/store"
 )
 
-// Remember records port as the last one handed out under label for
-// protocol, for Recall after a restart.
+// Remember records port for label and protocol, for Recall after a restart.
 func (s *sqlStore) Remember(ctx context.Context, label string, protocol store.Protocol, port uint16) error {
 	if label == "" {
 		return &store.FieldError{Field: "label", Value: "", Want: "a non-empty label to remember the port under"}
@@ -17,11 +17,8 @@ func (s *sqlStore) Remember(ctx context.Context, label string, protocol store.Pr
 	if err := store.CheckLabel(label); err != nil {
 		return err
 	}
-	if protocol != store.TCP && protocol != store.UDP {
-		return &store.FieldError{Field: "protocol", Value: string(protocol), Want: `"tcp" or "udp"`}
-	}
-	if port == 0 {
-		return &store.FieldError{Field: "port", Value: "0", Want: "a port from 1 to 65535"}
+	if _, err := (store.Key{Protocol: protocol, Addr: netip.IPv4Unspecified(), Port: port}).Normalize(); err != nil {
+		return err // the protocol or the port
 	}
 	_, err := s.exec(ctx, "remember "+label, nil, qRemember, label, string(protocol), int(port), s.now().UnixNano())
 	if err != nil {
@@ -46,8 +43,7 @@ func (s *sqlStore) pruneSticky(ctx context.Context) error {
 	return err
 }
 
-// Recall returns the port last remembered under label for protocol, and
-// false when there is none.
+// Recall returns the port last remembered for label and protocol.
 func (s *sqlStore) Recall(ctx context.Context, label string, protocol store.Protocol) (uint16, bool, error) {
 	release, err := s.acquire(ctx, false)
 	if err != nil {

@@ -383,10 +383,10 @@ func (s *sqlStore) closeGuard() *sql.DB {
 
 // dsn builds the driver's data source name.
 func dsn(path string, busy time.Duration, readOnly, setWAL bool) string {
-	if readOnly {
-		return dsnBare(path) + "?mode=ro&_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")"
-	}
 	d := dsnBare(path) + "?_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")"
+	if readOnly {
+		return d + "&mode=ro"
+	}
 	if setWAL {
 		// Set only on a file that needs it: on one that is not berth's it
 		// would rewrite that file's header.
@@ -493,9 +493,7 @@ func connect(ctx context.Context, path string, busy time.Duration, setWAL bool) 
 	if err != nil {
 		return nil, nil, err
 	}
-	db.SetMaxOpenConns(1)
-	db.SetConnMaxLifetime(0)
-	db.SetConnMaxIdleTime(0)
+	oneConn(db)
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		_ = db.Close()
@@ -519,6 +517,13 @@ const (
 	// a port each): see closeGuard.
 	walKeepLimit = 128 << 10
 )
+
+// oneConn makes db keep one connection for good.
+func oneConn(db *sql.DB) {
+	db.SetMaxOpenConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+}
 
 // checkpointer copies the WAL back into the database file when nudged: a
 // PASSIVE checkpoint on a connection of its own blocks no writer, while

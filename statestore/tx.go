@@ -57,7 +57,7 @@ func (s *sqlStore) exec(ctx context.Context, op string, done func(n int64), q st
 			}
 			return err
 		}); err != nil {
-			s.cache.invalidate()
+			s.cache.valid = false // a failed transaction
 			return storageErr(op, err)
 		}
 		s.committed()
@@ -112,7 +112,7 @@ func acquireErr(op string, err error) error {
 }
 
 func (s *sqlStore) rollback() {
-	s.cache.invalidate()
+	s.cache.valid = false // the view's changes are rolled back
 	if _, err := s.st.exec(context.Background(), qRollback); err != nil {
 		// "no transaction is active" after a failed COMMIT is expected;
 		// anything else leaves the connection in a transaction.

@@ -108,23 +108,17 @@ type FieldError struct {
 // It quotes Value and cuts it after 64 bytes, so that a value from a file
 // or a terminal can neither flood nor forge the message.
 func (e *FieldError) Error() string {
-	var b strings.Builder
+	s := quote(e.Value)
 	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteByte(' ')
+		s = e.Field + " " + s
 	}
-	b.WriteString(quote(e.Value))
 	if e.At != "" {
-		b.WriteString(" at ")
-		b.WriteString(e.At)
+		s += " at " + e.At
 	}
-	if e.Want != "" {
-		b.WriteString(": want ")
-		b.WriteString(e.Want)
-	} else {
-		b.WriteString(": not accepted")
+	if e.Want == "" {
+		return s + ": not accepted"
 	}
-	return b.String()
+	return s + ": want " + e.Want
 }
 
 // Unwrap returns ErrInvalid.

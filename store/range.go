@@ -41,10 +41,10 @@ func (r Range) String() string {
 // what is wrong.
 func (r Range) Validate() error {
 	if r.First == 0 {
-		return refuseRange(r.String(), "", rangePorts, "port 0 is not a port")
+		return refuseRange(r.String(), rangePorts, "port 0 is not a port")
 	}
 	if r.First > r.Last {
-		return refuseRange(fmt.Sprintf("%d-%d", r.First, r.Last), "", rangeOrdered, "the first port is above the last")
+		return refuseRange(fmt.Sprintf("%d-%d", r.First, r.Last), rangeOrdered, "the first port is above the last")
 	}
 	return nil
 }
@@ -62,18 +62,19 @@ const (
 // in a copy.
 func ParseRange(s string) (Range, error) {
 	if s == "" {
-		return Range{}, refuseRange(s, "", rangeSyntax, "it is empty")
+		return Range{}, refuseRange(s, rangeSyntax, "it is empty")
 	}
 	first, last, isRange := strings.Cut(s, "-")
+	if !isRange {
+		last = first
+	}
 	a, err := parsePort(s, first)
 	if err != nil {
 		return Range{}, err
 	}
-	b := a
-	if isRange {
-		if b, err = parsePort(s, last); err != nil {
-			return Range{}, err
-		}
+	b, err := parsePort(s, last)
+	if err != nil {
+		return Range{}, err
 	}
 	r := Range{First: a, Last: b}
 	if err := r.Validate(); err != nil {
@@ -88,11 +89,11 @@ func ParseRange(s string) (Range, error) {
 
 func parsePort(input, s string) (uint16, error) {
 	if s == "" {
-		return 0, refuseRange(input, "", rangeSyntax, "a port is missing")
+		return 0, refuseRange(input, rangeSyntax, "a port is missing")
 	}
 	for _, c := range s {
 		if c < '0' || c > '9' {
-			return 0, refuseRange(input, "", rangeSyntax, quote(s)+" is not a port number")
+			return 0, refuseRange(input, rangeSyntax, quote(s)+" is not a port number")
 		}
 	}
 	n, err := strconv.ParseUint(s, 10, 32)
@@ -100,10 +101,10 @@ func parsePort(input, s string) (uint16, error) {
 		if len(s) > 64 {
 			s = s[:64] + "..."
 		}
-		return 0, refuseRange(input, "", rangePorts, s+" is above 65535, the highest port")
+		return 0, refuseRange(input, rangePorts, s+" is above 65535, the highest port")
 	}
 	if n == 0 {
-		return 0, refuseRange(input, "", rangePorts, "port 0 is not a port")
+		return 0, refuseRange(input, rangePorts, "port 0 is not a port")
 	}
 	return uint16(n), nil
 }
@@ -132,9 +133,6 @@ func ParseRanges(s string) ([]Range, error) {
 	return out, nil
 }
 
-func refuseRange(s, at, want, why string) *FieldError {
-	if why != "" {
-		want += "; " + why
-	}
-	return &FieldError{Field: "port range", Value: s, At: at, Want: want}
+func refuseRange(s, want, why string) *FieldError {
+	return &FieldError{Field: "port range", Value: s, Want: want + "; " + why}
 }

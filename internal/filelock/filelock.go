@@ -71,7 +71,3 @@ func (h Holder) String() string {
 	}
 	return s
 }
-
-// HolderOf returns the process that holds the lock on the file at path,
-// where the OS can tell (Linux: /proc/locks). ok is false when it cannot.
-func HolderOf(path string) (h Holder, ok bool) { return holderOf(path) }

@@ -13,8 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// holderOf finds the FLOCK entry of path's inode in /proc/locks. A line
-// there reads, for a granted lock:
+// HolderOf returns the process that holds the lock on the file at path,
+// where the OS can tell; ok is false when it cannot. It finds the FLOCK
+// entry of path's inode in /proc/locks. A line there reads, for a granted
+// lock:
 //
 //	1: FLOCK  ADVISORY  WRITE 12345 08:01:1234567 0 EOF
 //
@@ -25,7 +27,7 @@ import (
 // make one skipped: under a busy machine's flock traffic the holder was
 // missed now and then. It is read in reads as large as the kernel makes
 // its pieces, and again a few times before giving up.
-func holderOf(path string) (Holder, bool) {
+func HolderOf(path string) (Holder, bool) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return Holder{}, false

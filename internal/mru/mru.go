@@ -533,6 +533,30 @@ func (f *File) rewrite(now time.Time) error {
 	return nil
 }
 
+// writeAtomic replaces the file at path with b (mode 0600), so that readers
+// see the old file or the new one, never a part: a temporary file in the
+// same directory, synced, then renamed over path (on Windows MoveFileEx
+// with MOVEFILE_REPLACE_EXISTING, which renameio does not support).
+func writeAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := tmp.Write(b); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
 // appendLines appends entries to b as lines of the file.
 func appendLines(b []byte, entries []Entry) []byte {
 	b = slices.Clip(b)

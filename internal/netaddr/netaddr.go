@@ -13,21 +13,9 @@
 //
 // # Conflict rule
 //
-// Two reservations of the same protocol and port conflict when
-//   - their addresses are equal;
-//   - either address is a wildcard (0.0.0.0 or ::).
-//
-// Two specific addresses of different families never conflict, nor do two
-// different specific addresses of one family.
-//
-// The rule for the IPv6 wildcard follows from dual-stack sockets: a socket
-// bound to :: also receives IPv4 traffic. The IPv4 wildcard covers specific
-// IPv6 addresses too, because that is what the kernel does to the programs
-// berth serves: Go's net.Listen("tcp", "0.0.0.0:p") opens a dual-stack ::
-// socket, and on Linux an IPv6 socket that is not IPV6_V6ONLY (the default
-// for Go and most runtimes) cannot share a port with an IPv4 wildcard socket.
-// A narrower rule would let berth hand out 0.0.0.0:p and [::1]:p to two
-// programs of which only one can bind.
+// Conflicts decides the conflict rule that package store's doc states, with
+// its reasons: two reservations of the same protocol and port conflict when
+// their addresses are equal or either is a wildcard (0.0.0.0 or ::).
 package netaddr
 
 import (

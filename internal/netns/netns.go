@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -63,11 +64,12 @@ func AddN(ctx context.Context, prefix string, n int) (nss []NS, remove func() er
 }
 
 // ForTest makes n namespaces for tb as AddN does, with names of this
-// process's own, and deletes them when the test ends, failed or not. It
-// skips the test, saying why, when namespaces cannot be made here.
+// process's own (the test binaries of one go test ./... never meet), and
+// deletes them when the test ends, failed or not. It skips the test,
+// saying why, when namespaces cannot be made here.
 func ForTest(tb testing.TB, n int) []NS {
 	tb.Helper()
-	nss, remove, err := AddN(context.Background(), prefixForTest(), n)
+	nss, remove, err := AddN(context.Background(), fmt.Sprintf("berth-test-%d", os.Getpid()), n)
 	if errors.Is(err, ErrUnsupported) {
 		tb.Skipf("%v (run the test as root on Linux)", err)
 	}
@@ -80,6 +82,15 @@ func ForTest(tb testing.TB, n int) []NS {
 		}
 	})
 	return nss
+}
+
+// del deletes the namespace name, even when ctx has ended: what was made
+// is cleaned up.
+func del(ctx context.Context, name string) error {
+	if err := runIP(context.WithoutCancel(ctx), "netns", "delete", name); err != nil {
+		return fmt.Errorf("netns: %w", err)
+	}
+	return nil
 }
 
 // runIP runs ip with args and returns its combined output in the error.

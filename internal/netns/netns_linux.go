@@ -53,19 +53,6 @@ func Add(ctx context.Context, name string) (NS, error) {
 	return NS{Name: name}, nil
 }
 
-// del deletes the namespace name, even when ctx has ended: what was made
-// is cleaned up.
-func del(ctx context.Context, name string) error {
-	if err := runIP(context.WithoutCancel(ctx), "netns", "delete", name); err != nil {
-		return fmt.Errorf("netns: %w", err)
-	}
-	return nil
-}
-
-// prefixForTest names a test's namespaces after this process, so that the
-// test binaries of one go test ./... run never meet.
-func prefixForTest() string { return fmt.Sprintf("berth-test-%d", os.Getpid()) }
-
 // Do runs f on an OS thread of this process switched into ns, and
 // switches the thread back before it returns. A socket f opens stays in
 // ns: this is how one process binds a port in the namespaces of several
@@ -166,8 +153,10 @@ func (ns NS) KillAll(ctx context.Context, keep func(pid int) bool) (int, error) 
 			}
 			_ = unix.Close(fd)
 		}
-		if err := pause(ctx, ns); err != nil {
-			return len(dying), err
+		select { // a little time for them to die
+		case <-ctx.Done():
+			return len(dying), fmt.Errorf("netns: kill the processes of %s: %w", ns.Name, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	// A pidfd turns readable once its process has exited, every thread.
@@ -187,14 +176,4 @@ func (ns NS) KillAll(ctx context.Context, keep func(pid int) bool) (int, error) 
 		}
 	}
 	return len(dying), nil
-}
-
-// pause waits a little for processes to die, or fails when ctx ends.
-func pause(ctx context.Context, ns NS) error {
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("netns: kill the processes of %s: %w", ns.Name, ctx.Err())
-	case <-time.After(10 * time.Millisecond):
-		return nil
-	}
 }

@@ -11,9 +11,7 @@ import (
 // Every call fails here: network namespaces are Linux's.
 var errNone = fmt.Errorf("%w: %s has none", ErrUnsupported, runtime.GOOS)
 
-func ipPath() string                    { return "ip" }
-func del(context.Context, string) error { return nil }
-func prefixForTest() string             { return "berth-test" }
+func ipPath() string { return "ip" }
 
 // Add fails: network namespaces are Linux's.
 func Add(context.Context, string) (NS, error) { return NS{}, errNone }

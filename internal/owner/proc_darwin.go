@@ -3,6 +3,7 @@ package owner
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,3 +35,22 @@ func (darwinKernel) read(_ context.Context, pid int) (reading, error) {
 	t := k.Proc.P_starttime
 	return reading{start: t.Sec*1000 + int64(t.Usec)/1000, exited: k.Proc.P_stat == sZomb}, nil
 }
+
+// leaseClock reads CLOCK_MONOTONIC, which on macOS counts time asleep too.
+func leaseClock() (int64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, fmt.Errorf("owner: read CLOCK_MONOTONIC: %w", err)
+	}
+	return ts.Nano(), nil
+}
+
+// leaseBoot is the boot session's UUID, which changes at every boot; ""
+// when it cannot be read.
+var leaseBoot = sync.OnceValue(func() string {
+	s, err := unix.Sysctl("kern.bootsessionuuid")
+	if err != nil {
+		return ""
+	}
+	return s
+})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,4 +223,96 @@ func parseStat(b []byte) (stat, error) {
 		return bad(fmt.Sprintf("num_threads (field 20) is %q; want a count", fields[17]))
 	}
 	return stat{pid: pid, comm: string(b[open+1 : closing]), state: fields[0][0], threads: threads, start: start}, nil
+}
+
+// leaseClock reads CLOCK_BOOTTIME: time since boot, suspend included.
+func leaseClock() (int64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0, fmt.Errorf("owner: read CLOCK_BOOTTIME: %w", err)
+	}
+	return ts.Nano(), nil
+}
+
+// leaseBoot is the boot id of process scopes.
+func leaseBoot() string { return host.scope().boot }
+
+// commLen is the length at which the kernel cuts a process's comm.
+const commLen = 15
+
+// name returns the name of process pid, or "" when it cannot be read. A name
+// is for people; its absence changes nothing.
+//
+// It is read from /proc/PID/comm, and where the kernel cut that to 15 bytes,
+// the base name of the program in /proc/PID/cmdline that it starts with. On
+// Linux berth reads /proc itself rather than through gopsutil, whose package
+// initialisation alone reads /proc/stat twice in every process that links it.
+func name(_ context.Context, pid int) string {
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/comm")
+	if err != nil {
+		return ""
+	}
+	comm := string(bytes.TrimSuffix(b, []byte("\n")))
+	if len(comm) < commLen {
+		return comm
+	}
+	cmd, err := os.ReadFile(dir + "/cmdline")
+	if err != nil {
+		return comm
+	}
+	arg0, _, _ := bytes.Cut(cmd, []byte{0})
+	if full := filepath.Base(string(arg0)); len(full) > len(comm) && full[:len(comm)] == comm {
+		return full
+	}
+	return comm
+}
+
+func inspect(_ context.Context, pid int) (Process, error) { return host.inspect(pid) }
+
+// inspect reads pid's stat line, executable, command line and standard
+// input from the /proc of p. Only the stat line is needed: the others are
+// left out when they cannot be read (another user's process).
+func (p *procFS) inspect(pid int) (Process, error) {
+	dir := strconv.Itoa(pid)
+	b, err := fs.ReadFile(p.fsys, dir+"/stat")
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Process{}, fmt.Errorf("owner: pid %d: %w", pid, ErrNotRunning)
+		}
+		return Process{}, fmt.Errorf("owner: inspect pid %d: %w", pid, err)
+	}
+	st, err := parseStat(b)
+	if err != nil {
+		return Process{}, err
+	}
+	if st.pid != pid {
+		return Process{}, fmt.Errorf("owner: /proc/%d/stat is of pid %d", pid, st.pid)
+	}
+	if st.state == 'Z' || st.state == 'X' {
+		return Process{}, fmt.Errorf("owner: pid %d has exited: %w", pid, ErrNotRunning)
+	}
+	// parseStat has checked the line up to field 22; fields[1] is field 4
+	// (ppid), fields[25] field 28 (startstack), fields[45] field 48
+	// (arg_start, Linux 3.5 and later).
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil || ppid < 0 {
+		return Process{}, &statError{Line: string(b), What: fmt.Sprintf("ppid (field 4) is %q; want a pid", fields[1])}
+	}
+	pr := Process{PID: pid, PPID: ppid, Name: st.comm}
+	// The kernel shows 0 for both to a caller that may not trace pid.
+	if len(fields) > 45 && fields[25] != "0" && fields[45] != "0" {
+		pr.Layout = fields[25] + " " + fields[45]
+	}
+	if exe, err := fs.ReadLink(p.fsys, dir+"/exe"); err == nil {
+		pr.Exe = exe
+	}
+	if cmd, err := fs.ReadFile(p.fsys, dir+"/cmdline"); err == nil && len(cmd) > 0 {
+		pr.Args = strings.Split(string(bytes.TrimSuffix(cmd, []byte{0})), "\x00")
+	}
+	if in, err := fs.ReadLink(p.fsys, dir+"/fd/0"); err == nil {
+		pr.Stdin = in
+	}
+	return pr, nil
 }

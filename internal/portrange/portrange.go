@@ -5,7 +5,7 @@
 //
 // A range is split in two segments, as Kubernetes splits its NodePort
 // range in two "bands" (KEP-3668; in berth a band is a fleet-wide range,
-// see store.FleetRequest): a static segment of StaticSegmentSize(size)
+// see pgstore.FleetRequest): a static segment of StaticSegmentSize(size)
 // ports at its low end, for ports that callers ask for by number, and a
 // dynamic segment above it, which allocation scans first. Only when the
 // dynamic segment is full does allocation fall back to the static

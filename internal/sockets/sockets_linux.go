@@ -53,10 +53,8 @@ func parseTable(proto string, b []byte, want func(uint16) bool) ([]Socket, error
 	var out []Socket
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	first := true
 	for n := 1; sc.Scan(); n++ {
-		if first { // the header
-			first = false
+		if n == 1 { // the header
 			continue
 		}
 		f := strings.Fields(sc.Text())

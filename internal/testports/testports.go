@@ -6,26 +6,7 @@
 // directory. Two private stores can hand out the same port; both bind
 // probes pass, and then one of the two binds fails. So a test that
 // allocates, reserves, probes or binds a port stays inside its package's
-// range below, and no two ranges overlap (see TestDisjoint):
-//
-//	package                 range         what binds there
-//	cmd/berth               20000-21999   testscripts: a block of 71 ports per script
-//	portalloc/porttest      22000-22999   porttest's own store and its worker binaries
-//	examples/quickstart     23000-23499   run, through BERTH_PORT_RANGE
-//	examples/metrics        23500-23999   run, through BERTH_PORT_RANGE
-//	examples/orchestrator   24000-24499   the built binary and its services
-//	examples/gotest         24500-24999   porttest's per-user store, through BERTH_PORT_RANGE
-//	mru                     25000-25999   BenchmarkAllocate's bind probes
-//	cmd/torture             26000-26063   the harness's own SmallRange
-//	portalloc/listenfd      26100-26199   its example's Allocator
-//	examples/fleet          26200-26299   run's bind probes, through BERTH_PORT_RANGE
-//	statestore              26300-26363   storetest's worker processes listen on their grants
-//	pgstore                 26400-26463   storetest's worker processes listen on their grants
-//	internal/owner          26500-26563   a killed holder's port, bound again once it is judged exited
-//	portalloc/who           26600-26663   listeners of worker processes that Lookup finds
-//	portalloc               27000-32767   Allocators above 29000, ports tests pick below;
-//	                                      its concept packages (pool, portset, lease,
-//	                                      expvarmetrics) bind here too, under its lock
+// range, listed in All, and no two ranges overlap (see TestDisjoint).
 //
 // All of them lie below the Linux ephemeral range (32768-60999), from which
 // the kernel picks the port of an outgoing connection or of a bind to port
@@ -62,24 +43,24 @@ func (r Range) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
 
 // The ranges, one for each package whose tests bind ports.
 var (
-	CmdBerth     = Range{First: 20000, Last: 21999}
-	Porttest     = Range{First: 22000, Last: 22999}
-	Quickstart   = Range{First: 23000, Last: 23499}
-	Metrics      = Range{First: 23500, Last: 23999}
-	Orchestrator = Range{First: 24000, Last: 24499}
-	Gotest       = Range{First: 24500, Last: 24999}
-	Mru          = Range{First: 25000, Last: 25999}
-	Torture      = Range{First: 26000, Last: 26063}
+	CmdBerth     = Range{First: 20000, Last: 21999} // testscripts: a block of 71 ports per script
+	Porttest     = Range{First: 22000, Last: 22999} // porttest's own store and its worker binaries
+	Quickstart   = Range{First: 23000, Last: 23499} // run, through BERTH_PORT_RANGE
+	Metrics      = Range{First: 23500, Last: 23999} // run, through BERTH_PORT_RANGE
+	Orchestrator = Range{First: 24000, Last: 24499} // the built binary and its services
+	Gotest       = Range{First: 24500, Last: 24999} // porttest's per-user store, through BERTH_PORT_RANGE
+	Mru          = Range{First: 25000, Last: 25999} // BenchmarkAllocate's bind probes
+	Torture      = Range{First: 26000, Last: 26063} // the harness's own SmallRange
 	Listenfd     = Range{First: 26100, Last: 26199}
-	Fleet        = Range{First: 26200, Last: 26299}
-	Statestore   = Range{First: 26300, Last: 26363}
-	Pgstore      = Range{First: 26400, Last: 26463}
-	Owner        = Range{First: 26500, Last: 26563}
-	Who          = Range{First: 26600, Last: 26663}
+	Fleet        = Range{First: 26200, Last: 26299} // run's bind probes, through BERTH_PORT_RANGE
+	Statestore   = Range{First: 26300, Last: 26363} // storetest's worker processes listen on their grants
+	Pgstore      = Range{First: 26400, Last: 26463} // storetest's worker processes listen on their grants
+	Owner        = Range{First: 26500, Last: 26563} // a killed holder's port, bound again once it is judged exited
+	Who          = Range{First: 26600, Last: 26663} // listeners of worker processes that Lookup finds
 	Portset      = Range{First: 26700, Last: 26999}
 	Pool         = Range{First: 27000, Last: 27299}
 	FleetLayer   = Range{First: 27300, Last: 27599}
-	Portalloc    = Range{First: 27600, Last: 32767}
+	Portalloc    = Range{First: 27600, Last: 32767} // Allocators above 29000, ports tests pick below
 )
 
 // All lists every range with the import path of its package, relative to

@@ -58,9 +58,7 @@ func testLeases(t *testing.T, s store.Store) {
 
 	// A lease of a second ends and is reaped; it is never renewed.
 	k3 := key(store.TCP, "127.0.0.1", 40502)
-	if _, err := s.Reserve(ctx, store.Request{Key: k3, Owner: store.Owner{Holder: "h3"}, TTL: time.Second}); err != nil {
-		t.Fatalf("Reserve(%v) for a second = %v", k3, err)
-	}
+	mustReserve(ctx, t, s, store.Request{Key: k3, Owner: store.Owner{Holder: "h3"}, TTL: time.Second})
 	start := time.Now()
 	// Reaped by this Reap or by the store's own background sweep.
 	for {

@@ -25,12 +25,10 @@ import (
 )
 
 // The worker processes of ProcessesRace are the test binary re-run in this
-// role; the environment tells them the rest.
+// role; the environment names the database, and their Config the ports.
 const (
 	workerRole  = "storetest-race"
 	envLocator  = "BERTH_STORETEST_LOCATOR"
-	envPorts    = "BERTH_STORETEST_PORTS"
-	envScans    = "BERTH_STORETEST_SCANS"
 	raceWorkers = 4
 	raceScans   = 3 // per worker: 12 scans for 8 ports, so the ports run out
 )
@@ -39,12 +37,10 @@ const (
 // instead of failing in each worker.
 var registered atomic.Bool
 
-func workerRegistered() bool { return registered.Load() }
-
 // MaybeRunWorker makes this test binary able to serve as a worker process
 // of Run's cross-process case, with c (the Config later given to Run) to
-// reach the store. In a worker process it runs the worker and exits; in
-// the test process it returns at once. Call it once, before the tests run:
+// reach the store and its ports. In a worker process it runs the worker and
+// exits; in the test process it returns at once. Call it once, before the tests run:
 // first thing in TestMain, or from an init function of a test file.
 func MaybeRunWorker(c Config) {
 	testproc.Register(workerRole, func() int {
@@ -60,26 +56,24 @@ func MaybeRunWorker(c Config) {
 	}
 }
 
+// racePortList returns the ports of c.Ports that ProcessesRace binds.
+func racePortList(c Config) []uint16 {
+	ports := make([]uint16, racePorts)
+	for i := range ports {
+		ports[i] = c.Ports.First + uint16(i)
+	}
+	return ports
+}
+
 // runWorker opens the store, says "ready", waits for one byte on stdin,
-// then scans the candidates of envPorts envScans times. For each port it
-// is granted it listens on 127.0.0.1 and says "grant PORT", or says
+// then scans the candidates of racePortList raceScans times. For each port
+// it is granted it listens on 127.0.0.1 and says "grant PORT", or says
 // "unbindable PORT ERROR"; a scan that finds no port says "exhausted".
 // It says "done" and holds its listeners until stdin closes.
 func runWorker(c Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var ports []uint16
-	for f := range strings.SplitSeq(os.Getenv(envPorts), ",") {
-		p, err := strconv.ParseUint(f, 10, 16)
-		if err != nil {
-			return fmt.Errorf("%s=%q: %w", envPorts, os.Getenv(envPorts), err)
-		}
-		ports = append(ports, uint16(p))
-	}
-	scans, err := strconv.Atoi(os.Getenv(envScans))
-	if err != nil {
-		return fmt.Errorf("%s: %w", envScans, err)
-	}
+	ports := racePortList(c)
 	s, err := c.Reopen(ctx, os.Getenv(envLocator))
 	if err != nil {
 		return fmt.Errorf("reopen: %w", err)
@@ -96,7 +90,7 @@ func runWorker(c Config) error {
 			_ = l.Close()
 		}
 	}()
-	for range scans {
+	for range raceScans {
 		r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: lo, Label: "race", Next: Candidates(ports...),
 			Probe: func(k store.Key) error {
 				free, err := portlock.Probe("tcp", k.Addr, k.Port)
@@ -135,14 +129,10 @@ type raceWorker struct {
 // startRaceWorker starts a worker on the database locator names. When t
 // ends it closes the worker's stdin and waits for it to exit (killing it
 // after a while), and for its output to be read.
-func startRaceWorker(tb testing.TB, locator string, ports []uint16) *raceWorker {
+func startRaceWorker(tb testing.TB, locator string) *raceWorker {
 	tb.Helper()
 	cmd := testproc.Command(tb, workerRole)
-	list := make([]string, len(ports))
-	for i, p := range ports {
-		list[i] = strconv.Itoa(int(p))
-	}
-	cmd.Env = append(cmd.Env, envLocator+"="+locator, envPorts+"="+strings.Join(list, ","), envScans+"="+strconv.Itoa(raceScans))
+	cmd.Env = append(cmd.Env, envLocator+"="+locator)
 	stdin, stdout := testproc.Start(tb, cmd)
 	lines := make(chan string)
 	var reading sync.WaitGroup
@@ -191,19 +181,12 @@ func (w *raceWorker) next(tb testing.TB, deadline <-chan time.Time) string {
 	return ""
 }
 
-// testProcessesRace: worker processes that Scan the same few ports of one
-// database at the same moment, and listen on what they are granted, are
-// never granted one port twice; together they get every port once, the
-// store's rows name the worker each port went to, and the scans left over
-// find the ports exhausted.
+// testProcessesRace: see ProcessesRace in the package doc.
 func testProcessesRace(t *testing.T, f fixture) {
-	ports := make([]uint16, racePorts)
-	for i := range ports {
-		ports[i] = f.c.Ports.First + uint16(i)
-	}
+	ports := racePortList(f.c)
 	workers := make([]*raceWorker, raceWorkers)
 	for i := range workers {
-		workers[i] = startRaceWorker(t, f.locator, ports)
+		workers[i] = startRaceWorker(t, f.locator)
 	}
 	deadline := time.After(2 * time.Minute)
 	for _, w := range workers {

@@ -46,7 +46,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-go/berth/internal/owner"
 	"github.com/berth-go/berth/store"
 )
 
@@ -87,20 +86,14 @@ const racePorts = 8
 // check reports the first thing missing from c.
 func (c Config) check() error {
 	var missing []string
-	for _, f := range []struct {
-		name  string
-		unset bool
-	}{
-		{"Open", c.Open == nil},
-		{"Reopen", c.Reopen == nil},
-		{"SchemaVersion", c.SchemaVersion == nil},
-		{"SetSchemaVersion", c.SetSchemaVersion == nil},
-	} {
-		if f.unset {
-			missing = append(missing, f.name)
+	for name, unset := range map[string]bool{"Open": c.Open == nil, "Reopen": c.Reopen == nil,
+		"SchemaVersion": c.SchemaVersion == nil, "SetSchemaVersion": c.SetSchemaVersion == nil} {
+		if unset {
+			missing = append(missing, name)
 		}
 	}
 	if len(missing) > 0 {
+		slices.Sort(missing)
 		return fmt.Errorf("storetest: Config.%s not set: every field is required", strings.Join(missing, ", Config."))
 	}
 	if c.Ports.First == 0 || int(c.Ports.Last)-int(c.Ports.First)+1 < racePorts {
@@ -130,7 +123,7 @@ func Run(t *testing.T, c Config) {
 	if err := c.check(); err != nil {
 		t.Fatal(err)
 	}
-	if !workerRegistered() {
+	if !registered.Load() {
 		t.Fatal("storetest: MaybeRunWorker was not called: call storetest.MaybeRunWorker(cfg) from TestMain, before the tests run, with the Config given to Run")
 	}
 	cases := []struct {
@@ -178,15 +171,19 @@ func key(p store.Protocol, addr string, port uint16) store.Key {
 
 func self(tb testing.TB) store.Owner {
 	tb.Helper()
-	id, err := owner.Self()
+	o, err := store.Self()
 	if err != nil {
-		tb.Fatalf("identify this process: %v", err)
+		tb.Fatal(err)
 	}
-	return fromIdentity(id)
+	return o
 }
 
-func fromIdentity(id owner.Identity) store.Owner {
-	return store.Owner{PID: id.PID, Start: id.Start, Namespace: id.Scope, Name: id.Name}
+// mustReserve reserves req in s, failing tb if it cannot.
+func mustReserve(ctx context.Context, tb testing.TB, s store.Store, req store.Request) {
+	tb.Helper()
+	if _, err := s.Reserve(ctx, req); err != nil {
+		tb.Fatalf("Reserve(%v) for %v = %v", req.Key, req.Owner, err)
+	}
 }
 
 // child starts a process that sleeps until the test ends and returns its
@@ -209,11 +206,11 @@ func child(tb testing.TB) (store.Owner, func()) {
 		})
 	}
 	tb.Cleanup(kill)
-	id, err := owner.Lookup(context.Background(), cmd.Process.Pid)
+	o, err := store.LookupOwner(context.Background(), cmd.Process.Pid)
 	if err != nil {
 		tb.Fatalf("identify owner process %d: %v", cmd.Process.Pid, err)
 	}
-	return fromIdentity(id), kill
+	return o, kill
 }
 
 // testConflictMatrix: for every protocol and pair of addresses, a second
@@ -223,14 +220,13 @@ func testConflictMatrix(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	other, _ := child(t)
 	port := uint16(40000)
-	for _, p := range []store.Protocol{store.TCP, store.UDP} {
+	protos := []store.Protocol{store.TCP, store.UDP}
+	for i, p := range protos {
 		for _, a := range addrs {
 			for _, b := range addrs {
 				port++
 				held := key(p, a, port)
-				if _, err := s.Reserve(ctx, store.Request{Key: held, Owner: other, Label: "holder"}); err != nil {
-					t.Fatalf("Reserve(%v) for the holder = %v", held, err)
-				}
+				mustReserve(ctx, t, s, store.Request{Key: held, Owner: other, Label: "holder"})
 				want := key(p, b, port)
 				_, err := s.Reserve(ctx, store.Request{Key: want})
 				var ce *store.ConflictError
@@ -245,10 +241,7 @@ func testConflictMatrix(t *testing.T, s store.Store) {
 					t.Errorf("Reserve(%v) with %v held = %v; want it granted (no conflict)", want, held, err)
 				}
 				// The other protocol never conflicts.
-				otherProto := store.UDP
-				if p == store.UDP {
-					otherProto = store.TCP
-				}
+				otherProto := protos[1-i]
 				if _, err := s.Reserve(ctx, store.Request{Key: key(otherProto, a, port)}); err != nil {
 					t.Errorf("Reserve(%v) with %v held = %v; want it granted (other protocol)", key(otherProto, a, port), held, err)
 				}
@@ -273,9 +266,7 @@ func testSameOwner(t *testing.T, s store.Store) {
 		t.Errorf("second Reserve(%v) by its owner = %+v, %v (probed %v); want the same row, no probe", k, again, err, probed)
 	}
 	wild := key(store.TCP, "0.0.0.0", 41001)
-	if _, err := s.Reserve(ctx, store.Request{Key: wild}); err != nil {
-		t.Fatalf("Reserve(%v) = %v", wild, err)
-	}
+	mustReserve(ctx, t, s, store.Request{Key: wild})
 	_, err = s.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 41001)})
 	var ce *store.ConflictError
 	if !errors.As(err, &ce) || !ce.Self {
@@ -288,12 +279,8 @@ func testSameOwner(t *testing.T, s store.Store) {
 func testDeadOwner(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	gone, kill := child(t)
-	k1, k2 := key(store.TCP, "127.0.0.1", 42000), key(store.UDP, "0.0.0.0", 42001)
-	for _, k := range []store.Key{k1, k2} {
-		if _, err := s.Reserve(ctx, store.Request{Key: k, Owner: gone}); err != nil {
-			t.Fatalf("Reserve(%v) for pid %d = %v", k, gone.PID, err)
-		}
-	}
+	mustReserve(ctx, t, s, store.Request{Key: key(store.TCP, "127.0.0.1", 42000), Owner: gone})
+	mustReserve(ctx, t, s, store.Request{Key: key(store.UDP, "0.0.0.0", 42001), Owner: gone})
 	kill()
 	if gone.Alive(ctx) {
 		t.Fatalf("pid %d is still alive after it was killed", gone.PID)
@@ -319,9 +306,7 @@ func testRelease(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	other, _ := child(t)
 	k := key(store.TCP, "127.0.0.1", 43000)
-	if _, err := s.Reserve(ctx, store.Request{Key: k, Owner: other}); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(ctx, t, s, store.Request{Key: k, Owner: other})
 	if err := s.Release(ctx, k, store.Owner{}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Release(%v) by a process that does not hold it = %v; want ErrNotFound", k, err)
 	}
@@ -348,9 +333,7 @@ func testTransfer(t *testing.T, s store.Store) {
 	if err := s.Transfer(ctx, k, store.Owner{}, to); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Transfer of a row nobody holds = %v; want ErrNotFound", err)
 	}
-	if _, err := s.Reserve(ctx, store.Request{Key: k, Label: "handed"}); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(ctx, t, s, store.Request{Key: k, Label: "handed"})
 	if err := s.Transfer(ctx, k, to, self(t)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Transfer from an owner that does not hold the row = %v; want ErrNotFound", err)
 	}
@@ -389,9 +372,7 @@ func testScanFill(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	other, _ := child(t)
 	ports := []uint16{45000, 45001, 45002, 45003, 45004}
-	if _, err := s.Reserve(ctx, store.Request{Key: key(store.TCP, "0.0.0.0", 45002), Owner: other}); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(ctx, t, s, store.Request{Key: key(store.TCP, "0.0.0.0", 45002), Owner: other})
 	var got []uint16
 	for range len(ports) - 1 {
 		r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Label: "fill", Next: Candidates(ports...)})
@@ -453,9 +434,7 @@ func testScanProbe(t *testing.T, s store.Store) {
 func testBlock(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	other, _ := child(t)
-	if _, err := s.Reserve(ctx, store.Request{Key: key(store.TCP, "127.0.0.1", 47002), Owner: other}); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(ctx, t, s, store.Request{Key: key(store.TCP, "127.0.0.1", 47002), Owner: other})
 	req := func(bases ...uint16) store.ScanRequest {
 		return store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Label: "block", Next: Candidates(bases...)}
 	}
@@ -501,9 +480,7 @@ func testList(t *testing.T, s store.Store) {
 		{Key: key(store.UDP, "127.0.0.1", 49000), Label: "b"},
 		{Key: key(store.TCP, "::1", 49002), Label: "a", Owner: other},
 	} {
-		if _, err := s.Reserve(ctx, r); err != nil {
-			t.Fatal(err)
-		}
+		mustReserve(ctx, t, s, r)
 	}
 	for _, tc := range []struct {
 		f    store.Filter
@@ -545,51 +522,39 @@ func testInvalid(t *testing.T, s store.Store) {
 	me := self(t)
 	k := key(store.TCP, "127.0.0.1", 1)
 	next := func() (uint16, bool) { return 0, false }
+	reserve := func(req store.Request) func() error {
+		return func() error {
+			_, err := s.Reserve(ctx, req)
+			return err
+		}
+	}
+	// scan calls Scan for n == 1, else ScanBlock.
+	scan := func(req store.ScanRequest, n int) func() error {
+		req.Protocol, req.Addr = store.TCP, k.Addr
+		return func() error {
+			if n == 1 {
+				_, err := s.Scan(ctx, req)
+				return err
+			}
+			_, err := s.ScanBlock(ctx, req, n)
+			return err
+		}
+	}
 	for _, tc := range []struct {
 		name  string
 		field string
 		call  func() error
 	}{
-		{"Reserve for pid 2^31", "owner", func() error {
-			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{PID: 1 << 31, Start: me.Start, Namespace: me.Namespace}})
-			return err
-		}},
-		{"Reserve for pid -1", "owner", func() error {
-			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{PID: -1, Start: 1}})
-			return err
-		}},
-		{"Reserve for a pid with no start or scope", "owner", func() error {
-			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{PID: me.PID}})
-			return err
-		}},
-		{"Reserve for a holder without a lease", "ttl", func() error {
-			_, err := s.Reserve(ctx, store.Request{Key: k, Owner: store.Owner{Holder: "ci/job"}})
-			return err
-		}},
-		{"Reserve for a process with a lease", "ttl", func() error {
-			_, err := s.Reserve(ctx, store.Request{Key: k, TTL: time.Hour})
-			return err
-		}},
-		{"Reserve of kind sticky", "kind", func() error {
-			_, err := s.Reserve(ctx, store.Request{Key: k, Kind: "sticky"})
-			return err
-		}},
-		{"Scan with no candidates iterator", "next", func() error {
-			_, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: k.Addr})
-			return err
-		}},
-		{"Scan for pid 2^31", "owner", func() error {
-			_, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: k.Addr, Next: next, Owner: store.Owner{PID: 1 << 31, Start: 1}})
-			return err
-		}},
-		{"ScanBlock of MaxBlock+1", "n", func() error {
-			_, err := s.ScanBlock(ctx, store.ScanRequest{Protocol: store.TCP, Addr: k.Addr, Next: next}, store.MaxBlock+1)
-			return err
-		}},
-		{"ScanBlock of 0", "n", func() error {
-			_, err := s.ScanBlock(ctx, store.ScanRequest{Protocol: store.TCP, Addr: k.Addr, Next: next}, 0)
-			return err
-		}},
+		{"Reserve for pid 2^31", "owner", reserve(store.Request{Key: k, Owner: store.Owner{PID: 1 << 31, Start: me.Start, Namespace: me.Namespace}})},
+		{"Reserve for pid -1", "owner", reserve(store.Request{Key: k, Owner: store.Owner{PID: -1, Start: 1}})},
+		{"Reserve for a pid with no start or scope", "owner", reserve(store.Request{Key: k, Owner: store.Owner{PID: me.PID}})},
+		{"Reserve for a holder without a lease", "ttl", reserve(store.Request{Key: k, Owner: store.Owner{Holder: "ci/job"}})},
+		{"Reserve for a process with a lease", "ttl", reserve(store.Request{Key: k, TTL: time.Hour})},
+		{"Reserve of kind sticky", "kind", reserve(store.Request{Key: k, Kind: "sticky"})},
+		{"Scan with no candidates iterator", "next", scan(store.ScanRequest{}, 1)},
+		{"Scan for pid 2^31", "owner", scan(store.ScanRequest{Next: next, Owner: store.Owner{PID: 1 << 31, Start: 1}}, 1)},
+		{"ScanBlock of MaxBlock+1", "n", scan(store.ScanRequest{Next: next}, store.MaxBlock+1)},
+		{"ScanBlock of 0", "n", scan(store.ScanRequest{Next: next}, 0)},
 		{"Transfer to pid 2^31", "owner", func() error {
 			return s.Transfer(ctx, k, store.Owner{}, store.Owner{PID: 1 << 31, Start: 1})
 		}},
@@ -614,28 +579,19 @@ func testConcurrentScans(t *testing.T, s store.Store) {
 	for i := range ports {
 		ports[i] = 50000 + uint16(i)
 	}
-	var (
-		wg  sync.WaitGroup
-		mu  sync.Mutex
-		got []uint16
-	)
-	errs := make(chan error, n)
-	for range n {
+	var wg sync.WaitGroup
+	got, errs := make([]uint16, n), make([]error, n)
+	for i := range n {
 		wg.Go(func() {
 			r, err := s.Scan(ctx, store.ScanRequest{Protocol: store.TCP, Addr: netip.MustParseAddr("0.0.0.0"), Next: Candidates(ports...)})
-			if err != nil {
-				errs <- err
-				return
-			}
-			mu.Lock()
-			got = append(got, r.Port)
-			mu.Unlock()
+			got[i], errs[i] = r.Port, err
 		})
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("concurrent Scan = %v", err)
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("concurrent Scan = %v", err)
+		}
 	}
 	slices.Sort(got)
 	if !slices.Equal(got, ports) {
@@ -643,10 +599,7 @@ func testConcurrentScans(t *testing.T, s store.Store) {
 	}
 }
 
-// testSchemaTooNew: a database whose recorded schema version is newer than
-// the store knows is refused with ErrSchemaTooNew and left as it was: the
-// version stays, and the reservation made before is still there once the
-// version is put back.
+// testSchemaTooNew: see SchemaTooNew in the package doc.
 func testSchemaTooNew(t *testing.T, f fixture) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

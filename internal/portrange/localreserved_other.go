@@ -1,5 +1,0 @@
-//go:build !linux
-
-package portrange
-
-func localReserved() ([]Range, error) { return nil, nil }
