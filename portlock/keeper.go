@@ -75,7 +75,7 @@ func (k Keeper) Drop(network string, addr netip.Addr, port uint16) (bool, error)
 	if err != nil {
 		return false, err
 	}
-	return k.drop(network + "/" + strconv.Itoa(int(port)) + "/" + addrTag(addr))
+	return k.drop(key(network, addr, port))
 }
 
 // Take asks the keeper for its lock of network addr:port: the keeper lets
@@ -88,7 +88,7 @@ func (k Keeper) Take(network string, addr netip.Addr, port uint16) (*Lock, error
 	if err != nil {
 		return nil, err
 	}
-	hs, err := k.take(network + "/" + strconv.Itoa(int(port)) + "/" + addrTag(addr))
+	hs, err := k.take(key(network, addr, port))
 	if err != nil || hs == nil {
 		return nil, err
 	}
@@ -99,3 +99,17 @@ func (k Keeper) Take(network string, addr netip.Addr, port uint16) (*Lock, error
 // now, and returns how many it holds: an error wrapping ErrNoKeeper when
 // none runs.
 func (k Keeper) Renew(ttl time.Duration) (int, error) { return k.renew(ttl) }
+
+// key is how a keeper knows the lock of network addr:port: its name after
+// the prefix (tcp/24989/127.0.0.1).
+func key(network string, addr netip.Addr, port uint16) string {
+	return network + "/" + strconv.Itoa(int(port)) + "/" + addrTag(addr)
+}
+
+// addrTag is an address in a lock's name: its own, "*" for both wildcards.
+func addrTag(a netip.Addr) string {
+	if a.IsUnspecified() {
+		return "*"
+	}
+	return a.String()
+}

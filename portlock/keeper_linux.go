@@ -1,6 +1,7 @@
 package portlock
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -39,17 +40,12 @@ func init() {
 }
 
 // sockName is the abstract name the keeper of k listens on.
-func (k Keeper) sockName() string {
-	if k.holder != "" {
-		sum := sha256.Sum256([]byte(k.holder))
-		return prefix + "keep/h/" + hex.EncodeToString(sum[:16])
-	}
-	return prefix + "keep/p/" + strconv.Itoa(k.pid) + "/" + strconv.FormatUint(k.start, 10)
-}
+func (k Keeper) sockName() string { return prefix + "keep/" + strings.ReplaceAll(k.spec(), " ", "/") }
 
 func (k Keeper) spec() string {
 	if k.holder != "" {
-		return "h " + strings.TrimPrefix(k.sockName(), prefix+"keep/h/")
+		sum := sha256.Sum256([]byte(k.holder))
+		return "h " + hex.EncodeToString(sum[:16])
 	}
 	return "p " + strconv.Itoa(k.pid) + " " + strconv.FormatUint(k.start, 10)
 }
@@ -57,10 +53,8 @@ func (k Keeper) spec() string {
 // ioTimeout bounds one request to a keeper, and its start.
 const ioTimeout = 10 * time.Second
 
-// conn is a connection to a keeper.
-type conn int
-
-func (k Keeper) dial() (conn, error) {
+// dial connects to k's keeper.
+func (k Keeper) dial() (int, error) {
 	if k.pid == 0 && k.holder == "" {
 		return -1, errors.New("portlock: the zero Keeper names no owner")
 	}
@@ -78,13 +72,12 @@ func (k Keeper) dial() (conn, error) {
 		}
 		return -1, os.NewSyscallError("connect", err)
 	}
-	return conn(fd), nil
+	return fd, nil
 }
 
-func (c conn) Close() error { return syscall.Close(int(c)) }
-
-// call sends one request with files and returns what follows "ok".
-func (c conn) call(req string, files []*os.File) (string, error) {
+// call sends one request with files and returns what follows "ok", and the
+// descriptors that came with the answer.
+func call(c int, req string, files []*os.File) (string, []int, error) {
 	var oob []byte
 	if len(files) > 0 {
 		fds := make([]int, len(files))
@@ -93,32 +86,49 @@ func (c conn) call(req string, files []*os.File) (string, error) {
 		}
 		oob = syscall.UnixRights(fds...)
 	}
-	if err := syscall.Sendmsg(int(c), []byte(req), oob, nil, 0); err != nil {
-		return "", os.NewSyscallError("sendmsg", err)
+	if err := syscall.Sendmsg(c, []byte(req), oob, nil, 0); err != nil {
+		return "", nil, os.NewSyscallError("sendmsg", err)
 	}
 	buf := make([]byte, 64<<10)
-	n, err := syscall.Read(int(c), buf)
+	oob = make([]byte, syscall.CmsgSpace(16*4))
+	n, oobn, _, _, err := syscall.Recvmsg(c, buf, oob, syscall.MSG_CMSG_CLOEXEC)
 	switch {
 	case err != nil:
-		return "", os.NewSyscallError("read", err)
+		return "", nil, os.NewSyscallError("recvmsg", err)
 	case n == 0:
-		return "", syscall.ECONNRESET // the keeper went away
+		return "", nil, syscall.ECONNRESET // the keeper went away
 	}
+	fds, _ := rights(oob[:oobn])
 	reply := string(buf[:n])
-	if msg, ok := strings.CutPrefix(reply, "err "); ok {
-		return "", errors.New(msg)
-	}
 	rest, ok := strings.CutPrefix(reply, "ok")
 	if !ok {
-		return "", fmt.Errorf("unexpected answer %q", reply)
+		closeAll(fds)
+		if msg, ok := strings.CutPrefix(reply, "err "); ok {
+			return "", nil, errors.New(msg)
+		}
+		return "", nil, fmt.Errorf("unexpected answer %q", reply)
 	}
-	return strings.TrimPrefix(rest, " "), nil
+	return strings.TrimPrefix(rest, " "), fds, nil
+}
+
+// ask speaks one request to k's keeper (what names it in errors).
+func (k Keeper) ask(what, req string) (string, []int, error) {
+	c, err := k.dial()
+	if err != nil {
+		return "", nil, fmt.Errorf("portlock: %s: %w", k, err)
+	}
+	defer func() { _ = syscall.Close(c) }()
+	got, fds, err := call(c, req, nil)
+	if err != nil {
+		return "", nil, fmt.Errorf("portlock: %s: %s: %w", k, what, err)
+	}
+	return got, fds, nil
 }
 
 func (k Keeper) hold(ttl time.Duration, locks []*Lock) error {
 	var err error
 	for try := 0; try < 3; try++ {
-		var c conn
+		var c int
 		c, err = k.dial()
 		if errors.Is(err, ErrNoKeeper) {
 			if err = k.launch(); err == nil {
@@ -129,7 +139,7 @@ func (k Keeper) hold(ttl time.Duration, locks []*Lock) error {
 			continue
 		}
 		err = k.send(c, ttl, locks)
-		_ = c.Close()
+		_ = syscall.Close(c)
 		if err == nil || !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
 			break
 		}
@@ -142,13 +152,13 @@ func (k Keeper) hold(ttl time.Duration, locks []*Lock) error {
 	return nil
 }
 
-func (k Keeper) send(c conn, ttl time.Duration, locks []*Lock) error {
+func (k Keeper) send(c int, ttl time.Duration, locks []*Lock) error {
 	for _, l := range locks {
 		files, err := l.Files()
 		if err != nil {
 			return err
 		}
-		_, err = c.call("hold "+strconv.FormatInt(int64(ttl), 10)+" "+l.key(), files)
+		_, _, err = call(c, "hold "+strconv.FormatInt(int64(ttl), 10)+" "+key(l.network, l.addr, l.port), files)
 		for _, f := range files {
 			_ = f.Close()
 		}
@@ -159,51 +169,20 @@ func (k Keeper) send(c conn, ttl time.Duration, locks []*Lock) error {
 	return nil
 }
 
-// key is the lock's name after the prefix: how a keeper knows it.
-func (l *Lock) key() string {
-	return l.network + "/" + strconv.Itoa(int(l.port)) + "/" + addrTag(l.addr)
-}
-
 func (k Keeper) drop(key string) (bool, error) {
-	c, err := k.dial()
+	got, _, err := k.ask("drop "+key, "drop "+key)
 	if errors.Is(err, ErrNoKeeper) {
 		return false, nil
-	} else if err != nil {
-		return false, fmt.Errorf("portlock: %s: %w", k, err)
 	}
-	defer func() { _ = c.Close() }()
-	got, err := c.call("drop "+key, nil)
-	if err != nil {
-		return false, fmt.Errorf("portlock: %s: drop %s: %w", k, key, err)
-	}
-	return got == "1", nil
+	return got == "1", err
 }
 
 func (k Keeper) take(key string) ([]handle, error) {
-	c, err := k.dial()
-	if errors.Is(err, ErrNoKeeper) {
-		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("portlock: %s: %w", k, err)
-	}
-	defer func() { _ = c.Close() }()
-	if err := syscall.Sendmsg(int(c), []byte("take "+key), nil, nil, 0); err != nil {
-		return nil, fmt.Errorf("portlock: %s: take %s: %w", k, key, os.NewSyscallError("sendmsg", err))
-	}
-	buf := make([]byte, 256)
-	oob := make([]byte, syscall.CmsgSpace(16*4))
-	n, oobn, _, _, err := syscall.Recvmsg(int(c), buf, oob, syscall.MSG_CMSG_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("portlock: %s: take %s: %w", k, key, os.NewSyscallError("recvmsg", err))
-	}
-	fds, _ := rights(oob[:oobn])
-	reply := string(buf[:n])
-	if msg, ok := strings.CutPrefix(reply, "err "); ok {
-		closeAll(fds)
-		return nil, fmt.Errorf("portlock: %s: take %s: %s", k, key, msg)
-	}
-	if len(fds) == 0 {
-		return nil, nil // it does not hold it
+	_, fds, err := k.ask("take "+key, "take "+key)
+	if errors.Is(err, ErrNoKeeper) || errors.Is(err, syscall.ECONNRESET) {
+		return nil, nil // none runs, or it left, holding nothing
+	} else if err != nil || len(fds) == 0 {
+		return nil, err // an error, or it does not hold it
 	}
 	hs := make([]handle, len(fds))
 	for i, fd := range fds {
@@ -213,14 +192,9 @@ func (k Keeper) take(key string) ([]handle, error) {
 }
 
 func (k Keeper) renew(ttl time.Duration) (int, error) {
-	c, err := k.dial()
+	got, _, err := k.ask("renew", "renew "+strconv.FormatInt(int64(ttl), 10))
 	if err != nil {
-		return 0, fmt.Errorf("portlock: %s: %w", k, err)
-	}
-	defer func() { _ = c.Close() }()
-	got, err := c.call("renew "+strconv.FormatInt(int64(ttl), 10), nil)
-	if err != nil {
-		return 0, fmt.Errorf("portlock: %s: renew: %w", k, err)
+		return 0, err
 	}
 	return strconv.Atoi(got)
 }
@@ -233,19 +207,12 @@ func (k Keeper) launch() error {
 		return err
 	}
 	defer func() { _ = pr.Close() }()
-	// The keeper is this program again, started through a first copy
-	// that starts it and exits: the keeper is nobody's child then, and
-	// leaves no zombie behind in a program that runs on.
-	cmd := exec.Command("/proc/self/exe")
 	// What ps shows, and what berth ls names a lock's holder by.
-	cmd.Args = []string{"berth-keeper", "pid", strconv.Itoa(k.pid)}
+	args := []string{"berth-keeper", "pid", strconv.Itoa(k.pid)}
 	if k.holder != "" {
-		cmd.Args = []string{"berth-keeper", "holder", k.holder}
+		args = []string{"berth-keeper", "holder", k.holder}
 	}
-	cmd.Env = []string{keeperEnv + "=1 " + k.spec()}
-	cmd.ExtraFiles = []*os.File{pw}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Run()
+	err = self(args, "1 "+k.spec(), pw).Run()
 	_ = pw.Close()
 	if err != nil {
 		return fmt.Errorf("start keeper: %w", err)
@@ -265,17 +232,25 @@ func (k Keeper) launch() error {
 	}
 }
 
+// self is this program again as a keeper (keeperEnv set to spec), in a
+// session of its own, handed ready. A first copy starts the keeper and
+// exits: the keeper is nobody's child then, and leaves no zombie behind in
+// a program that runs on.
+func self(args []string, spec string, ready *os.File) *exec.Cmd {
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = args
+	cmd.Env = []string{keeperEnv + "=" + spec}
+	cmd.ExtraFiles = []*os.File{ready}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	return cmd
+}
+
 // keeperMain runs a program started as a keeper, and returns its exit code.
 func keeperMain(spec string) int {
 	stage, spec, _ := strings.Cut(spec, " ")
 	ready := os.NewFile(3, "ready")
 	if stage == "1" {
-		cmd := exec.Command("/proc/self/exe")
-		cmd.Args = os.Args
-		cmd.Env = []string{keeperEnv + "=2 " + spec}
-		cmd.ExtraFiles = []*os.File{ready}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err := cmd.Start(); err != nil {
+		if err := self(os.Args, "2 "+spec, ready).Start(); err != nil {
 			fmt.Fprintf(ready, "%v", err)
 			return 1
 		}
@@ -324,25 +299,18 @@ const (
 func runKeeper(spec string, ready *os.File) (*keeper, error) {
 	f := strings.Fields(spec)
 	k := &keeper{held: map[string]kept{}, uid: os.Getuid(), gone: make(chan struct{}), wake: make(chan struct{}, 1)}
-	var name string
 	switch {
 	case len(f) == 2 && f[0] == "h":
 		k.holder = true
-		name = prefix + "keep/h/" + f[1]
 	case len(f) == 3 && f[0] == "p":
-		pid, err := strconv.Atoi(f[1])
-		if err != nil {
-			return nil, err
-		}
-		start, err := strconv.ParseUint(f[2], 10, 64)
-		if err != nil {
+		pid, err1 := strconv.Atoi(f[1])
+		start, err2 := strconv.ParseUint(f[2], 10, 64)
+		if err := cmp.Or(err1, err2); err != nil {
 			return nil, err
 		}
 		if err := watch(pid, start, k.gone); err != nil {
-			fmt.Fprint(ready, "gone")
-			return nil, err
+			return nil, err // keeperMain writes it: "gone", or why pid cannot be watched
 		}
-		name = Keeper{pid: pid, start: start}.sockName()
 	default:
 		return nil, fmt.Errorf("keeper: bad spec %q", spec)
 	}
@@ -350,7 +318,7 @@ func runKeeper(spec string, ready *os.File) (*keeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Bind(ln, &syscall.SockaddrUnix{Name: "@" + name}); err != nil {
+	if err := syscall.Bind(ln, &syscall.SockaddrUnix{Name: "@" + prefix + "keep/" + strings.Join(f, "/")}); err != nil {
 		_ = syscall.Close(ln)
 		if err == syscall.EADDRINUSE {
 			fmt.Fprint(ready, "exists")
@@ -503,20 +471,7 @@ func (k *keeper) talk(fd int) {
 		if flags&syscall.MSG_CTRUNC != 0 && ferr == nil {
 			ferr = errors.New("too many descriptors")
 		}
-		reply := "ok"
-		var give []int // descriptors that go with the answer (take)
-		if ferr != nil {
-			closeAll(fds)
-			reply = "err " + ferr.Error()
-		} else if key, ok := strings.CutPrefix(string(buf[:n]), "take "); ok {
-			closeAll(fds)
-			give = k.give(key)
-			if give == nil {
-				reply = "ok 0"
-			}
-		} else {
-			reply = k.handle(string(buf[:n]), fds)
-		}
+		reply, give := k.handle(string(buf[:n]), fds, ferr) // give: descriptors that go with the answer (take)
 		var oob []byte
 		if len(give) > 0 {
 			oob = syscall.UnixRights(give...)
@@ -531,9 +486,6 @@ func (k *keeper) talk(fd int) {
 }
 
 func rights(oob []byte) ([]int, error) {
-	if len(oob) == 0 {
-		return nil, nil
-	}
 	msgs, err := syscall.ParseSocketControlMessage(oob)
 	if err != nil {
 		return nil, err
@@ -555,34 +507,28 @@ func closeAll(fds []int) {
 	}
 }
 
-// give removes key's lock from the keeper and returns its descriptors,
-// which the caller sends to the taker and closes; nil when it holds none.
-func (k *keeper) give(key string) []int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	h, ok := k.held[key]
-	if !ok {
-		return nil
-	}
-	delete(k.held, key)
-	return h.fds
-}
-
-// handle carries out one request and returns the answer.
-func (k *keeper) handle(req string, fds []int) string {
+// handle carries out one request, which came with fds and ferr, and returns
+// the answer, and for take the descriptors that go with it, which the caller
+// sends and closes.
+func (k *keeper) handle(req string, fds []int, ferr error) (string, []int) {
 	f := strings.Fields(req)
-	if len(f) == 0 {
+	hold := len(f) == 3 && f[0] == "hold" && len(fds) > 0 && ferr == nil
+	if !hold {
 		closeAll(fds)
-		return "err empty request"
+	}
+	if ferr != nil {
+		return "err " + ferr.Error(), nil
+	} else if len(f) == 0 {
+		return "err empty request", nil
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	switch {
-	case f[0] == "hold" && len(f) == 3 && len(fds) > 0:
+	case hold:
 		ttl, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil {
 			closeAll(fds)
-			return "err bad ttl"
+			return "err bad ttl", nil
 		}
 		h := kept{fds: fds}
 		if k.holder {
@@ -592,21 +538,22 @@ func (k *keeper) handle(req string, fds []int) string {
 			closeAll(old.fds) // copies of the same lock: the new ones keep it
 		}
 		k.held[f[2]] = h
-		return "ok"
-	case f[0] == "drop" && len(f) == 2:
-		closeAll(fds)
+		return "ok", nil
+	case (f[0] == "drop" || f[0] == "take") && len(f) == 2:
 		h, ok := k.held[f[1]]
 		if !ok {
-			return "ok 0"
+			return "ok 0", nil
+		}
+		delete(k.held, f[1])
+		if f[0] == "take" {
+			return "ok", h.fds
 		}
 		closeAll(h.fds)
-		delete(k.held, f[1])
-		return "ok 1"
+		return "ok 1", nil
 	case f[0] == "renew" && len(f) == 2:
-		closeAll(fds)
 		ttl, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil {
-			return "err bad ttl"
+			return "err bad ttl", nil
 		}
 		end := time.Now().Add(time.Duration(ttl))
 		for key, h := range k.held {
@@ -615,17 +562,15 @@ func (k *keeper) handle(req string, fds []int) string {
 			}
 			k.held[key] = h
 		}
-		return "ok " + strconv.Itoa(len(k.held))
+		return "ok " + strconv.Itoa(len(k.held)), nil
 	case f[0] == "list" && len(f) == 1:
-		closeAll(fds)
 		keys := make([]string, 0, len(k.held))
 		for key := range k.held {
 			keys = append(keys, key)
 		}
-		return strings.TrimSpace("ok " + strings.Join(keys, " "))
+		return strings.TrimSpace("ok " + strings.Join(keys, " ")), nil
 	}
-	closeAll(fds)
-	return "err unknown request " + strconv.Quote(f[0])
+	return "err unknown request " + strconv.Quote(f[0]), nil
 }
 
 // startOf reads the start of process pid as the kernel records it: field
@@ -636,12 +581,8 @@ func startOf(pid int) (uint64, error) {
 		return 0, fmt.Errorf("portlock: pid %d: %w", pid, err)
 	}
 	// The name, field 2, is in parentheses and may hold anything.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("portlock: pid %d: unreadable stat", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 20 || !strings.Contains(string(b), ")") {
 		return 0, fmt.Errorf("portlock: pid %d: unreadable stat", pid)
 	}
 	if f[0] == "Z" || f[0] == "X" {

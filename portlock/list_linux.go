@@ -1,8 +1,6 @@
 package portlock
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"fmt"
 	"net/netip"
@@ -26,51 +24,31 @@ func list() ([]Held, error) {
 		return nil, nil
 	}
 	pids := socketOwners(byInode)
+	out := make([]Held, 0, len(byInode))
+	var squat []Held
+	for ino, h := range byInode {
+		h.PIDs = pids[ino]
+		if h.slot {
+			squat = append(squat, h)
+		} else {
+			out = append(out, h)
+		}
+	}
 	// A slot name stands for the address lock beside it. Held alone (by a
 	// program that is not berth), it denies the port's wildcard: it is
 	// shown as a lock of the wildcard, held by those processes.
-	type portOf struct {
-		network string
-		port    uint16
-	}
-	locked := map[portOf]map[int]bool{}
-	for ino, h := range byInode {
-		if h.slot {
-			continue
-		}
-		k := portOf{h.Network, h.Port}
-		if locked[k] == nil {
-			locked[k] = map[int]bool{}
-		}
-		for _, pid := range pids[ino] {
-			locked[k][pid] = true
-		}
-	}
-	wild := map[portOf]*Held{}
-	out := make([]Held, 0, len(byInode))
-	for ino, h := range byInode {
-		if !h.slot {
-			h.PIDs = pids[ino]
-			out = append(out, h)
-			continue
-		}
-		k := portOf{h.Network, h.Port}
-		for _, pid := range pids[ino] {
-			if locked[k][pid] {
+	for _, s := range squat {
+		samePort := func(h Held) bool { return h.Network == s.Network && h.Port == s.Port }
+		for _, pid := range s.PIDs {
+			if slices.ContainsFunc(out, func(h Held) bool { return samePort(h) && slices.Contains(h.PIDs, pid) }) {
 				continue
 			}
-			if wild[k] == nil {
-				wild[k] = &Held{Network: h.Network, Port: h.Port}
+			i := slices.IndexFunc(out, func(h Held) bool { return samePort(h) && !h.Addr.IsValid() })
+			if i < 0 {
+				out = append(out, Held{Network: s.Network, Port: s.Port})
+				i = len(out) - 1
 			}
-			wild[k].PIDs = append(wild[k].PIDs, pid)
-		}
-	}
-	for k, w := range wild {
-		i := slices.IndexFunc(out, func(h Held) bool { return h.Network == k.network && h.Port == k.port && !h.Addr.IsValid() })
-		if i < 0 {
-			out = append(out, *w)
-		} else {
-			out[i].PIDs = append(out[i].PIDs, w.PIDs...)
+			out[i].PIDs = append(out[i].PIDs, pid)
 		}
 	}
 	for i := range out {
@@ -90,27 +68,20 @@ func readLocks(m map[uint64]Held) error {
 	if err != nil {
 		return fmt.Errorf("portlock: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
+	for _, line := range strings.Split(string(data), "\n") {
 		// Num RefCount Protocol Flags Type St Inode Path: a lock is a
 		// datagram socket (Type 0002); a name is held per type, so a
 		// socket of another type bound to it is no lock.
-		f := bytes.Fields(sc.Bytes())
-		if len(f) < 8 || string(f[4]) != "0002" || !bytes.HasPrefix(f[7], []byte("@"+prefix)) {
+		f := strings.Fields(line)
+		if len(f) < 8 || f[4] != "0002" || !strings.HasPrefix(f[7], "@"+prefix) {
 			continue
 		}
-		h, ok := parseName(string(f[7][1+len(prefix):]))
-		if !ok {
-			continue
+		h, ok := parseName(f[7][1+len(prefix):])
+		if ino, err := strconv.ParseUint(f[6], 10, 64); ok && err == nil {
+			m[ino] = h
 		}
-		ino, err := strconv.ParseUint(string(f[6]), 10, 64)
-		if err != nil {
-			continue
-		}
-		m[ino] = h
 	}
-	return sc.Err()
+	return nil
 }
 
 // parseName reads "tcp/24989/127.0.0.1", "tcp/24989/*" or a slot,
@@ -132,46 +103,42 @@ func parseName(n string) (Held, bool) {
 		h.slot = true
 		return h, true
 	}
-	a, err := netip.ParseAddr(parts[2])
-	if err != nil {
-		return Held{}, false
-	}
-	h.Addr = a
-	return h, true
+	h.Addr, err = netip.ParseAddr(parts[2])
+	return h, err == nil
 }
 
 // socketOwners finds, for each socket inode of want, the processes with a
 // descriptor of it.
 func socketOwners(want map[uint64]Held) map[uint64][]int {
 	out := map[uint64][]int{}
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return out
-	}
+	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
 		if err != nil {
 			continue
 		}
-		dir := "/proc/" + p.Name() + "/fd/"
-		fds, err := os.ReadDir(dir)
-		if err != nil {
-			continue // gone, or another user's
+		for _, ino := range sockets(pid) {
+			if _, ok := want[ino]; ok {
+				out[ino] = append(out[ino], pid) // list drops repeats
+			}
 		}
-		seen := map[uint64]bool{}
-		for _, fd := range fds {
-			l, err := os.Readlink(dir + fd.Name())
-			if err != nil || !strings.HasPrefix(l, "socket:[") {
-				continue
-			}
-			ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]"), 10, 64)
-			if err != nil {
-				continue
-			}
-			if _, ok := want[ino]; ok && !seen[ino] {
-				seen[ino] = true
-				out[ino] = append(out[ino], pid)
-			}
+	}
+	return out
+}
+
+// sockets returns the inodes of the sockets process pid has descriptors of:
+// none when it is gone, or another user's.
+func sockets(pid int) []uint64 {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd/"
+	fds, _ := os.ReadDir(dir)
+	var out []uint64
+	for _, fd := range fds {
+		l, err := os.Readlink(dir + fd.Name())
+		if err != nil || !strings.HasPrefix(l, "socket:[") {
+			continue
+		}
+		if ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]"), 10, 64); err == nil {
+			out = append(out, ino)
 		}
 	}
 	return out

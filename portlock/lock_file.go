@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Where the abstract unix namespace does not exist, a lock is a lock of a
@@ -57,26 +58,21 @@ func lockFile(path string, exclusive bool) (handle, bool, error) {
 
 func acquire(network string, addr netip.Addr, port uint16) ([]handle, error) {
 	held := &HeldError{Network: network, Addr: addr, Port: port}
-	if addr.IsUnspecified() {
-		h, ok, err := lockFile(fileName(network, port, netip.Addr{}), true)
-		if err != nil {
-			return nil, fmt.Errorf("portlock: %w", err)
-		}
-		if !ok {
-			return nil, held // a wildcard or a specific address holds the port
-		}
-		return []handle{h}, nil
-	}
-	gate, ok, err := lockFile(fileName(network, port, netip.Addr{}), false)
-	if err != nil {
+	wild := addr.IsUnspecified()
+	gate, ok, err := lockFile(fileName(network, port, netip.Addr{}), wild)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("portlock: %w", err)
-	}
-	if !ok {
+	case !ok && !wild:
 		held.In = netip.IPv4Unspecified()
 		if addr.Is6() {
 			held.In = netip.IPv6Unspecified()
 		}
 		return nil, held
+	case !ok:
+		return nil, held // a wildcard or a specific address holds the port
+	case wild:
+		return []handle{gate}, nil
 	}
 	own, ok, err := lockFile(fileName(network, port, addr), true)
 	if err != nil || !ok {
@@ -95,3 +91,11 @@ func dupFile(h handle, _ string) (*os.File, error) { return dup(h.(lockedFile).f
 func inherit(h handle) (handle, error) { return h, nil }
 
 func heldBy(int, handle) bool { return false }
+
+// No keepers and no List where locks are files.
+func (k Keeper) hold(time.Duration, []*Lock) error { return ErrNoKeeper }
+func (k Keeper) drop(string) (bool, error)         { return false, nil }
+func (k Keeper) renew(time.Duration) (int, error)  { return 0, ErrNoKeeper }
+func (k Keeper) take(string) ([]handle, error)     { return nil, nil }
+func startOf(int) (uint64, error)                  { return 0, nil }
+func list() ([]Held, error)                        { return nil, nil }

@@ -1,6 +1,7 @@
 package portlock
 
 import (
+	"cmp"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -8,14 +9,7 @@ import (
 )
 
 // lockDir is under %ProgramData%, which every user of the host can add to.
-var lockDir = filepath.Join(programData(), "berth", "locks")
-
-func programData() string {
-	if d := os.Getenv("ProgramData"); d != "" {
-		return d
-	}
-	return os.TempDir()
-}
+var lockDir = filepath.Join(cmp.Or(os.Getenv("ProgramData"), os.TempDir()), "berth", "locks")
 
 var (
 	kernel32   = syscall.NewLazyDLL("kernel32.dll")

@@ -2,14 +2,26 @@ package portlock
 
 import (
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
 )
+
+// prefix starts the name of every lock. The number is the version of the
+// naming scheme: berths that name locks differently must not share it.
+const prefix = "berth/1/"
+
+// name is the abstract name of a lock: tag is the address's (addrTag), or
+// "s<i>" for slot i.
+func name(network string, port uint16, tag string) string {
+	return prefix + network + "/" + strconv.Itoa(int(port)) + "/" + tag
+}
+
+func slotTag(i int) string { return "s" + strconv.Itoa(i) }
 
 // sock is a socket bound to a lock's name.
 type sock int
@@ -20,9 +32,9 @@ func (s sock) fd() uintptr  { return uintptr(s) }
 // bindName binds a new datagram socket to the abstract name. It returns
 // syscall.EADDRINUSE when the name is held.
 func bindName(n string) (sock, error) {
-	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := dgram()
 	if err != nil {
-		return -1, os.NewSyscallError("socket", err)
+		return -1, err
 	}
 	// A leading "@" makes the name abstract: syscall writes a NUL.
 	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: "@" + n}); err != nil {
@@ -42,12 +54,10 @@ func bindName(n string) (sock, error) {
 // the socket.
 type prober int
 
-func newProber() (prober, error) {
+// dgram is a new unix datagram socket: a lock's, or a prober.
+func dgram() (int, error) {
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return -1, os.NewSyscallError("socket", err)
-	}
-	return prober(fd), nil
+	return fd, os.NewSyscallError("socket", err)
 }
 
 func (p prober) held(n string) (bool, error) {
@@ -65,20 +75,12 @@ func (p prober) held(n string) (bool, error) {
 	return false, os.NewSyscallError("connect", err)
 }
 
-func (p prober) Close() error { return syscall.Close(int(p)) }
-
 // retries is how many times a lock whose check met a name held for a
 // moment (another request taking its own names, which will give them back)
 // is tried again.
 const retries = 3
 
 func acquire(network string, addr netip.Addr, port uint16) ([]handle, error) {
-	p := prober(-1)
-	defer func() {
-		if p >= 0 {
-			_ = p.Close()
-		}
-	}()
 	for try := 0; ; try++ {
 		hs, in, err := acquireOnce(network, addr, port)
 		if err == nil || !errors.Is(err, ErrHeld) || try == retries || in == "" {
@@ -89,13 +91,13 @@ func acquire(network string, addr netip.Addr, port uint16) ([]handle, error) {
 		// sees ours: wait a moment at random, and try again only if that
 		// name is free by then.
 		time.Sleep(time.Duration(50+rand.IntN(450)) * time.Microsecond)
-		if p < 0 {
-			var perr error
-			if p, perr = newProber(); perr != nil {
-				return nil, perr
-			}
+		p, perr := dgram()
+		if perr != nil {
+			return nil, perr
 		}
-		if held, herr := p.held(in); herr != nil || held {
+		held, herr := prober(p).held(in)
+		_ = syscall.Close(p)
+		if herr != nil || held {
 			return hs, err
 		}
 	}
@@ -103,68 +105,57 @@ func acquire(network string, addr netip.Addr, port uint16) ([]handle, error) {
 
 // acquireOnce is one attempt of acquire. in is the name the check found
 // held, when that is why it failed.
-func acquireOnce(network string, addr netip.Addr, port uint16) (hs []handle, in string, err error) {
-	held := func(e *HeldError) error {
-		e.Network, e.Addr, e.Port = network, addr, port
-		return e
-	}
-	if addr.IsUnspecified() {
-		w, err := bindName(name(network, port, "*"))
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, "", held(&HeldError{In: addr})
-		} else if err != nil {
-			return nil, "", err
-		}
-		for i := range slots {
-			n := name(network, port, slotTag(i))
-			taken, err := prober(w).held(n)
-			if err != nil || taken {
-				_ = w.Close()
-				if err != nil {
-					return nil, "", err
-				}
-				return nil, n, held(&HeldError{})
-			}
-		}
-		return []handle{w}, "", nil
-	}
+func acquireOnce(network string, addr netip.Addr, port uint16) (_ []handle, in string, err error) {
+	held := &HeldError{Network: network, Addr: addr, Port: port, In: addr}
 	own, err := bindName(name(network, port, addrTag(addr)))
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return nil, "", held(&HeldError{In: addr})
+		return nil, "", held
 	} else if err != nil {
 		return nil, "", err
 	}
-	slot := sock(-1)
-	for i := range slots {
-		s, err := bindName(name(network, port, slotTag(i)))
-		if err == nil {
-			slot = s
-			break
+	got := []handle{own}
+	defer func() {
+		if err != nil {
+			for _, h := range got {
+				_ = h.Close()
+			}
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) {
-			_ = own.Close()
-			return nil, "", err
+	}()
+	// A wildcard checks every slot; an address takes a slot and checks
+	// the wildcard.
+	var check []string
+	if addr.IsUnspecified() {
+		held.In = netip.Addr{}
+		for i := range slots {
+			check = append(check, name(network, port, slotTag(i)))
+		}
+	} else {
+		held.In = netip.IPv4Unspecified()
+		if addr.Is6() {
+			held.In = netip.IPv6Unspecified()
+		}
+		check = []string{name(network, port, "*")}
+		for i := 0; len(got) == 1; i++ {
+			if i == slots {
+				return nil, "", &HeldError{Network: network, Addr: addr, Port: port, In: addr, Slots: true}
+			}
+			s, err := bindName(name(network, port, slotTag(i)))
+			if err == nil {
+				got = append(got, s)
+			} else if !errors.Is(err, syscall.EADDRINUSE) {
+				return nil, "", err
+			}
 		}
 	}
-	if slot < 0 {
-		_ = own.Close()
-		return nil, "", held(&HeldError{In: addr, Slots: true})
-	}
-	wild := name(network, port, "*")
-	taken, err := prober(slot).held(wild)
-	if err != nil || taken {
-		_ = own.Close()
-		_ = slot.Close()
+	for _, n := range check {
+		taken, err := prober(got[len(got)-1].fd()).held(n)
 		if err != nil {
 			return nil, "", err
+		} else if taken {
+			return nil, n, held
 		}
-		in := netip.IPv4Unspecified()
-		if addr.Is6() {
-			in = netip.IPv6Unspecified()
-		}
-		return nil, wild, held(&HeldError{In: in})
 	}
-	return []handle{own, slot}, "", nil
+	return got, "", nil
 }
 
 // dupFile returns a copy of h's descriptor as a file, close-on-exec.
@@ -194,30 +185,7 @@ func fcntl(fd uintptr, cmd, arg int) (uintptr, error) {
 	return r, nil
 }
 
-// inode returns the inode of the socket behind fd.
-func inode(fd uintptr) (uint64, error) {
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(fd), &st); err != nil {
-		return 0, err
-	}
-	return st.Ino, nil
-}
-
 func heldBy(pid int, h handle) bool {
-	ino, err := inode(h.fd())
-	if err != nil {
-		return false
-	}
-	want := fmt.Sprintf("socket:[%d]", ino)
-	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return false
-	}
-	for _, e := range ents {
-		if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && l == want {
-			return true
-		}
-	}
-	return false
+	var st syscall.Stat_t
+	return syscall.Fstat(int(h.fd()), &st) == nil && slices.Contains(sockets(pid), st.Ino)
 }

@@ -156,6 +156,22 @@ func Take(network string, addr netip.Addr, port uint16) (*Lock, error) {
 	return l, nil
 }
 
+// Probe reports whether network ("tcp" or "udp") port can be bound on addr
+// right now, by binding a socket with the options the consumer's own
+// listener will use and closing it at once: SO_REUSEADDR for TCP, as Go's
+// net package sets it, and a dual-stack IPv6 socket for IPv6 addresses and
+// for the IPv4 wildcard, as Go binds them. A port in use (EADDRINUSE) or
+// refused (EACCES: a privileged port, a Windows excluded range) is not
+// free; any other failure is an error, because it says nothing about the
+// port.
+func Probe(network string, addr netip.Addr, port uint16) (bool, error) {
+	addr, err := check(network, addr, port)
+	if err != nil {
+		return false, err
+	}
+	return probe(network, addr, port)
+}
+
 // check validates a key and returns its address in normal form.
 func check(network string, addr netip.Addr, port uint16) (netip.Addr, error) {
 	switch {
@@ -240,3 +256,26 @@ func (l *Lock) HeldBy(pid int) bool {
 	defer l.mu.Unlock()
 	return len(l.hs) > 0 && heldBy(pid, l.hs[0])
 }
+
+// Held is a lock that processes of this host hold, as List finds it.
+type Held struct {
+	Network string     // "tcp" or "udp"
+	Addr    netip.Addr // the zero Addr for a wildcard lock (0.0.0.0 or ::)
+	Port    uint16
+	// PIDs are the processes that hold a descriptor of the lock, as far as
+	// this process may look into them (another user's are hidden from a
+	// process that is not root); empty when none can be told.
+	PIDs []int
+
+	slot bool // a slot name, which List folds into the locks it stands for
+}
+
+// List returns the locks of this network namespace, ordered by protocol,
+// port and address, with the processes that hold them: the reservations of
+// every berth process on the host, those of test helpers that keep no
+// record included. A process that holds a slot name of a port and no lock
+// of an address of it (a program that is not berth squatting the name) is
+// shown holding the port's wildcard, the lock it denies. It is for people
+// to read: a lock made or dropped while it reads may be missed. Where
+// locks are files (see LockDir), it returns none.
+func List() ([]Held, error) { return list() }

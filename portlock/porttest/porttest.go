@@ -26,6 +26,7 @@ package porttest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -44,10 +45,7 @@ const EnvPortRange = "BERTH_PORT_RANGE"
 // Option changes the address a helper takes its ports on.
 type Option func(*options)
 
-type options struct {
-	addr    string
-	setAddr bool
-}
+type options struct{ addr *string }
 
 // On makes a helper take (and, for Listener and PacketConn, bind) its port
 // on addr instead of 127.0.0.1: "::1" for IPv6 loopback, "0.0.0.0" or "::"
@@ -55,7 +53,7 @@ type options struct {
 // takes the port on every address. An address that does not parse fails
 // the test.
 func On(addr string) Option {
-	return func(o *options) { o.addr, o.setAddr = addr, true }
+	return func(o *options) { o.addr = &addr }
 }
 
 func address(tb testing.TB, opts []Option) netip.Addr {
@@ -64,12 +62,12 @@ func address(tb testing.TB, opts []Option) netip.Addr {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if !o.setAddr {
+	if o.addr == nil {
 		return netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
-	a, err := netip.ParseAddr(o.addr)
+	a, err := netip.ParseAddr(*o.addr)
 	if err != nil || a.Zone() != "" {
-		tb.Fatalf("porttest: On(%q): not an IP address without a zone; want one such as 127.0.0.1, ::1, 0.0.0.0 or ::", o.addr)
+		tb.Fatalf("porttest: On(%q): not an IP address without a zone; want one such as 127.0.0.1, ::1, 0.0.0.0 or ::", *o.addr)
 	}
 	return a.Unmap()
 }
@@ -193,25 +191,7 @@ func Addr(tb testing.TB, opts ...Option) string {
 //	defer srv.Close()
 func Listener(tb testing.TB, opts ...Option) net.Listener {
 	tb.Helper()
-	addr := address(tb, opts)
-	var ln net.Listener
-	take(tb, "tcp port on "+addr.String(), func(p uint16) error {
-		l, err := portlock.Acquire("tcp", addr, p)
-		if err != nil {
-			return err
-		}
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, p).String())
-		if err != nil {
-			_ = l.Close()
-			return bindErr("tcp", addr, p, err)
-		}
-		tb.Cleanup(func() {
-			_ = ln.Close()
-			_ = l.Close()
-		})
-		return nil
-	})
-	return ln
+	return bound(tb, "tcp", address(tb, opts), net.Listen)
 }
 
 // PacketConn returns a UDP socket bound to a free port of 127.0.0.1 (or the
@@ -219,32 +199,33 @@ func Listener(tb testing.TB, opts ...Option) net.Listener {
 // released when tb ends.
 func PacketConn(tb testing.TB, opts ...Option) net.PacketConn {
 	tb.Helper()
-	addr := address(tb, opts)
-	var pc net.PacketConn
-	take(tb, "udp port on "+addr.String(), func(p uint16) error {
-		l, err := portlock.Acquire("udp", addr, p)
+	return bound(tb, "udp", address(tb, opts), net.ListenPacket)
+}
+
+// bound binds a free port of network on addr with listen while the port is
+// locked; both are released when tb ends.
+func bound[T io.Closer](tb testing.TB, network string, addr netip.Addr, listen func(network, addr string) (T, error)) T {
+	tb.Helper()
+	var c T
+	take(tb, network+" port on "+addr.String(), func(p uint16) error {
+		l, err := portlock.Acquire(network, addr, p)
 		if err != nil {
 			return err
 		}
-		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(addr, p).String())
+		c, err = listen(network, netip.AddrPortFrom(addr, p).String())
 		if err != nil {
 			_ = l.Close()
-			return bindErr("udp", addr, p, err)
+			if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EACCES) {
+				// Bound outside berth: a port to pass over.
+				return &portlock.HeldError{Network: network, Addr: addr, Port: p, Bound: true}
+			}
+			return err
 		}
 		tb.Cleanup(func() {
-			_ = pc.Close()
+			_ = c.Close()
 			_ = l.Close()
 		})
 		return nil
 	})
-	return pc
-}
-
-// bindErr is the error of a bind of a locked port: a port bound outside
-// berth is one to pass over.
-func bindErr(network string, addr netip.Addr, port uint16, err error) error {
-	if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EACCES) {
-		return &portlock.HeldError{Network: network, Addr: addr, Port: port, Bound: true}
-	}
-	return err
+	return c
 }

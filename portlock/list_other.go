@@ -1,5 +1,0 @@
-//go:build !linux
-
-package portlock
-
-func list() ([]Held, error) { return nil, nil }
