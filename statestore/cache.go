@@ -12,21 +12,17 @@ import (
 )
 
 // heldCache is this connection's view of the table, by (protocol, port),
-// filled key by key as scans visit candidates, so that a scan skips held
-// ports without a query each. An entry is exact while no other connection
-// has committed since it was read: when PRAGMA data_version says one has,
-// fresh opens a new generation, and older entries are read again, by
-// primary key, when next visited. So what a call costs follows the keys it
-// visits, not the size of the table. This connection's own writes are
-// applied as they happen. The view is only a hint: a candidate it calls
-// free is checked against the table before it is granted.
+// filled as scans visit candidates, so that a scan skips held ports without
+// a query each. An entry is exact while no other connection has committed
+// since it was read: when PRAGMA data_version moves, fresh opens a new
+// generation, and older entries are read again when next visited, so a
+// call costs what it visits, not the table's size. The view is only a
+// hint: a candidate it calls free is checked against the table.
 type heldCache struct {
-	valid   bool   // version is known; false when new and after a failed transaction
-	version int64  // data_version at which generation gen began
-	gen     uint64 // entries of this generation are exact
-	// rows holds the rows of the keys the view has read, by cacheKey; only
-	// keys that had rows when read are kept.
-	rows map[uint32]viewEntry
+	valid   bool                 // version is known; false when new and after a failed transaction
+	version int64                // data_version at which generation gen began
+	gen     uint64               // entries of this generation are exact
+	rows    map[uint32]viewEntry // by cacheKey; only keys that had rows
 }
 
 type viewEntry struct {
@@ -42,7 +38,7 @@ func cacheKey(p store.Protocol, port uint16) uint32 {
 	return k
 }
 
-// fresh brings the view up to date. It must run inside a write transaction.
+// fresh brings the view up to date, inside a write transaction.
 func (s *sqlStore) fresh(ctx context.Context) error {
 	var v int64
 	if err := s.st.row(ctx, qDataVersion).Scan(&v); err != nil {
@@ -71,8 +67,7 @@ func (c *heldCache) entry(k uint32) ([]store.Reservation, bool) {
 }
 
 // holders returns the rows that conflict with k, from the view when it
-// knows k's port, else read from the table (inside the caller's
-// transaction) and remembered; fromTable says which.
+// knows k's port, else from the table (fromTable), remembered.
 func (s *sqlStore) holders(ctx context.Context, k store.Key) (out []store.Reservation, fromTable bool, err error) {
 	ck := cacheKey(k.Protocol, k.Port)
 	all, known := s.cache.entry(ck)
@@ -122,10 +117,9 @@ func (c *heldCache) remove(key store.Key) {
 	c.rows[k] = viewEntry{gen: c.gen, rows: rs}
 }
 
-// stale forgets the view after a committed write of this connection whose
-// effect on it is not applied row by row (bulk deletes, transfers):
-// data_version, which counts only other connections' commits, does not
-// move for it, so the generation moves on here.
+// stale forgets the view after a write of this connection not applied row
+// by row (bulk deletes, transfers): data_version counts only other
+// connections' commits.
 func (c *heldCache) stale() { c.gen++ }
 
 // scanRow reads one row in rowColumns order. A row that breaks the schema's
@@ -173,12 +167,10 @@ const (
 	liveCacheMax = 4096
 )
 
-// rowAlive reports whether r's owner still holds it: a lease that has not
-// ended (see leaseRow), or a process that still runs. A remembered death is
-// always used; a remembered life only when it was checked after
-// freshSince, which callers set to now (always check) where a wrong "alive"
-// would refuse a request or keep a row, and to a moment ago where it only
-// skips a candidate. It must be called with the store acquired.
+// rowAlive reports whether r's owner still holds it, with the store
+// acquired. A remembered death is always used; a remembered life only when
+// checked after freshSince: now where a wrong "alive" would refuse a request
+// or keep a row, a moment ago where it only skips a candidate.
 func (s *sqlStore) rowAlive(ctx context.Context, r store.Reservation, freshSince time.Time) bool {
 	o := r.Owner
 	if o.Holder != "" {

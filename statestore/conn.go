@@ -24,7 +24,6 @@ func openDB(dsn string) (*sql.DB, error) {
 	return sql.OpenDB(persistWAL{base}), nil
 }
 
-// persistWAL is a connector whose connections keep the WAL files.
 type persistWAL struct{ driver.Connector }
 
 func (c persistWAL) Connect(ctx context.Context) (driver.Conn, error) {

@@ -13,9 +13,7 @@ import (
 )
 
 // storageErr puts an error of the database or the file system into the
-// store's words: a lock to wait for (store.ErrBusy), a passing shortage
-// (store.ErrTransient), or else a failure of the store (store.ErrStorage). op prefixes
-// the message.
+// store's words: store.ErrBusy, ErrTransient, or else ErrStorage.
 func storageErr(op string, err error) error {
 	switch {
 	case errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrTransient):
@@ -29,8 +27,8 @@ func storageErr(op string, err error) error {
 	return &storageError{op: op, err: err}
 }
 
-// storageError is a failure of the store: it wraps store.ErrStorage and the
-// cause, unless explain has found the cause to be a full disk (short).
+// storageError wraps store.ErrStorage and the cause, unless explain has
+// found the cause to be a shortage.
 type storageError struct {
 	op    string
 	err   error
@@ -51,8 +49,7 @@ func (e *storageError) Unwrap() []error {
 	return []error{store.ErrStorage, e.err}
 }
 
-// sqliteCode returns the primary result code of the SQLite error err wraps
-// (the extended codes share it), or 0.
+// sqliteCode returns the primary result code of err's SQLite error, or 0.
 func sqliteCode(err error) int {
 	var se *sqlite.Error
 	if errors.As(err, &se) {
@@ -63,12 +60,10 @@ func sqliteCode(err error) int {
 
 func isBusy(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_BUSY }
 
-// shortage returns err in the words of a passing shortage (wrapping
-// store.ErrTransient) when that is what it is, else nil: an error number of
-// a shortage in err; SQLITE_NOMEM and SQLITE_FULL; and an open or I/O error
-// of SQLite, which carries no errno, when this process is short of
-// descriptors now or, with dir given, dir's file system is full (a real
-// failure to open leaves both to spare).
+// shortage returns err wrapping store.ErrTransient when it is a passing
+// shortage, else nil. An open or I/O error of SQLite carries no errno: it
+// counts when this process is short of descriptors now or, with dir given,
+// dir's file system is full (a real failure to open leaves both to spare).
 func shortage(err error, dir string) error {
 	if short := transient.Wrap(err); short != nil {
 		return short

@@ -9,27 +9,21 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Leases: a reservation can belong to a named holder under a lease instead
-// of a process (an Owner with Holder set), e.g. a CI job's port that must
-// outlive the shell that asked for it. Its row holds the holder's name in
-// owner_name and the lease's end in lease_until, in nanoseconds of the
-// lease clock (see owner.LeaseNow) of the boot and time namespace its
-// owner_scope names; its other owner columns are owner.LeaseIdentity's,
-// which berths from before schema 6 judge as a process that lives as long
-// as the boot, and keep. This berth judges it by lease_until alone, so a
-// lease ends on time whatever the wall clock does, and with its boot. Read,
-// the row shows the holder as store.Owner{Holder: name}, with Expires set.
+// A lease's row holds the holder's name in owner_name and the lease's end
+// in lease_until, on the lease clock (owner.LeaseNow) of the boot and time
+// namespace its owner_scope names; its other owner columns are
+// owner.LeaseIdentity's, which berths from before schema 6 keep as a
+// process that lives as long as the boot. This berth judges the row by
+// lease_until alone, and reads it as store.Owner{Holder: name}.
 
-// leaseGrant is a lease about to be granted or renewed: its holder and its
-// end, on the lease clock and on this process's clock.
+// leaseGrant is a lease about to be granted or renewed.
 type leaseGrant struct {
 	holder  string
 	until   int64     // lease clock
 	expires time.Time // with a monotonic reading: see store.Reservation.Expires
 }
 
-// grant reads the lease clock for a lease of holder that lasts ttl; nil for
-// a process's reservation (no holder).
+// grant returns nil for a process's reservation (no holder).
 func grant(holder string, ttl time.Duration) (*leaseGrant, error) {
 	if holder == "" {
 		return nil, nil
@@ -41,14 +35,13 @@ func grant(holder string, ttl time.Duration) (*leaseGrant, error) {
 	return &leaseGrant{holder: holder, until: now + int64(ttl), expires: time.Now().Add(ttl)}, nil
 }
 
-// stored returns the owner columns of g's rows (see the comment above).
+// stored returns the owner columns of g's rows.
 func (g *leaseGrant) stored() store.Owner {
 	id := owner.LeaseIdentity(g.holder)
 	return store.Owner{PID: id.PID, Start: id.Start, Namespace: id.Scope, Name: id.Name}
 }
 
-// leaseRow turns r, read from a row whose lease ends at until, into the
-// holder's reservation: its owner the holder, its Expires set.
+// leaseRow turns r, read from a row whose lease ends at until, into the holder's.
 func leaseRow(r *store.Reservation, until int64) {
 	left, known := owner.LeaseRemaining(r.Owner.Namespace, until)
 	r.Owner = store.Owner{Holder: r.Owner.Name}
@@ -63,7 +56,7 @@ func leaseLive(r store.Reservation) bool {
 	return r.Owner.Holder != "" && (r.Expires.IsZero() || time.Now().Before(r.Expires))
 }
 
-// extend sets the lease of r, a live lease of g's holder, to g's end.
+// extend moves the end of r, a live lease of g's holder, to g's.
 func (s *sqlStore) extend(ctx context.Context, r store.Reservation, g *leaseGrant) (store.Reservation, error) {
 	args := append(append([]any{g.until}, keyArgs(r.Key)...), g.stored().Namespace, g.holder)
 	if _, err := s.st.exec(ctx, qRenewKey, args...); err != nil {
@@ -74,9 +67,9 @@ func (s *sqlStore) extend(ctx context.Context, r store.Reservation, g *leaseGran
 	return r, nil
 }
 
-// The statements of leases; a lease's rows are those of its holder's name
-// and of this boot's and namespaces' lease scope.
 const (
+	// A lease's rows are those of its holder's name and of this boot's and
+	// namespaces' lease scope.
 	leaseMatch = "lease_until <> 0 AND owner_scope = ? AND owner_name = ?"
 	qRenewKey  = "UPDATE port_allocations SET lease_until = ? WHERE protocol = ? AND port = ? AND address = ? AND " + leaseMatch
 	// qRenew extends only leases that have not ended: one that has may
@@ -84,10 +77,8 @@ const (
 	qRenew = "UPDATE port_allocations SET lease_until = ? WHERE lease_until > ? AND " + leaseMatch
 )
 
-// Renew starts the live leases of holder over, as store.Store says.
 func (s *sqlStore) Renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
-	if holder == "" {
-		// Owner{}.Validate would judge it as a process.
+	if holder == "" { // Owner{}.Validate would judge it as a process
 		return 0, &store.FieldError{Field: "holder", Value: "", Want: "the name of the holder whose leases to renew"}
 	}
 	if err := (store.Owner{Holder: holder}).Validate(); err != nil {

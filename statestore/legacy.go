@@ -8,18 +8,14 @@ import (
 	"github.com/berth-go/berth/internal/owner"
 )
 
-// qConvertOwner rewrites the identity of one owner in every row it holds.
-// The name stays: it is for people, and the row's own is as good as any.
+// qConvertOwner keeps the name: it is for people, and the row's own is as good as any.
 const qConvertOwner = "UPDATE port_allocations SET owner_start = ?, owner_scope = ? WHERE " + ownerMatch
 
-// convertLegacyOwners rewrites, in one write transaction, the rows that
-// berth before schema version 3 wrote, whose owners have wall-clock starts
-// that a clock step moves (see owner.IsLegacy) and are judged
-// conservatively wherever met: rows of an owner that still runs get its
-// current identity; rows of one that has exited are deleted and counted as
-// reaped; rows whose owner cannot be checked (another pid namespace, a
-// process this one may not inspect) stay, live until a process that can
-// check them converts or reaps them.
+// convertLegacyOwners rewrites, in one transaction, the rows berth before
+// schema 3 wrote, whose owners have wall-clock starts (see owner.IsLegacy):
+// an owner that still runs gets its current identity; rows of one that has
+// exited are reaped; rows of one that cannot be checked (another pid
+// namespace, say) stay until a process that can check them.
 func (s *sqlStore) convertLegacyOwners(ctx context.Context) (converted, deleted int, err error) {
 	const op = "convert owners recorded by an earlier berth"
 	err = s.write(ctx, op, func(tctx context.Context) error {
@@ -64,7 +60,6 @@ func (s *sqlStore) convertLegacyOwners(ctx context.Context) (converted, deleted 
 	return converted, deleted, nil
 }
 
-// changed returns how many rows a statement changed.
 func changed(res sql.Result, err error) (int, error) {
 	if err != nil {
 		return 0, err

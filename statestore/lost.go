@@ -32,9 +32,6 @@ func (s *sqlStore) sameFile() error {
 	return nil
 }
 
-// Check reports, with an error wrapping store.ErrLost, that the database
-// file is no longer the one the store opened; a closed store reports
-// store.ErrClosed.
 func (s *sqlStore) Check(context.Context) error {
 	if s.closed.Load() {
 		return store.ErrClosed

@@ -44,14 +44,11 @@ var WriteVersion = func() uint {
 	return k.write
 }()
 
-// prepareFile checks the file at path and brings its schema to
-// SchemaVersion, once however many processes open a fresh file together,
-// and reports the version it found (0 for a new file). A current file costs
-// one read and no lock; otherwise a flock of a sidecar file serialises the
-// processes from a second look to the last migration (never a lock of the
-// database file: closing any descriptor of it drops SQLite's own locks).
-// Every wait ends with ctx or after busy, with an error wrapping
-// store.ErrBusy.
+// prepareFile brings the file at path to SchemaVersion, once however many
+// processes open it together, and reports the version it found (0: new). A
+// current file costs one read and no lock; otherwise a flock of a sidecar
+// file serialises the processes (never a lock of the database file:
+// closing any descriptor of it drops SQLite's own locks).
 func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.Logger) (uint, error) {
 	k, err := known()
 	if err != nil {
@@ -107,23 +104,19 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 	return st.version, migrateUp(ctx, path, st, k, busy, log)
 }
 
-// makeFresh makes the database at path from nothing, in a file of its own
-// beside it: created, migrated, checkpointed into one file, and only then
-// put in place, so a failure at any step (a shortage of descriptors, a
-// crash) leaves no half-made file at path. The caller holds the migration
-// lock, but a directory removed meanwhile (rm -rf again) leaves each
-// process the lock of a file that is gone, and two may make the store at
-// once: each puts its file in place only where no file is yet, and never
-// one that is no longer the one it made.
+// makeFresh makes the database at path in a file of its own beside it,
+// put in place only once migrated and checkpointed, so a failure (a
+// shortage of descriptors, a crash) leaves no half-made file at path. A
+// directory removed meanwhile leaves each process the lock of a file that
+// is gone, so two may make the store at once: each puts its file in place
+// only where no file is yet, and never one that is not the one it made.
 func makeFresh(ctx context.Context, path string, st fileState, k schema, busy time.Duration, log logr.Logger) error {
 	removeStaleFresh(path)
 	tmp := path + freshSuffix + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(rand.Uint64(), 36)
 	defer removeDBFiles(tmp) // once placed, the file keeps its other name
 	var made os.FileInfo
-	// lost reports, for a step that failed, that the file was removed or
-	// replaced meanwhile (its directory removed again): then the failure
-	// (SQLite's "disk I/O error", say) is of a file nobody will use, and
-	// the error says so with store.ErrLost, on which Open starts again.
+	// lost wraps store.ErrLost, on which Open starts again, into the failure
+	// of a step when the file was removed or replaced meanwhile.
 	lost := func(err error) error {
 		if fi, serr := os.Stat(tmp); serr != nil || (made != nil && !os.SameFile(fi, made)) {
 			return fmt.Errorf("create %s: the new file was removed or replaced while it was made (%w): %w", path, err, store.ErrLost)
@@ -149,9 +142,7 @@ func makeFresh(ctx context.Context, path string, st fileState, k schema, busy ti
 	return placeNew(tmp, path)
 }
 
-// placeNew gives the file at tmp the name path, unless a file has that
-// name already (another process made the store first): then it leaves
-// that one, and tmp goes with makeFresh's cleanup.
+// placeNew names tmp path, unless another process made a store there first.
 func placeNew(tmp, path string) error {
 	switch err := os.Link(tmp, path); {
 	case err == nil:
@@ -178,9 +169,8 @@ func placeNew(tmp, path string) error {
 	return nil
 }
 
-// removeStaleFresh removes what makeFresh left at path when its process
-// died while it made a new file: files of its naming older than
-// staleFresh. A file being made is seconds old at most.
+// removeStaleFresh removes the files of processes that died in makeFresh:
+// a file being made is seconds old at most.
 func removeStaleFresh(path string) {
 	dir, prefix := filepath.Dir(path), filepath.Base(path)+freshSuffix+"-"
 	entries, _ := os.ReadDir(dir)
@@ -197,15 +187,12 @@ func removeStaleFresh(path string) {
 	}
 }
 
-// staleFresh is the age at which a file makeFresh was making is a leftover.
-const staleFresh = 10 * time.Minute
+const (
+	staleFresh  = 10 * time.Minute
+	freshSuffix = ".new" // with a pid and a random number: makeFresh's file
+)
 
-// freshSuffix, with the process's pid and a random number, names the
-// file makeFresh builds a new database in.
-const freshSuffix = ".new"
-
-// checkpointAll writes every frame of path's WAL into path itself and
-// empties the WAL, so that the file alone is the whole database.
+// checkpointAll empties path's WAL into path, which is then the whole database.
 func checkpointAll(ctx context.Context, path string, busy time.Duration) error {
 	db, err := openDB(dsn(path, busy, false, false))
 	if err != nil {
@@ -222,7 +209,6 @@ func checkpointAll(ctx context.Context, path string, busy time.Duration) error {
 	return nil
 }
 
-// removeDBFiles removes path and its WAL and shared-memory files.
 func removeDBFiles(path string) {
 	for _, suffix := range []string{"", "-wal", "-shm"} {
 		_ = os.Remove(path + suffix)
@@ -236,10 +222,7 @@ func tooNew(path string, st fileState, k schema) error {
 	return fmt.Errorf("%s has schema version %d of write version %d; this berth knows schema versions up to %d and writes only to stores of write version 1 to %d; upgrade berth or use another state directory: %w", path, st.version, st.writeVersion, k.latest, k.write, store.ErrSchemaTooNew)
 }
 
-// migrateUp applies the embedded migrations. The caller holds the migration
-// lock.
-//
-// golang-migrate's own runner marks a version dirty, runs its body and
+// migrateUp applies the embedded migrations. golang-migrate's own runner marks a version dirty, runs its body and
 // marks it clean in separate transactions, so a crash between leaves
 // "dirty" for good, and a failure before the body is read blocks its
 // goroutines forever (golang-migrate/migrate#1443). berth keeps its source
@@ -259,8 +242,7 @@ func migrateUp(ctx context.Context, path string, st fileState, k schema, busy ti
 	// opened, checked below to be the one at the path, even if the file is
 	// replaced meanwhile (whoever made the new one migrates it).
 	oneConn(db)
-	// The driver creates golang-migrate's version table when it is missing;
-	// its Close closes db.
+	// The driver creates golang-migrate's version table; its Close closes db.
 	drv, err := sqlite.WithInstance(db, &sqlite.Config{})
 	if err != nil {
 		_ = db.Close()
@@ -312,7 +294,6 @@ func migrateUp(ctx context.Context, path string, st fileState, k schema, busy ti
 	return nil
 }
 
-// inTx runs fn in one transaction of db, and commits when it returns nil.
 func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -337,10 +318,9 @@ func recordVersion(ctx context.Context, tx *sql.Tx, v uint) error {
 	return err
 }
 
-// applyMigration runs the up body of version v and records v, clean, in
-// golang-migrate's version table, and, from migfiles.Compat on, the write
-// version w it declares in the database header (PRAGMA user_version), in
-// one transaction.
+// applyMigration runs the up body of v and records v, clean, and from
+// migfiles.Compat on its write version w (PRAGMA user_version), in one
+// transaction.
 func applyMigration(ctx context.Context, db *sql.DB, src source.Driver, v, w uint) error {
 	r, _, err := src.ReadUp(v)
 	if err != nil {
@@ -364,18 +344,16 @@ func applyMigration(ctx context.Context, db *sql.DB, src source.Driver, v, w uin
 	})
 }
 
-// sameAsPath reports whether fi is the file at path now.
 func sameAsPath(fi os.FileInfo, path string) bool {
 	now, err := os.Stat(path)
 	return err == nil && os.SameFile(fi, now)
 }
 
 // setAsideLost moves the WAL and shared-memory files of a database file
-// that is gone or truncated to nothing out of the way, with the empty
-// file, and reports whether it moved anything. Holders of the old file
-// still use that WAL: a new database on it would read their pages as its
-// own, or wait on their locks. They find the file replaced instead, and put
-// their rows back. The caller holds the migration lock.
+// that is gone or empty aside, with the file, and reports whether it moved
+// anything. Holders of the old file still use that WAL: a new database on
+// it would read their pages as its own, or wait on their locks. They find
+// the file replaced instead, and put their rows back.
 func setAsideLost(path string, now time.Time) (bool, error) {
 	fi, err := os.Lstat(path)
 	switch {

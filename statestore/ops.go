@@ -10,10 +10,7 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Release deletes the reservation of key if own holds it; zero own: this
-// process. It returns an error wrapping store.ErrNotFound when own holds no
-// such reservation (another owner's row is never touched). A named
-// holder's row is released whether or not its lease has ended.
+// Release releases a named holder's row whether or not its lease has ended.
 func (s *sqlStore) Release(ctx context.Context, key store.Key, own store.Owner) error {
 	key, own, err := s.validate(key, own)
 	if err != nil {
@@ -33,8 +30,6 @@ func (s *sqlStore) Release(ctx context.Context, key store.Key, own store.Owner) 
 	return nil
 }
 
-// Transfer hands the reservation of key from one process to another, which
-// must be live.
 func (s *sqlStore) Transfer(ctx context.Context, key store.Key, from, to store.Owner) error {
 	key, from, err := s.validate(key, from)
 	if err != nil {
@@ -60,8 +55,7 @@ func (s *sqlStore) Transfer(ctx context.Context, key store.Key, from, to store.O
 	return nil
 }
 
-// validate checks key and own for Release and Transfer: the key in normal
-// form, a zero owner this process.
+// validate normalizes key and makes a zero own this process.
 func (s *sqlStore) validate(key store.Key, own store.Owner) (store.Key, store.Owner, error) {
 	key, err := key.Normalize()
 	if err != nil {
@@ -73,7 +67,6 @@ func (s *sqlStore) validate(key store.Key, own store.Owner) (store.Key, store.Ow
 	return key, own, own.Validate()
 }
 
-// List returns the reservations that match f, as store.Store says.
 func (s *sqlStore) List(ctx context.Context, f store.Filter) ([]store.Reservation, error) {
 	if f.Protocol != "" && f.Protocol != store.TCP && f.Protocol != store.UDP {
 		return nil, &store.FieldError{Field: "protocol", Value: string(f.Protocol), Want: `"tcp" or "udp"`}
@@ -115,10 +108,9 @@ func (s *sqlStore) List(ctx context.Context, f store.Filter) ([]store.Reservatio
 	return out, nil
 }
 
-// Reap deletes every reservation whose owner has exited or whose lease has
-// ended, and returns how many it deleted. Liveness is checked without the
-// write lock (it reads the process table): a dead owner never comes back,
-// so its rows can be deleted afterwards without a recheck.
+// Reap checks liveness without the write lock (it reads the process
+// table): a dead owner never comes back, so its rows can be deleted
+// afterwards without a recheck.
 func (s *sqlStore) Reap(ctx context.Context) (int, error) {
 	owners, leases, err := s.owners(ctx)
 	if err != nil {
@@ -167,8 +159,7 @@ func (s *sqlStore) Reap(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// owners returns the process owners of the table's rows, and whether it
-// has rows under a lease.
+// owners returns processOwners, and whether any row is under a lease.
 func (s *sqlStore) owners(ctx context.Context) ([]store.Owner, bool, error) {
 	release, err := s.acquire(ctx, false)
 	if err != nil {
@@ -186,8 +177,7 @@ func (s *sqlStore) owners(ctx context.Context) ([]store.Owner, bool, error) {
 	return out, leases, nil
 }
 
-// processOwners returns the distinct process owners of the table's rows,
-// with the rows closed, so the caller can write on the connection.
+// processOwners returns the distinct process owners of the table's rows, closed.
 func (s *sqlStore) processOwners(ctx context.Context) ([]store.Owner, error) {
 	rows, err := s.st.query(ctx, qOwners)
 	if err != nil {
@@ -211,8 +201,7 @@ func (s *sqlStore) processOwners(ctx context.Context) ([]store.Owner, error) {
 // the rows in its way are reaped as it meets them anyway.
 const firstSweep = time.Second
 
-// sweep reaps after min(every, firstSweep) and then every interval until
-// Close.
+// sweep reaps after min(every, firstSweep) and then every interval until Close.
 func (s *sqlStore) sweep(every time.Duration) {
 	defer s.wg.Done()
 	ctx := s.bg
@@ -241,7 +230,7 @@ func (s *sqlStore) sweep(every time.Duration) {
 	}
 }
 
-// Stats returns the store's counters. It is cheap and takes no lock.
+// Stats takes no lock.
 func (s *sqlStore) Stats() store.Stats {
 	return store.Stats{Reaped: s.reaped.Load(), ProbeFailures: s.probeFailures.Load()}
 }

@@ -18,8 +18,7 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// ourTables are the tables a berth database may hold; a database with any
-// other table belongs to another program.
+// ourTables are the tables a berth database may hold.
 var ourTables = map[string]bool{
 	"port_allocations":  true,
 	"schema_history":    true,
@@ -28,26 +27,19 @@ var ourTables = map[string]bool{
 	"schema_migrations": true, // golang-migrate's version table
 }
 
-// fileState is what a look at the file found.
 type fileState struct {
-	fresh   bool // no file, an empty one, or a SQLite file with no table yet
-	version uint // golang-migrate's version; 0 before the first migration
-	dirty   bool // golang-migrate's flag: a migration did not finish
-	// writeVersion is the write version recorded in the header (PRAGMA
-	// user_version); 0 for schemas from before write versions.
-	writeVersion uint
-	// applied holds the versions whose migration body committed (each
-	// body records itself in schema_history in its own transaction).
-	applied map[uint]bool
+	fresh        bool          // no file, an empty one, or a SQLite file with no table yet
+	version      uint          // golang-migrate's version; 0 before the first migration
+	dirty        bool          // golang-migrate's flag: a migration did not finish
+	writeVersion uint          // PRAGMA user_version; 0 before write versions
+	applied      map[uint]bool // versions whose body committed (see schema_history)
 }
 
-// inspect decides, without writing a byte to the file, whether path may be
-// opened for writing and what it needs first. It reads through SQLite only:
-// closing any other descriptor of the file would drop SQLite's locks of
-// every Store of this process. SQLite refuses a file that is not a database
-// and one shorter than its header says (unless the WAL holds the missing
-// pages), and rolls back a hot journal left by a crash. A lock held by
-// another process is store.ErrBusy, never damage.
+// inspect decides, without writing a byte, whether path may be opened for
+// writing and what it needs first. It reads through SQLite only: closing
+// any other descriptor of the file would drop SQLite's locks of every Store
+// of this process. SQLite refuses a file shorter than its header says
+// (unless the WAL holds the missing pages), and rolls back a hot journal.
 func inspect(ctx context.Context, path string, busy time.Duration) (fileState, error) {
 	fi, err := os.Stat(path)
 	switch {
@@ -73,13 +65,12 @@ func inspect(ctx context.Context, path string, busy time.Duration) (fileState, e
 	return inspectOn(ctx, path, db)
 }
 
-// querier is what inspectOn reads through: a *sql.DB or a *sql.Conn.
+// querier is a *sql.DB or a *sql.Conn.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// inspectOn is inspect's look at a file that exists, through db.
 func inspectOn(ctx context.Context, path string, db querier) (fileState, error) {
 	names, err := tableNames(ctx, db)
 	if err != nil {
@@ -137,7 +128,6 @@ func tableNames(ctx context.Context, db querier) ([]string, error) {
 	return column[string](ctx, db, "SELECT name FROM sqlite_schema WHERE type = 'table'")
 }
 
-// column reads the first column of q's rows.
 func column[T any](ctx context.Context, db querier, q string) ([]T, error) {
 	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
@@ -155,10 +145,8 @@ func column[T any](ctx context.Context, db querier, q string) ([]T, error) {
 	return out, rows.Err()
 }
 
-// classify turns an error of reading the file into what it means: a file
-// that is not a database or is damaged (store.ErrDamaged), a lock held by another
-// process (store.ErrBusy), a passing shortage of descriptors, memory or disk
-// space (store.ErrTransient), or a failure of the file system (store.ErrStorage).
+// classify turns an error of reading the file into store.ErrDamaged,
+// ErrBusy, ErrTransient or ErrStorage.
 func classify(path string, err error) error {
 	var se *sqlite.Error
 	if errors.As(err, &se) {
@@ -184,11 +172,9 @@ func classify(path string, err error) error {
 // commit writes whole pages to the WAL, so small pages make commits cheaper.
 const pageSize = 1024
 
-// initFile makes path a new, empty database in WAL mode: it creates the file
-// with mode 0600 if needed (SQLite keeps that mode for the -wal and -shm
-// files it creates beside it), then sets the page size and WAL mode, which
-// only a database with no table can still take. A crash at any point leaves
-// a file that inspect finds fresh again.
+// initFile makes path a new, empty database in WAL mode, mode 0600 (SQLite
+// gives the -wal and -shm files the same). A crash leaves a file that
+// inspect finds fresh again.
 func initFile(ctx context.Context, path string, busy time.Duration) error {
 	f, err := safefs.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if errors.Is(err, safefs.ErrUnsafe) {

@@ -35,8 +35,7 @@ const (
 
 	qDeleteOwned = "DELETE FROM port_allocations WHERE protocol = ? AND port = ? AND address = ? AND " + ownerMatch
 
-	// qDeleteHeld deletes a named holder's row of a key, whatever its
-	// lease's scope.
+	// qDeleteHeld matches whatever the lease's scope.
 	qDeleteHeld = "DELETE FROM port_allocations WHERE protocol = ? AND port = ? AND address = ? AND lease_until <> 0 AND owner_name = ?"
 
 	// qDeleteOwner scans the table: see the migration on why the owner has
@@ -48,8 +47,7 @@ const (
 
 	qAll = "SELECT " + rowColumns + " FROM port_allocations"
 
-	// qOwners lists the process owners; rows under a lease are judged by
-	// their lease_until instead, and qLeases tells whether there are any.
+	// Rows under a lease are judged by their lease_until instead.
 	qOwners = "SELECT DISTINCT owner_pid, owner_start, owner_scope FROM port_allocations WHERE lease_until = 0"
 	qLeases = "SELECT EXISTS (SELECT 1 FROM port_allocations WHERE lease_until <> 0)"
 
@@ -61,8 +59,7 @@ const (
 		" (SELECT label, protocol FROM sticky_ports ORDER BY updated_at DESC LIMIT -1 OFFSET ?)"
 )
 
-// keyArgs are the arguments of a key's columns: protocol, port, address. The
-// key is in normal form (validated, or read from the table).
+// keyArgs are the arguments of a key's columns; the key is in normal form.
 func keyArgs(k store.Key) []any {
 	packed, _ := netaddr.Pack(k.Addr)
 	return []any{string(k.Protocol), int(k.Port), packed}
@@ -72,8 +69,7 @@ func keyArgs(k store.Key) []any {
 func ownerArgs(o store.Owner) []any { return []any{o.PID, o.Namespace, o.Start} }
 
 // rowsOf runs q, a SELECT of rowColumns, and returns the rows keep accepts
-// (nil: all). The rows are closed before it returns, so the caller can
-// write on the connection.
+// (nil: all), closed, so the caller can write on the connection.
 func (s *sqlStore) rowsOf(ctx context.Context, keep func(store.Reservation) bool, q string, args ...any) ([]store.Reservation, error) {
 	rows, err := s.st.query(ctx, q, args...)
 	if err != nil {
@@ -93,11 +89,9 @@ func (s *sqlStore) rowsOf(ctx context.Context, keep func(store.Reservation) bool
 	return out, rows.Err()
 }
 
-// statements prepares the store's statements on its connection the first
-// time each is used and keeps them for the store's life: a call pays for
-// parsing only the statements it needs, once, and opening a store (every
-// berth get does) parses none of them. Like the connection, they are used
-// only with the store acquired.
+// statements prepares each statement the first time it is used and keeps it
+// for the store's life: opening a store (every berth get does) parses none.
+// Like the connection, they are used only with the store acquired.
 type statements struct {
 	conn     *sql.Conn
 	prepared map[string]*sql.Stmt

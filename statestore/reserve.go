@@ -10,14 +10,9 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Reserve reserves req.Key for req.Owner.
-//
-// Rows of exited owners and ended leases that conflict are deleted (and
-// counted as reaped). When req.Owner already holds exactly req.Key, its
-// existing row is returned and no probe runs: the owner may be listening on
-// the port already (a holder's lease starts over). Any other live conflict
-// is a *store.ConflictError naming the holder; it says so when the holder
-// is req.Owner itself.
+// Reserve deletes the conflicting rows of exited owners and ended leases
+// (counted as reaped). No probe runs for a key req.Owner holds already: it
+// may be listening on the port.
 func (s *sqlStore) Reserve(ctx context.Context, req store.Request) (store.Reservation, error) {
 	req, err := req.Validate(s.self)
 	if err != nil {
@@ -43,8 +38,7 @@ func (s *sqlStore) Reserve(ctx context.Context, req store.Request) (store.Reserv
 				}
 				res = r
 				if r.Label == "" && req.Label != "" {
-					// A row put back without its label gets it from the
-					// holder.
+					// A row put back without its label gets it from the holder.
 					return s.relabel(tctx, &res, req.Label)
 				}
 				return nil
@@ -62,10 +56,8 @@ func (s *sqlStore) Reserve(ctx context.Context, req store.Request) (store.Reserv
 	return res, err
 }
 
-// Scan reserves the first candidate that no live reservation conflicts with
-// and that passes the probe. It returns an error wrapping store.ErrExhausted
-// when Next runs out first. Rows of exited owners in the way are deleted; a
-// row that cannot be deleted only costs its own candidate.
+// Scan deletes rows of exited owners in the way; a row that cannot be
+// deleted only costs its own candidate.
 func (s *sqlStore) Scan(ctx context.Context, req store.ScanRequest) (store.Reservation, error) {
 	rs, err := s.scan(ctx, req, 1)
 	if err != nil {
@@ -74,12 +66,8 @@ func (s *sqlStore) Scan(ctx context.Context, req store.ScanRequest) (store.Reser
 	return rs[0], nil
 }
 
-// ScanBlock reserves n consecutive ports, base to base+n-1, for the first
-// candidate base whose ports no live reservation conflicts with and whose
-// every port passes the probe, as Scan does for one port. The n rows are
-// inserted in one transaction: all of them, or none. A base whose block
-// would pass port 65535 is skipped. It returns the reservations in port
-// order.
+// ScanBlock skips a base whose block would pass port 65535, and returns the
+// reservations in port order.
 func (s *sqlStore) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]store.Reservation, error) {
 	if n < 1 || n > store.MaxBlock {
 		return nil, &store.FieldError{Field: "n", Value: fmt.Sprint(n), Want: fmt.Sprintf("a block of 1 to %d ports", store.MaxBlock)}
@@ -104,9 +92,8 @@ func (s *sqlStore) scan(ctx context.Context, req store.ScanRequest, n int) ([]st
 	var (
 		res       []store.Reservation
 		exhausted bool
-		// skipped are candidates passed over because the store remembered
-		// their holder alive. A holder may have died since: before the
-		// scan reports exhaustion it checks them again with fresh liveness.
+		// skipped are candidates whose holder the store remembered alive;
+		// it may have died since: they are checked again before exhaustion.
 		skipped    []uint16
 		rechecking bool
 		freshSince = time.Now().Add(-liveTTL)
@@ -183,9 +170,8 @@ func (s *sqlStore) scan(ctx context.Context, req store.ScanRequest, n int) ([]st
 }
 
 // blockFree judges the ports base..base+n-1 for own: held when a live
-// owner holds one as far as the store remembers (only a hint, to skip the
-// candidate); else free when each may be reserved (rows of exited owners
-// are deleted on the way) and passes the probe.
+// owner holds one as far as the store remembers (a hint, to skip it); else
+// free when each may be reserved (rows in the way reaped) and passes the probe.
 func (s *sqlStore) blockFree(tctx context.Context, key store.Key, own store.Owner, base uint16, n int, freshSince time.Time, probe func(store.Key) error) (held, free bool, err error) {
 	inWay := make([][]store.Reservation, n)
 	for i := range n {
@@ -231,7 +217,6 @@ func (s *sqlStore) blockFree(tctx context.Context, key store.Key, own store.Owne
 }
 
 // probe runs the caller's probe, if any, and counts a port it refuses.
-// A refusal wraps store.ErrHeld; any other error stops the call.
 func (s *sqlStore) probe(probe func(store.Key) error, key store.Key) error {
 	if probe == nil {
 		return nil
@@ -246,7 +231,6 @@ func (s *sqlStore) probe(probe func(store.Key) error, key store.Key) error {
 	return err
 }
 
-// conflictRows reads the rows that conflict with key from the table.
 func (s *sqlStore) conflictRows(ctx context.Context, key store.Key) ([]store.Reservation, error) {
 	rows, err := s.rowsOf(ctx, func(r store.Reservation) bool { return netaddr.Conflicts(r.Addr, key.Addr) },
 		qConflicts, string(key.Protocol), int(key.Port))
@@ -256,8 +240,8 @@ func (s *sqlStore) conflictRows(ctx context.Context, key store.Key) ([]store.Res
 	return rows, nil
 }
 
-// clearDead deletes the rows in key's way whose owners have exited. When a
-// live owner holds one, it deletes nothing and returns a *store.ConflictError.
+// clearDead deletes the rows in key's way, unless a live owner holds one:
+// then it returns a *store.ConflictError.
 func (s *sqlStore) clearDead(ctx context.Context, key store.Key, own store.Owner, rows []store.Reservation) error {
 	now := time.Now()
 	for _, r := range rows {
@@ -276,8 +260,7 @@ func (s *sqlStore) clearDead(ctx context.Context, key store.Key, own store.Owner
 	return nil
 }
 
-// insert inserts a row for own, or, when lease is not nil, for the holder
-// under that lease (own is then the lease's owner).
+// insert inserts a row for own, or, with a lease, for its holder.
 func (s *sqlStore) insert(ctx context.Context, key store.Key, own store.Owner, label string, kind store.Kind, lease *leaseGrant) (store.Reservation, error) {
 	now := s.now()
 	r := store.Reservation{Key: key, Owner: own, Label: label, Kind: kind, Created: time.Unix(0, now.UnixNano())}
@@ -294,7 +277,6 @@ func (s *sqlStore) insert(ctx context.Context, key store.Key, own store.Owner, l
 	return r, nil
 }
 
-// relabel sets the label of r's row, which has none.
 func (s *sqlStore) relabel(ctx context.Context, r *store.Reservation, label string) error {
 	if _, err := s.st.exec(ctx, qRelabel, append([]any{label}, keyArgs(r.Key)...)...); err != nil {
 		return storageErr("label "+r.String(), err)

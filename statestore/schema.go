@@ -8,8 +8,7 @@ import (
 	migfiles "github.com/berth-go/berth/internal/migrations"
 )
 
-// schema is what this berth knows of the schema: its migrations, the
-// latest of them, and the write version each declares.
+// schema is what this berth knows of the schema.
 type schema struct {
 	src    fs.FS
 	latest uint
@@ -17,8 +16,7 @@ type schema struct {
 	writes map[uint]uint // by migration version
 }
 
-// known returns the schema this berth knows: its embedded migrations, with
-// a test's overlay added where one is set (see migfiles.SetOverlay).
+// known returns the embedded schema, with a test's overlay (migfiles.SetOverlay).
 func known() (schema, error) {
 	src := migfiles.Source("statestore", migrations, "migrations")
 	if src == fs.FS(migrations) {
@@ -27,8 +25,7 @@ func known() (schema, error) {
 	return readSchema(src)
 }
 
-// ownSchema is the schema of the embedded migrations, read once: every Open
-// asks for it.
+// ownSchema is read once: every Open asks for it.
 var ownSchema = sync.OnceValues(func() (schema, error) { return readSchema(migrations) })
 
 func readSchema(src fs.FS) (schema, error) {
@@ -41,10 +38,8 @@ func readSchema(src fs.FS) (schema, error) {
 }
 
 // ready reports whether a file in state f can be used as it is by a berth
-// that knows k: its schema is k's, or newer but of a write version k knows
-// (the changes since are ones that k's writers tolerate). A newer schema of
-// a newer write version (or of none, or whose migration was cut short,
-// which only a newer berth can finish) it refuses with an error.
+// that knows k, and refuses a newer schema of an unknown write version, or
+// whose migration was cut short (which only a newer berth can finish).
 func (k schema) ready(path string, f fileState) (bool, error) {
 	if f.version > k.latest && (f.dirty || !k.newerKnown(f)) {
 		return true, tooNew(path, f, k)
@@ -52,9 +47,8 @@ func (k schema) ready(path string, f fileState) (bool, error) {
 	return !f.fresh && !f.dirty && (f.version == k.latest || k.newerKnown(f)), nil
 }
 
-// newerKnown reports whether f's schema is newer than k's but its write
-// version one that k knows. Stores of schemas from before write versions
-// (write version 0) are never newer: every schema since declares one.
+// newerKnown reports whether f's schema is newer than k's but of a write
+// version k knows (never 0: every newer schema declares one).
 func (k schema) newerKnown(f fileState) bool {
 	return f.version > k.latest && f.writeVersion >= 1 && f.writeVersion <= k.write
 }

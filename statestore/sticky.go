@@ -9,7 +9,6 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Remember records port for label and protocol, for Recall after a restart.
 func (s *sqlStore) Remember(ctx context.Context, label string, protocol store.Protocol, port uint16) error {
 	if label == "" {
 		return &store.FieldError{Field: "label", Value: "", Want: "a non-empty label to remember the port under"}
@@ -24,26 +23,22 @@ func (s *sqlStore) Remember(ctx context.Context, label string, protocol store.Pr
 	if err != nil {
 		return err
 	}
-	// Forget the least recently remembered labels beyond store.MaxSticky now and
-	// then (counting them reads the table); the sweep does it too.
+	// Now and then only: counting the labels reads the table. The sweep does it too.
 	if s.remembered.Add(1)%pruneStickyEvery == 0 {
 		return s.pruneSticky(ctx)
 	}
 	return nil
 }
 
-// pruneStickyEvery is how many Remember calls of a Store pass between two
-// prunes.
+// pruneStickyEvery is how many Remember calls pass between two prunes.
 const pruneStickyEvery = 256
 
-// pruneSticky forgets the least recently remembered sticky ports beyond
-// store.MaxSticky.
+// pruneSticky forgets the oldest sticky ports beyond store.MaxSticky.
 func (s *sqlStore) pruneSticky(ctx context.Context) error {
 	_, err := s.exec(ctx, "forget old sticky ports", nil, qPruneSticky, store.MaxSticky)
 	return err
 }
 
-// Recall returns the port last remembered for label and protocol.
 func (s *sqlStore) Recall(ctx context.Context, label string, protocol store.Protocol) (uint16, bool, error) {
 	release, err := s.acquire(ctx, false)
 	if err != nil {

@@ -2,23 +2,12 @@
 // berth process on a host shares: the store of one host (see package store
 // for the contract it keeps).
 //
-// # store.Reservation lifecycle
+// # Reservations
 //
-// A reservation holds a (protocol, address, port) for an owner process. It
-// is created by Reserve (a given port) or Scan (the first free port among
-// candidates), moved to another process by Transfer, and ends by Release or
-// reaping: once its owner has exited, the row is deleted
-// when it stands in the way of a new reservation, by the sweep that Open
-// starts in the background, or by Reap.
-//
-// A reservation can instead belong to a named holder under a lease (an
-// Owner with Holder set, and a TTL): it outlives the process that asked,
-// and ends by Release or once its lease has ended, by a clock no wall-clock
-// step moves (see lease.go), after which it is reaped as the row of an
-// exited owner is.
-//
-// Two reservations of one protocol and port conflict under the rule of
-// package store: equal addresses, or either address a wildcard.
+// A reservation is made by Reserve or Scan, moved by Transfer, and ends by
+// Release or reaping: once its owner has exited, or a named holder's lease
+// has ended by a clock no wall-clock step moves (see lease.go), its row is
+// deleted when it stands in the way, by the sweep Open starts, or by Reap.
 //
 // # Concurrency
 //
@@ -44,28 +33,21 @@
 //
 // Programs that vendor different berth versions share one store, and a
 // newer berth never makes an older one stop writing, as long as its schema
-// change is one older writers tolerate. Each store records two numbers: its
-// schema version (golang-migrate's schema_migrations table), which every
-// migration raises, and its write version (the database header's PRAGMA
-// user_version), which a migration raises only when berths that do not
-// know it must stop writing. Every migration from version 6 on declares
-// its write version in a line "-- write-version: N" of its up file: the
-// previous migration's number when older writers tolerate the change, one
-// more otherwise. Tolerated are new tables, new columns with a default (no
+// change is one older writers tolerate. Each store records its schema
+// version (golang-migrate's schema_migrations table), which every migration
+// raises, and its write version (PRAGMA user_version), which a migration
+// raises only when berths that do not know it must stop writing. Every
+// migration from version 6 on declares it in a line "-- write-version: N"
+// of its up file: the previous migration's, or one more. Tolerated are new tables, new columns with a default (no
 // statement of berth names a column it does not write or read), and new
 // indexes; anything that changes what an existing column means, how rows
 // are judged, or what a row must hold to be valid raises the write version.
+// Berth releases before schema 6 refuse every newer schema.
 //
-// Open migrates an older schema up to SchemaVersion. A store of a newer
-// schema whose write version is at most WriteVersion is used as it is,
-// with the full guarantee (its log says so at V(1)); only a newer write
-// version, or a newer schema whose migration was cut short, makes Open
-// refuse it with store.ErrSchemaTooNew. A Store stays usable while another
-// process migrates the file under it: SQLite prepares a statement again
-// when the schema changed, the view of held ports follows PRAGMA
-// data_version, which every commit of another connection moves, and no
-// migration rewrites a row a running berth holds. Berth releases before
-// schema 6 knew no write version: they refuse every newer schema.
+// A Store stays usable while another process migrates the file under it:
+// SQLite prepares a statement again when the schema changed, the view of
+// held ports follows PRAGMA data_version, which every commit of another
+// connection moves, and no migration rewrites a row a running berth holds.
 package statestore
 
 import (
@@ -105,7 +87,6 @@ type Options struct {
 	Now func() time.Time
 }
 
-// sqlStore is an open state store.
 type sqlStore struct {
 	path string
 	file os.FileInfo  // the database file as opened, to notice a replacement
@@ -117,22 +98,19 @@ type sqlStore struct {
 
 	db *sql.DB
 
-	// sem is a one-slot semaphore taken with a context. It guards conn, the
-	// prepared statements, writeLock, spare and cache.
+	// sem, a one-slot semaphore taken with a context, guards conn, st,
+	// writeLock, spare and cache.
 	sem       chan struct{}
 	conn      *sql.Conn
 	st        statements
 	writeLock *filelock.File
 	spare     *filelock.File // waitLock's own descriptor of the lock file, kept between waits
 	cache     heldCache
-	// live remembers owner liveness between calls. A dead owner stays dead
-	// (its identity includes its start time), so that answer is kept for
-	// good; a live one is asked again after liveTTL.
+	// live remembers owner liveness between calls: a dead owner stays dead
+	// (its identity includes its start); a live one is asked again after liveTTL.
 	live map[ownerKey]liveEntry
 
-	// commits counts this connection's write transactions; every
-	// checkpointEvery of them it nudges the checkpointer. Guarded by sem.
-	commits    int
+	commits    int           // this connection's write transactions; guarded by sem
 	checkpoint chan struct{} // capacity 1: a pending nudge
 	ckptDB     *sql.DB       // the checkpointer's own connection
 
@@ -185,8 +163,7 @@ func Open(ctx context.Context, path string, opts Options) (store.Store, error) {
 	}
 	// A store removed or replaced while it opens (a cleaner, another
 	// process that set a truncated file aside) fails in ways that say
-	// nothing of the store there now: open it again, when the error wraps
-	// store.ErrLost or the directory or the file changed.
+	// nothing of the store there now: open it again.
 	for attempt := 1; ; attempt++ {
 		before := placeOf(path)
 		s, err := openOnce(ctx, path, self, opts)
@@ -202,8 +179,7 @@ func Open(ctx context.Context, path string, opts Options) (store.Store, error) {
 
 const maxOpenAttempts = 5
 
-// place is the directory and the file of a store at one moment (nil:
-// missing).
+// place is the directory and the file of a store at one moment (nil: missing).
 type place struct{ dir, file os.FileInfo }
 
 func placeOf(path string) place {
@@ -218,10 +194,8 @@ func placeOf(path string) place {
 }
 
 // changed reports whether the directory or the file were removed, replaced
-// or made between p and now (also by the failed attempt itself: another
-// process may have removed and made them again in between), or the file
-// shrank (the attempt then read a short or torn file). A directory made
-// again may have the inode number of the one removed.
+// or made between p and now, or the file shrank (the attempt then read a
+// short or torn file).
 func (p place) changed(now place) bool {
 	differ := func(then, now os.FileInfo) bool {
 		return (then == nil) != (now == nil) || (then != nil && !os.SameFile(then, now))
@@ -230,7 +204,6 @@ func (p place) changed(now place) bool {
 	return differ(p.dir, now.dir) || differ(p.file, now.file) || shrank
 }
 
-// openOnce is one attempt of Open on an absolute path.
 func openOnce(ctx context.Context, path string, self store.Owner, opts Options) (*sqlStore, error) {
 	if err := safefs.PrepareDir(filepath.Dir(path)); err != nil {
 		return nil, err
@@ -272,16 +245,13 @@ func openOnce(ctx context.Context, path string, self store.Owner, opts Options) 
 		return fail(fmt.Errorf("open %s: %w", path, err))
 	}
 	s.ckptDB.SetMaxOpenConns(1)
-	// The connection may be on a file replaced since (a cleaner, another
-	// process that set a truncated file aside), which nobody else reads:
-	// Open starts again.
+	// The connection may be on a file replaced since, which nobody else reads.
 	if err := s.sameFile(); err != nil {
 		return fail(fmt.Errorf("open %s: the file changed while it opened: %w", path, err))
 	}
 	if found > 0 && found < ownerFormatVersion {
-		// Rows of that schema name owners by wall-clock start times:
-		// rewrite them once. A failure leaves them to the conservative
-		// judgement they get wherever met.
+		// A failure leaves the rows to the conservative judgement they get
+		// wherever met.
 		if conv, del, err := s.convertLegacyOwners(ctx); err != nil {
 			s.log.Error(err, "could not convert owners recorded by an earlier berth; they are judged conservatively until a later open converts them", "path", path)
 		} else if conv+del > 0 {
@@ -298,18 +268,15 @@ func openOnce(ctx context.Context, path string, self store.Owner, opts Options) 
 	return s, nil
 }
 
-// ownerFormatVersion is the schema version from which rows name owners by
-// the kernel's start time; rows of older schemas are converted on Open.
+// ownerFormatVersion is the first schema whose rows name owners by the
+// kernel's start time.
 const ownerFormatVersion = 3
 
-// closeGrace is how long Close waits, beyond BusyTimeout, for a call in
-// flight to end.
+// closeGrace is how long Close waits, beyond BusyTimeout, for a call in flight.
 const closeGrace = time.Second
 
-// Close stops the background sweep and closes the database; reservations
-// stay, as they belong to their owners. Close is idempotent and bounded: a
-// call still in flight after BusyTimeout plus closeGrace closes the
-// database when it ends, and Close returns an error saying so.
+// Close is idempotent and bounded: a call still in flight after BusyTimeout
+// plus closeGrace closes the database when it ends, and Close says so.
 func (s *sqlStore) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -352,18 +319,15 @@ func (s *sqlStore) closeDB() error {
 	return nil
 }
 
-// closeGuard returns an open read-only handle on the store's file when the
-// WAL is small enough to leave for the next process, or nil.
-//
-// The last connection to close a WAL database checkpoints and truncates
-// the WAL, and the next writer starts a new one: four fsyncs, most of what
-// a port cost a short-lived process (`berth get`, a test binary). SQLite
-// skips that while another connection has the file open, and a read-only
-// one cannot checkpoint: closed last, the guard leaves the WAL for the next
-// process to append to. Frames in the WAL are as safe as in the file; only
-// a power cut can lose the last of them, and it also ends every owner they
-// name. Past walKeepLimit the store closes without a guard, so one process
-// in many pays for the checkpoint and none reads back a long WAL.
+// closeGuard returns a read-only handle on the store's file when the WAL is
+// under walKeepLimit, else nil. The last connection to close a WAL database
+// checkpoints and truncates the WAL: four fsyncs, most of what a port cost
+// a short-lived process (`berth get`, a test binary). SQLite skips that
+// while another connection has the file open, and a read-only one cannot
+// checkpoint: closed last, the guard leaves the WAL for the next
+// process to append to. Only a power cut can lose its last frames, and it
+// also ends every owner they name. Past the limit one process in many pays
+// for the checkpoint, and none reads back a long WAL.
 func (s *sqlStore) closeGuard() *sql.DB {
 	fi, err := os.Stat(s.path + "-wal")
 	if err != nil || fi.Size() > walKeepLimit {
@@ -381,7 +345,6 @@ func (s *sqlStore) closeGuard() *sql.DB {
 	return g
 }
 
-// dsn builds the driver's data source name.
 func dsn(path string, busy time.Duration, readOnly, setWAL bool) string {
 	d := dsnBare(path) + "?_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")"
 	if readOnly {
@@ -402,17 +365,14 @@ func dsn(path string, busy time.Duration, readOnly, setWAL bool) string {
 		"&_pragma=wal_autocheckpoint(" + fmt.Sprint(backstopCheckpointPages) + ")"
 }
 
-// testHookPrepared, when set by a test, runs in openConn right after
-// prepareFile has made or checked the file.
+// testHookPrepared, when a test sets it, runs in openConn after prepareFile.
 var testHookPrepared func()
 
-// openConn opens the store's connection to path, with the file made ready
-// first, and returns the file as it was just before, for the caller to
-// check that it is still the one at the path. A file of the current schema
+// openConn opens the store's connection to path, with the file made ready,
+// and returns the file as it was just before. A file of the current schema
 // is inspected on that connection itself: a second one, closed first, would
 // make SQLite checkpoint a WAL another process left, with two fsyncs. Any
-// other file (none yet, an older schema, one to refuse) takes the careful
-// path: prepareFile inspects and migrates it under the migration lock.
+// other file takes prepareFile's careful path, under the migration lock.
 func openConn(ctx context.Context, path string, busy time.Duration, log logr.Logger) (*sql.DB, *sql.Conn, uint, os.FileInfo, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
 		db, conn, err := connect(ctx, path, busy, false)
@@ -468,9 +428,8 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 	return db, conn, found, fi, nil
 }
 
-// settle readies a connection that inspected a berth database of the
-// current schema: WAL mode back on (the sqlite3 shell can turn it off), and
-// the store's short busy timeout.
+// settle turns WAL mode back on (the sqlite3 shell can turn it off), and
+// sets the store's short busy timeout.
 func settle(ctx context.Context, conn *sql.Conn) error {
 	var mode string
 	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
@@ -485,9 +444,8 @@ func settle(ctx context.Context, conn *sql.Conn) error {
 	return err
 }
 
-// connect opens a database handle of one connection on path and takes it:
-// writers of this process take turns on it through sem, so they never see
-// SQLITE_BUSY from each other.
+// connect opens a handle of one connection on path and takes it: writers of
+// this process take turns on it, so they never see SQLITE_BUSY from each other.
 func connect(ctx context.Context, path string, busy time.Duration, setWAL bool) (*sql.DB, *sql.Conn, error) {
 	db, err := openDB(dsn(path, busy, false, setWAL))
 	if err != nil {
@@ -504,21 +462,15 @@ func connect(ctx context.Context, path string, busy time.Duration, setWAL bool) 
 
 const (
 	// checkpointEvery is how many of its own commits a Store makes between
-	// background checkpoints. Each checkpoint fsyncs the database, which
-	// can stall other writers in the file system: at 256, six contending
-	// processes checkpointed about 100 times a second and one call in six
-	// runs waited 184 ms; at 2048 the worst of eight runs was 55 ms.
-	checkpointEvery = 2048
-	// backstopCheckpointPages is the WAL size, in pages, at which SQLite
-	// checkpoints inside a commit anyway.
-	backstopCheckpointPages = 8192
-	walSizeLimit            = 1 << 20 // bytes: see dsn
-	// walKeepLimit, in bytes (about 30 processes that allocate and release
-	// a port each): see closeGuard.
-	walKeepLimit = 128 << 10
+	// background checkpoints, each an fsync that can stall other writers:
+	// at 256, under six contending processes one call waited 184 ms; at
+	// 2048 the worst of eight runs was 55 ms.
+	checkpointEvery         = 2048
+	backstopCheckpointPages = 8192      // WAL pages at which SQLite checkpoints inside a commit anyway
+	walSizeLimit            = 1 << 20   // bytes: see dsn
+	walKeepLimit            = 128 << 10 // bytes, about 30 processes that get and release a port: see closeGuard
 )
 
-// oneConn makes db keep one connection for good.
 func oneConn(db *sql.DB) {
 	db.SetMaxOpenConns(1)
 	db.SetConnMaxLifetime(0)
@@ -546,8 +498,8 @@ func (s *sqlStore) checkpointer() {
 	}
 }
 
-// committed counts a commit, with the store acquired, and nudges the
-// checkpointer now and then.
+// committed counts a commit, with the store acquired, and every
+// checkpointEvery commits nudges the checkpointer.
 func (s *sqlStore) committed() {
 	s.commits++
 	if s.commits%checkpointEvery == 0 {
@@ -558,8 +510,7 @@ func (s *sqlStore) committed() {
 	}
 }
 
-// dsnBare is the file: URI of path, with the characters that would end or
-// escape it encoded.
+// dsnBare is the file: URI of path, with the characters that would end or escape it encoded.
 func dsnBare(path string) string {
 	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.ToSlash(path))
 	if !strings.HasPrefix(esc, "/") {
@@ -568,10 +519,9 @@ func dsnBare(path string) string {
 	return "file:" + esc
 }
 
-// acquire takes the store for one call: the in-process turn, then for writes
-// the cross-process flock. The returned function gives both back. Every wait
-// ends with ctx, and the flock wait also after BusyTimeout, with an error
-// wrapping store.ErrBusy that names the lock's holder where the OS tells.
+// acquire takes the in-process turn, then for writes the cross-process
+// flock, and returns the function that gives both back. Every wait ends
+// with ctx, the flock's also after BusyTimeout (store.ErrBusy).
 func (s *sqlStore) acquire(ctx context.Context, write bool) (func(), error) {
 	if s.closed.Load() {
 		return nil, store.ErrClosed
@@ -604,8 +554,8 @@ func (s *sqlStore) acquire(ctx context.Context, write bool) (func(), error) {
 	return release, nil
 }
 
-// lockWrite takes the cross-process write lock for a caller that holds the
-// turn, and returns the function that lets go of both.
+// lockWrite takes the write lock for a caller that holds the turn, and
+// returns the function that lets go of both.
 func (s *sqlStore) lockWrite(ctx context.Context) (func(), error) {
 	lock := s.writeLock
 	ok, err := lock.TryLock()
@@ -636,14 +586,13 @@ func (s *sqlStore) lockWrite(ctx context.Context) (func(), error) {
 
 func (s *sqlStore) putTurn() { <-s.sem }
 
-// waitLock waits for the write lock that another process holds. A blocked
-// flock wakes the moment the holder lets go, but cannot be interrupted: so
-// it blocks in a goroutine on a descriptor of its own, and when ctx or
-// BusyTimeout ends first the caller leaves, and the goroutine lets go of
-// the lock once granted. A frozen holder blocks that goroutine, never a
-// caller or Close. The descriptor is kept for the next wait (s.spare) unless
-// abandoned: under 16 processes every write waits, and opening and closing
-// it each time cost an eighth of their rate.
+// waitLock waits for the write lock another process holds. A blocked flock
+// wakes the moment the holder lets go, but cannot be interrupted: so it
+// blocks in a goroutine on a descriptor of its own, which lets go of the
+// lock once granted when ctx or BusyTimeout ended first. A frozen holder
+// blocks that goroutine, never a caller or Close. The descriptor is kept
+// for the next wait (s.spare): under 16 processes every write waits, and
+// opening and closing it each time cost an eighth of their rate.
 func (s *sqlStore) waitLock(ctx context.Context) (*filelock.File, error) {
 	lock := s.spare
 	s.spare = nil

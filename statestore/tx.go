@@ -12,10 +12,10 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// write runs fn in one BEGIN IMMEDIATE transaction with the store acquired
-// for writing, and commits when fn returns nil. fn's context does not cancel
-// statements (an interrupted statement can leave the connection in a state
-// only ROLLBACK clears); fn checks ctx between steps instead.
+// write runs fn in one BEGIN IMMEDIATE transaction, committed when fn
+// returns nil. fn's context does not cancel statements (an interrupted one
+// can leave the connection in a state only ROLLBACK clears); fn checks ctx
+// between steps instead.
 func (s *sqlStore) write(ctx context.Context, op string, fn func(tctx context.Context) error) error {
 	return s.writing(ctx, op, func(tctx context.Context) error {
 		if err := s.retryBusy(ctx, func() error {
@@ -44,9 +44,8 @@ func (s *sqlStore) write(ctx context.Context, op string, fn func(tctx context.Co
 	})
 }
 
-// exec runs one autocommit write statement with the store acquired for
-// writing and returns the number of rows it changed. done, when not nil,
-// runs with the store still acquired, to bring the cache in line.
+// exec runs one autocommit write statement and returns the rows it changed.
+// done, when not nil, runs with the store still acquired.
 func (s *sqlStore) exec(ctx context.Context, op string, done func(n int64), q string, args ...any) (int64, error) {
 	var n int64
 	err := s.writing(ctx, op, func(tctx context.Context) error {
@@ -69,7 +68,6 @@ func (s *sqlStore) exec(ctx context.Context, op string, done func(n int64), q st
 	return n, err
 }
 
-// writing runs body with the store acquired for writing.
 func (s *sqlStore) writing(ctx context.Context, op string, body func(tctx context.Context) error) error {
 	release, err := s.acquire(ctx, true)
 	if err != nil {
@@ -87,9 +85,8 @@ func (s *sqlStore) writing(ctx context.Context, op string, body func(tctx contex
 	return s.explain(err)
 }
 
-// lostErr reports, after a write that returned err, whether the file was
-// lost meanwhile (see sameFile), and if so the error to return instead of
-// err: store.ErrLost, or err itself when it already says so.
+// lostErr returns, after a write that returned err, the error to return
+// instead when the file was lost meanwhile (see sameFile), else nil.
 func (s *sqlStore) lostErr(err error) error {
 	if err != nil && (errors.Is(err, store.ErrLost) || !errors.Is(err, store.ErrStorage)) {
 		return nil // a refusal, a conflict, a busy store: the file served it
@@ -114,8 +111,7 @@ func acquireErr(op string, err error) error {
 func (s *sqlStore) rollback() {
 	s.cache.valid = false // the view's changes are rolled back
 	if _, err := s.st.exec(context.Background(), qRollback); err != nil {
-		// "no transaction is active" after a failed COMMIT is expected;
-		// anything else leaves the connection in a transaction.
+		// Expected after a failed COMMIT: "no transaction is active".
 		s.log.V(1).Info("rollback failed", "error", err.Error())
 	}
 }
@@ -124,10 +120,9 @@ func (s *sqlStore) rollback() {
 // for a lock before retryBusy looks at the context again.
 const busySlice = 100 * time.Millisecond
 
-// retryBusy runs fn until it does not fail with SQLITE_BUSY, the context is
-// done, or the store's BusyTimeout has passed. Berth's own writers queue on
-// the flock and rarely meet SQLITE_BUSY; this waits out a lock held by
-// something else (the sqlite3 shell, a checkpoint) without ignoring ctx.
+// retryBusy retries fn on SQLITE_BUSY until ctx ends or BusyTimeout passes.
+// Berth's own writers queue on the flock and rarely meet SQLITE_BUSY; this
+// waits out a lock held by something else (the sqlite3 shell, a checkpoint).
 func (s *sqlStore) retryBusy(ctx context.Context, fn func() error) error {
 	deadline := time.Now().Add(s.busy)
 	for {
@@ -144,7 +139,7 @@ func (s *sqlStore) retryBusy(ctx context.Context, fn func() error) error {
 	}
 }
 
-// explain adds what to check to errors of the file system under the store.
+// explain adds what to check to errors of the file system.
 func (s *sqlStore) explain(err error) error {
 	code := sqliteCode(err)
 	if code == 0 {
@@ -160,16 +155,14 @@ func (s *sqlStore) explain(err error) error {
 		return err // its message says what ran short
 	}
 	switch code {
-	case sqlite3.SQLITE_READONLY:
-		if writable(s.path) && writable(filepath.Dir(s.path)) {
+	case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM:
+		if code == sqlite3.SQLITE_READONLY && writable(s.path) && writable(filepath.Dir(s.path)) {
 			// SQLite opens a file read-only when it cannot open it for
 			// writing (out of descriptors a moment before, the file not
 			// writable then), and the connection stays so: the store
 			// must be opened again, as a lost one is.
 			return fmt.Errorf("%w; the file %s is writable, but the store's connection was opened read-only: %w", err, s.path, store.ErrLost)
 		}
-		return fmt.Errorf("%w; check that %s is writable and its file system not full", err, filepath.Dir(s.path))
-	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM:
 		return fmt.Errorf("%w; check that %s is writable and its file system not full", err, filepath.Dir(s.path))
 	}
 	return err

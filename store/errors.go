@@ -124,8 +124,7 @@ func (e *FieldError) Error() string {
 // Unwrap returns ErrInvalid.
 func (e *FieldError) Unwrap() error { return ErrInvalid }
 
-// quote quotes s for a message, cut after 64 bytes with "..." after the
-// closing quote, so that no value floods or forges a message.
+// quote quotes s for a message, cut after 64 bytes (see FieldError.Error).
 func quote(s string) string {
 	if len(s) > 64 {
 		return strconv.Quote(s[:64]) + "..."

@@ -41,8 +41,6 @@ func CheckLabel(label string) error {
 	return nil
 }
 
-// checkHolder refuses a holder's name that is empty, longer than
-// MaxHolderLen or not printable, with a *FieldError for "holder".
 func checkHolder(name string) error {
 	want := fmt.Sprintf(`a holder name of 1 to %d bytes of printable UTF-8, e.g. "ci/job-4711"`, MaxHolderLen)
 	if name == "" {
@@ -63,8 +61,7 @@ func CheckTTL(ttl time.Duration) error {
 	return nil
 }
 
-// printable says what keeps s from being at most max bytes of printable
-// UTF-8, or "".
+// printable says what keeps s from being at most max bytes of printable UTF-8.
 func printable(s string, max int) string {
 	if len(s) > max {
 		return fmt.Sprintf("it has %d bytes", len(s))

@@ -49,8 +49,7 @@ func (r Range) Validate() error {
 	return nil
 }
 
-// What a range accepts, for FieldError.Want.
-const (
+const ( // for FieldError.Want
 	rangeSyntax  = "FIRST-LAST (e.g. 20000-32767) or a single port, with ports 1 to 65535"
 	rangePorts   = "ports from 1 to 65535"
 	rangeOrdered = "FIRST-LAST with FIRST <= LAST"

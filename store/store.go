@@ -198,9 +198,7 @@ func LookupOwner(ctx context.Context, pid int) (Owner, error) {
 	switch {
 	case errors.Is(err, owner.ErrNotRunning):
 		return Owner{}, fmt.Errorf("%w: %w", &FieldError{Field: "pid", Value: fmt.Sprint(pid), Want: "the pid of a running process"}, err)
-	case err != nil:
-		// Reading the process failed (a shortage of descriptors, a call
-		// cut short): that says nothing of the pid.
+	case err != nil: // a shortage of descriptors, a call cut short: nothing of the pid
 		return Owner{}, fmt.Errorf("look up pid %d: %w", pid, err)
 	}
 	return fromIdentity(id), nil

@@ -7,25 +7,16 @@ import (
 	"time"
 )
 
-// # Leases
-//
-// A reservation can belong to a named holder under a lease instead of to a
-// process. Its end is judged by a clock no wall-clock step moves (see
-// LeaseNow), of one boot: a lease of another boot has ended. Its row names,
-// as its process, pid 1 of this process's pid namespace, with its start,
-// and the scope "<boot id>/k1/<pid namespace>/<time namespace>/lease" (the
-// lease clock's boot id, on macOS too): berth releases that know no leases
-// judge it as a process that runs as long as the boot (or, across pid
-// namespaces, the namespace), and keep it.
-
-// leaseTag ends the scope of a lease.
+// A lease's row names, as its process, pid 1 of this process's pid
+// namespace, with its start, and the scope "<boot id>/k1/<pid namespace>/<time
+// namespace>/lease" (the lease clock's boot id, on macOS too): berth releases
+// that know no leases judge it as a process that runs as long as the boot
+// (or, across pid namespaces, the namespace), and keep it.
 const leaseTag = "/lease"
 
 // IsLeaseScope reports whether scope is the scope of a lease's row.
 func IsLeaseScope(scope string) bool { return strings.HasSuffix(scope, leaseTag) }
 
-// leaseID is the identity recorded for the leases of this process's host,
-// boot and namespaces.
 var leaseID = sync.OnceValue(func() Identity {
 	sc := host.scope()
 	sc.boot = leaseBoot()
@@ -39,7 +30,7 @@ var leaseID = sync.OnceValue(func() Identity {
 })
 
 // LeaseIdentity returns the pid, start and scope recorded for a lease taken
-// by this process (see the package doc on leases), with name as its Name.
+// by this process, with name as its Name.
 // Leases of one boot and one pair of pid and time namespaces share it.
 func LeaseIdentity(name string) Identity {
 	id := leaseID()
@@ -55,13 +46,11 @@ func LeaseIdentity(name string) Identity {
 // moves the end of every lease by as much.
 func LeaseNow() (int64, error) { return leaseClock() }
 
-// LeaseRemaining tells how long the lease that ends at until on the lease
-// clock of scope (a lease's scope, see IsLeaseScope) has left, as this
-// process reads the clock now: 0 or less when it has ended. A lease of
-// another boot has ended. known is false when it cannot be told here (a
-// lease of another time namespace, whose clock is offset by an amount this
-// process cannot know, or a clock that cannot be read): the lease then
-// counts as live.
+// LeaseRemaining tells how long the lease of scope (see IsLeaseScope) that
+// ends at until on the lease clock has left: 0 or less when it has ended,
+// as a lease of another boot has. known is false when it cannot be told
+// here (another time namespace, whose clock is offset by an amount this
+// process cannot know, or a clock that cannot be read): it counts as live.
 func LeaseRemaining(scope string, until int64) (left time.Duration, known bool) {
 	sc, _ := parseScope(strings.TrimSuffix(scope, leaseTag))
 	mine := host.scope()

@@ -22,42 +22,31 @@
 // reads to judge one, is derived from the wall clock, the boot time or
 // /proc/uptime: an NTP or administrator step, or a container's per-process
 // rounding of the boot time, cannot make a live process look dead.
-// StartedAt turns a start into an approximate wall-clock time, for display
-// only.
 //
-// On macOS and Windows the start is kept to the millisecond, the unit of
-// the kernel values earlier berth releases recorded there, so that those
-// releases, still running during an upgrade, judge current identities
-// correctly; two processes with one pid never start within one millisecond.
+// On macOS and Windows the start is kept to the millisecond, the unit
+// earlier berth releases recorded there, so that those releases, still
+// running during an upgrade, judge current identities correctly; two
+// processes with one pid never start within one millisecond.
 //
 // # Scope format
 //
 // Scope is "<boot id>/k1/<pid namespace>/<time namespace>" on Linux (parts
 // that cannot be read are empty) and "k1" elsewhere. Earlier berth releases
-// wrote "<boot id>/<pid namespace>" (or "") and a start in unix milliseconds
-// derived from the wall clock; IsLegacy recognises such identities, Active
-// judges them conservatively and Upgrade converts them. The boot id stays in
-// front so that an earlier release reading a current identity takes it for
-// one of another pid namespace, which it keeps, and never for one of another
-// boot, which it would delete.
+// wrote "<boot id>/<pid namespace>" (or "") and a wall-clock start (see
+// IsLegacy). The boot id stays in front so that an earlier release reading
+// a current identity takes it for one of another pid namespace, which it
+// keeps, and never for one of another boot, which it would delete.
 //
 // # Liveness
 //
-// Active decides whether an identity's process still runs. It errs on the
-// safe side: a reservation whose owner is taken for dead is handed out
-// again, so every doubt (a process that cannot be inspected, a pid namespace
-// this process cannot see) counts as alive.
+// Active errs on the safe side: a reservation whose owner is taken for dead
+// is handed out again. An owner in another pid namespace (a container
+// sharing the state directory) is reaped from outside only when its
+// namespace has no process left, which only root in the initial pid
+// namespace can see; otherwise its rows stay until released, or reaped
+// from inside (docker exec C berth reap, or nsenter -t PID -p berth reap).
 //
-// An owner in another pid namespace (a container sharing the state
-// directory) cannot be checked from outside: its pid means nothing here.
-// Its rows are reaped from outside only when its namespace has no process
-// left at all (the container ended), which only root in the initial pid
-// namespace can see; otherwise they stay until released, or reaped by a
-// process inside that namespace (docker exec C berth reap, or nsenter -t
-// PID -p berth reap).
-//
-// The functions of this package are safe for concurrent use. Importing it
-// has no side effects.
+// The functions of this package are safe for concurrent use.
 package owner
 
 import (
@@ -120,17 +109,13 @@ func IsLegacy(id Identity) bool {
 	return !current
 }
 
-// self is the calling process's identity once it has been read.
 var self atomic.Pointer[Identity]
 
-// readSelf reads the calling process's identity. A read of this process's
-// own entries is not a call on anyone's behalf: no caller's context bounds
-// it.
+// readSelf is bound by no caller's context: it reads on no one's behalf.
 var readSelf = func() (Identity, error) { return lookupIn(context.Background(), host, os.Getpid()) }
 
-// Self returns the identity of the calling process. It is read once it
-// can be: a read that fails (out of descriptors, say) is not kept, and the
-// next call reads again.
+// Self returns the identity of the calling process. A read that fails (out
+// of descriptors, say) is not kept: the next call reads again.
 func Self() (Identity, error) {
 	if id := self.Load(); id != nil {
 		return *id, nil
@@ -178,7 +163,7 @@ func lookupIn(ctx context.Context, k kernel, pid int) (Identity, error) {
 	case r.exited:
 		return Identity{}, fmt.Errorf("owner: pid %d has exited: %w", pid, ErrNotRunning)
 	}
-	return Identity{PID: pid, Start: r.start, Scope: k.scope().String(), Name: name(ctx, pid)}, nil
+	return Identity{PID: pid, Start: r.start, Scope: k.scope().String(), Name: NameOf(ctx, pid)}, nil
 }
 
 // Active reports whether the process that id names still runs. It is false
@@ -195,12 +180,10 @@ func Active(ctx context.Context, id Identity) bool {
 // Verdict is what judge decides about an identity.
 type Verdict int
 
+// The verdicts; Active counts Unknown as live.
 const (
-	// Dead: the process has exited (or the identity names none).
 	Dead Verdict = iota
-	// Live: the process runs and is the one the identity names.
 	Live
-	// Unknown: it cannot be decided; Active counts it as live.
 	Unknown
 )
 
@@ -215,11 +198,9 @@ func (v Verdict) String() string {
 }
 
 // Upgrade returns the current identity of the process a legacy identity
-// names (see IsLegacy), for rewriting rows an earlier berth release wrote.
-// It returns an error wrapping ErrNotRunning when that process is dead as
-// Active judges it, and another error when liveness cannot be decided (the
-// identity should then be kept as it is: Active counts it as alive). A
-// current identity is returned unchanged.
+// names (see IsLegacy); a current identity unchanged. It returns an error
+// wrapping ErrNotRunning when that process is dead as Active judges it, and
+// another error when that cannot be decided (keep the identity as it is).
 func Upgrade(ctx context.Context, id Identity) (Identity, error) {
 	return upgradeIn(ctx, host, id)
 }
@@ -237,7 +218,7 @@ func upgradeIn(ctx context.Context, k kernel, id Identity) (Identity, error) {
 	}
 	up := Identity{PID: id.PID, Start: r.start, Scope: k.scope().String(), Name: id.Name}
 	if up.Name == "" {
-		up.Name = name(ctx, id.PID)
+		up.Name = NameOf(ctx, id.PID)
 	}
 	return up, nil
 }
@@ -266,17 +247,12 @@ func StartedAt(id Identity) (time.Time, bool) {
 	return time.UnixMilli(ms), true
 }
 
-// judge decides whether id's process still runs: Live when it was seen
-// running, with the reading that showed it; Dead when it has surely
-// exited; Unknown when it cannot be told from here, with the error that
-// kept the process's state from being read (a shortage of descriptors or
-// memory, say), which may pass, or nil when the identity cannot be judged
-// from this process at all (another pid or time namespace).
+// judge decides whether id's process still runs, with the reading that
+// showed it Live, or for Unknown the error that kept it from being read
+// (nil when it cannot be judged from here at all: another namespace).
 func judge(ctx context.Context, k kernel, id Identity) (Verdict, reading, error) {
 	if !validPID(id.PID) {
-		// No process can have this pid; such a row can only come from a
-		// damaged or hand-edited store.
-		return Dead, reading{}, nil
+		return Dead, reading{}, nil // from a damaged or hand-edited store
 	}
 	sc, current := parseScope(id.Scope)
 	mine := k.scope()
@@ -284,9 +260,7 @@ func judge(ctx context.Context, k kernel, id Identity) (Verdict, reading, error)
 		return Dead, reading{}, nil // another boot: every process of it has ended
 	}
 	if differ(sc.pidNS, mine.pidNS) {
-		// Another pid namespace: its pids mean nothing here. Only when the
-		// namespace itself is gone (a container that ended) are its
-		// processes known to have ended.
+		// Another pid namespace: its pids mean nothing here.
 		if k.pidNSGone(sc.pidNS) {
 			return Dead, reading{}, nil
 		}
@@ -325,45 +299,33 @@ func judge(ctx context.Context, k kernel, id Identity) (Verdict, reading, error)
 
 func validPID(pid int) bool { return pid > 0 && pid <= math.MaxInt32 }
 
-// errGone is returned by kernel.read when no process has the pid.
 var errGone = errors.New("no such process")
 
-// reading is one look at a process.
 type reading struct {
 	start  int64 // the kernel's start value: Identity.Start
 	exited bool  // it has exited and waits for its parent (a zombie)
 }
 
-// kernel is where readings come from. The kernel of the running system is
-// host; tests put a kernel in front of a /proc of their choosing.
+// kernel is where readings come from: host, or a test's.
 type kernel interface {
-	// read returns a reading of pid, errGone when no process has it, or
-	// another error when it cannot be inspected.
+	// read returns errGone when no process has pid.
 	read(ctx context.Context, pid int) (reading, error)
-	// scope returns the scope of the calling process.
 	scope() scope
-	// wallMillis converts a start value into unix milliseconds by the wall
-	// clock as it reads now: the value an earlier berth recorded, and what
-	// StartedAt shows; false when the clocks cannot be read. Never used to
-	// tell current identities apart.
+	// wallMillis converts a start into unix milliseconds by the wall clock
+	// as it reads now (legacy starts, StartedAt); never to tell current
+	// identities apart.
 	wallMillis(start int64) (int64, bool)
-	// pidNSGone reports whether the pid namespace ns certainly has no
-	// process left; false whenever that cannot be known.
+	// pidNSGone reports whether pid namespace ns certainly has no process left.
 	pidNSGone(ns string) bool
 }
 
-// scope says where a pid and a start mean something. Empty parts are
-// unknown.
+// scope says where a pid and a start mean something; empty parts are unknown.
 type scope struct {
-	boot   string // boot id
-	pidNS  string // pid namespace (inode number)
-	timeNS string // time namespace (inode number)
+	boot, pidNS, timeNS string // boot id, inode numbers of the namespaces
 }
 
-// scopeTag marks the current scope format (see the package doc).
 const scopeTag = "k1"
 
-// String formats s in the current format.
 func (s scope) String() string {
 	if s == (scope{}) {
 		return scopeTag
@@ -371,8 +333,7 @@ func (s scope) String() string {
 	return s.boot + "/" + scopeTag + "/" + s.pidNS + "/" + s.timeNS
 }
 
-// parseScope parses a stored scope. current is false for the format of
-// earlier berth releases, "<boot id>/<pid namespace>", "<boot id>" or "".
+// parseScope reports current false for the format of earlier releases.
 func parseScope(s string) (sc scope, current bool) {
 	if s == scopeTag {
 		return scope{}, true
@@ -384,9 +345,6 @@ func parseScope(s string) (sc scope, current bool) {
 	}
 	return scope{boot: boot, pidNS: rest}, false
 }
-
-// NameOf returns the name of process pid, for people to read, or "".
-func NameOf(ctx context.Context, pid int) string { return name(ctx, pid) }
 
 // differ reports whether two scope parts are known and different. An
 // unknown part matches anything, as it did in earlier releases.

@@ -8,7 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// host reads the running kernel.
 var host darwinKernel
 
 // darwinKernel reads processes with the kern.proc.pid sysctl.

@@ -15,21 +15,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// host reads the running kernel's /proc.
 var host = &procFS{fsys: os.DirFS("/proc"), root: os.Geteuid() == 0}
 
-// procFS is a kernel read from a /proc file system. Everything it reads goes
-// through fsys: /proc/PID/stat for starts and states, and the boot id and
-// the namespace links of the calling process for its scope. It never reads
-// /proc/uptime or the btime of /proc/stat, so no boot time, and hence no
-// wall clock, enters an identity or a liveness verdict; tests hold it to
-// that by giving it an fsys that refuses those files.
+// procFS is a kernel read from a /proc file system, through fsys. It never
+// reads /proc/uptime or the btime of /proc/stat, so no boot time, and hence
+// no wall clock, enters an identity or a liveness verdict; tests hold it to
+// that with an fsys that refuses those files.
 type procFS struct {
 	fsys fs.FS
 
-	once sync.Once // guards own
-	own  scope     // the calling process's scope, read once
-	root bool      // the caller is root: no process is hidden from it
+	once sync.Once // guards own, the calling process's scope
+	own  scope
+	root bool // the caller is root: no process is hidden from it
 }
 
 func (p *procFS) read(_ context.Context, pid int) (reading, error) {
@@ -76,8 +73,7 @@ func (p *procFS) scope() scope {
 	return p.own
 }
 
-// nsInode returns the inode number a namespace link names ("pid:[4026531836]"
-// -> "4026531836"), or "" when it cannot be read.
+// nsInode returns the inode number a namespace link names, or "".
 func nsInode(fsys fs.FS, name string) string {
 	l, err := fs.ReadLink(fsys, name)
 	if err != nil {
@@ -92,11 +88,9 @@ func nsInode(fsys fs.FS, name string) string {
 // (PROC_PID_INIT_INO): a process in it sees every process of the host.
 const initPidNS = "4026531836"
 
-// pidNSGone reports whether no process is left in pid namespace ns. It
-// can know only from the initial pid namespace, where every process of
-// the host is listed, and as root, whom neither hidepid nor ptrace rules
-// hide any process from; anywhere else, and whenever a process's namespace
-// cannot be read, it answers false, the safe side.
+// pidNSGone can know only in the initial pid namespace, where every process
+// of the host is listed, and as root, whom neither hidepid nor ptrace rules
+// hide any process from.
 func (p *procFS) pidNSGone(ns string) bool {
 	if p.scope().pidNS != initPidNS || !p.root {
 		return false
@@ -171,7 +165,6 @@ var clockTicks = sync.OnceValue(func() int64 {
 	return 100
 })
 
-// stat is what berth reads of a /proc/PID/stat line.
 type stat struct {
 	pid     int
 	comm    string // field 2, without its parentheses
@@ -180,11 +173,7 @@ type stat struct {
 	start   int64  // field 22, starttime: clock ticks since boot
 }
 
-// statError reports a /proc/PID/stat line that could not be parsed.
-type statError struct {
-	Line string // the line as read
-	What string // what is wrong with it
-}
+type statError struct{ Line, What string }
 
 func (e *statError) Error() string {
 	return fmt.Sprintf("owner: parse /proc stat line %q: %s", e.Line, e.What)
@@ -225,7 +214,6 @@ func parseStat(b []byte) (stat, error) {
 	return stat{pid: pid, comm: string(b[open+1 : closing]), state: fields[0][0], threads: threads, start: start}, nil
 }
 
-// leaseClock reads CLOCK_BOOTTIME: time since boot, suspend included.
 func leaseClock() (int64, error) {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
@@ -237,17 +225,14 @@ func leaseClock() (int64, error) {
 // leaseBoot is the boot id of process scopes.
 func leaseBoot() string { return host.scope().boot }
 
-// commLen is the length at which the kernel cuts a process's comm.
 const commLen = 15
 
-// name returns the name of process pid, or "" when it cannot be read. A name
-// is for people; its absence changes nothing.
-//
-// It is read from /proc/PID/comm, and where the kernel cut that to 15 bytes,
-// the base name of the program in /proc/PID/cmdline that it starts with. On
-// Linux berth reads /proc itself rather than through gopsutil, whose package
-// initialisation alone reads /proc/stat twice in every process that links it.
-func name(_ context.Context, pid int) string {
+// NameOf returns the name of process pid, for people to read, or "": its
+// /proc/PID/comm, and where the kernel cut that to 15 bytes, the base name
+// of the program in /proc/PID/cmdline that it starts with. Not gopsutil:
+// its initialisation alone reads /proc/stat twice in every process that
+// links it.
+func NameOf(_ context.Context, pid int) string {
 	dir := "/proc/" + strconv.Itoa(pid)
 	b, err := os.ReadFile(dir + "/comm")
 	if err != nil {
@@ -270,9 +255,8 @@ func name(_ context.Context, pid int) string {
 
 func inspect(_ context.Context, pid int) (Process, error) { return host.inspect(pid) }
 
-// inspect reads pid's stat line, executable, command line and standard
-// input from the /proc of p. Only the stat line is needed: the others are
-// left out when they cannot be read (another user's process).
+// inspect needs only the stat line: the rest is left out when it cannot be
+// read (another user's process).
 func (p *procFS) inspect(pid int) (Process, error) {
 	dir := strconv.Itoa(pid)
 	b, err := fs.ReadFile(p.fsys, dir+"/stat")

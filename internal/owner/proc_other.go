@@ -9,7 +9,6 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 )
 
-// host reads the running kernel.
 var host psKernel
 
 // psKernel reads processes through gopsutil, whose CreateTime on the BSDs

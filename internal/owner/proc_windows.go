@@ -7,7 +7,6 @@ import (
 	"golang.org/x/sys/windows"
 )
 
-// host reads the running kernel.
 var host windowsKernel
 
 // windowsKernel reads processes with OpenProcess and GetProcessTimes.

@@ -10,8 +10,7 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 )
 
-// inspect reads pid through gopsutil. These systems show neither a
-// process's layout nor its standard input: Layout and Stdin stay empty.
+// inspect reads pid through gopsutil: these systems show no Layout or Stdin.
 func inspect(ctx context.Context, pid int) (Process, error) {
 	p := &process.Process{Pid: int32(pid)} // validPID keeps pid within int32
 	ppid, err := p.PpidWithContext(ctx)
@@ -30,18 +29,16 @@ func inspect(ctx context.Context, pid int) (Process, error) {
 	return pr, nil
 }
 
-// flat is the part of a kernel of a system with neither boot ids nor pid
-// namespaces, which records starts on the wall clock, in unix
-// milliseconds: its scope is empty.
+// flat is the kernel part of systems without boot ids or pid namespaces,
+// whose starts are unix milliseconds.
 type flat struct{}
 
 func (flat) scope() scope                         { return scope{} }
 func (flat) wallMillis(start int64) (int64, bool) { return start, true }
 func (flat) pidNSGone(string) bool                { return false }
 
-// name returns the name of process pid, or "" when it cannot be read. A name
-// is for people; its absence changes nothing.
-func name(ctx context.Context, pid int) string {
+// NameOf returns the name of process pid, for people to read, or "".
+func NameOf(ctx context.Context, pid int) string {
 	// Not process.NewProcess: it also reads the start time, which berth
 	// reads from the kernel itself, and gopsutil derives it from a boot time
 	// it works out by probing the machine.
