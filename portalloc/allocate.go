@@ -405,7 +405,7 @@ func candidateSet(cfg Config, excl excluded) (*portrange.Set, error) {
 	set := portrange.NewSet(rng, exclude...)
 	if set.Len() == 0 {
 		return nil, &store.FieldError{Field: "Config.Range", Value: cfg.Range.String(),
-			Want: "a range with ports left after Config.Exclude, the OS ephemeral range and the ports the OS reserves; widen it (Config.Range, BERTH_PORT_RANGE or --range), or set Config.AllowEphemeralOverlap (BERTH_ALLOW_EPHEMERAL_OVERLAP=true) to keep the overlap"}
+			Want: "a range with ports left after Config.Exclude, the OS ephemeral range and the ports the OS reserves; widen it (Config.Range or BERTH_PORT_RANGE), or set Config.AllowEphemeralOverlap (BERTH_ALLOW_EPHEMERAL_OVERLAP=true) to keep the overlap"}
 	}
 	return set, nil
 }

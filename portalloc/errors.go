@@ -61,7 +61,7 @@ func (a *Allocator) callErr(ctx context.Context, err error, req Request, n int) 
 		return err
 	case errors.Is(err, store.ErrExhausted):
 		what := req.Protocol + " port"
-		if n > 0 {
+		if n > 1 {
 			what = store.Protocol(fmt.Sprintf("block of %d %s ports", n, req.Protocol))
 		}
 		return fmt.Errorf("no free %s on %s in %s: %w", what, req.Addr, a.cfg.Range, err)

@@ -17,41 +17,36 @@ import (
 )
 
 // Which process owns the ports of 'berth get' and 'berth reserve' when
-// --owner is left at "parent". berth's parent process is the natural
-// owner, but in three common cases it exits at once, its ports are reaped
-// while they are still in use, and the next berth is given them again:
+// --owner is left at "parent". berth's parent is the natural owner, but in
+// three common cases it exits at once, its ports are reaped while still in
+// use, and the next berth is given them again:
 //
-//   - A pipeline in a command substitution, P=$(berth get | head -1): the
-//     shell forks a subshell to run the pipeline (so it does for ( ... )),
-//     and that subshell is berth's parent. A forked subshell is a copy of
-//     the script's shell: same executable, same command line and, on
-//     Linux, the same place in memory for its stack and arguments (a new
-//     start of a program gets new ones from address space randomisation).
-//     berth climbs through such forks to the script's shell, which waits
-//     for them; not through one that runs in the background, ( ... ) &,
-//     which may outlive the script, and which a non-interactive shell gives
-//     /dev/null as its standard input.
+//   - P=$(berth get | head -1): the shell forks a subshell for the pipeline
+//     (and for ( ... )), berth's parent. A fork is a copy of the script's
+//     shell: same executable, command line and, on Linux, the same place in
+//     memory for its stack and arguments (a new start of a program gets new
+//     ones from address space randomisation). berth climbs through such
+//     forks to the script's shell, which waits for them; not through one
+//     in the background, ( ... ) &, which may outlive the script, and which
+//     a non-interactive shell gives /dev/null as its standard input.
 //   - A Makefile recipe: make runs each line with sh -c LINE, which exits
-//     when the line ends. berth gives the ports to make instead, which
-//     waits for every recipe, and warns, since make exits at the end of
-//     the build.
-//   - sh -c 'berth get ...' where berth is the last command, as a Python
-//     subprocess with shell=True runs it: the shell exits right after
-//     berth. berth keeps it as the owner, since the program that ran it may
-//     live for days and never give the ports back, and warns.
+//     when the line ends. berth gives the ports to make, which waits for
+//     every recipe, and warns, since make exits at the end of the build.
+//   - sh -c 'berth get ...' with berth the last command (Python's
+//     shell=True): the shell exits right after berth. berth keeps it as the
+//     owner, since the program that ran it may live for days and never give
+//     the ports back, and warns.
 //
-// Other systems than Linux tell less of a process (see owner.Process):
-// there berth goes without the layout and standard-input checks.
+// Other systems tell less of a process (see owner.Process): there berth
+// goes without the layout and standard-input checks.
 
 // ownerChoice is the process that gets the ports when --owner is left at
 // "parent", and why berth took it.
 type ownerChoice struct {
-	pid  int
-	name string // the owner's name, "" when unknown
-	why  string // how berth came to it, for -v
-	// exits says, when not "", that the owner exits soon after berth, in
-	// words for the warning.
-	exits string
+	pid   int
+	name  string // the owner's name, "" when unknown
+	why   string // how berth came to it, for -v
+	exits string // when not "": that the owner exits soon after berth, for the warning
 }
 
 // invocation is what chooseOwner needs to know of the running berth.
@@ -66,8 +61,7 @@ type invocation struct {
 const maxClimb = 16
 
 // chooseOwner returns the owner berth's parent stands for (see above).
-// inspect reads a process; whatever it cannot read, berth keeps the
-// process it has got to.
+// Where inspect cannot read a process, berth keeps the one it has got to.
 func chooseOwner(parent int, inspect func(pid int) (owner.Process, error), self invocation) ownerChoice {
 	p, err := inspect(parent)
 	if err != nil {
@@ -106,8 +100,7 @@ func chooseOwner(parent int, inspect func(pid int) (owner.Process, error), self 
 				exits: fmt.Sprintf("%s (pid %d), the shell of a make recipe line; they are handed out again as soon as the line ends", shownName(p), p.PID)}
 		case lastCommand(script, self):
 			// The program that ran the shell may live for days (a CI
-			// agent, a server): its ports would never come back. So the
-			// shell stays the owner, and berth says so.
+			// agent): the shell stays the owner, and berth says so.
 			return ownerChoice{pid: p.PID, name: shownName(p), why: why,
 				exits: fmt.Sprintf("%s (pid %d), which runs berth as the last command of its -c string; it exits right after berth, and they are handed out again at once", shownName(p), p.PID)}
 		}
@@ -119,18 +112,17 @@ func chooseOwner(parent int, inspect func(pid int) (owner.Process, error), self 
 	return c
 }
 
-// shells are the programs berth takes for shells, by executable or name.
+// shells and makes are the programs berth takes for shells and make, by
+// executable or name.
 var shells = map[string]bool{
 	"sh": true, "bash": true, "rbash": true, "dash": true, "ash": true, "busybox": true,
 	"zsh": true, "ksh": true, "ksh93": true, "mksh": true, "lksh": true, "pdksh": true,
 	"oksh": true, "posh": true, "yash": true, "fish": true, "csh": true, "tcsh": true,
 }
 
-// makes are the programs berth takes for make, by executable or name.
 var makes = map[string]bool{"make": true, "gmake": true, "remake": true, "bmake": true, "pmake": true}
 
-// progName is the name of p's program: the base of its executable, else
-// the kernel's name for it.
+// progName is the base of p's executable, else the kernel's name for it.
 func progName(p owner.Process) string {
 	if p.Exe != "" {
 		return filepath.Base(strings.TrimSuffix(p.Exe, " (deleted)"))
@@ -138,8 +130,8 @@ func progName(p owner.Process) string {
 	return p.Name
 }
 
-// shownName is the name berth shows for p: the kernel's, as berth ls shows
-// it, else its program's.
+// shownName is the kernel's name for p, as berth ls shows it, else its
+// program's.
 func shownName(p owner.Process) string {
 	if p.Name != "" {
 		return p.Name
@@ -149,15 +141,14 @@ func shownName(p owner.Process) string {
 
 func isShell(p owner.Process) bool { return shells[progName(p)] || shells[p.Name] }
 
-// isMake reports whether p is make. Under make (underMake), a program
-// whose name has "make" in it counts too (mingw32-make, make-4.4).
+// isMake reports whether p is make; under make, so is a program with
+// "make" in its name (mingw32-make, make-4.4).
 func isMake(p owner.Process, underMake bool) bool {
 	return makes[progName(p)] || makes[p.Name] || underMake && strings.Contains(progName(p), "make")
 }
 
 // forkOf reports whether shell p is a fork of its parent q that has not
-// exec'd a program: the same executable, the same command line and, where
-// both are known, the same layout.
+// exec'd: the same executable, command line and, where known, layout.
 func forkOf(p, q owner.Process) bool {
 	same := p.Name == q.Name
 	if p.Exe != "" && q.Exe != "" {
@@ -167,14 +158,13 @@ func forkOf(p, q owner.Process) bool {
 }
 
 // background reports whether the fork p of q runs in the background: a
-// non-interactive shell runs an asynchronous list ( ... ) & with /dev/null
-// as its standard input.
+// non-interactive shell gives ( ... ) & /dev/null as its standard input.
 func background(p, q owner.Process) bool {
 	return p.Stdin == "/dev/null" && q.Stdin != "" && q.Stdin != "/dev/null"
 }
 
-// commandString returns the command string of shell p when it runs one
-// non-interactively (sh -c STRING, sh -ec STRING), and false otherwise.
+// commandString returns the STRING of shell p's sh -c STRING (or -ec), run
+// non-interactively.
 func commandString(p owner.Process) (string, bool) {
 	if !isShell(p) || len(p.Args) < 2 {
 		return "", false
@@ -210,9 +200,9 @@ func commandString(p owner.Process) (string, bool) {
 var fdRedirect = regexp.MustCompile(`[0-9]*[<>]&[0-9-]*|&>>?`)
 
 // lastCommand reports whether the last mention of berth in a shell's
-// command string is this run of it (its name and command), with nothing
-// after it but arguments and redirections: the shell exits right after
-// berth. It errs toward false, which keeps the shell as owner.
+// command string is this run of it, followed by nothing but arguments and
+// redirections: the shell exits right after berth. It errs toward false,
+// which keeps the shell as owner.
 func lastCommand(script string, self invocation) bool {
 	if self.name == "" || self.sub == "" {
 		return false
@@ -228,8 +218,8 @@ func lastCommand(script string, self invocation) bool {
 	return slices.Contains(strings.Fields(rest), self.sub)
 }
 
-// lastWord returns where the last occurrence of word in s starts that is a
-// word of its own or the last element of a path, or -1.
+// lastWord returns where the last word in s that is word, or ends a path
+// in it, starts, or -1.
 func lastWord(s, word string) int {
 	for end := len(s); ; {
 		i := strings.LastIndex(s[:end], word)
@@ -246,14 +236,12 @@ func lastWord(s, word string) int {
 }
 
 // defaultOwner returns the pid --owner "parent" stands for (chooseOwner),
-// says at -v which process that is and why, and warns on standard error
-// when it is one that exits soon.
+// logs at -v which and why, and warns when it exits soon.
 func defaultOwner(ctx context.Context, cmd *cobra.Command) int {
 	self := invocation{name: filepath.Base(os.Args[0]), sub: cmd.Name(), makeLevel: os.Getenv("MAKELEVEL") != ""}
 	c := chooseOwner(os.Getppid(), func(pid int) (owner.Process, error) { return owner.Inspect(ctx, pid) }, self)
 	logr.FromContextOrDiscard(ctx).Info("owner of the ports", "pid", c.pid, "name", c.name, "why", c.why)
-	// Warned of: the owner of the ports get and reserve hand out, unless
-	// --owner parent was given on purpose.
+	// Not when --owner parent was given on purpose.
 	if c.exits != "" && (cmd.Name() == "get" || cmd.Name() == "reserve") && !cmd.Flags().Changed("owner") {
 		name := cmd.CommandPath()
 		msg := fmt.Sprintf("%s: warning: the ports berth hands out here belong to %s\n", name, printable(c.exits)) +
@@ -266,9 +254,9 @@ func defaultOwner(ctx context.Context, cmd *cobra.Command) int {
 	return c.pid
 }
 
-// toTerminal writes msg to the controlling terminal too, where make (its
-// -s, its output synchronisation, a log it writes to) would bury standard
-// error: unless standard error is that terminal already, or there is none.
+// toTerminal writes msg to the controlling terminal too, unless standard
+// error is that already: make (-s, output synchronisation, a log) would
+// bury standard error.
 func toTerminal(stderr io.Writer, msg string) {
 	if isTerminal(stderr) {
 		return

@@ -47,10 +47,9 @@ func (g *globalFlags) add(root *cobra.Command) {
 	fs.StringVar(&g.logLevel, "log-level", "", "log on standard error from this level: debug, info or warn (default $BERTH_LOG; without either, only warnings)")
 }
 
-// configure builds the configuration of the running command: the flags,
-// then the BERTH_* variables for what they leave out (portalloc's
-// Config.Resolve), then the defaults. A value that came from a flag is
-// named by that flag in errors, one from a variable by the variable.
+// configure builds the running command's configuration: the flags, then
+// the BERTH_* variables (Config.Resolve), then the defaults. Errors name
+// the flag or variable a value came from.
 func (a *app) configure(cmd *cobra.Command) error {
 	g := &a.global
 	var cfg portalloc.Config
@@ -142,9 +141,8 @@ func (a *app) configure(cmd *cobra.Command) error {
 	return nil
 }
 
-// envError words an error of the configuration: a refused variable as
-// VARIABLE="value": what is wrong, one line for each; a field named by a
-// flag as inUserWords does. The errors still wrap store.ErrInvalid.
+// envError words an error of the configuration: VARIABLE="value": what is
+// wrong, a line for each, else as inUserWords does; still wrapping it.
 func envError(err error) error {
 	var oe *portalloc.OpError
 	if errors.As(err, &oe) {
@@ -166,8 +164,7 @@ func envError(err error) error {
 	return errors.Join(out...)
 }
 
-// warnSink prints the Allocator's error-level log as warnings, one line
-// each, and drops the rest.
+// warnSink prints the Allocator's error-level log as warning lines.
 type warnSink struct {
 	mu     sync.Mutex // guards writes to w
 	w      io.Writer
@@ -189,8 +186,7 @@ func (s *warnSink) Error(err error, msg string, _ ...any) {
 }
 
 // unsafeFix says what to do about a state directory berth refuses as
-// unsafe (another user's, writable by others, a symbolic link), or "" for
-// any other error. berth never falls back to the MRU file for it.
+// unsafe, or "" for any other error.
 func unsafeFix(err error) string {
 	if !errors.Is(err, store.ErrUnsafe) {
 		return ""
@@ -202,9 +198,8 @@ func unsafeFix(err error) string {
 	return "set --state-dir or BERTH_STATE_DIR to a directory of your own; berth does not fall back to the MRU file for a directory it does not trust"
 }
 
-// version is berth's version as the build recorded it: the module version
-// (a release tag, or "(devel)" for a build from a checkout), the commit
-// where the build knows it, and the Go release.
+// version is the module version (or "(devel)"), the commit where known,
+// and the Go release, as the build recorded them.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -215,10 +210,8 @@ func version() string {
 	for _, s := range bi.Settings {
 		vcs[s.Key] = s.Value
 	}
-	if rev := vcs["vcs.revision"]; rev != "" && vcs["vcs.modified"] == "true" {
-		v += fmt.Sprintf(" (commit %.12s, modified)", rev)
-	} else if rev != "" {
-		v += fmt.Sprintf(" (commit %.12s)", rev)
+	if rev := vcs["vcs.revision"]; rev != "" {
+		v += fmt.Sprintf(" (commit %.12s%s)", rev, map[string]string{"true": ", modified"}[vcs["vcs.modified"]])
 	}
 	return v + " " + bi.GoVersion
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,96 +38,100 @@ range that processes outside berth hold.`,
 		Example: "  berth doctor",
 		Args:    noArgs("doctor", ""),
 	}
-	cmd.RunE = a.action(func(ctx context.Context, _ []string) error { return a.runDoctor(ctx) })
-	return cmd
-}
+	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		// Values come from paths, the environment and error messages, which
+		// can hold anything: they are printed escaped.
+		line := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(fmt.Sprintf(format, a...))) }
 
-func (a *app) runDoctor(ctx context.Context) error {
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	// Values come from paths, the environment and error messages, which
-	// can hold anything: they are printed escaped.
-	line := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(fmt.Sprintf(format, a...))) }
-
-	al, err := fleet.New(ctx, a.cfg)
-	if a.cfg.StoreDSN == "" { // once New has made it, if it could
-		if fi, err := os.Stat(a.cfg.StateDir); err == nil {
-			line("state directory", "%s (mode %04o; %s)", a.cfg.StateDir, fi.Mode().Perm(), a.stateDirWhy)
-		} else {
-			line("state directory", "%s (%v; %s)", a.cfg.StateDir, err, a.stateDirWhy)
+		al, err := fleet.New(ctx, a.cfg)
+		if a.cfg.StoreDSN == "" { // once New has made it, if it could
+			if fi, err := os.Stat(a.cfg.StateDir); err == nil {
+				line("state directory", "%s (mode %04o; %s)", a.cfg.StateDir, fi.Mode().Perm(), a.stateDirWhy)
+			} else {
+				line("state directory", "%s (%v; %s)", a.cfg.StateDir, err, a.stateDirWhy)
+			}
 		}
-	}
-	if err != nil {
-		line("mode", "%s: cannot serve: %v", modeOf(a.cfg), err)
+		if err != nil {
+			line("mode", "%s: cannot serve: %v", modeOf(a.cfg), inUserWords(err))
+			switch {
+			case errors.Is(err, store.ErrTransient):
+				line("to fix", "the system ran short of what the message names; berth fails rather than fall back for that. Free some (raise ulimit -n, free disk space), then try again")
+			case a.cfg.StoreDSN != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrStorage)):
+				line("to fix", "the PostgreSQL server of --store did not answer within --timeout (now %v) or refused the connection: check that it runs, that this host reaches it, and the connection string's user, password and database", a.cfg.Timeout)
+			case errors.Is(err, store.ErrBusy) || errors.Is(err, context.DeadlineExceeded):
+				line("to fix", "another process keeps the state store locked; berth waits for it (up to --timeout, now %v) rather than fall back. Stop or wait for that process", a.cfg.Timeout)
+			case errors.Is(err, store.ErrUnavailable) && a.cfg.StoreDSN == "":
+				line("to fix", "set --state-dir or BERTH_STATE_DIR to a directory this user can create and write")
+			}
+			_ = tw.Flush()
+			return err
+		}
+		defer func() { _ = al.Close() }()
+		cfg := al.Config()
+		st := al.Stats()
 		switch {
-		case errors.Is(err, store.ErrTransient):
-			line("to fix", "the system ran short of what the message names; berth fails rather than fall back for that. Free some (raise ulimit -n, free disk space), then try again")
-		case a.cfg.StoreDSN != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrStorage)):
-			line("to fix", "the PostgreSQL server of --store did not answer within --timeout (now %v) or refused the connection: check that it runs, that this host reaches it, and the connection string's user, password and database", a.cfg.Timeout)
-		case errors.Is(err, store.ErrBusy) || errors.Is(err, context.DeadlineExceeded):
-			line("to fix", "another process keeps the state store locked; berth waits for it (up to --timeout, now %v) rather than fall back. Stop or wait for that process", a.cfg.Timeout)
-		case errors.Is(err, store.ErrUnavailable) && a.cfg.StoreDSN == "":
-			line("to fix", "set --state-dir or BERTH_STATE_DIR to a directory this user can create and write")
+		case cfg.Mode == portalloc.ModeMRU:
+			line("mode", "mru: the MRU file %s, as configured: every port is locked for its holder, and recorded in no store", filepath.Join(cfg.StateDir, "mru.json"))
+		case st.Fallback != "":
+			line("mode", "%s: serving from the MRU file because the state store failed: %s", cfg.Mode, st.Fallback)
+			line("fallback", "ports from the MRU file are locked for their holders, so no berth process is given them, but no store records them: berth ls shows them as locks")
+			line("to fix", "%s; berth goes back to the store by itself once it works. --strict or BERTH_MODE=statestore makes a fallback an error", fallbackAdvice(st.Fallback, a.dbPath()))
+		default:
+			line("mode", "%s: serving from the state store", cfg.Mode)
 		}
-		_ = tw.Flush()
-		return err
-	}
-	defer func() { _ = al.Close() }()
-	cfg := al.Config()
-	st := al.Stats()
-	switch {
-	case cfg.Mode == portalloc.ModeMRU:
-		line("mode", "mru: the MRU file %s, as configured: every port is locked for its holder, and recorded in no store", filepath.Join(cfg.StateDir, "mru.json"))
-	case st.Fallback != "":
-		line("mode", "%s: serving from the MRU file because the state store failed: %s", cfg.Mode, st.Fallback)
-		line("fallback", "ports from the MRU file are locked for their holders, so no berth process is given them, but no store records them: berth ls shows them as locks")
-		line("to fix", "%s; berth goes back to the store by itself once it works. --strict or BERTH_MODE=statestore makes a fallback an error", fallbackAdvice(st.Fallback, a.dbPath()))
-	default:
-		line("mode", "%s: serving from the state store", cfg.Mode)
-	}
-	switch {
-	case st.Fallback != "" || cfg.Mode == portalloc.ModeMRU:
-	case cfg.StoreDSN != "":
-		line("database", "%s (schema version %d), shared by a fleet; this host is %q", dsn.Redact(cfg.StoreDSN), pgstore.SchemaVersion, hostName(cfg.Host))
-	default:
-		line("database", "%s (schema version %d)", a.dbPath(), statestore.SchemaVersion)
-	}
-	ports, _, err := al.Usage(ctx)
-	if err != nil {
-		return err
-	}
-	line("range", "%s: %d ports, %d can be handed out", cfg.Range, cfg.Range.Size(), ports)
-	printExclusions(line, cfg)
-	eph, ephErr := portrange.Ephemeral()
-	switch r := portrange.Range(cfg.Range); {
-	case ephErr != nil:
-		line("OS ephemeral", "%s (assumed: %v)", eph, ephErr)
-	case r.Overlaps(eph) && cfg.AllowEphemeralOverlap:
-		line("OS ephemeral", "%s: overlaps the range, kept (allowed by configuration)", eph)
-	case r.Overlaps(eph):
-		line("OS ephemeral", "%s: overlaps the range, left out of allocation", eph)
-	default:
-		line("OS ephemeral", "%s: no overlap", eph)
-	}
-	var rows []store.Reservation
-	if st.Fallback == "" && cfg.Mode != portalloc.ModeMRU {
-		s, err := a.openStore(ctx)
+		switch {
+		case st.Fallback != "" || cfg.Mode == portalloc.ModeMRU:
+		case cfg.StoreDSN != "":
+			// Open has migrated the database up to this berth's version, and
+			// refuses a newer one.
+			line("database", "%s (schema version %d, the database's and this berth's), shared by a fleet; this host is %q",
+				dsn.Redact(cfg.StoreDSN), pgstore.SchemaVersion, hostName(cfg.Host))
+		default:
+			v, err := fileSchemaVersion(ctx, a.dbPath())
+			if err != nil {
+				v = fmt.Sprintf("unknown (%v)", err)
+			}
+			line("database", "%s (the file's schema version %s; this berth's %d)", a.dbPath(), v, statestore.SchemaVersion)
+		}
+		ports, _, err := al.Usage(ctx)
 		if err != nil {
 			return err
 		}
-		if s != nil {
-			defer func() { _ = s.Close() }()
-			if rows, err = s.List(ctx, store.Filter{}); err != nil {
+		line("range", "%s: %d %s, %d can be handed out", cfg.Range, cfg.Range.Size(), plural(cfg.Range.Size(), "port"), ports)
+		printExclusions(line, cfg)
+		eph, ephErr := portrange.Ephemeral()
+		switch r := portrange.Range(cfg.Range); {
+		case ephErr != nil:
+			line("OS ephemeral", "%s (assumed: %v)", eph, ephErr)
+		case r.Overlaps(eph) && cfg.AllowEphemeralOverlap:
+			line("OS ephemeral", "%s: overlaps the range, kept (allowed by configuration)", eph)
+		case r.Overlaps(eph):
+			line("OS ephemeral", "%s: overlaps the range, left out of allocation", eph)
+		default:
+			line("OS ephemeral", "%s: no overlap", eph)
+		}
+		var rows []store.Reservation
+		if st.Fallback == "" && cfg.Mode != portalloc.ModeMRU {
+			s, err := a.openStore(ctx)
+			if err != nil {
 				return err
 			}
+			if s != nil {
+				defer func() { _ = s.Close() }()
+				if rows, err = s.List(ctx, store.Filter{}); err != nil {
+					return err
+				}
+			}
 		}
-	}
-	a.doctorLeaks(ctx, line, cfg.Range, rows)
-	return tw.Flush()
+		a.doctorLeaks(ctx, line, cfg.Range, rows)
+		return tw.Flush()
+	})
+	return cmd
 }
 
-// doctorLeaks reports the reservations, the ports a live process listens
-// on whose reservation died with its owner, the locks no row stands for,
-// and the ports of the range bound outside berth.
+// doctorLeaks reports the reservations, the leaks (a live listener on the
+// port of a dead reservation), and the ports bound outside berth.
 func (a *app) doctorLeaks(ctx context.Context, line func(k, format string, a ...any), rng store.Range, rows []store.Reservation) {
 	held := map[uint16]bool{} // ports a live reservation or a lock keeps
 	var dead []store.Reservation
@@ -146,7 +152,8 @@ func (a *app) doctorLeaks(ctx context.Context, line func(k, format string, a ...
 	if len(dead) > 0 {
 		hint = " (berth reap removes the dead)"
 	}
-	line("reservations", "%d live, %d dead%s; %d ports locked without a row of this store (tests' porttest ports, other stores' and users' berths: berth ls lists them)", live, len(dead), hint, len(locks))
+	line("reservations", "%d live, %d dead%s; %d %s locked without a row of this store (tests' porttest ports, other stores' and users' berths: berth ls lists them)",
+		live, len(dead), hint, len(locks), plural(len(locks), "port"))
 
 	// Who listens where, where the system tells.
 	socks, sockErr := who.Bound(ctx)
@@ -162,8 +169,8 @@ func (a *app) doctorLeaks(ctx context.Context, line func(k, format string, a ...
 			}
 			p := sk.Processes[0]
 			leaks++
-			line("leak", "port %d: pid %d (%s) listens on %s, but the reservation of it died with its owner, pid %d (%s): any berth may hand the port out again. Start the server with 'berth run --port NAME -- SERVER' (it owns the port while it runs), or give it the port: 'berth transfer %d --to %d' right after starting it, or 'berth get --owner %d'; a port that must outlive both takes --holder NAME --ttl D",
-				r.Port, p.PID, shown(p.Name, maxNameWidth), sk.Local, r.Owner.PID, shown(r.Owner.Name, maxNameWidth), r.Port, p.PID, p.PID)
+			line("leak", "port %d: pid %d (now %s) listens on %s, but the reservation of it died with its owner, pid %d (recorded as %s): any berth may hand the port out again. Next time, start the server with 'berth run --port NAME -- SERVER' (it owns the port while it runs), or give it the port right after starting it: 'berth transfer %d --to $!'; a port that must outlive both takes --holder NAME --ttl D",
+				r.Port, p.PID, shown(p.Name, maxNameWidth), sk.Local, r.Owner.PID, shown(r.Owner.Name, maxNameWidth), r.Port)
 			held[r.Port] = true
 			break
 		}
@@ -194,12 +201,12 @@ func (a *app) doctorLeaks(ctx context.Context, line func(k, format string, a ...
 	if len(outside) == 0 {
 		line("outside berth", "no port of the range is bound by a process outside berth")
 	} else {
-		line("outside berth", "%d ports of the range are bound without a reservation: %s (berth who PORT tells more)", len(outside), upTo10(outside, ", "))
+		verb := map[bool]string{true: "port of the range is", false: "ports of the range are"}[len(outside) == 1]
+		line("outside berth", "%d %s bound without a reservation: %s (berth who PORT tells more)", len(outside), verb, upTo10(outside, ", "))
 	}
 }
 
-// upTo10 joins the first ten of items with sep, and says how many more
-// there are.
+// upTo10 joins the first ten of items with sep, and counts the rest.
 func upTo10(items []string, sep string) string {
 	s := strings.Join(items[:min(len(items), 10)], sep)
 	if len(items) > 10 {
@@ -208,10 +215,9 @@ func upTo10(items []string, sep string) string {
 	return s
 }
 
-// printExclusions adds to berth doctor's report what berth leaves out of
-// the range besides the OS ephemeral range (reported on its own line), and
-// why: each source with its ports in the range, runs merged. A system list
-// that cannot be read is left out, and said so first.
+// printExclusions reports what berth leaves out of the range, but the OS
+// ephemeral range, and why: each source with its ports in the range as
+// runs, after any system list that cannot be read.
 func printExclusions(line func(k, format string, a ...any), cfg portalloc.Config) {
 	type exclusion struct {
 		ports       []portrange.Range
@@ -240,34 +246,21 @@ func printExclusions(line func(k, format string, a ...any), cfg portalloc.Config
 	if !cfg.AllowBrowserRestricted {
 		ex = append(ex, exclusion{portrange.BrowserRestrictedRanges(), "web browsers' restricted ports", "Chromium and Firefox refuse to connect to them; skipped in --prefer lists too; --allow-browser-restricted keeps them"})
 	}
+	all := portrange.NewSet(portrange.Range(cfg.Range))
 	for _, e := range ex {
 		// The ports of the range excluded, as runs.
-		var in [1 << 16]bool
-		for _, r := range e.ports {
-			for p := max(int(r.First), int(cfg.Range.First)); p <= min(int(r.Last), int(cfg.Range.Last)); p++ {
-				in[p] = true
+		rest := all.Without(e.ports...)
+		var runs []string
+		for p, from := int(cfg.Range.First), -1; p <= int(cfg.Range.Last)+1; p++ {
+			if out := p <= int(cfg.Range.Last) && !rest.Contains(uint16(p)); out && from < 0 {
+				from = p
+			} else if !out && from >= 0 {
+				runs, from = append(runs, portrange.Range{First: uint16(from), Last: uint16(p - 1)}.String()), -1
 			}
-		}
-		var runs []portrange.Range
-		n := 0
-		for p := int(cfg.Range.First); p <= int(cfg.Range.Last); p++ {
-			if !in[p] {
-				continue
-			}
-			if k := len(runs) - 1; k >= 0 && int(runs[k].Last) == p-1 {
-				runs[k].Last = uint16(p)
-			} else {
-				runs = append(runs, portrange.Range{First: uint16(p), Last: uint16(p)})
-			}
-			n++
 		}
 		where := "none in the range"
-		if n > 0 {
-			shown := make([]string, len(runs))
-			for i, r := range runs {
-				shown[i] = r.String()
-			}
-			where = fmt.Sprintf("%d ports of the range: %s", n, upTo10(shown, ","))
+		if n := all.Len() - rest.Len(); n > 0 {
+			where = fmt.Sprintf("%d %s of the range: %s", n, plural(n, "port"), upTo10(runs, ","))
 		}
 		line("excluded", "%s: %s (%s)", e.source, where, e.why)
 	}
@@ -295,9 +288,8 @@ func modeOf(cfg portalloc.Config) portalloc.Mode {
 	return cfg.Mode
 }
 
-// boundOutside returns the ports of r without a reservation that something
-// has bound, for TCP or UDP on any address: a dual-stack wildcard bind fails
-// on any of them.
+// boundOutside returns the ports of r, not reserved, that something has
+// bound for TCP or UDP on any address (a dual-stack wildcard bind fails).
 func boundOutside(r store.Range, reserved map[uint16]bool) []uint16 {
 	var out []uint16
 	for i := int(r.First); i <= int(r.Last); i++ {
@@ -311,8 +303,22 @@ func boundOutside(r store.Range, reserved map[uint16]bool) []uint16 {
 	return out
 }
 
-// hostName is the name a fleet store knows this host by: host, or else the
-// hostname, as pgstore defaults it.
+// fileSchemaVersion reads the schema version recorded in the SQLite file
+// at path, without changing it.
+func fileSchemaVersion(ctx context.Context, path string) (string, error) {
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path, RawQuery: "mode=ro"}).String())
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = db.Close() }()
+	var v int64
+	if err := db.QueryRowContext(ctx, "SELECT version FROM schema_migrations LIMIT 1").Scan(&v); err != nil {
+		return "", err
+	}
+	return strconv.FormatInt(v, 10), nil
+}
+
+// hostName is host, else the hostname, as pgstore defaults it.
 func hostName(host string) string {
 	if host != "" {
 		return host

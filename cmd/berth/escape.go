@@ -10,11 +10,10 @@ import (
 	"unicode/utf8"
 )
 
-// What berth prints comes partly from the state store, and a row can hold
-// anything: one written by an older berth, by another program or by hand.
-// A label or process name printed as it is could move the cursor, retitle
-// the terminal, clear the screen or forge a row of its own. So every such
-// string is shown escaped, and cut to a width.
+// What berth prints comes partly from the state store, where a row can
+// hold anything (an older berth's, another program's, a hand's). A label
+// or process name printed as it is could move the cursor, retitle the
+// terminal or forge a row: so each is shown escaped, cut to a width.
 
 const (
 	maxLabelWidth = 64 // characters ls and reap show of a label
@@ -22,11 +21,9 @@ const (
 )
 
 // shown returns s as berth prints a label or a process name: as it is when
-// it is printable UTF-8 that does not start with '"'; otherwise quoted and
-// escaped as Go quotes a string ("\x1b]0;pwned\a", "bad\xff"), so that the
-// quotes tell an escaped string from one that merely contains a backslash.
-// Either way the result is at most width characters: a longer one is cut
-// and ends in "…" (after the closing quote, when quoted).
+// it is printable UTF-8 not starting with '"'; otherwise quoted as Go
+// quotes ("\x1b]0;pwned\a"), so the quotes tell an escaped string from one
+// that contains a backslash. It is cut to width characters, ending in "…".
 func shown(s string, width int) string {
 	if !unprintable(s) && !strings.HasPrefix(s, `"`) {
 		if utf8.RuneCountInString(s) <= width {
@@ -58,9 +55,9 @@ func unprintable(s string) bool {
 	return !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r == utf8.RuneError || !unicode.IsPrint(r) })
 }
 
-// escapeRune is the rune r, whose encoding (or invalid byte) is c, inside a
-// quoted string: itself when printable, else a Go escape. U+FFFD is
-// escaped too, so that it is not taken for a byte that was invalid.
+// escapeRune is r, encoded (or an invalid byte) as c, inside a quoted
+// string: itself or a Go escape; U+FFFD too, not to be taken for an invalid
+// byte.
 func escapeRune(c string, r rune) string {
 	if r == utf8.RuneError && len(c) > 1 {
 		return `\ufffd`
@@ -69,10 +66,9 @@ func escapeRune(c string, r rune) string {
 	return q[1 : len(q)-1]
 }
 
-// printable escapes what a terminal would act on in a message (an error,
-// a path): control and format characters and invalid UTF-8 become Go
-// escapes; everything else, quotes and backslashes included, is left as it
-// is, so ordinary messages read as they always did.
+// printable escapes what a terminal would act on in a message: control and
+// format characters and invalid UTF-8; quotes and backslashes stay, so
+// ordinary messages read as they always did.
 func printable(s string) string {
 	if !unprintable(s) {
 		return s
@@ -90,12 +86,11 @@ func printable(s string) string {
 	return b.String()
 }
 
-// jsonSafe escapes, in JSON that encoding/json wrote, the characters it
-// leaves as they are but a terminal acts on: DEL, the C1 controls, the
-// format characters such as the bidirectional overrides, and the line and
-// paragraph separators. They can only stand inside strings (JSON's own
-// syntax is ASCII), where \uXXXX means the same character, so a program
-// reads the same values. Newlines between values are the indentation's.
+// jsonSafe escapes, in encoding/json's output, what it leaves but a
+// terminal acts on (DEL, C1 controls, format characters such as the
+// bidirectional overrides, line and paragraph separators). Those can only
+// stand inside strings, where \uXXXX means the same, so programs read the
+// same values. Newlines are the indentation's.
 func jsonSafe(b []byte) []byte {
 	if !bytes.ContainsFunc(b, func(r rune) bool { return r != '\n' && !unicode.IsPrint(r) }) {
 		return b

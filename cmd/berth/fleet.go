@@ -52,8 +52,7 @@ a lease that runs out is reaped by any host.`,
 	return cmd
 }
 
-// fleetStore opens the fleet's store of --store, which the running command
-// needs.
+// fleetStore opens the fleet's store of --store.
 func (a *app) fleetStore(ctx context.Context) (*pgstore.Store, error) {
 	if a.cfg.StoreDSN == "" {
 		return nil, usagef("%s needs --store (a fleet's PostgreSQL store)", a.name)
@@ -63,8 +62,7 @@ func (a *app) fleetStore(ctx context.Context) (*pgstore.Store, error) {
 	return fleet.Open(ctx, cfg)
 }
 
-// withFleet runs fn on the fleet's store of --store. Closing it leaves the
-// holders' reservations.
+// withFleet runs fn on the fleet's store of --store.
 func (a *app) withFleet(ctx context.Context, fn func(*pgstore.Store) error) error {
 	st, err := a.fleetStore(ctx)
 	if err != nil {
@@ -166,10 +164,18 @@ reserved as it is; the others come from --band.`,
 	return cmd
 }
 
-// onLeases checks that --holder is given and that exactly one of PORT and
-// --all names what to act on, and runs fn on the fleet's store with the
-// reservations of --holder that PORT (args, with --udp and --addr) or --all
-// names, as renew, release and narrow do.
+// leaseCmd makes cmd one that acts on the reservations of --holder, as
+// renew, release and narrow do (see onLeases).
+func (a *app) leaseCmd(cmd *cobra.Command, f *fleetFlags, fn func(context.Context, *pgstore.Store, []pgstore.FleetReservation) error) *cobra.Command {
+	f.addKey(cmd)
+	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
+		return a.onLeases(ctx, f, args, func(st *pgstore.Store, rs []pgstore.FleetReservation) error { return fn(ctx, st, rs) })
+	})
+	return cmd
+}
+
+// onLeases runs fn on the fleet's store with the reservations of --holder
+// that PORT (args, with --udp and --addr) or --all names.
 func (a *app) onLeases(ctx context.Context, f *fleetFlags, args []string, fn func(*pgstore.Store, []pgstore.FleetReservation) error) error {
 	if err := needHolder(f.holder); err != nil {
 		return err
@@ -229,24 +235,20 @@ it may be someone else's now; reserve again.`,
   berth fleet renew --all --holder job/shop`,
 		Args: maxArgs(1, "PORT"),
 	}
-	f.addKey(cmd)
 	cmd.Flags().DurationVar(&f.ttl, "ttl", 0, "the lease from now (default "+pgstore.DefaultFleetTTL.String()+", at most 168h)")
 	cmd.Flags().BoolVar(&f.all, "all", false, "renew every port of --holder")
-	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		return a.onLeases(ctx, &f, args, func(st *pgstore.Store, rs []pgstore.FleetReservation) error {
-			if len(rs) == 0 {
-				return fmt.Errorf("%w: %s holds no fleet-wide port; 'berth fleet ls' lists the leases", store.ErrNotFound, strconv.Quote(f.holder))
+	return a.leaseCmd(cmd, &f, func(ctx context.Context, st *pgstore.Store, rs []pgstore.FleetReservation) error {
+		if len(rs) == 0 {
+			return fmt.Errorf("%w: %s holds no fleet-wide port; 'berth fleet ls' lists the leases", store.ErrNotFound, strconv.Quote(f.holder))
+		}
+		for _, r := range rs {
+			if err := st.RenewFleet(ctx, r.Key, r.Holder, f.ttl); err != nil {
+				return err
 			}
-			for _, r := range rs {
-				if err := st.RenewFleet(ctx, r.Key, r.Holder, f.ttl); err != nil {
-					return err
-				}
-				fmt.Fprintf(a.stdout, "renewed %s of %s\n", r.Key, printable(strconv.Quote(f.holder)))
-			}
-			return nil
-		})
+			fmt.Fprintf(a.stdout, "renewed %s of %s\n", r.Key, printable(strconv.Quote(f.holder)))
+		}
+		return nil
 	})
-	return cmd
 }
 
 func (a *app) fleetReleaseCmd() *cobra.Command {
@@ -262,27 +264,23 @@ touched; a PORT --holder does not hold is an error.`,
   berth fleet release --all --holder job/shop`,
 		Args: maxArgs(1, "PORT"),
 	}
-	f.addKey(cmd)
 	cmd.Flags().BoolVar(&f.all, "all", false, "release every port of --holder")
-	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		return a.onLeases(ctx, &f, args, func(st *pgstore.Store, rs []pgstore.FleetReservation) error {
-			for _, r := range rs {
-				err := st.ReleaseFleet(ctx, r.Key, r.Holder)
-				if errors.Is(err, store.ErrNotFound) && f.all {
-					continue // lapsed and reaped since the listing
-				}
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(a.stdout, "released %s of %s\n", r.Key, printable(strconv.Quote(f.holder)))
+	return a.leaseCmd(cmd, &f, func(ctx context.Context, st *pgstore.Store, rs []pgstore.FleetReservation) error {
+		for _, r := range rs {
+			err := st.ReleaseFleet(ctx, r.Key, r.Holder)
+			if errors.Is(err, store.ErrNotFound) && f.all {
+				continue // lapsed and reaped since the listing
 			}
-			if len(rs) == 0 {
-				fmt.Fprintf(a.stderr, "%s: nothing to release: %s holds no fleet-wide port\n", a.name, printable(strconv.Quote(f.holder)))
+			if err != nil {
+				return err
 			}
-			return nil
-		})
+			fmt.Fprintf(a.stdout, "released %s of %s\n", r.Key, printable(strconv.Quote(f.holder)))
+		}
+		if len(rs) == 0 {
+			fmt.Fprintf(a.stderr, "%s: nothing to release: %s holds no fleet-wide port\n", a.name, printable(strconv.Quote(f.holder)))
+		}
+		return nil
 	})
-	return cmd
 }
 
 func (a *app) fleetNarrowCmd() *cobra.Command {
@@ -299,22 +297,17 @@ check it: a misspelt one holds the port on a host that does not exist.`,
 		Example: `  berth fleet narrow 40017 --holder pod/default/web-0 --to node-3`,
 		Args:    exactArgs(1, "a PORT"),
 	}
-	f.addKey(cmd)
 	cmd.Flags().StringVar(&f.to, "to", "", "the host the reservation is for from now on (required)")
-	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		return a.onLeases(ctx, &f, args, func(st *pgstore.Store, rs []pgstore.FleetReservation) error {
-			if err := st.NarrowFleet(ctx, rs[0].Key, rs[0].Holder, f.to); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "narrowed %s of %s to host %s\n", rs[0].Key, printable(strconv.Quote(f.holder)), printable(f.to))
-			return nil
-		})
+	return a.leaseCmd(cmd, &f, func(ctx context.Context, st *pgstore.Store, rs []pgstore.FleetReservation) error {
+		if err := st.NarrowFleet(ctx, rs[0].Key, rs[0].Holder, f.to); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "narrowed %s of %s to host %s\n", rs[0].Key, printable(strconv.Quote(f.holder)), printable(f.to))
+		return nil
 	})
-	return cmd
 }
 
-// leaseJSON is one fleet-wide reservation as berth fleet prints it with
-// --json.
+// leaseJSON is a fleet-wide reservation as berth fleet prints it.
 type leaseJSON struct {
 	Holder   string    `json:"holder"`
 	Protocol string    `json:"protocol"`

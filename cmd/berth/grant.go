@@ -85,14 +85,12 @@ func (f *grantFlags) add(cmd *cobra.Command, allocate bool) {
 	}
 }
 
-// lookupOwner returns the identity of the running process pid; what names
-// it (flag) is named in the error.
+// lookupOwner returns the running process pid, named flag in errors.
 func lookupOwner(ctx context.Context, flag string, pid int) (store.Owner, error) {
 	o, err := store.LookupOwner(ctx, pid)
 	if no, ok := transient.Errno(err); ok {
-		// Out of descriptors, say: the process may well run. The error
-		// is the shortage alone, not store's refusal of the pid, which
-		// would make it a usage error.
+		// Out of descriptors, say: the process may well run, so not a
+		// usage error.
 		var cause error = no
 		var pe *os.PathError
 		if errors.As(err, &pe) {
@@ -151,9 +149,7 @@ func protocol(udp bool) store.Protocol {
 	return store.TCP
 }
 
-// portJSON is one port as get and reserve print it with --json: a
-// process's with its owner_pid, a holder's with the holder and the end of
-// its lease.
+// portJSON is one port as get and reserve print it with --json.
 type portJSON struct {
 	Protocol string     `json:"protocol"`
 	Address  string     `json:"address"`
@@ -184,9 +180,8 @@ func (a *app) printPorts(asJSON bool, rs []store.Reservation, own store.Owner) e
 	return a.writeJSON(out)
 }
 
-// fallbackHint follows the warning the Allocator logged when it fell back
-// and the MRU file handed out ports: what that means, what to run, and how
-// to make it an error. It runs before the Allocator closes.
+// fallbackHint follows the Allocator's warning when the MRU file handed
+// out ports: what that means and what to do. Call it before al closes.
 func (a *app) fallbackHint(al *portalloc.Allocator, rs []store.Reservation) {
 	if st := al.Stats(); st.Fallback == "" || len(rs) == 0 {
 		return // the store served, or the call failed: its error says why
@@ -346,9 +341,8 @@ func (f *selectFlags) add(cmd *cobra.Command, verb string) {
 	f.ownerFlags.add(cmd)
 }
 
-// port returns the PORT of args (0 without one), refusing --all along with
-// PORT or --label, and returning missing, unless nil, when none of them
-// says which ports.
+// port returns the PORT of args (0 without one), refusing --all with PORT
+// or --label, and missing (unless nil) when none of them is given.
 func (f *selectFlags) port(args []string, missing error) (uint16, error) {
 	var port uint16
 	switch {
@@ -367,9 +361,8 @@ func (f *selectFlags) port(args []string, missing error) (uint16, error) {
 	return port, nil
 }
 
-// selectRows returns the rows of the owner that match PORT (args) or --label,
-// or all of them with --all, and the owner. The store is nil when there is
-// none yet.
+// selectRows returns the store (nil when there is none yet), the owner's
+// rows that PORT (args), --label or --all select, and the owner.
 func (a *app) selectRows(ctx context.Context, cmd *cobra.Command, f *selectFlags, args []string) (store.Store, []store.Reservation, store.Owner, error) {
 	var missing error
 	if !cmd.Flags().Changed("owner") && !cmd.Flags().Changed("owner-pid") { // --owner alone names every port of that owner
@@ -428,10 +421,16 @@ release: berth reaps them.`,
 			return a.releaseLeased(ctx, cmd, &f, args)
 		}
 		s, rows, own, err := a.selectRows(ctx, cmd, &f, args)
-		if err != nil {
+		switch {
+		case a.storeDown(err) && len(args) == 1:
+			// What the MRU file handed out has a lock and no row: PORT
+			// names it without the store.
+			printErr(a.stderr, a.name+": warning: ", err, "; releasing the owner's locks of the port alone, the MRU file's ports among them")
+		case a.storeDown(err):
+			return fmt.Errorf("%w; while it cannot be read, only a PORT the MRU file handed out can be released: 'berth release PORT'", err)
+		case err != nil:
 			return err
-		}
-		if s != nil {
+		case s != nil:
 			defer func() { _ = s.Close() }()
 		}
 		keeper, _ := portlock.ProcessKeeper(own.PID)
@@ -447,9 +446,8 @@ release: berth reaps them.`,
 			fmt.Fprintf(a.stdout, "released %s\n", r.Key)
 		}
 		// A port the MRU file handed out has a lock and no row: the
-		// owner's keeper lets go of it when it is named. (Not for --all:
-		// one keeper holds the owner's locks of every store, and the
-		// rows of another store need theirs.)
+		// owner's keeper lets go of it when it is named. Not for --all: the
+		// keeper holds the owner's locks of every store.
 		if len(args) == 1 {
 			port, _ := parsePort("port", args[0]) // selectRows has checked it
 			for _, k := range keeperLocks(keeper, port, released) {
@@ -550,16 +548,14 @@ func parsePort(what, s string) (uint16, error) {
 	return uint16(n), nil
 }
 
-// databaseFile is the state store's file in the state directory, as
-// portalloc keeps it.
+// databaseFile is the state store's file in the state directory.
 const databaseFile = "berth.db"
 
 func (a *app) dbPath() string { return filepath.Join(a.cfg.StateDir, databaseFile) }
 
-// openStore opens the store for reading or changing rows: the fleet's of
-// --store, else the SQLite file of the state directory. It returns nil and
-// no error when there is no SQLite file yet. Its waits for a store that
-// another process keeps locked end with --timeout.
+// openStore opens the fleet's store of --store, else the SQLite file of
+// the state directory (nil, no error, when there is none yet); waits for
+// a locked store end with --timeout.
 func (a *app) openStore(ctx context.Context) (store.Store, error) {
 	if a.cfg.StoreDSN != "" {
 		return a.fleetStore(ctx)
@@ -574,10 +570,18 @@ func (a *app) openStore(ctx context.Context) (store.Store, error) {
 	return s, nil
 }
 
+// storeDown reports whether err, of openStore, is a store the fallback mode
+// serves through from the MRU file (damaged, of a newer schema,
+// unreadable): then ls and release have the kernel locks to go by. A busy
+// store, a shortage or an unsafe directory is never that.
+func (a *app) storeDown(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) && modeOf(a.cfg) != portalloc.ModeStateStore && !errors.Is(err, store.ErrBusy) &&
+		!errors.Is(err, context.DeadlineExceeded) && !transient.Is(err) && !errors.Is(err, store.ErrUnsafe)
+}
+
 // moveLock hands the lock of key from the keeper of process from to that
-// of process to: the lock follows the row, never free on the way. Where
-// there is no keeper (not on Linux, or from holds no lock of it), the row
-// alone keeps the port; that is said once.
+// of process to, never free on the way. Without a keeper (not on Linux,
+// or from holds no lock of it) the row alone keeps the port.
 func (a *app) moveLock(key store.Key, from, to int) {
 	fk, err := portlock.ProcessKeeper(from)
 	if err != nil {
@@ -603,7 +607,11 @@ func noArgs(name, hint string) cobra.PositionalArgs {
 		if len(args) == 0 {
 			return nil
 		}
-		msg := fmt.Sprintf("%s takes no arguments, got %s", name, quoteArgs(args))
+		q := make([]string, len(args))
+		for i, s := range args {
+			q[i] = strconv.Quote(s)
+		}
+		msg := fmt.Sprintf("%s takes no arguments, got %s", name, strings.Join(q, " "))
 		if hint != "" {
 			msg += " (" + hint + ")"
 		}
@@ -611,30 +619,19 @@ func noArgs(name, hint string) cobra.PositionalArgs {
 	}
 }
 
-// exactArgs accepts exactly n positional arguments, named what.
-func exactArgs(n int, what string) cobra.PositionalArgs {
+// exactArgs accepts exactly n positional arguments, named what; maxArgs at
+// most n.
+func exactArgs(n int, what string) cobra.PositionalArgs { return nArgs(n, n, what) }
+func maxArgs(n int, what string) cobra.PositionalArgs   { return nArgs(0, n, what) }
+
+func nArgs(least, most int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
+		switch {
+		case least == most && len(args) != most:
 			return usagef("%s takes %s, got %d arguments", cmd.Name(), what, len(args))
+		case len(args) > most:
+			return usagef("%s takes at most %d %s, got %d arguments", cmd.Name(), most, what, len(args))
 		}
 		return nil
 	}
-}
-
-// maxArgs accepts at most n positional arguments, named what.
-func maxArgs(n int, what string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) > n {
-			return usagef("%s takes at most %d %s, got %d arguments", cmd.Name(), n, what, len(args))
-		}
-		return nil
-	}
-}
-
-func quoteArgs(args []string) string {
-	q := make([]string, len(args))
-	for i, s := range args {
-		q[i] = strconv.Quote(s)
-	}
-	return strings.Join(q, " ")
 }

@@ -14,16 +14,13 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Ports of named holders: get, reserve and release with --holder, and
-// renew. Such a port belongs to no process: it lasts until its holder
-// releases it or its lease (--ttl) ends.
+// Ports of named holders (--holder): they belong to no process, and last
+// until released or their lease (--ttl) ends.
 
-// errNoLease is the error of renew, and of a holder's release, when the
-// holder has no port whose lease has not ended: exit 4.
+// errNoLease: the holder has no port whose lease has not ended (exit 4).
 var errNoLease = errors.New("the holder has no port whose lease has not ended")
 
-// holderFlags are --holder and --ttl of a holder on this host (fleet.go
-// has its own --holder).
+// holderFlags are --holder and --ttl of a holder on this host.
 type holderFlags struct {
 	holder string
 	ttl    time.Duration
@@ -32,15 +29,14 @@ type holderFlags struct {
 func (h *holderFlags) add(cmd *cobra.Command, withTTL bool) {
 	cmd.Flags().StringVar(&h.holder, "holder", "", fmt.Sprintf(`a named holder the ports belong to instead of a process, e.g. "ci/job-4711" (1 to %d bytes of printable text); they outlive the shell that ran berth, until released or their lease ends`, store.MaxHolderLen))
 	if withTTL {
-		cmd.Flags().DurationVar(&h.ttl, "ttl", time.Hour, "how long the holder's lease lasts (1s to 720h), e.g. 8h; renew extends it (default 1h)")
+		cmd.Flags().DurationVar(&h.ttl, "ttl", time.Hour, "how long the holder's lease lasts (1s to 720h), e.g. 8h; renew extends it")
 	}
 }
 
 // set reports whether --holder was given.
 func (h *holderFlags) set(cmd *cobra.Command) bool { return cmd.Flags().Changed("holder") }
 
-// check validates --holder and --ttl, and refuses the flags that name a
-// process owner along with them.
+// check validates --holder and --ttl, and refuses them with --owner.
 func (h *holderFlags) check(cmd *cobra.Command) error {
 	for _, f := range []string{"owner", "owner-pid"} {
 		if cmd.Flags().Changed(f) {
@@ -58,8 +54,8 @@ func (h *holderFlags) check(cmd *cobra.Command) error {
 	return nil
 }
 
-// strictAllocator opens an Allocator for a holder's ports: the state store
-// only, since the MRU file keeps no lease.
+// strictAllocator opens an Allocator of the state store only, for a
+// holder's ports: the MRU file keeps no lease.
 func (a *app) strictAllocator(ctx context.Context) (*portalloc.Allocator, error) {
 	cfg := a.cfg
 	if cfg.Mode == portalloc.ModeMRU {
@@ -79,19 +75,28 @@ func (a *app) releaseLeased(ctx context.Context, cmd *cobra.Command, f *selectFl
 	if err != nil {
 		return err
 	}
+	return a.onHolder(ctx, h, "released %d %s of holder %q\n", "holds no port that matches (none was reserved, it was released, or its lease ended and it was reaped)",
+		func(al *portalloc.Allocator) (int, error) {
+			return al.ReleaseHolder(ctx, h.holder, store.Filter{Port: port, Label: f.label})
+		})
+}
+
+// onHolder runs op on an Allocator for h's ports and says how many it
+// acted on as done says; when h has none, the error says so as none does.
+func (a *app) onHolder(ctx context.Context, h *holderFlags, done, none string, op func(*portalloc.Allocator) (int, error)) error {
 	al, err := a.strictAllocator(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = al.Close() }()
-	n, err := al.ReleaseHolder(ctx, h.holder, store.Filter{Port: port, Label: f.label})
+	n, err := op(al)
 	if errors.Is(err, store.ErrNotFound) {
-		return &userError{msg: fmt.Sprintf("holder %s holds no port that matches (none was reserved, it was released, or its lease ended and it was reaped)", strconv.Quote(h.holder)), err: fmt.Errorf("%w: %w", errNoLease, err)}
+		return &userError{msg: "holder " + strconv.Quote(h.holder) + " " + none, err: fmt.Errorf("%w: %w", errNoLease, err)}
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "released %d %s of holder %q\n", n, plural(n, "port"), h.holder)
+	fmt.Fprintf(a.stdout, done, n, plural(n, "port"), h.holder)
 	return nil
 }
 
@@ -115,20 +120,9 @@ as it does for a holder with no ports. Get the ports again then.`,
 		if err := h.check(cmd); err != nil {
 			return err
 		}
-		al, err := a.strictAllocator(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = al.Close() }()
-		n, err := al.Renew(ctx, h.holder, h.ttl)
-		if errors.Is(err, store.ErrNotFound) {
-			return &userError{msg: fmt.Sprintf("holder %s has no port whose lease has not ended (none was reserved, it was released, or its lease ended: an ended lease is never renewed, since its port may be another's by now); get the ports again", strconv.Quote(h.holder)), err: fmt.Errorf("%w: %w", errNoLease, err)}
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(a.stdout, "renewed %d %s of holder %q for %v\n", n, plural(n, "port"), h.holder, h.ttl)
-		return nil
+		return a.onHolder(ctx, &h, "renewed %d %s of holder %q for "+h.ttl.String()+"\n",
+			"has no port whose lease has not ended (none was reserved, it was released, or its lease ended: an ended lease is never renewed, since its port may be another's by now); get the ports again",
+			func(al *portalloc.Allocator) (int, error) { return al.Renew(ctx, h.holder, h.ttl) })
 	})
 	return cmd
 }

@@ -34,9 +34,6 @@ func (a *app) lsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List reservations: who holds which port, and whether the holder still runs",
-		// The table shows at most maxLabelWidth characters of a label and
-		// maxNameWidth of a process name (see shown); --json shows them
-		// whole, escaped for the terminal (see jsonSafe).
 		Long: `List reservations: who holds which port, and whether the holder still runs.
 PROCESS is the owner's program as it is now. A port locked by a process of this
 host that has no row in the store (a test's port from porttest, another user's
@@ -57,7 +54,108 @@ $BERTH_SCOPE).`,
 	_ = cmd.Flags().MarkHidden("owner-pid")
 	cmd.Flags().StringVar(&f.holder, "holder", "", "only the ports of this named holder")
 	cmd.Flags().BoolVar(&f.bound, "bound", false, "show whether each port is bound right now (BOUND: yes, no, or ? where the system cannot tell)")
-	cmd.RunE = a.action(func(ctx context.Context, _ []string) error { return a.runLs(ctx, &f) })
+	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
+		flt := store.Filter{OwnerPID: f.owner, Label: scopedLabel(a.cfg.Scope, f.label), Holder: f.holder}
+		if f.port != "" {
+			p, err := parsePort("--port", f.port)
+			if err != nil {
+				return err
+			}
+			flt.Port = p
+		}
+		if f.owner < 0 {
+			return usagef("--owner %d: want a process id above 0", f.owner)
+		}
+		var rows []store.Reservation
+		s, err := a.openStore(ctx)
+		if err == nil && s != nil {
+			defer func() { _ = s.Close() }()
+			rows, err = s.List(ctx, flt)
+		}
+		if a.storeDown(err) {
+			printErr(a.stderr, a.name+": warning: ", err, "; listing the kernel locks alone, the MRU file's ports among them")
+		} else if err != nil {
+			return err
+		}
+		if a.scopeGiven {
+			rows = inScope(rows, a.cfg.Scope)
+		}
+		if f.holder == "" && f.label == "" && !a.scopeGiven {
+			rows = append(rows, lockRows(ctx, rows, flt)...)
+		}
+		var bound []*bool
+		if f.bound {
+			if bound, err = boundRows(ctx, rows); err != nil {
+				return err
+			}
+		}
+		if f.json {
+			out := make([]rowJSON, len(rows))
+			for i, r := range rows {
+				var started *time.Time
+				if at, ok := r.Owner.StartedAt(); ok {
+					at = at.UTC()
+					started = &at
+				}
+				out[i] = rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, kind(r),
+					r.Owner.PID, processName(ctx, r), started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx), r.Owner.Holder, nil, nil, nil}
+				if r.Owner.Holder != "" {
+					out[i].Alive = r.Expires.IsZero() || time.Now().Before(r.Expires)
+				}
+				if r.Owner.Holder != "" && !r.Expires.IsZero() {
+					at := r.Expires.UTC().Round(time.Second)
+					left := max(int64(time.Until(r.Expires).Round(time.Second).Seconds()), 0)
+					out[i].Expires, out[i].LeaseSeconds = &at, &left
+				}
+				if f.bound {
+					out[i].Bound = bound[i]
+				}
+			}
+			return a.writeJSON(out)
+		}
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		boundCol := ""
+		if f.bound {
+			boundCol = "\tBOUND"
+		}
+		fmt.Fprintln(tw, "PROTO\tADDRESS\tPORT\tLABEL\tKIND\tPID\tPROCESS\tAGE\tALIVE"+boundCol)
+		now := time.Now()
+		for i, r := range rows {
+			alive := "yes"
+			if !r.Owner.Alive(ctx) {
+				alive = colour(a.stdout, "31", "dead")
+			}
+			width := maxNameWidth
+			if r.Kind == "" {
+				width = maxLabelWidth // a lock's: "keeper of pid 123456" whole
+			}
+			pid, name := fmt.Sprint(r.Owner.PID), dash(shown(processName(ctx, r), width))
+			if r.Owner.Holder != "" {
+				// A holder under a lease: its name, and the time its lease has left.
+				pid, name, alive = "-", "holder "+shown(r.Owner.Holder, maxNameWidth), leaseLeft(r)
+				if alive == "ended" {
+					alive = colour(a.stdout, "31", alive)
+				}
+			}
+			if f.bound {
+				switch {
+				case bound[i] == nil:
+					alive += "\t?"
+				case *bound[i]:
+					alive += "\tyes"
+				default:
+					alive += "\tno"
+				}
+			}
+			created := "-"
+			if !r.Created.IsZero() {
+				created = age(now.Sub(r.Created))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Protocol, lockAddr(r.Addr), r.Port, dash(shown(r.Label, maxLabelWidth)), kind(r),
+				pid, name, created, alive)
+		}
+		return tw.Flush()
+	})
 	return cmd
 }
 
@@ -68,54 +166,45 @@ func (a *app) reapCmd() *cobra.Command {
 		Example: "  berth reap",
 		Args:    noArgs("reap", ""),
 	}
-	cmd.RunE = a.action(func(ctx context.Context, _ []string) error { return a.runReap(ctx) })
+	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
+		s, err := a.openStore(ctx)
+		if err != nil {
+			return err
+		}
+		if s == nil {
+			fmt.Fprintln(a.stdout, "reaped 0 reservations")
+			return nil
+		}
+		defer func() { _ = s.Close() }()
+		before, err := s.List(ctx, store.Filter{})
+		if err != nil {
+			return err
+		}
+		n, err := s.Reap(ctx)
+		if err != nil {
+			return err
+		}
+		after, err := s.List(ctx, store.Filter{})
+		if err != nil {
+			return err
+		}
+		for _, r := range before {
+			if slices.ContainsFunc(after, func(x store.Reservation) bool { return x.Key == r.Key }) {
+				continue
+			}
+			label := ""
+			if r.Label != "" {
+				label = " label " + shown(r.Label, maxLabelWidth)
+			}
+			fmt.Fprintf(a.stdout, "reaped %s of pid %d (%s)%s\n", r.Key, r.Owner.PID, shown(r.Owner.Name, maxNameWidth), label)
+		}
+		fmt.Fprintf(a.stdout, "reaped %d reservations\n", n)
+		return nil
+	})
 	return cmd
 }
 
-func (a *app) runReap(ctx context.Context) error {
-	s, err := a.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	if s == nil {
-		fmt.Fprintln(a.stdout, "reaped 0 reservations")
-		return nil
-	}
-	defer func() { _ = s.Close() }()
-	before, err := s.List(ctx, store.Filter{})
-	if err != nil {
-		return err
-	}
-	n, err := s.Reap(ctx)
-	if err != nil {
-		return err
-	}
-	after, err := s.List(ctx, store.Filter{})
-	if err != nil {
-		return err
-	}
-	still := map[store.Key]bool{}
-	for _, r := range after {
-		still[r.Key] = true
-	}
-	for _, r := range before {
-		if !still[r.Key] {
-			fmt.Fprintf(a.stdout, "reaped %s of pid %d (%s)%s\n", r.Key, r.Owner.PID, shown(r.Owner.Name, maxNameWidth), labelSuffix(r.Label))
-		}
-	}
-	fmt.Fprintf(a.stdout, "reaped %d reservations\n", n)
-	return nil
-}
-
-func labelSuffix(l string) string {
-	if l == "" {
-		return ""
-	}
-	return " label " + shown(l, maxLabelWidth)
-}
-
-// writeJSON writes v as indented JSON, with every character a terminal
-// would act on escaped (see jsonSafe).
+// writeJSON writes v as indented JSON, escaped for the terminal (jsonSafe).
 func (a *app) writeJSON(v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -142,10 +231,9 @@ type rowJSON struct {
 	OwnerStartKernel int64     `json:"owner_start_kernel"`
 	Created          time.Time `json:"created"`
 	Alive            bool      `json:"alive"`
-	// Holder names the holder of a port under a lease (its owner_pid is
-	// 0); Expires is when the lease ends, and LeaseSeconds how many
-	// seconds it has left (0 once ended). Absent for process owners, and
-	// Expires and LeaseSeconds for a lease of another time namespace.
+	// A holder's port: owner_pid 0, when the lease ends and how many
+	// seconds it has left (0 once ended); those two are absent for a lease
+	// of another time namespace.
 	Holder       string     `json:"holder,omitempty"`
 	Expires      *time.Time `json:"expires,omitempty"`
 	LeaseSeconds *int64     `json:"lease_seconds,omitempty"`
@@ -154,114 +242,10 @@ type rowJSON struct {
 	Bound any `json:"bound,omitempty"`
 }
 
-func (a *app) runLs(ctx context.Context, f *lsFlags) error {
-	flt := store.Filter{OwnerPID: f.owner, Label: scopedLabel(a.cfg.Scope, f.label), Holder: f.holder}
-	if f.port != "" {
-		p, err := parsePort("--port", f.port)
-		if err != nil {
-			return err
-		}
-		flt.Port = p
-	}
-	if f.owner < 0 {
-		return usagef("--owner %d: want a process id above 0", f.owner)
-	}
-	var rows []store.Reservation
-	s, err := a.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	if s != nil {
-		defer func() { _ = s.Close() }()
-		if rows, err = s.List(ctx, flt); err != nil {
-			return err
-		}
-	}
-	if a.scopeGiven {
-		rows = inScope(rows, a.cfg.Scope)
-	}
-	if f.holder == "" && f.label == "" && !a.scopeGiven {
-		rows = append(rows, lockRows(ctx, rows, flt)...)
-	}
-	var bound []*bool
-	if f.bound {
-		if bound, err = boundRows(ctx, rows); err != nil {
-			return err
-		}
-	}
-	if f.json {
-		out := make([]rowJSON, len(rows))
-		for i, r := range rows {
-			var started *time.Time
-			if at, ok := r.Owner.StartedAt(); ok {
-				at = at.UTC()
-				started = &at
-			}
-			out[i] = rowJSON{string(r.Protocol), r.Addr.String(), r.Port, r.Label, kind(r),
-				r.Owner.PID, processName(ctx, r), started, r.Owner.Start, r.Created.UTC(), r.Owner.Alive(ctx), r.Owner.Holder, nil, nil, nil}
-			if r.Owner.Holder != "" {
-				out[i].Alive = r.Expires.IsZero() || time.Now().Before(r.Expires)
-			}
-			if r.Owner.Holder != "" && !r.Expires.IsZero() {
-				at := r.Expires.UTC().Round(time.Second)
-				left := max(int64(time.Until(r.Expires).Round(time.Second).Seconds()), 0)
-				out[i].Expires, out[i].LeaseSeconds = &at, &left
-			}
-			if f.bound {
-				out[i].Bound = bound[i]
-			}
-		}
-		return a.writeJSON(out)
-	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	boundCol := ""
-	if f.bound {
-		boundCol = "\tBOUND"
-	}
-	fmt.Fprintln(tw, "PROTO\tADDRESS\tPORT\tLABEL\tKIND\tPID\tPROCESS\tAGE\tALIVE"+boundCol)
-	now := time.Now()
-	for i, r := range rows {
-		alive := "yes"
-		if !r.Owner.Alive(ctx) {
-			alive = colour(a.stdout, "31", "dead")
-		}
-		pid, name := fmt.Sprint(r.Owner.PID), dash(shown(processName(ctx, r), maxNameWidth))
-		if r.Owner.Holder != "" {
-			// A holder under a lease: its name, and the time its lease has left.
-			pid, name, alive = "-", "holder "+shown(r.Owner.Holder, maxNameWidth), leaseLeft(r)
-			if alive == "ended" {
-				alive = colour(a.stdout, "31", alive)
-			}
-		}
-		if f.bound {
-			switch {
-			case bound[i] == nil:
-				alive += "\t?"
-			case *bound[i]:
-				alive += "\tyes"
-			default:
-				alive += "\tno"
-			}
-		}
-		created := "-"
-		if !r.Created.IsZero() {
-			created = age(now.Sub(r.Created))
-		}
-		addr := r.Addr.String()
-		if !r.Addr.IsValid() {
-			addr = "*" // a lock of both wildcards
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Protocol, addr, r.Port, dash(shown(r.Label, maxLabelWidth)), kind(r),
-			pid, name, created, alive)
-	}
-	return tw.Flush()
-}
-
-// boundRows tells, for ls --bound, whether each reservation's port is
-// bound right now by a socket of its protocol on an address that overlaps
-// its own (who.Overlaps), whoever holds it: nil where the system cannot
-// tell (every system but Linux), which ls never probes by binding, since
-// that could make a program's own bind fail.
+// boundRows tells, for ls --bound, whether each row's port is bound now by
+// a socket of its protocol on an overlapping address: nil where the system
+// cannot tell (all but Linux). ls never probes by binding, which could make
+// a program's own bind fail.
 func boundRows(ctx context.Context, rows []store.Reservation) ([]*bool, error) {
 	bound := make([]*bool, len(rows))
 	socks, err := who.Bound(ctx)
@@ -280,8 +264,7 @@ func boundRows(ctx context.Context, rows []store.Reservation) ([]*bool, error) {
 	return bound, nil
 }
 
-// kind is what ls shows as a row's kind: the store's, or "lock" for a
-// lock that no row stands for.
+// kind is a row's kind, or "lock" for a lock that no row stands for.
 func kind(r store.Reservation) string {
 	if r.Kind == "" {
 		return "lock"
@@ -289,10 +272,8 @@ func kind(r store.Reservation) string {
 	return string(r.Kind)
 }
 
-// processName is the name of r's owner's process as it is now, for a
-// process that still runs; the name recorded with the row otherwise. A
-// lock's holder is named as lockRows named it (a keeper by the owner it
-// keeps for).
+// processName is the current name of r's owner while it runs, else the
+// name recorded (for a lock, as lockRows named it).
 func processName(ctx context.Context, r store.Reservation) string {
 	o := r.Owner
 	if r.Kind != "" && o.Holder == "" && o.PID > 0 && o.Alive(ctx) {
@@ -304,11 +285,9 @@ func processName(ctx context.Context, r store.Reservation) string {
 }
 
 // lockRows returns, as rows of kind "lock", the kernel locks of this host
-// that match flt and that no row of rows stands for: a port porttest gave a
-// test, another user's berth's, a berth's of another store. The owner is
-// the first process that holds the lock (a keeper of an owner names the
-// owner in its command line), known by its start as a row's owner is, so
-// that it shows as alive while it holds the lock.
+// that match flt and no row of rows stands for (porttest's, another
+// user's, another store's). The owner is the first process that holds the
+// lock, known by its start, so that it shows as alive while it does.
 func lockRows(ctx context.Context, rows []store.Reservation, flt store.Filter) []store.Reservation {
 	held, err := portlock.List()
 	if err != nil {
@@ -349,8 +328,7 @@ func lockHolderName(ctx context.Context, pid int) string {
 	return owner.NameOf(ctx, pid)
 }
 
-// inScope returns the rows labelled in scope, with their labels as the
-// scope knows them.
+// inScope returns the rows labelled in scope, with the scope cut.
 func inScope(rows []store.Reservation, sc string) []store.Reservation {
 	out := rows[:0]
 	for _, r := range rows {

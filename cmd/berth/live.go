@@ -13,24 +13,20 @@ import (
 )
 
 // The ports others hold, read without holding them: the live reservations
-// of a scope, by label (portOf, berth port) or all of them (livePorts,
-// berth env), written as environment variables for a second shell, docker
-// compose's .env file or an editor's envFile.
+// of a scope, by label (portOf) or all of them (livePorts).
 
 // errNoReservation: portOf found no live reservation of the label.
 var errNoReservation = errors.New("no live reservation")
 
-// livePort is a live reservation of a scope, by the environment variable
-// it goes by (envVar of its label).
+// livePort is a live reservation of a scope, by its envVar.
 type livePort struct {
 	Var     string
 	Port    uint16
 	Created time.Time
 }
 
-// livePorts returns the live reservations with a label in scope ("" for
-// labels of no scope), one for each variable: where several would give one
-// variable, the newest. They are sorted by variable.
+// livePorts returns the live reservations labelled in scope ("": none),
+// the newest for each variable, sorted by variable.
 func livePorts(ctx context.Context, s store.Store, scope string) ([]livePort, error) {
 	rows, err := s.List(ctx, store.Filter{})
 	if err != nil {
@@ -55,11 +51,9 @@ func livePorts(ctx context.Context, s store.Store, scope string) ([]livePort, er
 	return out, nil
 }
 
-// portOf returns the port of the live reservation of label in scope for
-// protocol; where there are several (one label on two addresses), the
-// newest. A label with no live reservation of its own also finds the port
-// berth run --port label gives its command (labelled run/port/label). When
-// there is none, the error wraps errNoReservation.
+// portOf returns the port of the newest live reservation of label in
+// scope for protocol, else of run/port/label (berth run --port label);
+// when there is none, the error wraps errNoReservation.
 func portOf(ctx context.Context, s store.Store, scope, label string, protocol store.Protocol) (uint16, error) {
 	for _, l := range []string{label, "run/port/" + label} {
 		rows, err := s.List(ctx, store.Filter{Protocol: protocol, Label: scopedLabel(scope, l)})
@@ -83,12 +77,10 @@ func portOf(ctx context.Context, s store.Store, scope, label string, protocol st
 	return 0, fmt.Errorf("%s port of %q%s: %w", protocol, label, in, errNoReservation)
 }
 
-// envVar returns the environment variable a port labelled label goes by,
-// as berth run names its --port ports: a label berth run gave
-// ("run/port/web") by its port's name, WEB_PORT; any other by the whole
-// label, upper-cased, with every character but a letter or digit as '_'
-// and "_PORT" after it ("api.http" is API_HTTP_PORT); a leading digit gets
-// a '_' before it.
+// envVar returns the variable a port labelled label goes by: run/port/web
+// is WEB_PORT, as berth run names it; any other label upper-cased, with
+// '_' for each character but a letter or digit, "_PORT" after it and '_'
+// before a leading digit (api.http is API_HTTP_PORT).
 func envVar(label string) string {
 	name := label
 	if rest, ok := strings.CutPrefix(label, "run/port/"); ok && rest != "" {
@@ -109,8 +101,7 @@ func envVar(label string) string {
 	return v + "_PORT"
 }
 
-// scopedLabel is label as a reservation of scope records it, LABEL@SCOPE
-// (see portalloc.Config.Scope); "" stays "".
+// scopedLabel is label as a row of scope records it, LABEL@SCOPE.
 func scopedLabel(scope, label string) string {
 	if scope == "" || label == "" {
 		return label
@@ -118,8 +109,8 @@ func scopedLabel(scope, label string) string {
 	return label + "@" + scope
 }
 
-// unscoped returns the label a reservation recorded as recorded has in
-// scope, and whether it is one of scope's (for scope "", one of no scope).
+// unscoped returns the label in scope of a row labelled recorded, and
+// whether it is one of scope's (for "", one of no scope).
 func unscoped(recorded, scope string) (string, bool) {
 	if scope == "" {
 		return recorded, recorded != "" && !strings.Contains(recorded, "@")

@@ -43,10 +43,8 @@ const (
 	exitNoLease = 4 // the holder has no port (or no lease that has not ended)
 )
 
-// berth runs itself again, as a program of its own, with these first
-// arguments: to put the sockets of berth run --listen at descriptors 3 and
-// up before it execs COMMAND (see execCommand), and to remove the file of
-// berth run --env-file once COMMAND has exited (see startEnvFileWatch).
+// The first arguments of berth run again by itself: to place the sockets
+// of --listen (execCommand), and to remove --env-file (startEnvFileWatch).
 const (
 	placeArg    = "__berth-place-sockets"
 	envWatchArg = "__berth-env-file-watch"
@@ -211,21 +209,20 @@ func flagWant(f *pflag.Flag) string {
 	case "to", "owner", "owner-pid":
 		return "a process id above 0"
 	}
-	switch f.Value.Type() {
-	case "int":
-		return "a whole number"
-	case "uintSlice":
-		return "port numbers from 1 to 65535, comma-separated, such as 3000,3001"
-	case "duration":
-		return "a duration such as 10s or 1m30s"
-	case "bool":
-		return "true or false"
+	want, ok := map[string]string{
+		"int":       "a whole number",
+		"uintSlice": "port numbers from 1 to 65535, comma-separated, such as 3000,3001",
+		"duration":  "a duration such as 10s or 1m30s",
+		"bool":      "true or false",
+	}[f.Value.Type()]
+	if !ok {
+		want = "a value of type " + f.Value.Type()
 	}
-	return "a value of type " + f.Value.Type()
+	return want
 }
 
-// nearestFlag returns the name of cmd's flag closest to name, or "" when
-// none is close (within two edits, or a prefix of it).
+// nearestFlag returns cmd's flag within two edits of name, or starting
+// with it, or "".
 func nearestFlag(cmd *cobra.Command, name string) string {
 	best, bestD := "", 3
 	visit := func(f string) {
@@ -263,9 +260,8 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// printErr prints err on w, one line for each error it joins. An error
-// can quote what a row of the store holds (a process name, a label), so
-// each line is printed escaped (see printable).
+// printErr prints err on w, a line for each error it joins, escaped: it can
+// quote what a row holds.
 func printErr(w io.Writer, prefix string, err error, suffix string) {
 	if errs := joinedErrs(err); errs != nil {
 		for _, e := range errs {
@@ -276,9 +272,8 @@ func printErr(w io.Writer, prefix string, err error, suffix string) {
 	fmt.Fprintf(w, "%s%s%s\n", prefix, printable(err.Error()), suffix)
 }
 
-// joinedErrs returns the errors err joins when it is an errors.Join of
-// several, whose message is theirs on lines of their own (not one error
-// that wraps several), else nil. Only the outermost join counts.
+// joinedErrs returns the errors of the outermost errors.Join of several,
+// whose message is theirs on lines of their own, else nil.
 func joinedErrs(err error) []error {
 	j, ok := err.(interface{ Unwrap() []error }) //nolint:errorlint // only the outermost join is split into lines
 	if !ok {
@@ -295,8 +290,7 @@ func joinedErrs(err error) []error {
 	return errs
 }
 
-// colour wraps s in an ANSI colour when w is a terminal and NO_COLOR is
-// unset.
+// colour wraps s in an ANSI colour on a terminal, unless NO_COLOR is set.
 func colour(w io.Writer, code, s string) string {
 	if !isTerminal(w) || os.Getenv("NO_COLOR") != "" {
 		return s
@@ -304,8 +298,7 @@ func colour(w io.Writer, code, s string) string {
 	return "\x1b[" + code + "m" + s + "\x1b[0m"
 }
 
-// isTerminal reports whether w is a terminal (or another character device,
-// such as /dev/null).
+// isTerminal reports whether w is a character device (/dev/null too).
 func isTerminal(w any) bool {
 	f, ok := w.(*os.File)
 	if !ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -87,9 +88,7 @@ json prints one object.`,
 	}
 	cmd.Flags().StringVar(&format, "format", "sh", "sh (export lines for eval), dotenv (NAME=PORT lines) or json")
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
-		switch format {
-		case "sh", "dotenv", "json":
-		default:
+		if !slices.Contains([]string{"sh", "dotenv", "json"}, format) {
 			return usagef("--format %q: want sh, dotenv or json", format)
 		}
 		var ports []livePort
@@ -112,10 +111,7 @@ json prints one object.`,
 		}
 		var b strings.Builder
 		for _, p := range ports {
-			if format == "sh" {
-				b.WriteString("export ")
-			}
-			fmt.Fprintf(&b, "%s=%d\n", p.Var, p.Port)
+			fmt.Fprintf(&b, "%s%s=%d\n", map[string]string{"sh": "export "}[format], p.Var, p.Port)
 		}
 		_, err = io.WriteString(a.stdout, b.String())
 		return err

@@ -35,17 +35,15 @@ type runFlags struct {
 	watch   []string
 }
 
-// runSet is the name of the set berth run makes of its --port ports, one
-// group-scoped port each in the group runGroup, labelled
-// "run/port/NAME".
+// runSet is the set berth run makes of its --port ports, each in the group
+// runGroup, labelled "run/port/NAME".
 const (
 	runSet   = "run"
 	runGroup = "port"
 )
 
 // portSpec turns the values of --port, NAME[:tcp|:udp], into a set spec of
-// one group. Each port is in $NAME_PORT (NAME upper-cased, '-' as '_'), as
-// berth run has always named them; portalloc checks the names.
+// one group, each port in $NAME_PORT (NAME upper-cased, '-' as '_').
 func portSpec(values []string, addr netip.Addr, sticky bool) (portset.SetSpec, error) {
 	g := portset.GroupSpec{Name: runGroup}
 	seen := map[string]string{} // --port value by variable
@@ -158,14 +156,11 @@ COMMAND and its arguments, flags included.`,
 	return cmd
 }
 
-// exitCode is the error of a command that ends with the exit status of the
-// program it ran: run exits with code, printing nothing.
+// exitCode is the exit status of the program berth ran: run exits with it,
+// printing nothing.
 type exitCode struct{ code int }
 
 func (e *exitCode) Error() string { return fmt.Sprintf("exit status %d", e.code) }
-
-// supervising reports whether berth run stays the parent of COMMAND.
-func (f *runFlags) supervising() bool { return f.restart != "no" || len(f.watch) > 0 }
 
 func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	addr, err := parseAddr(f.addr)
@@ -285,15 +280,14 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	}
 	held := al.Held()
 	a.fallbackHint(al, held)
-	if f.supervising() {
+	if f.restart != "no" || len(f.watch) > 0 {
 		// The ports stay this process's, for as long as it runs: al
 		// releases them when it closes.
 		return a.supervise(context.WithoutCancel(ctx), path, args, environ, files, f)
 	}
 
-	// From here the ports are COMMAND's: this process's, which COMMAND
-	// becomes. Their locks pass through exec as descriptors from 64 up,
-	// which COMMAND never needs to know of: they are let go when it
+	// From here the ports are COMMAND's, which this process becomes: their
+	// locks pass through exec as descriptors from 64 up, let go when it
 	// exits.
 	for _, r := range held {
 		fs, err := al.Files(r)
@@ -318,8 +312,7 @@ func (a *app) runRun(ctx context.Context, f *runFlags, args []string) error {
 	return execCommand(path, args, environ, files)
 }
 
-// bindFile binds r's port and returns the socket as a file (a descriptor
-// of its own; the listener itself is closed).
+// bindFile binds r's port and returns the socket as a file of its own.
 func bindFile(ctx context.Context, r store.Reservation) (*os.File, error) {
 	var (
 		lc  net.ListenConfig
@@ -346,8 +339,7 @@ func withoutVars(env []string, names ...string) []string {
 	})
 }
 
-// readSetSpec reads and parses the set spec file a --set flag names; a
-// file that cannot be read or parsed is a usage error naming the flag.
+// readSetSpec reads and parses the set spec file of --set.
 func readSetSpec(path string) (portset.SetSpec, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -20,25 +20,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Placing the sockets, berth execs COMMAND from its main thread. The
-// parent-death signal that berth run --restart gives its child (see
-// childAttr) is the setting of that thread alone: an exec from another
-// thread of the process would leave COMMAND without it, running on after
-// a berth run killed with SIGKILL, its port bound.
+// Placing the sockets, berth execs COMMAND from its main thread: the
+// parent-death signal berth run --restart gives its child (childAttr) is
+// that thread's setting alone, and COMMAND exec'd from another would run
+// on after a berth run killed with SIGKILL, its port bound.
 func init() {
 	if len(os.Args) > 1 && os.Args[1] == placeArg {
 		runtime.LockOSThread() // in init: main runs on the main thread
 	}
 }
 
-// execCommand replaces berth with the program at path. With files (the
-// sockets of --listen), they must reach it as descriptors 3, 4, ...: a Go
-// program cannot move descriptors onto those numbers safely, since its
-// runtime may hold one of them (its poller) and use it at any moment. So
-// berth executes itself again, with the sockets inherited wherever they
-// are; that fresh process moves them into place before its runtime has
-// opened anything, and executes the program. Both execs keep the process
-// id, so LISTEN_PID and the ports' owner stay right.
+// execCommand replaces berth with the program at path. The sockets of
+// --listen (files) must reach it as descriptors 3, 4, ..., which a Go
+// program cannot move onto safely: its runtime may hold one of them (its
+// poller). So berth execs itself again with the sockets wherever they
+// are, and that fresh process moves them into place before its runtime
+// has opened anything, then execs the program. Both execs keep the pid,
+// so LISTEN_PID and the ports' owner stay right.
 func execCommand(path string, args, env []string, files []*os.File) error {
 	if len(files) == 0 {
 		return fmt.Errorf("exec %s: %w", path, syscall.Exec(path, args, env))
@@ -58,8 +56,7 @@ func execCommand(path string, args, env []string, files []*os.File) error {
 }
 
 // placeCmd returns the program, arguments and environment that run berth
-// again as placeArg, to move the sockets at descriptors fds to 3, 4, ...
-// and exec the program at path with args and env.
+// as placeArg, to move the sockets at fds to 3, 4, ... and exec path.
 func placeCmd(path string, args, env []string, fds []int) (string, []string, []string, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -82,9 +79,8 @@ func placeCmd(path string, args, env []string, fds []int) (string, []string, []s
 	return self, argv, append(withoutVars(env, "GODEBUG"), "GODEBUG=containermaxprocs=0,updatemaxprocs=0"), nil
 }
 
-// placeAndExec is berth re-executed by execCommand: args are N, the N
-// descriptors, the program's path and its arguments. It never returns on
-// success.
+// placeAndExec is berth re-executed by execCommand (see placeCmd for
+// args). It never returns on success.
 func placeAndExec(args []string, stderr io.Writer) int {
 	err := place(args)
 	fmt.Fprintf(stderr, "berth run: %v\n", err)
@@ -137,9 +133,8 @@ func place(args []string) error {
 }
 
 // keepAcrossExec moves files to descriptors from 64 up that pass through
-// exec (not close-on-exec), out of the way of those a program is handed
-// from 3 up, and closes the originals. The new descriptors are never
-// closed here: they belong to the program berth run becomes.
+// exec, out of the way of those a program is handed from 3 up, and closes
+// the originals. The new ones belong to the program berth run becomes.
 func keepAcrossExec(files []*os.File) error {
 	var errs []error
 	for _, f := range files {
@@ -151,12 +146,10 @@ func keepAcrossExec(files []*os.File) error {
 	return errors.Join(errs...)
 }
 
-// writeEnvFile writes env, the NAME=VALUE variables berth run gives
-// COMMAND, to path as a dotenv file (for docker compose's .env, an
-// editor's envFile, a second shell), atomically, and arranges for it to
-// be removed when this process, which COMMAND is about to become, exits.
-// The file is removed only while it still holds what was written: a file
-// another program (another berth run) has rewritten since stays.
+// writeEnvFile writes env, COMMAND's NAME=VALUE variables, to path as a
+// dotenv file, atomically, and arranges for its removal when this process,
+// which COMMAND is about to become, exits: only while it still holds what
+// was written, since another berth run may have rewritten it.
 func writeEnvFile(path string, env []string) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -173,13 +166,11 @@ func writeEnvFile(path string, env []string) error {
 	return nil
 }
 
-// startEnvFileWatch starts berth again as a small process of its own
-// session, a child of this one, that waits for this process to exit and
-// then removes path if it still holds content. This process execs COMMAND
-// next and keeps its pid, so the watcher's parent is COMMAND, and the
-// watcher learns that COMMAND has ended when it stops being its parent.
-// It has no terminal and no standard streams: a pipeline reading
-// COMMAND's output ends when COMMAND does, and ^C reaches COMMAND only.
+// startEnvFileWatch starts berth again as a child in a session of its own
+// that waits for this process (COMMAND, once exec'd) to exit, then removes
+// path if it still holds content. It has no terminal and no standard
+// streams: a pipeline reading COMMAND's output ends when COMMAND does, and
+// ^C reaches COMMAND only.
 func startEnvFileWatch(path string, content []byte) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -196,8 +187,8 @@ func startEnvFileWatch(path string, content []byte) error {
 	return cmd.Process.Release()
 }
 
-// watchEnvFile is the watcher startEnvFileWatch starts: args are the pid
-// of its parent, the file and what it was written with.
+// watchEnvFile is the watcher startEnvFileWatch starts: args are its
+// parent's pid, the file and its content.
 func watchEnvFile(args []string) int {
 	if len(args) != 3 {
 		return exitUsage
@@ -240,8 +231,7 @@ func signalName(sig syscall.Signal) string {
 	return "signal " + strings.TrimPrefix(sig.String(), "signal ")
 }
 
-// running reports whether process pid exists and is not a zombie (a
-// child of another process that has not waited for it).
+// running reports whether process pid exists and is not a zombie.
 func running(pid int) bool {
 	if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
 		return false

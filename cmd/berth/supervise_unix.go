@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -24,13 +25,11 @@ type child struct {
 	done chan *os.ProcessState // the state it exited with, once
 }
 
-// startChild starts COMMAND (path, args) in a process group of its own,
-// with the sockets of --listen as descriptors 3, 4, ... Where there are
-// sockets it starts berth itself in the role placeArg, which sets
-// LISTEN_PID to its own pid, the one COMMAND keeps, and execs COMMAND (see
-// place). On Linux the child gets SIGKILL when berth run dies (see
-// childAttr), so no COMMAND outlives a berth run killed with SIGKILL and
-// keeps its ports bound.
+// startChild starts COMMAND in a process group of its own, with the
+// sockets of --listen as descriptors 3, 4, ... placed by berth itself as
+// placeArg, which sets LISTEN_PID to the pid COMMAND keeps. On Linux the
+// child gets SIGKILL when berth run dies (childAttr), so no COMMAND
+// outlives a berth run killed with SIGKILL and keeps its ports bound.
 func (a *app) startChild(path string, args, env []string, files []*os.File) (*child, error) {
 	cmd := &exec.Cmd{Path: path, Args: args, Env: env, Stdout: a.stdout, Stderr: a.stderr, ExtraFiles: files}
 	if !isTerminal(os.Stdin) {
@@ -81,11 +80,10 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 
 func isStop(s os.Signal) bool { return s == syscall.SIGINT || s == syscall.SIGTERM }
 
-// supervise runs COMMAND as a child of berth run, which keeps the
-// reservations and the sockets of --listen for its own lifetime, and
-// starts COMMAND again after it exits (by --restart) or when a path of
-// --watch changes. A client that connects between two runs waits in the
-// listening socket's backlog until the next run accepts it. It returns
+// supervise runs COMMAND as a child of berth run, which keeps the ports
+// and the sockets of --listen for its own lifetime, and starts COMMAND
+// again after it exits (--restart) or when a path of --watch changes; a
+// client that connects in between waits in the backlog. It returns
 // COMMAND's last exit status as an *exitCode.
 func (a *app) supervise(ctx context.Context, path string, args, env []string, files []*os.File, f *runFlags) error {
 	sigs := make(chan os.Signal, 8)
@@ -136,7 +134,7 @@ func (a *app) supervise(ctx context.Context, path string, args, env []string, fi
 		}
 		// What COMMAND started and left behind would keep the sockets.
 		c.signalGroup(syscall.SIGTERM)
-		code := statusCode(st)
+		code, how := exitOf(st)
 		if stopSig != nil {
 			return &exitCode{code}
 		}
@@ -150,14 +148,14 @@ func (a *app) supervise(ctx context.Context, path string, args, env []string, fi
 		again := f.restart == "always" || (f.restart == "on-failure" && !st.Success())
 		var wait <-chan time.Time // nil: until a watched path changes
 		if again {
-			fmt.Fprintf(a.stderr, "berth run: %s (pid %d) %s; starting it again in %v\n", name, c.pid, exitWords(st), backoff)
+			fmt.Fprintf(a.stderr, "berth run: %s (pid %d) %s; starting it again in %v\n", name, c.pid, how, backoff)
 			wait = time.After(backoff)
 			backoff = min(2*backoff, maxBackoff)
 		} else {
 			if len(f.watch) == 0 {
 				return &exitCode{code}
 			}
-			fmt.Fprintf(a.stderr, "berth run: %s (pid %d) %s; starting it again when a watched path changes\n", name, c.pid, exitWords(st))
+			fmt.Fprintf(a.stderr, "berth run: %s (pid %d) %s; starting it again when a watched path changes\n", name, c.pid, how)
 		}
 		if s := a.pause(wait, changed, sigs); s != nil {
 			// Told to end between two runs: ended by that signal.
@@ -166,9 +164,8 @@ func (a *app) supervise(ctx context.Context, path string, args, env []string, fi
 	}
 }
 
-// pause waits for wait (nil: never) or a change of a watched path. It
-// returns the stop signal that came first instead, if one did; other
-// signals have no COMMAND to go to and are dropped.
+// pause waits for wait (nil: never) or a change of a watched path, or
+// returns the stop signal that came first; other signals are dropped.
 func (a *app) pause(wait <-chan time.Time, changed <-chan struct{}, sigs <-chan os.Signal) os.Signal {
 	for {
 		select {
@@ -184,22 +181,13 @@ func (a *app) pause(wait <-chan time.Time, changed <-chan struct{}, sigs <-chan 
 	}
 }
 
-// statusCode is the exit status berth run takes over from COMMAND: its
-// exit code, or 128+N when signal N ended it, as shells report it.
-func statusCode(st *os.ProcessState) int {
+// exitOf is COMMAND's exit status, 128+N when signal N ended it, and how
+// it ended in words: "exited with status 1", "was ended by SIGSEGV".
+func exitOf(st *os.ProcessState) (int, string) {
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+		return 128 + int(ws.Signal()), "was ended by " + signalName(ws.Signal())
 	}
-	return st.ExitCode()
-}
-
-// exitWords says how COMMAND ended: "exited with status 1", "was killed
-// by signal SIGSEGV".
-func exitWords(st *os.ProcessState) string {
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "was ended by " + signalName(ws.Signal())
-	}
-	return fmt.Sprintf("exited with status %d", st.ExitCode())
+	return st.ExitCode(), fmt.Sprintf("exited with status %d", st.ExitCode())
 }
 
 // Backoff between restarts of a command that keeps exiting: it starts at
@@ -216,9 +204,8 @@ const (
 // on a change of a watched path, before it sends SIGKILL.
 const stopGrace = 5 * time.Second
 
-// Watching: how often the watched paths are looked at, and how long they
-// must stay unchanged after a change before COMMAND is restarted (an
-// editor's save, a build's output, come as bursts of writes).
+// How often watched paths are looked at, and how long they must stay
+// unchanged before a restart (a save, a build, come as bursts of writes).
 const (
 	watchPoll     = 200 * time.Millisecond
 	watchDebounce = 300 * time.Millisecond
@@ -231,9 +218,8 @@ type fileState struct {
 	mode    fs.FileMode
 }
 
-// snapshot returns the state of every file under paths. Directories are
-// walked, leaving out .git and node_modules below them; what cannot be
-// read is left out.
+// snapshot returns the state of every file under paths, but .git and
+// node_modules and what cannot be read.
 func snapshot(paths []string) map[string]fileState {
 	out := map[string]fileState{}
 	for _, root := range paths {
@@ -253,23 +239,9 @@ func snapshot(paths []string) map[string]fileState {
 	return out
 }
 
-func sameSnapshot(a, b map[string]fileState) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || !w.modTime.Equal(v.modTime) || w.size != v.size || w.mode != v.mode {
-			return false
-		}
-	}
-	return true
-}
-
 // watch sends on changed, without blocking, each time the files under
 // paths change and then stay unchanged for watchDebounce, until ctx ends.
-// It looks every watchPoll: that works on every system and file system
-// (network mounts, containers' bind mounts) at the cost of a walk of the
-// tree each time.
+// Polling works on every file system (network and bind mounts).
 func watch(ctx context.Context, paths []string, changed chan<- struct{}) {
 	last := snapshot(paths)
 	var changedAt time.Time // of a change not yet reported
@@ -282,7 +254,7 @@ func watch(ctx context.Context, paths []string, changed chan<- struct{}) {
 		case <-t.C:
 		}
 		now := snapshot(paths)
-		if !sameSnapshot(last, now) {
+		if !maps.EqualFunc(last, now, func(v, w fileState) bool { return w.modTime.Equal(v.modTime) && w.size == v.size && w.mode == v.mode }) {
 			last, changedAt = now, time.Now()
 			continue
 		}

@@ -10,10 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// waitParent returns once the process ppid, this process's parent, has
-// exited: at once through a pidfd, which becomes readable when it exits;
-// where the kernel has none (before Linux 5.3), by watching the parent
-// change (an orphan is reparented).
+// waitParent returns once ppid, the parent, has exited: through a pidfd,
+// readable then; without (before Linux 5.3), once the parent changes.
 func waitParent(ppid int) {
 	if os.Getppid() != ppid {
 		return // gone already
@@ -33,9 +31,8 @@ func waitParent(ppid int) {
 	}
 }
 
-// childAttr puts COMMAND in a process group of its own, so that each
-// signal reaches it once, from berth run, and has the kernel kill it when
-// berth run dies, however it dies.
+// childAttr puts COMMAND in a process group of its own, so each signal
+// reaches it once, and has the kernel kill it when berth run dies.
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -64,7 +65,66 @@ fails (exit 1) when it could not signal one, or one still runs.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&kill, "kill", "", "signal the processes bound to the ports: TERM, or --kill=SIGNAL (name or number)")
 	cmd.Flags().Lookup("kill").NoOptDefVal = "TERM"
-	cmd.RunE = a.action(func(ctx context.Context, args []string) error { return a.runWho(ctx, asJSON, kill, args) })
+	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
+		var (
+			ports []whoPort // each PORT as asked, once
+			nums  []uint16
+			sig   syscall.Signal
+			err   error
+		)
+		for _, s := range args {
+			p, err := parseWhoPort(s)
+			if err != nil {
+				return err
+			}
+			if !slices.Contains(ports, p) {
+				ports, nums = append(ports, p), append(nums, p.port)
+			}
+		}
+		if kill != "" {
+			if sig, err = parseSignal(kill); err != nil {
+				return err
+			}
+		}
+		// A store that cannot be read leaves the system's side to show: that
+		// is what someone asking who holds a port needs most.
+		var storeErr error // why berth's reservations are not shown
+		s, err := a.openStore(ctx)
+		if err != nil {
+			printErr(a.stderr, a.name+": ", err, "; showing the sockets alone")
+			s, storeErr = nil, err
+		}
+		if s != nil {
+			defer func() { _ = s.Close() }()
+		}
+		reports, err := who.Lookup(ctx, s, nums...)
+		if err != nil && s != nil && ctx.Err() == nil {
+			printErr(a.stderr, a.name+": ", err, "; showing the sockets alone")
+			storeErr = err
+			reports, err = who.Lookup(ctx, nil, nums...)
+		}
+		if err != nil {
+			return err
+		}
+		byPort := map[uint16]who.Report{}
+		for _, r := range reports {
+			byPort[r.Port] = r
+		}
+		shownReports := make([]who.Report, len(ports))
+		for i, p := range ports {
+			shownReports[i] = narrow(byPort[p.port], p.proto)
+		}
+		out := a.stdout
+		if asJSON {
+			err, out = a.writeJSON(whoJSONOf(shownReports, ports, storeErr)), a.stderr // --kill's words: the JSON stays JSON
+		} else {
+			err = a.printWho(shownReports, ports, storeErr)
+		}
+		if err != nil || kill == "" {
+			return err
+		}
+		return killHolders(ctx, out, shownReports, sig)
+	})
 	return cmd
 }
 
@@ -92,8 +152,7 @@ func parseWhoPort(s string) (whoPort, error) {
 	return p, nil
 }
 
-// parseSignal parses the value of --kill: a name with or without SIG
-// (TERM, SIGKILL, usr1) or a number.
+// parseSignal parses --kill: a name, with or without SIG, or a number.
 func parseSignal(s string) (syscall.Signal, error) {
 	if n, err := strconv.Atoi(s); err == nil {
 		if n < 1 || n > 64 {
@@ -101,11 +160,7 @@ func parseSignal(s string) (syscall.Signal, error) {
 		}
 		return syscall.Signal(n), nil
 	}
-	name := strings.ToUpper(s)
-	if !strings.HasPrefix(name, "SIG") {
-		name = "SIG" + name
-	}
-	if sig, ok := signalByName(name); ok {
+	if sig, ok := signalByName("SIG" + strings.TrimPrefix(strings.ToUpper(s), "SIG")); ok {
 		return sig, nil
 	}
 	return 0, usagef("--kill %q: want a signal name such as TERM, INT, HUP or KILL (%s), or its number", s, strings.Join(signalNames(), ", "))
@@ -117,12 +172,10 @@ type (
 		Port         uint16       `json:"port"`
 		Protocol     string       `json:"protocol,omitempty"` // the PORT/PROTO asked for
 		Reservations []whoResJSON `json:"reservations"`
-		// ReservationsUnknown says why berth's store could not be read;
-		// absent when it could.
+		// ReservationsUnknown says why berth's store could not be read.
 		ReservationsUnknown string          `json:"reservations_unknown,omitempty"`
 		Sockets             []whoSocketJSON `json:"sockets"`
-		// SocketsUnknown says why the system could not tell which
-		// sockets are bound to the port; absent when it could.
+		// SocketsUnknown says why the system could not tell the sockets.
 		SocketsUnknown string `json:"sockets_unknown,omitempty"`
 		// Locks are the kernel locks berth processes hold for the port.
 		Locks []whoLockJSON `json:"locks"`
@@ -160,106 +213,27 @@ type (
 	}
 )
 
-func (a *app) runWho(ctx context.Context, asJSON bool, kill string, args []string) error {
-	var (
-		ports []whoPort
-		nums  []uint16
-		sig   syscall.Signal
-		err   error
-	)
-	for _, s := range args {
-		p, err := parseWhoPort(s)
-		if err != nil {
-			return err
-		}
-		ports = append(ports, p)
-		nums = append(nums, p.port)
-	}
-	if kill != "" {
-		if sig, err = parseSignal(kill); err != nil {
-			return err
-		}
-	}
-	// A store that cannot be read leaves the system's side to show: that
-	// is what someone asking who holds a port needs most.
-	var storeErr error // why berth's reservations are not shown
-	s, err := a.openStore(ctx)
-	if err != nil {
-		printErr(a.stderr, a.name+": ", err, "; showing the sockets alone")
-		s, storeErr = nil, err
-	}
-	if s != nil {
-		defer func() { _ = s.Close() }()
-	}
-	reports, err := who.Lookup(ctx, s, nums...)
-	if err != nil && s != nil && ctx.Err() == nil {
-		printErr(a.stderr, a.name+": ", err, "; showing the sockets alone")
-		storeErr = err
-		reports, err = who.Lookup(ctx, nil, nums...)
-	}
-	if err != nil {
-		return err
-	}
-	byPort := map[uint16]who.Report{}
-	for _, r := range reports {
-		byPort[r.Port] = r
-	}
-	// Each PORT as asked, narrowed to its protocol, once.
-	var shownReports []who.Report
-	var protos []store.Protocol
-	seen := map[whoPort]bool{}
-	for _, p := range ports {
-		if !seen[p] {
-			seen[p] = true
-			shownReports = append(shownReports, narrow(byPort[p.port], p.proto))
-			protos = append(protos, p.proto)
-		}
-	}
-	out := a.stdout
-	if asJSON {
-		err, out = a.writeJSON(whoJSONOf(shownReports, protos, storeErr)), a.stderr // --kill's words: the JSON stays JSON
-	} else {
-		err = a.printWho(shownReports, protos, storeErr)
-	}
-	if err != nil || kill == "" {
-		return err
-	}
-	return killHolders(ctx, out, shownReports, sig)
-}
-
 // narrow keeps r's reservations, sockets and locks of proto ("": all).
 func narrow(r who.Report, proto store.Protocol) who.Report {
-	if proto == "" {
-		return r
+	if proto != "" {
+		r.Reservations = slices.DeleteFunc(slices.Clone(r.Reservations), func(x who.Reservation) bool { return x.Protocol != proto })
+		r.Sockets = slices.DeleteFunc(slices.Clone(r.Sockets), func(x who.Socket) bool { return x.Protocol != proto })
+		r.Locks = slices.DeleteFunc(slices.Clone(r.Locks), func(x who.Lock) bool { return x.Protocol != proto })
 	}
-	return who.Report{Port: r.Port, SocketsErr: r.SocketsErr,
-		Reservations: ofProto(r.Reservations, proto, func(x who.Reservation) store.Protocol { return x.Protocol }),
-		Sockets:      ofProto(r.Sockets, proto, func(x who.Socket) store.Protocol { return x.Protocol }),
-		Locks:        ofProto(r.Locks, proto, func(x who.Lock) store.Protocol { return x.Protocol })}
+	return r
 }
 
-// ofProto returns the xs of proto, in a slice of its own.
-func ofProto[T any](xs []T, proto store.Protocol, of func(T) store.Protocol) []T {
-	var out []T
-	for _, x := range xs {
-		if of(x) == proto {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-func whoJSONOf(reports []who.Report, protos []store.Protocol, storeErr error) []whoJSON {
+func whoJSONOf(reports []who.Report, ports []whoPort, storeErr error) []whoJSON {
 	procs := func(ps []who.Process) []whoProcJSON {
-		out := []whoProcJSON{}
-		for _, p := range ps {
-			out = append(out, whoProcJSON(p))
+		out := make([]whoProcJSON, len(ps))
+		for i, p := range ps {
+			out[i] = whoProcJSON(p)
 		}
 		return out
 	}
 	out := make([]whoJSON, 0, len(reports))
 	for i, r := range reports {
-		j := whoJSON{Port: r.Port, Protocol: string(protos[i]), Reservations: []whoResJSON{}, Sockets: []whoSocketJSON{}, Locks: []whoLockJSON{}}
+		j := whoJSON{Port: r.Port, Protocol: string(ports[i].proto), Reservations: []whoResJSON{}, Sockets: []whoSocketJSON{}, Locks: []whoLockJSON{}}
 		for _, x := range r.Reservations {
 			j.Reservations = append(j.Reservations, whoResJSON{string(x.Protocol), x.Addr.String(), x.Label, string(x.Kind), x.Owner.PID, x.Owner.Name, x.Owner.Holder, x.Alive})
 		}
@@ -271,7 +245,7 @@ func whoJSONOf(reports []who.Report, protos []store.Protocol, storeErr error) []
 			j.Sockets = append(j.Sockets, sj)
 		}
 		for _, l := range r.Locks {
-			j.Locks = append(j.Locks, whoLockJSON{Protocol: string(l.Protocol), Address: lockAddr(l), Processes: procs(l.Processes)})
+			j.Locks = append(j.Locks, whoLockJSON{Protocol: string(l.Protocol), Address: lockAddr(l.Addr), Processes: procs(l.Processes)})
 		}
 		if r.SocketsErr != nil {
 			j.SocketsUnknown = r.SocketsErr.Error()
@@ -284,17 +258,14 @@ func whoJSONOf(reports []who.Report, protos []store.Protocol, storeErr error) []
 	return out
 }
 
-// printWho prints the reports as a block per port: its reservations, then
-// its sockets, one line per process that holds each; connected sockets of
-// the same processes and address are counted on one line.
-func (a *app) printWho(reports []who.Report, protos []store.Protocol, storeErr error) error {
+// printWho prints a block per port: its reservations, locks and sockets.
+func (a *app) printWho(reports []who.Report, ports []whoPort, storeErr error) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	for i, r := range reports {
-		head := fmt.Sprintf("port %d", r.Port)
-		if protos[i] != "" {
-			head += "/" + string(protos[i])
+		if fmt.Fprintf(tw, "port %d", r.Port); ports[i].proto != "" {
+			fmt.Fprintf(tw, "/%s", ports[i].proto)
 		}
-		fmt.Fprintln(tw, head)
+		fmt.Fprintln(tw)
 		for _, x := range r.Reservations {
 			alive := "alive"
 			if !x.Alive {
@@ -316,7 +287,7 @@ func (a *app) printWho(reports []who.Report, protos []store.Protocol, storeErr e
 			fmt.Fprintf(tw, "  reserved\tno reservation by berth\n")
 		}
 		for _, l := range r.Locks {
-			where := fmt.Sprintf("  locked\t%s %s\theld\t", l.Protocol, lockAddr(l))
+			where := fmt.Sprintf("  locked\t%s %s\theld\t", l.Protocol, lockAddr(l.Addr))
 			if len(l.Processes) == 0 {
 				fmt.Fprintln(tw, where+"-\t-\t-\t(its holders are hidden: they are another user's; root sees them)")
 			}
@@ -338,12 +309,13 @@ func (a *app) printWho(reports []who.Report, protos []store.Protocol, storeErr e
 	return tw.Flush()
 }
 
-// lockAddr is the address of l as who shows it: "*" for a wildcard.
-func lockAddr(l who.Lock) string {
-	if !l.Addr.IsValid() {
+// lockAddr is the address of a lock as who and ls show it: "*" for a
+// wildcard, which locks both.
+func lockAddr(a netip.Addr) string {
+	if !a.IsValid() {
 		return "*"
 	}
-	return l.Addr.String()
+	return a.String()
 }
 
 // procLine words a process that holds a socket or a lock, for who's table.
@@ -356,8 +328,8 @@ func procName(p who.Process) string {
 	return fmt.Sprintf("pid %d (%s)", p.PID, shown(p.Name, maxNameWidth))
 }
 
-// socketLines words sockets, one line per socket and process, counting
-// the connected sockets a process holds on one address.
+// socketLines words sockets, a line per socket and process; connected
+// ones of the same processes and address are counted on one line.
 func socketLines(socks []who.Socket) []string {
 	var lines []string
 	count := map[string]int{}
@@ -391,42 +363,35 @@ func socketLines(socks []who.Socket) []string {
 	return lines
 }
 
-// killHolders signals the processes that hold the reports' sockets, each
-// once, and waits up to killWait for them to exit. It says what it did on
-// w, and fails when a process could not be signalled or still runs.
+// killHolders signals each process that holds the reports' sockets once,
+// waits up to killWait for them to exit, and says so on w; it fails when
+// one could not be signalled or still runs.
 func killHolders(ctx context.Context, w io.Writer, reports []who.Report, sig syscall.Signal) error {
 	var (
 		procs   []who.Process
-		seen    = map[int]bool{}
-		hidden  []string
+		failed  []string
 		unknown bool
 	)
 	for _, r := range reports {
-		if r.SocketsErr != nil {
-			unknown = true
-		}
+		unknown = unknown || r.SocketsErr != nil
 		for _, s := range r.Sockets {
 			if len(s.Processes) == 0 {
-				hidden = append(hidden, fmt.Sprintf("port %d (%s %s of user %s)", r.Port, s.Protocol, s.Local, shown(s.User, maxNameWidth)))
+				h := fmt.Sprintf("port %d (%s %s of user %s)", r.Port, s.Protocol, s.Local, shown(s.User, maxNameWidth))
+				fmt.Fprintf(w, "not signalled: the processes holding %s are another user's\n", h)
+				failed = append(failed, h)
 			}
 			for _, p := range s.Processes {
-				if !seen[p.PID] {
-					seen[p.PID] = true
+				if !slices.ContainsFunc(procs, func(q who.Process) bool { return q.PID == p.PID }) {
 					procs = append(procs, p)
 				}
 			}
 		}
 	}
-	var failed []string
-	for _, h := range hidden {
-		fmt.Fprintf(w, "not signalled: the processes holding %s are another user's\n", h)
-		failed = append(failed, h)
-	}
 	if unknown {
 		fmt.Fprintf(w, "signalled nothing: this system does not tell which processes are bound to a port\n")
 		return errors.New("--kill: this system does not tell which processes hold the ports")
 	}
-	if len(procs) == 0 && len(hidden) == 0 {
+	if len(procs) == 0 && len(failed) == 0 {
 		fmt.Fprintf(w, "signalled nothing: no process is bound to the ports\n")
 		return nil
 	}
