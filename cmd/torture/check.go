@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"os"
@@ -28,28 +30,23 @@ type claim struct {
 	start, end int64  // end math.MaxInt64: held to the end of the run
 	child      string // the child a handoff was transferred to
 	// holder names the holder of a lease's claim ("" for a process's
-	// claim); it lasts until its release or until expiry, since plus the
-	// TTL of its last grant or renewal, whoever lives. since is when the
-	// call that granted it began.
-	holder        string
-	since, expiry int64
-	// asked is when the call that granted the claim began; a commit of
-	// it may have reached the store from then on.
-	asked int64
+	// claim), which lasts until its release or its expiry (the start of
+	// its last grant or renewal plus its TTL), whoever lives.
+	holder string
+	expiry int64
+	asked  int64 // when the call that granted it began: a commit of it may reach the store from then on
 	// failWin holds the times in which the row of a hand-off's claim may
 	// have been missing from the store after an asynchronous failover,
 	// with nobody to put it back (the child runs no berth code): from the
-	// failover (its grant began before it, and it was still held) until
-	// the child's exit. Every other holder puts its rows back within the
-	// grace period after the change of server, which holds every grant
-	// of another meanwhile: no window.
+	// failover until the child's exit. Every other holder puts its rows
+	// back within the grace period after the change of server, which
+	// holds every grant of another meanwhile: no window.
 	failWin []span
 	// released is when the worker's release of the claim returned (its
 	// end is when the worker logged it, before the call), or when its
 	// worker, killed, was gone: the lock goes after the row, so in between
 	// the port may be locked with no row.
 	released int64
-	dropped  bool // its worker closed the socket and let it run out
 	ofKilled bool // its worker was killed holding it
 }
 
@@ -71,61 +68,50 @@ func (c claim) String() string {
 // goes on.
 const maxViolations = 100
 
-// Report is what the checker proved, or failed to, from the logs.
+// Report is what the checker proved, or failed to, from the logs. Counts
+// of fleet-wide grants and of leases are also in Grants.
 type Report struct {
 	Grants, Allocations, Reservations, Handoffs int
-	Exhausted                                   int
-	Kills                                       int
-	BindFailures                                int
-	// FleetGrants counts fleet-wide grants (also in Grants), FleetBinds
-	// their binds, one per host, and FleetExhausted the times a fleet
-	// worker found no port free on every host.
-	FleetGrants, FleetBinds, FleetExhausted int
-	// LeaseRefusals counts the Reserve calls of hosts' workers refused
-	// because a fleet-wide lease held the port.
-	LeaseRefusals int
+	Exhausted, Kills, BindFailures              int
+	// FleetBinds counts the binds of fleet-wide grants, one per host;
+	// FleetExhausted the times a fleet worker found no port free on every
+	// host; LeaseRefusals the Reserve calls of hosts' workers refused for
+	// a fleet-wide lease.
+	FleetGrants, FleetBinds, FleetExhausted, LeaseRefusals int
 	// ProbeFailures counts the workers' bind probes that failed: ports
 	// the store let a worker claim but that something had bound. The
 	// probe keeps such a port from being granted; across hosts, where
 	// only the run binds, each is a double grant of the store's.
 	ProbeFailures int64
-	// Retirements counts hosts retired while the workers ran, and
-	// RetiredRows the rows the retirements deleted.
-	Retirements int
-	RetiredRows int64
-	// StoreLosses counts the times the store was lost under the workers.
-	StoreLosses int
-	// LeaseGrants counts the grants of leases (also in Grants),
-	// LeaseReservations those of them by lease.Reserve; Renewals the
-	// renewals, LeaseReleases the releases. LeaseExpiries counts the
-	// leases that ran out before any release: LeaseDrops of them dropped
-	// by their worker, KilledLeases held by a worker that was killed, and
-	// the rest not renewed in time (a frozen or slow worker).
-	// LeasesEnded counts the renewals that found the lease ended. A lost
-	// store loses no lease: its lock, which its holder's keeper keeps,
-	// still guards it, so a conflict over one is a violation.
+	Retirements   int   // hosts retired while the workers ran
+	RetiredRows   int64 // rows the retirements deleted
+	StoreLosses   int   // times the store was lost under the workers
+	// LeaseReservations counts the leases granted by Reserve.
+	// LeaseExpiries counts the leases that ran out before any release:
+	// LeaseDrops of them dropped by their worker, KilledLeases held by a
+	// killed worker, the rest not renewed in time (a frozen or slow
+	// worker). LeasesEnded counts the renewals that found the lease ended.
+	// A lost store loses no lease: its lock, which its holder's keeper
+	// keeps, still guards it, so a conflict over one is a violation.
 	LeaseGrants, LeaseReservations, Renewals, LeaseReleases int
 	LeaseExpiries, LeaseDrops, KilledLeases, LeasesEnded    int
 	// LostCalls counts the calls that failed because the store's file was
-	// lost under them, each of its attempts: opens, mostly, which the
-	// worker makes again.
+	// lost under them, each attempt: opens, mostly, which the worker makes
+	// again.
 	LostCalls int
-	// PressureSpells counts the spells of descriptor shortage of
-	// -fd-pressure; Transients the calls that failed with
-	// store.ErrTransient meanwhile; EMFILEBinds the workers' binds
-	// refused for want of descriptors (made again after the spell), and
-	// Shortages the children not started for it.
+	// Of -fd-pressure: the spells, the calls that failed with
+	// store.ErrTransient, the workers' binds refused for want of
+	// descriptors (made again after the spell), the children not started.
 	PressureSpells, Transients, EMFILEBinds, Shortages int
-	// Restarts counts the restarts of the run's server, LongestRestart
-	// the slowest; Failovers the failovers, LongestFailover the slowest
-	// (from the SIGKILL to the new standby streaming).
+	// The server's restarts and failovers, and the slowest of each (a
+	// failover from the SIGKILL to the new standby streaming).
 	Restarts, Failovers             int
 	LongestRestart, LongestFailover time.Duration
 	// Repairs counts the workers' comparisons of their reservations with
-	// the store after it changed server; Restored the rows they put back,
-	// NotRestored those they could not (another process had the port),
-	// Rereleased the releases they did again. Unavailable counts the
-	// calls that failed on a server out of reach.
+	// the store after it changed server: the rows they put back, those
+	// they could not (another process had the port), the releases they
+	// did again. Unavailable counts the calls that failed on a server out
+	// of reach.
 	Repairs, Unavailable              int
 	Restored, NotRestored, Rereleased int64
 	// FailoverLost counts the conflicts (a fleet-wide grant, or its bind
@@ -143,12 +129,9 @@ type Report struct {
 	// port whose last holder on the host was still releasing it: its row
 	// was deleted, its lock not yet (the lock goes last). Not violations.
 	ReleaseProbes int64
-	// GraceCalls counts the calls held up, or refused, by the grace
-	// period after a change of server (store.ErrGrace).
-	GraceCalls int
+	GraceCalls    int // calls held up or refused by the grace period after a change of server (store.ErrGrace)
 	// ProbeKeys says, for each failed bind probe whose key a worker
-	// logged (with the server faults), the key and which claims of the
-	// run held it then.
+	// logged (with the server faults), the key and which claims held it.
 	ProbeKeys       []string
 	Errors          []string
 	ReapedByWorkers int64
@@ -160,18 +143,15 @@ type Report struct {
 	// were held at once on two: allowed, and the proof that the hosts
 	// shared the range.
 	CrossHost int
-	// Latencies of Allocate calls (granted or exhausted), sorted.
-	Latencies []time.Duration
+	Latencies []time.Duration // of Allocate calls (granted or exhausted), sorted
 
 	// Calls counts the workers' portalloc calls that returned; Timeouts,
 	// those of them that gave up waiting. A timeout is not an error.
 	Calls, Timeouts int
 	// CallTimeout is the workers' call timeout, as the supervisor logged it;
 	// zero when it did not, and then no hang is judged.
-	CallTimeout time.Duration
-	// ClockSteps counts the steps of the wall clock, BigClockSteps those of
-	// a second or more.
-	ClockSteps, BigClockSteps int
+	CallTimeout               time.Duration
+	ClockSteps, BigClockSteps int // steps of the wall clock; those of a second or more
 	// Freezes counts workers stopped by SIGSTOP, FrozenKills those killed
 	// while stopped; LongestFreeze is the longest a worker stayed stopped.
 	Freezes, FrozenKills int
@@ -249,10 +229,9 @@ func Check(dir string) (Report, error) {
 		kills      = map[string]int64{}
 		dead       = map[string]int64{} // when killed workers were gone
 		childExit  = map[string]int64{}
-		childBound = map[string]int64{}
 		reaped     = map[string]int64{}
 		retires    []Event
-		failovers  []failover // asynchronous ones
+		failovers  []int64 // when the primary was killed, in asynchronous failovers
 		rereleases []Event
 		probeKeys  []Event // the keys of failed probes, where the workers logged them
 		probes     []Event
@@ -280,6 +259,9 @@ func Check(dir string) (Report, error) {
 			rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
 		}
 	}
+	counts := map[string]*int{KindClockStep: &rep.ClockSteps, KindFreeze: &rep.Freezes, KindCall: &rep.Calls,
+		KindPressure: &rep.PressureSpells, KindShort: &rep.Shortages, KindKill: &rep.Kills, KindRetire: &rep.Retirements,
+		KindLoseStore: &rep.StoreLosses, KindPGRestart: &rep.Restarts, KindFailover: &rep.Failovers, KindRepair: &rep.Repairs}
 	for _, f := range files {
 		evs, err := readLog(f)
 		if err != nil {
@@ -289,6 +271,9 @@ func Check(dir string) (Report, error) {
 			if !haveStart {
 				base = min(base, e.T)
 			}
+			if n := counts[e.Kind]; n != nil {
+				*n++
+			}
 			switch e.Kind {
 			case KindStart:
 				base, haveStart = e.T, true
@@ -296,12 +281,10 @@ func Check(dir string) (Report, error) {
 			case KindStop:
 				stop = e.T
 			case KindClockStep:
-				rep.ClockSteps++
 				if d := time.Duration(e.DurNS); d >= time.Second || d <= -time.Second {
 					rep.BigClockSteps++
 				}
 			case KindFreeze:
-				rep.Freezes++
 				frozenSince[e.Proc] = e.T
 			case KindThaw:
 				unfreeze(e.Proc, e.T)
@@ -313,60 +296,38 @@ func Check(dir string) (Report, error) {
 				if e.Op == "release" {
 					releases[e.Proc] = append(releases[e.Proc], e.T)
 				}
-				rep.Calls++
-				if e.Timeout {
-					rep.Timeouts++
+				for _, c := range []struct {
+					on bool
+					n  *int
+				}{{e.Timeout, &rep.Timeouts}, {e.Transient, &rep.Transients}, {e.Lost, &rep.LostCalls},
+					{e.Unavailable, &rep.Unavailable}, {e.Grace, &rep.GraceCalls}} {
+					if c.on {
+						*c.n++
+					}
 				}
-				if e.Transient {
-					rep.Transients++
-				}
-				if e.Lost {
-					rep.LostCalls++
-				}
-				if e.Unavailable {
-					rep.Unavailable++
-				}
-				if e.Grace {
-					rep.GraceCalls++
-				}
-			case KindPressure:
-				rep.PressureSpells++
-			case KindPressureEnd:
-			case KindShort:
-				rep.Shortages++
+			case KindPressure, KindPressureEnd, KindPromoted, KindShort, KindLoseStore:
 			case KindKill:
 				if _, ok := frozenSince[e.Proc]; ok {
 					rep.FrozenKills++
 				}
 				unfreeze(e.Proc, e.T)
 				kills[e.Proc] = e.T
-				rep.Kills++
 			case KindDead:
 				dead[e.Proc] = e.T
 			case KindRetire:
 				retires = append(retires, e)
-				rep.Retirements++
 				rep.RetiredRows += e.Reaped
 			case KindChildExit:
 				childExit[e.Proc] = e.T
-			case KindLoseStore:
-				rep.StoreLosses++
 			case KindPGRestart:
-				rep.Restarts++
 				rep.LongestRestart = max(rep.LongestRestart, time.Duration(e.DurNS))
 			case KindFailover:
-				rep.Failovers++
 				if !e.Sync {
-					failovers = append(failovers, failover{killed: e.T, promoted: math.MaxInt64})
-				}
-			case KindPromoted:
-				if n := len(failovers); n > 0 && !e.Sync && failovers[n-1].promoted == math.MaxInt64 {
-					failovers[n-1].promoted = e.T
+					failovers = append(failovers, e.T)
 				}
 			case KindRebuilt:
 				rep.LongestFailover = max(rep.LongestFailover, time.Duration(e.DurNS))
 			case KindRepair:
-				rep.Repairs++
 				rep.Restored += e.Restored
 				rep.NotRestored += e.NotRestored
 				rep.Rereleased += e.Rereleased
@@ -375,9 +336,6 @@ func Check(dir string) (Report, error) {
 			case KindProbeKey:
 				probeKeys = append(probeKeys, e)
 			case KindChildBind:
-				if e.Err == "" {
-					childBound[e.Proc] = e.T
-				}
 				if e.Err != "" {
 					rep.BindFailures++
 					failed = append(failed, bindFailure{e, fmt.Sprintf("child %s (pid %d) could not bind %s %s:%d it was handed: %s", e.Proc, e.PID, e.Proto, e.Addr, e.Port, e.Err)})
@@ -388,10 +346,7 @@ func Check(dir string) (Report, error) {
 		}
 	}
 
-	var (
-		claims     []*claim
-		endedEarly []endedLease // renewals that found a lease ended before its time
-	)
+	var claims []*claim
 	for proc, evs := range byProc {
 		open := map[string]*claim{}
 		leases := map[string]*claim{} // by holder
@@ -409,7 +364,7 @@ func Check(dir string) (Report, error) {
 				grants = append(grants, e.T)
 				rep.Grants++
 				if e.Holder != "" {
-					c.holder, c.since, c.expiry = e.Holder, e.Since, e.Since+e.TTLNS
+					c.holder, c.expiry = e.Holder, e.Since+e.TTLNS
 					leases[e.Holder] = c
 					rep.LeaseGrants++
 					if e.Static {
@@ -451,10 +406,7 @@ func Check(dir string) (Report, error) {
 				}
 			case KindLeaseDrop:
 				rep.LeaseDrops++
-				if c := leases[e.Holder]; c != nil {
-					c.dropped = true
-					delete(leases, e.Holder)
-				}
+				delete(leases, e.Holder)
 			case KindLeaseEnded:
 				rep.LeasesEnded++
 				if c := leases[e.Holder]; c != nil {
@@ -462,7 +414,8 @@ func Check(dir string) (Report, error) {
 					// found the lease ended; it was to last at least until
 					// c.expiry.
 					if e.T < c.expiry {
-						endedEarly = append(endedEarly, endedLease{c, e.T})
+						violate("lease ended before its time: a renewal at %s found no lease of %s, granted or renewed to last until %s",
+							stamp(e.T, base), c, stamp(c.expiry, base))
 					}
 					c.end = min(c.end, e.T)
 					delete(leases, e.Holder)
@@ -515,22 +468,13 @@ func Check(dir string) (Report, error) {
 		}
 	}
 	for _, c := range claims {
-		if c.holder == "" {
-			continue
-		}
-		if c.expiry < c.end {
+		if c.holder != "" && c.expiry < c.end {
 			c.end = c.expiry
 			rep.LeaseExpiries++
 			if c.ofKilled {
 				rep.KilledLeases++
 			}
 		}
-	}
-	for _, x := range endedEarly {
-		violate("lease ended before its time: a renewal at %s found no lease of %s, granted or renewed to last until %s",
-			stamp(x.t, base), x.c, stamp(x.c.expiry, base))
-	}
-	for _, c := range claims {
 		if c.child != "" {
 			if t, ok := childExit[c.child]; ok {
 				c.end = t
@@ -544,25 +488,23 @@ func Check(dir string) (Report, error) {
 				c.end = min(c.end, r.T)
 			}
 		}
-	}
-	for _, c := range claims {
-		failoverWindow(c, failovers)
+		for _, killed := range failovers {
+			// A hand-off's claim granted before the primary was killed and
+			// still held then: nobody puts its row back (see failWin).
+			if c.child != "" && c.asked < killed && killed < c.end {
+				c.failWin = append(c.failWin, span{killed, c.end})
+			}
+		}
 		c.released = c.end
 		if c.holder == "" && !c.fleet && c.child == "" && c.end != math.MaxInt64 {
 			killed, wasKilled := kills[c.proc]
-			done := false
-			for _, t := range releases[c.proc] {
-				if t >= c.end && (!wasKilled || t <= killed) {
-					c.released, done = t, true
-					break
-				}
-			}
-			if !done && wasKilled && c.end <= killed {
+			rs := releases[c.proc]
+			if i := slices.IndexFunc(rs, func(t int64) bool { return t >= c.end && (!wasKilled || t <= killed) }); i >= 0 {
+				c.released = rs[i]
+			} else if t, ok := dead[c.proc]; ok && wasKilled && c.end <= killed {
 				// Its release never returned, or it was killed holding
 				// it: the lock went with the process.
-				if t, ok := dead[c.proc]; ok {
-					c.released = t
-				}
+				c.released = t
 			}
 		}
 	}
@@ -632,10 +574,7 @@ func progress(rep *Report, calls []Event, grants []int64, frozen map[string][]sp
 			rep.Overruns = append(rep.Overruns, fmt.Sprintf("%s at %s: longer than the %v timeout plus %v", c, stamp(e.T, base), rep.CallTimeout, HangMargin(rep.CallTimeout)))
 		}
 	}
-	for _, c := range slowest {
-		rep.Slowest = append(rep.Slowest, c)
-	}
-	slices.SortFunc(rep.Slowest, func(a, b Call) int { return compare(int64(b.Dur), int64(a.Dur)) })
+	rep.Slowest = slices.SortedFunc(maps.Values(slowest), func(a, b Call) int { return cmp.Compare(int64(b.Dur), int64(a.Dur)) })
 	rep.GrantGap = longestGap(grants, base, stop)
 	rep.CallGap = longestGap(done, base, stop)
 	if rep.CallTimeout > 0 && rep.CallGap.Dur > limit {
@@ -664,12 +603,6 @@ func longestGap(ts []int64, base, stop int64) Gap {
 	return g
 }
 
-// endedLease is a lease a renewal at t found ended.
-type endedLease struct {
-	c *claim
-	t int64
-}
-
 // bindFailure is a grant its grantee could not bind, and what to say.
 type bindFailure struct {
 	e   Event
@@ -688,10 +621,10 @@ func heldBy(claims []*claim, e Event, base int64) string {
 	}
 	var by []string
 	for _, c := range claims {
-		if !inWay(c, e, a) {
-			continue
+		if (c.host == e.Host || c.fleet) && c.proto == e.Proto && c.port == e.Port && c.proc != e.Proc && c.child != e.Proc &&
+			c.start <= e.T && e.T < c.end && netaddr.Conflicts(a, c.addr) {
+			by = append(by, fmt.Sprintf("%s from %s", c, stamp(c.start, base)))
 		}
-		by = append(by, fmt.Sprintf("%s from %s", c, stamp(c.start, base)))
 	}
 	if len(by) == 0 {
 		return " (no other claim of this run held it: a process outside the run, or a worker's bind probe, did)"
@@ -699,25 +632,15 @@ func heldBy(claims []*claim, e Event, base int64) string {
 	return " (held by " + strings.Join(by, ", ") + ")"
 }
 
-// inWay reports whether claim c of another process of the run held, at the
-// time of the failed bind e, a port that conflicts with e's address a.
-func inWay(c *claim, e Event, a netip.Addr) bool {
-	return (c.host == e.Host || c.fleet) && c.proto == e.Proto && c.port == e.Port && c.proc != e.Proc && c.child != e.Proc &&
-		c.start <= e.T && e.T < c.end && netaddr.Conflicts(a, c.addr)
-}
-
 // overlaps reports a violation for every two claims of one host, protocol
 // and port whose addresses conflict and whose times overlap, and returns
 // how many such pairs were of two hosts. A fleet-wide claim is on every
-// host.
-//
-// A conflict over a claim that no process could speak for when the other
-// began (see claim.lost) is counted in rep, as Unguarded (a hand-off) or
-// LostLeases (a lease), not as a violation.
+// host. A conflict in a claim's failover window is counted in rep, as
+// FailoverLost, not as a violation.
 func overlaps(groups map[portKey][]*claim, violate func(string, ...any), rep *Report, base int64) (crossHost int) {
 	for _, g := range groups {
 		g = slices.Clone(g)
-		slices.SortFunc(g, func(a, b *claim) int { return compare(a.start, b.start) })
+		slices.SortFunc(g, func(a, b *claim) int { return cmp.Compare(a.start, b.start) })
 		for i, a := range g {
 			for _, b := range g[i+1:] {
 				if b.start >= a.end {
@@ -744,16 +667,6 @@ type portKey struct {
 	port  uint16
 }
 
-func compare(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // stamp shows a monotonic time as the time since the run started (base),
 // which is what the reader can place; the wall clock may have been
 // anywhere.
@@ -773,16 +686,11 @@ func readLog(path string) ([]Event, error) {
 	var evs []Event
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
+		// A SIGKILL can cut the last line short; anything else is not ours.
 		var e Event
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			// A SIGKILL can cut the last line short; anything else is not ours.
-			continue
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			evs = append(evs, e)
 		}
-		evs = append(evs, e)
 	}
 	return evs, sc.Err()
 }
@@ -794,27 +702,6 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	}
 	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// failover is an asynchronous failover: when the primary was killed and
-// when the standby had become the primary (MaxInt64 if never).
-type failover struct{ killed, promoted int64 }
-
-// failoverWindow marks the times in which the row of c, a hand-off's
-// claim, may have been missing from the store after an asynchronous
-// failover: one whose grant began before the primary was killed and that
-// was still held then, until the claim's end (its child runs no berth
-// code: nobody puts its row back).
-func failoverWindow(c *claim, failovers []failover) {
-	if c.child == "" {
-		return
-	}
-	for _, f := range failovers {
-		if c.asked >= f.killed || c.end <= f.killed {
-			continue
-		}
-		c.failWin = append(c.failWin, span{f.killed, c.end})
-	}
 }
 
 // inFailoverWindow reports whether b, a fleet-wide claim, began while a's
@@ -876,7 +763,7 @@ func releaseProbes(keys []Event, claims []*claim, calls map[string][]Event) int6
 			continue
 		}
 		from := k.T
-		if i, _ := slices.BinarySearchFunc(calls[k.Proc], k.T, func(e Event, t int64) int { return compare(e.T, t) }); i < len(calls[k.Proc]) {
+		if i, _ := slices.BinarySearchFunc(calls[k.Proc], k.T, func(e Event, t int64) int { return cmp.Compare(e.T, t) }); i < len(calls[k.Proc]) {
 			c := calls[k.Proc][i]
 			from = min(from, c.T-c.DurNS)
 		}
@@ -898,35 +785,25 @@ func releaseProbes(keys []Event, claims []*claim, calls map[string][]Event) int6
 // probe counts only if such a claim conflicts with its key; else any
 // claim of the host in its window will do.
 func failoverProbes(probes, keys []Event, all []*claim) int64 {
-	var claims []*claim // those with a window: none without failovers
-	for _, c := range all {
-		if len(c.failWin) > 0 {
-			claims = append(claims, c)
-		}
-	}
+	claims := slices.DeleteFunc(slices.Clone(all), func(c *claim) bool { return len(c.failWin) == 0 }) // none without failovers
 	var n int64
 	if len(claims) == 0 {
 		return 0
 	}
 	if len(keys) > 0 {
-		for _, k := range keys {
-			a, err := netip.ParseAddr(k.Addr)
-			if err != nil {
-				continue
-			}
-			for _, c := range claims {
-				if inSpans(c.failWin, k.T) && (c.fleet || c.host == k.Host) && c.proto == k.Proto && c.port == k.Port &&
-					netaddr.Conflicts(a, c.addr) {
-					n++
-					break
-				}
-			}
+		probes = slices.Clone(keys)
+		for i := range probes {
+			probes[i].Probes = 1 // each key is one probe
 		}
-		return n
 	}
 	for _, p := range probes {
+		a, err := netip.ParseAddr(p.Addr)
+		if len(keys) > 0 && err != nil {
+			continue
+		}
 		for _, c := range claims {
-			if inSpans(c.failWin, p.T) && (c.fleet || c.host == p.Host) {
+			if inSpans(c.failWin, p.T) && (c.fleet || c.host == p.Host) &&
+				(len(keys) == 0 || c.proto == p.Proto && c.port == p.Port && netaddr.Conflicts(a, c.addr)) {
 				n += p.Probes
 				break
 			}

@@ -10,7 +10,8 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Config is one torture run. Zero fields take the defaults shown.
+// Config is one torture run. Zero fields take the defaults shown. Each
+// field is the flag of its name, which the command's doc describes.
 type Config struct {
 	Workers   int           // worker processes at any time (on each host of Hosts); zero: 6
 	Duration  time.Duration // how long workers run; zero: 20s
@@ -22,54 +23,36 @@ type Config struct {
 	// Zero: 10s, or 1s with Freeze, so that a freeze (up to 3 s) of a
 	// worker holding the store's lock outlasts the others' waits.
 	Timeout time.Duration
-	// ClockStep steps the system wall clock (CLOCK_REALTIME) every 1-2 s
-	// while the workers run: 300 s forward or back, or 0.5-0.9 s across a
-	// second boundary. Run sets the true time back before it returns,
-	// whatever happens. Linux only; it needs root (ErrNeedsRoot) and moves
-	// the clock of every program on the host. Runs that step the clock
-	// take turns through internal/clocklock.
+	// ClockStep steps CLOCK_REALTIME every 1-2 s: 300 s forward or back,
+	// or 0.5-0.9 s across a second boundary. Run sets the true time back
+	// before it returns, whatever happens. Linux only; it needs root
+	// (ErrNeedsRoot) and moves the clock of every program on the host.
+	// Runs that step the clock take turns through internal/clocklock.
 	ClockStep bool
 	// Freeze stops (SIGSTOP) a random worker about every second for 100 ms
 	// to 3 s, then lets it go on (SIGCONT) or, one time in four, SIGKILLs
 	// it while frozen. At most half the workers are frozen at once.
 	Freeze bool
-	// Store is a PostgreSQL connection string: the workers keep their
-	// reservations there (portalloc.Config.StoreDSN), in a schema the run
-	// makes for itself and drops at the end, instead of in a SQLite file
-	// under Dir.
-	// Zero: the SQLite file. A server reached over its unix socket serves
-	// workers in every namespace of Hosts. Since the server judges leases
-	// by this machine's clock, a run on PostgreSQL without ClockStep holds
-	// internal/clocklock throughout, so that no program that steps the
-	// clock through it runs meanwhile (it waits for one that does).
-	// StoreAuto ("auto") has the run start a server of its own, under
-	// Dir, and stop and delete it at the end (also on an error or Ctrl-C;
-	// not if the harness itself is SIGKILLed); PGRestartEvery and
-	// FailoverEvery need one, and start one without a Store.
+	// Store is a PostgreSQL connection string (portalloc.Config.StoreDSN)
+	// for the workers' reservations, kept in a schema of the run's own;
+	// zero: a SQLite file under Dir. A run on PostgreSQL without ClockStep
+	// holds internal/clocklock throughout, since the server judges leases
+	// by this machine's clock. StoreAuto has the run start a server of its
+	// own under Dir, and stop and delete it at the end.
 	Store string
 	// PGRestartEvery restarts the run's own server (pg_ctl restart -m
-	// fast) this often while the workers run: every connection is cut,
-	// nothing committed is lost, and the server has a new start time, by
-	// which every berth process finds out and compares its reservations
-	// with the store. No port may be granted twice. Zero: never.
+	// fast) this often; no port may be granted twice. Zero: never.
 	PGRestartEvery time.Duration
-	// FailoverEvery runs the store on a primary with a streaming standby
-	// of the run's own, reached through one connection string naming both
-	// with target_session_attrs=read-write, and fails over this often: it
-	// SIGKILLs the primary and every process of it, promotes the standby,
-	// and makes a new standby of the new primary (pg_basebackup) for the
-	// next time. The standby is asynchronous unless SyncStandby: commits
-	// the standby had not received are then lost, and the store's grace
-	// period after a change of server holds every grant until the holders
-	// have put their rows back (see pgstore's "Grace period"). So no
-	// conflict is allowed, but one over the row of a port handed to a
-	// child (which runs no berth code, and nobody puts back) met by a
-	// fleet-wide grant once the grace period is over: the checker counts
-	// those apart (FailoverLost). Zero: never.
+	// FailoverEvery fails the run's own primary over to its streaming
+	// standby this often, and makes a new standby. An asynchronous standby
+	// loses commits: the store's grace period after a change of server
+	// holds every grant until the holders have put their rows back (see
+	// pgstore's "Grace period"). So no conflict is allowed, but one over
+	// the row of a port handed to a child (which runs no berth code, and
+	// nobody puts back) met by a fleet-wide grant once the grace period is
+	// over: the checker counts those apart (FailoverLost). Zero: never.
 	FailoverEvery time.Duration
-	// SyncStandby makes the standby of FailoverEvery synchronous
-	// (synchronous_standby_names='*'): every commit waits for it, and a
-	// failover loses nothing.
+	// SyncStandby makes that standby synchronous: a failover loses nothing.
 	SyncStandby bool
 	// FailoverKind is how an asynchronous standby loses commits at each
 	// failover: FailoverKill (the primary SIGKILLed as it runs: the
@@ -83,49 +66,33 @@ type Config struct {
 	// past Duration until the server has been restarted or failed over
 	// that many times. Zero: Duration alone.
 	Faults int
-	// Hosts, with a Store, runs the workers on that many hosts of one
-	// fleet: network namespaces of their own (see internal/netns), whose
-	// Config.Host is host-1 through host-N; Workers workers run on each,
-	// and every grant is bound in its host's namespace. Linux only; it
-	// needs root (ErrNeedsRoot). Zero: the workers run on this machine,
-	// which is host-1 of the store when there is one.
+	// Hosts, with a Store, runs Workers workers on each of that many
+	// hosts: network namespaces (see internal/netns) whose Config.Host is
+	// host-1 through host-N. Linux only; it needs root. Zero: the workers
+	// run on this machine, which is host-1 of the store when there is one.
 	Hosts int
-	// RetireEvery, with 2 Hosts or more, takes a random host down this
-	// often: it SIGKILLs every process on it (its workers and their
-	// children), retires it from another host with Retire, then
-	// starts fresh workers there, which find its rows gone. Zero: 5s;
-	// negative: never.
+	// RetireEvery, with 2 Hosts or more, SIGKILLs every process of a
+	// random host this often, retires it from another host with Retire,
+	// and starts fresh workers there. Zero: 5s; negative: never.
 	RetireEvery time.Duration
-	// FleetWorkers, with Hosts, runs that many fleet workers besides the
-	// hosts' workers: each holds fleet-wide ports of Range
-	// (pgstore.ReserveFleet, rows of no host), binds each in every host's
-	// namespace, renews its leases, and renews them all at once when its
-	// store says to compare (after a change of server: that puts back, in
-	// the grace period, those a failover lost), and is SIGKILLed at
-	// random like the others. Zero: 1, none with ClockStep (a step of the
-	// server's clock ends their leases); negative: none.
+	// FleetWorkers, with Hosts, runs that many fleet workers, holding
+	// fleet-wide ports of Range and binding each on every host. Zero: 1,
+	// none with ClockStep (a step of the server's clock ends their
+	// leases); negative: none.
 	FleetWorkers int
-	// LoseStore, on the SQLite store, loses the store under the workers
-	// this often: at random it removes the state directory, replaces the
-	// database with an empty file, or truncates it in place, as a cache
-	// cleaner or a careless rm would. Holders must put their rows back and
-	// no port may be granted twice meanwhile. Zero: never.
+	// LoseStore, on the SQLite store, removes the state directory, or
+	// replaces or truncates the database, at random this often. Holders
+	// must put their rows back and no port may be granted twice meanwhile.
+	// Zero: never.
 	LoseStore time.Duration
 	// Leases has every worker also hold ports through named holders'
-	// leases on the SQLite store (lease.Allocate, lease.Reserve): holders
-	// "w3/lease-7", TTLs of 2-3 s. A worker binds each leased port and
-	// keeps it bound while it renews the lease; it releases some
-	// (lease.Release) and drops others (closes the socket, stops renewing),
-	// and a killed worker's leases stay. A lease holds its port until it
+	// leases of 2-3 s on the SQLite store. A lease holds its port until it
 	// is released or runs out, whoever lives: no one else may be granted
-	// the port before. SQLite store only.
+	// the port before.
 	Leases bool
-	// FDPressure runs every worker under spells of descriptor shortage:
-	// at random it lowers its own soft RLIMIT_NOFILE to what it has open
-	// plus 0-2 for up to 0.6 s, then sets it back. Calls that fail with an
-	// error wrapping store.ErrTransient are counted, not errors; a
-	// bind that fails with EMFILE is counted apart and made again once the
-	// spell is over, since a grant must still be bound. Linux only.
+	// FDPressure runs every worker under spells of descriptor shortage.
+	// Calls that fail with an error wrapping store.ErrTransient are
+	// counted, not errors. Linux only.
 	FDPressure bool
 	Dir        string // the run's state and logs; zero: a new temporary directory, removed afterwards
 	Seed       uint64 // zero: random
@@ -133,16 +100,21 @@ type Config struct {
 	Progress io.Writer
 }
 
-// errLoseStoreSQLite: -lose-store deletes files, and a PostgreSQL store has
-// none of the run's to delete.
-var errLoseStoreSQLite = errors.New("torture: -lose-store takes a positive duration and works on the SQLite store only, not with -store")
-
-// errLeasesSQLite: -leases uses the leases of one host, which the SQLite
-// store keeps.
-var errLeasesSQLite = errors.New("torture: -leases works on the SQLite store only, not with -store: it holds leases of one host")
-
-// errHostsNeedStore: a run across hosts with nothing for them to share.
-var errHostsNeedStore = errors.New("torture: -hosts needs -store: the hosts share their reservations through a PostgreSQL store")
+// Run's errors for a Config it cannot honour; each names the flag, and
+// says why where the message alone does not.
+var (
+	errLoseStoreSQLite = errors.New("torture: -lose-store takes a positive duration and works on the SQLite store only, not with -store")
+	errLeasesSQLite    = errors.New("torture: -leases works on the SQLite store only, not with -store: it holds leases of one host")
+	errHostsNeedStore  = errors.New("torture: -hosts needs -store: the hosts share their reservations through a PostgreSQL store")
+	// The run restarts or kills only a server it started itself.
+	errFaultsNeedOwnServer = errors.New("torture: -pg-restart-every and -failover-every restart and kill a PostgreSQL server the run starts itself: leave -store out or set it to auto")
+	// A negative fault period, -sync-standby or -failover-kind without
+	// -failover-every, a kind of failover that is not one, or -faults
+	// without a fault.
+	errBadFaults  = errors.New("torture: -pg-restart-every and -failover-every take a positive duration; -sync-standby and -failover-kind need -failover-every, -failover-kind is kill, lag, commit-off or all (kill alone with -sync-standby); -faults needs -pg-restart-every or -failover-every")
+	errNoPressure = errors.New("torture: -fd-pressure counts a worker's descriptors in /proc/self/fd, which only Linux has")
+	errNoFreeze   = errors.New("torture: freezing workers needs SIGSTOP, which this OS does not have")
+)
 
 // HangMargin is how much longer than its timeout a call may take before
 // the run counts it as overrun, and how much longer than the timeout all
@@ -217,12 +189,10 @@ func (c *Config) setDefaults() error {
 		c.Seed = rand.Uint64()
 	}
 	switch {
-	case c.Hosts < 2:
+	case c.Hosts < 2, c.RetireEvery < 0:
 		c.RetireEvery = 0
 	case c.RetireEvery == 0:
 		c.RetireEvery = 5 * time.Second
-	case c.RetireEvery < 0:
-		c.RetireEvery = 0
 	}
 	switch {
 	case c.Hosts == 0 || c.FleetWorkers < 0:

@@ -24,20 +24,17 @@ type Event struct {
 	Proc string `json:"proc"`
 	PID  int    `json:"pid"`
 	// Host is the fleet host (Config.Host) of a worker or child of a run
-	// across hosts; empty in a run on one machine and for the supervisor.
-	// A key is held per host: the checker compares claims of one host.
-	Host  string `json:"host,omitempty"`
-	Proto string `json:"proto,omitempty"`
-	Addr  string `json:"addr,omitempty"`
-	Port  uint16 `json:"port,omitempty"`
-	// Static marks a grant from Reserve rather than Allocate.
-	Static bool `json:"static,omitempty"`
-	// Handoff marks a grant that is meant for a child, not bound by the
-	// worker itself.
-	Handoff bool `json:"handoff,omitempty"`
+	// across hosts, or of a fleet worker's bind; empty otherwise. A key is
+	// held per host: the checker compares claims of one host.
+	Host    string `json:"host,omitempty"`
+	Proto   string `json:"proto,omitempty"`
+	Addr    string `json:"addr,omitempty"`
+	Port    uint16 `json:"port,omitempty"`
+	Static  bool   `json:"static,omitempty"`  // a grant from Reserve rather than Allocate
+	Handoff bool   `json:"handoff,omitempty"` // a grant meant for a child, not bound by the worker itself
 	// Fleet marks a fleet worker's events: a fleet-wide grant (a lease
 	// row of no host), which is held on every host at once, its release,
-	// and its binds, one per host (Host names it).
+	// and its binds, one per host.
 	Fleet bool   `json:"fleet,omitempty"`
 	Child string `json:"child,omitempty"` // the Proc a grant was handed to
 	Err   string `json:"err,omitempty"`
@@ -48,23 +45,24 @@ type Event struct {
 	// exit), or the rows a retirement deleted (retire).
 	Reaped int64 `json:"reaped,omitempty"`
 	// Probes is how many of a worker's bind probes failed during the call
-	// a probe-failed event follows: candidates the store let it claim
-	// but that something had bound.
-	Probes int64 `json:"probes,omitempty"`
-	// Op names the portalloc call a call event is about: allocate,
-	// reserve, release, transfer.
-	Op string `json:"op,omitempty"`
-	// Timeout marks a call that gave up waiting: its deadline passed, or
-	// the store stayed locked by another process for longer than it waits.
-	Timeout bool `json:"timeout,omitempty"`
-	// Transient marks a call that failed with an error wrapping
-	// store.ErrTransient: a passing shortage (of descriptors, under
-	// -fd-pressure), not an error.
-	Transient bool `json:"transient,omitempty"`
-	// Lost marks a lease call that failed because the store's file was
-	// lost under it (store.ErrLost): lease calls do not go on with the
-	// store that replaces it, and leases are lost with the file.
-	Lost bool `json:"lost,omitempty"`
+	// a probe-failed event follows.
+	Probes int64  `json:"probes,omitempty"`
+	Op     string `json:"op,omitempty"` // the call a call event is about: allocate, reserve, release, transfer...
+	// Timeout, Transient, Lost, Unavailable and Grace mark a call that
+	// failed in a way counted, not an error: it gave up waiting (its
+	// deadline passed, or the store stayed locked by another process for
+	// longer than it waits); a passing shortage (store.ErrTransient, of
+	// descriptors under -fd-pressure); the store's file lost under it
+	// (store.ErrLost: lease calls do not go on with the store that
+	// replaces it, and leases are lost with the file); the PostgreSQL
+	// server out of reach while the run restarted it or failed over
+	// (store.ErrUnavailable, or pgstore's store.ErrStorage); the fleet's
+	// grace period after a change of server (store.ErrGrace).
+	Timeout     bool `json:"timeout,omitempty"`
+	Transient   bool `json:"transient,omitempty"`
+	Lost        bool `json:"lost,omitempty"`
+	Unavailable bool `json:"unavailable,omitempty"`
+	Grace       bool `json:"grace,omitempty"`
 
 	// Holder names the holder of a lease (grant, renew, release,
 	// lease-ended, lease-drop): "w3/lease-7", unique within a run.
@@ -86,17 +84,6 @@ type Event struct {
 	// descriptors the worker had open when it set it.
 	Limit uint64 `json:"limit,omitempty"`
 	Open  int    `json:"open,omitempty"`
-
-	// Unavailable marks a call that failed because the PostgreSQL server
-	// could not be reached or went away during it (an error wrapping
-	// store.ErrUnavailable, or pgstore's store.ErrStorage for a
-	// fleet worker), while the run restarted it or failed over
-	// (-pg-restart-every, -failover-every): counted, not an error.
-	Unavailable bool `json:"unavailable,omitempty"`
-	// Grace marks a call held up or refused by the fleet's grace period
-	// after a change of server (an error wrapping store.ErrGrace): counted,
-	// not an error.
-	Grace bool `json:"grace,omitempty"`
 	// Restored, NotRestored and Rereleased are what a worker's Allocator
 	// did when it compared its reservations with the fleet's store (a
 	// repair event): rows it put back, rows it could not put back
@@ -104,9 +91,7 @@ type Event struct {
 	Restored    int64 `json:"restored,omitempty"`
 	NotRestored int64 `json:"not_restored,omitempty"`
 	Rereleased  int64 `json:"rereleased,omitempty"`
-	// Sync marks a failover of a synchronous standby (failover,
-	// promoted).
-	Sync bool `json:"sync,omitempty"`
+	Sync        bool  `json:"sync,omitempty"` // a failover of a synchronous standby (failover, promoted)
 }
 
 // Event kinds.
@@ -152,9 +137,8 @@ const (
 	// KindLoseStore: the store's directory was removed or its file
 	// replaced or truncated (Op says which).
 	KindLoseStore = "lose-store"
-	// KindPGRestart: the run's PostgreSQL server was restarted (pg_ctl
-	// restart -m fast), logged once it takes connections again; DurNS is
-	// how long the restart took.
+	// KindPGRestart: the run's server was restarted, logged once it takes
+	// connections again; DurNS is how long that took.
 	KindPGRestart = "pg-restart"
 	// KindFailover: the primary was SIGKILLed, every process of it gone
 	// (Sync: its standby was synchronous). KindPromoted: the standby has
@@ -165,9 +149,7 @@ const (
 	KindRebuilt  = "rebuilt"
 
 	// KindRepair: a worker's Allocator compared its reservations with the
-	// fleet's store after the store said they may have been lost (a new
-	// server: a restart or a failover), and put back what was missing
-	// (Restored, NotRestored, Rereleased).
+	// fleet's store after a restart or a failover (see Restored).
 	KindRepair = "repair"
 	// KindRerelease: a worker's Allocator released again, as a release
 	// lost in a failover or one that failed, the row of Proto, Addr and
@@ -180,9 +162,8 @@ const (
 	// probe-failed event of the call counts it.
 	KindProbeKey = "probe-key"
 	// KindStoreLog: a worker's Allocator or store logged a decision at
-	// info level (Err: its message), such as a lost store set aside or put
-	// back: where a violation follows a loss, these say what each process
-	// did about it.
+	// info level (Err), such as a lost store set aside: where a violation
+	// follows a loss, these say what each process did about it.
 	KindStoreLog = "store-log"
 )
 
@@ -223,5 +204,3 @@ func (l *eventLog) add(e Event) {
 	defer l.mu.Unlock()
 	_, _ = l.f.Write(append(b, '\n'))
 }
-
-func (l *eventLog) close() error { return l.f.Close() }

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,37 +42,27 @@ type fleetHeld struct {
 }
 
 type fleetWorker struct {
-	st      *pgstore.Store
-	log     *eventLog
-	rng     *rand.Rand
-	band    store.Range
-	hosts   []netns.NS
-	proc    string
-	timeout time.Duration
-	n       int  // grants asked for, for the holders' names
-	faults  bool // the run restarts its server or fails over (workerEnv)
-	held    []*fleetHeld
+	workerEnv // rangeOf: the band of its grants
+	st        *pgstore.Store
+	hosts     []netns.NS
+	n         int // grants asked for, for the holders' names
+	held      []*fleetHeld
 }
 
 // runFleetWorker loops taking, renewing and releasing fleet-wide ports
 // until its stdin closes, then releases everything and exits.
 func runFleetWorker() error {
-	env, err := readWorkerEnv()
+	env, ctx, cancel, err := startWorker()
 	if err != nil {
 		return err
 	}
-	r, timeout, seed, proc := env.rng, env.timeout, env.seed, env.proc
-	log, err := openLog(env.dir, proc)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = log.close() }()
+	defer func() { _ = env.log.f.Close() }()
+	defer cancel()
+	log, timeout := env.log, env.timeout
 	var hosts []netns.NS
 	for _, name := range strings.Split(os.Getenv(envNetns), ",") {
 		hosts = append(hosts, netns.NS{Name: name})
 	}
-	ctx, cancel := untilStdinCloses()
-	defer cancel()
 	var st *pgstore.Store
 	for {
 		// A lease of its own, as a controller's Store has: the grace
@@ -93,8 +83,7 @@ func runFleetWorker() error {
 		log.add(Event{Kind: KindError, Err: err.Error()})
 		return err
 	}
-	w := &fleetWorker{st: st, log: log, rng: rand.New(rand.NewPCG(seed, uint64(os.Getpid()))),
-		band: r, hosts: hosts, proc: proc, timeout: timeout, faults: env.faults}
+	w := &fleetWorker{workerEnv: env, st: st, hosts: hosts}
 	for ctx.Err() == nil {
 		w.step(ctx)
 	}
@@ -103,12 +92,6 @@ func runFleetWorker() error {
 	}
 	log.add(Event{Kind: KindExit})
 	return st.Close()
-}
-
-// call runs one store call bounded by the run's timeout and logs it, as
-// worker.call does.
-func (w *fleetWorker) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
-	return timedCall(ctx, w.log, w.timeout, op, f, w.faults)
 }
 
 func (w *fleetWorker) step(ctx context.Context) {
@@ -137,14 +120,14 @@ func (w *fleetWorker) grant(ctx context.Context) {
 		proto = store.UDP
 	}
 	w.n++
-	req := pgstore.FleetRequest{Protocol: proto, Addr: addrs[w.rng.IntN(len(addrs))], Band: w.band,
+	req := pgstore.FleetRequest{Protocol: proto, Addr: addrs[w.rng.IntN(len(addrs))], Band: w.rangeOf,
 		Holder: fmt.Sprintf("torture/%s/%d", w.proc, w.n), Label: "torture-fleet", TTL: fleetTTL}
 	start := time.Now()
 	var r pgstore.FleetReservation
-	err := w.call(ctx, "reserve-fleet", func(ctx context.Context) (err error) {
+	err := timedCall(ctx, w.log, w.timeout, "reserve-fleet", func(ctx context.Context) (err error) {
 		r, err = w.st.ReserveFleet(ctx, req)
 		return err
-	})
+	}, w.faults)
 	switch {
 	case err == nil:
 	case errors.Is(err, store.ErrExhausted):
@@ -186,15 +169,10 @@ func (w *fleetWorker) release(ctx context.Context, h *fleetHeld) {
 		_ = s.Close()
 	}
 	w.log.add(Event{Kind: KindRelease, Fleet: true, Proto: string(h.r.Protocol), Addr: h.r.Addr.String(), Port: h.r.Port})
-	for i, x := range w.held {
-		if x == h {
-			w.held = append(w.held[:i], w.held[i+1:]...)
-			break
-		}
-	}
-	err := w.call(context.WithoutCancel(ctx), "release-fleet", func(ctx context.Context) error {
+	w.held = slices.DeleteFunc(w.held, func(x *fleetHeld) bool { return x == h })
+	err := timedCall(context.WithoutCancel(ctx), w.log, w.timeout, "release-fleet", func(ctx context.Context) error {
 		return w.st.ReleaseFleet(ctx, h.r.Key, h.r.Holder)
-	})
+	}, w.faults)
 	// With the server faults, a lease granted just before a failover may
 	// be gone with it (and not put back: the worker let it go first).
 	if err != nil && !timedOut(err) && (!w.faults || (!unavailable(err) && !errors.Is(err, store.ErrNotFound))) {
@@ -206,11 +184,11 @@ func (w *fleetWorker) release(ctx context.Context, h *fleetHeld) {
 // re-assertion after a change of server. A renewal that fails for the
 // server is tried again at the next check.
 func (w *fleetWorker) reassert(ctx context.Context) {
-	renewed := int64(0)
 	for _, h := range w.held {
 		h.renewed = time.Time{} // due
 	}
 	w.renewDue(ctx)
+	var renewed int64
 	for _, h := range w.held {
 		if !h.renewed.IsZero() {
 			renewed++
@@ -227,9 +205,9 @@ func (w *fleetWorker) renewDue(ctx context.Context) {
 		if time.Since(h.renewed) < fleetRenew {
 			continue
 		}
-		err := w.call(ctx, "renew-fleet", func(ctx context.Context) error {
+		err := timedCall(ctx, w.log, w.timeout, "renew-fleet", func(ctx context.Context) error {
 			return w.st.RenewFleet(ctx, h.r.Key, h.r.Holder, fleetTTL)
-		})
+		}, w.faults)
 		switch {
 		case err == nil:
 			h.renewed = time.Now()

@@ -27,12 +27,6 @@ type leased struct {
 	done   int64 // monotonic: when the worker means to release or drop it
 }
 
-// leaseTTL is a lease's TTL: 2 to 3 s, so that the leases of killed
-// workers run out while the run goes on.
-func (w *worker) leaseTTL() time.Duration {
-	return 2*time.Second + time.Duration(w.rng.IntN(1000))*time.Millisecond
-}
-
 // leaseSteps renews the worker's leases that are due, ends those whose
 // time is up (seven in ten it releases with Allocator.ReleaseHolder; the others it
 // drops: closes the socket and stops renewing, so that they run out), and
@@ -45,9 +39,10 @@ func (w *worker) leaseSteps(ctx context.Context) {
 			continue
 		}
 		if w.rng.IntN(10) < 7 {
-			w.releaseLease(ctx, l)
+			w.endLease(l, KindRelease, "")
+			w.giveBackLease(ctx, l)
 		} else {
-			w.dropLease(l)
+			w.endLease(l, KindLeaseDrop, "")
 		}
 	}
 	if n := w.rng.IntN(100); n < 10 && len(w.leases) < maxLeases {
@@ -56,34 +51,19 @@ func (w *worker) leaseSteps(ctx context.Context) {
 }
 
 // takeLease asks for a lease on a port for a new holder, logs the grant
-// with the time the call began, and binds the port at once.
+// with the time the call began, and binds the port at once. Its TTL is 2
+// to 3 s, so that the leases of killed workers run out while the run goes
+// on.
 func (w *worker) takeLease(ctx context.Context, static bool) {
 	req := w.request()
 	w.nlease++
-	req.Holder, req.TTL = fmt.Sprintf("%s/lease-%d", w.proc, w.nlease), w.leaseTTL()
-	l := struct {
-		Holder string
-		TTL    time.Duration
-	}{req.Holder, req.TTL}
+	req.Holder, req.TTL = fmt.Sprintf("%s/lease-%d", w.proc, w.nlease), 2*time.Second+time.Duration(w.rng.IntN(1000))*time.Millisecond
 	since := monotonic()
-	var r store.Reservation
-	op := "allocate-lease"
-	if static {
-		op = "reserve-lease"
-	}
-	err := w.call(ctx, op, func(ctx context.Context) (err error) {
-		if static {
-			port := w.rangeOf.First + uint16(w.rng.IntN(w.rangeOf.Size()))
-			r, err = w.a.Reserve(ctx, req, port)
-		} else {
-			r, err = w.a.Allocate(ctx, req)
-		}
-		return err
-	})
+	r, err := w.ask(ctx, req, static, "-lease")
 	switch {
 	case err == nil:
 	case errors.Is(err, store.ErrExhausted):
-		w.log.add(Event{Kind: KindExhausted, Holder: l.Holder, DurNS: int64(time.Duration(monotonic() - since))})
+		w.log.add(Event{Kind: KindExhausted, Holder: req.Holder, DurNS: monotonic() - since})
 		return
 	case errors.Is(err, store.ErrHeld), ctx.Err() != nil, timedOut(err), passing(err):
 		// A call that gave up may have left a lease in the store: it runs
@@ -94,24 +74,24 @@ func (w *worker) takeLease(ctx context.Context, static bool) {
 		return
 	}
 	w.log.add(Event{Kind: KindGrant, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Static: static,
-		Holder: l.Holder, TTLNS: int64(l.TTL), Since: since, DurNS: int64(time.Duration(monotonic() - since))})
+		Holder: req.Holder, TTLNS: int64(req.TTL), Since: since, DurNS: monotonic() - since})
 	// Held for 0.2-6 s: some past several renewals.
-	h := &leased{r: r, holder: l.Holder, ttl: l.TTL, since: since,
+	h := &leased{r: r, holder: req.Holder, ttl: req.TTL, since: since,
 		done: monotonic() + int64(200*time.Millisecond+time.Duration(w.rng.IntN(5800))*time.Millisecond)}
-	if monotonic()-since > int64(l.TTL)/2 {
+	if monotonic()-since > int64(req.TTL)/2 {
 		// The call took so long that the lease may end before the worker
 		// could renew it: give it back unbound.
-		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Holder: l.Holder})
+		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Holder: req.Holder})
 		w.giveBackLease(ctx, h)
 		return
 	}
-	sock, ok := w.bindGrant(ctx, r, l.Holder)
+	sock, ok := w.bindGrant(ctx, r, req.Holder)
 	if !ok {
 		w.giveBackLease(ctx, h)
 		return
 	}
 	h.sock = sock
-	w.leases[l.Holder] = h
+	w.leases[req.Holder] = h
 }
 
 // renewDue renews every lease a third of whose TTL has passed since it
@@ -137,25 +117,13 @@ func (w *worker) renewDue(ctx context.Context) {
 		case err == nil:
 			w.log.add(Event{Kind: KindError, Err: fmt.Sprintf("renew %q: %d reservations renewed; want 1", l.holder, n)})
 		case errors.Is(err, store.ErrNotFound):
-			_ = l.sock.Close()
-			delete(w.leases, l.holder)
-			w.log.add(Event{Kind: KindLeaseEnded, Proto: string(l.r.Protocol), Addr: l.r.Addr.String(), Port: l.r.Port,
-				Holder: l.holder, Err: err.Error()})
+			w.endLease(l, KindLeaseEnded, err.Error())
 		case ctx.Err() != nil, timedOut(err), passing(err):
 			// Counted with the call; the next step tries again.
 		default:
 			w.log.add(Event{Kind: KindError, Err: "renew: " + unexpected(err)})
 		}
 	}
-}
-
-// releaseLease closes the lease's socket, logs its release, then releases
-// it with Allocator.ReleaseHolder.
-func (w *worker) releaseLease(ctx context.Context, l *leased) {
-	_ = l.sock.Close()
-	delete(w.leases, l.holder)
-	w.log.add(Event{Kind: KindRelease, Proto: string(l.r.Protocol), Addr: l.r.Addr.String(), Port: l.r.Port, Holder: l.holder})
-	w.giveBackLease(ctx, l)
 }
 
 // giveBackLease releases a lease whose claim the log has ended. A lease
@@ -180,10 +148,12 @@ func passing(err error) bool {
 	return errors.Is(err, store.ErrTransient) || errors.Is(err, store.ErrLost)
 }
 
-// dropLease closes the lease's socket and forgets it, as a holder that
-// went away would: the lease holds the port until it runs out.
-func (w *worker) dropLease(l *leased) {
+// endLease closes the lease's socket, forgets it and logs an event of
+// kind about it: its release (which giveBackLease then makes), its drop
+// (as a holder that went away: the lease holds the port until it runs
+// out), or its end found by a renewal (msg says so).
+func (w *worker) endLease(l *leased, kind, msg string) {
 	_ = l.sock.Close()
 	delete(w.leases, l.holder)
-	w.log.add(Event{Kind: KindLeaseDrop, Proto: string(l.r.Protocol), Addr: l.r.Addr.String(), Port: l.r.Port, Holder: l.holder})
+	w.log.add(Event{Kind: kind, Proto: string(l.r.Protocol), Addr: l.r.Addr.String(), Port: l.r.Port, Holder: l.holder, Err: msg})
 }

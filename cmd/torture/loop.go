@@ -65,29 +65,27 @@ type frozenWorker struct {
 // rows of the killed ones reaped while the others live.
 func (s *supervisor) drive(ctx context.Context, deadline time.Time) error {
 	s.log.add(Event{Kind: KindStart, DurNS: int64(s.cfg.Timeout)})
+	var on []int // the host of each worker to start
 	for h := range max(1, len(s.hosts)) {
-		for range s.cfg.Workers {
-			if err := s.start(h); err != nil {
-				s.stopAll()
-				return err
-			}
+		on = append(on, slices.Repeat([]int{h}, s.cfg.Workers)...)
+	}
+	on = append(on, slices.Repeat([]int{fleetHost}, s.cfg.FleetWorkers)...)
+	var err error
+	for _, h := range on {
+		if err = s.start(h); err != nil {
+			break
 		}
 	}
-	for range s.cfg.FleetWorkers {
-		if err := s.start(fleetHost); err != nil {
-			s.stopAll()
-			return err
+	if err == nil {
+		err = s.loop(ctx, deadline)
+		if endErr := s.endLoop(); err == nil {
+			err = endErr
 		}
-	}
-	err := s.loop(ctx, deadline)
-	if endErr := s.endLoop(); err == nil {
-		err = endErr
 	}
 	if err != nil {
 		s.stopAll()
-		return err
 	}
-	return nil
+	return err
 }
 
 // start starts a worker on the host of index h (0 without hosts), or a
@@ -144,31 +142,43 @@ func (s *supervisor) start(h int) error {
 // loop, until the deadline: kills a random worker every KillEvery and
 // starts a replacement; steps the clock every 1-2 s (ClockStep); freezes a
 // random worker about every second, and thaws or kills the frozen ones
-// when their time is up (Freeze). Every time here is read from Go's
-// monotonic clock, which the steps do not move.
+// when their time is up (Freeze); and brings the other faults of s.cfg.
+// Every time here is read from Go's monotonic clock, which the steps do
+// not move.
 func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
-	var nextKill, nextStep, nextFreeze, nextRetire, nextLoss, nextRestart, nextFailover time.Time // zero: never
+	every := func(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
+	rnd := func(from time.Duration) func() time.Duration {
+		return func() time.Duration { return from + time.Duration(s.rng.IntN(1000))*time.Millisecond }
+	}
+	// In the order they are brought when due at once. The next of each is
+	// due a gap after this one was due; kills keep their cadence; a
+	// restart or a failover, which takes seconds, counts its gap from its
+	// end.
+	type fault struct {
+		on      bool
+		gap     func() time.Duration
+		do      func(now time.Time) error
+		cadence bool
+		fromEnd bool
+		next    time.Time // zero: never
+	}
+	faults := []*fault{
+		{on: s.cfg.KillEvery > 0, gap: every(s.cfg.KillEvery), cadence: true,
+			do: func(time.Time) error { return s.kill(ctx, s.workers[s.rng.IntN(len(s.workers))], true) }},
+		{on: s.cfg.RetireEvery > 0, gap: every(s.cfg.RetireEvery), do: func(time.Time) error { return s.retire(ctx) }},
+		{on: s.clock != nil, gap: rnd(time.Second), do: func(time.Time) error { return s.stepClock() }},
+		{on: s.cfg.Freeze, gap: rnd(500 * time.Millisecond), do: s.freezeOne},
+		{on: s.cfg.PGRestartEvery > 0, gap: every(s.cfg.PGRestartEvery), fromEnd: true,
+			do: func(time.Time) error { return s.restartServer(ctx) }},
+		{on: s.cfg.FailoverEvery > 0, gap: every(s.cfg.FailoverEvery), fromEnd: true,
+			do: func(time.Time) error { return s.failover(ctx) }},
+		{on: s.cfg.LoseStore > 0, gap: every(s.cfg.LoseStore), do: func(time.Time) error { return s.loseStore() }},
+	}
 	now := time.Now()
-	if s.cfg.PGRestartEvery > 0 {
-		nextRestart = now.Add(s.cfg.PGRestartEvery)
-	}
-	if s.cfg.FailoverEvery > 0 {
-		nextFailover = now.Add(s.cfg.FailoverEvery)
-	}
-	if s.cfg.LoseStore > 0 {
-		nextLoss = now.Add(s.cfg.LoseStore)
-	}
-	if s.cfg.KillEvery > 0 {
-		nextKill = now.Add(s.cfg.KillEvery)
-	}
-	if s.cfg.RetireEvery > 0 {
-		nextRetire = now.Add(s.cfg.RetireEvery)
-	}
-	if s.clock != nil {
-		nextStep = now.Add(s.stepGap())
-	}
-	if s.cfg.Freeze {
-		nextFreeze = now.Add(s.freezeGap())
+	for _, f := range faults {
+		if f.on {
+			f.next = now.Add(f.gap())
+		}
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -178,9 +188,9 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 			// Past the deadline until the faults asked for are done.
 			due = time.Now().Add(time.Hour)
 		}
-		for _, t := range []time.Time{nextKill, nextStep, nextFreeze, nextRetire, nextLoss, nextRestart, nextFailover} {
-			if !t.IsZero() && t.Before(due) {
-				due = t
+		for _, f := range faults {
+			if !f.next.IsZero() && f.next.Before(due) {
+				due = f.next
 			}
 		}
 		for _, f := range s.frozen {
@@ -201,48 +211,23 @@ func (s *supervisor) loop(ctx context.Context, deadline time.Time) error {
 		if err := s.thawDue(ctx, now); err != nil {
 			return err
 		}
-		if !nextKill.IsZero() && !now.Before(nextKill) {
-			for !nextKill.After(now) {
-				nextKill = nextKill.Add(s.cfg.KillEvery)
+		for _, f := range faults {
+			if f.next.IsZero() || now.Before(f.next) {
+				continue
 			}
-			if err := s.kill(ctx, s.workers[s.rng.IntN(len(s.workers))]); err != nil {
+			switch {
+			case f.cadence:
+				for !f.next.After(now) {
+					f.next = f.next.Add(f.gap())
+				}
+			case !f.fromEnd:
+				f.next = now.Add(f.gap())
+			}
+			if err := f.do(now); err != nil {
 				return err
 			}
-		}
-		if !nextRetire.IsZero() && !now.Before(nextRetire) {
-			nextRetire = now.Add(s.cfg.RetireEvery)
-			if err := s.retire(ctx); err != nil {
-				return err
-			}
-		}
-		if !nextStep.IsZero() && !now.Before(nextStep) {
-			nextStep = now.Add(s.stepGap())
-			if err := s.stepClock(); err != nil {
-				return err
-			}
-		}
-		if !nextFreeze.IsZero() && !now.Before(nextFreeze) {
-			nextFreeze = now.Add(s.freezeGap())
-			if err := s.freezeOne(now); err != nil {
-				return err
-			}
-		}
-		if !nextRestart.IsZero() && !now.Before(nextRestart) {
-			if err := s.restartServer(ctx); err != nil {
-				return err
-			}
-			nextRestart = time.Now().Add(s.cfg.PGRestartEvery)
-		}
-		if !nextFailover.IsZero() && !now.Before(nextFailover) {
-			if err := s.failover(ctx); err != nil {
-				return err
-			}
-			nextFailover = time.Now().Add(s.cfg.FailoverEvery)
-		}
-		if !nextLoss.IsZero() && !now.Before(nextLoss) {
-			nextLoss = now.Add(s.cfg.LoseStore)
-			if err := s.loseStore(); err != nil {
-				return err
+			if f.fromEnd {
+				f.next = time.Now().Add(f.gap())
 			}
 		}
 	}
@@ -286,30 +271,13 @@ func (s *supervisor) loseStore() error {
 		return fmt.Errorf("torture: lose the store: %w", err)
 	}
 	s.log.add(Event{Kind: KindLoseStore, Op: l.name})
-	if s.cfg.Progress != nil {
-		fmt.Fprintf(s.cfg.Progress, "%s\n", l.name)
-	}
+	say(s.cfg.Progress, "%s", l.name)
 	return nil
 }
 
-func (s *supervisor) stepGap() time.Duration {
-	return time.Second + time.Duration(s.rng.IntN(1000))*time.Millisecond
-}
-
-func (s *supervisor) freezeGap() time.Duration {
-	return 500*time.Millisecond + time.Duration(s.rng.IntN(1000))*time.Millisecond
-}
-
-// kill SIGKILLs w, frozen or not, and starts a replacement.
-func (s *supervisor) kill(ctx context.Context, w *workerProc) error {
-	if err := s.killOnly(ctx, w); err != nil {
-		return err
-	}
-	return s.start(w.host) // on the host it was on
-}
-
-// killOnly SIGKILLs w, frozen or not, and waits for it.
-func (s *supervisor) killOnly(ctx context.Context, w *workerProc) error {
+// kill SIGKILLs w, frozen or not, waits for it, and with replace starts
+// a replacement on the host it was on.
+func (s *supervisor) kill(ctx context.Context, w *workerProc, replace bool) error {
 	pid := w.cmd.Process.Pid
 	// Its identity, to find its rows after a Reap: pid and start time,
 	// since the pid will be reused.
@@ -328,12 +296,13 @@ func (s *supervisor) killOnly(ctx context.Context, w *workerProc) error {
 	s.workers = slices.DeleteFunc(s.workers, func(x *workerProc) bool { return x == w })
 	wasFrozen := len(s.frozen)
 	s.frozen = slices.DeleteFunc(s.frozen, func(f frozenWorker) bool { return f.w == w })
-	if s.cfg.Progress != nil {
-		how := "killed worker"
-		if len(s.frozen) < wasFrozen {
-			how = "killed frozen worker"
-		}
-		fmt.Fprintf(s.cfg.Progress, "%s %s (pid %d)\n", how, w.name, pid)
+	how := "killed worker"
+	if len(s.frozen) < wasFrozen {
+		how = "killed frozen worker"
+	}
+	say(s.cfg.Progress, "%s %s (pid %d)", how, w.name, pid)
+	if replace {
+		return s.start(w.host)
 	}
 	return nil
 }
@@ -350,7 +319,7 @@ func (s *supervisor) retire(ctx context.Context) error {
 	by := (v + 1 + s.rng.IntN(len(s.hosts)-1)) % len(s.hosts)
 	for _, w := range slices.Clone(s.workers) {
 		if w.host == v {
-			if err := s.killOnly(ctx, w); err != nil {
+			if err := s.kill(ctx, w, false); err != nil {
 				return err
 			}
 		}
@@ -379,15 +348,50 @@ func (s *supervisor) retire(ctx context.Context) error {
 		return err
 	}
 	s.log.add(Event{Kind: KindRetire, Host: hostName(v), Reaped: int64(n)})
-	if s.cfg.Progress != nil {
-		fmt.Fprintf(s.cfg.Progress, "retired %s from %s: %d rows deleted\n", hostName(v), hostName(by), n)
-	}
+	say(s.cfg.Progress, "retired %s from %s: %d rows deleted", hostName(v), hostName(by), n)
 	for range s.cfg.Workers {
 		if err := s.start(v); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ErrNeedsRoot is wrapped by Run's error when Config.ClockStep is set and
+// the process may not set the system clock.
+var ErrNeedsRoot = errors.New("stepping the system clock needs root (CAP_SYS_TIME); run as root, or turn clock stepping off")
+
+// bigStep is the large clock step, either way: far beyond any tolerance
+// for clock readings that differ by a tick.
+const bigStep = 300 * time.Second
+
+// nextStep picks the next step of the wall clock, given how far it is off
+// the true time and the fraction of a second it shows: half the time
+// bigStep forward or back (back towards the true time once it is bigStep
+// off, so the clock never wanders further), otherwise 0.5-0.9 s in a
+// direction that crosses a second boundary, which changes every reading
+// truncated to whole seconds (as /proc/stat's btime is).
+func nextStep(rng *rand.Rand, offset, frac time.Duration) time.Duration {
+	if rng.IntN(2) == 0 {
+		switch {
+		case offset >= bigStep:
+			return -bigStep
+		case offset <= -bigStep:
+			return bigStep
+		case rng.IntN(2) == 0:
+			return bigStep
+		default:
+			return -bigStep
+		}
+	}
+	m := 500*time.Millisecond + time.Duration(rng.IntN(400))*time.Millisecond
+	up := frac+m >= time.Second // forward into the next second
+	down := frac < m            // back into the previous one
+	// m >= 0.5 s: when up fails, frac < 1 s - m <= m, so down holds.
+	if up && (!down || rng.IntN(2) == 0) {
+		return m
+	}
+	return -m
 }
 
 // stepClock steps the wall clock once and logs the step.
@@ -399,9 +403,7 @@ func (s *supervisor) stepClock() error {
 		return err
 	}
 	s.log.add(Event{Kind: KindClockStep, DurNS: int64(d)})
-	if s.cfg.Progress != nil {
-		fmt.Fprintf(s.cfg.Progress, "stepped the clock by %v\n", d)
-	}
+	say(s.cfg.Progress, "stepped the clock by %v", d)
 	return nil
 }
 
@@ -411,12 +413,9 @@ func (s *supervisor) freezeOne(now time.Time) error {
 	if len(s.frozen) >= max(1, len(s.workers)/2) {
 		return nil
 	}
-	var running []*workerProc
-	for _, w := range s.workers {
-		if !slices.ContainsFunc(s.frozen, func(f frozenWorker) bool { return f.w == w }) {
-			running = append(running, w)
-		}
-	}
+	running := slices.DeleteFunc(slices.Clone(s.workers), func(w *workerProc) bool {
+		return slices.ContainsFunc(s.frozen, func(f frozenWorker) bool { return f.w == w })
+	})
 	w := running[s.rng.IntN(len(running))]
 	d := 100*time.Millisecond + time.Duration(s.rng.IntN(2900))*time.Millisecond
 	pid := w.cmd.Process.Pid
@@ -431,29 +430,24 @@ func (s *supervisor) freezeOne(now time.Time) error {
 		return fmt.Errorf("torture: freeze %s (pid %d): %w", w.name, pid, err)
 	}
 	s.frozen = append(s.frozen, frozenWorker{w: w, until: now.Add(d)})
-	if s.cfg.Progress != nil {
-		fmt.Fprintf(s.cfg.Progress, "froze worker %s (pid %d) for %v\n", w.name, pid, d)
-	}
+	say(s.cfg.Progress, "froze worker %s (pid %d) for %v", w.name, pid, d)
 	return nil
 }
 
 // thawDue lets go of the workers whose frozen time is up, killing one in
 // four instead.
 func (s *supervisor) thawDue(ctx context.Context, now time.Time) error {
-	var due []*workerProc
-	for _, f := range s.frozen {
-		if !now.Before(f.until) {
-			due = append(due, f.w)
-		}
-	}
-	for _, w := range due {
-		if s.rng.IntN(4) == 0 {
-			if err := s.kill(ctx, w); err != nil {
-				return err
-			}
+	for _, f := range slices.Clone(s.frozen) {
+		if now.Before(f.until) {
 			continue
 		}
-		if err := s.thaw(w); err != nil {
+		var err error
+		if s.rng.IntN(4) == 0 {
+			err = s.kill(ctx, f.w, true)
+		} else {
+			err = s.thaw(f.w)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -469,9 +463,7 @@ func (s *supervisor) thaw(w *workerProc) error {
 	}
 	// Logged after the signal: the frozen time it ends covers the stop.
 	s.log.add(Event{Kind: KindThaw, Proc: w.name, PID: pid})
-	if s.cfg.Progress != nil {
-		fmt.Fprintf(s.cfg.Progress, "thawed worker %s (pid %d)\n", w.name, pid)
-	}
+	say(s.cfg.Progress, "thawed worker %s (pid %d)", w.name, pid)
 	return nil
 }
 
@@ -488,8 +480,8 @@ func (s *supervisor) endLoop() error {
 	if s.clock != nil {
 		if err := s.clock.close(); err != nil {
 			errs = append(errs, err)
-		} else if s.cfg.Progress != nil {
-			fmt.Fprintln(s.cfg.Progress, "set the clock back to the true time")
+		} else {
+			say(s.cfg.Progress, "set the clock back to the true time")
 		}
 	}
 	return errors.Join(errs...)
@@ -519,6 +511,13 @@ func (s *supervisor) stopAll() {
 		}
 	}
 	s.workers = nil
+}
+
+// say writes a line of progress to w, if not nil.
+func say(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, format+"\n", args...)
+	}
 }
 
 // stopWait bounds how long a worker takes to stop: its current call, then

@@ -7,6 +7,8 @@
 //	go run ./cmd/torture -freeze              # SIGSTOPs random workers
 //	go run ./cmd/torture -leases -fd-pressure -lose-store 1s
 //	sudo go run ./cmd/torture -store "$DSN" -hosts 3 -workers 2   # a fleet: root only
+//	sudo go run ./cmd/torture -hosts 2 -workers 3 -pg-restart-every 4s -duration 30s
+//	sudo go run ./cmd/torture -hosts 2 -workers 3 -failover-every 6s -sync-standby -duration 30s
 //
 // A supervisor starts worker processes (this same binary) that share one
 // state directory. Each worker allocates, reserves, releases and hands
@@ -18,84 +20,64 @@
 // grants were live at the same time, that every grant could be bound, and
 // that the store keeps no row of a dead process once reaped.
 //
-// Two modes add weather. -clock-step moves the system's wall clock
-// (CLOCK_REALTIME) by 300 s either way and by fractions of a second across
-// second boundaries while the workers run, and sets the true time back at
-// the end (also on an error or Ctrl-C; not if the harness itself is
-// SIGKILLed): berth must not take a live owner for a dead one because the
-// clock moved. -freeze stops random workers with SIGSTOP for up to 3 s,
-// wherever they are (now and then inside the store's write lock), and
-// kills some while frozen: the others must go on, their waits bounded by
-// their timeout. Events are stamped with a clock no one steps, and the
-// checker also proves that some worker completed a call at least every
-// -timeout plus HangMargin; a longer silence fails the run.
+// -clock-step moves the system's wall clock (CLOCK_REALTIME) by 300 s
+// either way and by fractions of a second across second boundaries, and
+// sets the true time back at the end (also on an error or Ctrl-C; not if
+// the harness itself is SIGKILLed): berth must not take a live owner for a
+// dead one because the clock moved. -freeze stops random workers with
+// SIGSTOP for up to 3 s, wherever they are (now and then inside the
+// store's write lock), and kills some while frozen: the others must go on,
+// their waits bounded by their timeout. Events are stamped with a clock no
+// one steps, and the checker also proves that some worker completed a call
+// at least every -timeout plus HangMargin; a longer silence fails the run.
 //
 // With -store the workers keep their reservations in PostgreSQL, in a
 // schema the run makes and drops. -hosts N makes that a fleet: N network
-// namespaces stand in for N hosts (Config.Host host-1..N), each with its
-// own loopback and port space and all reaching the server through its unix
-// socket; -workers workers run on each, bind every grant in their own
-// namespace, and are SIGKILLed as before. The checker then keys every
-// grant by host, protocol, address and port: two hosts may hold one port
-// at once (the summary counts it), one host never.
+// namespaces stand in for N hosts (host-1..N), each with its own loopback
+// and port space, all reaching the server through its unix socket;
+// -workers workers run on each and bind every grant there. Two hosts may
+// hold one key at once (the summary counts it), one host never. Every
+// -retire-every one host is taken down: all its processes are SIGKILLed,
+// another host retires it through pgstore's Retire (berth host retire),
+// and fresh workers start there. -fleet-workers processes hold fleet-wide
+// ports (pgstore.ReserveFleet, rows of no host) and bind each on every
+// host: the store must keep those ports off every host.
 //
-// Across 2 hosts or more, every -retire-every one host is taken down: all
-// its processes are SIGKILLed, another host retires it through pgstore's
-// Retire (berth host retire), and fresh workers start there; the
-// checker ends every claim of a retired host at its retirement. Besides,
-// -fleet-workers processes hold fleet-wide ports (pgstore.ReserveFleet,
-// rows of no host) and bind each on every host while the hosts' workers
-// go on: the store must keep those ports off every host.
+// -leases has the workers also hold ports under named holders' leases of
+// 2-3 s on the SQLite store, holders named "w3/lease-7". A worker binds each
+// leased port while it renews the lease, releases some and drops others
+// (closes the socket and stops renewing); a killed worker's leases stay.
+// The checker holds a lease's claim until its release or until it runs out
+// (the start of its last grant or renewal plus its TTL, on the clock the
+// events are stamped with; the store judges leases by CLOCK_BOOTTIME,
+// which clock steps do not move either), and flags any conflicting grant
+// to anyone else meanwhile, and a lease the store said had ended before
+// its time.
 //
-// -leases has the workers also hold ports through named holders' leases
-// (lease.Allocate, lease.Reserve, lease.Renew, lease.Release) on the SQLite store:
-// holders named "w3/lease-7", TTLs of 2-3 s. A worker binds each leased
-// port and keeps it bound while it renews the lease, releases some, and
-// drops others (closes the socket and stops renewing); a killed worker's
-// leases stay. The checker holds a lease's claim until its release or
-// until it runs out (the start of its last grant or renewal plus its TTL,
-// on the clock the events are stamped with; the store judges leases by
-// CLOCK_BOOTTIME, which clock steps do not move either), and flags any
-// grant of a conflicting key to anyone else meanwhile, and a lease the
-// store said had ended before its time. Leases are lost with the store
-// (-lose-store), as documented: conflicts over them are counted apart.
+// -fd-pressure has each worker, at random, lower its soft RLIMIT_NOFILE to
+// what it has open plus 0-2 for up to 0.6 s. Calls that fail with an error
+// wrapping store.ErrTransient are counted, not errors; a shortage that
+// does not wrap it is an error. A bind that fails with EMFILE is counted
+// apart and made again once the spell is over.
 //
-// -fd-pressure runs the workers short of descriptors: each, at random,
-// lowers its soft RLIMIT_NOFILE to what it has open plus 0-2 for up to
-// 0.6 s. Calls that fail with an error wrapping store.ErrTransient are
-// counted, not errors; a shortage that does not wrap it is an error. A
-// worker's bind that fails with EMFILE is counted apart and made again
-// once the spell is over: every grant still meets the kernel.
-//
-// -pg-restart-every D and -failover-every D bring the weather an operator's
-// server meets. Both need a server the run owns: without -store (or with
-// -store auto) the run starts its own, under its directory, listening on
-// a unix socket only (as .ci/postgres does: initdb, pg_ctl, as the OS user
-// postgres when root), and stops and deletes it at the end, also on an
-// error or Ctrl-C. -pg-restart-every restarts it (pg_ctl restart -m fast)
-// every D: every connection is cut, nothing committed is lost, and every
-// berth process finds the new server by its start time and compares its
-// reservations with it. -failover-every runs a primary with a streaming
-// standby, reached through one connection string naming both with
-// target_session_attrs=read-write, and every D SIGKILLs the primary and
-// every process of it, promotes the standby, and builds a new standby
-// from the new primary (pg_basebackup) for the next time. The standby is
-// asynchronous unless -sync-standby: then a failover loses the commits it
-// had not received, and until a holder puts its lost row back (at its
-// next comparison with the store) another worker of its host may be
-// granted the port, as documented. The checker counts such conflicts
-// apart, and only those: a claim granted before the failover, with the
-// other granted between the failover and the holder's next comparison
-// (each worker logs its comparisons as repair events). Any other
-// conflict, and any conflict with -sync-standby or -pg-restart-every, is
-// a violation. Calls that fail on a server out of reach are counted, not
-// errors. Any run on PostgreSQL holds the lock that -clock-step runs take
-// turns by (internal/clocklock), waiting for one that is stepping the
-// clock: the server judges leases by this machine's clock, and a step of
-// 300 s would end them all under the run.
-//
-//	sudo go run ./cmd/torture -hosts 2 -workers 3 -pg-restart-every 4s -duration 30s
-//	sudo go run ./cmd/torture -hosts 2 -workers 3 -failover-every 6s -sync-standby -duration 30s
+// -pg-restart-every D and -failover-every D need a server the run owns:
+// without -store (or with -store auto) the run starts its own under its
+// directory, on a unix socket only (initdb, pg_ctl, as the OS user
+// postgres when root), and deletes it at the end, also on an error or
+// Ctrl-C. -pg-restart-every restarts it (pg_ctl restart -m fast) every D:
+// every berth process finds the new server by its start time and compares
+// its reservations with it. -failover-every runs a primary with a
+// streaming standby, reached through one connection string with
+// target_session_attrs=read-write, and every D SIGKILLs the primary,
+// promotes the standby, and builds a new standby (pg_basebackup). Unless
+// -sync-standby, a failover loses commits (-failover-kind says how), and
+// the grace period after a change of server holds every grant until the
+// holders have put their rows back. The checker counts apart only
+// conflicts over the row of a port handed to a child (which nobody puts
+// back) met by a fleet-wide grant; any other conflict is a violation.
+// Calls that fail on a server out of reach are counted, not errors. Any
+// run on PostgreSQL holds the lock that -clock-step runs take turns by
+// (internal/clocklock): the server judges leases by this machine's clock.
 //
 // It exits 1 when any invariant was violated, 2 on a bad flag or when
 // -clock-step or -hosts lacks root.
@@ -198,4 +180,33 @@ func runFailure(err error) (msg string, code int) {
 		return err.Error(), 2
 	}
 	return "torture: " + err.Error(), 1
+}
+
+// Run runs the harness. It returns an error when it could not run; a run
+// that found violations returns them in the Summary.
+//
+// A run goes in four steps, a file each: Config.setDefaults (defaults.go),
+// setup (setup.go), supervisor.drive, the workers and the weather
+// (loop.go), and supervisor.verify (verify.go).
+func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
+	if err := cfg.setDefaults(); err != nil {
+		return Summary{}, err
+	}
+	// Whatever happens from here on, a panic included, what setup made is
+	// undone: the true time set back, the server stopped, the locks let go.
+	var td teardown
+	defer func() {
+		if terr := td.run(); terr != nil {
+			err = errors.Join(err, terr)
+		}
+	}()
+	sup, err := setup(ctx, cfg, &td)
+	if err != nil {
+		return Summary{}, err
+	}
+	start := time.Now() // time.Since on it reads Go's monotonic clock: steps do not move it
+	if err := sup.drive(ctx, start.Add(sup.cfg.Duration)); err != nil {
+		return Summary{}, err
+	}
+	return sup.verify(ctx, start)
 }

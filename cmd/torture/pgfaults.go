@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,21 +13,11 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/berth-go/berth/internal/pgserver"
-	"github.com/berth-go/berth/portalloc"
 )
 
 // StoreAuto is the Store that has the run start a PostgreSQL server of
 // its own; the server faults (PGRestartEvery, FailoverEvery) need one.
 const StoreAuto = "auto"
-
-// errFaultsNeedOwnServer: the run restarts or kills only a server it
-// started itself.
-var errFaultsNeedOwnServer = errors.New("torture: -pg-restart-every and -failover-every restart and kill a PostgreSQL server the run starts itself: leave -store out or set it to auto")
-
-// errBadFaults: a negative fault period, -sync-standby or -failover-kind
-// without -failover-every, a kind of failover that is not one, or
-// -faults without a fault.
-var errBadFaults = errors.New("torture: -pg-restart-every and -failover-every take a positive duration; -sync-standby and -failover-kind need -failover-every, -failover-kind is kill, lag, commit-off or all (kill alone with -sync-standby); -faults needs -pg-restart-every or -failover-every")
 
 // The kinds of failover (Config.FailoverKind).
 const (
@@ -55,11 +44,27 @@ type ownServer struct {
 	pair *pgserver.Pair   // with one
 }
 
-// startOwnServer starts, in dir (made here), a server of the run's own,
-// or a primary and a streaming standby when pair is set (synchronous
-// with sync), and returns it with the connection string that reaches the
-// primary, whichever server that is. Its close stops and deletes it.
-func startOwnServer(ctx context.Context, dir string, pair, sync bool) (*ownServer, string, error) {
+// startOwnServer starts a server of the run's own, or a primary and a
+// streaming standby when pair is set (synchronous with sync), and returns
+// it with the connection string that reaches the primary, whichever
+// server that is. Its close stops and deletes it.
+//
+// It lives in the run's directory when a unix socket's path fits there,
+// else in a temporary directory of its own. Its parent must let the
+// servers' user through.
+func startOwnServer(ctx context.Context, runDir string, pair, sync bool) (*ownServer, string, error) {
+	dir := filepath.Join(runDir, "pg")
+	var err error
+	if len(dir) <= 60 {
+		// The run's directory is its own: let the servers' user (postgres,
+		// when this is root) pass through it, and nothing more.
+		err = os.Chmod(runDir, 0o711)
+	} else if dir, err = os.MkdirTemp("", "berth-torture-pg-"); err == nil {
+		err = os.Remove(dir) // pgserver makes it, for the servers' user
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("torture: the server's directory: %w", err)
+	}
 	c, err := pgserver.New(dir)
 	if err != nil {
 		return nil, "", fmt.Errorf("torture: start a PostgreSQL server of the run's own: %w", err)
@@ -109,9 +114,7 @@ func (s *supervisor) restartServer(ctx context.Context) error {
 	}
 	s.faults++
 	s.log.add(Event{Kind: KindPGRestart, DurNS: int64(time.Since(start))})
-	if s.cfg.Progress != nil {
-		fmt.Fprintf(s.cfg.Progress, "restarted the PostgreSQL server in %v\n", time.Since(start).Round(time.Millisecond))
-	}
+	say(s.cfg.Progress, "restarted the PostgreSQL server in %v", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -147,31 +150,9 @@ func (s *supervisor) failover(ctx context.Context) error {
 	}
 	s.faults++
 	s.log.add(Event{Kind: KindRebuilt, DurNS: int64(time.Since(start))})
-	if s.cfg.Progress != nil {
-		fmt.Fprintf(s.cfg.Progress, "failed over (%s) to %s (old primary SIGKILLed, new standby streaming) in %v\n",
-			kind, s.pg.pair.Primary.Name, time.Since(start).Round(time.Millisecond))
-	}
+	say(s.cfg.Progress, "failed over (%s) to %s (old primary SIGKILLed, new standby streaming) in %v",
+		kind, s.pg.pair.Primary.Name, time.Since(start).Round(time.Millisecond))
 	return nil
-}
-
-// serverDir is where the run's own server lives: in the run's directory
-// when a unix socket's path fits there, else in a temporary directory of
-// its own. Its parent must let the servers' user through.
-func serverDir(runDir string) (string, error) {
-	dir := filepath.Join(runDir, "pg")
-	if len(dir) <= 60 {
-		// The run's directory is its own: let the servers' user (postgres,
-		// when this is root) pass through it, and nothing more.
-		if err := os.Chmod(runDir, 0o711); err != nil {
-			return "", err
-		}
-		return dir, nil
-	}
-	tmp, err := os.MkdirTemp("", "berth-torture-pg-")
-	if err != nil {
-		return "", err
-	}
-	return tmp, os.Remove(tmp) // pgserver makes it, for the servers' user
 }
 
 // repairSink turns the Allocator's log of its comparisons with the fleet's
@@ -207,14 +188,10 @@ func (s repairSink) Info(level int, msg string, kv ...any) {
 // keyed sets e's key from the value of name in a logr key-value list, a
 // key as store.Key and store.Reservation print it: "tcp 127.0.0.1:80".
 func keyed(e Event, kv []any, name string) Event {
-	for i := 0; i+1 < len(kv); i += 2 {
-		if k, _ := kv[i].(string); k == name {
-			v, _ := kv[i+1].(string)
-			proto, ap, _ := strings.Cut(v, " ")
-			if a, err := netip.ParseAddrPort(ap); err == nil {
-				e.Proto, e.Addr, e.Port = proto, a.Addr().String(), a.Port()
-			}
-		}
+	v, _ := kvValue(kv, name).(string)
+	proto, ap, _ := strings.Cut(v, " ")
+	if a, err := netip.ParseAddrPort(ap); err == nil {
+		e.Proto, e.Addr, e.Port = proto, a.Addr().String(), a.Port()
 	}
 	return e
 }
@@ -225,23 +202,23 @@ func (s repairSink) Error(err error, msg string, kv ...any) {
 func (s repairSink) WithValues(...any) logr.LogSink { return s }
 func (s repairSink) WithName(string) logr.LogSink   { return s }
 
-// repairLogger is a worker's Config.Logger; keys: log the keys of
-// failed probes.
-func repairLogger(log *eventLog, keys bool) logr.Logger {
-	return logr.New(repairSink{log: log, errs: portalloc.TextLogger(os.Stderr, slog.LevelError).GetSink(), probeKeys: keys})
+// kvValue returns the value of key in a logr key-value list, or nil.
+func kvValue(kv []any, key string) any {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if k, _ := kv[i].(string); k == key {
+			return kv[i+1]
+		}
+	}
+	return nil
 }
 
 // kvInt returns the integer value of key in a logr key-value list.
 func kvInt(kv []any, key string) int64 {
-	for i := 0; i+1 < len(kv); i += 2 {
-		if k, _ := kv[i].(string); k == key {
-			switch v := kv[i+1].(type) {
-			case int:
-				return int64(v)
-			case int64:
-				return v
-			}
-		}
+	switch v := kvValue(kv, key).(type) {
+	case int:
+		return int64(v)
+	case int64:
+		return v
 	}
 	return 0
 }

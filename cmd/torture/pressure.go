@@ -2,15 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
 )
-
-// errNoPressure is Run's error when Config.FDPressure is set where the
-// harness cannot count a process's descriptors.
-var errNoPressure = errors.New("torture: -fd-pressure counts a worker's descriptors in /proc/self/fd, which only Linux has")
 
 // pressure runs spells of descriptor shortage in a worker (-fd-pressure):
 // every 0.1-0.7 s it lowers the worker's soft RLIMIT_NOFILE to what it has

@@ -87,54 +87,39 @@ func (s *supervisor) verify(ctx context.Context, start time.Time) (Summary, erro
 // returns the rows owned by killed workers (which must have been reaped);
 // with all set, every row left counts, since no process of the run is
 // alive.
-func (s *supervisor) checkStore(ctx context.Context, all bool) ([]string, error) {
+func (s *supervisor) checkStore(ctx context.Context, all bool) (left []string, err error) {
 	if all {
 		s.reapedAtEnd = 0
 	}
-	var left []string
 	for h := range max(1, len(s.hosts)) {
-		l, err := s.checkHost(ctx, h, all)
+		var st store.Store
+		where := ""
+		if s.cfg.Store != "" {
+			cfg := portalloc.Config{StoreDSN: s.cfg.Store, Host: hostName(h), Timeout: s.cfg.Timeout}
+			where = " on " + cfg.Host
+			st, err = fleet.Open(ctx, cfg)
+		} else {
+			st, err = statestore.Open(ctx, filepath.Join(s.cfg.Dir, "state", "berth.db"), statestore.Options{SweepInterval: -1})
+		}
 		if err != nil {
 			return nil, err
 		}
-		left = append(left, l...)
-	}
-	return left, nil
-}
-
-// checkHost is checkStore for the host of index h.
-func (s *supervisor) checkHost(ctx context.Context, h int, all bool) ([]string, error) {
-	var (
-		st    store.Store
-		err   error
-		where string
-	)
-	if s.cfg.Store != "" {
-		cfg := portalloc.Config{StoreDSN: s.cfg.Store, Host: hostName(h), Timeout: s.cfg.Timeout}
-		where = " on " + cfg.Host
-		st, err = fleet.Open(ctx, cfg)
-	} else {
-		st, err = statestore.Open(ctx, filepath.Join(s.cfg.Dir, "state", "berth.db"), statestore.Options{SweepInterval: -1})
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = st.Close() }()
-	n, err := st.Reap(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if all {
-		s.reapedAtEnd += n
-	}
-	rows, err := st.List(ctx, store.Filter{})
-	if err != nil {
-		return nil, err
-	}
-	var left []string
-	for _, r := range rows {
-		if all || slices.ContainsFunc(s.killed, func(k killedWorker) bool { return k.host == h && r.Owner.Same(k.owner) }) {
-			left = append(left, fmt.Sprintf("%s of pid %d%s left after Reap", r.Key, r.Owner.PID, where))
+		n, err := st.Reap(ctx)
+		var rows []store.Reservation
+		if err == nil {
+			rows, err = st.List(ctx, store.Filter{})
+		}
+		_ = st.Close()
+		if err != nil {
+			return nil, err
+		}
+		if all {
+			s.reapedAtEnd += n
+		}
+		for _, r := range rows {
+			if all || slices.ContainsFunc(s.killed, func(k killedWorker) bool { return k.host == h && r.Owner.Same(k.owner) }) {
+				left = append(left, fmt.Sprintf("%s of pid %d%s left after Reap", r.Key, r.Owner.PID, where))
+			}
 		}
 	}
 	return left, nil
@@ -144,32 +129,18 @@ func (s *supervisor) checkHost(ctx context.Context, h int, all bool) ([]string, 
 func (s Summary) Print(w io.Writer) {
 	secs := s.Elapsed.Seconds()
 	var modes string
-	if s.ClockStep {
-		modes += ", clock stepping"
-	}
-	if s.Freeze {
-		modes += ", freezing"
-	}
-	if s.LoseStore > 0 {
-		modes += fmt.Sprintf(", store lost every %v", s.LoseStore)
-	}
-	if s.Leases {
-		modes += ", leases"
-	}
-	if s.FDPressure {
-		modes += ", descriptor pressure"
-	}
-	if s.PGRestartEvery > 0 {
-		modes += fmt.Sprintf(", server restarted every %v", s.PGRestartEvery)
-	}
-	if s.FailoverEvery > 0 {
-		kind := "asynchronous"
-		if s.SyncStandby {
-			kind = "synchronous"
-		}
-		modes += fmt.Sprintf(", failover to an %s standby every %v", kind, s.FailoverEvery)
-		if !s.SyncStandby {
-			modes += " (" + s.FailoverKind + ")"
+	for _, m := range []struct {
+		on   bool
+		name string
+	}{
+		{s.ClockStep, ", clock stepping"}, {s.Freeze, ", freezing"}, {s.LoseStore > 0, fmt.Sprintf(", store lost every %v", s.LoseStore)},
+		{s.Leases, ", leases"}, {s.FDPressure, ", descriptor pressure"},
+		{s.PGRestartEvery > 0, fmt.Sprintf(", server restarted every %v", s.PGRestartEvery)},
+		{s.FailoverEvery > 0 && s.SyncStandby, fmt.Sprintf(", failover to an synchronous standby every %v", s.FailoverEvery)},
+		{s.FailoverEvery > 0 && !s.SyncStandby, fmt.Sprintf(", failover to an asynchronous standby every %v (%s)", s.FailoverEvery, s.FailoverKind)},
+	} {
+		if m.on {
+			modes += m.name
 		}
 	}
 	workers := fmt.Sprintf("%d workers", s.Workers)
@@ -187,51 +158,35 @@ func (s Summary) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "grants          %d (%.0f/s): %d allocated, %d reserved, %d handed to children%s\n",
 		s.Grants, float64(s.Grants)/secs, s.Allocations, s.Reservations, s.Handoffs, fleet)
-	fmt.Fprintf(w, "range exhausted %d times\n", s.Exhausted)
-	fmt.Fprintf(w, "kills           %d\n", s.Kills)
-	if s.RetireEvery > 0 {
-		fmt.Fprintf(w, "retirements     %d every %v (every process of the host killed first), %d rows deleted\n",
-			s.Retirements, s.RetireEvery, s.RetiredRows)
-	}
-	if s.FleetWorkers > 0 {
-		fmt.Fprintf(w, "fleet-wide      %d grants to %d fleet workers, %d binds (each grant on all %d hosts), band exhausted %d times; hosts' workers refused a fleet-wide port %d times\n",
-			s.FleetGrants, s.FleetWorkers, s.FleetBinds, s.Hosts, s.FleetExhausted, s.LeaseRefusals)
-	}
-	if s.ClockStep {
-		fmt.Fprintf(w, "clock steps     %d (%d of %v either way, %d across a second boundary); true time set back\n",
-			s.ClockSteps, s.BigClockSteps, bigStep, s.ClockSteps-s.BigClockSteps)
-	}
-	if s.Freeze {
-		fmt.Fprintf(w, "freezes         %d (%d killed while frozen), longest %v\n",
-			s.Freezes, s.FrozenKills, s.LongestFreeze.Round(time.Millisecond))
-	}
-	if s.LoseStore > 0 {
-		fmt.Fprintf(w, "store losses    %d (directory removed, file replaced or truncated); %d calls failed on a store lost under them\n", s.StoreLosses, s.LostCalls)
-	}
-	if s.Leases {
-		fmt.Fprintf(w, "leases          %d granted (%d reserved), %d renewals, %d released, %d ran out (%d dropped by their worker, %d of killed workers), %d found ended on renewal\n",
-			s.LeaseGrants, s.LeaseReservations, s.Renewals, s.LeaseReleases, s.LeaseExpiries, s.LeaseDrops, s.KilledLeases, s.LeasesEnded)
-	}
-	if s.FDPressure {
-		fmt.Fprintf(w, "fd pressure     %d spells; %d calls failed with ErrTransient, %d binds refused with EMFILE (bound again after the spell), %d children not started for want of descriptors\n",
-			s.PressureSpells, s.Transients, s.EMFILEBinds, s.Shortages)
-	}
-	if s.PGRestartEvery > 0 || s.FailoverEvery > 0 {
-		if s.PGRestartEvery > 0 {
-			fmt.Fprintf(w, "server restarts %d (pg_ctl restart -m fast), longest %v\n", s.Restarts, s.LongestRestart.Round(time.Millisecond))
-		}
-		if s.FailoverEvery > 0 {
-			fmt.Fprintf(w, "failovers       %d (primary SIGKILLed, standby promoted, new standby built), longest %v\n", s.Failovers, s.LongestFailover.Round(time.Millisecond))
-		}
-		fmt.Fprintf(w, "repairs         %d comparisons with the store: %d rows put back, %d not (another process had the port), %d releases done again; %d calls failed on an unreachable server\n",
-			s.Repairs, s.Restored, s.NotRestored, s.Rereleased, s.Unavailable)
-		fmt.Fprintf(w, "grace periods   %d calls held up or refused while the holders put their rows back after a change of server\n", s.GraceCalls)
-		if s.FailoverEvery > 0 && !s.SyncStandby {
-			fmt.Fprintf(w, "failover losses %d conflicts and %d bind probes over the rows of ports handed to children that an asynchronous failover lost: nobody puts those back, and their locks keep them from their host alone (documented; not violations)\n",
-				s.FailoverLost, s.FailoverProbes)
+	// line writes a line of the summary if on.
+	line := func(on bool, format string, args ...any) {
+		if on {
+			fmt.Fprintf(w, format+"\n", args...)
 		}
 	}
-	fmt.Fprintf(w, "calls           %d returned, %d timed out\n", s.Calls, s.Timeouts)
+	line(true, "range exhausted %d times", s.Exhausted)
+	line(true, "kills           %d", s.Kills)
+	line(s.RetireEvery > 0, "retirements     %d every %v (every process of the host killed first), %d rows deleted",
+		s.Retirements, s.RetireEvery, s.RetiredRows)
+	line(s.FleetWorkers > 0, "fleet-wide      %d grants to %d fleet workers, %d binds (each grant on all %d hosts), band exhausted %d times; hosts' workers refused a fleet-wide port %d times",
+		s.FleetGrants, s.FleetWorkers, s.FleetBinds, s.Hosts, s.FleetExhausted, s.LeaseRefusals)
+	line(s.ClockStep, "clock steps     %d (%d of %v either way, %d across a second boundary); true time set back",
+		s.ClockSteps, s.BigClockSteps, bigStep, s.ClockSteps-s.BigClockSteps)
+	line(s.Freeze, "freezes         %d (%d killed while frozen), longest %v", s.Freezes, s.FrozenKills, s.LongestFreeze.Round(time.Millisecond))
+	line(s.LoseStore > 0, "store losses    %d (directory removed, file replaced or truncated); %d calls failed on a store lost under them", s.StoreLosses, s.LostCalls)
+	line(s.Leases, "leases          %d granted (%d reserved), %d renewals, %d released, %d ran out (%d dropped by their worker, %d of killed workers), %d found ended on renewal",
+		s.LeaseGrants, s.LeaseReservations, s.Renewals, s.LeaseReleases, s.LeaseExpiries, s.LeaseDrops, s.KilledLeases, s.LeasesEnded)
+	line(s.FDPressure, "fd pressure     %d spells; %d calls failed with ErrTransient, %d binds refused with EMFILE (bound again after the spell), %d children not started for want of descriptors",
+		s.PressureSpells, s.Transients, s.EMFILEBinds, s.Shortages)
+	faults := s.PGRestartEvery > 0 || s.FailoverEvery > 0
+	line(s.PGRestartEvery > 0, "server restarts %d (pg_ctl restart -m fast), longest %v", s.Restarts, s.LongestRestart.Round(time.Millisecond))
+	line(s.FailoverEvery > 0, "failovers       %d (primary SIGKILLed, standby promoted, new standby built), longest %v", s.Failovers, s.LongestFailover.Round(time.Millisecond))
+	line(faults, "repairs         %d comparisons with the store: %d rows put back, %d not (another process had the port), %d releases done again; %d calls failed on an unreachable server",
+		s.Repairs, s.Restored, s.NotRestored, s.Rereleased, s.Unavailable)
+	line(faults, "grace periods   %d calls held up or refused while the holders put their rows back after a change of server", s.GraceCalls)
+	line(s.FailoverEvery > 0 && !s.SyncStandby, "failover losses %d conflicts and %d bind probes over the rows of ports handed to children that an asynchronous failover lost: nobody puts those back, and their locks keep them from their host alone (documented; not violations)",
+		s.FailoverLost, s.FailoverProbes)
+	line(true, "calls           %d returned, %d timed out", s.Calls, s.Timeouts)
 	fmt.Fprintf(w, "longest gaps    %v without a grant (from +%.3fs), %v without a call returning (from +%.3fs); a hang is over %v\n",
 		s.GrantGap.Dur.Round(time.Millisecond), s.GrantGap.At.Seconds(), s.CallGap.Dur.Round(time.Millisecond), s.CallGap.At.Seconds(),
 		s.Timeout+HangMargin(s.Timeout))
@@ -241,36 +196,28 @@ func (s Summary) Print(w io.Writer) {
 			fmt.Fprintf(w, "  %s at +%.3fs\n", c, c.At.Seconds())
 		}
 	}
-	fmt.Fprintf(w, "rows reaped     %d by workers, %d by the final reap\n", s.ReapedByWorkers, s.ReapedAtEnd)
-	fmt.Fprintf(w, "bind failures   %d\n", s.BindFailures)
-	fmt.Fprintf(w, "probe failures  %d\n", s.ProbeFailures)
-	if s.Hosts > 1 {
-		fmt.Fprintf(w, "shared ports    %d times two hosts held one key at once (allowed: ports are per host)\n", s.CrossHost)
-	}
+	line(true, "rows reaped     %d by workers, %d by the final reap", s.ReapedByWorkers, s.ReapedAtEnd)
+	line(true, "bind failures   %d", s.BindFailures)
+	line(true, "probe failures  %d", s.ProbeFailures)
+	line(s.Hosts > 1, "shared ports    %d times two hosts held one key at once (allowed: ports are per host)", s.CrossHost)
 	if n := len(s.Latencies); n > 0 {
 		fmt.Fprintf(w, "allocate        p50 %v  p99 %v  max %v  (n=%d)\n",
 			Percentile(s.Latencies, 50).Round(time.Microsecond), Percentile(s.Latencies, 99).Round(time.Microsecond),
 			s.Latencies[n-1].Round(time.Microsecond), n)
 	}
-	fmt.Fprintf(w, "errors          %d\n", len(s.Errors))
-	for _, e := range first(s.Errors, 10) {
-		fmt.Fprintf(w, "  %s\n", e)
-	}
-	fmt.Fprintf(w, "left behind     %d\n", len(s.LeftBehind))
-	for _, e := range first(s.LeftBehind, 10) {
-		fmt.Fprintf(w, "  %s\n", e)
-	}
-	fmt.Fprintf(w, "hangs           %d\n", len(s.Hangs))
-	for _, e := range first(s.Hangs, 10) {
-		fmt.Fprintf(w, "  %s\n", e)
-	}
-	fmt.Fprintf(w, "overruns        %d\n", len(s.Overruns))
-	for _, e := range first(s.Overruns, 10) {
-		fmt.Fprintf(w, "  %s\n", e)
-	}
-	fmt.Fprintf(w, "violations      %d\n", s.ViolationCount)
-	for _, v := range first(s.Violations, 20) {
-		fmt.Fprintf(w, "  %s\n", v)
+	for _, l := range []struct {
+		name string
+		n    int
+		xs   []string
+	}{
+		{"errors", len(s.Errors), first(s.Errors, 10)}, {"left behind", len(s.LeftBehind), first(s.LeftBehind, 10)},
+		{"hangs", len(s.Hangs), first(s.Hangs, 10)}, {"overruns", len(s.Overruns), first(s.Overruns, 10)},
+		{"violations", s.ViolationCount, first(s.Violations, 20)},
+	} {
+		fmt.Fprintf(w, "%-15s %d\n", l.name, l.n)
+		for _, x := range l.xs {
+			fmt.Fprintf(w, "  %s\n", x)
+		}
 	}
 }
 

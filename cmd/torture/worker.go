@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
@@ -72,19 +75,15 @@ var addrs = []netip.Addr{
 
 const maxHeld = 32 // per worker, so a small range runs full
 
-// held is a grant the worker holds, with the socket proving it.
-type held struct {
-	r    store.Reservation
-	sock io.Closer
-}
-
-// workerEnv is what the supervisor tells a worker through its environment.
+// workerEnv is what the supervisor tells a worker or a fleet worker
+// through its environment, and the log it opens.
 type workerEnv struct {
-	dir     string
-	rng     store.Range
+	log     *eventLog
+	rangeOf store.Range
 	timeout time.Duration
-	seed    uint64
 	proc    string
+	rng     *rand.Rand
+	seed    uint64
 	leases  bool // Config.Leases
 	fds     bool // Config.FDPressure
 	// faults: the run restarts its server or fails over, and a call that
@@ -92,58 +91,54 @@ type workerEnv struct {
 	faults bool
 }
 
-func readWorkerEnv() (workerEnv, error) {
+// startWorker reads the worker's environment and opens its log. Its
+// context ends when the supervisor closes the worker's stdin, which is
+// how it ends a run.
+func startWorker() (workerEnv, context.Context, context.CancelFunc, error) {
+	var env workerEnv
 	r, err := store.ParseRange(os.Getenv(envRange))
 	if err != nil {
-		return workerEnv{}, err
+		return env, nil, nil, err
 	}
 	timeout, err := time.ParseDuration(os.Getenv(envTimeout))
 	if err != nil {
-		return workerEnv{}, fmt.Errorf("%s: %w", envTimeout, err)
+		return env, nil, nil, fmt.Errorf("%s: %w", envTimeout, err)
 	}
 	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
-	return workerEnv{dir: os.Getenv(envDir), rng: r, timeout: timeout, seed: seed, proc: os.Getenv(envProc),
-		leases: os.Getenv(envLeases) == "1", fds: os.Getenv(envFDs) == "1", faults: os.Getenv(envFaults) == "1"}, nil
-}
-
-// untilStdinCloses returns a context that ends when the supervisor closes
-// the worker's stdin, which is how it ends a run.
-func untilStdinCloses() (context.Context, context.CancelFunc) {
+	env = workerEnv{rangeOf: r, timeout: timeout, seed: seed, proc: os.Getenv(envProc), rng: rand.New(rand.NewPCG(seed, uint64(os.Getpid()))),
+		leases: os.Getenv(envLeases) == "1", fds: os.Getenv(envFDs) == "1", faults: os.Getenv(envFaults) == "1"}
+	if env.log, err = openLog(os.Getenv(envDir), env.proc); err != nil {
+		return env, nil, nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	return ctx, cancel
+	return env, ctx, cancel, nil
 }
 
 // runWorker loops doing random operations until its stdin closes, then
 // releases everything and exits.
 func runWorker() error {
-	env, err := readWorkerEnv()
+	env, ctx, cancel, err := startWorker()
 	if err != nil {
 		return err
 	}
-	dir, r, timeout, proc := env.dir, env.rng, env.timeout, env.proc
-	rng := rand.New(rand.NewPCG(env.seed, uint64(os.Getpid())))
-	log, err := openLog(dir, proc)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = log.close() }()
-	ctx, cancel := untilStdinCloses()
+	defer func() { _ = env.log.f.Close() }()
 	defer cancel()
-
+	log := env.log
 	cfg := portalloc.Config{
-		Mode: portalloc.ModeStateStore, StateDir: filepath.Join(dir, "state"),
+		Mode: portalloc.ModeStateStore, StateDir: filepath.Join(os.Getenv(envDir), "state"),
 		StoreDSN: os.Getenv(envStore), Host: os.Getenv(envHost),
-		Range: r, AllowEphemeralOverlap: true, Timeout: timeout,
+		Range: env.rangeOf, AllowEphemeralOverlap: true, Timeout: env.timeout,
 	}
 	// The checker places the comparisons with the store after a restart
 	// or a failover by the repair events this logs; the store's other
 	// decisions (a lost file set aside, a new one given the marks) go in
 	// the log for reading a violation.
-	cfg.Logger = repairLogger(log, env.faults || cfg.Host != "")
+	errs := portalloc.TextLogger(os.Stderr, slog.LevelError).GetSink()
+	cfg.Logger = logr.New(repairSink{log: log, errs: errs, probeKeys: env.faults || cfg.Host != ""})
 	a, err := open(ctx, log, cfg, env.faults)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -152,7 +147,7 @@ func runWorker() error {
 		log.add(Event{Kind: KindError, Err: err.Error()})
 		return err
 	}
-	w := &worker{a: a, log: log, rng: rng, rangeOf: r, dir: dir, proc: proc, timeout: timeout, held: map[store.Reservation]held{}, faults: env.faults}
+	w := &worker{workerEnv: env, a: a, held: map[store.Reservation]io.Closer{}}
 	if env.leases {
 		w.leases = map[string]*leased{}
 	}
@@ -166,11 +161,12 @@ func runWorker() error {
 	if stopPressure != nil {
 		stopPressure() // the limit is back: the releases below need no luck
 	}
-	for _, h := range w.held {
-		w.release(ctx, h)
+	for r, sock := range w.held {
+		w.release(ctx, r, sock)
 	}
 	for _, l := range w.leases {
-		w.releaseLease(ctx, l)
+		w.endLease(l, KindRelease, "")
+		w.giveBackLease(ctx, l)
 	}
 	w.retryReleases(ctx)
 	log.add(Event{Kind: KindExit, Reaped: a.Stats().Reaped})
@@ -208,25 +204,16 @@ func open(ctx context.Context, log *eventLog, cfg portalloc.Config, faults bool)
 }
 
 type worker struct {
-	a       *portalloc.Allocator
-	log     *eventLog
-	rng     *rand.Rand
-	rangeOf store.Range
-	dir     string
-	proc    string
-	nchild  int // children started, for their names
-	timeout time.Duration
-	held    map[store.Reservation]held
-	probes  int64 // the allocator's probe failures logged so far
+	workerEnv
+	a      *portalloc.Allocator
+	nchild int                             // children started, for their names
+	held   map[store.Reservation]io.Closer // the grants the worker holds, with the sockets proving them
+	probes int64                           // the allocator's probe failures logged so far
 	// leases holds the worker's leases by holder (-leases; nil without),
 	// nlease counts those asked for, for their holders' names.
 	leases map[string]*leased
 	nlease int
-	// press is the worker's descriptor pressure (-fd-pressure; nil
-	// without).
-	press *pressure
-	// faults: the run restarts its server or fails over (workerEnv).
-	faults bool
+	press  *pressure // the worker's descriptor pressure (-fd-pressure; nil without)
 	// unreleased are grants whose release failed for a passing reason (a
 	// shortage, a timeout): their rows are the live worker's until it
 	// releases them, so it tries again.
@@ -303,8 +290,8 @@ func (w *worker) step(ctx context.Context) {
 	case n < 50 && len(w.held) < maxHeld:
 		w.grant(ctx, true)
 	case n < 80 && len(w.held) > 0:
-		for _, h := range w.held { // a random one: map order
-			w.release(ctx, h)
+		for r, sock := range w.held { // a random one: map order
+			w.release(ctx, r, sock)
 			break
 		}
 	case n < 85:
@@ -327,20 +314,7 @@ func (w *worker) request() portalloc.Request {
 func (w *worker) grant(ctx context.Context, static bool) {
 	req := w.request()
 	start := time.Now()
-	var r store.Reservation
-	op := "allocate"
-	if static {
-		op = "reserve"
-	}
-	err := w.call(ctx, op, func(ctx context.Context) (err error) {
-		if static {
-			port := w.rangeOf.First + uint16(w.rng.IntN(w.rangeOf.Size()))
-			r, err = w.a.Reserve(ctx, req, port)
-		} else {
-			r, err = w.a.Allocate(ctx, req)
-		}
-		return err
-	})
+	r, err := w.ask(ctx, req, static, "")
 	dur := time.Since(start)
 	switch {
 	case err == nil:
@@ -370,7 +344,26 @@ func (w *worker) grant(ctx context.Context, static bool) {
 		w.giveBack(ctx, r)
 		return
 	}
-	w.held[r] = held{r: r, sock: sock}
+	w.held[r] = sock
+}
+
+// ask allocates a port for req, or reserves a random port of the range
+// (static), through w.call; the call's name ends in suffix.
+func (w *worker) ask(ctx context.Context, req portalloc.Request, static bool, suffix string) (r store.Reservation, err error) {
+	op := "allocate"
+	if static {
+		op = "reserve"
+	}
+	err = w.call(ctx, op+suffix, func(ctx context.Context) (err error) {
+		if static {
+			port := w.rangeOf.First + uint16(w.rng.IntN(w.rangeOf.Size()))
+			r, err = w.a.Reserve(ctx, req, port)
+		} else {
+			r, err = w.a.Allocate(ctx, req)
+		}
+		return err
+	})
+	return r, err
 }
 
 // unexpected says what an unexpected error of a call is; a shortage of
@@ -415,14 +408,14 @@ func (w *worker) bindGrant(ctx context.Context, r store.Reservation, holder stri
 
 // release closes the socket first, logs, then releases: the logged claim
 // ends before any other process can be granted the port.
-func (w *worker) release(ctx context.Context, h held) {
-	_ = h.sock.Close()
-	w.log.add(Event{Kind: KindRelease, Proto: string(h.r.Protocol), Addr: h.r.Addr.String(), Port: h.r.Port})
-	delete(w.held, h.r)
+func (w *worker) release(ctx context.Context, r store.Reservation, sock io.Closer) {
+	_ = sock.Close()
+	w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port})
+	delete(w.held, r)
 	// Releases run even after the run's context ends: that is when a
 	// worker gives back everything it holds. One that times out leaves a
 	// row of this live worker, reaped once it exits.
-	w.giveBack(ctx, h.r)
+	w.giveBack(ctx, r)
 }
 
 // giveBack releases a grant whose claim the log has ended. A release
@@ -463,13 +456,8 @@ func (w *worker) retryReleases(ctx context.Context) {
 // reservation to it, and lets it bind. The child waits for the go-ahead,
 // so it never binds a port that is not yet its own.
 func (w *worker) handoff(ctx context.Context) {
-	req := w.request()
-	var r store.Reservation
 	start := time.Now()
-	err := w.call(ctx, "allocate", func(ctx context.Context) (err error) {
-		r, err = w.a.Allocate(ctx, req)
-		return err
-	})
+	r, err := w.ask(ctx, w.request(), false, "")
 	if err != nil {
 		return
 	}
@@ -542,25 +530,26 @@ func runChild() error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = log.close() }()
-	if b, _ := io.ReadAll(io.LimitReader(os.Stdin, 1)); len(b) == 0 {
-		// The worker gave up on the handoff, or died before it.
-		log.add(Event{Kind: KindChildExit, Proto: proto, Addr: addr, Port: uint16(port)})
-		return nil
+	defer func() { _ = log.f.Close() }()
+	ev := func(kind string) Event { return Event{Kind: kind, Proto: proto, Addr: addr, Port: uint16(port)} }
+	// Without the go-ahead the worker gave up on the handoff, or died
+	// before it. A child that cannot bind exits at once: its claim ends
+	// there, and the failure is counted once, not again as every later
+	// grant of the port.
+	if b, _ := io.ReadAll(io.LimitReader(os.Stdin, 1)); len(b) > 0 {
+		r := store.Reservation{Key: store.Key{Protocol: store.Protocol(proto), Addr: netip.MustParseAddr(addr), Port: uint16(port)}}
+		e := ev(KindChildBind)
+		sock, err := bind(r)
+		if err != nil {
+			e.Err = err.Error()
+		}
+		log.add(e)
+		if err == nil {
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+			_ = sock.Close()
+		}
 	}
-	r := store.Reservation{Key: store.Key{Protocol: store.Protocol(proto), Addr: netip.MustParseAddr(addr), Port: uint16(port)}}
-	sock, err := bind(r)
-	if err != nil {
-		log.add(Event{Kind: KindChildBind, Proto: proto, Addr: addr, Port: uint16(port), Err: err.Error()})
-		// It exits now: its claim ends here, and the failure is counted
-		// once, not again as every later grant of the port.
-		log.add(Event{Kind: KindChildExit, Proto: proto, Addr: addr, Port: uint16(port)})
-		return nil
-	}
-	log.add(Event{Kind: KindChildBind, Proto: proto, Addr: addr, Port: uint16(port)})
-	time.Sleep(time.Duration(ms) * time.Millisecond)
-	_ = sock.Close()
-	log.add(Event{Kind: KindChildExit, Proto: proto, Addr: addr, Port: uint16(port)})
+	log.add(ev(KindChildExit))
 	return nil
 }
 

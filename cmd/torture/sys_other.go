@@ -27,3 +27,10 @@ func (*clockStepper) step(func(offset, frac time.Duration) time.Duration) (time.
 }
 
 func (*clockStepper) close() error { return nil }
+
+// canPressure reports whether this platform can run -fd-pressure.
+const canPressure = false
+
+func countOpen() (int, error) { return 0, errNoPressure }
+
+func lowerNoFile(uint64) (func() error, error) { return nil, errNoPressure }
