@@ -29,11 +29,14 @@ import (
 // installs this test binary as "berth" on PATH, so "exec berth" and a shell
 // script calling berth both start a process of their own.
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
-		"berth":            func() { os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) },
-		"berth-testserver": func() { os.Exit(testServer(os.Args[1:])) },
-	})
+	commands["berth"] = func() { os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) }
+	commands["berth-testserver"] = func() { os.Exit(testServer(os.Args[1:])) }
+	testscript.Main(m, commands)
 }
+
+// commands are the programs this test binary also is, by name (TestMain);
+// platform files add theirs.
+var commands = map[string]func(){}
 
 // Each script runs on a state directory of its own, in parallel with the
 // others, and berth doctor binds every port of its range: so each script

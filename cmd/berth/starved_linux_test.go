@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth-go/berth/internal/testports"
+)
+
+func init() { commands["berth-flocker"] = func() { os.Exit(flocker(os.Args[1:])) } }
+
+// flocker takes the store's write lock (the flock of berth.db.lock in the
+// directory args[0], which every write of the store takes first), prints
+// "ready" and holds it until its standard input closes: stopped with
+// SIGSTOP, it is a lock holder frozen in the middle of a write.
+func flocker(args []string) int {
+	f, err := os.OpenFile(filepath.Join(args[0], "berth.db.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return 1
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		return 1
+	}
+	os.Stdout.WriteString("ready\n")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// TestBoundedWhenStarved: with the store's write lock held by a frozen
+// process and every core kept busy by two busy loops each, every berth
+// command that writes to the store returns within its --timeout plus a
+// second, saying the store is busy, round after round.
+func TestBoundedWhenStarved(t *testing.T) {
+	if testing.Short() {
+		t.Skip("keeps every core busy")
+	}
+	testports.Hold(t, testports.CmdBerth)
+	r := testports.Range{First: testports.CmdBerth.Last - 49, Last: testports.CmdBerth.Last - 40}
+	env := append(berthEnv(t, r), "BERTH_MODE=statestore")
+	var dir string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "BERTH_STATE_DIR="); ok {
+			dir = v
+		}
+	}
+	// The store exists, with a port of a shell that has exited, before
+	// its lock is taken.
+	seed := exec.Command("berth", "get", "--label", "seed")
+	seed.Env = env
+	out, err := seed.Output()
+	if err != nil {
+		t.Fatalf("berth get: %v", err)
+	}
+	port := strings.TrimSpace(string(out))
+
+	lk := exec.Command("berth-flocker", dir)
+	lk.Env = env
+	stdin, err := lk.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := lk.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = lk.Process.Signal(syscall.SIGCONT)
+		_ = stdin.Close()
+		_ = lk.Wait()
+	})
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("berth-flocker said %q; want ready", line)
+	}
+	if err := lk.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 * runtime.NumCPU() {
+		busy := exec.Command("sh", "-c", "while :; do :; done")
+		if err := busy.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = busy.Process.Kill(); _ = busy.Wait() })
+	}
+
+	const timeout = 2 * time.Second
+	commands := [][]string{
+		{"get", "--label", "starved"},
+		{"reserve", strconv.Itoa(int(r.Last))},
+		{"release", port, "--owner", strconv.Itoa(os.Getpid())},
+		{"reap"},
+	}
+	for round := range 3 {
+		for _, args := range commands {
+			cmd := exec.Command("berth", append(args, "--timeout", timeout.String())...)
+			cmd.Env = env
+			start := time.Now()
+			out, err := cmd.CombinedOutput()
+			took := time.Since(start)
+			if took > timeout+time.Second {
+				t.Errorf("round %d: berth %s took %v with the store's lock frozen and every core busy; want at most %v (output %q)",
+					round, strings.Join(args, " "), took, timeout+time.Second, out)
+			}
+			if err == nil && args[0] != "reap" && args[0] != "release" {
+				t.Errorf("round %d: berth %s succeeded with the store's lock frozen: %q", round, strings.Join(args, " "), out)
+			}
+		}
+	}
+}
