@@ -12,14 +12,8 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Failover: an asynchronous standby loses the commits it had not
-// received, and nothing in the database tells a holder so. Each Store
-// therefore reports through Check (see the package doc for when) that its
-// holders are to compare what they hold with the store; portalloc's
-// Allocator puts back what is missing and deletes again what it released.
-
-// losses is what Check reports: reasons to compare, and how many of them
-// the holders have dealt with.
+// losses is what Check reports (see Failover in the package doc): reasons
+// for the holders to compare, and how many of them they have dealt with.
 type losses struct {
 	lossSeq atomic.Uint64          // bumped by noteLoss
 	lossWhy atomic.Pointer[string] // the latest reason
@@ -31,7 +25,6 @@ const (
 	routine    = "lease renewal" // the reason noteLoss is given at every lease renewal
 )
 
-// noteLoss records a reason for the holders to compare.
 func (s *Store) noteLoss(why string) {
 	// A renewal does not hide a sign of loss not dealt with yet.
 	if p := s.lossWhy.Load(); why != routine || p == nil || *p == routine || s.lossSeq.Load() <= s.settled.Load() {
@@ -72,8 +65,7 @@ func (s *Store) Check(_ context.Context) error {
 }
 
 const (
-	// qServer reads, on each new connection, when its server started
-	// and this host's number ($1 is the host's name).
+	// qServer reads, on each new connection, when its server started and host $1's number.
 	qServer = "SELECT pg_postmaster_start_time(), (SELECT host_no FROM berth_hosts WHERE host_id = $1)"
 	// qReRegisterHost registers host $2 again under its old number $1,
 	// with a lease of $3 ms for the boot $4, unless either is taken.

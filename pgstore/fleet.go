@@ -20,12 +20,10 @@ import (
 // Fleet-wide reservations (see the package doc). Every lease time is the
 // server's: set as now() + ttl and compared with now() in SQL.
 const (
-	// qFleetReserve grants the first port of the band $3..$4, going up
-	// from $3 + $8 and wrapping round, that no row of any host holds for an
-	// address conflicting with $2, as a row of no host held by $5 until $6
-	// ms from now. The walk visits every port of the band once, so "no
-	// row" means exactly that the band is exhausted. See fleetQuery for
-	// what it returns.
+	// qFleetReserve grants the first port of the band $3..$4, going up from $3 + $8 and wrapping
+	// round, that no row of any host holds for an address conflicting with $2, as a row of no host
+	// held by $5 until $6 ms from now. The walk visits every port of the band once, so "no row"
+	// means exactly that the band is exhausted. See fleetQuery for what it returns.
 	qFleetReserve = "WITH " + qGate + ", free AS (" +
 		" SELECT c.port FROM generate_series(0, $4::int - $3::int) AS g(i)," +
 		"  LATERAL (SELECT $3::int + ($8::int + g.i) % ($4::int - $3::int + 1) AS port) AS c" +
@@ -56,11 +54,9 @@ const (
 		" coalesce((SELECT wait_ms FROM gate) <> 0 AND $8::timestamptz > now(), false)"
 	qFleetRelease = "DELETE FROM berth_port_allocations WHERE " + leaseMatch
 
-	// qHostSeen registers host $1, unknown yet, with a lease that has
-	// ended, for its berth to renew once it runs there.
+	// qHostSeen registers host $1, unknown yet, with an ended lease for its berth to renew.
 	qHostSeen = "INSERT INTO berth_hosts (host_id, expires_at) VALUES ($1, now()) ON CONFLICT (host_id) DO NOTHING"
-	// qFleetNarrow moves holder $4's fleet-wide row of the key to host $5
-	// (idempotent when it is there already).
+	// qFleetNarrow moves holder $4's row of the key to host $5 (idempotent when there already).
 	qFleetNarrow = "UPDATE berth_port_allocations p SET host_no = h.host_no FROM berth_hosts h" +
 		" WHERE h.host_id = $5 AND (p.host_no IS NULL OR p.host_no = h.host_no) AND p." + leaseMatch
 	// qFleetWhere names the host holder $4's row of the key is on.
@@ -69,8 +65,7 @@ const (
 
 	qReapLeases = "DELETE FROM berth_port_allocations WHERE owner_kind = 'lease' AND lease_expires < now()"
 
-	// qSetLockTimeout bounds a set's wait for a port another transaction
-	// holds uncommitted: far shorter than the deadlock check.
+	// qSetLockTimeout bounds a set's wait for a port held uncommitted: far shorter than the deadlock check.
 	qSetLockTimeout = "SET LOCAL lock_timeout = '100ms'"
 
 	qLeases = "SELECT p.protocol, p.port, host(p.address), p.holder, p.label, coalesce(h.host_id, ''), p.lease_expires, p.created_at" +
@@ -177,8 +172,7 @@ func (s *Store) ReserveFleet(ctx context.Context, req FleetRequest) (FleetReserv
 	return FleetReservation{}, fmt.Errorf("%s: %w: lost the race for a port %d times; try again", op, store.ErrBusy, maxAttempts)
 }
 
-// checkFleet validates req, filling in its default address, and returns
-// its key (port 1) and lease.
+// checkFleet validates req, filling in its default address, and returns its key (port 1) and lease.
 func checkFleet(req *FleetRequest) (store.Key, time.Duration, error) {
 	if req.Addr == (netip.Addr{}) {
 		req.Addr = netip.IPv4Unspecified()
@@ -271,10 +265,8 @@ func (s *Store) ReserveFleetSet(ctx context.Context, reqs []FleetRequest) ([]Fle
 	return nil, fmt.Errorf("%s: %w: lost the race for its ports %d times; nothing was reserved; try again", op, store.ErrBusy, maxAttempts)
 }
 
-// fleetSetOnce tries to grant the set in one transaction. It returns the
-// reservations and -1; or nil and the index of the first request whose
-// band had no free port; or nil and len(reqs) when a race was lost; or nil
-// and the gate's wait.
+// fleetSetOnce tries the set in one transaction: the reservations and -1; or nil and the index
+// of the first request whose band had no free port, or len(reqs) for a race lost; or the gate's wait.
 func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, reqs []FleetRequest, ttls []time.Duration) ([]FleetReservation, int, int64, error) {
 	if err := s.grantable(); err != nil {
 		return nil, 0, 0, fmt.Errorf("%s: %w", op, err)
@@ -333,22 +325,20 @@ func (s *Store) fleetSetOnce(ctx context.Context, op string, keys []store.Key, r
 	return nil, 0, 0, s.fail(ctx, op, err)
 }
 
-// errSetFull, errSetRace and errSetGated roll a set's transaction back.
+// These roll a set's transaction back.
 var (
 	errSetFull  = errors.New("a band of the set has no free port")
 	errSetRace  = errors.New("lost the race for a port of the set")
 	errSetGated = errors.New("grants are paused")
 )
 
-// isLockWait reports whether lock_timeout ran out or a deadlock was found.
 func isLockWait(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.DeadlockDetected)
 }
 
-// fleetQuery runs qFleetReserve on q for req: the gate's wait, and the
-// free port found (nil: none) with its row's creation and lease's end
-// (nil: a race lost for the port).
+// fleetQuery runs qFleetReserve: the gate's wait, and the free port found (nil: none)
+// with its row's creation and lease's end (nil: a race lost for the port).
 func (s *Store) fleetQuery(ctx context.Context, q querier, key store.Key, req FleetRequest, ttl time.Duration) (
 	wait int64, port *int32, created, expires *time.Time, err error) {
 	err = q.QueryRow(ctx, qFleetReserve, string(key.Protocol), key.Addr.String(), int32(req.Band.First), int32(req.Band.Last),
@@ -395,9 +385,8 @@ func (s *Store) RenewFleet(ctx context.Context, key store.Key, holder string, tt
 		return err
 	}
 	if renewed+restored == 0 && restoring {
-		// In a grace period no port is granted anew: a row the change
-		// brought back, released before it, holds the port; its holder
-		// releases it again.
+		// No port is granted anew in a grace period: a row the change brought back,
+		// released before it, holds the port; its holder releases it again.
 		return fmt.Errorf("%s: %w", op, &graceError{Blocked: errors.New("another row holds the port")})
 	}
 	if renewed+restored == 0 || expires == nil {
@@ -513,7 +502,6 @@ func (s *Store) Leases(ctx context.Context) ([]FleetReservation, error) {
 	}, qLeases)
 }
 
-// reapLeases deletes the lease rows whose lease has run out.
 func (s *Store) reapLeases(ctx context.Context) (int64, error) {
 	n, err := s.exec(ctx, "reap lapsed leases", qReapLeases)
 	if err != nil {
@@ -535,7 +523,6 @@ func (s *Store) bandStart(band store.Range) int32 {
 	return int32(rand.IntN(n))
 }
 
-// checkLease normalises key and validates holder.
 func checkLease(key store.Key, holder string) (store.Key, error) {
 	key, err := key.Normalize()
 	if err != nil {

@@ -23,8 +23,7 @@ import (
 // server, and takes back what holders held:
 //
 //   - berth_server records the server by its pg_postmaster_start_time(),
-//     which every restart, promotion and restore changes. The migration
-//     that made the table recorded the first one.
+//     which every restart, promotion and restore changes.
 //   - Every grant statement reads the record in its own statement (qGate):
 //     on an unrecorded server, or within a grace period, it inserts
 //     nothing, so no client's timing decides.
@@ -47,12 +46,9 @@ import (
 const (
 	minGraceMargin     = 2 * time.Second // added to a third of the lease: see Options.Grace
 	defaultGraceMargin = 5 * time.Second
-	// maxGrace bounds Options.Grace: a longer pause is a misconfiguration.
-	maxGrace = 10 * time.Minute
-	// pollGrace is how often a grant waiting out a grace period looks
-	// again; watchRetry how often watch connects again.
-	pollGrace  = 100 * time.Millisecond
-	watchRetry = 250 * time.Millisecond
+	maxGrace           = 10 * time.Minute       // bounds Options.Grace: a longer pause is a misconfiguration
+	pollGrace          = 100 * time.Millisecond // how often a grant waiting out a grace period looks again
+	watchRetry         = 250 * time.Millisecond // how often watch connects again
 )
 
 // gateCase is the gate's wait in ms, for the berth_server row s: 0 when
@@ -66,8 +62,7 @@ const gateCase = "CASE WHEN s.id IS NULL OR s.started <> pg_postmaster_start_tim
 	" ELSE 0 END"
 
 const (
-	// qGate is the CTE of every grant statement: its one row's wait_ms
-	// (see gateCase) must be 0 for the statement to insert.
+	// qGate is the CTE of every grant statement: it inserts only when wait_ms (gateCase) is 0.
 	qGate     = "gate AS (SELECT " + gateCase + " AS wait_ms FROM (SELECT 1) one LEFT JOIN berth_server s ON s.id = 1)"
 	qGateWait = "WITH " + qGate + " SELECT wait_ms FROM gate"
 
@@ -116,13 +111,9 @@ const (
 		" SELECT coalesce((SELECT array_agg(i::int) FROM mp), '{}'), coalesce((SELECT array_agg(i::int) FROM mf), '{}')," +
 		" coalesce((SELECT array_agg(i::int) FROM br), '{}'), (SELECT acked FROM ack), pg_postmaster_start_time(), (SELECT wait_ms FROM gate)"
 
-	// qHostSessions reads host $1's other live sessions not re-asserted.
 	qHostSessions = "SELECT session_id, owner_pid, owner_start, owner_scope, boot_id FROM berth_sessions" +
 		" WHERE host_id = $1 AND session_id <> $2 AND expires_at > now() AND acked IS DISTINCT FROM pg_postmaster_start_time()"
-	// qDropSessions deletes sessions $2 of host $1.
 	qDropSessions = "DELETE FROM berth_sessions WHERE host_id = $1 AND session_id = ANY($2::text[])"
-	// qReleaseAgain deletes the lease rows $1..$4 (protocol, port,
-	// address, holder).
 	qReleaseAgain = "DELETE FROM berth_port_allocations p USING unnest($1::text[], $2::int[], $3::text[], $4::text[]) AS d(proto, port, addr, holder)" +
 		" WHERE p.owner_kind = 'lease' AND p.protocol = d.proto AND p.port = d.port AND p.address = d.addr::inet AND p.holder = d.holder"
 	qEndSession   = "DELETE FROM berth_sessions WHERE session_id = $1"
@@ -133,8 +124,7 @@ const (
 		" FROM berth_server s CROSS JOIN gate WHERE s.id = 1"
 )
 
-// checkGrace validates Options.Grace for a lease of ttl and returns it,
-// or its default when zero.
+// checkGrace validates Options.Grace for a lease of ttl; zero: its default.
 func checkGrace(grace, ttl time.Duration) (time.Duration, error) {
 	notice := openTTL(ttl) / 3 // the longest a live Store takes to notice a change
 	switch least := notice + minGraceMargin; {
@@ -148,8 +138,7 @@ func checkGrace(grace, ttl time.Duration) (time.Duration, error) {
 	return grace, nil
 }
 
-// openTTL is the lease of a Store's host and session: ttl, or 30s when
-// ttl is zero or negative (no renewal).
+// openTTL is the lease of a Store's host and session: ttl, or 30s when not positive.
 func openTTL(ttl time.Duration) time.Duration {
 	if ttl <= 0 {
 		return 30 * time.Second
@@ -163,16 +152,14 @@ func newSessionID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// graceState is the server a Store saw last, and the one its session
-// re-asserted for.
+// graceState is the server a Store saw last, and the one its session re-asserted for.
 type graceState struct {
 	seen       atomic.Pointer[time.Time]
 	acked      atomic.Pointer[time.Time]
 	reassertMu sync.Mutex // one verification at a time
 }
 
-// noticeServer notes the server a connection found, by its start time, and
-// reports whether it is another than the one seen last (see Check).
+// noticeServer notes the server a connection found and reports whether it is another than the last.
 func (s *Store) noticeServer(started time.Time) bool {
 	prev := s.seen.Swap(&started)
 	if prev == nil || prev.Equal(started) {
@@ -193,8 +180,7 @@ func (s *Store) owes() bool {
 	return a == nil || !a.Equal(*seen)
 }
 
-// sync runs qSync on q (fresh: a new Store, with nothing to re-assert),
-// notes the server, and returns the gate's wait.
+// sync runs qSync on q (fresh: a new Store, with nothing to re-assert) and returns the gate's wait.
 func (s *Store) sync(ctx context.Context, q querier, fresh bool) (int64, error) {
 	var (
 		started            time.Time
@@ -232,12 +218,10 @@ func (s *Store) sync(ctx context.Context, q querier, fresh bool) (int64, error) 
 	return wait, nil
 }
 
-// reassert marks the Store's session re-asserted for the server, on q,
-// once every reservation granted through it and still held is in the
-// table and none released through it lately is (qVerify), and reports
-// whether the Store owes nothing now. Once the grace period is over, what
-// is still missing was not put back in time: it is logged and forgotten.
-// Errors are logged, and reported as false.
+// reassert marks the Store's session re-asserted for the server, on q, once every reservation
+// granted through it and still held is in the table and none released through it lately is
+// (qVerify), and reports whether the Store owes nothing now. Once the grace period is over, what
+// is still missing was not put back in time: it is logged and forgotten. Errors report false.
 func (s *Store) reassert(ctx context.Context, q querier) bool {
 	if !s.owes() {
 		return true
@@ -319,8 +303,7 @@ func (s *Store) reassert(ctx context.Context, q querier) bool {
 	}
 }
 
-// procColumns returns the protocols, ports, addresses and owners' pids,
-// starts and scopes of rs, as arrays.
+// procColumns returns rs as arrays of columns, in qVerify's order.
 func procColumns(rs []store.Reservation) []any {
 	var (
 		proto, addr, scope []string
@@ -368,9 +351,8 @@ func (s *Store) reassertNow(ctx context.Context) {
 	s.reassert(cctx, s.pool)
 }
 
-// clearDeadSessions deletes the sessions of this host, not re-asserted
-// for the server, whose processes have exited (or are of another boot),
-// lest they hold up the grace period until their lease runs out.
+// clearDeadSessions deletes this host's sessions not re-asserted whose processes have exited
+// (or are of another boot), lest they hold up the grace period until their lease runs out.
 func (s *Store) clearDeadSessions(ctx context.Context, q querier) {
 	type sess struct {
 		id   string
@@ -409,14 +391,9 @@ func (s *Store) clearDeadSessions(ctx context.Context, q querier) {
 // graceError reports a grant held up by the grace period after a change
 // of server. It wraps store.ErrGrace.
 type graceError struct {
-	// Left is how long the grace period runs at most, as of the refusal.
-	Left time.Duration
-	// Own: refused at once, so that this process's holders can put their
-	// reservations back.
-	Own bool
-	// Blocked: a holder's re-assertion met another row: it is to be tried
-	// again.
-	Blocked error
+	Left    time.Duration // how long the grace period runs at most, as of the refusal
+	Own     bool          // refused at once, so that this process's holders can put their reservations back
+	Blocked error         // a holder's re-assertion met another row: it is to be tried again
 }
 
 func (e *graceError) Error() string {
@@ -435,17 +412,14 @@ func (e *graceError) Error() string {
 
 func (e *graceError) Unwrap() error { return store.ErrGrace }
 
-// waitGrace waits, within ctx, for the grace period a grant met (wait) to
-// end. While this Store has yet to re-assert, it fails at once, so that
-// its process's holders can put their rows back between its calls.
+// waitGrace waits, within ctx, for the grace period a grant met (wait) to end. While this Store has
+// yet to re-assert, it fails at once, so that its process's holders can put their rows back meanwhile.
 func (s *Store) waitGrace(ctx context.Context, op string, wait int64) error {
 	synced := false
 	for {
 		if wait < 0 || !synced {
-			// Another server, not recorded yet, is recorded; and this
-			// Store learns whether its session has re-asserted for it
-			// (another Store may have recorded the change), registering
-			// it again if the change lost it.
+			// Record another server; learn whether this Store's session has re-asserted
+			// for it (another Store may have recorded it), registering it again if lost.
 			cctx, cancel := s.call(ctx)
 			w, err := s.sync(cctx, s.pool, false)
 			if err == nil && w != 0 {
@@ -490,10 +464,8 @@ func (s *Store) gateWait(ctx context.Context, op string) (int64, error) {
 	return wait, err
 }
 
-// watch keeps an idle connection of its own to the server until Close:
-// when the server goes away, it connects again every watchRetry, records
-// a change of server and re-asserts, without waiting for a call of the
-// Store or its next lease renewal.
+// watch keeps an idle connection to the server until Close: when the server goes away, it connects
+// again every watchRetry, records a change of server and re-asserts, without waiting for a call.
 func (s *Store) watch() {
 	defer s.wg.Done()
 	ctx := s.life
@@ -547,14 +519,12 @@ func (s *Store) watch() {
 	}
 }
 
-// closeConn closes a connection of watch, within a second.
 func closeConn(c *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = c.Close(ctx)
 }
 
-// endSession deletes the Store's session, at Close.
 func (s *Store) endSession() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
@@ -604,11 +574,9 @@ func (s *Store) Grace(ctx context.Context) (GraceState, error) {
 	return g, nil
 }
 
-// ledger is what was granted through a Store and not given up through
-// it, which the Store checks is in the table again before it re-asserts;
-// and what was released through it lately, which a change of server may
-// have brought back: rows, which it checks are gone again, and leases,
-// which it releases again itself.
+// ledger is what was granted through a Store and not given up, which it checks is in the table
+// again before it re-asserts; and what was released through it lately, which a change of server
+// may have brought back: rows, which it checks are gone again, and leases, which it releases again.
 type ledger struct {
 	mu       sync.Mutex
 	procs    map[procKey]store.Reservation
@@ -617,7 +585,6 @@ type ledger struct {
 	relProcs map[procKey]store.Reservation // Created: when released
 }
 
-// redoWindow is how long the ledger keeps a release.
 const redoWindow = 10 * time.Minute
 
 func newLedger() ledger {
@@ -639,7 +606,6 @@ type leaseKey struct {
 
 func procKeyOf(k store.Key, o store.Owner) procKey { return procKey{k, o.PID, o.Start, o.Namespace} }
 
-// hold records a process row granted.
 func (l *ledger) hold(r store.Reservation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -648,7 +614,6 @@ func (l *ledger) hold(r store.Reservation) {
 	delete(l.relProcs, k)
 }
 
-// release records that own released its row of key.
 func (l *ledger) release(r store.Reservation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -657,15 +622,13 @@ func (l *ledger) release(r store.Reservation) {
 	l.relProcs[k] = store.Reservation{Key: r.Key, Owner: r.Owner, Created: time.Now()}
 }
 
-// forgetRelease forgets a release of r.
 func (l *ledger) forgetRelease(r store.Reservation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.relProcs, procKeyOf(r.Key, r.Owner))
 }
 
-// releasedRowsLately returns the process rows released within
-// redoWindow, forgetting the older ones.
+// releasedRowsLately returns the process rows released within redoWindow, forgetting older ones.
 func (l *ledger) releasedRowsLately() []store.Reservation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -680,14 +643,12 @@ func (l *ledger) releasedRowsLately() []store.Reservation {
 	return out
 }
 
-// drop forgets own's row of key: transferred, or given up.
 func (l *ledger) drop(k store.Key, own store.Owner) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.procs, procKeyOf(k, own))
 }
 
-// lease records a lease row granted or renewed.
 func (l *ledger) lease(r FleetReservation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -695,7 +656,6 @@ func (l *ledger) lease(r FleetReservation) {
 	delete(l.released, leaseKey{r.Key, r.Holder})
 }
 
-// releaseLease records that holder released its lease row of key.
 func (l *ledger) releaseLease(k store.Key, holder string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -703,7 +663,6 @@ func (l *ledger) releaseLease(k store.Key, holder string) {
 	l.released[leaseKey{k, holder}] = time.Now()
 }
 
-// releasedLately is releasedRowsLately for leases.
 func (l *ledger) releasedLately() []leaseKey {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -718,14 +677,12 @@ func (l *ledger) releasedLately() []leaseKey {
 	return out
 }
 
-// unlease forgets holder's lease row of key.
 func (l *ledger) unlease(k store.Key, holder string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.leases, leaseKey{k, holder})
 }
 
-// narrow records that holder's lease row of key is host's now.
 func (l *ledger) narrow(k store.Key, holder, host string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -735,7 +692,6 @@ func (l *ledger) narrow(k store.Key, holder, host string) {
 	}
 }
 
-// leaseOf returns holder's lease row of key, and whether there is one.
 func (l *ledger) leaseOf(k store.Key, holder string) (FleetReservation, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -24,17 +24,14 @@ const (
 	// constraintName is the exclusion constraint of migration 1.
 	constraintName = "berth_port_allocations_no_conflict"
 
-	// qGuarded reports whether the table has its exclusion constraint.
 	qGuarded = "EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'berth_port_allocations'::regclass" +
 		" AND conname = '" + constraintName + "' AND contype = 'x')"
 
-	// qGuardLock queues the stores of a database that restore the
-	// constraint at once (any schema's: btree_gist is the database's).
+	// qGuardLock queues the stores restoring the constraint at once (any schema's: btree_gist is the database's).
 	qGuardLock = "SELECT pg_advisory_xact_lock(hashtext('" + constraintName + "'))"
 
-	// qRestoreGuard puts the constraint back as migration 1 made it. It
-	// checks every row as it builds the index, so it fails, changing
-	// nothing, when rows granted meanwhile conflict.
+	// qRestoreGuard puts the constraint back as migration 1 made it. It checks every row as it
+	// builds the index, so it fails, changing nothing, when rows granted meanwhile conflict.
 	qRestoreGuard = "ALTER TABLE berth_port_allocations ADD CONSTRAINT " + constraintName + " EXCLUDE USING gist (" +
 		"host_span WITH &&, protocol WITH =, port WITH =, addr_span WITH &&)"
 )
@@ -42,8 +39,7 @@ const (
 // guardError reports that berth's table lost its exclusion constraint and
 // the store could not put it back. It wraps store.ErrDamaged.
 type guardError struct {
-	// Err is why the constraint could not be restored.
-	Err error
+	Err error // why the constraint could not be restored
 }
 
 func (e *guardError) Error() string {
@@ -54,8 +50,7 @@ func (e *guardError) Error() string {
 
 func (e *guardError) Unwrap() []error { return []error{store.ErrDamaged, e.Err} }
 
-// guard restores the constraint when a claim found it missing, and
-// records whether grants may go on.
+// guard restores the constraint when a claim found it missing, and records whether grants may go on.
 func (s *Store) guard(ctx context.Context, guarded bool) error {
 	if guarded {
 		s.guardErr.Store(nil)
@@ -111,11 +106,8 @@ func (s *Store) restoreGuard(ctx context.Context) error {
 
 // grantable fails when the store is closed or refuses grants (guard).
 func (s *Store) grantable() error {
-	if err := s.open(); err != nil {
-		return err
-	}
-	if gerr := s.guardErr.Load(); gerr != nil {
+	if gerr := s.guardErr.Load(); gerr != nil && !s.closed.Load() {
 		return gerr
 	}
-	return nil
+	return s.open()
 }

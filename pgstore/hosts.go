@@ -16,21 +16,17 @@ import (
 // with now() in SQL and takes durations as milliseconds, so a client's
 // clock or time zone decides nothing.
 const (
-	// qRegisterHost adds host $1 with a lease of $2 ms; qClaimHost
-	// renews it when the host is known already.
+	// qRegisterHost adds host $1 with a lease of $2 ms; qClaimHost renews it when known.
 	qRegisterHost = "INSERT INTO berth_hosts (host_id, expires_at) VALUES ($1, now() + $2::bigint * interval '1 millisecond')" +
 		" ON CONFLICT (host_id) DO NOTHING"
-	// qClaimHost renews host $1's lease to $2 ms from now for the boot $3,
-	// never shortening it, and reads and resets what other hosts left for
-	// it: the rows they deleted (lost_rows), whether it was retired, and
-	// whether its lease had lapsed. The first CTE locks the host's row, so
-	// a reaping or retirement that runs meanwhile is counted either in this
-	// claim or in the next, never lost.
+	// qClaimHost renews host $1's lease to $2 ms from now for the boot $3, never shortening it,
+	// and reads and resets what other hosts left for it: the rows they deleted (lost_rows),
+	// whether it was retired, and whether its lease had lapsed. The first CTE locks the host's
+	// row, so a reaping or retirement that runs meanwhile is counted in this claim or the next.
 	//
-	// A lease that is live, not retired, and held by another boot (both
-	// known) belongs to another machine under the same name: then nothing
-	// changes (taken), and the statement returns that boot and how many ms
-	// its lease has left. The row lock serialises two machines' claims.
+	// A lease that is live, not retired, and held by another boot (both known) belongs to
+	// another machine under the same name: then nothing changes (taken), and the statement
+	// returns that boot and its lease's ms left. The row lock serialises two machines' claims.
 	qClaimHost = "WITH old AS (SELECT host_no, lost_rows, retired_at IS NOT NULL AS retired, expires_at < now() AS lapsed, boot_id," +
 		" (retired_at IS NULL AND expires_at >= now() AND boot_id <> '' AND $3::text <> '' AND boot_id <> $3::text) AS taken," +
 		" greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint AS left_ms" +
@@ -67,9 +63,8 @@ const (
 		" WHERE host_no = $1 RETURNING (SELECT count(*) FROM gone)"
 )
 
-// claim registers the host or renews its lease to ttl from now, by the
-// server's clock, reports what it lost meanwhile, and
-// checks the exclusion constraint (see guard).
+// claim registers the host or renews its lease to ttl from now, by the server's clock,
+// reports what it lost meanwhile, and checks the exclusion constraint (see guard).
 func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 	if err := s.open(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -90,8 +85,7 @@ func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 	err := scan()
 	registered := false
 	if errors.Is(err, pgx.ErrNoRows) {
-		// A new host, or one whose row was lost: register it, under its
-		// old number when it had one.
+		// A new host, or one whose row was lost: register it, under its old number if free.
 		if _, err = s.register(cctx, s.pool, ttl); err == nil {
 			registered = true
 			err = scan()
@@ -216,8 +210,7 @@ func (s *Store) Retire(ctx context.Context, host string, opts RetireOptions) (in
 	return int(n), nil
 }
 
-// refusal is an error whose message says what was refused and why, and
-// which wraps err: a *store.FieldError, or an error of package store.
+// refusal says what was refused and why, and wraps a *store.FieldError or an error of package store.
 type refusal struct {
 	msg string
 	err error
@@ -226,8 +219,8 @@ type refusal struct {
 func (e *refusal) Error() string { return e.msg }
 func (e *refusal) Unwrap() error { return e.err }
 
-// reapLapsed deletes, in one transaction, the rows of other hosts whose
-// lease ended more than Options.ReapAfter ago, and returns how many.
+// reapLapsed deletes, in one transaction, the rows of other hosts whose lease ended more than
+// ReapAfter ago, and returns how many.
 func (s *Store) reapLapsed(ctx context.Context) (int64, error) {
 	if s.reap < 0 {
 		return 0, nil
@@ -240,7 +233,6 @@ func (s *Store) reapLapsed(ctx context.Context) (int64, error) {
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	err := pgx.BeginFunc(cctx, s.pool, func(tx pgx.Tx) error {
-		got = got[:0] // BeginFunc runs this once; reset anyway
 		rows, err := tx.Query(cctx, qLapsedHosts, s.hostNo(), s.reap.Milliseconds())
 		if err != nil {
 			return err

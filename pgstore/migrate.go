@@ -69,7 +69,6 @@ func migrateUp(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration, 
 	if d, ok := ctx.Deadline(); ok {
 		wait = time.Until(d)
 	}
-	// Each round trip has timeout, as the Store's calls have.
 	rctx, rcancel := context.WithTimeout(ctx, timeout)
 	conn, err := pgx.ConnectConfig(rctx, cfg)
 	if err != nil {
@@ -184,9 +183,8 @@ func resolveDirty(ctx context.Context, db *sql.DB, drv database.Driver, src sour
 	return drv.SetVersion(to, false)
 }
 
-// migrateErr wraps a migration's error: the context's error when ctx
-// ended, else one wrapping store.ErrStorage, which says the server did not
-// answer within limit when that was the cause.
+// migrateErr wraps a migration's error: the context's error when ctx ended, else one
+// wrapping store.ErrStorage, which says when the server did not answer within limit.
 func migrateErr(ctx context.Context, op string, limit time.Duration, err error) error {
 	switch {
 	case ctx.Err() != nil:

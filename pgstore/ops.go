@@ -134,7 +134,6 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	return n + int(m) + int(l), err
 }
 
-// reapOwn deletes this host's reservations whose owners have exited.
 func (s *Store) reapOwn(ctx context.Context) (int, error) {
 	owners, err := query(ctx, s, s.open, "reap", func(r pgx.CollectableRow) (store.Owner, error) {
 		var o store.Owner

@@ -15,9 +15,8 @@ const (
 		" CASE owner_kind WHEN 'lease' THEN '" + leaseKind + "' ELSE owner_scope END, coalesce(holder, owner_name)," +
 		" label, kind, created_at"
 
-	// qInsert grants a key when nothing conflicts and no grace period
-	// holds grants ($11: a restore, which a grace period lets through). It
-	// returns the row's creation time (NULL: no row) and the gate's wait.
+	// qInsert grants a key when nothing conflicts and no grace period holds grants ($11: a restore,
+	// which a grace period lets through). It returns the row's creation time (NULL: none) and the gate's wait.
 	qInsert = "WITH " + qGate + ", ins AS (INSERT INTO berth_port_allocations" +
 		" (host_no, protocol, port, address, owner_pid, owner_start, owner_scope, owner_name, label, kind)" +
 		" SELECT $1, $2, $3, $4::inet, $5, $6, $7, $8, $9, $10 WHERE $11::bool OR (SELECT wait_ms FROM gate) = 0" +
@@ -31,11 +30,10 @@ const (
 		" AND addr_span && berth_addr_span($4::inet)" +
 		" ORDER BY port, address"
 
-	// qScan grants the first of the candidates $5 that no row conflicts
-	// with; when it grants none, the result holds the candidates' holders
-	// instead, to be judged without another round trip. The first column
-	// tells which a row is; while a grace period holds grants the result
-	// is one row of port 0 whose second column is the gate's wait.
+	// qScan grants the first of the candidates $5 that no row conflicts with; when it grants none,
+	// the result holds the candidates' holders instead, to be judged without another round trip. The
+	// first column tells which a row is; while a grace period holds grants the result is one row of
+	// port 0 whose second column is the gate's wait.
 	qScan = "WITH " + qGate + ", free AS (" +
 		" SELECT c.port FROM unnest($5::int[]) WITH ORDINALITY AS c(port, ord)" +
 		" WHERE NOT EXISTS (SELECT 1 FROM berth_port_allocations p" +

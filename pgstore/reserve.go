@@ -199,8 +199,7 @@ func (s *Store) Scan(ctx context.Context, req store.ScanRequest) (store.Reservat
 	}
 }
 
-// scanOnce runs qScan on candidates: the row granted, or none and the
-// candidates' holders, or the gate's wait.
+// scanOnce runs qScan: the row granted, or none and the candidates' holders, or the gate's wait.
 func (s *Store) scanOnce(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, candidates []int32) (*row, []row, int64, error) {
 	if err := s.grantable(); err != nil {
 		return nil, nil, 0, fmt.Errorf("%s: %w", op, err)
@@ -328,8 +327,7 @@ func (s *Store) ScanBlock(ctx context.Context, req store.ScanRequest, n int) ([]
 	}
 }
 
-// insertBlock inserts the block base..last: the rows, or nil when it was
-// refused, or the gate's wait.
+// insertBlock inserts base..last: the rows, or nil when refused, or the gate's wait.
 func (s *Store) insertBlock(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, base, last uint16) ([]store.Reservation, int64, error) {
 	rows, err := s.queryRows(ctx, s.grantable, op, qBlock, s.hostNo(), string(key.Protocol), key.Addr.String(), string(kind),
 		int32(base), int32(last), own.PID, own.Start, own.Namespace, own.Name, label)
@@ -339,8 +337,7 @@ func (s *Store) insertBlock(ctx context.Context, op string, key store.Key, own s
 	case err != nil:
 		return nil, 0, err
 	case len(rows) == 0:
-		// The statement inserts all of the block or fails: no row is the
-		// gate's doing.
+		// The statement inserts all of the block or fails: no row is the gate's doing.
 		wait, err := s.gateWait(ctx, op)
 		return nil, wait, err
 	}
@@ -394,9 +391,8 @@ func (s *Store) probeOrUndo(ctx context.Context, op string, probe func(store.Key
 	return nil
 }
 
-// insertOne runs qInsert: the row's creation time and true, or false when
-// a row is in the way or (with the gate's wait) a grace period holds
-// grants, which restore passes.
+// insertOne runs qInsert: the row's creation time and true, or false when a row is in
+// the way or (with the gate's wait) a grace period holds grants, which restore passes.
 func (s *Store) insertOne(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, restore bool) (time.Time, bool, int64, error) {
 	if err := s.grantable(); err != nil {
 		return time.Time{}, false, 0, fmt.Errorf("%s: %w", op, err)
@@ -425,8 +421,7 @@ func (s *Store) keyArgs(key store.Key, own store.Owner) []any {
 	return []any{s.hostNo(), string(key.Protocol), int32(key.Port), key.Addr.String(), own.PID, own.Start, own.Namespace}
 }
 
-// holders reads the rows that conflict with key's address on any of
-// ports, on this host or spanning it.
+// holders reads the rows that conflict with key's address on any of ports (qHolders).
 func (s *Store) holders(ctx context.Context, op string, key store.Key, ports []int32) ([]row, error) {
 	return s.queryRows(ctx, s.open, op, qHolders, s.hostNo(), string(key.Protocol), ports, key.Addr.String())
 }
@@ -436,9 +431,8 @@ func (s *Store) queryRows(ctx context.Context, check func() error, op, q string,
 	return query(ctx, s, check, op, func(r pgx.CollectableRow) (row, error) { return scanRow(r, nil, nil) }, q, args...)
 }
 
-// query runs q in one round trip once check passes, and reads its rows
-// with scan. An exclusion violation (a race lost) is returned as it is,
-// any other error as fail makes it.
+// query runs q once check passes and reads its rows with scan. An exclusion violation
+// (a race lost) is returned as it is, any other error as fail makes it.
 func query[T any](ctx context.Context, s *Store, check func() error, op string, scan pgx.RowToFunc[T], q string, args ...any) ([]T, error) {
 	if err := check(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -469,16 +463,14 @@ func (s *Store) queryRow(ctx context.Context, op, q string, args []any, dst ...a
 	return nil
 }
 
-// ownerKey is what identifies an owner.
 type ownerKey struct {
 	pid   int
 	start int64
 	scope string
 }
 
-// alive judges a holder: a row of another host, of the whole fleet, or a
-// lease row is taken for live (not judged from here); one of this host's
-// processes as the SQLite store judges it. memo keeps one call's verdicts.
+// alive judges a holder: another host's row or a lease row is taken for live (not judged
+// from here); one of this host's processes as the SQLite store judges it. memo keeps verdicts.
 func (s *Store) alive(ctx context.Context, r row, memo map[ownerKey]bool) bool {
 	if r.hostNo != s.hostNo() || r.Owner.Holder != "" {
 		return true
@@ -513,8 +505,7 @@ func (s *Store) clearDead(ctx context.Context, op string, key store.Key, own sto
 	return nil
 }
 
-// scanRow reads a row of rowColumns, after granted and the gate's wait
-// when granted is not nil.
+// scanRow reads a row of rowColumns, after granted and the gate's wait when granted is not nil.
 func scanRow(rows pgx.Row, granted *bool, wait *int64) (row, error) {
 	var (
 		r           row
@@ -541,15 +532,13 @@ func scanRow(rows pgx.Row, granted *bool, wait *int64) (row, error) {
 	return r, nil
 }
 
-// isExclusion reports whether err is the exclusion constraint's refusal.
 func isExclusion(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ExclusionViolation
 }
 
-// checkScan validates what Scan and ScanBlock share of a request and
-// returns its normalised key (port 1: the scan sets it), owner and kind,
-// and the batch size. A named holder is refused.
+// checkScan validates a scan's request and returns its key (port 1: the scan sets it),
+// owner, kind and batch size. A named holder is refused.
 func (s *Store) checkScan(req store.ScanRequest) (store.Key, store.Owner, store.Kind, int, error) {
 	req, err := req.Validate(s.self)
 	if err == nil {
@@ -558,8 +547,7 @@ func (s *Store) checkScan(req store.ScanRequest) (store.Key, store.Owner, store.
 	return store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, req.Batch, err
 }
 
-// validate normalises key and own (zero: this process) for Release and
-// Transfer.
+// validate normalises key and own (zero: this process) for Release and Transfer.
 func (s *Store) validate(key store.Key, own store.Owner) (store.Key, store.Owner, error) {
 	if err := noHolder(own); err != nil {
 		return store.Key{}, store.Owner{}, err
@@ -574,7 +562,6 @@ func (s *Store) validate(key store.Key, own store.Owner) (store.Key, store.Owner
 	return key, own, own.Validate()
 }
 
-// noHolder refuses a named holder in a call for a host's processes.
 func noHolder(o store.Owner) error {
 	if o.Holder != "" {
 		return &store.FieldError{Field: "owner", Value: o.String(), Want: "a process of this host: a fleet's named holders reserve fleet-wide (pgstore.Store.ReserveFleet, berth fleet reserve), and NarrowFleet gives such a port a host"}

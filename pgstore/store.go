@@ -14,12 +14,10 @@
 //
 // # Owners and hosts
 //
-// An owner is a process of the Store's host (for other owners see
-// Fleet-wide reservations below). A row of this host whose owner has
-// exited (store.Owner.Alive) is deleted when it stands in the way of a
-// reservation, by Reap, and by the background sweep. Another host's
-// processes cannot be seen from here, so its rows are never judged one by
-// one.
+// An owner is a process of the Store's host (for others see Fleet-wide
+// reservations). A row of this host whose owner has exited is deleted when
+// it stands in the way, by Reap, and by the background sweep. Another
+// host's processes cannot be seen from here: its rows are never judged one by one.
 //
 // Each host holds a lease in berth_hosts, renewed every third of
 // Options.LeaseTTL, by the server's clock. A lapsed lease makes a host
@@ -38,9 +36,8 @@
 // new boot takes the name over: a reboot, whose first Store deletes the
 // old boot's rows.
 //
-// The host's row counts the rows deleted either way. A host that comes
-// back learns the count when it next opens a Store or renews its lease:
-// the Store logs an error and adds it to Stats.LostRows.
+// A host that comes back learns at its next Open or lease renewal how many of its
+// rows were deleted either way: the Store logs an error and adds them to Stats.LostRows.
 //
 // # Fleet-wide reservations
 //
@@ -249,9 +246,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgconn hides passwords only as far as it recognises them, and
-		// its error keeps the DSN whole in a field: only its message,
-		// scrubbed, is kept.
+		// pgconn hides passwords only as far as it recognises them, and its error keeps
+		// the DSN whole in a field: only its message, scrubbed, is kept.
 		return nil, fmt.Errorf("open: %w", &store.FieldError{Field: "dsn", Value: pgdsn.Redact(dsn),
 			Want: "a connection string pgx can read; " + pgdsn.NewScrubber(dsn).String(err.Error())})
 	}
@@ -286,8 +282,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		go s.background(opts.SweepInterval, opts.LeaseTTL) //nolint:contextcheck // it outlives Open's context; Close stops it
 	}
 	if opts.LeaseTTL > 0 {
-		// A Store that renews a lease lives long enough for a change of
-		// server to matter to it: it watches for one.
+		// A Store that renews a lease lives long enough for a change of server to matter.
 		s.watchCfg = cfg.ConnConfig.Copy()
 		s.wg.Add(1)
 		go s.watch() //nolint:contextcheck // it outlives Open's context; Close stops it
@@ -295,12 +290,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// checkHost validates a host name as the hosts table takes it.
 func checkHost(h string) error { return checkName("host", h, true, "a host name of at most 255 bytes") }
 
-// checkName validates a host's or holder's name v (field): ok and at most
-// 255 bytes (else a *store.FieldError that wants want), no control
-// characters.
+// checkName wants v ok, at most 255 bytes (else a *store.FieldError that wants want), with no control characters.
 func checkName(field, v string, ok bool, want string) error {
 	if !ok || len(v) > 255 {
 		return &store.FieldError{Field: field, Value: v, Want: want}
@@ -313,9 +305,8 @@ func checkName(field, v string, ok bool, want string) error {
 	return nil
 }
 
-// hostNo returns the host's number in berth_hosts: what its rows carry.
-// It changes only when the host's registration was lost and its old
-// number taken meanwhile: see register.
+// hostNo is the host's number in berth_hosts, which its rows carry. It changes only when its
+// registration was lost and its old number taken meanwhile (see register).
 func (s *Store) hostNo() int32 { return s.num.Load() }
 
 // Host returns the name of the host this store acts for.
@@ -351,9 +342,7 @@ func (s *Store) Close() error {
 	}
 }
 
-// background renews the host's lease every third of ttl and reaps every
-// sweep (this host's rows of exited owners, other hosts' rows past
-// ReapAfter), until Close.
+// background renews the host's lease every third of ttl and reaps (Reap) every sweep, until Close.
 func (s *Store) background(sweep, ttl time.Duration) {
 	defer s.wg.Done()
 	ctx := s.life
@@ -384,8 +373,7 @@ func (s *Store) background(sweep, ttl time.Duration) {
 				renewT.Reset(ttl / 3)
 			}
 			if err != nil && ctx.Err() == nil {
-				// Soon rather than a period later: a server that came
-				// back is to learn of this host within seconds.
+				// Soon: a server that came back is to learn of this host within seconds.
 				again := min(ttl/3, retryRenew)
 				s.log.Error(err, "renewing this host's lease failed; it is tried again", "host", s.host, "in", again.String())
 				renewT.Reset(again)
@@ -405,15 +393,12 @@ func (s *Store) Stats() store.Stats {
 	return store.Stats{Reaped: s.reaped.Load(), ProbeFailures: s.probeFailures.Load(), LostRows: s.lost.Load()}
 }
 
-// call bounds ctx for one round trip by the store's Timeout.
 func (s *Store) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.timeout)
 }
 
-// fail turns an error of a round trip into the store's error: the
-// caller's context's error when that context ended, ErrClosed after Close,
-// else an error wrapping store.ErrStorage. Each names the operation and
-// the store, and has the DSN's password hidden.
+// fail turns a round trip's error into the store's: the caller's context's error, ErrClosed after
+// Close, else one wrapping store.ErrStorage; each names the operation and the store, never the password.
 func (s *Store) fail(ctx context.Context, op string, err error) error {
 	switch {
 	case ctx.Err() != nil:
@@ -427,7 +412,6 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 	}
 }
 
-// open fails with ErrClosed once the store is closed.
 func (s *Store) open() error {
 	if s.closed.Load() {
 		return store.ErrClosed
@@ -435,8 +419,6 @@ func (s *Store) open() error {
 	return nil
 }
 
-// exec runs one statement in one round trip and returns the rows it
-// affected.
 func (s *Store) exec(ctx context.Context, op, q string, args ...any) (int64, error) {
 	if err := s.open(); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)

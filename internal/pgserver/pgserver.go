@@ -54,7 +54,7 @@ func ok(path string) bool {
 	return err == nil && st.Mode()&0o111 != 0
 }
 
-// version is the major version in a path /usr/lib/postgresql/V/bin/...
+// version is V in /usr/lib/postgresql/V/bin/...
 func version(path string) int {
 	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(path))))
 	return v
@@ -106,7 +106,6 @@ func New(root string) (*Cluster, error) {
 	return c, nil
 }
 
-// mkdir makes dir for the servers' user alone.
 func (c *Cluster) mkdir(dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("pgserver: %w", err)
@@ -119,7 +118,6 @@ func (c *Cluster) mkdir(dir string) error {
 	return nil
 }
 
-// run runs a PostgreSQL program as the servers' user.
 func (c *Cluster) run(ctx context.Context, prog string, args ...string) error {
 	argv := append(slices.Clone(c.asUser), append([]string{filepath.Join(c.bin, prog)}, args...)...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -135,14 +133,12 @@ func (c *Cluster) run(ctx context.Context, prog string, args ...string) error {
 type Server struct {
 	c    *Cluster
 	Name string
-	// Data is its data directory, Sock the directory of its unix
-	// socket, Log its log file.
+	// Data is its data directory, Sock its unix socket's, Log its log file.
 	Data, Sock, Log string
 	sync            bool // started as the synchronous primary of a Pair
 }
 
-// Server returns the server name of c (data in Root/name, socket in
-// Root/name.s), not started.
+// Server returns c's server name (data in Root/name, socket in Root/name.s), not started.
 func (c *Cluster) Server(name string) (*Server, error) {
 	s := &Server{c: c, Name: name, Data: filepath.Join(c.Root, name), Sock: filepath.Join(c.Root, name+".s"),
 		Log: filepath.Join(c.Root, name+".log")}
@@ -171,8 +167,7 @@ func (s *Server) BaseBackup(ctx context.Context, from *Server) error {
 	return s.c.run(ctx, "pg_basebackup", "-D", s.Data, "-h", from.Sock, "-U", "postgres", "-R", "-X", "stream", "-c", "fast", "--no-sync")
 }
 
-// options are the server's settings; a standby that finds no WAL to
-// replay looks again after 100ms, not 5s, so a promotion does not wait.
+// A standby that finds no WAL to replay looks again after 100ms, not 5s, so a promotion does not wait.
 func (s *Server) options() string {
 	n := s.c.MaxConnections
 	if n <= 0 {
@@ -198,8 +193,7 @@ func (s *Server) Stop(ctx context.Context, mode string) error {
 	return s.c.run(ctx, "pg_ctl", "-D", s.Data, "-m", mode, "-w", "-t", "60", "stop")
 }
 
-// Restart stops s in mode (fast: every session ended, everything
-// flushed; immediate: as a crash) and starts it again.
+// Restart stops s in mode (fast: every session ended, everything flushed; immediate: as a crash) and starts it again.
 func (s *Server) Restart(ctx context.Context, mode string) error {
 	return s.c.run(ctx, "pg_ctl", "-D", s.Data, "-l", s.Log, "-m", mode, "-w", "-t", "60", "-o", s.options(), "restart")
 }
@@ -209,8 +203,7 @@ func (s *Server) Promote(ctx context.Context) error {
 	return s.c.run(ctx, "pg_ctl", "-D", s.Data, "-w", "-t", "60", "promote")
 }
 
-// Pids returns s's postmaster and the processes it started; none when
-// it does not run.
+// Pids is Pids of s's data directory.
 func (s *Server) Pids() ([]int, error) { return Pids(s.Data) }
 
 // Pids returns the postmaster of the data directory data and the
@@ -265,8 +258,7 @@ func (s *Server) Kill() error {
 			return fmt.Errorf("pgserver: kill %s's process %d: %w", s.Name, pid, err)
 		}
 	}
-	// Wait until they are gone (the postmaster is not this process's
-	// child: poll).
+	// The postmaster is not this process's child: poll until they are gone.
 	deadline := time.Now().Add(10 * time.Second)
 	for _, pid := range pids {
 		for exists(pid) && !zombie(pid) {
@@ -276,9 +268,8 @@ func (s *Server) Kill() error {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	// A killed postmaster leaves its socket and the socket's lock file,
-	// which names its pid: once another process has that pid, the next
-	// server on the socket would take it for a live postmaster.
+	// A killed postmaster leaves its socket and the socket's lock file, which names its pid: once
+	// another process has that pid, the next server on the socket would take it for a live one.
 	for _, f := range []string{".s.PGSQL.5432", ".s.PGSQL.5432.lock"} {
 		if err := os.Remove(filepath.Join(s.Sock, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("pgserver: %w", err)
@@ -287,9 +278,8 @@ func (s *Server) Kill() error {
 	return nil
 }
 
-// stat returns the fields of /proc/pid/stat after the command's name
-// (state, ppid, ...), which may hold spaces and parentheses; nil when it
-// cannot be read.
+// stat returns the fields of /proc/pid/stat after the command's name, which may
+// hold spaces and parentheses (state, ppid, ...); nil when it cannot be read.
 func stat(pid string) []string {
 	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
 	if i := bytes.LastIndexByte(b, ')'); err == nil && i >= 0 {
@@ -399,9 +389,8 @@ func (p *Pair) WaitStreaming(ctx context.Context) error {
 		"SELECT count(*) = 1 AND bool_and(replay_lsn >= $1::pg_lsn) FROM pg_stat_replication WHERE state = 'streaming'")
 }
 
-// poll runs q on a connection to s every 20ms until it returns true, for
-// 30s at most; the error says what did not happen. first, when not empty,
-// runs once before: its text result is q's $1.
+// poll runs q on s every 20ms until it returns true, for 30s at most; the error says what did
+// not happen. first, when not empty, runs once before: its text result is q's $1.
 func (s *Server) poll(ctx context.Context, what, first, q string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -460,8 +449,7 @@ func (p *Pair) Failover(ctx context.Context, rebuild bool, killed, promoted func
 		return err
 	}
 	if p.C.Sync {
-		// The standby's command line did not set it. Until the new
-		// standby streams, commits wait.
+		// The standby's command line did not set it. Until the new standby streams, commits wait.
 		if err := p.Standby.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()"); err != nil {
 			return err
 		}

@@ -7,13 +7,11 @@ import (
 	"os"
 )
 
-// gone reports whether no process pid exists.
 func gone(pid int) bool {
 	_, err := os.FindProcess(pid)
 	return err != nil
 }
 
-// exists reports whether pid names a process this program may signal.
 func exists(pid int) bool { return !gone(pid) }
 
 // sigkill kills pid; a process already gone is not an error.

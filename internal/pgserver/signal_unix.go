@@ -7,7 +7,6 @@ import (
 	"syscall"
 )
 
-// gone reports whether no process pid exists.
 func gone(pid int) bool {
 	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
