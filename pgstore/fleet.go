@@ -20,10 +20,12 @@ import (
 // Fleet-wide reservations (see the package doc). Every lease time is the
 // server's: set as now() + ttl and compared with now() in SQL.
 const (
-	// qFleetReserve grants the first port of the band $3..$4, going up from $3 + $8 and wrapping
-	// round, that no row of any host holds for an address conflicting with $2, as a row of no host
-	// held by $5 until $6 ms from now. The walk visits every port of the band once, so "no row"
-	// means exactly that the band is exhausted. See fleetQuery for what it returns.
+	// qFleetReserve grants the first port of the band $3..$4, going up
+	// from $3 + $8 and wrapping round, that no row of any host holds for an
+	// address conflicting with $2, as a row of no host held by $5 until $6
+	// ms from now. The walk visits every port of the band once, so "no
+	// row" means exactly that the band is exhausted. See fleetQuery for
+	// what it returns.
 	qFleetReserve = "WITH " + qGate + ", free AS (" +
 		" SELECT c.port FROM generate_series(0, $4::int - $3::int) AS g(i)," +
 		"  LATERAL (SELECT $3::int + ($8::int + g.i) % ($4::int - $3::int + 1) AS port) AS c" +
@@ -172,7 +174,8 @@ func (s *Store) ReserveFleet(ctx context.Context, req FleetRequest) (FleetReserv
 	return FleetReservation{}, fmt.Errorf("%s: %w: lost the race for a port %d times; try again", op, store.ErrBusy, maxAttempts)
 }
 
-// checkFleet validates req, filling in its default address, and returns its key (port 1) and lease.
+// checkFleet validates req, filling in its default address, and returns
+// its key (port 1) and lease.
 func checkFleet(req *FleetRequest) (store.Key, time.Duration, error) {
 	if req.Addr == (netip.Addr{}) {
 		req.Addr = netip.IPv4Unspecified()

@@ -152,7 +152,8 @@ func newSessionID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// graceState is the server a Store saw last, and the one its session re-asserted for.
+// graceState is the server a Store saw last, and the one its session
+// re-asserted for.
 type graceState struct {
 	seen       atomic.Pointer[time.Time]
 	acked      atomic.Pointer[time.Time]

@@ -30,8 +30,9 @@ const (
 	// qGuardLock queues the stores restoring the constraint at once (any schema's: btree_gist is the database's).
 	qGuardLock = "SELECT pg_advisory_xact_lock(hashtext('" + constraintName + "'))"
 
-	// qRestoreGuard puts the constraint back as migration 1 made it. It checks every row as it
-	// builds the index, so it fails, changing nothing, when rows granted meanwhile conflict.
+	// qRestoreGuard puts the constraint back as migration 1 made it. It
+	// checks every row as it builds the index, so it fails, changing
+	// nothing, when rows granted meanwhile conflict.
 	qRestoreGuard = "ALTER TABLE berth_port_allocations ADD CONSTRAINT " + constraintName + " EXCLUDE USING gist (" +
 		"host_span WITH &&, protocol WITH =, port WITH =, addr_span WITH &&)"
 )
@@ -50,7 +51,8 @@ func (e *guardError) Error() string {
 
 func (e *guardError) Unwrap() []error { return []error{store.ErrDamaged, e.Err} }
 
-// guard restores the constraint when a claim found it missing, and records whether grants may go on.
+// guard restores the constraint when a claim found it missing, and
+// records whether grants may go on.
 func (s *Store) guard(ctx context.Context, guarded bool) error {
 	if guarded {
 		s.guardErr.Store(nil)

@@ -63,8 +63,9 @@ const (
 		" WHERE host_no = $1 RETURNING (SELECT count(*) FROM gone)"
 )
 
-// claim registers the host or renews its lease to ttl from now, by the server's clock,
-// reports what it lost meanwhile, and checks the exclusion constraint (see guard).
+// claim registers the host or renews its lease to ttl from now, by the
+// server's clock, reports what it lost meanwhile, and
+// checks the exclusion constraint (see guard).
 func (s *Store) claim(ctx context.Context, op string, ttl time.Duration) error {
 	if err := s.open(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)

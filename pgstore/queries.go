@@ -30,10 +30,11 @@ const (
 		" AND addr_span && berth_addr_span($4::inet)" +
 		" ORDER BY port, address"
 
-	// qScan grants the first of the candidates $5 that no row conflicts with; when it grants none,
-	// the result holds the candidates' holders instead, to be judged without another round trip. The
-	// first column tells which a row is; while a grace period holds grants the result is one row of
-	// port 0 whose second column is the gate's wait.
+	// qScan grants the first of the candidates $5 that no row conflicts
+	// with; when it grants none, the result holds the candidates' holders
+	// instead, to be judged without another round trip. The first column
+	// tells which a row is; while a grace period holds grants the result
+	// is one row of port 0 whose second column is the gate's wait.
 	qScan = "WITH " + qGate + ", free AS (" +
 		" SELECT c.port FROM unnest($5::int[]) WITH ORDINALITY AS c(port, ord)" +
 		" WHERE NOT EXISTS (SELECT 1 FROM berth_port_allocations p" +

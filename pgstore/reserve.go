@@ -337,7 +337,8 @@ func (s *Store) insertBlock(ctx context.Context, op string, key store.Key, own s
 	case err != nil:
 		return nil, 0, err
 	case len(rows) == 0:
-		// The statement inserts all of the block or fails: no row is the gate's doing.
+		// The statement inserts all of the block or fails: no row is the
+		// gate's doing.
 		wait, err := s.gateWait(ctx, op)
 		return nil, wait, err
 	}
@@ -391,8 +392,9 @@ func (s *Store) probeOrUndo(ctx context.Context, op string, probe func(store.Key
 	return nil
 }
 
-// insertOne runs qInsert: the row's creation time and true, or false when a row is in
-// the way or (with the gate's wait) a grace period holds grants, which restore passes.
+// insertOne runs qInsert: the row's creation time and true, or false when
+// a row is in the way or (with the gate's wait) a grace period holds
+// grants, which restore passes.
 func (s *Store) insertOne(ctx context.Context, op string, key store.Key, own store.Owner, label string, kind store.Kind, restore bool) (time.Time, bool, int64, error) {
 	if err := s.grantable(); err != nil {
 		return time.Time{}, false, 0, fmt.Errorf("%s: %w", op, err)
@@ -505,7 +507,8 @@ func (s *Store) clearDead(ctx context.Context, op string, key store.Key, own sto
 	return nil
 }
 
-// scanRow reads a row of rowColumns, after granted and the gate's wait when granted is not nil.
+// scanRow reads a row of rowColumns, after granted and the gate's wait
+// when granted is not nil.
 func scanRow(rows pgx.Row, granted *bool, wait *int64) (row, error) {
 	var (
 		r           row
@@ -547,7 +550,8 @@ func (s *Store) checkScan(req store.ScanRequest) (store.Key, store.Owner, store.
 	return store.Key{Protocol: req.Protocol, Addr: req.Addr, Port: 1}, req.Owner, req.Kind, req.Batch, err
 }
 
-// validate normalises key and own (zero: this process) for Release and Transfer.
+// validate normalises key and own (zero: this process) for Release and
+// Transfer.
 func (s *Store) validate(key store.Key, own store.Owner) (store.Key, store.Owner, error) {
 	if err := noHolder(own); err != nil {
 		return store.Key{}, store.Owner{}, err

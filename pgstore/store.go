@@ -246,8 +246,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgconn hides passwords only as far as it recognises them, and its error keeps
-		// the DSN whole in a field: only its message, scrubbed, is kept.
+		// pgconn hides passwords only as far as it recognises them, and
+		// its error keeps the DSN whole in a field: only its message,
+		// scrubbed, is kept.
 		return nil, fmt.Errorf("open: %w", &store.FieldError{Field: "dsn", Value: pgdsn.Redact(dsn),
 			Want: "a connection string pgx can read; " + pgdsn.NewScrubber(dsn).String(err.Error())})
 	}

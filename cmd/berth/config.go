@@ -47,9 +47,9 @@ func (g *globalFlags) add(root *cobra.Command) {
 	fs.StringVar(&g.logLevel, "log-level", "", "log on standard error from this level: debug, info or warn (default $BERTH_LOG; without either, only warnings)")
 }
 
-// configure builds the running command's configuration: the flags, then
-// the BERTH_* variables (Config.Resolve), then the defaults. Errors name
-// the flag or variable a value came from.
+// configure builds the running command's configuration: the flags, then the BERTH_*
+// variables (Config.Resolve), then the defaults. Errors name the flag or variable a value
+// came from.
 func (a *app) configure(cmd *cobra.Command) error {
 	g := &a.global
 	var cfg portalloc.Config
@@ -69,8 +69,8 @@ func (a *app) configure(cmd *cobra.Command) error {
 			return err
 		}
 		if s == "" {
-			// --scope "": none, whatever BERTH_SCOPE says, here and in
-			// what berth run starts.
+			// --scope "": none, whatever BERTH_SCOPE says, here and in what berth run
+			// starts.
 			_ = os.Unsetenv("BERTH_SCOPE")
 		}
 		cfg.Scope = s
@@ -128,8 +128,8 @@ func (a *app) configure(cmd *cobra.Command) error {
 		return envError(err)
 	}
 	if cfg.Logger.GetSink() == nil {
-		// Warnings (a fallback to the MRU file above all) go to stderr,
-		// as lines of their own unless BERTH_LOG asked for slog's.
+		// Warnings (a fallback to the MRU file above all) go to stderr, as lines of their
+		// own unless BERTH_LOG asked for slog's.
 		cfg.Logger = logr.New(&warnSink{w: a.stderr, prefix: a.name + ": "})
 	}
 	if a.stateDirWhy == "" {
@@ -141,8 +141,8 @@ func (a *app) configure(cmd *cobra.Command) error {
 	return nil
 }
 
-// envError words an error of the configuration: VARIABLE="value": what is
-// wrong, a line for each, else as inUserWords does; still wrapping it.
+// envError words an error of the configuration: VARIABLE="value": what is wrong, a line
+// for each, else as inUserWords does; still wrapping it.
 func envError(err error) error {
 	var oe *portalloc.OpError
 	if errors.As(err, &oe) {
@@ -185,8 +185,8 @@ func (s *warnSink) Error(err error, msg string, _ ...any) {
 	fmt.Fprintf(s.w, "%swarning: %s\n", s.prefix, printable(msg))
 }
 
-// unsafeFix says what to do about a state directory berth refuses as
-// unsafe, or "" for any other error.
+// unsafeFix says what to do about a state directory berth refuses as unsafe, or "" for
+// any other error.
 func unsafeFix(err error) string {
 	if !errors.Is(err, store.ErrUnsafe) {
 		return ""
@@ -198,8 +198,8 @@ func unsafeFix(err error) string {
 	return "set --state-dir or BERTH_STATE_DIR to a directory of your own; berth does not fall back to the MRU file for a directory it does not trust"
 }
 
-// version is the module version (or "(devel)"), the commit where known,
-// and the Go release, as the build recorded them.
+// version is the module version (or "(devel)"), the commit where known, and the Go
+// release, as the build recorded them.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {

@@ -40,8 +40,8 @@ range that processes outside berth hold.`,
 	}
 	cmd.RunE = a.action(func(ctx context.Context, _ []string) error {
 		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-		// Values come from paths, the environment and error messages, which
-		// can hold anything: they are printed escaped.
+		// Values come from paths, the environment and error messages, which can hold
+		// anything: they are printed escaped.
 		line := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(fmt.Sprintf(format, a...))) }
 
 		al, err := fleet.New(ctx, a.cfg)
@@ -83,8 +83,8 @@ range that processes outside berth hold.`,
 		switch {
 		case st.Fallback != "" || cfg.Mode == portalloc.ModeMRU:
 		case cfg.StoreDSN != "":
-			// Open has migrated the database up to this berth's version, and
-			// refuses a newer one.
+			// Open has migrated the database up to this berth's version, and refuses a
+			// newer one.
 			line("database", "%s (schema version %d, the database's and this berth's), shared by a fleet; this host is %q",
 				dsn.Redact(cfg.StoreDSN), pgstore.SchemaVersion, hostName(cfg.Host))
 		default:
@@ -130,8 +130,8 @@ range that processes outside berth hold.`,
 	return cmd
 }
 
-// doctorLeaks reports the reservations, the leaks (a live listener on the
-// port of a dead reservation), and the ports bound outside berth.
+// doctorLeaks reports the reservations, the leaks (a live listener on the port of a dead
+// reservation), and the ports bound outside berth.
 func (a *app) doctorLeaks(ctx context.Context, line func(k, format string, a ...any), rng store.Range, rows []store.Reservation) {
 	held := map[uint16]bool{} // ports a live reservation or a lock keeps
 	var dead []store.Reservation
@@ -215,9 +215,9 @@ func upTo10(items []string, sep string) string {
 	return s
 }
 
-// printExclusions reports what berth leaves out of the range, but the OS
-// ephemeral range, and why: each source with its ports in the range as
-// runs, after any system list that cannot be read.
+// printExclusions reports what berth leaves out of the range, but the OS ephemeral range,
+// and why: each source with its ports in the range as runs, after any system list that
+// cannot be read.
 func printExclusions(line func(k, format string, a ...any), cfg portalloc.Config) {
 	type exclusion struct {
 		ports       []portrange.Range
@@ -288,8 +288,8 @@ func modeOf(cfg portalloc.Config) portalloc.Mode {
 	return cfg.Mode
 }
 
-// boundOutside returns the ports of r, not reserved, that something has
-// bound for TCP or UDP on any address (a dual-stack wildcard bind fails).
+// boundOutside returns the ports of r, not reserved, that something has bound for TCP or
+// UDP on any address (a dual-stack wildcard bind fails).
 func boundOutside(r store.Range, reserved map[uint16]bool) []uint16 {
 	var out []uint16
 	for i := int(r.First); i <= int(r.Last); i++ {
@@ -303,8 +303,8 @@ func boundOutside(r store.Range, reserved map[uint16]bool) []uint16 {
 	return out
 }
 
-// fileSchemaVersion reads the schema version recorded in the SQLite file
-// at path, without changing it.
+// fileSchemaVersion reads the schema version recorded in the SQLite file at path, without
+// changing it.
 func fileSchemaVersion(ctx context.Context, path string) (string, error) {
 	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path, RawQuery: "mode=ro"}).String())
 	if err != nil {

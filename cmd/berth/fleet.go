@@ -164,8 +164,8 @@ reserved as it is; the others come from --band.`,
 	return cmd
 }
 
-// leaseCmd makes cmd one that acts on the reservations of --holder, as
-// renew, release and narrow do (see onLeases).
+// leaseCmd makes cmd one that acts on the reservations of --holder, as renew, release and
+// narrow do (see onLeases).
 func (a *app) leaseCmd(cmd *cobra.Command, f *fleetFlags, fn func(context.Context, *pgstore.Store, []pgstore.FleetReservation) error) *cobra.Command {
 	f.addKey(cmd)
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
@@ -174,8 +174,8 @@ func (a *app) leaseCmd(cmd *cobra.Command, f *fleetFlags, fn func(context.Contex
 	return cmd
 }
 
-// onLeases runs fn on the fleet's store with the reservations of --holder
-// that PORT (args, with --udp and --addr) or --all names.
+// onLeases runs fn on the fleet's store with the reservations of --holder that PORT
+// (args, with --udp and --addr) or --all names.
 func (a *app) onLeases(ctx context.Context, f *fleetFlags, args []string, fn func(*pgstore.Store, []pgstore.FleetReservation) error) error {
 	if err := needHolder(f.holder); err != nil {
 		return err
@@ -208,8 +208,8 @@ func (a *app) onLeases(ctx context.Context, f *fleetFlags, args []string, fn fun
 	})
 }
 
-// leasesOf returns the fleet's reservations held under a lease by holder,
-// or by every holder for "".
+// leasesOf returns the fleet's reservations held under a lease by holder, or by every
+// holder for "".
 func leasesOf(ctx context.Context, st *pgstore.Store, holder string) ([]pgstore.FleetReservation, error) {
 	all, err := st.Leases(ctx)
 	rs := all[:0]

@@ -21,7 +21,6 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// ownerHelp explains --owner wherever it appears.
 const ownerHelp = `the process the ports belong to: "parent" (the default: the shell or script that ran berth, through any subshell a pipeline forked; make for a recipe line) or a PID`
 
 // ownerFlags are --owner and its older, hidden spelling --owner-pid.
@@ -104,7 +103,6 @@ func lookupOwner(ctx context.Context, flag string, pid int) (store.Owner, error)
 	return o, nil
 }
 
-// parseAddr parses the value of --addr.
 func parseAddr(s string) (netip.Addr, error) {
 	addr, err := netip.ParseAddr(s)
 	switch {
@@ -116,7 +114,6 @@ func parseAddr(s string) (netip.Addr, error) {
 	return addr, nil
 }
 
-// request reads the request flags.
 func (f *grantFlags) request() (portalloc.Request, error) {
 	addr, err := parseAddr(f.addr)
 	if err != nil {
@@ -141,7 +138,6 @@ func (f *grantFlags) request() (portalloc.Request, error) {
 	return req, nil
 }
 
-// protocol is the protocol of --udp.
 func protocol(udp bool) store.Protocol {
 	if udp {
 		return store.UDP
@@ -539,7 +535,6 @@ allocated for it.`,
 	return cmd
 }
 
-// parsePort parses a port argument or flag value.
 func parsePort(what, s string) (uint16, error) {
 	n, err := strconv.ParseUint(s, 10, 16)
 	if err != nil || n == 0 {

@@ -14,8 +14,8 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// Ports of named holders (--holder): they belong to no process, and last
-// until released or their lease (--ttl) ends.
+// Ports of named holders (--holder): they belong to no process, and last until released
+// or their lease (--ttl) ends.
 
 // errNoLease: the holder has no port whose lease has not ended (exit 4).
 var errNoLease = errors.New("the holder has no port whose lease has not ended")
@@ -54,8 +54,8 @@ func (h *holderFlags) check(cmd *cobra.Command) error {
 	return nil
 }
 
-// strictAllocator opens an Allocator of the state store only, for a
-// holder's ports: the MRU file keeps no lease.
+// strictAllocator opens an Allocator of the state store only, for a holder's ports: the
+// MRU file keeps no lease.
 func (a *app) strictAllocator(ctx context.Context) (*portalloc.Allocator, error) {
 	cfg := a.cfg
 	if cfg.Mode == portalloc.ModeMRU {
@@ -81,8 +81,8 @@ func (a *app) releaseLeased(ctx context.Context, cmd *cobra.Command, f *selectFl
 		})
 }
 
-// onHolder runs op on an Allocator for h's ports and says how many it
-// acted on as done says; when h has none, the error says so as none does.
+// onHolder runs op on an Allocator for h's ports and says how many it acted on as done
+// says; when h has none, the error says so as none does.
 func (a *app) onHolder(ctx context.Context, h *holderFlags, done, none string, op func(*portalloc.Allocator) (int, error)) error {
 	al, err := a.strictAllocator(ctx)
 	if err != nil {

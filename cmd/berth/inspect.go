@@ -20,7 +20,6 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// lsFlags are ls's filters and format.
 type lsFlags struct {
 	json        bool
 	port, label string

@@ -12,8 +12,8 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// The ports others hold, read without holding them: the live reservations
-// of a scope, by label (portOf) or all of them (livePorts).
+// The ports others hold, read without holding them: the live reservations of a scope, by
+// label (portOf) or all of them (livePorts).
 
 // errNoReservation: portOf found no live reservation of the label.
 var errNoReservation = errors.New("no live reservation")
@@ -25,8 +25,8 @@ type livePort struct {
 	Created time.Time
 }
 
-// livePorts returns the live reservations labelled in scope ("": none),
-// the newest for each variable, sorted by variable.
+// livePorts returns the live reservations labelled in scope ("": none), the newest for
+// each variable, sorted by variable.
 func livePorts(ctx context.Context, s store.Store, scope string) ([]livePort, error) {
 	rows, err := s.List(ctx, store.Filter{})
 	if err != nil {
@@ -51,9 +51,9 @@ func livePorts(ctx context.Context, s store.Store, scope string) ([]livePort, er
 	return out, nil
 }
 
-// portOf returns the port of the newest live reservation of label in
-// scope for protocol, else of run/port/label (berth run --port label);
-// when there is none, the error wraps errNoReservation.
+// portOf returns the port of the newest live reservation of label in scope for protocol,
+// else of run/port/label (berth run --port label); when there is none, the error wraps
+// errNoReservation.
 func portOf(ctx context.Context, s store.Store, scope, label string, protocol store.Protocol) (uint16, error) {
 	for _, l := range []string{label, "run/port/" + label} {
 		rows, err := s.List(ctx, store.Filter{Protocol: protocol, Label: scopedLabel(scope, l)})
@@ -77,10 +77,10 @@ func portOf(ctx context.Context, s store.Store, scope, label string, protocol st
 	return 0, fmt.Errorf("%s port of %q%s: %w", protocol, label, in, errNoReservation)
 }
 
-// envVar returns the variable a port labelled label goes by: run/port/web
-// is WEB_PORT, as berth run names it; any other label upper-cased, with
-// '_' for each character but a letter or digit, "_PORT" after it and '_'
-// before a leading digit (api.http is API_HTTP_PORT).
+// envVar returns the variable a port labelled label goes by: run/port/web is WEB_PORT, as
+// berth run names it; any other label upper-cased, with '_' for each character but a
+// letter or digit, "_PORT" after it and '_' before a leading digit (api.http is
+// API_HTTP_PORT).
 func envVar(label string) string {
 	name := label
 	if rest, ok := strings.CutPrefix(label, "run/port/"); ok && rest != "" {
@@ -109,8 +109,8 @@ func scopedLabel(scope, label string) string {
 	return label + "@" + scope
 }
 
-// unscoped returns the label in scope of a row labelled recorded, and
-// whether it is one of scope's (for "", one of no scope).
+// unscoped returns the label in scope of a row labelled recorded, and whether it is one
+// of scope's (for "", one of no scope).
 func unscoped(recorded, scope string) (string, bool) {
 	if scope == "" {
 		return recorded, recorded != "" && !strings.Contains(recorded, "@")

@@ -119,7 +119,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// root builds the command tree.
 func (a *app) root() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "berth",

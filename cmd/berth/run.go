@@ -21,7 +21,6 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// runFlags are berth run's flags.
 type runFlags struct {
 	ports  []string
 	set    string
@@ -331,7 +330,6 @@ func bindFile(ctx context.Context, r store.Reservation) (*os.File, error) {
 	return c.(interface{ File() (*os.File, error) }).File()
 }
 
-// withoutVars returns env without the variables names.
 func withoutVars(env []string, names ...string) []string {
 	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
@@ -339,7 +337,6 @@ func withoutVars(env []string, names ...string) []string {
 	})
 }
 
-// readSetSpec reads and parses the set spec file of --set.
 func readSetSpec(path string) (portset.SetSpec, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

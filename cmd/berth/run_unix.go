@@ -207,14 +207,12 @@ func watchEnvFile(args []string) int {
 	return exitOK
 }
 
-// pollParent returns once ppid is no longer this process's parent.
 func pollParent(ppid int) {
 	for os.Getppid() == ppid {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
-// signalByName returns the signal named name (SIGTERM).
 func signalByName(name string) (syscall.Signal, bool) {
 	sig := unix.SignalNum(name)
 	return sig, sig != 0

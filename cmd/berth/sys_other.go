@@ -11,14 +11,14 @@ import (
 	"syscall"
 )
 
-// execCommand: berth run needs exec, which keeps the process (and so the
-// ports' owner) while it replaces the program; Windows has none.
+// execCommand: berth run needs exec, which keeps the process (and so the ports' owner)
+// while it replaces the program; Windows has none.
 func execCommand(string, []string, []string, []*os.File) error {
 	return errors.New("berth run is not available on this system: it needs exec, which keeps the process id; use 'berth get' and 'berth transfer' instead")
 }
 
-// supervise: berth run --restart and --watch need process groups and
-// descriptor inheritance by number, which this system does not have.
+// supervise: berth run --restart and --watch need process groups and descriptor
+// inheritance by number, which this system does not have.
 func (a *app) supervise(context.Context, string, []string, []string, []*os.File, *runFlags) error {
 	return errors.New("berth run --restart and --watch are not available on this system")
 }

@@ -86,8 +86,8 @@ fails (exit 1) when it could not signal one, or one still runs.`,
 				return err
 			}
 		}
-		// A store that cannot be read leaves the system's side to show: that
-		// is what someone asking who holds a port needs most.
+		// A store that cannot be read leaves the system's side to show: that is what
+		// someone asking who holds a port needs most.
 		var storeErr error // why berth's reservations are not shown
 		s, err := a.openStore(ctx)
 		if err != nil {
@@ -309,8 +309,8 @@ func (a *app) printWho(reports []who.Report, ports []whoPort, storeErr error) er
 	return tw.Flush()
 }
 
-// lockAddr is the address of a lock as who and ls show it: "*" for a
-// wildcard, which locks both.
+// lockAddr is the address of a lock as who and ls show it: "*" for a wildcard, which
+// locks both.
 func lockAddr(a netip.Addr) string {
 	if !a.IsValid() {
 		return "*"
@@ -328,8 +328,8 @@ func procName(p who.Process) string {
 	return fmt.Sprintf("pid %d (%s)", p.PID, shown(p.Name, maxNameWidth))
 }
 
-// socketLines words sockets, a line per socket and process; connected
-// ones of the same processes and address are counted on one line.
+// socketLines words sockets, a line per socket and process; connected ones of the same
+// processes and address are counted on one line.
 func socketLines(socks []who.Socket) []string {
 	var lines []string
 	count := map[string]int{}
@@ -363,9 +363,9 @@ func socketLines(socks []who.Socket) []string {
 	return lines
 }
 
-// killHolders signals each process that holds the reports' sockets once,
-// waits up to killWait for them to exit, and says so on w; it fails when
-// one could not be signalled or still runs.
+// killHolders signals each process that holds the reports' sockets once, waits up to
+// killWait for them to exit, and says so on w; it fails when one could not be signalled
+// or still runs.
 func killHolders(ctx context.Context, w io.Writer, reports []who.Report, sig syscall.Signal) error {
 	var (
 		procs   []who.Process

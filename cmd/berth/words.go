@@ -11,8 +11,8 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// requestFlags names the flag of each field of portalloc's Request and
-// Config, and of a holder's request as package store names them.
+// requestFlags names the flag of each field of portalloc's Request and Config, and of a
+// holder's request as package store names them.
 var requestFlags = map[string]string{
 	"Request.Label":                 "--label",
 	"Request.Addr":                  "--addr",
@@ -39,9 +39,9 @@ var requestFlags = map[string]string{
 	"label":  "--label",
 }
 
-// inUserWords puts an error of portalloc into berth's words: a field named
-// by its flag (requestFlags), without the "portalloc: " prefix, since the
-// command's name leads the line. It still wraps what it wrapped.
+// inUserWords puts an error of portalloc into berth's words: a field named by its flag
+// (requestFlags), without the "portalloc: " prefix, since the command's name leads the
+// line. It still wraps what it wrapped.
 func inUserWords(err error) error {
 	var fe *store.FieldError
 	if errors.As(err, &fe) {
@@ -60,14 +60,14 @@ func inUserWords(err error) error {
 		return err
 	}
 	msg = flagWords(msg)
-	// A verb alone ("allocate") says what the command's name says already;
-	// a verb with what it acted on stays.
+	// A verb alone ("allocate") says what the command's name says already; a verb with
+	// what it acted on stays.
 	var oe *portalloc.OpError
 	if errors.As(err, &oe) && oe.Op != "" && !strings.ContainsRune(oe.Op, ' ') {
 		msg = strings.TrimPrefix(msg, oe.Op+": ")
 	}
-	// A range of one port that is taken: the library's words say "no free"
-	// at each level of the error; once is enough.
+	// A range of one port that is taken: the library's words say "no free" at each level
+	// of the error; once is enough.
 	if m := onePortExhausted.FindStringSubmatch(msg); m != nil && errors.Is(err, store.ErrExhausted) {
 		msg = m[1] + ": the range's only port is taken"
 		if errors.Is(err, mru.ErrExhausted) {
@@ -77,8 +77,8 @@ func inUserWords(err error) error {
 	return &userError{msg: msg, err: err}
 }
 
-// flagWords puts the flags of berth for the library's Config and Request
-// fields that its advice names.
+// flagWords puts the flags of berth for the library's Config and Request fields that its
+// advice names.
 func flagWords(msg string) string {
 	for field, flag := range requestFlags {
 		if strings.HasPrefix(field, "Config.") || strings.HasPrefix(field, "Request.") {
@@ -89,8 +89,8 @@ func flagWords(msg string) string {
 	return msg
 }
 
-// onePortExhausted matches the error of a range of one port with no free
-// port, as "no free tcp port on 127.0.0.1 in 21282: ...".
+// onePortExhausted matches the error of a range of one port with no free port, as "no
+// free tcp port on 127.0.0.1 in 21282: ...".
 var onePortExhausted = regexp.MustCompile(`^(no free .*? in \d+): `)
 
 // userError is an error with a message of berth's own.
@@ -102,8 +102,8 @@ type userError struct {
 func (e *userError) Error() string { return e.msg }
 func (e *userError) Unwrap() error { return e.err }
 
-// inSpecWords words a refused set spec of --set as `groups[1].ports[0]
-// "PORT": want ...`; the flag and the file lead the line.
+// inSpecWords words a refused set spec of --set as `groups[1].ports[0] "PORT": want ...`;
+// the flag and the file lead the line.
 func inSpecWords(err error) error {
 	var fe *store.FieldError
 	if !errors.As(err, &fe) || fe.Field != "SetSpec" {

@@ -35,12 +35,11 @@ type claim struct {
 	holder string
 	expiry int64
 	asked  int64 // when the call that granted it began: a commit of it may reach the store from then on
-	// failWin holds the times in which the row of a hand-off's claim may
-	// have been missing from the store after an asynchronous failover,
-	// with nobody to put it back (the child runs no berth code): from the
-	// failover until the child's exit. Every other holder puts its rows
-	// back within the grace period after the change of server, which
-	// holds every grant of another meanwhile: no window.
+	// failWin holds the times in which the row of a hand-off's claim may have been
+	// missing from the store after an asynchronous failover, with nobody to put it back
+	// (the child runs no berth code): from the failover until the child's exit. Every
+	// other holder puts its rows back within the grace period, which holds every other
+	// grant meanwhile.
 	failWin []span
 	// released is when the worker's release of the claim returned (its
 	// end is when the worker logged it, before the call), or when its
@@ -64,8 +63,7 @@ func (c claim) String() string {
 	return fmt.Sprintf("%s %s%s by %s (pid %d)", c.proto, netip.AddrPortFrom(c.addr, c.port), on, c.proc, c.pid)
 }
 
-// maxViolations bounds the violation messages a Report keeps; the count
-// goes on.
+// maxViolations bounds the violation messages a Report keeps.
 const maxViolations = 100
 
 // Report is what the checker proved, or failed to, from the logs. Counts
@@ -135,8 +133,7 @@ type Report struct {
 	ProbeKeys       []string
 	Errors          []string
 	ReapedByWorkers int64
-	// Violations describes the first violations; ViolationCount counts
-	// them all.
+	// Violations describes the first maxViolations; ViolationCount counts all.
 	Violations     []string
 	ViolationCount int
 	// CrossHost counts pairs of claims that would conflict on one host but
@@ -510,8 +507,7 @@ func Check(dir string) (Report, error) {
 	}
 	rep.FailoverProbes = failoverProbes(probes, probeKeys, claims)
 	rep.ReleaseProbes = releaseProbes(probeKeys, claims, callsOf)
-	// The claims of each protocol and port: a question about one key
-	// reads its claims, not the run's million.
+	// A question about one key reads its claims, not the run's million.
 	byKey := map[portKey][]*claim{}
 	for _, c := range claims {
 		k := portKey{c.proto, c.port}
@@ -667,9 +663,8 @@ type portKey struct {
 	port  uint16
 }
 
-// stamp shows a monotonic time as the time since the run started (base),
-// which is what the reader can place; the wall clock may have been
-// anywhere.
+// stamp shows a monotonic time as the time since the run started (base): the wall clock
+// may have been anywhere.
 func stamp(t, base int64) string {
 	if t == math.MaxInt64 {
 		return "the end"
@@ -704,10 +699,8 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// inFailoverWindow reports whether b, a fleet-wide claim, began while a's
-// row (a hand-off's) may have been missing after an asynchronous
-// failover: the one conflict the grace period does not prevent, since the
-// child's lock keeps the port from the other processes of its host only.
+// inFailoverWindow reports whether b, a fleet-wide claim, began in a's failWin: the
+// child's lock keeps the port from its own host only.
 func inFailoverWindow(a, b *claim) bool { return b.fleet && inSpans(a.failWin, b.start) }
 
 func inSpans(spans []span, t int64) bool {

@@ -23,11 +23,9 @@ type Config struct {
 	// Zero: 10s, or 1s with Freeze, so that a freeze (up to 3 s) of a
 	// worker holding the store's lock outlasts the others' waits.
 	Timeout time.Duration
-	// ClockStep steps CLOCK_REALTIME every 1-2 s: 300 s forward or back,
-	// or 0.5-0.9 s across a second boundary. Run sets the true time back
-	// before it returns, whatever happens. Linux only; it needs root
-	// (ErrNeedsRoot) and moves the clock of every program on the host.
-	// Runs that step the clock take turns through internal/clocklock.
+	// ClockStep steps CLOCK_REALTIME every 1-2 s, as the package doc says. Linux only; it
+	// needs root (ErrNeedsRoot) and moves the clock of every program on the host. Such
+	// runs take turns through internal/clocklock.
 	ClockStep bool
 	// Freeze stops (SIGSTOP) a random worker about every second for 100 ms
 	// to 3 s, then lets it go on (SIGCONT) or, one time in four, SIGKILLs
@@ -43,14 +41,9 @@ type Config struct {
 	// PGRestartEvery restarts the run's own server (pg_ctl restart -m
 	// fast) this often; no port may be granted twice. Zero: never.
 	PGRestartEvery time.Duration
-	// FailoverEvery fails the run's own primary over to its streaming
-	// standby this often, and makes a new standby. An asynchronous standby
-	// loses commits: the store's grace period after a change of server
-	// holds every grant until the holders have put their rows back (see
-	// pgstore's "Grace period"). So no conflict is allowed, but one over
-	// the row of a port handed to a child (which runs no berth code, and
-	// nobody puts back) met by a fleet-wide grant once the grace period is
-	// over: the checker counts those apart (FailoverLost). Zero: never.
+	// FailoverEvery fails the run's own primary over to its streaming standby this often,
+	// and makes a new standby; what the checker allows then is in the package doc and
+	// Report.FailoverLost. Zero: never.
 	FailoverEvery time.Duration
 	// SyncStandby makes that standby synchronous: a failover loses nothing.
 	SyncStandby bool
@@ -100,20 +93,15 @@ type Config struct {
 	Progress io.Writer
 }
 
-// Run's errors for a Config it cannot honour; each names the flag, and
-// says why where the message alone does not.
+// Run's errors for a Config it cannot honour.
 var (
-	errLoseStoreSQLite = errors.New("torture: -lose-store takes a positive duration and works on the SQLite store only, not with -store")
-	errLeasesSQLite    = errors.New("torture: -leases works on the SQLite store only, not with -store: it holds leases of one host")
-	errHostsNeedStore  = errors.New("torture: -hosts needs -store: the hosts share their reservations through a PostgreSQL store")
-	// The run restarts or kills only a server it started itself.
+	errLoseStoreSQLite     = errors.New("torture: -lose-store takes a positive duration and works on the SQLite store only, not with -store")
+	errLeasesSQLite        = errors.New("torture: -leases works on the SQLite store only, not with -store: it holds leases of one host")
+	errHostsNeedStore      = errors.New("torture: -hosts needs -store: the hosts share their reservations through a PostgreSQL store")
 	errFaultsNeedOwnServer = errors.New("torture: -pg-restart-every and -failover-every restart and kill a PostgreSQL server the run starts itself: leave -store out or set it to auto")
-	// A negative fault period, -sync-standby or -failover-kind without
-	// -failover-every, a kind of failover that is not one, or -faults
-	// without a fault.
-	errBadFaults  = errors.New("torture: -pg-restart-every and -failover-every take a positive duration; -sync-standby and -failover-kind need -failover-every, -failover-kind is kill, lag, commit-off or all (kill alone with -sync-standby); -faults needs -pg-restart-every or -failover-every")
-	errNoPressure = errors.New("torture: -fd-pressure counts a worker's descriptors in /proc/self/fd, which only Linux has")
-	errNoFreeze   = errors.New("torture: freezing workers needs SIGSTOP, which this OS does not have")
+	errBadFaults           = errors.New("torture: -pg-restart-every and -failover-every take a positive duration; -sync-standby and -failover-kind need -failover-every, -failover-kind is kill, lag, commit-off or all (kill alone with -sync-standby); -faults needs -pg-restart-every or -failover-every")
+	errNoPressure          = errors.New("torture: -fd-pressure counts a worker's descriptors in /proc/self/fd, which only Linux has")
+	errNoFreeze            = errors.New("torture: freezing workers needs SIGSTOP, which this OS does not have")
 )
 
 // HangMargin is how much longer than its timeout a call may take before
@@ -126,9 +114,7 @@ func HangMargin(timeout time.Duration) time.Duration { return max(time.Second, t
 // grants each, so exhaustion, reaping and contention happen all the time.
 var SmallRange = store.Range{First: 26000, Last: 26063}
 
-// setDefaults gives every zero field of c its default and refuses a
-// combination of fields the run cannot honour, with an error naming the
-// flag.
+// setDefaults gives every zero field of c its default, or refuses c.
 func (c *Config) setDefaults() error {
 	if c.Workers <= 0 {
 		c.Workers = 6

@@ -48,21 +48,13 @@ type Event struct {
 	// a probe-failed event follows.
 	Probes int64  `json:"probes,omitempty"`
 	Op     string `json:"op,omitempty"` // the call a call event is about: allocate, reserve, release, transfer...
-	// Timeout, Transient, Lost, Unavailable and Grace mark a call that
-	// failed in a way counted, not an error: it gave up waiting (its
-	// deadline passed, or the store stayed locked by another process for
-	// longer than it waits); a passing shortage (store.ErrTransient, of
-	// descriptors under -fd-pressure); the store's file lost under it
-	// (store.ErrLost: lease calls do not go on with the store that
-	// replaces it, and leases are lost with the file); the PostgreSQL
-	// server out of reach while the run restarted it or failed over
-	// (store.ErrUnavailable, or pgstore's store.ErrStorage); the fleet's
-	// grace period after a change of server (store.ErrGrace).
+	// Timeout, Transient, Lost, Unavailable and Grace mark a call that failed in a way
+	// counted, not an error (see timedCall); leases are lost with a lost file (Lost).
 	Timeout     bool `json:"timeout,omitempty"`
-	Transient   bool `json:"transient,omitempty"`
-	Lost        bool `json:"lost,omitempty"`
+	Transient   bool `json:"transient,omitempty"` // store.ErrTransient
+	Lost        bool `json:"lost,omitempty"`      // store.ErrLost
 	Unavailable bool `json:"unavailable,omitempty"`
-	Grace       bool `json:"grace,omitempty"`
+	Grace       bool `json:"grace,omitempty"` // store.ErrGrace
 
 	// Holder names the holder of a lease (grant, renew, release,
 	// lease-ended, lease-drop): "w3/lease-7", unique within a run.
@@ -177,7 +169,6 @@ type eventLog struct {
 	host string // the process's fleet host, from envHost
 }
 
-// openLog opens the log of process proc in dir/logs.
 func openLog(dir, proc string) (*eventLog, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "logs", proc+".jsonl"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

@@ -28,9 +28,8 @@ const (
 	// fleetTTL is the lease of a fleet-wide grant, renewed after
 	// fleetRenew: a worker killed holding one keeps its port off every
 	// host until the lease runs out and a host's Reap deletes it.
-	fleetTTL   = 10 * time.Second
-	fleetRenew = 2 * time.Second
-	// maxFleetHeld bounds the fleet-wide ports a fleet worker holds.
+	fleetTTL     = 10 * time.Second
+	fleetRenew   = 2 * time.Second
 	maxFleetHeld = 4
 )
 

@@ -7,11 +7,10 @@ import (
 	"syscall"
 )
 
-// freeze stops p where it stands (SIGSTOP cannot be caught), whatever
-// lock it holds; thaw lets it go on (SIGCONT).
+// freeze stops p where it stands (SIGSTOP cannot be caught), whatever lock it holds; thaw
+// lets it go on (SIGCONT).
 func freeze(p *os.Process) error { return p.Signal(syscall.SIGSTOP) }
 
 func thaw(p *os.Process) error { return p.Signal(syscall.SIGCONT) }
 
-// canFreeze reports whether this platform can stop a process.
 const canFreeze = true

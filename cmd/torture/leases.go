@@ -10,7 +10,6 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// maxLeases bounds the leases a worker holds at once.
 const maxLeases = 4
 
 // leased is a port a worker holds through a named holder's lease

@@ -45,9 +45,8 @@ type workerProc struct {
 // fleetHost is the host index of a fleet worker, which runs on no host.
 const fleetHost = -1
 
-// killedWorker is a worker the supervisor killed: its identity, to find
-// its rows after a Reap (pid and start time, since the pid will be
-// reused), and its host's index.
+// killedWorker is a worker the supervisor killed: its identity (pid and start time, since
+// the pid will be reused), to find its rows after a Reap.
 type killedWorker struct {
 	owner store.Owner
 	host  int
@@ -264,7 +263,6 @@ var losses = []struct {
 	}},
 }
 
-// loseStore loses the workers' store in one of the ways of losses.
 func (s *supervisor) loseStore() error {
 	l := losses[s.rng.IntN(len(losses))]
 	if err := l.lose(filepath.Join(s.cfg.Dir, "state")); err != nil {
@@ -279,8 +277,6 @@ func (s *supervisor) loseStore() error {
 // a replacement on the host it was on.
 func (s *supervisor) kill(ctx context.Context, w *workerProc, replace bool) error {
 	pid := w.cmd.Process.Pid
-	// Its identity, to find its rows after a Reap: pid and start time,
-	// since the pid will be reused.
 	id, idErr := store.LookupOwner(ctx, pid)
 	// Logged before the signal: the victim's claims end no later.
 	s.log.add(Event{Kind: KindKill, Proc: w.name, PID: pid})
@@ -394,7 +390,6 @@ func nextStep(rng *rand.Rand, offset, frac time.Duration) time.Duration {
 	return -m
 }
 
-// stepClock steps the wall clock once and logs the step.
 func (s *supervisor) stepClock() error {
 	d, err := s.clock.step(func(offset, frac time.Duration) time.Duration {
 		return nextStep(s.rng, offset, frac)
@@ -454,7 +449,6 @@ func (s *supervisor) thawDue(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// thaw sends w SIGCONT and logs it.
 func (s *supervisor) thaw(w *workerProc) error {
 	s.frozen = slices.DeleteFunc(s.frozen, func(f frozenWorker) bool { return f.w == w })
 	pid := w.cmd.Process.Pid
@@ -513,7 +507,6 @@ func (s *supervisor) stopAll() {
 	s.workers = nil
 }
 
-// say writes a line of progress to w, if not nil.
 func say(w io.Writer, format string, args ...any) {
 	if w != nil {
 		fmt.Fprintf(w, format+"\n", args...)

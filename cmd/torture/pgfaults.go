@@ -85,7 +85,6 @@ func startOwnServer(ctx context.Context, runDir string, pair, sync bool) (*ownSe
 	return o, o.one.DSN(), nil
 }
 
-// primary is the server that takes writes.
 func (o *ownServer) primary() *pgserver.Server {
 	if o.pair != nil {
 		return o.pair.Primary
@@ -202,7 +201,6 @@ func (s repairSink) Error(err error, msg string, kv ...any) {
 func (s repairSink) WithValues(...any) logr.LogSink { return s }
 func (s repairSink) WithName(string) logr.LogSink   { return s }
 
-// kvValue returns the value of key in a logr key-value list, or nil.
 func kvValue(kv []any, key string) any {
 	for i := 0; i+1 < len(kv); i += 2 {
 		if k, _ := kv[i].(string); k == key {
@@ -212,7 +210,6 @@ func kvValue(kv []any, key string) any {
 	return nil
 }
 
-// kvInt returns the integer value of key in a logr key-value list.
 func kvInt(kv []any, key string) int64 {
 	switch v := kvValue(kv, key).(type) {
 	case int:

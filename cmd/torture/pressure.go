@@ -75,7 +75,6 @@ func (p *pressure) spell(ctx context.Context, log *eventLog, d time.Duration, sl
 	log.add(Event{Kind: KindPressureEnd, Limit: limit})
 }
 
-// on reports whether a spell is on.
 func (p *pressure) on() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

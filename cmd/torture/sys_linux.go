@@ -27,7 +27,6 @@ func monotonic() int64 {
 	return ts.Nano()
 }
 
-// canStepClock reports whether this platform has a clock stepper.
 const canStepClock = true
 
 // clockStepper steps CLOCK_REALTIME and puts it back. The true time is
@@ -130,7 +129,6 @@ func (c *clockStepper) close() error {
 	return c.unlock()
 }
 
-// canPressure reports whether this platform can run -fd-pressure.
 const canPressure = true
 
 // countOpen counts the process's open descriptors, less the one it opens

@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// monotonic falls back to the wall clock where the harness knows no clock
-// shared by every process that no one steps. Runs there cannot step the
-// clock, so only an administrator or NTP could confuse their order.
+// monotonic falls back to the wall clock where the harness knows no clock shared by every
+// process that no one steps. Runs there cannot step the clock, so only an administrator
+// or NTP could confuse their order.
 func monotonic() int64 { return time.Now().UnixNano() }
 
 // canStepClock reports whether this platform has a clock stepper.

@@ -158,7 +158,6 @@ func (s Summary) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "grants          %d (%.0f/s): %d allocated, %d reserved, %d handed to children%s\n",
 		s.Grants, float64(s.Grants)/secs, s.Allocations, s.Reservations, s.Handoffs, fleet)
-	// line writes a line of the summary if on.
 	line := func(on bool, format string, args ...any) {
 		if on {
 			fmt.Fprintf(w, format+"\n", args...)

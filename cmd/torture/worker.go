@@ -237,10 +237,8 @@ func (w *worker) call(ctx context.Context, op string, f func(ctx context.Context
 	return err
 }
 
-// timedCall runs f bounded by timeout and logs that it returned, how long
-// it took, and whether it gave up waiting.
-// With faults, a call that found the server out of reach (unavailable) is
-// marked so.
+// timedCall is call without the probe count. With faults, a call that found the server
+// out of reach (unavailable) is marked so.
 func timedCall(ctx context.Context, log *eventLog, timeout time.Duration, op string, f func(ctx context.Context) error, faults bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -193,7 +193,8 @@ func (s *Server) Stop(ctx context.Context, mode string) error {
 	return s.c.run(ctx, "pg_ctl", "-D", s.Data, "-m", mode, "-w", "-t", "60", "stop")
 }
 
-// Restart stops s in mode (fast: every session ended, everything flushed; immediate: as a crash) and starts it again.
+// Restart stops s in mode (fast: every session ended, everything
+// flushed; immediate: as a crash) and starts it again.
 func (s *Server) Restart(ctx context.Context, mode string) error {
 	return s.c.run(ctx, "pg_ctl", "-D", s.Data, "-l", s.Log, "-m", mode, "-w", "-t", "60", "-o", s.options(), "restart")
 }
@@ -449,7 +450,8 @@ func (p *Pair) Failover(ctx context.Context, rebuild bool, killed, promoted func
 		return err
 	}
 	if p.C.Sync {
-		// The standby's command line did not set it. Until the new standby streams, commits wait.
+		// The standby's command line did not set it. Until the new
+		// standby streams, commits wait.
 		if err := p.Standby.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()"); err != nil {
 			return err
 		}
