@@ -18,8 +18,7 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// begin starts a call: the Allocator open, req valid and complete, and the
-// call's deadline, Config.Timeout.
+// begin starts a call: the Allocator open, req valid and complete, its deadline Config.Timeout.
 func (a *Allocator) begin(ctx context.Context, req Request) (context.Context, context.CancelFunc, Request, error) {
 	if a.closed.Load() {
 		return nil, nil, Request{}, store.ErrClosed
@@ -67,8 +66,7 @@ func (a *Allocator) AllocateBlock(ctx context.Context, req Request, n int) ([]st
 	return rs, opError("allocate", err)
 }
 
-// allocate is Allocate (n 0) and AllocateBlock, with check in place of the
-// bind-probe.
+// allocate is Allocate (n 0) and AllocateBlock, with check for the bind-probe.
 func (a *Allocator) allocate(ctx context.Context, req Request, n int, check func(store.Key) error) (rs []store.Reservation, err error) {
 	defer func() { a.ctr.count(store.Dynamic, err) }()
 	ctx, cancel, req, err := a.begin(ctx, req)
@@ -181,8 +179,7 @@ func (a *Allocator) ListenPacket(ctx context.Context, req Request) (store.Reserv
 	return r, c, opError("listen", err)
 }
 
-// listenBound allocates for req with bind in place of the probe and returns
-// the socket of the bind that succeeded.
+// listenBound allocates for req with bind as the probe, returning its socket.
 func listenBound[S io.Closer](ctx context.Context, a *Allocator, req Request, proto store.Protocol, bind func(string) (S, error)) (store.Reservation, S, error) {
 	var none S
 	if req.Protocol == "" {
@@ -191,10 +188,8 @@ func listenBound[S io.Closer](ctx context.Context, a *Allocator, req Request, pr
 	if req.Protocol != proto {
 		return store.Reservation{}, none, &store.FieldError{Field: "Request.Protocol", Value: string(req.Protocol), Want: fmt.Sprintf("%q here (Listen is for tcp, ListenPacket for udp)", proto)}
 	}
-	var (
-		sock  S
-		bound bool
-	)
+	var sock S
+	var bound bool
 	rs, err := a.allocate(ctx, req, 0, func(k store.Key) error {
 		if bound {
 			_ = sock.Close() // bound for a grant the store then undid
@@ -245,11 +240,9 @@ type Request struct {
 	// are the wildcards, which take the port on every address.
 	Addr netip.Addr
 	// Prefer lists ports for Allocate to try first, in this order, each
-	// with the full guarantee (locked, free in the store, bind-probed);
-	// when none is free, Allocate goes on with the range as usual.
-	// Preferred ports may lie outside Config.Range (a dev server that
-	// should land on 3000 when it can). At most MaxPrefer ports, none of
-	// them 0.
+	// with the full guarantee, before the range. They may lie outside
+	// Config.Range (a dev server that should land on 3000 when it can). At
+	// most MaxPrefer ports, none of them 0.
 	Prefer []uint16
 	// Order overrides Config.Order for this request.
 	Order Order
@@ -288,8 +281,7 @@ type Request struct {
 	unscoped string // Label before it was recorded in the scope
 }
 
-// normalize validates req and fills in its zero fields. The error is a
-// *store.FieldError naming the field of Request.
+// normalize validates req, refusing with a *store.FieldError, and fills in its zero fields.
 func (a *Allocator) normalize(req Request) (Request, error) {
 	if err := store.CheckLabel(req.Label); err != nil {
 		return Request{}, named("Request.Label", err)
@@ -354,26 +346,20 @@ func (a *Allocator) normalize(req Request) (Request, error) {
 	return req, nil
 }
 
-// owner is who req's reservation belongs to: its holder, or this process
-// (the zero Owner).
+// owner is req's holder, or this process (the zero Owner).
 func (req Request) owner() store.Owner { return store.Owner{Holder: req.Holder} }
-
-// Which ports an Allocator hands out: its range, less Config.Exclude, the
-// ports the administrator reserves (Linux's ip_local_reserved_ports), the
-// ports browsers refuse (unless Config.AllowBrowserRestricted), the OS
-// ephemeral range (unless Config.AllowEphemeralOverlap) and the ports the
-// OS keeps for itself (Windows's excluded ranges). New reads them once.
 
 var ephemeralWarning sync.Once
 
-// excluded is what an Allocator leaves out besides Config.Exclude, read
-// once by New.
+// excluded is what an Allocator leaves out besides Config.Exclude, the OS
+// ephemeral range and the ports the OS keeps (Windows's excluded ranges),
+// read once by New.
 type excluded struct {
 	local   []portrange.Range // net.ipv4.ip_local_reserved_ports
 	browser bool              // the browsers' restricted ports are left out
 }
 
-// candidateSet is the range less everything left out.
+// candidateSet is the range less everything left out (see Config.Exclude).
 func candidateSet(cfg Config, excl excluded) (*portrange.Set, error) {
 	var exclude []portrange.Range
 	for _, r := range cfg.Exclude {
@@ -459,8 +445,7 @@ func (a *Allocator) candidates(ctx context.Context, req Request, set *portrange.
 	}, sticky
 }
 
-// stickyPort returns the port a sticky request had last time as the store
-// remembers it, when it is still in set; 0 otherwise.
+// stickyPort returns the port a sticky request had last time, if still in set; else 0.
 func (a *Allocator) stickyPort(ctx context.Context, req Request, set *portrange.Set) uint16 {
 	s := a.h.store()
 	if !req.Sticky || s == nil {
@@ -480,8 +465,7 @@ func (a *Allocator) stickyPort(ctx context.Context, req Request, set *portrange.
 	return p
 }
 
-// remember records a sticky request's port, and logs when it is not the
-// one it had before.
+// remember records a sticky request's port, logging when it changed.
 func (a *Allocator) remember(ctx context.Context, req Request, sticky, got uint16) {
 	s := a.h.store()
 	if !req.Sticky || s == nil {

@@ -119,16 +119,14 @@ func New(ctx context.Context, cfg Config) (a *Allocator, err error) {
 // cfg as New completes it: a PostgreSQL store of a fleet (package pgstore,
 // as fleet.New does), a SQLite store of a file of the caller's choosing
 // (statestore.Open), or a store of the caller's own; cfg's other fields
-// apply as for New. The
-// Allocators of a process with the same Config.StoreDSN share one store,
-// which the first of them opens; without a StoreDSN each call opens its
-// own. The store is closed with the last Allocator that uses it (on an
-// error of NewWithStore, one open returned is closed too). It never falls
-// back to the MRU file: a store that fails is an error wrapping
-// store.ErrUnavailable. A store it opened whose rows are lost (a failover)
-// gets them back from this process, as New's does; one whose file is lost
-// is not opened again: calls fail until the program makes a new
-// Allocator.
+// apply as for New. The Allocators of a process with the same
+// Config.StoreDSN share one store, which the first of them opens; without a
+// StoreDSN each call opens its own. The store is closed with the last
+// Allocator that uses it (on an error of NewWithStore, one open returned is
+// closed too). It never falls back to the MRU file: a store that fails is
+// an error wrapping store.ErrUnavailable. A store whose rows are lost (a
+// failover) gets them back from this process, as New's does; one whose
+// file is lost is not opened again: calls fail until a new Allocator.
 func NewWithStore(ctx context.Context, cfg Config, open func(context.Context, Config) (store.Store, error)) (a *Allocator, err error) {
 	defer func() { err = opError("", err) }()
 	if open == nil {
@@ -237,10 +235,8 @@ func openWithin(ctx context.Context, what string, open func(context.Context) (st
 	return nil, fmt.Errorf("open %s: %w", what, ctx.Err())
 }
 
-// canonical returns the path that names a database file among the
-// process's handles: absolute, with the directory's symbolic links
-// resolved when it exists, so two spellings of one state directory share
-// a handle.
+// canonical returns path absolute, its directory's symbolic links resolved,
+// so two spellings of one state directory share a handle.
 func canonical(path string) string {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -311,11 +307,8 @@ type Counts struct {
 // Stats are an Allocator's counters since New, what it holds now, and the
 // counters of the store it shares with the process's other Allocators.
 type Stats struct {
-	// Held is how many reservations this Allocator holds now.
-	Held int
-	// Ports is how many ports Allocate may hand out: the range less
-	// everything left out of it.
-	Ports int
+	Held  int // how many reservations this Allocator holds now
+	Ports int // how many ports Allocate may hand out: the range less what is left out
 	// Allocations counts successful Allocate and Reserve calls; Errors
 	// failed ones, whatever the cause.
 	Allocations, Errors Counts
@@ -330,10 +323,9 @@ type Stats struct {
 	ProbeFailures, Reaped int64
 	// Restored counts the process's reservations put back in the store
 	// after it lost them (a file deleted, replaced or truncated, a
-	// failover); Lost those another owner's row stood in the way of (each
-	// logged as an error naming both; their locks still keep the ports);
-	// Rereleased the releases done again where a failover brought a row
-	// back or a release had failed.
+	// failover); Lost those another owner's row stood in the way of (logged;
+	// their locks still keep the ports); Rereleased the releases done again
+	// where a failover brought a row back or a release had failed.
 	Restored, Lost, Rereleased int64
 }
 

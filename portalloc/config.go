@@ -117,11 +117,8 @@ type Config struct {
 	// keep the reservations in instead of the SQLite store: a connection
 	// string ("postgres://user@db.example/berth", "host=/run/postgresql
 	// dbname=berth") or the absolute path of the directory of the server's
-	// unix socket. portalloc links no PostgreSQL client: New refuses a
-	// StoreDSN with a *store.FieldError that says to call fleet.New of
-	// package github.com/berth-go/berth/portalloc/fleet, which opens it.
-	// Messages, logs and every fmt verb of a Config show it with its
-	// password hidden.
+	// unix socket, opened by fleet.New (package portalloc/fleet; New refuses
+	// it). Messages, logs and fmt verbs show it with its password hidden.
 	StoreDSN string
 	// Host is this host's name in the fleet a StoreDSN is shared by. It
 	// must name one machine. Without a StoreDSN it is not used.
@@ -194,9 +191,8 @@ const (
 	envScope                  = "BERTH_SCOPE"
 )
 
-// fromEnv fills in the zero fields of c from lookup's variables. The error
-// joins one *store.FieldError for each variable refused, named by the
-// variable.
+// fromEnv fills in the zero fields of c from lookup's variables, joining
+// one *store.FieldError for each variable refused.
 func (c Config) fromEnv(lookup func(string) (string, bool)) (Config, error) {
 	var errs []error
 	get := func(name string) string {
@@ -414,9 +410,8 @@ func (h debugLevels) WithGroup(name string) slog.Handler {
 	return debugLevels{h.Handler.WithGroup(name)}
 }
 
-// storeFieldError refuses the Config.StoreDSN s, named field (the field, or
-// the variable or flag it came from): it quotes s with its password
-// hidden, and says why it was refused.
+// storeFieldError refuses the StoreDSN s, named field (the field, variable
+// or flag it came from), quoting s with its password hidden.
 func storeFieldError(field, s string, err error) *store.FieldError {
 	want := `a PostgreSQL connection string ("postgres://..." or "postgresql://...", the scheme in lower case, or "host=... dbname=...") or the absolute path of the directory of its unix socket`
 	var de *dsn.Error
@@ -427,8 +422,7 @@ func storeFieldError(field, s string, err error) *store.FieldError {
 }
 
 // Format formats c for every verb as fmt would format its fields, with
-// the password of StoreDSN hidden: no %v, %+v, %#v or %s of a Config
-// shows it.
+// the password of StoreDSN hidden.
 func (c Config) Format(f fmt.State, verb rune) {
 	type Config configFields // the fields without this method, named as %#v shows them
 	c.StoreDSN = dsn.Redact(c.StoreDSN)
@@ -551,21 +545,16 @@ func (s *fanSink) WithValues(kv ...any) logr.LogSink {
 
 func (s *fanSink) WithName(string) logr.LogSink { return s }
 
-// A scope keeps the labels and sticky ports of one checkout (or one name)
-// apart from another's: the label a reservation records is LABEL@SCOPE
-// (scopeSep), so that "api" of two worktrees of a project are two labels.
+// Scopes (see Config.Scope).
+const (
+	scopeSep    = "@" // joins a label and its scope in the label a reservation records
+	maxScopeLen = 200 // the longest scope, in bytes, once resolved
+)
 
-// scopeSep joins a label and its scope in the label a reservation records.
-const scopeSep = "@"
-
-// maxScopeLen is the longest scope, in bytes, once resolved.
-const maxScopeLen = 200
-
-// modeRE matches a scope that names a mode: a word of two or more letters,
-// digits or dashes and a colon ("git:", "env:NAME"). Such values are kept
-// for modes; one berth does not know is refused rather than taken as a
-// name, so that a mode a later berth adds never means something else to an
-// earlier one. One letter and a colon is a Windows drive ("C:\src").
+// modeRE matches a scope that names a mode ("git:", "env:NAME"): one berth
+// does not know is refused rather than taken as a name, so that a mode a
+// later berth adds never means something else to an earlier one. One
+// letter and a colon is a Windows drive ("C:\src").
 var modeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]+:`)
 
 // scopeWant says what a scope may be, for error messages.
@@ -623,9 +612,8 @@ func checkScopeLen(field, given, resolved string) (string, error) {
 	return resolved, nil
 }
 
-// gitRoot returns the top of the git worktree dir is in: the nearest
-// directory at or above dir that holds .git (a directory, or a file in a
-// linked worktree or submodule).
+// gitRoot returns the nearest directory at or above dir that holds .git (a
+// directory, or a file in a linked worktree or submodule).
 func gitRoot(dir string) (string, bool) {
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
@@ -645,14 +633,11 @@ func scopeLabel(scope, label string) string {
 	return label + scopeSep + scope
 }
 
-// scopeSeed returns the random source of the order in which a labelled
-// request of a scope tries the range: seeded by the scope and the label,
-// so that a label's first port in a scope is the same on every machine
-// while it is free, and two scopes, or two labels, rarely start at the same
-// port. A scope that is a path (git, dir) counts by its last element, the
-// checkout's directory name, which is the same for the same project on
-// another machine while the rest of the path is not. nil for a request
-// without a scope or a label: the Allocator's own random order.
+// scopeSeed seeds the order in which a labelled request of a scope tries
+// the range, so that a label's first port in a scope is the same on every
+// machine while free. A path scope counts by its last element, the
+// checkout's directory name, which other machines share while the rest of
+// the path differs. nil without a scope or a label: the Allocator's order.
 func scopeSeed(scope, label string) *rand.Rand {
 	if scope == "" || label == "" {
 		return nil
@@ -682,13 +667,10 @@ type place struct {
 	dir  string // absolute
 	how  string // for people: "$XDG_STATE_HOME/berth", ...
 	vars string // the variables that chose it, for the root rule's message
-	// own is the directory root uses instead, relative to its home from
-	// the password database, when dir lies in another user's tree.
-	own string
+	own  string // root's directory instead, relative to its home, when dir is another user's
 }
 
-// absEnv returns the variable name, which must be an absolute path; shown
-// is its name in messages ("$HOME").
+// absEnv returns the variable name, an absolute path; shown names it ("$HOME").
 func absEnv(name, shown string) (string, error) {
 	v := os.Getenv(name)
 	switch {
@@ -700,8 +682,7 @@ func absEnv(name, shown string) (string, error) {
 	return v, nil
 }
 
-// statePlace is the platform's state directory for berth: see
-// Config.StateDir.
+// statePlace is the platform's state directory for berth (Config.StateDir).
 func statePlace() (place, error) {
 	switch runtime.GOOS {
 	case "windows":
@@ -744,9 +725,8 @@ type resolved struct {
 	rooted string // non-empty when root uses its own directory: why, to log
 }
 
-// forRoot applies the root rule of Config.StateDir to p: a root process
-// never takes a directory in another user's tree, but its own home's from
-// the password database, and refuses with ErrUnsafe when it cannot have it.
+// forRoot applies the root rule of Config.StateDir to p, refusing with
+// ErrUnsafe when root cannot have its own directory.
 func forRoot(p place) (resolved, error) {
 	r := resolved{dir: p.dir, reason: "the default: " + p.how}
 	if geteuid() != 0 || p.own == "" {

@@ -23,9 +23,8 @@ import (
 // process's one record of what it holds there (holding): the row, the
 // kernel lock taken with it in the store's write, and which Allocators
 // hold it. On a lost file or a failover it puts the rows of the record
-// back (reconcile), the same code for every store.
-
-// handles are the process's open handles, by name.
+// back (reconcile), the same code for every store. handles are the
+// process's open handles, by name.
 var handles = struct {
 	mu sync.Mutex // guards m and every handle's refs
 	m  map[string]*handle
@@ -36,10 +35,8 @@ type handle struct {
 	name string // in handles
 	refs int    // the Allocators that use it; guarded by handles.mu
 	what string // the store for people: a path, a DSN without password
-	// open opens the store again after its file was lost, or after it
-	// could not be used for a while; nil for a store that cannot be
-	// opened again (a fleet's, whose losses are of rows, and one given to
-	// NewWithStore).
+	// open opens the store again after a loss or a while unusable; nil when
+	// it cannot be (a fleet's, whose losses are of rows, or NewWithStore's).
 	open func(ctx context.Context) (store.Store, error)
 	mru  *mru.File // the fallback of a state directory; nil otherwise
 	log  logr.Logger
@@ -63,17 +60,14 @@ type handle struct {
 	mu   sync.Mutex // guards held, for readers that do not take turn
 	held map[store.Key]*holding
 
-	stop chan struct{} // closed when the last Allocator lets go
-	// halt cancels the watcher's calls when the last Allocator lets go.
-	halt    context.CancelFunc
+	stop    chan struct{}      // closed when the last Allocator lets go
+	halt    context.CancelFunc // cancels the watcher's calls then
 	haltCtx context.Context
 	bg      sync.WaitGroup // the watch, and stores closing aside
 
 	restored, lost, rereleased atomic.Int64
 
-	// logs are the Loggers of the Allocators that share the handle, which
-	// its log and warn reach.
-	logs logFan
+	logs logFan // the sharing Allocators' Loggers, which log and warn reach
 }
 
 // selfKept holds the locks of reservations handed to this very process
@@ -89,14 +83,12 @@ type holding struct {
 	row  store.Reservation // the reservation, Owner this process
 	lock *portlock.Lock    // nil once released
 	mru  bool              // handed out by the MRU file: no row
-	// by counts the holds of each Allocator of the process: its own
-	// Allocate and Reserve calls, those of its sets, pools and helpers. The
-	// row goes when the last is dropped.
+	// by counts each Allocator's holds (its calls, its sets', pools' and
+	// helpers'); the row goes when the last is dropped.
 	by map[*Allocator]int
-	// released is when the holding was released (by is empty then): the
-	// row is kept in the record for redoWindow, so that a reconcile deletes
-	// it again where a failover brought it back; failed says the store's
-	// delete has not succeeded yet.
+	// released is when the holding was released (by is empty then), kept
+	// for redoWindow so that a reconcile deletes the row again where a
+	// failover brought it back; failed says the delete has not succeeded.
 	released time.Time
 	failed   bool
 }
@@ -117,13 +109,11 @@ const (
 )
 
 // share returns the handle named name, opening it with open when the
-// process has none. A store that cannot be opened still gives a handle,
-// down for that reason, when mayFail says the caller can serve without it
-// (the fallback); otherwise the error. The caller lets go with unref.
+// process has none; down, when the store cannot be opened and mayFail says
+// the caller can serve without it (the fallback). Let go with unref.
 func share(ctx context.Context, name, what string, open func(context.Context) (store.Store, error), reopenable bool, m *mru.File, who any, log, warn logr.Logger, mayFail func(error) bool) (*handle, error) {
-	// join takes a reference of h, which the process has open already, and
-	// whose own MRU file serves, unless h is down for a cause this caller
-	// may not serve without (mayFail). The caller holds handles.mu.
+	// join takes a reference of h, open already, whose own MRU file serves,
+	// unless h is down and mayFail refuses. The caller holds handles.mu.
 	join := func(h *handle, mayFail func(error) bool) (*handle, error) {
 		defer handles.mu.Unlock()
 		if m != nil {
@@ -232,8 +222,8 @@ func (h *handle) lockTurn(ctx context.Context) error {
 
 func (h *handle) unlockTurn() { <-h.turn }
 
-// setDown records why the store cannot be used (nil: it can), and
-// setStore the store (nil while it is down). The caller holds turn.
+// setDown records why the store cannot be used (nil: it can), and setStore
+// the store (nil while down). The caller holds turn.
 func (h *handle) setDown(err error) {
 	h.down = err
 	setPtr(&h.downs, err)
@@ -244,8 +234,7 @@ func (h *handle) setStore(s store.Store) {
 	setPtr(&h.cur, s)
 }
 
-// downNow returns why the store cannot be used, and store the store, nil
-// while it is down: for calls that only read, without turn.
+// downNow and store read down and s without turn, for calls that only read.
 func (h *handle) downNow() error     { return load(&h.downs) }
 func (h *handle) store() store.Store { return load(&h.cur) }
 
@@ -292,10 +281,10 @@ func (h *handle) usable(ctx context.Context) bool {
 	return true
 }
 
-// fail takes the store out of service for err, a failure that another
-// call would meet too (a damaged file, a newer schema), so that every
-// Allocator of the process serves from its fallback until the retry. The
-// caller holds turn. A store that cannot be opened again stays.
+// fail takes the store out of service for err, a failure another call
+// would meet too (a damaged file, a newer schema), so that every Allocator
+// serves from its fallback until the retry; one that cannot be opened again
+// stays. The caller holds turn.
 func (h *handle) fail(err error) {
 	if h.open == nil || h.s == nil {
 		return
@@ -319,9 +308,8 @@ func (h *handle) closeAside(s store.Store) {
 	}()
 }
 
-// do runs op on the store, once more when the store was lost under it and
-// the handle opened it again (at most maxRepairs times). The caller holds
-// turn. A store that is down is an error wrapping store.ErrUnavailable.
+// do runs op on the store, again when the store was lost under it and
+// repaired (at most maxRepairs times). The caller holds turn.
 func (h *handle) do(ctx context.Context, op func(store.Store) error) error {
 	for try := 0; ; try++ {
 		if !h.usable(ctx) {
@@ -343,8 +331,8 @@ func (h *handle) do(ctx context.Context, op func(store.Store) error) error {
 // deleting) fails the call after that.
 const maxRepairs = 3
 
-// read runs op, a call that changes no record (a listing, a reap, a
-// lease's renewal), on the store with the handle's turn, as do does.
+// read runs op, which changes no record (a listing, a reap, a renewal), as
+// do does, taking turn.
 func (h *handle) read(ctx context.Context, op func(store.Store) error) error {
 	if err := h.lockTurn(ctx); err != nil {
 		return err
@@ -360,11 +348,9 @@ func (h *handle) downErr() error {
 	return fmt.Errorf("%w: the store %s is closed", store.ErrUnavailable, h.what)
 }
 
-// repair deals with lost, a store that reported why (an error wrapping
-// store.ErrLost): a store of a file is opened again at the same place (a
-// new, empty one if need be); either way the rows of the record are put
-// back and those released are deleted again (reconcile). The caller
-// holds turn.
+// repair deals with lost, a store that reported why (store.ErrLost): a
+// file's store is opened again at the same place (new and empty if need
+// be); either way reconcile puts the record back. The caller holds turn.
 func (h *handle) repair(ctx context.Context, lost store.Store, why error) error {
 	if h.s != lost {
 		return nil // repaired meanwhile
@@ -399,13 +385,12 @@ func (h *handle) repair(ctx context.Context, lost store.Store, why error) error 
 	return nil
 }
 
-// reconcile compares the record with the rows of this process in s: it
-// puts back, without a probe (the lock is this process's, and the process
-// may be listening on the port), every row held that is missing, and
-// deletes again every row released that is there. A row another owner
-// took meanwhile cannot be put back: that is logged naming both, and
-// counted in Stats.Lost; its lock still keeps the port from every berth.
-// It returns how many it put back and could not. The caller holds turn.
+// reconcile puts back in s, without a probe (the lock is this process's,
+// which may be listening on the port), every row held that is missing, and
+// deletes again every row released that is there. A row another owner took
+// meanwhile is logged naming both and counted in Stats.Lost (its lock still
+// keeps the port from every berth). It returns how many it put back and
+// could not. The caller holds turn.
 func (h *handle) reconcile(ctx context.Context, s store.Store) (put, failed int) {
 	h.again = false
 	rows, err := s.List(ctx, store.Filter{OwnerPID: h.self.PID})
@@ -469,8 +454,7 @@ func (h *handle) reconcile(ctx context.Context, s store.Store) (put, failed int)
 	return put, failed
 }
 
-// forget drops e, a released holding of k, from the record unless k was
-// taken again meanwhile.
+// forget drops e, a released holding of k, unless k was taken again.
 func (h *handle) forget(k store.Key, e *holding) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -483,9 +467,8 @@ func (h *handle) forget(k store.Key, e *holding) {
 // whether it lost rows (store.Store.Check); tests shorten it.
 var checkInterval = time.Second
 
-// watch checks the store every checkInterval while the process holds or
-// has released something in it, repairs what was lost, and tries a store
-// that is down again. The last unref stops it.
+// watch checks the store every checkInterval while the record is not
+// empty, repairs what was lost, and retries a store that is down.
 func (h *handle) watch() {
 	defer h.bg.Done()
 	t := time.NewTicker(checkInterval)
@@ -521,8 +504,7 @@ func (h *handle) watch() {
 	}
 }
 
-// releasesFailed reports whether a release of the process has not reached
-// the store yet.
+// releasesFailed reports whether a release has not reached the store yet.
 func (h *handle) releasesFailed() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -554,8 +536,6 @@ func (h *handle) heldBy(a *Allocator) []store.Reservation {
 // between the probe and the row. The locks a grant takes are kept by the
 // locker until the grant is settled: those of the rows made go into the
 // record (or to the keeper of a named holder), the others are let go.
-
-// locker takes the locks of a grant.
 type locker struct {
 	// check bind-probes a key whose lock is held: an error wrapping
 	// store.ErrHeld when the port is bound outside berth.
@@ -600,9 +580,8 @@ func (l *locker) closeAll() {
 	}
 }
 
-// lockErr puts a lock's refusal into a *store.ConflictError whose holder,
-// the conflicting key, has no owner this store knows; any other error (out
-// of descriptors, say) is returned as it is.
+// lockErr puts a lock's refusal into a *store.ConflictError whose holder
+// has no owner; any other error (out of descriptors, say) is returned as is.
 func lockErr(k store.Key, err error) error {
 	var he *portlock.HeldError
 	if !errors.As(err, &he) {
@@ -631,19 +610,16 @@ func probeCheck(k store.Key) error {
 	return nil
 }
 
-// fromMRU reports whether a's grant is to come from the MRU file: in
-// ModeMRU, and in the fallback mode while the store is down. The caller
-// holds turn.
+// fromMRU reports whether a's grant comes from the MRU file: in ModeMRU,
+// and in the fallback mode while the store is down. The caller holds turn.
 func (h *handle) fromMRU(ctx context.Context, a *Allocator) bool {
 	return h.mru != nil && (a.cfg.Mode == ModeMRU || a.cfg.Mode == ModeStateStoreWithFallback && !h.usable(ctx))
 }
 
-// fallsBack reports whether err of the store makes a's grant fall back to
-// the MRU file, having taken the store out of service: a failure of the
-// store, not of the request, in the fallback mode. Waiting is never a
-// reason (a busy store, a shortage, a call out of time): the MRU file would
-// meet the same, and the store works once it has passed. The caller holds
-// turn.
+// fallsBack reports whether err, a failure of the store and not of the
+// request, makes a's grant fall back to the MRU file, taking the store out
+// of service. Waiting (a busy store, a shortage, a timeout) never does: the
+// MRU file would meet the same, and it passes. The caller holds turn.
 func (h *handle) fallsBack(a *Allocator, err error) bool {
 	if h.mru == nil || a.cfg.Mode != ModeStateStoreWithFallback || transient(err) || errors.Is(err, store.ErrUnsafe) ||
 		!errors.Is(err, store.ErrStorage) && !errors.Is(err, store.ErrDamaged) && !errors.Is(err, store.ErrSchemaTooNew) && !errors.Is(err, store.ErrUnavailable) {
@@ -656,12 +632,11 @@ func (h *handle) fallsBack(a *Allocator, err error) bool {
 	return true
 }
 
-// grant runs a grant of a with the handle's turn: for a (own zero) or for
-// the named holder own, under a lease of ttl. In the store, inStore makes
-// the rows with the probe it is given (the lock, then check); from the MRU
-// file, inFile takes its one key's lock with l. key is the key a Reserve
-// names (zero for a scan): one the process holds already gets one more
-// hold of a.
+// grant runs a grant with turn, for a (own zero) or the named holder own
+// under a lease of ttl. In the store, inStore makes the rows with the probe
+// it is given (the lock, then check); from the MRU file, inFile takes its
+// one key's lock with l. key is a Reserve's (zero for a scan): one the
+// process holds already gets one more hold of a.
 func (h *handle) grant(ctx context.Context, a *Allocator, own store.Owner, ttl time.Duration, key store.Key, check func(store.Key) error,
 	inStore func(store.Store, func(store.Key) error) ([]store.Reservation, error),
 	inFile func(*locker) (store.Reservation, error),
@@ -786,18 +761,16 @@ func (h *handle) cause(a *Allocator) error {
 	return h.down
 }
 
-// noLease is the error of a named holder's grant while the store is down:
-// the MRU file keeps no holder.
+// noLease refuses a named holder's grant while the store is down.
 func (h *handle) noLease() error {
 	return fmt.Errorf("%w: a named holder's reservation needs the state store (%w)", store.ErrUnavailable, h.downErr())
 }
 
-// settle records rows, just made by a grant of a with locks, as the
-// process's, each held once by a; or hands the locks to the keeper of the
-// named holder own, for ttl. When a was closed meanwhile, the rows are
-// released again and the grant fails with store.ErrClosed. scanned says the
-// rows are new (a scan only makes rows); a Reserve may return a row this
-// process had, whose lock it then takes without a probe.
+// settle records rows, just made by a grant of a with locks, each held once
+// by a, or hands the locks to the keeper of the named holder own for ttl;
+// if a closed meanwhile, the rows are released again (store.ErrClosed).
+// scanned says the rows are new; a Reserve may return a row this process
+// had, whose lock it then takes without a probe.
 func (h *handle) settle(ctx context.Context, a *Allocator, own store.Owner, ttl time.Duration, rows []store.Reservation, locks []*portlock.Lock, scanned bool) ([]store.Reservation, error) {
 	if own.Holder != "" {
 		live := slices.DeleteFunc(slices.Clone(locks), func(lk *portlock.Lock) bool { return lk == nil })
@@ -844,11 +817,10 @@ func (h *handle) settle(ctx context.Context, a *Allocator, own store.Owner, ttl 
 }
 
 // hold hands copies of locks to k; this process's own stay open. Where no
-// keeper can run (ErrNoKeeper: systems other than Linux) the reservation
-// is kept by its row alone, as documented: that is logged at V(1), and
-// kept is false. A keeper that should run and cannot take them is an
-// error wrapping store.ErrTransient for a passing shortage (descriptors,
-// processes), to be tried again, and store.ErrUnavailable otherwise.
+// keeper can run (ErrNoKeeper: not Linux) the row alone keeps the
+// reservation, logged at V(1), and kept is false. A keeper that cannot take
+// them is an error wrapping store.ErrTransient for a passing shortage,
+// store.ErrUnavailable otherwise.
 func (h *handle) hold(k portlock.Keeper, ttl time.Duration, locks ...*portlock.Lock) (kept bool, err error) {
 	switch err := k.Hold(ttl, locks...); {
 	case err == nil:
@@ -863,10 +835,9 @@ func (h *handle) hold(k portlock.Keeper, ttl time.Duration, locks ...*portlock.L
 	}
 }
 
-// conflict completes a store's *store.ConflictError whose holder the store
-// does not know (a lock held without a row in it): the process's own
-// reservation when it is one of the record, a process's lock otherwise.
-// Any other error is returned as it is.
+// conflict completes a *store.ConflictError whose holder the store does not
+// know (a lock without a row) with the process's own reservation, if in the
+// record. Any other error is returned as it is.
 func (h *handle) conflict(err error) error {
 	var ce *store.ConflictError
 	if !errors.As(err, &ce) || !ce.Holder.Owner.IsZero() || ce.Bound {

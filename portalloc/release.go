@@ -206,9 +206,8 @@ func (a *Allocator) Reap(ctx context.Context) (int, error) {
 	return n, opError("reap", err)
 }
 
-// checkHolder refuses a holder's name that no reservation can have, with a
-// *store.FieldError for "holder": the empty name too, which store.Owner
-// would take for this process.
+// checkHolder refuses a holder's name no reservation can have with a
+// *store.FieldError, the empty one too (store.Owner's for this process).
 func checkHolder(holder string) error {
 	if holder == "" {
 		return &store.FieldError{Field: "holder", Value: "", Want: fmt.Sprintf("the name of a holder, 1 to %d bytes of printable UTF-8 such as \"ci/job-4711\"; it is empty", store.MaxHolderLen)}
@@ -216,16 +215,9 @@ func checkHolder(holder string) error {
 	return (store.Owner{Holder: holder}).Validate()
 }
 
-// The record's changes other than grants: a hold dropped, a reservation
-// handed to another process, every hold of an Allocator dropped, and
-// copies of a reservation's lock for a child.
-
-// release drops one hold of key by a. The last hold of the process
-// deletes the row and lets go of the lock. A key a does not hold while
-// another Allocator of the process does is a *store.FieldError, and
-// changes nothing; a key nobody in the process holds is released in the
-// store when the process owns its row there (made by an Allocator since
-// closed, or handed to this process).
+// release drops one hold of key by a, as Allocator.Release says. A key
+// nobody in the process holds is released in the store when the process
+// owns its row there (made by an Allocator since closed, or handed to it).
 func (h *handle) release(ctx context.Context, a *Allocator, key store.Key) error {
 	if err := h.lockTurn(ctx); err != nil {
 		return err
@@ -258,10 +250,9 @@ func (h *handle) release(ctx context.Context, a *Allocator, key store.Key) error
 	return h.drop(ctx, key, e)
 }
 
-// drop ends e, the holding of key that nothing in the process holds any
-// more: its row is deleted and its lock let go. A delete that fails (the
-// store cannot be reached) is done again by a later reconcile: the record
-// keeps the release.
+// drop deletes the row of e, which nothing in the process holds any more,
+// and lets go of its lock. A delete that fails stays in the record, for a
+// later reconcile to do again.
 func (h *handle) drop(ctx context.Context, key store.Key, e *holding) error {
 	var err error
 	if !e.mru {
@@ -324,10 +315,7 @@ func describe(e *holding, a *Allocator) string {
 	return strings.Join(out, ", ")
 }
 
-// transfer hands a's reservation of key to the running process pid: its
-// row, and its lock (the process keeps the copy it inherited, if any; a
-// keeper holds it otherwise). A reservation anything else in the process
-// holds too is refused: the transfer would take it from them.
+// transfer is Allocator.Transfer of a's reservation of key.
 func (h *handle) transfer(ctx context.Context, a *Allocator, key store.Key, pid int) error {
 	if err := h.lockTurn(ctx); err != nil {
 		return err
@@ -396,10 +384,8 @@ func (h *handle) transfer(ctx context.Context, a *Allocator, key store.Key, pid 
 	return nil
 }
 
-// dropAll drops every hold of a, Close's last step: the rows nothing else
-// in the process holds are released. It waits for turn at most until ctx
-// is done; past that, the holds are dropped from the record anyway, and
-// what it could not release is reaped once this process exits.
+// dropAll drops every hold of a, for Close. Past ctx it drops them from the
+// record without releasing: reaping covers them once this process exits.
 func (h *handle) dropAll(ctx context.Context, a *Allocator) error {
 	if err := h.lockTurn(ctx); err != nil {
 		h.mu.Lock()

@@ -40,19 +40,16 @@ import (
 // Spec describes a pool's members. The zero value of every field is a
 // working default.
 type Spec struct {
-	// Size is how many idle members the pool keeps reserved and ready;
-	// zero: 4.
+	// Size is how many idle members the pool keeps ready; zero: 4.
 	Size int
-	// Range is where members are allocated; zero: the Allocator's range,
-	// or the segment Segment names. It must lie within the Allocator's
-	// range.
+	// Range is where members are allocated, within the Allocator's range;
+	// zero: the Allocator's range, or the segment Segment names.
 	Range store.Range
 	// Segment, instead of Range, names a segment of the Allocator's range,
 	// as Kubernetes splits its service port range: "static", the low end,
 	// kept for callers that Reserve fixed ports (1/32 of the range, at
 	// least 16 and at most 128 ports; none in a range of 16 ports or
-	// fewer), or "dynamic", the rest, where Allocate looks first. Zero: no
-	// segment.
+	// fewer), or "dynamic", the rest, where Allocate looks first.
 	Segment string
 	// Addr and Protocol are the members'; zero: 127.0.0.1 and TCP.
 	Addr     netip.Addr
@@ -61,14 +58,10 @@ type Spec struct {
 	// replaces at once: an integer ("3") or a percentage of Size ("25%",
 	// rounded up), at least 1; zero: "25%".
 	MaxUnavailable string
-	// Prefer lists ports for members to take first, in this order, each
-	// with the full guarantee of portalloc.Request.Prefer (free in the store,
-	// bind-probed): every member allocated, when the pool fills, refills,
-	// rolls to a new spec or a Take finds it empty, takes the first of them
-	// that is free, then a port of Range in Order. A preferred port held
-	// by another process or bound outside berth is passed over. Like
-	// portalloc.Request.Prefer, they may lie outside Range. At most MaxPrefer ports,
-	// none of them 0; zero: none.
+	// Prefer lists ports for every member allocated (filling, refilling,
+	// rolling, or a Take of an empty pool) to take first, as
+	// portalloc.Request.Prefer does: the first free one, then a port of
+	// Range in Order. At most MaxPrefer ports, none of them 0.
 	Prefer []uint16
 	// Order is the order in which members walk Range after Prefer:
 	// OrderRandom or OrderLowest (members from the low end up); zero: the
@@ -85,8 +78,7 @@ func ParseMaxUnavailable(s string, size int) (int, error) {
 	return n, opError("", err)
 }
 
-// parseMaxUnavailable is ParseMaxUnavailable of the value of field,
-// without the prefix.
+// parseMaxUnavailable is ParseMaxUnavailable for field, without the prefix.
 func parseMaxUnavailable(field, s string, size int) (int, error) {
 	if s == "" {
 		s = "25%"
@@ -130,15 +122,13 @@ func (s Spec) revision() string {
 
 // Status is a snapshot of a pool.
 type Status struct {
-	Size     int
-	Idle     int
-	InUse    int
-	Updated  int    // members, idle or in use, at the current revision
-	Revision string // of the current spec
-	// Updating is true while members of an older revision remain.
-	Updating bool
-	// Replacing is how many idle members are being replaced right now.
-	Replacing int
+	Size      int
+	Idle      int
+	InUse     int
+	Updated   int    // members, idle or in use, at the current revision
+	Revision  string // of the current spec
+	Updating  bool   // while members of an older revision remain
+	Replacing int    // idle members being replaced right now
 }
 
 // member is one reserved port of a pool.
@@ -176,20 +166,15 @@ type Pool struct {
 	stop chan struct{}
 	done chan struct{}
 
-	// OnStep, set before the first Update, is called after each rolling
-	// update step with the ports it replaced; for observing rollouts.
-	onStep func(StepInfo)
+	onStep func(StepInfo) // see OnStep
 }
 
 // StepInfo describes one rolling update step.
 type StepInfo struct {
-	Replaced []uint16 // old ports given up in this step
-	// Unavailable counts members replaced because their probe failed;
-	// they do not use the budget.
-	Unavailable int
-	// Budgeted counts the others: at most MaxUnavailable.
-	Budgeted int
-	Status   Status // after the step
+	Replaced    []uint16 // old ports given up in this step
+	Unavailable int      // members replaced because their probe failed, outside the budget
+	Budgeted    int      // the others: at most MaxUnavailable
+	Status      Status   // after the step
 }
 
 // New reserves spec.Size ports of a labelled "pool:<name>" and keeps them
@@ -237,11 +222,11 @@ func New(ctx context.Context, a *portalloc.Allocator, name string, spec Spec) (_
 
 // pools are the names of the open pools, by Allocator.
 var pools = struct {
-	mu sync.Mutex // guards m
+	mu sync.Mutex
 	m  map[*portalloc.Allocator]map[string]bool
 }{m: map[*portalloc.Allocator]map[string]bool{}}
 
-// claim takes name among a's pools, and reports whether it was free.
+// claim takes name among a's pools if it is free.
 func claim(a *portalloc.Allocator, name string) bool {
 	pools.mu.Lock()
 	defer pools.mu.Unlock()
@@ -361,14 +346,13 @@ func segments(r store.Range) (static, dynamic store.Range) {
 	return store.Range{First: r.First, Last: split - 1}, store.Range{First: split, Last: r.Last}
 }
 
-// need is how many idle members are missing. Caller must not hold mu.
+// need is how many idle members are missing. p.mu must not be held.
 func (p *Pool) need() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.spec.Size - len(p.idle) - p.replacing
 }
 
-// allocate reserves one member at the current revision.
 func (p *Pool) allocate(ctx context.Context) (*member, error) {
 	p.mu.Lock()
 	spec, rev := p.spec, p.rev
@@ -386,9 +370,8 @@ func (p *Pool) refillOne(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// While this member was being allocated, a Take may have allocated one
-	// on the spot and its Return filled the gap: then the pool is full and
-	// this one goes back.
+	// A Take may have allocated one on the spot meanwhile, and its Return
+	// filled the pool: then this one goes back.
 	p.mu.Lock()
 	closed := p.closed
 	keep := !closed && len(p.idle)+p.replacing < p.spec.Size
@@ -442,9 +425,8 @@ func (p *Pool) Take(ctx context.Context) (store.Reservation, error) {
 	return m.r, nil
 }
 
-// Return gives a taken member back. A member of an older revision, or one
-// beyond the pool's size, is released instead of kept; that release waits
-// at most portalloc.Config.Timeout.
+// Return gives a taken member back. One of an older revision, or beyond the
+// pool's size, is released instead, waiting at most portalloc.Config.Timeout.
 func (p *Pool) Return(r store.Reservation) error {
 	p.mu.Lock()
 	m, ok := p.inUse[r.Key]
@@ -536,19 +518,16 @@ func (p *Pool) nudge() {
 }
 
 const (
-	// retryEvery is how soon the worker tries again after a failure.
-	retryEvery = 250 * time.Millisecond
+	retryEvery = 250 * time.Millisecond // after a failure
 	// settle is how long the worker lets takes and returns settle before
 	// it refills: a member returned within it needs no replacement, so a
 	// hot path that takes and returns costs the store nothing.
-	settle = 20 * time.Millisecond
-	// healthEvery is how often idle members' ports are probed when no
-	// update is under way.
-	healthEvery = time.Second
+	settle      = 20 * time.Millisecond
+	healthEvery = time.Second // idle members' probes, when no update runs
 )
 
 // work refills, checks idle members and steps rolling updates until
-// Close, or the Allocator's.
+// Close or the Allocator's.
 func (p *Pool) work() {
 	defer close(p.done)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -701,9 +680,8 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 func (p *Pool) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.a.Config().Timeout)
 	defer cancel()
-	// Wait for the background work to stop, and release the idle members,
-	// until ctx is done: a worker still busy then stops on its own, since
-	// stopping cancels what it waits for.
+	// Wait for the worker and release the idle members until ctx is done: a
+	// worker still busy stops on its own, since stopping cancels its waits.
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -738,9 +716,8 @@ func (p *Pool) Close() error {
 	return nil
 }
 
-// opError is the error of a public call of the package: err in a
-// *portalloc.OpError for op, the one place the package's calls add the
-// prefix. nil stays nil.
+// opError wraps err in a *portalloc.OpError for op, the one place the
+// package's calls add the prefix. nil stays nil.
 func opError(op string, err error) error {
 	if err == nil {
 		return nil

@@ -46,8 +46,7 @@ import (
 // specField is the Field of every refused spec: At says where in it.
 const specField = "SetSpec"
 
-// refuse is the error of the value of a spec at the path at, with what is
-// accepted there.
+// refuse refuses value at the path at in a spec, saying what is accepted.
 func refuse(at, value, want string) error {
 	return &store.FieldError{Field: specField, Value: value, At: at, Want: want}
 }
@@ -61,9 +60,8 @@ func portList(ports []uint16) string {
 	return strings.Join(s, ",")
 }
 
-// opError is the error of a public call of the package: err in a
-// *portalloc.OpError for op, the one place the package's calls add the
-// prefix. nil stays nil.
+// opError wraps err in a *portalloc.OpError for op, the one place the
+// package's calls add the prefix. nil stays nil.
 func opError(op string, err error) error {
 	if err == nil {
 		return nil
@@ -115,13 +113,10 @@ type PortSpec struct {
 	// one member.
 	Port uint16 `json:"port,omitempty"`
 	// Env overrides the variable name, "<GROUP>_<PORT>_PORT" by default
-	// (upper case, other characters than letters and digits as '_'). Two
-	// groups may not derive the same default (groups "api" and "api-http"
-	// with ports "http-admin" and "admin" would both make
-	// API_HTTP_ADMIN_PORT): such a spec is refused before any port is
-	// taken. Two groups may give the same Env, since each member gets only
-	// its own group's variables; see ValidateOneEnv for a spec whose
-	// members share one environment.
+	// (upper case, '-' as '_'). Two groups may not derive the same default
+	// (groups "api" and "api-http" with ports "http-admin" and "admin"
+	// would both make API_HTTP_ADMIN_PORT), but may give the same Env, since
+	// each member gets only its own group's variables (see ValidateOneEnv).
 	Env string `json:"env,omitempty"`
 	// Sticky asks for the port this entry had last time (see
 	// portalloc.Request.Sticky).
@@ -228,9 +223,8 @@ func (s SetSpec) Validate() error {
 	return opError("", err)
 }
 
-// jsonAt says where in a spec's JSON the decoder's err went wrong, as
-// FieldError.At: the key's path for a value of the wrong type, else the
-// byte offset when the decoder tells it.
+// jsonAt says where the decoder's err went wrong, as FieldError.At: the
+// key's path for a value of the wrong type, else the byte offset if known.
 func jsonAt(err error) string {
 	var (
 		te *json.UnmarshalTypeError
@@ -250,14 +244,11 @@ func jsonAt(err error) string {
 // ValidateOneEnv checks the spec as Validate does, and that the variables
 // of all its members can be put in one environment together, as berth run
 // --set gives them to one command: each variable must stand for one port
-// wherever it is set. Two groups that set the same variable to different
-// ports (both with Env "PORT", say) are refused, and so is the variable of
-// a per-member port of a group of more than one member, whose members
-// each have their own port under that name. A variable that every member
-// setting it gives the same port (a shared port, or references to
-// one port from two groups) is fine. A spec whose members each run as a
-// process of their own, with their own Member.Env, needs only Validate.
-// Errors are ParseSetSpec's.
+// wherever it is set. So two groups may not set one variable to different
+// ports (both with Env "PORT", say), nor may a per-member port of a group
+// of several members have one. A spec whose members each run as a process
+// of their own, with their own Member.Env, needs only Validate. Errors are
+// ParseSetSpec's.
 func (s SetSpec) ValidateOneEnv() error {
 	return opError("", s.validateOneEnv())
 }
@@ -272,8 +263,7 @@ func (s SetSpec) validateOneEnv() error {
 		field string
 	}
 	seen := map[string]source{}
-	// show names a port as a reference to it may: "api.http" for a port of
-	// a group of one member.
+	// show names a port as a reference may: "api.http" in a group of one.
 	show := func(r portRef) string {
 		if r.member == 0 && members(s.Groups[ix.groups[r.group]]) == 1 {
 			r.member = -1
@@ -332,10 +322,8 @@ func (g GroupSpec) EnvNames() []string {
 	return out
 }
 
-// specIndex is a validated spec's lookup tables, so that resolving a
-// reference costs two map lookups, whatever the size of the set: a
-// validation that searched the groups for each reference took time
-// quadratic in the number of groups.
+// specIndex is a validated spec's lookup tables: a reference costs two map
+// lookups, where searching the groups for each took quadratic time.
 type specIndex struct {
 	groups map[string]int  // group index by name
 	ports  map[portKey]int // port index by group index and port name
@@ -348,16 +336,13 @@ type portKey struct {
 	name  string
 }
 
-// envKey names an environment variable of a group's members.
 type envKey struct {
 	group int
 	name  string
 }
 
-// index validates s within lim and returns its lookup tables. It runs in
-// time and memory linear in the size of s: every check is a pass over the
-// groups with map lookups, and field names for errors are made only for
-// the error returned.
+// index validates s within lim and returns its lookup tables, in time and
+// memory linear in the size of s (field names are made only for an error).
 func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 	if why := names.Problem(s.Name); why != "" {
 		return nil, refuse("name", s.Name, names.Want+"; "+why)
@@ -382,10 +367,8 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 	// envs maps each group's variables to who sets them: a port's index,
 	// or -1-i for reference i.
 	envs := make(map[envKey]int, nports+nrefs)
-	// derived maps each derived variable ("<GROUP>_<PORT>_PORT") to its
-	// port: the rule promises that such a name stands for one port of the
-	// set, so two groups may not make the same one ("api" port
-	// "http-admin" and "api-http" port "admin").
+	// derived maps each derived variable to its port: such a name stands
+	// for one port of the set (see PortSpec.Env).
 	derived := make(map[string]portKey, nports)
 	envField := func(gi, who int) string {
 		if who >= 0 {
@@ -499,10 +482,8 @@ func (s SetSpec) index(lim specLimits) (*specIndex, error) {
 			}
 		}
 	}
-	// References point at ports, never at other references, so they cannot
-	// form cycles; they must name an existing port in the right form. They
-	// may point at any group, so they are resolved once every group is
-	// indexed.
+	// References point at ports of any group, never at other references (so
+	// no cycles): they are resolved once every group is indexed.
 	for gi, g := range s.Groups {
 		if len(g.Refs) == 0 {
 			continue
@@ -540,8 +521,7 @@ func envName(g GroupSpec, p PortSpec) string {
 	return up(g.Name) + "_" + up(p.Name) + "_PORT"
 }
 
-// portRef is a resolved reference: a port of a group, and for per-member
-// ports the member.
+// portRef is a resolved reference: a group's port, and its member if per member.
 type portRef struct {
 	group, port string
 	member      int // -1 for shared ports
@@ -555,9 +535,8 @@ func (r portRef) String() string {
 	return r.group + "." + strconv.Itoa(r.member) + "." + r.port
 }
 
-// resolveRef resolves a reference with ix, in time independent of the
-// size of the set. It returns what a reference may be, for
-// FieldError.Want, when to names no port of the set.
+// resolveRef resolves a reference with ix. It returns what a reference may
+// be, for FieldError.Want, when to names no port of the set.
 func (s SetSpec) resolveRef(ix *specIndex, to string) (portRef, string) {
 	gname, rest, ok := strings.Cut(to, ".")
 	if !ok {
@@ -608,8 +587,7 @@ type Set struct {
 	members []*Member
 	byName  map[memberKey]*Member
 	a       *portalloc.Allocator
-	// held are the reservations the set still holds, by label.
-	held map[string]store.Reservation
+	held    map[string]store.Reservation // what the set still holds, by label
 }
 
 type memberKey struct {
@@ -626,7 +604,7 @@ type Member struct {
 	Ports  map[string]store.Reservation
 	shared map[string]bool // the group's shared ports, by name
 	env    []string
-	set    *Set // the set the member belongs to
+	set    *Set
 }
 
 // Env returns the member's environment variables as KEY=VALUE strings, ready
@@ -705,8 +683,7 @@ func Allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (_ *Set
 	if n := a.Stats().Ports; ix.need > n {
 		return nil, refuse("groups", fmt.Sprintf("%d ports", ix.need), fmt.Sprintf("a set that needs at most the %d ports %s has to hand out; it needs %d ports allocated from the range", n, a.Config().Range, ix.need))
 	}
-	// What the Allocator holds for this spec already, by the label it
-	// recorded (in its scope).
+	// What the Allocator holds for this spec already, by recorded label.
 	existing := map[string]store.Reservation{}
 	for _, r := range a.Held() {
 		if strings.HasPrefix(r.Label, spec.Name+"/") {
@@ -732,10 +709,8 @@ func Allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (_ *Set
 		if r, ok := existing[recorded]; ok && r.Protocol == req.Protocol && r.Addr == req.Addr.Unmap() && (port == 0 || r.Port == port) {
 			port = r.Port // one more hold of what the Allocator has
 		}
-		var (
-			r   store.Reservation
-			err error
-		)
+		var r store.Reservation
+		var err error
 		if port != 0 {
 			r, err = a.Reserve(ctx, req, port)
 		} else {
@@ -761,26 +736,21 @@ func Allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (_ *Set
 			s.byName[memberKey{g.Name, i}] = m
 		}
 		for _, p := range g.Ports {
-			if p.Shared {
-				r, err := obtain(g, p, -1)
-				if err != nil {
-					return fail(err)
-				}
-				s.held[r.Label] = r
-				byRef[portRef{g.Name, p.Name, -1}] = r
-				for _, m := range group {
-					m.Ports[p.Name], m.shared[p.Name] = r, true
-				}
-				continue
-			}
 			for _, m := range group {
-				r, err := obtain(g, p, m.Index)
-				if err != nil {
-					return fail(err)
+				ref := portRef{g.Name, p.Name, m.Index}
+				if p.Shared {
+					ref.member = -1
 				}
-				s.held[r.Label] = r
-				byRef[portRef{g.Name, p.Name, m.Index}] = r
-				m.Ports[p.Name] = r
+				r, ok := byRef[ref] // a shared port is taken for the first member
+				if !ok {
+					var err error
+					if r, err = obtain(g, p, ref.member); err != nil {
+						return fail(err)
+					}
+					s.held[r.Label] = r
+					byRef[ref] = r
+				}
+				m.Ports[p.Name], m.shared[p.Name] = r, p.Shared
 			}
 		}
 		s.members = append(s.members, group...)
@@ -802,18 +772,12 @@ func Allocate(ctx context.Context, a *portalloc.Allocator, spec SetSpec) (_ *Set
 	return s, nil
 }
 
-// Release releases every port the set still holds: it drops the set's
-// hold, and a port no other holder of the process holds is released. It is
-// a no-op (nil) when there is nothing left, and a port that is already
-// released is not an error; other errors are for logging, since reaping
-// covers what a failed release leaves behind. Ports the set handed to
-// other processes (Transfer, TransferAll) are theirs, reaped once they
-// exit.
-//
-// Like portalloc.Allocator.Release it goes on when ctx is cancelled: the
-// releases have a deadline of their own, portalloc.Config.Timeout each, so
-// that a deferred Release under a context the shutdown signal cancelled
-// still releases.
+// Release drops the set's hold of every port it still holds, as
+// portalloc.Allocator.Release does (going on when ctx is cancelled, so a
+// deferred Release at shutdown still releases). It is nil when there is
+// nothing left, and a port already released is not an error; other errors
+// are for logging, since reaping covers a failed release. Ports handed to
+// other processes (Transfer, TransferAll) are theirs, reaped once they exit.
 func (s *Set) Release(ctx context.Context) error {
 	var errs []error
 	for l, r := range s.held {
