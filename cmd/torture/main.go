@@ -20,64 +20,35 @@
 // grants were live at the same time, that every grant could be bound, and
 // that the store keeps no row of a dead process once reaped.
 //
-// -clock-step moves the system's wall clock (CLOCK_REALTIME) by 300 s
-// either way and by fractions of a second across second boundaries, and
-// sets the true time back at the end (also on an error or Ctrl-C; not if
-// the harness itself is SIGKILLed): berth must not take a live owner for a
-// dead one because the clock moved. -freeze stops random workers with
-// SIGSTOP for up to 3 s, wherever they are (now and then inside the
-// store's write lock), and kills some while frozen: the others must go on,
-// their waits bounded by their timeout. Events are stamped with a clock no
-// one steps, and the checker also proves that some worker completed a call
-// at least every -timeout plus HangMargin; a longer silence fails the run.
+// Each mode is described by its flag (-h); what the checker makes of it:
 //
-// With -store the workers keep their reservations in PostgreSQL, in a
-// schema the run makes and drops. -hosts N makes that a fleet: N network
-// namespaces stand in for N hosts (host-1..N), each with its own loopback
-// and port space, all reaching the server through its unix socket;
-// -workers workers run on each and bind every grant there. Two hosts may
-// hold one key at once (the summary counts it), one host never. Every
-// -retire-every one host is taken down: all its processes are SIGKILLed,
-// another host retires it through pgstore's Retire (berth host retire),
-// and fresh workers start there. -fleet-workers processes hold fleet-wide
-// ports (pgstore.ReserveFleet, rows of no host) and bind each on every
-// host: the store must keep those ports off every host.
-//
-// -leases has the workers also hold ports under named holders' leases of
-// 2-3 s on the SQLite store, holders named "w3/lease-7". A worker binds each
-// leased port while it renews the lease, releases some and drops others
-// (closes the socket and stops renewing); a killed worker's leases stay.
-// The checker holds a lease's claim until its release or until it runs out
-// (the start of its last grant or renewal plus its TTL, on the clock the
-// events are stamped with; the store judges leases by CLOCK_BOOTTIME,
-// which clock steps do not move either), and flags any conflicting grant
-// to anyone else meanwhile, and a lease the store said had ended before
-// its time.
-//
-// -fd-pressure has each worker, at random, lower its soft RLIMIT_NOFILE to
-// what it has open plus 0-2 for up to 0.6 s. Calls that fail with an error
-// wrapping store.ErrTransient are counted, not errors; a shortage that
-// does not wrap it is an error. A bind that fails with EMFILE is counted
-// apart and made again once the spell is over.
-//
-// -pg-restart-every D and -failover-every D need a server the run owns:
-// without -store (or with -store auto) the run starts its own under its
-// directory, on a unix socket only (initdb, pg_ctl, as the OS user
-// postgres when root), and deletes it at the end, also on an error or
-// Ctrl-C. -pg-restart-every restarts it (pg_ctl restart -m fast) every D:
-// every berth process finds the new server by its start time and compares
-// its reservations with it. -failover-every runs a primary with a
-// streaming standby, reached through one connection string with
-// target_session_attrs=read-write, and every D SIGKILLs the primary,
-// promotes the standby, and builds a new standby (pg_basebackup). Unless
-// -sync-standby, a failover loses commits (-failover-kind says how), and
-// the grace period after a change of server holds every grant until the
-// holders have put their rows back. The checker counts apart only
-// conflicts over the row of a port handed to a child (which nobody puts
-// back) met by a fleet-wide grant; any other conflict is a violation.
-// Calls that fail on a server out of reach are counted, not errors. Any
-// run on PostgreSQL holds the lock that -clock-step runs take turns by
-// (internal/clocklock): the server judges leases by this machine's clock.
+//   - -clock-step and -freeze: berth must not take a live owner for a dead
+//     one because the wall clock moved, and the workers a frozen one leaves
+//     behind (now and then inside the store's write lock) must go on, their
+//     waits bounded. Events are stamped with a clock no one steps, and some
+//     worker must complete a call at least every -timeout plus HangMargin.
+//     The true time is set back at the end, also on an error or Ctrl-C.
+//   - -store and -hosts: the workers keep their reservations in PostgreSQL
+//     (a schema the run makes and drops); N network namespaces stand in for
+//     N hosts. Two hosts may hold one key at once, one host never. Hosts
+//     are retired while their processes are dead (pgstore's Retire), and
+//     fleet workers bind their fleet-wide ports on every host: the store
+//     must keep those ports off every host.
+//   - -leases: a lease's claim lasts until its release, or until the start
+//     of its last grant or renewal plus its TTL (the store judges leases by
+//     CLOCK_BOOTTIME, which no clock step moves); any conflicting grant
+//     meanwhile is a violation, and so is a lease said to have ended early.
+//   - -fd-pressure: calls that fail wrapping store.ErrTransient are counted,
+//     not errors, and a bind that fails with EMFILE is made again later.
+//   - -pg-restart-every and -failover-every run a server of the run's own
+//     (as the OS user postgres when root). Every berth process finds the
+//     new server by its start time and compares its reservations with it;
+//     after a failover to an asynchronous standby, the grace period holds
+//     every grant until the holders have put their rows back. The checker
+//     counts apart only conflicts over the row of a port handed to a child
+//     (which nobody puts back) met by a fleet-wide grant. A run on
+//     PostgreSQL takes turns with -clock-step runs (internal/clocklock):
+//     the server judges leases by this machine's clock.
 //
 // It exits 1 when any invariant was violated, 2 on a bad flag or when
 // -clock-step or -hosts lacks root.

@@ -14,28 +14,21 @@
 //	{"format":"berth-mru","version":2}
 //	{"protocol":"tcp","port":20417,"at":1763798400123}
 //
-// at is when the port was handed out, unix milliseconds. Appending a line
-// is one write and needs no fsync: a crash can tear only the last line,
-// which readers ignore (a line counts once it ends with a newline) and the
-// next writer cuts off before it appends. Now and then, when most lines
-// have expired, the file is rewritten whole and atomically (a temporary
-// file, synced, renamed over it); a crash then leaves the old file or the
-// new one, never neither. Each File keeps what it read in memory and reads
-// only what other processes appended since, so a call costs the same with
-// ten lines or ten thousand.
+// at is unix milliseconds. An append is one write, unsynced: a crash can
+// tear only the last line, which readers ignore and the next writer cuts
+// off. When most lines have expired the file is rewritten atomically
+// (temporary file, sync, rename). Each File reads only what others
+// appended since its last read, so a call costs the same with ten lines or
+// ten thousand.
 //
-// A file of version 1 (one JSON object with an "entries" array) is read
-// and rewritten as version 2. A file that cannot be read as either (damaged,
-// foreign, a newer version) is logged, renamed to <path>.bad-<unix
-// nanoseconds> so nothing is lost, and started afresh. A file larger than
-// MaxFileSize is set aside the same way. A path that is not a regular file
-// (a FIFO, a device, a directory), a symbolic link, or a file or directory
-// another user owns or others may write is refused with an error wrapping
-// ErrUnsafe: berth never opens it. When the file cannot be locked or written
-// (a read-only or full state directory), the allocator logs that once and
-// goes on handing out bind-probed ports without recording them. A process
-// that has run out of file descriptors or memory, or a call interrupted,
-// is different: the call fails with an error wrapping ErrTransient.
+// A version 1 file (one JSON object) is read and rewritten as version 2.
+// One that cannot be read (damaged, foreign, newer) or is over MaxFileSize
+// is logged, renamed to <path>.bad-<unix nanoseconds> and started afresh.
+// A path that is not a regular file, a symbolic link, or one another user
+// owns or others may write is refused (ErrUnsafe) unopened. A file that
+// cannot be locked or written is logged once, and ports go on being
+// probed unrecorded; a shortage of descriptors or memory, or an
+// interrupted call, fails the call (ErrTransient).
 package mru
 
 import (

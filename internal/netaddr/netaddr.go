@@ -2,20 +2,11 @@
 // stores, and decides when two reservations of the same protocol and port
 // conflict.
 //
-// # Normal form
-//
 // An address is stored in its normal form: an IPv4-mapped IPv6 address
-// (::ffff:127.0.0.1) becomes the IPv4 address it maps, and addresses with an
-// IPv6 zone (fe80::1%eth0) are refused, because a zone names an interface of
-// one host and berth has no way to compare zones with the wildcard rule.
-// Packed, an IPv4 address is 4 bytes and an IPv6 address 16; the wildcards
-// 0.0.0.0 and :: are all zeros.
-//
-// # Conflict rule
-//
-// Conflicts decides the conflict rule that package store's doc states, with
-// its reasons: two reservations of the same protocol and port conflict when
-// their addresses are equal or either is a wildcard (0.0.0.0 or ::).
+// becomes the IPv4 address it maps, and an IPv6 zone (fe80::1%eth0) is
+// refused: it names an interface of one host, which the wildcard rule
+// cannot compare. Packed, IPv4 is 4 bytes and IPv6 16; the wildcards are
+// all zeros. Conflicts decides the conflict rule of package store's doc.
 package netaddr
 
 import (

@@ -18,24 +18,17 @@
 //     when the process starts.
 //   - Other systems: gopsutil's CreateTime, unix milliseconds.
 //
-// Starts are compared exactly. Nothing in an identity, and nothing Active
-// reads to judge one, is derived from the wall clock, the boot time or
-// /proc/uptime: an NTP or administrator step, or a container's per-process
-// rounding of the boot time, cannot make a live process look dead.
-//
-// On macOS and Windows the start is kept to the millisecond, the unit
-// earlier berth releases recorded there, so that those releases, still
-// running during an upgrade, judge current identities correctly; two
-// processes with one pid never start within one millisecond.
-//
-// # Scope format
+// Starts are compared exactly, and nothing Active reads is derived from
+// the wall clock, the boot time or /proc/uptime: no clock step can make a
+// live process look dead. On macOS and Windows the start is kept to the
+// millisecond, the unit earlier releases recorded there.
 //
 // Scope is "<boot id>/k1/<pid namespace>/<time namespace>" on Linux (parts
-// that cannot be read are empty) and "k1" elsewhere. Earlier berth releases
-// wrote "<boot id>/<pid namespace>" (or "") and a wall-clock start (see
-// IsLegacy). The boot id stays in front so that an earlier release reading
-// a current identity takes it for one of another pid namespace, which it
-// keeps, and never for one of another boot, which it would delete.
+// that cannot be read are empty) and "k1" elsewhere; earlier releases wrote
+// "<boot id>/<pid namespace>" and a wall-clock start (see IsLegacy). The
+// boot id stays in front so that an earlier release takes a current
+// identity for one of another pid namespace, which it keeps, and never for
+// one of another boot, which it would delete.
 //
 // # Liveness
 //

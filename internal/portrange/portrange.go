@@ -1,22 +1,14 @@
 // Package portrange walks port ranges in the order berth tries candidates,
 // and reads the ranges the system keeps for itself.
 //
-// # Segments
-//
 // A range is split in two segments, as Kubernetes splits its NodePort
-// range in two "bands" (KEP-3668; in berth a band is a fleet-wide range,
-// see pgstore.FleetRequest): a static segment of StaticSegmentSize(size)
-// ports at its low end, for ports that callers ask for by number, and a
-// dynamic segment above it, which allocation scans first. Only when the
-// dynamic segment is full does allocation fall back to the static
-// segment.
-//
-// # Candidate order
-//
-// Each segment is visited from a random start with a random stride
-// coprime with the segment's size, so one pass visits every port exactly
-// once without a list of candidates, and allocators that start together do
-// not walk in lockstep.
+// range (KEP-3668): a static segment of StaticSegmentSize(size) ports at
+// its low end, for ports asked for by number, and a dynamic segment above
+// it, which allocation scans first, falling back to the static one only
+// when the dynamic one is full. Each segment is visited from a random
+// start with a random stride coprime with its size: one pass visits every
+// port once, with no list, and allocators that start together do not walk
+// in lockstep.
 package portrange
 
 import (

@@ -8,20 +8,12 @@
 // allocates, reserves, probes or binds a port stays inside its package's
 // range, listed in All, and no two ranges overlap (see TestDisjoint).
 //
-// All of them lie below the Linux ephemeral range (32768-60999), from which
-// the kernel picks the port of an outgoing connection or of a bind to port
-// 0, so nothing the OS hands out can land in one of them. No test allocates
-// from the whole default range 20000-32767, which overlaps every one; a test
-// of the default looks at the configuration and binds nothing.
-//
-// Tests that bind only ports the OS picks (mru's tests) and
-// tests that never bind need no range: most of statestore's and pgstore's
-// port numbers are rows of a private database, probed by the test's own
-// functions; only the conformance suite's cross-process case binds, inside
-// the package's range.
-//
-// A range keeps the packages of one go test ./... run apart; Lock keeps two
-// runs at once on one host apart, a package at a time.
+// All of them lie below the Linux ephemeral range (32768-60999), so no
+// port the kernel picks lands in one, and no test allocates from the whole
+// default range 20000-32767. Tests that bind only ports the OS picks, or
+// never bind (most statestore and pgstore ports are rows of a private
+// database), need no range. Lock keeps two runs at once on one host apart,
+// a package at a time.
 package testports
 
 import "fmt"
