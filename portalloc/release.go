@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -279,23 +280,26 @@ func (h *handle) drop(ctx context.Context, key store.Key, e *holding) error {
 	return err
 }
 
-// trimReleased drops the oldest releases done beyond maxReleased. The
-// caller holds mu.
+// trimReleased keeps at most maxReleased releases done: beyond that it
+// drops the oldest, down to three quarters of it, so that the scan of the
+// record runs once in a thousand releases, not at each. The caller holds
+// mu.
 func (h *handle) trimReleased() {
-	n := 0
-	var oldest store.Key
-	var first time.Time
+	if len(h.held) <= maxReleased {
+		return
+	}
+	var done []store.Key
 	for k, e := range h.held {
-		if e.released.IsZero() || e.failed {
-			continue
-		}
-		n++
-		if first.IsZero() || e.released.Before(first) {
-			oldest, first = k, e.released
+		if !e.released.IsZero() && !e.failed {
+			done = append(done, k)
 		}
 	}
-	if n > maxReleased {
-		delete(h.held, oldest)
+	if len(done) <= maxReleased {
+		return
+	}
+	slices.SortFunc(done, func(a, b store.Key) int { return h.held[a].released.Compare(h.held[b].released) })
+	for _, k := range done[:len(done)-maxReleased*3/4] {
+		delete(h.held, k)
 	}
 }
 
