@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg Config) (a *Allocator, err error) {
 // closed too). It never falls back to the MRU file: a store that fails is
 // an error wrapping store.ErrUnavailable. A store whose rows are lost (a
 // failover) gets them back from this process, as New's does; one whose
-// file is lost is not opened again: calls fail until a new Allocator.
+// file is lost is not opened again: make a new Allocator.
 func NewWithStore(ctx context.Context, cfg Config, open func(context.Context, Config) (store.Store, error)) (a *Allocator, err error) {
 	defer func() { err = opError("", err) }()
 	if open == nil {

@@ -116,6 +116,11 @@ func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration)
 		a.log.Info("the store lacks rows of a holder whose keeper holds their locks (the store was lost or replaced): the locks keep the ports", "holder", holder, "rows", n, "locks", locked)
 		return locked, nil
 	}
+	if (err == nil && n == 0 || errors.Is(err, store.ErrNotFound)) && kerr != nil && !errors.Is(kerr, portlock.ErrNoKeeper) {
+		// No row, and the keeper could not be asked: its locks may keep the lease (a lost store).
+		why := map[bool]error{false: store.ErrUnavailable, true: store.ErrTransient}[transient(kerr)]
+		return 0, opError(op, fmt.Errorf("%w: the store has no reservation of holder %q, and its keeper could not be asked: %w", why, holder, kerr))
+	}
 	if err != nil {
 		return 0, opError(op, err)
 	}
@@ -280,10 +285,8 @@ func (h *handle) drop(ctx context.Context, key store.Key, e *holding) error {
 	return err
 }
 
-// trimReleased keeps at most maxReleased releases done: beyond that it
-// drops the oldest, down to three quarters of it, so that the scan of the
-// record runs once in a thousand releases, not at each. The caller holds
-// mu.
+// trimReleased keeps at most maxReleased releases done, dropping the oldest down to three
+// quarters of it: the record is scanned once in a thousand releases. The caller holds mu.
 func (h *handle) trimReleased() {
 	if len(h.held) <= maxReleased {
 		return

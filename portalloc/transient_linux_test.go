@@ -35,6 +35,7 @@ type starvedResult struct {
 	Unavailable bool   `json:"unavailable,omitempty"`
 	Held        bool   `json:"held,omitempty"`
 	Exhausted   bool   `json:"exhausted,omitempty"`
+	NotFound    bool   `json:"notfound,omitempty"`
 	Fallbacks   int64  `json:"fallbacks,omitempty"`
 	Warnings    int    `json:"warnings,omitempty"`
 }
@@ -100,6 +101,8 @@ func starved(ctx context.Context) error {
 			r, err = a.Allocate(ctx, holder)
 		case "reserve-lease":
 			r, err = a.Reserve(ctx, holder, uint16(port))
+		case "renew":
+			_, err = a.Renew(ctx, holder.Holder, holder.TTL)
 		default:
 			r, err = a.Allocate(ctx, portalloc.Request{})
 		}
@@ -121,6 +124,7 @@ func starved(ctx context.Context) error {
 		res.Unavailable = errors.Is(err, store.ErrUnavailable)
 		res.Held = errors.Is(err, store.ErrHeld)
 		res.Exhausted = errors.Is(err, store.ErrExhausted)
+		res.NotFound = errors.Is(err, store.ErrNotFound)
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
@@ -230,5 +234,17 @@ func TestOutOfDescriptorsNeverHandsOutAHeldPort(t *testing.T) {
 	}
 	if outcomes["served"] == 0 {
 		t.Error("no run was served from the store: the sweep never reached a working limit")
+	}
+}
+
+// TestRenewOutOfDescriptors: a Renew that cannot ask the holder's keeper
+// for want of descriptors (none spare: not even the socket to dial it), of
+// a holder the store has no row of, does not say the lease ended
+// (ErrNotFound): after a lost store the keeper may still hold its locks.
+// It says it ran short.
+func TestRenewOutOfDescriptors(t *testing.T) {
+	res := runStarved(t, t.TempDir(), string(portalloc.ModeStateStore), "renew", true, 0, freeRun(t, 2), testHolder(t))
+	if !res.Transient || res.NotFound {
+		t.Errorf("Renew with no descriptor spare = %+v; want an error wrapping ErrTransient, not ErrNotFound", res)
 	}
 }
