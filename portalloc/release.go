@@ -89,7 +89,9 @@ func (a *Allocator) Transfer(ctx context.Context, r store.Reservation, pid int) 
 // holder's keeper (see package portlock) keeps the ports locked for the
 // same ttl; where the store lost the holder's rows (its file removed or
 // replaced) while the keeper still holds their locks, the locks are what
-// count, and the ports stay the holder's.
+// count, and the ports stay the holder's. A keeper that cannot be asked (a
+// shortage of descriptors) fails the call wrapping store.ErrTransient:
+// renew again.
 func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
 	op := "renew"
 	if a.closed.Load() {
@@ -104,9 +106,6 @@ func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration)
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
 	locked, kerr := portlock.HolderKeeper(holder).Renew(ttl)
-	if kerr != nil && !errors.Is(kerr, portlock.ErrNoKeeper) {
-		a.log.V(1).Info("the keeper of a holder could not renew its locks; its rows keep the ports", "holder", holder, "error", kerr.Error())
-	}
 	var n int
 	err := a.h.read(ctx, func(s store.Store) (err error) {
 		n, err = s.Renew(ctx, holder, ttl)
@@ -116,10 +115,10 @@ func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration)
 		a.log.Info("the store lacks rows of a holder whose keeper holds their locks (the store was lost or replaced): the locks keep the ports", "holder", holder, "rows", n, "locks", locked)
 		return locked, nil
 	}
-	if (err == nil && n == 0 || errors.Is(err, store.ErrNotFound)) && kerr != nil && !errors.Is(kerr, portlock.ErrNoKeeper) {
-		// No row, and the keeper could not be asked: its locks may keep the lease (a lost store).
+	if (err == nil || errors.Is(err, store.ErrNotFound)) && kerr != nil && !errors.Is(kerr, portlock.ErrNoKeeper) {
+		// The keeper's locks, which keep the lease where the store loses its rows, were not renewed.
 		why := map[bool]error{false: store.ErrUnavailable, true: store.ErrTransient}[transient(kerr)]
-		return 0, opError(op, fmt.Errorf("%w: the store has no reservation of holder %q, and its keeper could not be asked: %w", why, holder, kerr))
+		return 0, opError(op, fmt.Errorf("%w: the keeper of holder %q could not renew its locks: %w", why, holder, kerr))
 	}
 	if err != nil {
 		return 0, opError(op, err)
