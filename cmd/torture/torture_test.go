@@ -304,20 +304,13 @@ func TestCheckFindsViolations(t *testing.T) {
 
 // TestRun runs the real harness briefly: processes, kills, handoffs.
 func TestRun(t *testing.T) {
-	sum, err := Run(context.Background(), Config{Workers: 4, Duration: 3 * time.Second, KillEvery: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	sum.Print(&b)
-	t.Log("\n" + b.String())
-	if !sum.OK() {
-		t.Fatal("the run violated an invariant")
-	}
-	if sum.Kills == 0 || sum.Handoffs == 0 || sum.Allocations == 0 || sum.Reservations == 0 {
-		t.Errorf("the run did not exercise everything: %d kills, %d handoffs, %d allocations, %d reservations",
-			sum.Kills, sum.Handoffs, sum.Allocations, sum.Reservations)
-	}
+	runExercising(t, Config{Workers: 4, Duration: 3 * time.Second, KillEvery: 300 * time.Millisecond}, func(sum Summary) string {
+		if sum.Kills == 0 || sum.Handoffs == 0 || sum.Allocations == 0 || sum.Reservations == 0 {
+			return fmt.Sprintf("%d kills, %d handoffs, %d allocations, %d reservations",
+				sum.Kills, sum.Handoffs, sum.Allocations, sum.Reservations)
+		}
+		return ""
+	})
 }
 
 // TestRunHosts runs the harness across three network-namespace hosts
@@ -507,14 +500,12 @@ func TestCheckProgress(t *testing.T) {
 // TestRunFreeze runs the harness briefly with workers frozen at random,
 // some inside the store's lock: no double grant, and the others go on.
 func TestRunFreeze(t *testing.T) {
-	sum, err := Run(context.Background(), Config{Workers: 4, Duration: 4 * time.Second, KillEvery: 300 * time.Millisecond, Freeze: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkRun(t, sum)
-	if sum.Freezes == 0 {
-		t.Error("the run froze no worker")
-	}
+	runExercising(t, Config{Workers: 4, Duration: 4 * time.Second, KillEvery: 300 * time.Millisecond, Freeze: true}, func(sum Summary) string {
+		if sum.Freezes == 0 {
+			return "no worker frozen"
+		}
+		return ""
+	})
 }
 
 // TestRunClockStep runs the harness briefly while the wall clock is
@@ -534,7 +525,12 @@ func TestRunClockStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkRun(t, sum)
+	var b strings.Builder
+	sum.Print(&b)
+	t.Log("\n" + b.String())
+	if !sum.OK() {
+		t.Fatal("the run violated an invariant")
+	}
 	if sum.ClockSteps == 0 {
 		t.Error("the run did not step the clock")
 	}
@@ -545,15 +541,13 @@ func TestRunClockStep(t *testing.T) {
 // and killed with others held: no one else is granted a leased port before
 // its lease was released or ran out.
 func TestRunLeases(t *testing.T) {
-	sum, err := Run(context.Background(), Config{Workers: 4, Duration: 5 * time.Second, KillEvery: 300 * time.Millisecond, Leases: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkRun(t, sum)
-	if sum.LeaseGrants == 0 || sum.Renewals == 0 || sum.LeaseExpiries == 0 || sum.KilledLeases == 0 {
-		t.Errorf("the run did not exercise leases: %d granted, %d renewals, %d ran out, %d of them of killed workers",
-			sum.LeaseGrants, sum.Renewals, sum.LeaseExpiries, sum.KilledLeases)
-	}
+	runExercising(t, Config{Workers: 4, Duration: 5 * time.Second, KillEvery: 300 * time.Millisecond, Leases: true}, func(sum Summary) string {
+		if sum.LeaseGrants == 0 || sum.Renewals == 0 || sum.LeaseExpiries == 0 || sum.KilledLeases == 0 {
+			return fmt.Sprintf("leases: %d granted, %d renewals, %d ran out, %d of them of killed workers",
+				sum.LeaseGrants, sum.Renewals, sum.LeaseExpiries, sum.KilledLeases)
+		}
+		return ""
+	})
 }
 
 // TestRunFDPressure runs the harness briefly with workers short of
@@ -563,25 +557,13 @@ func TestRunFDPressure(t *testing.T) {
 	if !canPressure {
 		t.Skip(errNoPressure)
 	}
-	sum, err := Run(context.Background(), Config{Workers: 4, Duration: 5 * time.Second, KillEvery: 300 * time.Millisecond, FDPressure: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkRun(t, sum)
-	if sum.PressureSpells == 0 || sum.Transients+sum.EMFILEBinds+sum.Shortages == 0 {
-		t.Errorf("the run did not run short of descriptors: %d spells, %d calls failed with ErrTransient, %d binds and %d children refused",
-			sum.PressureSpells, sum.Transients, sum.EMFILEBinds, sum.Shortages)
-	}
-}
-
-func checkRun(tb testing.TB, sum Summary) {
-	tb.Helper()
-	var b strings.Builder
-	sum.Print(&b)
-	tb.Log("\n" + b.String())
-	if !sum.OK() {
-		tb.Fatal("the run violated an invariant")
-	}
+	runExercising(t, Config{Workers: 4, Duration: 5 * time.Second, KillEvery: 300 * time.Millisecond, FDPressure: true}, func(sum Summary) string {
+		if sum.PressureSpells == 0 || sum.Transients+sum.EMFILEBinds+sum.Shortages == 0 {
+			return fmt.Sprintf("descriptor shortages: %d spells, %d calls failed with ErrTransient, %d binds and %d children refused",
+				sum.PressureSpells, sum.Transients, sum.EMFILEBinds, sum.Shortages)
+		}
+		return ""
+	})
 }
 
 // TestHeldBy: a failed bind names the claims of the run that held the
@@ -661,13 +643,13 @@ func runFleet(tb testing.TB, cfg Config) Summary {
 	return sum
 }
 
-// runFaults runs cfg, a run on PostgreSQL that restarts or fails over its
-// server, until a run exercised what the test is about: exercised names
-// what a run missed ("" for nothing). A run that violated an invariant
-// fails the test at once; one that missed something (on a machine so busy
-// that the workers held nothing at a fault, or that a grace period ran
-// long) is run again, twice at most, for twice as long each time.
-func runFaults(t *testing.T, cfg Config, exercised func(Summary) string) {
+// runExercising runs cfg until a run exercised what the test is about:
+// exercised names what a run missed ("" for nothing). A run that violated
+// an invariant fails the test at once; one that missed something (on a
+// machine so busy that the workers held nothing at a fault, or granted
+// too few leases to see one run out) is run again, twice at most, for
+// twice as long each time.
+func runExercising(t *testing.T, cfg Config, exercised func(Summary) string) {
 	t.Helper()
 	for try := 1; ; try++ {
 		sum := runFleet(t, cfg)
@@ -696,7 +678,7 @@ func runFaults(t *testing.T, cfg Config, exercised func(Summary) string) {
 // go on granting once the grace period after each restart is over.
 func TestRunPGRestart(t *testing.T) {
 	ownServerForTest(t)
-	runFaults(t, Config{Hosts: 2, Workers: 2, Duration: 6 * time.Second, PGRestartEvery: 2 * time.Second, Faults: 3}, func(sum Summary) string {
+	runExercising(t, Config{Hosts: 2, Workers: 2, Duration: 6 * time.Second, PGRestartEvery: 2 * time.Second, Faults: 3}, func(sum Summary) string {
 		switch {
 		case sum.Restarts < 3 || sum.Repairs == 0 || sum.Unavailable == 0:
 			return fmt.Sprintf("%d restarts, %d comparisons with the store, %d calls failed on the server out of reach",
@@ -713,7 +695,7 @@ func TestRunPGRestart(t *testing.T) {
 // conflict is a violation, and the hosts keep granting.
 func TestRunFailover(t *testing.T) {
 	ownServerForTest(t)
-	runFaults(t, Config{Hosts: 2, Workers: 2, Duration: 8 * time.Second, FailoverEvery: 4 * time.Second, SyncStandby: true, Faults: 2}, func(sum Summary) string {
+	runExercising(t, Config{Hosts: 2, Workers: 2, Duration: 8 * time.Second, FailoverEvery: 4 * time.Second, SyncStandby: true, Faults: 2}, func(sum Summary) string {
 		if sum.FailoverLost != 0 {
 			t.Fatalf("%d conflicts counted as lost to a synchronous standby: it loses nothing", sum.FailoverLost)
 		}
@@ -737,7 +719,7 @@ func TestRunFailover(t *testing.T) {
 // back, met by a fleet-wide grant.
 func TestRunFailoverAsync(t *testing.T) {
 	ownServerForTest(t)
-	runFaults(t, Config{Hosts: 2, Workers: 2, Duration: 8 * time.Second, FailoverEvery: 3 * time.Second, FailoverKind: FailoverAll, Faults: 3}, func(sum Summary) string {
+	runExercising(t, Config{Hosts: 2, Workers: 2, Duration: 8 * time.Second, FailoverEvery: 3 * time.Second, FailoverKind: FailoverAll, Faults: 3}, func(sum Summary) string {
 		switch {
 		case sum.Failovers < 3 || sum.Repairs == 0 || sum.FleetGrants == 0:
 			return fmt.Sprintf("%d failovers, %d comparisons with the store, %d fleet-wide grants", sum.Failovers, sum.Repairs, sum.FleetGrants)
