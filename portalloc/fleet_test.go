@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,17 +85,6 @@ func init() {
 	}
 }
 
-// grab starts a grab worker of host on the fleet store dsn, asking for
-// ports.
-func grab(tb testing.TB, dsn, host string, ports []uint16) *proc {
-	tb.Helper()
-	list := make([]string, len(ports))
-	for i, p := range ports {
-		list[i] = strconv.Itoa(int(p))
-	}
-	return spawn(tb, "grab", "BERTH_TEST_DSN="+dsn, "BERTH_TEST_HOST="+host, "BERTH_STATE_DIR="+tb.TempDir(), "BERTH_TEST_PORTS="+strings.Join(list, ","))
-}
-
 // TestFleetStore: with Config.StoreDSN an Allocator keeps its reservations
 // in PostgreSQL, per host: one host never gets one port twice, a Release
 // gives it back, and Usage counts the host's own rows. Two hosts of one
@@ -152,29 +140,6 @@ func TestFleetStore(t *testing.T) {
 		}
 		w.ready(t)
 	})
-}
-
-// TestFleetStoreNeverFallsBack: a fleet's store that cannot be reached is
-// an error in every mode, and the MRU file is never written: its grants
-// would be invisible to the other hosts.
-func TestFleetStoreNeverFallsBack(t *testing.T) {
-	dir := t.TempDir()
-	nowhere := filepath.Join(t.TempDir(), "no-server-here")
-	if err := os.Mkdir(nowhere, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for _, mode := range []portalloc.Mode{"", portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback} {
-		a, err := fleet.New(context.Background(), portalloc.Config{Mode: mode, StateDir: dir, StoreDSN: nowhere, Range: allocRange, Timeout: 5 * time.Second, IgnoreEnv: true})
-		if err == nil {
-			_ = a.Close()
-		}
-		if !errors.Is(err, store.ErrUnavailable) {
-			t.Errorf("New with mode %q and an unreachable StoreDSN = %v; want ErrUnavailable", mode, err)
-		}
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
-		t.Errorf("an unreachable fleet store left %v in the state directory; want nothing", entries)
-	}
 }
 
 // TestFleetLeasesKeepPortsFromHosts: a fleet-wide lease, made through the
@@ -252,57 +217,4 @@ func TestFleetSet(t *testing.T) {
 		}
 		seen[rs[i].Port] = true
 	}
-}
-
-// TestRetireLiveHost: retiring a host whose lease is live is refused,
-// naming the host, and deletes nothing; forced, it deletes the rows, and
-// the host's live holder puts them back at its next lease renewal, after
-// which a second process of the host is refused the ports.
-func TestRetireLiveHost(t *testing.T) {
-	dsn := fleetDSN(t)
-	ctx := context.Background()
-	base := freeRun(t, 2)
-	a := newAllocator(t, portalloc.Config{StoreDSN: dsn, Host: "live-a", Range: store.Range{First: base, Last: base + 1}, AllowEphemeralOverlap: true})
-	for i := range 2 {
-		if _, err := a.Reserve(ctx, portalloc.Request{Label: "live"}, base+uint16(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	other, err := pgstore.Open(ctx, dsn, pgstore.Options{Host: "live-b", SweepInterval: -1, LeaseTTL: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	n, err := other.Retire(ctx, "live-a", pgstore.RetireOptions{})
-	var fe *store.FieldError
-	if !errors.As(err, &fe) || fe.Field != "host" || n != 0 || !strings.Contains(err.Error(), "live lease") {
-		t.Fatalf("Retire of a live host = %d, %v; want a refusal naming the host and its live lease", n, err)
-	}
-	if _, reserved, _ := a.Usage(ctx); reserved != 2 {
-		t.Fatalf("live-a's rows after a refused retirement = %d; want 2", reserved)
-	}
-	if n, err = other.Retire(ctx, "live-a", pgstore.RetireOptions{Force: true}); err != nil || n != 2 {
-		t.Fatalf("Retire(live-a, Force) = %d, %v; want 2", n, err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, reserved, err := a.Usage(ctx)
-		if err == nil && reserved == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("live-a's rows 20s after a forced retirement: %d, %v; want its 2 back", reserved, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if st := a.Stats(); st.Restored != 2 || st.Lost != 0 {
-		t.Errorf("Stats after the forced retirement: Restored %d, Lost %d; want 2, 0", st.Restored, st.Lost)
-	}
-	w := grab(t, dsn, "live-a", []uint16{base, base + 1})
-	for range 2 {
-		if line := readLine(t, w); !strings.HasPrefix(line, "refused ") || !strings.HasSuffix(line, " "+strconv.Itoa(os.Getpid())) {
-			t.Errorf("a second process of live-a after the holder put its rows back: %q; want refused, held by pid %d", line, os.Getpid())
-		}
-	}
-	w.ready(t)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -225,6 +226,8 @@ func testFailover(t *testing.T, sync bool) { //nolint:thelper // the body of the
 	cfg := portalloc.Config{StoreDSN: dsn, Range: rng, Order: portalloc.OrderLowest, Timeout: 20 * time.Second}
 	hostA, hostB, hostC := cfg, cfg, cfg
 	hostA.Host, hostB.Host, hostC.Host = "fo-a", "fo-b", "fo-c"
+	var logA testproc.Buffer
+	hostA.Logger = portalloc.TextLogger(&logA, slog.LevelInfo)
 	a := newFleet(t, hostA)
 	b := newFleet(t, hostB)
 	reserve := func(al *portalloc.Allocator, port uint16) store.Reservation {
@@ -355,6 +358,9 @@ func testFailover(t *testing.T, sync bool) { //nolint:thelper // the body of the
 	for _, al := range []*portalloc.Allocator{a, b} {
 		_, failed := grantAgain(al)
 		failedAB += failed
+	}
+	if strings.Contains(logA.String(), "could not be put back") {
+		t.Errorf("fo-a logged ports it could not put back; want none: no other process could take them. Its log:\n%s", logA.String())
 	}
 
 	// Second processes of each host ask for the holders' ports: every one

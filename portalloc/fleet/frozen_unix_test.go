@@ -221,6 +221,7 @@ func TestFleetSecretsNeverShown(t *testing.T) {
 			}
 			if a != nil {
 				show("%v|%+v|%#v", a.Config(), a.Config(), a.Config())
+				show("%+v", a.Stats())
 				if r, err := a.Allocate(context.Background(), portalloc.Request{Label: "secret"}); err != nil {
 					t1.Errorf("Allocate = %v", err)
 				} else {
