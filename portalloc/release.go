@@ -93,15 +93,14 @@ func (a *Allocator) Transfer(ctx context.Context, r store.Reservation, pid int) 
 // shortage of descriptors) fails the call wrapping store.ErrTransient:
 // renew again.
 func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration) (int, error) {
-	op := "renew"
 	if a.closed.Load() {
-		return 0, opError(op, store.ErrClosed)
+		return 0, opError("renew", store.ErrClosed)
 	}
 	if err := store.CheckTTL(ttl); err != nil {
-		return 0, opError(op, err)
+		return 0, opError("renew", err)
 	}
 	if err := checkHolder(holder); err != nil {
-		return 0, opError(op, err)
+		return 0, opError("renew", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
@@ -117,11 +116,14 @@ func (a *Allocator) Renew(ctx context.Context, holder string, ttl time.Duration)
 	}
 	if (err == nil || errors.Is(err, store.ErrNotFound)) && kerr != nil && !errors.Is(kerr, portlock.ErrNoKeeper) {
 		// The keeper's locks, which keep the lease where the store loses its rows, were not renewed.
-		why := map[bool]error{false: store.ErrUnavailable, true: store.ErrTransient}[transient(kerr)]
-		return 0, opError(op, fmt.Errorf("%w: the keeper of holder %q could not renew its locks: %w", why, holder, kerr))
+		why := store.ErrUnavailable
+		if transient(kerr) {
+			why = store.ErrTransient
+		}
+		return 0, opError("renew", fmt.Errorf("%w: the keeper of holder %q could not renew its locks: %w", why, holder, kerr))
 	}
 	if err != nil {
-		return 0, opError(op, err)
+		return 0, opError("renew", err)
 	}
 	return n, nil
 }
