@@ -616,16 +616,29 @@ func heldBy(claims []*claim, e Event, base int64) string {
 		return ""
 	}
 	var by []string
+	var last *claim // the conflicting claim that ended last before e
 	for _, c := range claims {
-		if (c.host == e.Host || c.fleet) && c.proto == e.Proto && c.port == e.Port && c.proc != e.Proc && c.child != e.Proc &&
-			c.start <= e.T && e.T < c.end && netaddr.Conflicts(a, c.addr) {
+		if (c.host != e.Host && !c.fleet) || c.proto != e.Proto || c.port != e.Port || !netaddr.Conflicts(a, c.addr) {
+			continue
+		}
+		switch {
+		case c.proc != e.Proc && c.child != e.Proc && c.start <= e.T && e.T < c.end:
 			by = append(by, fmt.Sprintf("%s from %s", c, stamp(c.start, base)))
+		case c.end <= e.T && (last == nil || c.end > last.end):
+			last = c
 		}
 	}
-	if len(by) == 0 {
-		return " (no other claim of this run held it: a process outside the run, or a worker's bind probe, did)"
+	if len(by) > 0 {
+		return " (held by " + strings.Join(by, ", ") + ")"
 	}
-	return " (held by " + strings.Join(by, ", ") + ")"
+	msg := " (no other claim of this run held it: a process outside the run, or a worker's bind probe, did"
+	if last != nil {
+		msg += fmt.Sprintf("; the last before it: %s from %s until %s", last, stamp(last.start, base), stamp(last.end, base))
+		if last.released > last.end {
+			msg += ", released or gone at " + stamp(last.released, base)
+		}
+	}
+	return msg + ")"
 }
 
 // overlaps reports a violation for every two claims of one host, protocol

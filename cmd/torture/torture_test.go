@@ -304,7 +304,7 @@ func TestCheckFindsViolations(t *testing.T) {
 
 // TestRun runs the real harness briefly: processes, kills, handoffs.
 func TestRun(t *testing.T) {
-	runExercising(t, Config{Workers: 4, Duration: 3 * time.Second, KillEvery: 300 * time.Millisecond}, func(sum Summary) string {
+	runExercising(t, Config{Workers: 4, Duration: 3 * time.Second, KillEvery: 300 * time.Millisecond}, func(sum Summary, slow time.Duration) string {
 		if sum.Kills == 0 || sum.Handoffs == 0 || sum.Allocations == 0 || sum.Reservations == 0 {
 			return fmt.Sprintf("%d kills, %d handoffs, %d allocations, %d reservations",
 				sum.Kills, sum.Handoffs, sum.Allocations, sum.Reservations)
@@ -326,7 +326,7 @@ func TestRunHosts(t *testing.T) {
 	}
 	netns.ForTest(t, 1) // skips unless namespaces can be made here
 	dir := t.TempDir()
-	sum := runFleet(t, Config{Store: dsn, Hosts: 3, Workers: 2, Duration: 10 * time.Second, RetireEvery: 2 * time.Second, Dir: dir})
+	sum := runOnce(t, Config{Store: dsn, Hosts: 3, Workers: 2, Duration: 10 * time.Second, RetireEvery: 2 * time.Second, Dir: dir})
 	var b strings.Builder
 	sum.Print(&b)
 	t.Log("\n" + b.String())
@@ -500,7 +500,7 @@ func TestCheckProgress(t *testing.T) {
 // TestRunFreeze runs the harness briefly with workers frozen at random,
 // some inside the store's lock: no double grant, and the others go on.
 func TestRunFreeze(t *testing.T) {
-	runExercising(t, Config{Workers: 4, Duration: 4 * time.Second, KillEvery: 300 * time.Millisecond, Freeze: true}, func(sum Summary) string {
+	runExercising(t, Config{Workers: 4, Duration: 4 * time.Second, KillEvery: 300 * time.Millisecond, Freeze: true}, func(sum Summary, slow time.Duration) string {
 		if sum.Freezes == 0 {
 			return "no worker frozen"
 		}
@@ -541,7 +541,7 @@ func TestRunClockStep(t *testing.T) {
 // and killed with others held: no one else is granted a leased port before
 // its lease was released or ran out.
 func TestRunLeases(t *testing.T) {
-	runExercising(t, Config{Workers: 4, Duration: 5 * time.Second, KillEvery: 300 * time.Millisecond, Leases: true}, func(sum Summary) string {
+	runExercising(t, Config{Workers: 4, Duration: 5 * time.Second, KillEvery: 300 * time.Millisecond, Leases: true}, func(sum Summary, slow time.Duration) string {
 		if sum.LeaseGrants == 0 || sum.Renewals == 0 || sum.LeaseExpiries == 0 || sum.KilledLeases == 0 {
 			return fmt.Sprintf("leases: %d granted, %d renewals, %d ran out, %d of them of killed workers",
 				sum.LeaseGrants, sum.Renewals, sum.LeaseExpiries, sum.KilledLeases)
@@ -557,7 +557,7 @@ func TestRunFDPressure(t *testing.T) {
 	if !canPressure {
 		t.Skip(errNoPressure)
 	}
-	runExercising(t, Config{Workers: 4, Duration: 5 * time.Second, KillEvery: 300 * time.Millisecond, FDPressure: true}, func(sum Summary) string {
+	runExercising(t, Config{Workers: 4, Duration: 5 * time.Second, KillEvery: 300 * time.Millisecond, FDPressure: true}, func(sum Summary, slow time.Duration) string {
 		if sum.PressureSpells == 0 || sum.Transients+sum.EMFILEBinds+sum.Shortages == 0 {
 			return fmt.Sprintf("descriptor shortages: %d spells, %d calls failed with ErrTransient, %d binds and %d children refused",
 				sum.PressureSpells, sum.Transients, sum.EMFILEBinds, sum.Shortages)
@@ -580,6 +580,7 @@ func TestHeldBy(t *testing.T) {
 		{Event{T: 30, Proc: "w2.1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000}, "held by tcp 0.0.0.0:26000 by w1"},
 		{Event{T: 55, Proc: "w2.1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000}, "no other claim of this run"},
 		{Event{T: 30, Proc: "w3", Proto: "udp", Addr: "127.0.0.1", Port: 26000}, "no other claim of this run"},
+		{Event{T: 65, Proc: "w3", Proto: "tcp", Addr: "127.0.0.1", Port: 26000}, "the last before it: tcp 127.0.0.1:26000 by w2"},
 	}
 	for _, tt := range tests {
 		if got := heldBy(claims, tt.e, 0); !strings.Contains(got, tt.want) {
@@ -626,12 +627,12 @@ func ownServerForTest(tb testing.TB) {
 	netns.ForTest(tb, 1) // skips unless namespaces can be made here
 }
 
-// runFleet runs cfg, a run on PostgreSQL. Such a run waits for a program
-// that steps the clock to finish (see holdClock): this waits a while,
-// then skips rather than fails.
-func runFleet(tb testing.TB, cfg Config) Summary {
+// runOnce runs cfg. A run on PostgreSQL waits for a program that steps
+// the clock to finish (see holdClock): this waits a while, then skips
+// rather than fails.
+func runOnce(tb testing.TB, cfg Config) Summary {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+4*cfg.Duration)
 	defer cancel()
 	sum, err := Run(ctx, cfg)
 	if err != nil && ctx.Err() != nil && strings.Contains(err.Error(), "clocklock") {
@@ -644,30 +645,40 @@ func runFleet(tb testing.TB, cfg Config) Summary {
 }
 
 // runExercising runs cfg until a run exercised what the test is about:
-// exercised names what a run missed ("" for nothing). A run that violated
-// an invariant fails the test at once; one that missed something (on a
-// machine so busy that the workers held nothing at a fault, or granted
-// too few leases to see one run out) is run again, twice at most, for
-// twice as long each time.
-func runExercising(t *testing.T, cfg Config, exercised func(Summary) string) {
+// exercised names what a run missed ("" for nothing), given how much
+// slower than cfg the run went (1, 2 or 4). A run that violated an
+// invariant fails the test at once; one that missed something (on a
+// machine so busy that workers died before they held anything at a fault,
+// or granted too few leases to see one run out) is run again, twice at
+// most, each time twice as slow: twice as long, with its kills, restarts,
+// failovers and retirements half as often.
+func runExercising(t *testing.T, cfg Config, exercised func(sum Summary, slow time.Duration) string) {
 	t.Helper()
-	for try := 1; ; try++ {
-		sum := runFleet(t, cfg)
+	if cfg.KillEvery == 0 {
+		cfg.KillEvery = 500 * time.Millisecond
+	}
+	if cfg.Hosts > 1 && cfg.RetireEvery == 0 {
+		cfg.RetireEvery = 5 * time.Second
+	}
+	for slow := time.Duration(1); ; slow *= 2 {
+		sum := runOnce(t, cfg)
 		var b strings.Builder
 		sum.Print(&b)
 		t.Log("\n" + b.String())
 		if !sum.OK() {
 			t.Fatal("the run violated an invariant")
 		}
-		missed := exercised(sum)
+		missed := exercised(sum, slow)
 		if missed == "" {
 			return
 		}
-		if try == 3 {
+		if slow == 4 {
 			t.Fatalf("three runs, none exercised what it should: %s", missed)
 		}
-		t.Logf("the run did not exercise what it should (%s); running again for twice as long", missed)
-		cfg.Duration *= 2
+		t.Logf("the run did not exercise what it should (%s); running again twice as slow", missed)
+		for _, d := range []*time.Duration{&cfg.Duration, &cfg.KillEvery, &cfg.PGRestartEvery, &cfg.FailoverEvery, &cfg.RetireEvery} {
+			*d *= 2
+		}
 	}
 }
 
@@ -678,12 +689,12 @@ func runExercising(t *testing.T, cfg Config, exercised func(Summary) string) {
 // go on granting once the grace period after each restart is over.
 func TestRunPGRestart(t *testing.T) {
 	ownServerForTest(t)
-	runExercising(t, Config{Hosts: 2, Workers: 2, Duration: 6 * time.Second, PGRestartEvery: 2 * time.Second, Faults: 3}, func(sum Summary) string {
+	runExercising(t, Config{Hosts: 2, Workers: 2, Duration: 6 * time.Second, PGRestartEvery: 2 * time.Second, Faults: 3}, func(sum Summary, slow time.Duration) string {
 		switch {
 		case sum.Restarts < 3 || sum.Repairs == 0 || sum.Unavailable == 0:
 			return fmt.Sprintf("%d restarts, %d comparisons with the store, %d calls failed on the server out of reach",
 				sum.Restarts, sum.Repairs, sum.Unavailable)
-		case sum.GrantGap.Dur > 5*time.Second:
+		case sum.GrantGap.Dur > 5*time.Second*slow:
 			return fmt.Sprintf("no grant for %v: the hosts did not keep granting across the restarts", sum.GrantGap.Dur)
 		}
 		return ""
@@ -695,14 +706,14 @@ func TestRunPGRestart(t *testing.T) {
 // conflict is a violation, and the hosts keep granting.
 func TestRunFailover(t *testing.T) {
 	ownServerForTest(t)
-	runExercising(t, Config{Hosts: 2, Workers: 2, Duration: 8 * time.Second, FailoverEvery: 4 * time.Second, SyncStandby: true, Faults: 2}, func(sum Summary) string {
+	runExercising(t, Config{Hosts: 2, Workers: 2, Duration: 8 * time.Second, FailoverEvery: 4 * time.Second, SyncStandby: true, Faults: 2}, func(sum Summary, slow time.Duration) string {
 		if sum.FailoverLost != 0 {
 			t.Fatalf("%d conflicts counted as lost to a synchronous standby: it loses nothing", sum.FailoverLost)
 		}
 		switch {
 		case sum.Failovers < 2 || sum.Repairs == 0:
 			return fmt.Sprintf("%d failovers, %d comparisons with the store", sum.Failovers, sum.Repairs)
-		case sum.GrantGap.Dur > 8*time.Second:
+		case sum.GrantGap.Dur > 8*time.Second*slow:
 			return fmt.Sprintf("no grant for %v: the hosts did not keep granting across the failovers", sum.GrantGap.Dur)
 		}
 		return ""
@@ -719,11 +730,11 @@ func TestRunFailover(t *testing.T) {
 // back, met by a fleet-wide grant.
 func TestRunFailoverAsync(t *testing.T) {
 	ownServerForTest(t)
-	runExercising(t, Config{Hosts: 2, Workers: 2, Duration: 8 * time.Second, FailoverEvery: 3 * time.Second, FailoverKind: FailoverAll, Faults: 3}, func(sum Summary) string {
+	runExercising(t, Config{Hosts: 2, Workers: 2, Duration: 8 * time.Second, FailoverEvery: 3 * time.Second, FailoverKind: FailoverAll, Faults: 3}, func(sum Summary, slow time.Duration) string {
 		switch {
 		case sum.Failovers < 3 || sum.Repairs == 0 || sum.FleetGrants == 0:
 			return fmt.Sprintf("%d failovers, %d comparisons with the store, %d fleet-wide grants", sum.Failovers, sum.Repairs, sum.FleetGrants)
-		case sum.GrantGap.Dur > 8*time.Second:
+		case sum.GrantGap.Dur > 8*time.Second*slow:
 			return fmt.Sprintf("no grant for %v: the hosts did not keep granting across the failovers", sum.GrantGap.Dur)
 		}
 		return ""
