@@ -412,6 +412,13 @@ func (k *keeper) serve() {
 		t := time.NewTimer(time.Until(next))
 		select {
 		case <-k.gone:
+			// Let go now, not as the process exits: a program built with
+			// -race sleeps a second first.
+			k.mu.Lock()
+			for _, h := range k.held {
+				closeAll(h.fds)
+			}
+			k.mu.Unlock()
 			return
 		case <-k.wake:
 		case <-t.C:

@@ -1,0 +1,5 @@
+//go:build !race
+
+package portlock_test
+
+const raceEnabled = false
