@@ -42,9 +42,10 @@ type claim struct {
 	// grant meanwhile.
 	failWin []span
 	// released is when the worker's release of the claim returned (its
-	// end is when the worker logged it, before the call), or when its
-	// worker, killed, was gone: the lock goes after the row, so in between
-	// the port may be locked with no row.
+	// end is when the worker logged it, before the call), when its worker,
+	// killed, was gone, or when the child it was handed to was reaped (its
+	// end is the child's exit): the lock goes after the row, or with the
+	// process, so in between the port may be locked with no row.
 	released int64
 	ofKilled bool // its worker was killed holding it
 }
@@ -226,6 +227,7 @@ func Check(dir string) (Report, error) {
 		kills      = map[string]int64{}
 		dead       = map[string]int64{} // when killed workers were gone
 		childExit  = map[string]int64{}
+		childGone  = map[string]int64{} // when each child was reaped
 		reaped     = map[string]int64{}
 		retires    []Event
 		failovers  []int64 // when the primary was killed, in asynchronous failovers
@@ -316,6 +318,8 @@ func Check(dir string) (Report, error) {
 				rep.RetiredRows += e.Reaped
 			case KindChildExit:
 				childExit[e.Proc] = e.T
+			case KindChildGone:
+				childGone[e.Child] = e.T
 			case KindPGRestart:
 				rep.LongestRestart = max(rep.LongestRestart, time.Duration(e.DurNS))
 			case KindFailover:
@@ -493,6 +497,9 @@ func Check(dir string) (Report, error) {
 			}
 		}
 		c.released = c.end
+		if t, ok := childGone[c.child]; ok && c.child != "" && t > c.end {
+			c.released = t // the child's lock went with the child
+		}
 		if c.holder == "" && !c.fleet && c.child == "" && c.end != math.MaxInt64 {
 			killed, wasKilled := kills[c.proc]
 			rs := releases[c.proc]
@@ -515,7 +522,7 @@ func Check(dir string) (Report, error) {
 	}
 	of := func(e Event) []*claim { return byKey[portKey{e.Proto, e.Port}] }
 	for _, e := range probeKeys { // logged by the runs across hosts only
-		rep.ProbeKeys = append(rep.ProbeKeys, fmt.Sprintf("%s %s:%d on %s by %s at %s%s", e.Proto, e.Addr, e.Port, e.Host, e.Proc, stamp(e.T, base), heldBy(of(e), e, base)))
+		rep.ProbeKeys = append(rep.ProbeKeys, strings.TrimSuffix(fmt.Sprintf("%s %s:%d on %s by %s at %s%s: %s", e.Proto, e.Addr, e.Port, e.Host, e.Proc, stamp(e.T, base), heldBy(of(e), e, base), e.Err), ": "))
 	}
 	for _, e := range rereleases {
 		// The release the repair did again was of a claim of the
@@ -621,24 +628,20 @@ func heldBy(claims []*claim, e Event, base int64) string {
 		if (c.host != e.Host && !c.fleet) || c.proto != e.Proto || c.port != e.Port || !netaddr.Conflicts(a, c.addr) {
 			continue
 		}
-		switch {
-		case c.proc != e.Proc && c.child != e.Proc && c.start <= e.T && e.T < c.end:
+		if c.proc != e.Proc && c.child != e.Proc && c.start <= e.T && e.T < c.end {
 			by = append(by, fmt.Sprintf("%s from %s", c, stamp(c.start, base)))
-		case c.end <= e.T && (last == nil || c.end > last.end):
+		} else if c.end <= e.T && (last == nil || c.end > last.end) {
 			last = c
 		}
 	}
-	if len(by) > 0 {
+	switch {
+	case len(by) > 0:
 		return " (held by " + strings.Join(by, ", ") + ")"
+	case last == nil:
+		return " (no other claim of this run held it: a process outside the run, or a worker's bind probe, did)"
 	}
-	msg := " (no other claim of this run held it: a process outside the run, or a worker's bind probe, did"
-	if last != nil {
-		msg += fmt.Sprintf("; the last before it: %s from %s until %s", last, stamp(last.start, base), stamp(last.end, base))
-		if last.released > last.end {
-			msg += ", released or gone at " + stamp(last.released, base)
-		}
-	}
-	return msg + ")"
+	return fmt.Sprintf(" (no other claim of this run held it; the last before it: %s from %s until %s, released or gone at %s)",
+		last, stamp(last.start, base), stamp(last.end, base), stamp(max(last.released, last.end), base))
 }
 
 // overlaps reports a violation for every two claims of one host, protocol
@@ -758,7 +761,8 @@ func failoverLostBind(claims []*claim, e Event) bool {
 // releaseProbes counts the failed probes, among those whose keys the
 // workers logged, of a key that a claim of the prober's host was
 // releasing: between the release's log (the claim's end) and the return of
-// its call, or the death of its killed worker (see claim.released). A probe happened within the prober's call
+// its call, the death of its killed worker, or the reaping of its child
+// (see claim.released). A probe happened within the prober's call
 // that logged it, before the log: from the start of its call (calls, by
 // process) to the log.
 func releaseProbes(keys []Event, claims []*claim, calls map[string][]Event) int64 {

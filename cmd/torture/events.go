@@ -94,6 +94,7 @@ const (
 	KindTransfer  = "transfer"   // the worker handed a grant to Child
 	KindChildBind = "child-bind" // a child bound its port (Err set on failure)
 	KindChildExit = "child-exit" // a child closed its socket and exits
+	KindChildGone = "child-gone" // the worker reaped Child: its descriptors, its lock's included, are closed
 	KindExhausted = "exhausted"  // Allocate found the range full
 	KindLeaseHeld = "lease-held" // Reserve was refused a port a fleet-wide lease holds
 	KindError     = "error"      // an unexpected error

@@ -760,6 +760,36 @@ func TestRunFaultsNeedOwnServer(t *testing.T) {
 	}
 }
 
+// TestCheckReleaseProbes: a failed probe of a port handed to a child
+// counts as one of a release in progress from the child's exit until its
+// worker reaped it (the child's lock goes with the process), and as
+// nothing explained after.
+func TestCheckReleaseProbes(t *testing.T) {
+	handed := []Event{{T: 10, Kind: KindGrant, Proc: "w1", Host: "host-1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Handoff: true, DurNS: 2},
+		{T: 12, Kind: KindTransfer, Proc: "w1", Host: "host-1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000, Child: "w1.1"},
+		{T: 40, Kind: KindChildGone, Proc: "w1", Host: "host-1", Child: "w1.1"}}
+	for _, tt := range []struct {
+		name string
+		at   int64
+		want int64
+	}{{"before the child was reaped", 35, 1}, {"after", 45, 0}} {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, err := Check(writeLogs(t, map[string][]Event{
+				"w1.jsonl":   handed,
+				"w1.1.jsonl": {{T: 30, Kind: KindChildExit, Proc: "w1.1", Host: "host-1", Proto: "tcp", Addr: "127.0.0.1", Port: 26000}},
+				"w2.jsonl": {{T: tt.at, Kind: KindProbeKey, Proc: "w2", Host: "host-1", Proto: "tcp", Addr: "0.0.0.0", Port: 26000},
+					{T: tt.at, Kind: KindProbe, Proc: "w2", Host: "host-1", Probes: 1}},
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.ReleaseProbes != tt.want || rep.ProbeFailures != 1 {
+				t.Errorf("ReleaseProbes = %d, ProbeFailures %d (%q); want %d, 1", rep.ReleaseProbes, rep.ProbeFailures, rep.ProbeKeys, tt.want)
+			}
+		})
+	}
+}
+
 // TestCheckFailoverProbes: a failed probe counts as one over a row an
 // asynchronous failover lost only if it conflicts with a port handed to a
 // child before the failover, while the child held it: nobody puts such a

@@ -134,9 +134,8 @@ func runWorker() error {
 		Range: env.rangeOf, AllowEphemeralOverlap: true, Timeout: env.timeout,
 	}
 	// The checker places the comparisons with the store after a restart
-	// or a failover by the repair events this logs; the store's other
-	// decisions (a lost file set aside, a new one given the marks) go in
-	// the log for reading a violation.
+	// or a failover by the repair events this logs, and reads the keys of
+	// failed probes; the store's other decisions go in the log.
 	errs := portalloc.TextLogger(os.Stderr, slog.LevelError).GetSink()
 	cfg.Logger = logr.New(repairSink{log: log, errs: errs, probeKeys: env.faults || cfg.Host != ""})
 	a, err := open(ctx, log, cfg, env.faults)
@@ -502,7 +501,10 @@ func (w *worker) handoff(ctx context.Context) {
 		w.giveBack(ctx, r)
 		return
 	}
-	go func() { _ = cmd.Wait() }()
+	go func() {
+		_ = cmd.Wait()
+		w.log.add(Event{Kind: KindChildGone, Child: child})
+	}()
 	if err := w.call(ctx, "transfer", func(ctx context.Context) error { return w.a.Transfer(ctx, r, cmd.Process.Pid) }); err != nil {
 		_ = goAhead.Close() // the child exits without binding
 		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port})
