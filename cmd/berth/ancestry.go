@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -133,10 +134,7 @@ func progName(p owner.Process) string {
 // shownName is the kernel's name for p, as berth ls shows it, else its
 // program's.
 func shownName(p owner.Process) string {
-	if p.Name != "" {
-		return p.Name
-	}
-	return progName(p)
+	return cmp.Or(p.Name, progName(p))
 }
 
 func isShell(p owner.Process) bool { return shells[progName(p)] || shells[p.Name] }

@@ -92,12 +92,10 @@ func (a *app) configure(cmd *cobra.Command) error {
 		}
 		cfg.Range = r
 	}
-	if g.mode != "" {
-		switch cfg.Mode = portalloc.Mode(g.mode); cfg.Mode {
-		case portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback, portalloc.ModeMRU:
-		default:
-			return usagef("--mode %q: want %q, %q or %q", g.mode, portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback, portalloc.ModeMRU)
-		}
+	switch cfg.Mode = portalloc.Mode(g.mode); cfg.Mode {
+	case "", portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback, portalloc.ModeMRU:
+	default:
+		return usagef("--mode %q: want %q, %q or %q", g.mode, portalloc.ModeStateStore, portalloc.ModeStateStoreWithFallback, portalloc.ModeMRU)
 	}
 	if g.strict {
 		if g.mode != "" && cfg.Mode != portalloc.ModeStateStore {
@@ -105,12 +103,10 @@ func (a *app) configure(cmd *cobra.Command) error {
 		}
 		cfg.Mode = portalloc.ModeStateStore
 	}
-	switch {
-	case g.timeout < 0 || (g.timeout == 0 && cmd.Flags().Changed("timeout")):
+	if g.timeout < 0 || (g.timeout == 0 && cmd.Flags().Changed("timeout")) {
 		return usagef("--timeout %v: want a positive duration such as 10s", g.timeout)
-	case g.timeout > 0:
-		cfg.Timeout = g.timeout
 	}
+	cfg.Timeout = g.timeout
 	level := strings.ToLower(g.logLevel)
 	switch {
 	case g.logLevel != "" && g.verbose > 0:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -113,15 +114,8 @@ range that processes outside berth hold.`,
 		}
 		var rows []store.Reservation
 		if st.Fallback == "" && cfg.Mode != portalloc.ModeMRU {
-			s, err := a.openStore(ctx)
-			if err != nil {
+			if rows, err = a.listRows(ctx, store.Filter{}); err != nil {
 				return err
-			}
-			if s != nil {
-				defer func() { _ = s.Close() }()
-				if rows, err = s.List(ctx, store.Filter{}); err != nil {
-					return err
-				}
 			}
 		}
 		a.doctorLeaks(ctx, line, cfg.Range, rows)
@@ -282,10 +276,7 @@ func modeOf(cfg portalloc.Config) portalloc.Mode {
 	if cfg.StoreDSN != "" && cfg.Mode != portalloc.ModeMRU {
 		return portalloc.ModeStateStore // a fleet's store never falls back
 	}
-	if cfg.Mode == "" {
-		return portalloc.ModeStateStoreWithFallback
-	}
-	return cfg.Mode
+	return cmp.Or(cfg.Mode, portalloc.ModeStateStoreWithFallback)
 }
 
 // boundOutside returns the ports of r, not reserved, that something has bound for TCP or

@@ -165,47 +165,42 @@ reserved as it is; the others come from --band.`,
 }
 
 // leaseCmd makes cmd one that acts on the reservations of --holder, as renew, release and
-// narrow do (see onLeases).
+// narrow do: it runs fn on the fleet's store with those that PORT (args, with --udp and
+// --addr) or --all names.
 func (a *app) leaseCmd(cmd *cobra.Command, f *fleetFlags, fn func(context.Context, *pgstore.Store, []pgstore.FleetReservation) error) *cobra.Command {
 	f.addKey(cmd)
 	cmd.RunE = a.action(func(ctx context.Context, args []string) error {
-		return a.onLeases(ctx, f, args, func(st *pgstore.Store, rs []pgstore.FleetReservation) error { return fn(ctx, st, rs) })
-	})
-	return cmd
-}
-
-// onLeases runs fn on the fleet's store with the reservations of --holder that PORT
-// (args, with --udp and --addr) or --all names.
-func (a *app) onLeases(ctx context.Context, f *fleetFlags, args []string, fn func(*pgstore.Store, []pgstore.FleetReservation) error) error {
-	if err := needHolder(f.holder); err != nil {
-		return err
-	}
-	switch {
-	case len(args) == 0 && !f.all:
-		return usagef("give a PORT, or --all for every port of --holder")
-	case len(args) == 1 && f.all:
-		return usagef("--all with a PORT: give one of them")
-	case f.needTo && f.to == "":
-		return usagef("--to is missing: want the host the reservation is for from now on")
-	}
-	return a.withFleet(ctx, func(st *pgstore.Store) error {
-		if len(args) == 0 {
-			rs, err := leasesOf(ctx, st, f.holder)
+		if err := needHolder(f.holder); err != nil {
+			return err
+		}
+		switch {
+		case len(args) == 0 && !f.all:
+			return usagef("give a PORT, or --all for every port of --holder")
+		case len(args) == 1 && f.all:
+			return usagef("--all with a PORT: give one of them")
+		case f.needTo && f.to == "":
+			return usagef("--to is missing: want the host the reservation is for from now on")
+		}
+		return a.withFleet(ctx, func(st *pgstore.Store) error {
+			if len(args) == 0 {
+				rs, err := leasesOf(ctx, st, f.holder)
+				if err != nil {
+					return err
+				}
+				return fn(ctx, st, rs)
+			}
+			port, err := parsePort("port", args[0])
 			if err != nil {
 				return err
 			}
-			return fn(st, rs)
-		}
-		port, err := parsePort("port", args[0])
-		if err != nil {
-			return err
-		}
-		addr, err := parseAddr(f.addr)
-		if err != nil {
-			return err
-		}
-		return fn(st, []pgstore.FleetReservation{{Key: store.Key{Protocol: protocol(f.udp), Addr: addr, Port: port}, Holder: f.holder}})
+			addr, err := parseAddr(f.addr)
+			if err != nil {
+				return err
+			}
+			return fn(ctx, st, []pgstore.FleetReservation{{Key: store.Key{Protocol: protocol(f.udp), Addr: addr, Port: port}, Holder: f.holder}})
+		})
 	})
+	return cmd
 }
 
 // leasesOf returns the fleet's reservations held under a lease by holder, or by every

@@ -565,6 +565,17 @@ func (a *app) openStore(ctx context.Context) (store.Store, error) {
 	return s, nil
 }
 
+// listRows returns the rows of the store that match flt: none when there
+// is no store yet.
+func (a *app) listRows(ctx context.Context, flt store.Filter) ([]store.Reservation, error) {
+	s, err := a.openStore(ctx)
+	if err != nil || s == nil {
+		return nil, err
+	}
+	defer func() { _ = s.Close() }()
+	return s.List(ctx, flt)
+}
+
 // storeDown reports whether err, of openStore, is a store the fallback mode
 // serves through from the MRU file (damaged, of a newer schema,
 // unreadable): then ls and release have the kernel locks to go by. A busy

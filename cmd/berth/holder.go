@@ -46,10 +46,8 @@ func (h *holderFlags) check(cmd *cobra.Command) error {
 	if err := (store.Owner{Holder: h.holder}).Validate(); err != nil {
 		return usagef("--holder %q: want 1 to %d bytes of printable text (letters, digits, punctuation, spaces; no control characters), e.g. \"ci/job-4711\"", h.holder, store.MaxHolderLen)
 	}
-	if cmd.Flags().Lookup("ttl") != nil {
-		if err := store.CheckTTL(h.ttl); err != nil {
-			return usagef("--ttl %v: want a duration from 1s to 720h (30 days), e.g. 8h", h.ttl)
-		}
+	if cmd.Flags().Lookup("ttl") != nil && store.CheckTTL(h.ttl) != nil {
+		return usagef("--ttl %v: want a duration from 1s to 720h (30 days), e.g. 8h", h.ttl)
 	}
 	return nil
 }

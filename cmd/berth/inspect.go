@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,12 +66,7 @@ $BERTH_SCOPE).`,
 		if f.owner < 0 {
 			return usagef("--owner %d: want a process id above 0", f.owner)
 		}
-		var rows []store.Reservation
-		s, err := a.openStore(ctx)
-		if err == nil && s != nil {
-			defer func() { _ = s.Close() }()
-			rows, err = s.List(ctx, flt)
-		}
+		rows, err := a.listRows(ctx, flt)
 		if a.storeDown(err) {
 			printErr(a.stderr, a.name+": warning: ", err, "; listing the kernel locks alone, the MRU file's ports among them")
 		} else if err != nil {
@@ -136,15 +132,14 @@ $BERTH_SCOPE).`,
 					alive = colour(a.stdout, "31", alive)
 				}
 			}
-			if f.bound {
-				switch {
-				case bound[i] == nil:
-					alive += "\t?"
-				case *bound[i]:
-					alive += "\tyes"
-				default:
-					alive += "\tno"
-				}
+			switch {
+			case !f.bound:
+			case bound[i] == nil:
+				alive += "\t?"
+			case *bound[i]:
+				alive += "\tyes"
+			default:
+				alive += "\tno"
 			}
 			created := "-"
 			if !r.Created.IsZero() {
@@ -265,10 +260,7 @@ func boundRows(ctx context.Context, rows []store.Reservation) ([]*bool, error) {
 
 // kind is a row's kind, or "lock" for a lock that no row stands for.
 func kind(r store.Reservation) string {
-	if r.Kind == "" {
-		return "lock"
-	}
-	return string(r.Kind)
+	return cmp.Or(string(r.Kind), "lock")
 }
 
 // processName is the current name of r's owner while it runs, else the
@@ -276,9 +268,7 @@ func kind(r store.Reservation) string {
 func processName(ctx context.Context, r store.Reservation) string {
 	o := r.Owner
 	if r.Kind != "" && o.Holder == "" && o.PID > 0 && o.Alive(ctx) {
-		if n := owner.NameOf(ctx, o.PID); n != "" {
-			return n
-		}
+		return cmp.Or(owner.NameOf(ctx, o.PID), o.Name)
 	}
 	return o.Name
 }
@@ -295,10 +285,8 @@ func lockRows(ctx context.Context, rows []store.Reservation, flt store.Filter) [
 	var out []store.Reservation
 	for _, l := range held {
 		k := store.Key{Protocol: store.Protocol(l.Network), Addr: l.Addr, Port: l.Port}
-		if (flt.Port != 0 && k.Port != flt.Port) || (flt.Protocol != "" && k.Protocol != flt.Protocol) || len(l.PIDs) == 0 {
-			continue
-		}
-		if flt.OwnerPID != 0 && !slices.Contains(l.PIDs, flt.OwnerPID) {
+		if (flt.Port != 0 && k.Port != flt.Port) || (flt.Protocol != "" && k.Protocol != flt.Protocol) || len(l.PIDs) == 0 ||
+			(flt.OwnerPID != 0 && !slices.Contains(l.PIDs, flt.OwnerPID)) {
 			continue
 		}
 		if slices.ContainsFunc(rows, func(r store.Reservation) bool {
@@ -339,12 +327,7 @@ func inScope(rows []store.Reservation, sc string) []store.Reservation {
 	return out
 }
 
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
+func dash(s string) string { return cmp.Or(s, "-") }
 
 // age prints a duration the way ps does: the largest whole unit. A row
 // created "in the future" (the wall clock was stepped back since) shows 0s:

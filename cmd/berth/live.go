@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -43,12 +44,7 @@ func livePorts(ctx context.Context, s store.Store, scope string) ([]livePort, er
 			byVar[lp.Var] = lp
 		}
 	}
-	out := make([]livePort, 0, len(byVar))
-	for _, lp := range byVar {
-		out = append(out, lp)
-	}
-	slices.SortFunc(out, func(a, b livePort) int { return cmp.Compare(a.Var, b.Var) })
-	return out, nil
+	return slices.SortedFunc(maps.Values(byVar), func(a, b livePort) int { return cmp.Compare(a.Var, b.Var) }), nil
 }
 
 // portOf returns the port of the newest live reservation of label in scope for protocol,

@@ -208,16 +208,15 @@ func flagWant(f *pflag.Flag) string {
 	case "to", "owner", "owner-pid":
 		return "a process id above 0"
 	}
-	want, ok := map[string]string{
+	if want, ok := map[string]string{
 		"int":       "a whole number",
 		"uintSlice": "port numbers from 1 to 65535, comma-separated, such as 3000,3001",
 		"duration":  "a duration such as 10s or 1m30s",
 		"bool":      "true or false",
-	}[f.Value.Type()]
-	if !ok {
-		want = "a value of type " + f.Value.Type()
+	}[f.Value.Type()]; ok {
+		return want
 	}
-	return want
+	return "a value of type " + f.Value.Type()
 }
 
 // nearestFlag returns cmd's flag within two edits of name, or starting

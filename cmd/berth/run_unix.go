@@ -82,8 +82,7 @@ func placeCmd(path string, args, env []string, fds []int) (string, []string, []s
 // placeAndExec is berth re-executed by execCommand (see placeCmd for
 // args). It never returns on success.
 func placeAndExec(args []string, stderr io.Writer) int {
-	err := place(args)
-	fmt.Fprintf(stderr, "berth run: %v\n", err)
+	fmt.Fprintf(stderr, "berth run: %v\n", place(args))
 	return exitFailure
 }
 
@@ -198,8 +197,7 @@ func watchEnvFile(args []string) int {
 		return exitUsage
 	}
 	waitParent(ppid)
-	b, err := os.ReadFile(args[1])
-	if err == nil && bytes.Equal(b, []byte(args[2])) {
+	if b, err := os.ReadFile(args[1]); err == nil && bytes.Equal(b, []byte(args[2])) {
 		if err := os.Remove(args[1]); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return exitFailure
 		}

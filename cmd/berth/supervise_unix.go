@@ -145,16 +145,15 @@ func (a *app) supervise(ctx context.Context, path string, args, env []string, fi
 		if time.Since(startedAt) >= steadyRun {
 			backoff = firstBackoff
 		}
-		again := f.restart == "always" || (f.restart == "on-failure" && !st.Success())
 		var wait <-chan time.Time // nil: until a watched path changes
-		if again {
+		switch {
+		case f.restart == "always" || (f.restart == "on-failure" && !st.Success()):
 			fmt.Fprintf(a.stderr, "berth run: %s (pid %d) %s; starting it again in %v\n", name, c.pid, how, backoff)
 			wait = time.After(backoff)
 			backoff = min(2*backoff, maxBackoff)
-		} else {
-			if len(f.watch) == 0 {
-				return &exitCode{code}
-			}
+		case len(f.watch) == 0:
+			return &exitCode{code}
+		default:
 			fmt.Fprintf(a.stderr, "berth run: %s (pid %d) %s; starting it again when a watched path changes\n", name, c.pid, how)
 		}
 		if s := a.pause(wait, changed, sigs); s != nil {

@@ -41,13 +41,8 @@ func keepAcrossExec(files []*os.File) error {
 
 // signalByName: on this system a process can only be ended (TERM, KILL).
 func signalByName(name string) (syscall.Signal, bool) {
-	switch name {
-	case "SIGTERM":
-		return syscall.SIGTERM, true
-	case "SIGKILL":
-		return syscall.SIGKILL, true
-	}
-	return 0, false
+	sig, ok := map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL}[name]
+	return sig, ok
 }
 
 func signalNames() []string { return []string{"KILL", "TERM"} }
