@@ -65,14 +65,25 @@ func (k Keeper) dial() (int, error) {
 	tv := syscall.NsecToTimeval(ioTimeout.Nanoseconds())
 	_ = syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
 	_ = syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_SNDTIMEO, &tv)
-	if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: "@" + k.sockName()}); err != nil {
+	if err := again(func() error { return syscall.Connect(fd, &syscall.SockaddrUnix{Name: "@" + k.sockName()}) }); err != nil {
 		_ = syscall.Close(fd)
-		if err == syscall.ECONNREFUSED {
+		if errors.Is(err, syscall.ECONNREFUSED) {
 			return -1, ErrNoKeeper
 		}
 		return -1, os.NewSyscallError("connect", err)
 	}
 	return fd, nil
+}
+
+// again runs f until a signal does not interrupt it: the kernel does not
+// restart a call on a socket with a send or receive timeout (signal(7)),
+// and the Go runtime signals its threads to preempt goroutines.
+func again(f func() error) error {
+	for {
+		if err := f(); !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
 }
 
 // call sends one request with files and returns what follows "ok", and the
@@ -86,12 +97,16 @@ func call(c int, req string, files []*os.File) (string, []int, error) {
 		}
 		oob = syscall.UnixRights(fds...)
 	}
-	if err := syscall.Sendmsg(c, []byte(req), oob, nil, 0); err != nil {
+	if err := again(func() error { return syscall.Sendmsg(c, []byte(req), oob, nil, 0) }); err != nil {
 		return "", nil, os.NewSyscallError("sendmsg", err)
 	}
 	buf := make([]byte, 64<<10)
 	oob = make([]byte, syscall.CmsgSpace(16*4))
-	n, oobn, _, _, err := syscall.Recvmsg(c, buf, oob, syscall.MSG_CMSG_CLOEXEC)
+	var n, oobn int
+	err := again(func() (err error) {
+		n, oobn, _, _, err = syscall.Recvmsg(c, buf, oob, syscall.MSG_CMSG_CLOEXEC)
+		return err
+	})
 	switch {
 	case err != nil:
 		return "", nil, os.NewSyscallError("recvmsg", err)

@@ -321,3 +321,37 @@ func running(pid int) bool {
 	_, after, _ := strings.Cut(string(b), ") ")
 	return after != "" && after[0] != 'Z' && after[0] != 'X'
 }
+
+// TestKeeperCallsSurviveSignals: a call to a keeper that a signal
+// interrupts (the Go runtime preempts goroutines with SIGURG; a program
+// may have signals of its own) is made again, not failed with EINTR.
+func TestKeeperCallsSurviveSignals(t *testing.T) {
+	needKeepers(t)
+	owner := start(t, "sleep")
+	owner.next(t)
+	k, err := portlock.ProcessKeeper(owner.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = syscall.Kill(os.Getpid(), syscall.SIGURG)
+				time.Sleep(20 * time.Microsecond)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	p := freshPort(t)
+	for range 300 {
+		handOver(t, k, 0, p)
+		if ok, err := k.Drop("tcp", mustAddr("127.0.0.1"), p); err != nil || !ok {
+			t.Fatalf("Drop while signals arrive = %v, %v; want true", ok, err)
+		}
+	}
+}
