@@ -75,9 +75,8 @@ func (k Keeper) dial() (int, error) {
 	return fd, nil
 }
 
-// again runs f until a signal does not interrupt it: the kernel does not
-// restart a call on a socket with a send or receive timeout (signal(7)),
-// and the Go runtime signals its threads to preempt goroutines.
+// again runs f until no signal interrupts it: the kernel does not restart a
+// call on a socket with a timeout (signal(7)), and Go preempts by signal.
 func again(f func() error) error {
 	for {
 		if err := f(); !errors.Is(err, syscall.EINTR) {
@@ -102,11 +101,10 @@ func call(c int, req string, files []*os.File) (string, []int, error) {
 	}
 	buf := make([]byte, 64<<10)
 	oob = make([]byte, syscall.CmsgSpace(16*4))
-	var n, oobn int
-	err := again(func() (err error) {
+	n, oobn, _, _, err := syscall.Recvmsg(c, buf, oob, syscall.MSG_CMSG_CLOEXEC)
+	for errors.Is(err, syscall.EINTR) {
 		n, oobn, _, _, err = syscall.Recvmsg(c, buf, oob, syscall.MSG_CMSG_CLOEXEC)
-		return err
-	})
+	}
 	switch {
 	case err != nil:
 		return "", nil, os.NewSyscallError("recvmsg", err)
@@ -427,8 +425,7 @@ func (k *keeper) serve() {
 		t := time.NewTimer(time.Until(next))
 		select {
 		case <-k.gone:
-			// Let go now, not as the process exits: a program built with
-			// -race sleeps a second first.
+			// Let go now: built with -race, a program sleeps a second as it exits.
 			k.mu.Lock()
 			for _, h := range k.held {
 				closeAll(h.fds)

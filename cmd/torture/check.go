@@ -496,10 +496,7 @@ func Check(dir string) (Report, error) {
 				c.failWin = append(c.failWin, span{killed, c.end})
 			}
 		}
-		c.released = c.end
-		if t, ok := childGone[c.child]; ok && c.child != "" && t > c.end {
-			c.released = t // the child's lock went with the child
-		}
+		c.released = max(c.end, childGone[c.child]) // a child's lock goes when it is reaped
 		if c.holder == "" && !c.fleet && c.child == "" && c.end != math.MaxInt64 {
 			killed, wasKilled := kills[c.proc]
 			rs := releases[c.proc]

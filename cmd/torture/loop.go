@@ -107,8 +107,7 @@ func (s *supervisor) start(h int) error {
 	cmd.Env = append(os.Environ(), envRole+"="+role, envDir+"="+s.cfg.Dir, envProc+"="+name,
 		envRange+"="+s.cfg.Range.String(), envSeed+"="+strconv.FormatUint(s.rng.Uint64(), 10),
 		envTimeout+"="+s.cfg.Timeout.String(),
-		// Under -race a process sleeps a second as it exits, its locks
-		// held: a child's would outlive its claim by that second.
+		// Under -race a child would hold its lock a second past its exit.
 		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	if s.cfg.Leases && h != fleetHost {
 		cmd.Env = append(cmd.Env, envLeases+"=1")
