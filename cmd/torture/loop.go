@@ -337,10 +337,12 @@ func (s *supervisor) retire(ctx context.Context) error {
 	}
 	n, err := retireHost(ctx, s.cfg.Store, hostName(by), hostName(v), s.cfg.Timeout)
 	for deadline := time.Now().Add(30 * time.Second); err != nil && s.pg != nil && unavailable(err) && time.Now().Before(deadline); {
-		// A connection that died with a restart or a failover: the
-		// operator tries again.
+		// A connection that died with a restart or a failover: try again.
 		time.Sleep(50 * time.Millisecond)
 		n, err = retireHost(ctx, s.cfg.Store, hostName(by), hostName(v), s.cfg.Timeout)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		n, err = 0, nil // every worker of the host was killed before it reached the store
 	}
 	if err != nil {
 		return err

@@ -178,9 +178,8 @@ func (s repairSink) Info(level int, msg string, kv ...any) {
 		s.log.add(keyed(Event{Kind: KindRerelease, Err: msg}, kv, "reservation"))
 	case msg == "port held outside this store" && s.probeKeys:
 		// The store's word for a probe that failed, bound or locked.
-		e := keyed(Event{Kind: KindProbeKey}, kv, "key")
-		e.Err, _ = kvValue(kv, "why").(string)
-		s.log.add(e)
+		why, _ := kvValue(kv, "why").(string)
+		s.log.add(keyed(Event{Kind: KindProbeKey, Err: why}, kv, "key"))
 	case level == 0:
 		s.log.add(Event{Kind: KindStoreLog, Err: msg, Restored: kvInt(kv, "restored"), NotRestored: kvInt(kv, "notRestored")})
 	}
