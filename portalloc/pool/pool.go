@@ -396,6 +396,11 @@ func (p *Pool) Take(ctx context.Context) (store.Reservation, error) {
 	// Take is a hot path: it does its work in one frame, and makes the
 	// prefix of an error only when there is one.
 	p.mu.Lock()
+	select {
+	case <-p.a.Done(): // its Close released every member; work learns of it later
+		p.closed = true
+	default:
+	}
 	if p.closed {
 		p.mu.Unlock()
 		return store.Reservation{}, opError(fmt.Sprintf("take from pool %q", p.name), store.ErrClosed)
@@ -453,15 +458,8 @@ func (p *Pool) Return(r store.Reservation) error {
 // Takes go on working meanwhile. After Close it returns an error wrapping
 // store.ErrClosed.
 func (p *Pool) Update(spec Spec) error {
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	op := fmt.Sprintf("update pool %q", p.name)
-	if closed {
-		return opError(op, store.ErrClosed)
-	}
-	if err := p.setSpec(spec); err != nil {
-		return opError(op, err)
+	if err := p.setSpec(spec); err != nil { // store.ErrClosed after Close
+		return opError(fmt.Sprintf("update pool %q", p.name), err)
 	}
 	p.nudge()
 	return nil
