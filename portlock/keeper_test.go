@@ -69,12 +69,7 @@ func handOver(tb testing.TB, k portlock.Keeper, ttl time.Duration, p uint16) {
 
 func TestProcessKeeper(t *testing.T) {
 	needKeepers(t)
-	owner := start(t, "sleep")
-	owner.next(t)
-	k, err := portlock.ProcessKeeper(owner.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	owner, k := ownedKeeper(t)
 	p1, p2 := freshPort(t), freshPort(t)
 	handOver(t, k, 0, p1)
 	handOver(t, k, 0, p2)
@@ -116,12 +111,7 @@ func TestProcessKeeper(t *testing.T) {
 
 func TestKeeperOfExitedProcess(t *testing.T) {
 	needKeepers(t)
-	owner := start(t, "sleep")
-	owner.next(t)
-	k, err := portlock.ProcessKeeper(owner.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	owner, k := ownedKeeper(t)
 	_ = owner.cmd.Process.Kill()
 	_ = owner.cmd.Wait()
 	l := acquire(t, "tcp", "127.0.0.1", freshPort(t))
@@ -327,12 +317,7 @@ func running(pid int) bool {
 // may have signals of its own) is made again, not failed with EINTR.
 func TestKeeperCallsSurviveSignals(t *testing.T) {
 	needKeepers(t)
-	owner := start(t, "sleep")
-	owner.next(t)
-	k, err := portlock.ProcessKeeper(owner.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, k := ownedKeeper(t)
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -354,4 +339,16 @@ func TestKeeperCallsSurviveSignals(t *testing.T) {
 			t.Fatalf("Drop while signals arrive = %v, %v; want true", ok, err)
 		}
 	}
+}
+
+// ownedKeeper starts an owner process and returns it with its keeper.
+func ownedKeeper(t *testing.T) (*worker, portlock.Keeper) {
+	t.Helper()
+	owner := start(t, "sleep")
+	owner.next(t)
+	k, err := portlock.ProcessKeeper(owner.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return owner, k
 }
