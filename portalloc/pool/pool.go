@@ -328,7 +328,7 @@ func (p *Pool) setSpec(spec Spec) error {
 	spec.Prefer = slices.Clone(spec.Prefer)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.shut() {
 		return store.ErrClosed
 	}
 	p.spec, p.rev, p.budget = spec, spec.revision(), budget
@@ -373,7 +373,7 @@ func (p *Pool) refillOne(ctx context.Context) error {
 	// A Take may have allocated one on the spot meanwhile, and its Return
 	// filled the pool: then this one goes back.
 	p.mu.Lock()
-	closed := p.closed
+	closed := p.shut()
 	keep := !closed && len(p.idle)+p.replacing < p.spec.Size
 	if keep {
 		p.idle = append(p.idle, m)
@@ -389,6 +389,16 @@ func (p *Pool) refillOne(ctx context.Context) error {
 	return nil
 }
 
+// shut reports, with p.mu held, whether Close or its Allocator's Close ran.
+func (p *Pool) shut() bool {
+	select {
+	case <-p.a.Done():
+		p.closed = true
+	default:
+	}
+	return p.closed
+}
+
 // Take hands out an idle member. It stays reserved, now in use, until
 // Return. Take touches neither the store nor the network; the pool refills
 // in the background. With no idle member it allocates one on the spot.
@@ -396,12 +406,7 @@ func (p *Pool) Take(ctx context.Context) (store.Reservation, error) {
 	// Take is a hot path: it does its work in one frame, and makes the
 	// prefix of an error only when there is one.
 	p.mu.Lock()
-	select {
-	case <-p.a.Done(): // its Close released every member; work learns of it later
-		p.closed = true
-	default:
-	}
-	if p.closed {
+	if p.shut() {
 		p.mu.Unlock()
 		return store.Reservation{}, opError(fmt.Sprintf("take from pool %q", p.name), store.ErrClosed)
 	}
@@ -440,7 +445,7 @@ func (p *Pool) Return(r store.Reservation) error {
 		return opError(fmt.Sprintf("return to pool %q", p.name), &store.FieldError{Field: "Reservation", Value: r.String(), Want: fmt.Sprintf("a member of pool %q that Take handed out and that is not returned yet", p.name)})
 	}
 	delete(p.inUse, r.Key)
-	keep := !p.closed && len(p.idle)+p.replacing < p.spec.Size
+	keep := !p.shut() && len(p.idle)+p.replacing < p.spec.Size
 	if keep {
 		p.idle = append(p.idle, m)
 	}
@@ -534,9 +539,6 @@ func (p *Pool) work() {
 		select {
 		case <-p.stop:
 		case <-p.a.Done():
-			p.mu.Lock()
-			p.closed = true // the Allocator released every member
-			p.mu.Unlock()
 			unclaim(p.a, p.name)
 		}
 		cancel()
@@ -652,7 +654,7 @@ func (p *Pool) step(ctx context.Context) (bool, error) {
 		nm, err := p.allocate(ctx)
 		p.mu.Lock()
 		p.replacing--
-		if err == nil && !p.closed {
+		if err == nil && !p.shut() {
 			p.idle = append(p.idle, nm)
 		}
 		p.mu.Unlock()
@@ -681,7 +683,7 @@ func (p *Pool) Close() error {
 	// Wait for the worker and release the idle members until ctx is done: a
 	// worker still busy stops on its own, since stopping cancels its waits.
 	p.mu.Lock()
-	if p.closed {
+	if p.shut() {
 		p.mu.Unlock()
 		return nil
 	}
