@@ -136,6 +136,9 @@ func TestAllocatorCloseClosesPools(t *testing.T) {
 	if _, err := p.Take(ctx); !errors.Is(err, store.ErrClosed) {
 		t.Errorf("Take after the Allocator closed = %v; want ErrClosed", err)
 	}
+	if err := p.Update(pool.Spec{Size: 3}); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("Update after the Allocator closed = %v; want ErrClosed", err)
+	}
 	if got := rowsLabelled(t, dir, "pool:"); len(got) != 0 {
 		t.Errorf("rows left after Close: %v", got)
 	}
