@@ -36,7 +36,7 @@ func (r Range) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
 // The ranges, one for each package whose tests bind ports.
 var (
 	CmdBerth     = Range{First: 20000, Last: 21999} // testscripts: a block of 71 ports per script
-	Porttest     = Range{First: 22000, Last: 22999} // porttest's own store and its worker binaries
+	Porttest     = Range{First: 22000, Last: 22999} // portlock/porttest, through BERTH_PORT_RANGE: its module cannot import this one
 	Quickstart   = Range{First: 23000, Last: 23499} // run, through BERTH_PORT_RANGE
 	Metrics      = Range{First: 23500, Last: 23999} // run, through BERTH_PORT_RANGE
 	Orchestrator = Range{First: 24000, Last: 24499} // the built binary and its services

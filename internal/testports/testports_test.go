@@ -121,3 +121,16 @@ func TestBelowThisHostsEphemeralRange(t *testing.T) {
 		}
 	}
 }
+
+// TestPorttestKeepsToItsRange: portlock/porttest lives in a module of its
+// own and cannot import this package; its tests name their range in a
+// constant, which must be Porttest.
+func TestPorttestKeepsToItsRange(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "portlock", "porttest", "porttest_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "const testRange = " + strconv.Quote(testports.Porttest.String()); !strings.Contains(string(src), want) {
+		t.Errorf("portlock/porttest's tests do not say %s: they would lock ports of other packages' ranges", want)
+	}
+}

@@ -21,6 +21,17 @@ import (
 	"github.com/berth-go/berth/portlock/porttest"
 )
 
+// testRange is this package's own range in berth's test suite
+// (internal/testports.Porttest of the main module): go test ./... runs the
+// other packages' tests at once, each in a range of its own, and a port of
+// theirs locked here would be refused to them.
+const testRange = "22000-22999"
+
+func TestMain(m *testing.M) {
+	_ = os.Setenv(porttest.EnvPortRange, testRange)
+	os.Exit(m.Run())
+}
+
 // locked reports whether another holder than this test's cleanup
 // would find tcp addr:p locked.
 func locked(tb testing.TB, network, addr string, p int) bool {
@@ -40,8 +51,8 @@ func TestPort(t *testing.T) {
 	var p int
 	t.Run("inner", func(t *testing.T) {
 		p = porttest.Port(t)
-		if p < 20000 || p > 32767 {
-			t.Errorf("Port = %d; want 20000-32767", p)
+		if p < 22000 || p > 22999 {
+			t.Errorf("Port = %d; want one of %s, from %s", p, testRange, porttest.EnvPortRange)
 		}
 		if !locked(t, "tcp", "0.0.0.0", p) {
 			t.Error("the port is not locked while the test runs")
@@ -54,6 +65,16 @@ func TestPort(t *testing.T) {
 	})
 	if locked(t, "tcp", "127.0.0.1", p) {
 		t.Error("the port is still locked after its test ended")
+	}
+}
+
+// TestDefaultRange: with no range set, ports come from 20000-32767. The
+// one port it takes may lie in another package's range, for as long as
+// this test runs.
+func TestDefaultRange(t *testing.T) {
+	t.Setenv(porttest.EnvPortRange, "")
+	if p := porttest.Port(t); p < 20000 || p > 32767 {
+		t.Errorf("Port = %d with %s unset; want 20000-32767", p, porttest.EnvPortRange)
 	}
 }
 
