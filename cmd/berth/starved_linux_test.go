@@ -37,7 +37,8 @@ func flocker(args []string) int {
 }
 
 // TestBoundedWhenStarved: with the store's write lock held by a frozen
-// process and every core kept busy by two busy loops each, every berth
+// process and every core kept busy (two runnable processes a core: busy
+// loops of its own, less what the machine runs already), every berth
 // command that writes to the store returns within its --timeout plus a
 // second, saying the store is busy, round after round.
 func TestBoundedWhenStarved(t *testing.T) {
