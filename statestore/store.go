@@ -194,14 +194,14 @@ func placeOf(path string) place {
 }
 
 // changed reports whether the directory or the file were removed, replaced
-// or made between p and now, or the file shrank (the attempt then read a
-// short or torn file).
+// or made between p and now, or the file shrank (a short or torn read), or
+// the directory is still missing (the attempt made it: it was removed again).
 func (p place) changed(now place) bool {
 	differ := func(then, now os.FileInfo) bool {
 		return (then == nil) != (now == nil) || (then != nil && !os.SameFile(then, now))
 	}
 	shrank := p.file != nil && now.file != nil && now.file.Size() < p.file.Size()
-	return differ(p.dir, now.dir) || differ(p.file, now.file) || shrank
+	return differ(p.dir, now.dir) || differ(p.file, now.file) || shrank || p.dir == nil && now.dir == nil
 }
 
 func openOnce(ctx context.Context, path string, self store.Owner, opts Options) (*sqlStore, error) {
