@@ -62,7 +62,7 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 		return st.version, err
 	}
 	lock := flock.New(path+".migrate.lock", flock.SetPermissions(0o600))
-	defer func() { _ = lock.Close() }()
+	defer func() { _ = lock.Close() }() // Close unlocks
 	lctx, cancel := context.WithTimeout(ctx, busy)
 	defer cancel()
 	ok, err := lock.TryLockContext(lctx, 5*time.Millisecond)
@@ -79,7 +79,6 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 		}
 		return 0, storageErr("migration lock "+lock.Path(), err)
 	}
-	defer func() { _ = lock.Unlock() }()
 	// A lock of a directory that was removed (or a lock file that was
 	// replaced) while this process waited serialises nothing: another
 	// process may hold the lock of the new one and migrate the same file.
@@ -94,7 +93,7 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 		if aside, err := setAsideLost(path, time.Now()); err != nil {
 			return 0, err
 		} else if aside {
-			log.Info("the database file was truncated to nothing; set it aside with its WAL and made a new one", "path", path)
+			log.Info("the database file was emptied (truncated, or left with no table); set it aside with its WAL and made a new one", "path", path)
 		}
 		return st.version, makeFresh(ctx, path, st, k, busy, log)
 	}
@@ -349,20 +348,39 @@ func sameAsPath(fi os.FileInfo, path string) bool {
 	return err == nil && os.SameFile(fi, now)
 }
 
-// setAsideLost moves the WAL and shared-memory files of a database file
-// that is gone or empty aside, with the file, and reports whether it moved
-// anything. Holders of the old file still use that WAL: a new database on
-// it would read their pages as its own, or wait on their locks. They find
-// the file replaced instead, and put their rows back.
+// setAsideIfEmptied sets the store's file aside, as openers do, when it was
+// truncated to nothing: closing the last connection would checkpoint pages
+// into it (SQLite skips that for a file no longer at its path).
+func (s *sqlStore) setAsideIfEmptied() {
+	if fi, err := os.Stat(s.path); err != nil || !os.SameFile(fi, s.file) || fi.Size() != 0 {
+		return
+	}
+	lock := flock.New(s.path+".migrate.lock", flock.SetPermissions(0o600))
+	defer func() { _ = lock.Close() }() // Close unlocks
+	ctx, cancel := context.WithTimeout(context.Background(), s.busy)
+	defer cancel()
+	if ok, err := lock.TryLockContext(ctx, 5*time.Millisecond); !ok || err != nil {
+		return
+	}
+	if fi, err := os.Stat(s.path); err == nil && os.SameFile(fi, s.file) {
+		_, _ = setAsideLost(s.path, time.Now())
+	}
+}
+
+// setAsideLost moves a database file that is gone, empty or holds no table
+// (a connection set WAL mode on it once emptied) aside, with its WAL and
+// -shm, and reports whether it moved anything. Holders of the old file still
+// use that WAL: a new database on it would read their pages as its own. They
+// find the file replaced instead, and put their rows back.
 func setAsideLost(path string, now time.Time) (bool, error) {
 	fi, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-	case err != nil || !fi.Mode().IsRegular() || fi.Size() != 0:
-		return false, nil //nolint:nilerr // a file with pages: inspect judges it
+	case err != nil || !fi.Mode().IsRegular():
+		return false, nil //nolint:nilerr // not a database file: inspect judged it
 	}
 	_, werr := os.Lstat(path + "-wal")
-	if _, serr := os.Lstat(path + "-shm"); werr != nil && serr != nil {
+	if _, serr := os.Lstat(path + "-shm"); werr != nil && serr != nil && (fi == nil || fi.Size() == 0) {
 		return false, nil
 	}
 	aside := path + ".lost-" + strconv.FormatInt(now.UnixNano(), 10)

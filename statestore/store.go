@@ -231,7 +231,7 @@ func openOnce(ctx context.Context, path string, self store.Owner, opts Options) 
 		checkpoint: make(chan struct{}, 1),
 	}
 	s.size.Store(file.Size())
-	fail := func(err error) (*sqlStore, error) {
+	fail := func(err error) (*sqlStore, error) { //nolint:contextcheck // a close is bounded by the store's busy timeout, not by ctx
 		_ = s.closeDB()
 		return nil, err
 	}
@@ -300,6 +300,7 @@ func (s *sqlStore) Close() error {
 func (s *sqlStore) closeDB() error {
 	errs := []error{s.st.close()}
 	guard := s.closeGuard() // before the store's own connections close
+	s.setAsideIfEmptied()
 	errs = append(errs, s.conn.Close(), s.db.Close())
 	if s.ckptDB != nil {
 		errs = append(errs, s.ckptDB.Close())

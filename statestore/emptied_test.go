@@ -1,0 +1,87 @@
+package statestore_test
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/berth-go/berth/statestore"
+	"github.com/berth-go/berth/store"
+)
+
+// TestCloseOfEmptiedStore: a store truncated to nothing (by a cleaner)
+// while a process holds it open must still open, whole, once that process
+// closes it. Closing the last connection checkpoints the WAL into the
+// file: into an emptied file that writes a few pages with no schema
+// around them, which every later opener took for a damaged store. With a
+// long WAL (no read-only guard kept the WAL open) and a short one.
+func TestCloseOfEmptiedStore(t *testing.T) {
+	ctx := context.Background()
+	for _, commits := range []int{4, 400} {
+		path := filepath.Join(t.TempDir(), "state", "berth.db")
+		s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range commits {
+			key := store.Key{Protocol: store.TCP, Addr: loopback, Port: uint16(26300 + i%60)}
+			r, err := s.Reserve(ctx, store.Request{Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Release(ctx, r.Key, r.Owner); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Truncate(path, 0); err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close() // lost: it may say so
+		again, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+		if err != nil {
+			t.Fatalf("%d commits: Open after the holder of an emptied store closed it: %v; want a new store", commits, err)
+		}
+		key := store.Key{Protocol: store.UDP, Addr: loopback, Port: 26363}
+		if _, err := again.Reserve(ctx, store.Request{Key: key}); err != nil {
+			t.Errorf("%d commits: Reserve in the store opened again: %v", commits, err)
+		}
+		if err := again.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestOpenOfPageWithNoTable: a file emptied under a connection that then
+// set WAL mode on it is left one page long with no table. Open must take
+// it for nobody's store and make the store anew, not serve from it.
+func TestOpenOfPageWithNoTable(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state", "berth.db")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("PRAGMA journal_mode=WAL"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Fatalf("the file SQLite left: %v, %v; want a page", fi, err)
+	}
+	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatalf("Open of a file with a page and no table: %v", err)
+	}
+	defer s.Close()
+	key := store.Key{Protocol: store.TCP, Addr: loopback, Port: 26362}
+	if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
+		t.Errorf("Reserve in the store opened: %v; want the store made anew", err)
+	}
+}
