@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // ErrTransient is wrapped by every error that Wrap and its kind make: the
@@ -68,6 +70,9 @@ func Wrap(err error) error {
 	if !ok {
 		return nil
 	}
+	if no == syscall.EMFILE || no == syscall.ENFILE {
+		markShort()
+	}
 	return As(no, err)
 }
 
@@ -90,19 +95,31 @@ func As(no syscall.Errno, err error) error {
 	return fmt.Errorf("%s (%w): %s, then try again: %w", what, ErrTransient, fix, err)
 }
 
+// lastShort is when this process last ran short of descriptors, as time
+// since epoch (0: never): a monotonic reading, which a stepped clock leaves.
+var (
+	epoch     = time.Now().Add(-time.Nanosecond)
+	lastShort atomic.Int64
+)
+
+func markShort() { lastShort.Store(int64(time.Since(epoch))) }
+
 // headroom is how many descriptors DescriptorsShort asks for: about what
 // opening a SQLite database in WAL mode takes (the file, its -wal and -shm,
 // a journal, the directory) and a lock file or two beside it.
 const headroom = 8
 
 // DescriptorsShort reports whether this process is short of file
-// descriptors now: it opens the null device up to headroom times and
-// closes what it opened. It returns the error of the open that failed with
-// EMFILE or ENFILE, or nil. SQLite reports a database it could not open for
-// want of a descriptor as SQLITE_CANTOPEN (or an I/O error) without the
-// errno; its own descriptors are closed by the time it returns, so one
-// spare descriptor says little, and several say that it did not run out.
+// descriptors now, or was within the last second (a shortage that ended as
+// SQLite returned): it opens the null device up to headroom times. It
+// returns the error of the open that failed with EMFILE or ENFILE, or nil.
+// SQLite reports a database it could not open for want of a descriptor as
+// SQLITE_CANTOPEN (or an I/O error) without the errno, having closed its
+// own: several spare descriptors say that it did not run out.
 func DescriptorsShort() error {
+	if last := lastShort.Load(); last != 0 && time.Since(epoch)-time.Duration(last) < time.Second {
+		return fmt.Errorf("%w %v ago", syscall.EMFILE, (time.Since(epoch) - time.Duration(last)).Round(time.Millisecond))
+	}
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -113,6 +130,7 @@ func DescriptorsShort() error {
 		f, err := os.Open(os.DevNull)
 		if err != nil {
 			if no, ok := Errno(err); ok && (no == syscall.EMFILE || no == syscall.ENFILE) {
+				markShort()
 				return err
 			}
 			return nil // something else: not a sign of a shortage
