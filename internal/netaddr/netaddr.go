@@ -32,25 +32,6 @@ func (e *AddrError) Error() string {
 // Unwrap returns ErrInvalid, so that errors.Is(err, ErrInvalid) holds.
 func (e *AddrError) Unwrap() error { return ErrInvalid }
 
-// Parse parses s as an IP address and returns its normal form.
-func Parse(s string) (netip.Addr, error) {
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Addr{}, &AddrError{Input: s, Reason: "not an IP address; use an IPv4 or IPv6 literal such as 127.0.0.1, ::1, 0.0.0.0 or ::"}
-	}
-	return Normalize(a)
-}
-
-// MustParse is like Parse but panics on error. It is meant for constants in
-// programs and tests.
-func MustParse(s string) netip.Addr {
-	a, err := Parse(s)
-	if err != nil {
-		panic(err)
-	}
-	return a
-}
-
 // Normalize returns the normal form of a: IPv4-mapped IPv6 becomes IPv4.
 // The zero Addr and zoned addresses are refused.
 func Normalize(a netip.Addr) (netip.Addr, error) {
@@ -85,11 +66,6 @@ func Unpack(b []byte) (netip.Addr, error) {
 		return netip.Addr{}, &AddrError{Input: fmt.Sprintf("%x", b), Reason: "packed address is IPv4-mapped IPv6; want the 4-byte IPv4 form"}
 	}
 	return a, nil
-}
-
-// IsWildcard reports whether a is 0.0.0.0 or ::.
-func IsWildcard(a netip.Addr) bool {
-	return a.IsValid() && a.IsUnspecified()
 }
 
 // Conflicts reports whether reservations of the same protocol and port on a

@@ -14,9 +14,6 @@ import (
 // (or, across pid namespaces, the namespace), and keep it.
 const leaseTag = "/lease"
 
-// IsLeaseScope reports whether scope is the scope of a lease's row.
-func IsLeaseScope(scope string) bool { return strings.HasSuffix(scope, leaseTag) }
-
 var leaseID = sync.OnceValue(func() Identity {
 	sc := host.scope()
 	sc.boot = leaseBoot()

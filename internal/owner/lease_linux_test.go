@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// IsLeaseScope reports whether scope is the scope of a lease's row.
+func IsLeaseScope(scope string) bool { return strings.HasSuffix(scope, leaseTag) }
+
 // TestLeaseIdentityKeptByProcessJudgement: the identity a lease's row
 // carries is judged alive by Active, the judgement of a berth that knows no
 // leases, and is recognised as a lease's.
