@@ -3,6 +3,7 @@ package statestore_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -83,5 +84,42 @@ func TestOpenOfPageWithNoTable(t *testing.T) {
 	key := store.Key{Protocol: store.TCP, Addr: loopback, Port: 26362}
 	if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
 		t.Errorf("Reserve in the store opened: %v; want the store made anew", err)
+	}
+}
+
+// TestOpenWhenWALRemovedUnderHolders: SQLite removes a store's WAL by name
+// when a connection opened on an emptied file at the same path reads, and
+// the holders of the store made since keep writing to the WAL they have
+// open, so its index (-shm) promises frames that the WAL at the path lacks.
+// Every opener then met a short read until the holders closed. Open must
+// set that store aside and make it anew; the holder finds it lost.
+func TestOpenWhenWALRemovedUnderHolders(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state", "berth.db")
+	holder, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	for i := range 20 {
+		key := store.Key{Protocol: store.TCP, Addr: loopback, Port: uint16(26300 + i)}
+		if _, err := holder.Reserve(ctx, store.Request{Key: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(path + "-wal"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatalf("Open of a store whose WAL was removed under its holder: %v; want it made anew", err)
+	}
+	defer s.Close()
+	key := store.Key{Protocol: store.UDP, Addr: loopback, Port: 26361}
+	if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
+		t.Errorf("Reserve in the store opened: %v", err)
+	}
+	if err := holder.Check(ctx); !errors.Is(err, store.ErrLost) {
+		t.Errorf("the holder's Check = %v; want store.ErrLost, so that it puts its rows back", err)
 	}
 }

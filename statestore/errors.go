@@ -60,6 +60,13 @@ func sqliteCode(err error) int {
 
 func isBusy(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_BUSY }
 
+// unreadable reports a short read of the WAL: its index (-shm) promises frames
+// the WAL at the path lacks (SQLite removed it by name under live holders).
+func unreadable(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_IOERR_SHORT_READ
+}
+
 // shortage returns err wrapping store.ErrTransient when it is a passing
 // shortage, else nil. An open or I/O error of SQLite carries no errno: it
 // counts when this process is short of descriptors now or, with dir given,

@@ -55,11 +55,10 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 		return 0, err
 	}
 	st, err := inspect(ctx, path, busy)
-	if err != nil {
+	if err != nil && !unreadable(err) {
 		return 0, err
-	}
-	if ready, err := k.ready(path, st); ready || err != nil {
-		return st.version, err
+	} else if ready, rerr := k.ready(path, st); err == nil && (ready || rerr != nil) {
+		return st.version, rerr
 	}
 	lock := flock.New(path+".migrate.lock", flock.SetPermissions(0o600))
 	defer func() { _ = lock.Close() }() // Close unlocks
@@ -86,14 +85,16 @@ func prepareFile(ctx context.Context, path string, busy time.Duration, log logr.
 		return 0, fmt.Errorf("migration lock %s was removed or replaced while this process waited for it: %w", lock.Path(), store.ErrLost)
 	}
 	// Another process may have done the work while this one waited.
-	if st, err = inspect(ctx, path, busy); err != nil {
+	if st, err = inspect(ctx, path, busy); unreadable(err) {
+		st = fileState{fresh: true} // set aside and made again, as an emptied file
+	} else if err != nil {
 		return 0, err
 	}
 	if st.fresh {
 		if aside, err := setAsideLost(path, time.Now()); err != nil {
 			return 0, err
 		} else if aside {
-			log.Info("the database file was emptied (truncated, or left with no table); set it aside with its WAL and made a new one", "path", path)
+			log.Info("the database file was emptied (truncated, or left with no table) or its WAL removed; set it aside with its WAL and made a new one", "path", path)
 		}
 		return st.version, makeFresh(ctx, path, st, k, busy, log)
 	}

@@ -377,7 +377,9 @@ var testHookPrepared func()
 func openConn(ctx context.Context, path string, busy time.Duration, log logr.Logger) (*sql.DB, *sql.Conn, uint, os.FileInfo, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
 		db, conn, err := connect(ctx, path, busy, false)
-		if err != nil {
+		if unreadable(err) {
+			goto prepare // prepareFile sets it aside
+		} else if err != nil {
 			return nil, nil, 0, nil, classify(path, err)
 		}
 		k, err := known()
@@ -400,10 +402,11 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 		}
 		_ = conn.Close()
 		_ = db.Close()
-		if err != nil {
+		if err != nil && !unreadable(err) {
 			return nil, nil, 0, nil, err
 		}
 	}
+prepare:
 	found, err := prepareFile(ctx, path, busy, log)
 	if err != nil {
 		return nil, nil, 0, nil, err

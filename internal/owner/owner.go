@@ -180,16 +180,6 @@ const (
 	Unknown
 )
 
-func (v Verdict) String() string {
-	switch v {
-	case Dead:
-		return "dead"
-	case Live:
-		return "live"
-	}
-	return "unknown"
-}
-
 // Upgrade returns the current identity of the process a legacy identity
 // names (see IsLegacy); a current identity unchanged. It returns an error
 // wrapping ErrNotRunning when that process is dead as Active judges it, and

@@ -239,3 +239,14 @@ func BenchmarkActive(b *testing.B) {
 		}
 	}
 }
+
+// String names a Verdict in the tests' messages.
+func (v Verdict) String() string {
+	switch v {
+	case Dead:
+		return "dead"
+	case Live:
+		return "live"
+	}
+	return "unknown"
+}
