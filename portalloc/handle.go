@@ -374,7 +374,7 @@ func (h *handle) repair(ctx context.Context, lost store.Store, why error) error 
 				h.warn.Error(err, msg, "store", h.what, "lost", why.Error())
 			}
 			h.again = true
-			return fmt.Errorf("%w; opening it again: %w", why, err)
+			return errors.Join(fmt.Errorf("%w; opening it again: %w", why, err), ctx.Err()) // a call out of time says so
 		}
 		h.setStore(s)
 		h.closeAside(lost)
