@@ -2,10 +2,13 @@ package portalloc
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -107,5 +110,48 @@ func TestRepairMeetsAnotherLoss(t *testing.T) {
 		if err != nil || len(rows) != 1 || !rows[0].Owner.Same(self) {
 			t.Errorf("rows of %s = %+v, %v; want one, this process's", h, rows, err)
 		}
+	}
+}
+
+// TestRepairOutOfTime: a Release whose deadline passes while it opens a
+// lost store again ran out of time, and its error says so beside the loss
+// (Allocate said so already, through its own check of the context).
+func TestRepairOutOfTime(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "state")
+	path := filepath.Join(dir, databaseFile)
+	var opens atomic.Int32
+	open := func(ctx context.Context) (store.Store, error) {
+		if opens.Add(1) == 1 {
+			return statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+		}
+		<-ctx.Done() // lost again and again until the call's time is up
+		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, store.ErrLost)
+	}
+	cfg, err := Config{StateDir: dir, Mode: ModeStateStore, Range: store.Range{First: 29181, Last: 29189}, AllowEphemeralOverlap: true, IgnoreEnv: true}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mru.New(filepath.Join(t.TempDir(), mruFile), mru.Options{})
+	if a.h, err = share(ctx, "test "+path, path, open, true, m, a, logr.Discard(), logr.Discard(), func(error) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close() }()
+	r, err := a.Allocate(ctx, Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err = a.Release(tctx, r)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, store.ErrLost) {
+		t.Errorf("Release whose time ran out reopening a lost store = %v; want it to wrap context.DeadlineExceeded and store.ErrLost", err)
 	}
 }
