@@ -56,19 +56,7 @@ func TestRepairMeetsAnotherLoss(t *testing.T) {
 		reopens = append(reopens, l) // the repair's open: its restore meets the loss
 		return l, nil
 	}
-	cfg, err := Config{StateDir: dir, Mode: ModeStateStore, Range: store.Range{First: 29191, Last: 29199}, AllowEphemeralOverlap: true, IgnoreEnv: true}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := prepare(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := mru.New(filepath.Join(t.TempDir(), mruFile), mru.Options{})
-	a.h, err = share(ctx, "test "+path, path, open, true, m, a, logr.Discard(), logr.Discard(), func(error) bool { return false })
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := allocatorOn(t, dir, open, store.Range{First: 29191, Last: 29199})
 	defer func() {
 		if err := a.Close(); err != nil {
 			t.Error(err)
@@ -128,18 +116,7 @@ func TestRepairOutOfTime(t *testing.T) {
 		<-ctx.Done() // lost again and again until the call's time is up
 		return nil, fmt.Errorf("open %s: the file changed while it opened: %w", path, store.ErrLost)
 	}
-	cfg, err := Config{StateDir: dir, Mode: ModeStateStore, Range: store.Range{First: 29181, Last: 29189}, AllowEphemeralOverlap: true, IgnoreEnv: true}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := prepare(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := mru.New(filepath.Join(t.TempDir(), mruFile), mru.Options{})
-	if a.h, err = share(ctx, "test "+path, path, open, true, m, a, logr.Discard(), logr.Discard(), func(error) bool { return false }); err != nil {
-		t.Fatal(err)
-	}
+	a := allocatorOn(t, dir, open, store.Range{First: 29181, Last: 29189})
 	defer func() { _ = a.Close() }()
 	r, err := a.Allocate(ctx, Request{})
 	if err != nil {
@@ -154,4 +131,25 @@ func TestRepairOutOfTime(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, store.ErrLost) {
 		t.Errorf("Release whose time ran out reopening a lost store = %v; want it to wrap context.DeadlineExceeded and store.ErrLost", err)
 	}
+}
+
+// allocatorOn is an Allocator of the state store in dir on r, whose store
+// open opens (again after a loss).
+func allocatorOn(t *testing.T, dir string, open func(context.Context) (store.Store, error), r store.Range) *Allocator {
+	t.Helper()
+	cfg, err := Config{StateDir: dir, Mode: ModeStateStore, Range: r, AllowEphemeralOverlap: true, IgnoreEnv: true}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, databaseFile)
+	m := mru.New(filepath.Join(t.TempDir(), mruFile), mru.Options{})
+	a.h, err = share(context.Background(), "test "+path, path, open, true, m, a, logr.Discard(), logr.Discard(), func(error) bool { return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
