@@ -58,7 +58,6 @@ func TestCloseOfEmptiedStore(t *testing.T) {
 // set WAL mode on it is left one page long with no table. Open must take
 // it for nobody's store and make the store anew, not serve from it.
 func TestOpenOfPageWithNoTable(t *testing.T) {
-	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "state", "berth.db")
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
@@ -76,15 +75,7 @@ func TestOpenOfPageWithNoTable(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
 		t.Fatalf("the file SQLite left: %v, %v; want a page", fi, err)
 	}
-	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
-	if err != nil {
-		t.Fatalf("Open of a file with a page and no table: %v", err)
-	}
-	defer s.Close()
-	key := store.Key{Protocol: store.TCP, Addr: loopback, Port: 26362}
-	if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
-		t.Errorf("Reserve in the store opened: %v; want the store made anew", err)
-	}
+	openAnew(t, path, "a file with a page and no table", store.Key{Protocol: store.TCP, Addr: loopback, Port: 26362})
 }
 
 // TestOpenWhenWALRemovedUnderHolders: SQLite removes a store's WAL by name
@@ -110,16 +101,22 @@ func TestOpenWhenWALRemovedUnderHolders(t *testing.T) {
 	if err := os.Remove(path + "-wal"); err != nil {
 		t.Fatal(err)
 	}
-	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
-	if err != nil {
-		t.Fatalf("Open of a store whose WAL was removed under its holder: %v; want it made anew", err)
-	}
-	defer s.Close()
-	key := store.Key{Protocol: store.UDP, Addr: loopback, Port: 26361}
-	if _, err := s.Reserve(ctx, store.Request{Key: key}); err != nil {
-		t.Errorf("Reserve in the store opened: %v", err)
-	}
+	openAnew(t, path, "a store whose WAL was removed under its holder", store.Key{Protocol: store.UDP, Addr: loopback, Port: 26361})
 	if err := holder.Check(ctx); !errors.Is(err, store.ErrLost) {
 		t.Errorf("the holder's Check = %v; want store.ErrLost, so that it puts its rows back", err)
+	}
+}
+
+// openAnew opens the store at path, which holds what, and reserves key in
+// it: Open must have made the store anew, and the store must serve.
+func openAnew(t *testing.T, path, what string, key store.Key) {
+	t.Helper()
+	s, err := statestore.Open(context.Background(), path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatalf("Open of %s: %v; want the store made anew", what, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Reserve(context.Background(), store.Request{Key: key}); err != nil {
+		t.Errorf("Reserve in the store opened over %s: %v", what, err)
 	}
 }

@@ -54,6 +54,11 @@ func TestDescriptorsShort(t *testing.T) {
 	if err := transient.DescriptorsShort(); err != nil {
 		t.Errorf("DescriptorsShort() a second after the limit was restored = %v; want nil", err)
 	}
+	// A shortage another call met (Wrap saw its EMFILE) counts the same way.
+	_ = transient.Wrap(&os.PathError{Op: "open", Path: "/x", Err: syscall.EMFILE})
+	if err := transient.DescriptorsShort(); !errors.Is(err, syscall.EMFILE) {
+		t.Errorf("DescriptorsShort() just after Wrap met EMFILE = %v; want EMFILE", err)
+	}
 }
 
 func TestWrap(t *testing.T) {
