@@ -2,9 +2,13 @@ package statestore_test
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/berth-go/berth/statestore"
 	"github.com/berth-go/berth/store"
@@ -66,5 +70,62 @@ func TestOpenStartsAgainWhenRemovedMeanwhile(t *testing.T) {
 				t.Errorf("Check of the store opened: %v; want the file at its path", err)
 			}
 		})
+	}
+}
+
+// TestOpenWhileDirectoryRemovedAgainAndAgain: openers racing a cleaner that
+// removes the store's directory every 5-25 ms fail, when they fail, with the
+// store lost (or busy a moment), never as if its files were broken. SQLite
+// meets its files vanishing midway in many ways (SQLITE_IOERR_FSTAT and
+// CANTOPEN among them, a lock file missing), and a directory made again can
+// reuse the inode number of the one removed, so Open must tell them apart.
+func TestOpenWhileDirectoryRemovedAgainAndAgain(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state", "berth.db")
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Duration(20+rand.IntN(40)) * time.Millisecond):
+				_ = os.RemoveAll(filepath.Dir(path))
+			}
+		}
+	}()
+	var mu sync.Mutex
+	opened, lost := 0, 0
+	deadline := time.Now().Add(3 * time.Second)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1, BusyTimeout: time.Second})
+				if err == nil {
+					_ = s.Close()
+				}
+				mu.Lock()
+				switch {
+				case err == nil:
+					opened++
+				case errors.Is(err, store.ErrLost), errors.Is(err, store.ErrBusy), errors.Is(err, store.ErrTransient):
+					lost++
+				default:
+					t.Errorf("opener %d: Open while the directory is removed again and again: %v; want success or an error wrapping store.ErrLost", w, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(time.Until(deadline))
+	close(done)
+	wg.Wait()
+	t.Logf("%d opens, %d failed as lost or busy", opened, lost)
+	if opened+lost == 0 {
+		t.Fatal("no Open ran: the test tested nothing")
 	}
 }

@@ -170,7 +170,7 @@ func Open(ctx context.Context, path string, opts Options) (store.Store, error) {
 		switch {
 		case err == nil:
 			return s, nil
-		case attempt == maxOpenAttempts || ctx.Err() != nil || !errors.Is(err, store.ErrLost) && !before.changed(placeOf(path)):
+		case attempt == maxOpenAttempts || ctx.Err() != nil || !errors.Is(err, store.ErrLost) && (errors.Is(err, store.ErrBusy) || !before.changed(placeOf(path))):
 			return nil, err // no typed nil in the interface
 		}
 		opts.Logger.V(1).Info("the store was removed or replaced while it opened; opening it again", "path", path, "error", err.Error())
@@ -193,12 +193,12 @@ func placeOf(path string) place {
 	return place{stat(filepath.Dir(path)), stat(path)}
 }
 
-// changed reports whether the directory or the file were removed, replaced
-// or made between p and now, or the file shrank (a short or torn read), or
-// the directory is still missing (the attempt made it: it was removed again).
+// changed reports whether the directory (its inode, or its mtime: a new one
+// may reuse the inode) or the file were removed, replaced or made between p and
+// now, or the file shrank (a torn read), or the directory is still missing.
 func (p place) changed(now place) bool {
 	differ := func(then, now os.FileInfo) bool {
-		return (then == nil) != (now == nil) || (then != nil && !os.SameFile(then, now))
+		return (then == nil) != (now == nil) || (then != nil && (!os.SameFile(then, now) || then.IsDir() && !then.ModTime().Equal(now.ModTime())))
 	}
 	shrank := p.file != nil && now.file != nil && now.file.Size() < p.file.Size()
 	return differ(p.dir, now.dir) || differ(p.file, now.file) || shrank || p.dir == nil && now.dir == nil
