@@ -129,3 +129,35 @@ func TestOpenWhileDirectoryRemovedAgainAndAgain(t *testing.T) {
 		t.Fatal("no Open ran: the test tested nothing")
 	}
 }
+
+// TestOpenOutOfTimeWhileStoreChanged: an Open whose deadline passes while
+// the store it opened was removed under it says that time ran out (an error
+// wrapping context.DeadlineExceeded), not only what the last attempt met:
+// a store truncated under an opener reads as damaged for a moment, and a
+// caller told so would move a sound store aside.
+func TestOpenOutOfTimeWhileStoreChanged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state", "berth.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	lost := false
+	statestore.AfterPrepare(t, func() {
+		if !lost {
+			lost = true
+			if err := os.Remove(path); err != nil {
+				t.Error(err)
+			}
+			<-ctx.Done()
+		}
+	})
+	s, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if err == nil {
+		_ = s.Close()
+		t.Fatal("Open succeeded past its deadline; want an error")
+	}
+	if !lost {
+		t.Fatal("the store was not removed: the test tested nothing")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Open out of time while its store was removed: %v; want an error wrapping context.DeadlineExceeded", err)
+	}
+}

@@ -170,8 +170,10 @@ func Open(ctx context.Context, path string, opts Options) (store.Store, error) {
 		switch {
 		case err == nil:
 			return s, nil
-		case attempt == maxOpenAttempts || ctx.Err() != nil || !errors.Is(err, store.ErrLost) && (errors.Is(err, store.ErrBusy) || !before.changed(placeOf(path))):
+		case attempt == maxOpenAttempts || !errors.Is(err, store.ErrLost) && (errors.Is(err, store.ErrBusy) || !before.changed(placeOf(path))):
 			return nil, err // no typed nil in the interface
+		case ctx.Err() != nil: // what err says of the file is out of date
+			return nil, fmt.Errorf("%w (the store changed while it opened, and time ran out: %w)", err, ctx.Err())
 		}
 		opts.Logger.V(1).Info("the store was removed or replaced while it opened; opening it again", "path", path, "error", err.Error())
 	}

@@ -7,9 +7,7 @@ import (
 	"syscall"
 )
 
-func gone(pid int) bool {
-	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
-}
+func gone(pid int) bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }
 
 // exists reports whether pid names a process this program may signal.
 func exists(pid int) bool { return syscall.Kill(pid, 0) == nil }
