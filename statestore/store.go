@@ -127,7 +127,9 @@ type sqlStore struct {
 var _ store.Store = (*sqlStore)(nil)
 
 // Open opens the store at path, creating the directory (0700) and the file
-// (0600) when they do not exist, and brings its schema up to date.
+// (0600) when they do not exist, and brings its schema up to date. A store
+// removed or replaced while it opens is opened again (five tries at most);
+// once ctx ends after such a change, the error wraps ctx.Err().
 //
 // Open refuses, with an error wrapping store.ErrUnsafe, a directory or file that
 // another user owns or that others may write, and a symbolic link where it
