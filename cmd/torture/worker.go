@@ -553,10 +553,16 @@ func runChild() error {
 	return nil
 }
 
-// bind listens on exactly what r grants, as its consumer would.
-func bind(r store.Reservation) (io.Closer, error) {
+// bind listens on exactly what r grants, as its consumer would. A refusal
+// names the processes that have the port bound.
+func bind(r store.Reservation) (c io.Closer, err error) {
 	if r.Protocol == store.UDP {
-		return net.ListenPacket("udp", r.AddrPort().String())
+		c, err = net.ListenPacket("udp", r.AddrPort().String())
+	} else {
+		c, err = net.Listen("tcp", r.AddrPort().String())
 	}
-	return net.Listen("tcp", r.AddrPort().String())
+	if errors.Is(err, syscall.EADDRINUSE) {
+		err = fmt.Errorf("%w%s", err, boundBy(string(r.Protocol), r.Port))
+	}
+	return c, err
 }
