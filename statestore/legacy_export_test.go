@@ -18,3 +18,7 @@ func AfterPrepare(t interface{ Cleanup(func()) }, fn func()) {
 	testHookPrepared = fn
 	t.Cleanup(func() { testHookPrepared = nil })
 }
+
+// MaxOpenAttempts is how many times Open tries a store removed or replaced
+// while it opens.
+const MaxOpenAttempts = maxOpenAttempts
