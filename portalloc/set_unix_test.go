@@ -436,3 +436,52 @@ func init() {
 		return json.NewEncoder(os.Stdout).Encode(rep)
 	}
 }
+
+// TestPacketConnHandoff: a UDP socket added with AddPacketConn reaches the
+// child as a packet conn under its name, beside a listener; a packet conn
+// without a descriptor is refused with a *store.FieldError.
+func TestPacketConnHandoff(t *testing.T) {
+	ctx := context.Background()
+	a := newAllocator(t, portalloc.Config{Mode: portalloc.ModeStateStore})
+	_, c, err := a.ListenPacket(ctx, portalloc.Request{Label: "dns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, ln, err := a.Listen(ctx, portalloc.Request{Label: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var h listenfd.Handoff
+	defer h.Close()
+	if err := h.Add("web", ln); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.AddPacketConn("dns", c); err != nil {
+		t.Fatal(err)
+	}
+	var fe *store.FieldError
+	if err := h.AddPacketConn("other", noFile{c}); !errors.As(err, &fe) || fe.Field != "packet conn" {
+		t.Errorf("AddPacketConn of a conn without a descriptor = %v; want a *store.FieldError for the packet conn", err)
+	}
+	cmd := testproc.Command(t, "inherit")
+	cmd.Stderr = os.Stderr
+	if err := h.Apply(cmd); err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+	var rep inheritReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("worker said %q: %v", out, err)
+	}
+	if !slices.Equal(rep.Listeners, []string{"web"}) || !slices.Equal(rep.Packets, []string{"dns"}) || rep.Error != "" {
+		t.Errorf("the child took listeners %v, packet conns %v (error %q); want web and dns", rep.Listeners, rep.Packets, rep.Error)
+	}
+}
+
+// noFile is a packet conn without a descriptor to pass.
+type noFile struct{ net.PacketConn }
