@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -160,49 +158,4 @@ func lowerNoFile(limit uint64) (restore func() error, err error) {
 		return nil, fmt.Errorf("setrlimit %d: %w", limit, err)
 	}
 	return func() error { return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) }, nil
-}
-
-// boundBy names the processes that have a socket bound to network port,
-// as " (1 sockets on the port, held by [w7 pid 123])", read from /proc when
-// a bind is refused: who had the port when no claim of the run explains it.
-func boundBy(network string, port uint16) string {
-	inodes := map[string]bool{}
-	for _, name := range []string{"/proc/net/" + network, "/proc/net/" + network + "6"} {
-		b, _ := os.ReadFile(name)
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) > 9 && strings.HasSuffix(f[1], fmt.Sprintf(":%04X", port)) {
-				inodes["socket:["+f[9]+"]"] = true
-			}
-		}
-	}
-	var who []string
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-		for _, fd := range fds {
-			if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); inodes[l] {
-				who = append(who, procName(pid)+" pid "+p.Name())
-				break
-			}
-		}
-	}
-	return fmt.Sprintf(" (%d sockets on the port, held by [%s])", len(inodes), strings.Join(who, ", "))
-}
-
-// procName is a process's name in the run's logs, or its program.
-func procName(pid int) string {
-	env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	for _, kv := range strings.Split(string(env), "\x00") {
-		if v, ok := strings.CutPrefix(kv, envProc+"="); ok {
-			return v
-		}
-	}
-	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	name, _, _ := strings.Cut(string(cmd), "\x00")
-	return name
 }

@@ -28,8 +28,6 @@ func (*clockStepper) step(func(offset, frac time.Duration) time.Duration) (time.
 
 func (*clockStepper) close() error { return nil }
 
-func boundBy(string, uint16) string { return "" }
-
 // canPressure reports whether this platform can run -fd-pressure.
 const canPressure = false
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/berth-go/berth/portalloc"
 	"github.com/berth-go/berth/portalloc/fleet"
+	"github.com/berth-go/berth/portalloc/who"
 	"github.com/berth-go/berth/store"
 )
 
@@ -565,4 +566,34 @@ func bind(r store.Reservation) (c io.Closer, err error) {
 		err = fmt.Errorf("%w%s", err, boundBy(string(r.Protocol), r.Port))
 	}
 	return c, err
+}
+
+// boundBy says who had network port when a bind was refused: the sockets
+// bound to it and its locks, with the pids of the processes that hold them.
+func boundBy(network string, port uint16) string {
+	reps, err := who.Lookup(context.Background(), nil, port)
+	if err != nil {
+		return " (who: " + err.Error() + ")"
+	}
+	pids := func(ps []who.Process) (s []int) {
+		for _, p := range ps {
+			s = append(s, p.PID)
+		}
+		return s
+	}
+	var out []string
+	if err := reps[0].SocketsErr; err != nil {
+		out = append(out, err.Error())
+	}
+	for _, s := range reps[0].Sockets {
+		if string(s.Protocol) == network {
+			out = append(out, fmt.Sprintf("socket %s of pids %v", s.Local, pids(s.Processes)))
+		}
+	}
+	for _, l := range reps[0].Locks {
+		if string(l.Protocol) == network {
+			out = append(out, fmt.Sprintf("lock of %v held by pids %v", l.Addr, pids(l.Processes)))
+		}
+	}
+	return " (" + strings.Join(out, "; ") + ")"
 }
