@@ -375,19 +375,42 @@ var testHookPrepared func()
 
 // openConn opens the store's connection to path, with the file made ready,
 // and returns the file as it was just before. A file of the current schema
-// is inspected on that connection itself (openReady): a second one, closed
-// first, would make SQLite checkpoint a WAL another process left, with two
-// fsyncs. Any other file takes prepareFile's careful path, under the
-// migration lock.
+// is inspected on that connection itself: a second one, closed first, would
+// make SQLite checkpoint a WAL another process left, with two fsyncs. Any
+// other file takes prepareFile's careful path, under the migration lock.
 func openConn(ctx context.Context, path string, busy time.Duration, log logr.Logger) (*sql.DB, *sql.Conn, uint, os.FileInfo, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
-		db, conn, version, err := openReady(ctx, path, busy, log)
-		if err != nil {
+		db, conn, err := connect(ctx, path, busy, false)
+		if unreadable(err) {
+			goto prepare // prepareFile sets it aside
+		} else if err != nil {
+			return nil, nil, 0, nil, classify(path, err)
+		}
+		k, err := known()
+		var st fileState
+		if err == nil {
+			st, err = inspectOn(ctx, path, conn)
+		}
+		ready := false
+		if err == nil {
+			ready, err = k.ready(path, st)
+		}
+		if err == nil && ready {
+			if k.newerKnown(st) {
+				log.V(1).Info("the store's schema is newer than this berth knows, of a write version it knows: writing to it", "path", path, "schema", st.version, "known", k.latest, "writeVersion", st.writeVersion)
+			}
+			if err = settle(ctx, conn); err == nil {
+				return db, conn, st.version, fi, nil
+			}
+			err = classify(path, err)
+		}
+		_ = conn.Close()
+		_ = db.Close()
+		if err != nil && !unreadable(err) {
 			return nil, nil, 0, nil, err
-		} else if db != nil {
-			return db, conn, version, fi, nil
 		}
 	}
+prepare:
 	found, err := prepareFile(ctx, path, busy, log)
 	if err != nil {
 		return nil, nil, 0, nil, err
@@ -411,42 +434,6 @@ func openConn(ctx context.Context, path string, busy time.Duration, log logr.Log
 		return nil, nil, 0, nil, classify(path, err)
 	}
 	return db, conn, found, fi, nil
-}
-
-// openReady opens path, a file of some size, on one connection when it is
-// of the current schema and ready. No connection and no error sends the
-// caller to prepareFile, which sets an unreadable file aside or migrates.
-func openReady(ctx context.Context, path string, busy time.Duration, log logr.Logger) (*sql.DB, *sql.Conn, uint, error) {
-	db, conn, err := connect(ctx, path, busy, false)
-	if unreadable(err) {
-		return nil, nil, 0, nil
-	} else if err != nil {
-		return nil, nil, 0, classify(path, err)
-	}
-	k, err := known()
-	var st fileState
-	if err == nil {
-		st, err = inspectOn(ctx, path, conn)
-	}
-	ready := false
-	if err == nil {
-		ready, err = k.ready(path, st)
-	}
-	if err == nil && ready {
-		if k.newerKnown(st) {
-			log.V(1).Info("the store's schema is newer than this berth knows, of a write version it knows: writing to it", "path", path, "schema", st.version, "known", k.latest, "writeVersion", st.writeVersion)
-		}
-		if err = settle(ctx, conn); err == nil {
-			return db, conn, st.version, nil
-		}
-		err = classify(path, err)
-	}
-	_ = conn.Close()
-	_ = db.Close()
-	if err != nil && !unreadable(err) {
-		return nil, nil, 0, err
-	}
-	return nil, nil, 0, nil
 }
 
 // settle turns WAL mode back on (the sqlite3 shell can turn it off), and

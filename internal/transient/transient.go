@@ -117,10 +117,8 @@ const headroom = 8
 // SQLITE_CANTOPEN (or an I/O error) without the errno, having closed its
 // own: several spare descriptors say that it did not run out.
 func DescriptorsShort() error {
-	if last := lastShort.Load(); last != 0 {
-		if ago := time.Since(epoch) - time.Duration(last); ago < time.Second {
-			return fmt.Errorf("%w %v ago", syscall.EMFILE, ago.Round(time.Millisecond))
-		}
+	if last := lastShort.Load(); last != 0 && time.Since(epoch)-time.Duration(last) < time.Second {
+		return fmt.Errorf("%w %v ago", syscall.EMFILE, (time.Since(epoch) - time.Duration(last)).Round(time.Millisecond))
 	}
 	var files []*os.File
 	defer func() {
