@@ -23,9 +23,8 @@ func probe(network string, addr netip.Addr, port uint16) (bool, error) {
 	case addr.Is4():
 		sa = &syscall.SockaddrInet6{Port: int(port)} // the IPv4 wildcard, dual-stack
 	}
-	// No process may start while the socket is open: a child being
-	// started holds a copy of every descriptor until it execs, which would
-	// keep the port bound after the probe said it was free.
+	// No process starts while the socket is open: a child holds a copy of
+	// every descriptor until it execs, keeping the port bound after this.
 	syscall.ForkLock.RLock()
 	defer syscall.ForkLock.RUnlock()
 	fd, err := syscall.Socket(family, typ, 0)

@@ -133,9 +133,7 @@ func progName(p owner.Process) string {
 
 // shownName is the kernel's name for p, as berth ls shows it, else its
 // program's.
-func shownName(p owner.Process) string {
-	return cmp.Or(p.Name, progName(p))
-}
+func shownName(p owner.Process) string { return cmp.Or(p.Name, progName(p)) }
 
 func isShell(p owner.Process) bool { return shells[progName(p)] || shells[p.Name] }
 

@@ -259,9 +259,7 @@ func boundRows(ctx context.Context, rows []store.Reservation) ([]*bool, error) {
 }
 
 // kind is a row's kind, or "lock" for a lock that no row stands for.
-func kind(r store.Reservation) string {
-	return cmp.Or(string(r.Kind), "lock")
-}
+func kind(r store.Reservation) string { return cmp.Or(string(r.Kind), "lock") }
 
 // processName is the current name of r's owner while it runs, else the
 // name recorded (for a lock, as lockRows named it).

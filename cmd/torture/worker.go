@@ -396,7 +396,7 @@ func (w *worker) bindGrant(ctx context.Context, r store.Reservation, holder stri
 				continue
 			}
 		default:
-			e.Err = err.Error()
+			e.Err = err.Error() + boundBy(string(r.Protocol), r.Port)
 			w.log.add(e)
 		}
 		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Holder: holder})
@@ -542,7 +542,7 @@ func runChild() error {
 		e := ev(KindChildBind)
 		sock, err := bind(r)
 		if err != nil {
-			e.Err = err.Error()
+			e.Err = err.Error() + boundBy(proto, uint16(port))
 		}
 		log.add(e)
 		if err == nil {
@@ -554,46 +554,22 @@ func runChild() error {
 	return nil
 }
 
-// bind listens on exactly what r grants, as its consumer would. A refusal
-// names the processes that have the port bound.
-func bind(r store.Reservation) (c io.Closer, err error) {
+// bind listens on exactly what r grants, as its consumer would.
+func bind(r store.Reservation) (io.Closer, error) {
 	if r.Protocol == store.UDP {
-		c, err = net.ListenPacket("udp", r.AddrPort().String())
-	} else {
-		c, err = net.Listen("tcp", r.AddrPort().String())
+		return net.ListenPacket("udp", r.AddrPort().String())
 	}
-	if errors.Is(err, syscall.EADDRINUSE) {
-		err = fmt.Errorf("%w%s", err, boundBy(string(r.Protocol), r.Port))
-	}
-	return c, err
+	return net.Listen("tcp", r.AddrPort().String())
 }
 
-// boundBy says who had network port when a bind was refused: the sockets
-// bound to it and its locks, with the pids of the processes that hold them.
+// boundBy says who had network port when a bind was refused: its sockets
+// and its locks as package who sees them, with the processes that hold them.
 func boundBy(network string, port uint16) string {
 	reps, err := who.Lookup(context.Background(), nil, port)
 	if err != nil {
 		return " (who: " + err.Error() + ")"
 	}
-	pids := func(ps []who.Process) (s []int) {
-		for _, p := range ps {
-			s = append(s, p.PID)
-		}
-		return s
-	}
-	var out []string
-	if err := reps[0].SocketsErr; err != nil {
-		out = append(out, err.Error())
-	}
-	for _, s := range reps[0].Sockets {
-		if string(s.Protocol) == network {
-			out = append(out, fmt.Sprintf("socket %s of pids %v", s.Local, pids(s.Processes)))
-		}
-	}
-	for _, l := range reps[0].Locks {
-		if string(l.Protocol) == network {
-			out = append(out, fmt.Sprintf("lock of %v held by pids %v", l.Addr, pids(l.Processes)))
-		}
-	}
-	return " (" + strings.Join(out, "; ") + ")"
+	s := slices.DeleteFunc(reps[0].Sockets, func(s who.Socket) bool { return string(s.Protocol) != network })
+	l := slices.DeleteFunc(reps[0].Locks, func(l who.Lock) bool { return string(l.Protocol) != network })
+	return fmt.Sprintf(" (sockets %+v, locks %+v, error %v)", s, l, reps[0].SocketsErr)
 }

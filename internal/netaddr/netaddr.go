@@ -25,9 +25,7 @@ type AddrError struct {
 	Reason string // what is wrong with it and what is accepted instead
 }
 
-func (e *AddrError) Error() string {
-	return fmt.Sprintf("address %q: %s", e.Input, e.Reason)
-}
+func (e *AddrError) Error() string { return fmt.Sprintf("address %q: %s", e.Input, e.Reason) }
 
 // Unwrap returns ErrInvalid, so that errors.Is(err, ErrInvalid) holds.
 func (e *AddrError) Unwrap() error { return ErrInvalid }
@@ -71,6 +69,4 @@ func Unpack(b []byte) (netip.Addr, error) {
 // Conflicts reports whether reservations of the same protocol and port on a
 // and b conflict under the rule in the package documentation. Both addresses
 // must be in normal form; Conflicts(a, b) == Conflicts(b, a).
-func Conflicts(a, b netip.Addr) bool {
-	return a == b || a.IsUnspecified() || b.IsUnspecified()
-}
+func Conflicts(a, b netip.Addr) bool { return a == b || a.IsUnspecified() || b.IsUnspecified() }

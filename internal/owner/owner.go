@@ -184,9 +184,7 @@ const (
 // names (see IsLegacy); a current identity unchanged. It returns an error
 // wrapping ErrNotRunning when that process is dead as Active judges it, and
 // another error when that cannot be decided (keep the identity as it is).
-func Upgrade(ctx context.Context, id Identity) (Identity, error) {
-	return upgradeIn(ctx, host, id)
-}
+func Upgrade(ctx context.Context, id Identity) (Identity, error) { return upgradeIn(ctx, host, id) }
 
 func upgradeIn(ctx context.Context, k kernel, id Identity) (Identity, error) {
 	if !IsLegacy(id) {

@@ -30,9 +30,7 @@ type UnsafeError struct {
 	Fix  string // what the user can do
 }
 
-func (e *UnsafeError) Error() string {
-	return fmt.Sprintf("%s %s; %s", e.Path, e.Why, e.Fix)
-}
+func (e *UnsafeError) Error() string { return fmt.Sprintf("%s %s; %s", e.Path, e.Why, e.Fix) }
 
 // Unwrap returns ErrUnsafe.
 func (e *UnsafeError) Unwrap() error { return ErrUnsafe }

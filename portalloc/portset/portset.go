@@ -249,9 +249,7 @@ func jsonAt(err error) string {
 // of several members have one. A spec whose members each run as a process
 // of their own, with their own Member.Env, needs only Validate. Errors are
 // ParseSetSpec's.
-func (s SetSpec) ValidateOneEnv() error {
-	return opError("", s.validateOneEnv())
-}
+func (s SetSpec) ValidateOneEnv() error { return opError("", s.validateOneEnv()) }
 
 func (s SetSpec) validateOneEnv() error {
 	ix, err := s.index(setLimits)

@@ -52,9 +52,7 @@ type options struct{ addr *string }
 // for a server that a container or another host must reach. A wildcard
 // takes the port on every address. An address that does not parse fails
 // the test.
-func On(addr string) Option {
-	return func(o *options) { o.addr = &addr }
-}
+func On(addr string) Option { return func(o *options) { o.addr = &addr } }
 
 func address(tb testing.TB, opts []Option) netip.Addr {
 	tb.Helper()
