@@ -387,14 +387,7 @@ func TestInheritLeavesOtherDescriptors(t *testing.T) {
 	cmd.Env = append(cmd.Env, "LISTEN_FDS=2", "LISTEN_FDNAMES=config:web")
 	cmd.ExtraFiles = []*os.File{plain, lf}
 	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("worker: %v", err)
-	}
-	var rep inheritReport
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("worker said %q: %v", out, err)
-	}
+	rep := runInherit(t, cmd)
 	if len(rep.Listeners) != 1 || rep.Listeners[0] != "web" || len(rep.Packets) != 0 {
 		t.Errorf("Inherit took listeners %v, packet conns %v; want the listener web only", rep.Listeners, rep.Packets)
 	}
@@ -404,6 +397,20 @@ func TestInheritLeavesOtherDescriptors(t *testing.T) {
 	if !rep.FD3Open {
 		t.Error("Inherit closed descriptor 3, which it did not take")
 	}
+}
+
+// runInherit runs cmd, an "inherit" worker, and returns its report.
+func runInherit(tb testing.TB, cmd *exec.Cmd) inheritReport {
+	tb.Helper()
+	out, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("worker: %v", err)
+	}
+	var rep inheritReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		tb.Fatalf("worker said %q: %v", out, err)
+	}
+	return rep
 }
 
 // inheritReport is what an "inherit" worker reports.
@@ -470,14 +477,7 @@ func TestPacketConnHandoff(t *testing.T) {
 	if err := h.Apply(cmd); err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("worker: %v", err)
-	}
-	var rep inheritReport
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("worker said %q: %v", out, err)
-	}
+	rep := runInherit(t, cmd)
 	if !slices.Equal(rep.Listeners, []string{"web"}) || !slices.Equal(rep.Packets, []string{"dns"}) || rep.Error != "" {
 		t.Errorf("the child took listeners %v, packet conns %v (error %q); want web and dns", rep.Listeners, rep.Packets, rep.Error)
 	}
