@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"os"
@@ -21,14 +22,14 @@ func TestBoundBy(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := netip.MustParseAddrPort(c.LocalAddr().String()).Port()
-	got := boundBy("udp", port)
+	got := boundBy(context.Background(), "udp", port)
 	for _, want := range []string{"Local:127.0.0.1:" + strconv.Itoa(int(port)), "PID:" + strconv.Itoa(os.Getpid())} {
 		if !strings.Contains(got, want) {
 			t.Errorf("boundBy(udp, %d) = %q; want it to hold %q", port, got, want)
 		}
 	}
 	_ = c.Close()
-	if got := boundBy("udp", port); !strings.HasPrefix(got, " (sockets [], locks [], error <nil>)") {
+	if got := boundBy(context.Background(), "udp", port); !strings.HasPrefix(got, " (sockets [], locks [], error <nil>)") {
 		t.Errorf("boundBy(udp, %d) after close = %q; want nothing", port, got)
 	}
 }

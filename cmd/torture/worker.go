@@ -396,7 +396,7 @@ func (w *worker) bindGrant(ctx context.Context, r store.Reservation, holder stri
 				continue
 			}
 		default:
-			e.Err = err.Error() + boundBy(string(r.Protocol), r.Port)
+			e.Err = err.Error() + boundBy(ctx, string(r.Protocol), r.Port)
 			w.log.add(e)
 		}
 		w.log.add(Event{Kind: KindRelease, Proto: string(r.Protocol), Addr: r.Addr.String(), Port: r.Port, Holder: holder})
@@ -542,7 +542,7 @@ func runChild() error {
 		e := ev(KindChildBind)
 		sock, err := bind(r)
 		if err != nil {
-			e.Err = err.Error() + boundBy(proto, uint16(port))
+			e.Err = err.Error() + boundBy(context.Background(), proto, uint16(port))
 		}
 		log.add(e)
 		if err == nil {
@@ -564,8 +564,8 @@ func bind(r store.Reservation) (io.Closer, error) {
 
 // boundBy says who had network port when a bind was refused: its sockets
 // and its locks as package who sees them, with the processes that hold them.
-func boundBy(network string, port uint16) string {
-	reps, err := who.Lookup(context.Background(), nil, port)
+func boundBy(ctx context.Context, network string, port uint16) string {
+	reps, err := who.Lookup(ctx, nil, port)
 	if err != nil {
 		return " (who: " + err.Error() + ")"
 	}
