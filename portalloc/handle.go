@@ -149,11 +149,9 @@ func share(ctx context.Context, name, what string, open func(context.Context) (s
 		if !mayFail(err) {
 			return nil, err
 		}
-		h.setDown(err)
-		h.retry = time.Now().Add(storeRetryInterval)
-	} else {
-		h.setStore(s)
+		s, h.retry = nil, time.Now().Add(storeRetryInterval)
 	}
+	h.set(s, err)
 
 	handles.mu.Lock()
 	if other := handles.m[name]; other != nil {
@@ -175,11 +173,10 @@ func share(ctx context.Context, name, what string, open func(context.Context) (s
 func (h *handle) unref(ctx context.Context, who any) error {
 	handles.mu.Lock()
 	h.refs--
-	if h.refs > 0 {
-		h.logs.remove(who) // the last one's stay, for what closing logs
-	}
 	last := h.refs == 0
-	if last {
+	if !last {
+		h.logs.remove(who) // the last one's stay, for what closing logs
+	} else {
 		delete(handles.m, h.name)
 	}
 	handles.mu.Unlock()
@@ -222,16 +219,12 @@ func (h *handle) lockTurn(ctx context.Context) error {
 
 func (h *handle) unlockTurn() { <-h.turn }
 
-// setDown records why the store cannot be used (nil: it can), and setStore
-// the store (nil while down). The caller holds turn.
-func (h *handle) setDown(err error) {
-	h.down = err
-	setPtr(&h.downs, err)
-}
-
-func (h *handle) setStore(s store.Store) {
-	h.s = s
+// set records the store (nil while down) and why it cannot be used (nil:
+// it can). The caller holds turn.
+func (h *handle) set(s store.Store, down error) {
+	h.s, h.down = s, down
 	setPtr(&h.cur, s)
+	setPtr(&h.downs, down)
 }
 
 // downNow and store read down and s without turn, for calls that only read.
@@ -269,13 +262,12 @@ func (h *handle) usable(ctx context.Context) bool {
 	s, err := h.open(ctx)
 	if err != nil {
 		if !transient(err) {
-			h.setDown(err) // a busy store says nothing new of the cause
+			h.set(nil, err) // a busy store says nothing new of the cause
 		}
 		h.log.V(1).Info("the state store is still unavailable", "store", h.what, "error", err.Error(), "retryIn", storeRetryInterval.String())
 		return false
 	}
-	h.setStore(s)
-	h.setDown(nil)
+	h.set(s, nil)
 	h.again = true // put back what the process holds
 	h.warn.Info("state store usable again; allocating from it", "store", h.what)
 	return true
@@ -290,8 +282,7 @@ func (h *handle) fail(err error) {
 		return
 	}
 	old := h.s
-	h.setStore(nil)
-	h.setDown(err)
+	h.set(nil, err)
 	h.retry = time.Now().Add(storeRetryInterval)
 	h.closeAside(old)
 	h.warn.Error(err, "state store unavailable; allocating from the MRU file instead, where every port is still locked (no port a live berth holder keeps is handed out), but recorded nowhere a listing shows; retrying the store periodically",
@@ -356,6 +347,13 @@ func (h *handle) repair(ctx context.Context, lost store.Store, why error) error 
 		return nil // repaired meanwhile
 	}
 	if h.open != nil {
+		if errors.Is(why, store.ErrTransient) {
+			// Left read-only by a shortage, a state SQLite gives every new
+			// connection of the process to the file while one is open.
+			h.set(nil, why)
+			h.retry = time.Time{} // the next call opens it if this cannot
+			_ = lost.Close()
+		}
 		s, err := h.open(ctx)
 		for try := 1; err != nil && try < 3 && ctx.Err() == nil &&
 			!errors.Is(err, store.ErrDamaged) && !errors.Is(err, store.ErrUnsafe) && !errors.Is(err, store.ErrSchemaTooNew); try++ {
@@ -376,7 +374,7 @@ func (h *handle) repair(ctx context.Context, lost store.Store, why error) error 
 			h.again = true
 			return errors.Join(fmt.Errorf("%w; opening it again: %w", why, err), ctx.Err()) // a call out of time says so
 		}
-		h.setStore(s)
+		h.set(s, nil)
 		h.closeAside(lost)
 	}
 	put, failed := h.reconcile(ctx, h.s)

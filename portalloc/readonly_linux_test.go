@@ -2,6 +2,7 @@ package portalloc_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -11,15 +12,23 @@ import (
 	"github.com/berth-go/berth/store"
 )
 
-// TestReadOnlyConnectionIsOpenedAgain: SQLite opens the store read-only
-// when it cannot open it for writing at that moment (here the file is
-// immutable while the Allocator opens it; in use, a process out of
-// descriptors for an instant), and the connection stays read-only. Once
-// the file can be written, the Allocator's next write opens the store
-// again, instead of failing with "attempt to write a readonly database"
-// for as long as it lives.
+// TestReadOnlyConnectionIsOpenedAgain: SQLite opens the store, or its
+// shared memory (the -shm file), read-only when it cannot open it for
+// writing at that moment (here the file is immutable while the Allocator
+// opens it; in use, a process out of descriptors for an instant), and the
+// connection stays read-only. The shared memory's state is one per process
+// and file, which every connection the process opens to that file takes
+// on while another is open. Once the file can be written, the Allocator's
+// next write opens the store again, instead of failing with "attempt to
+// write a readonly database" for as long as it lives.
 func TestReadOnlyConnectionIsOpenedAgain(t *testing.T) {
 	needRoot(t, "a store file that cannot be opened for writing (chattr +i)")
+	for _, suffix := range []string{"", "-shm"} {
+		t.Run("file"+suffix, func(t *testing.T) { testReadOnlyOpenedAgain(t, suffix) })
+	}
+}
+
+func testReadOnlyOpenedAgain(t *testing.T, suffix string) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "berth.db")
@@ -30,18 +39,21 @@ func TestReadOnlyConnectionIsOpenedAgain(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("chattr", "+i", path).CombinedOutput(); err != nil {
-		t.Skipf("skipping: chattr +i %s: %v (%s)", path, err, out)
+	if _, err := os.Stat(path + suffix); err != nil {
+		t.Fatalf("after a store closed: %v; want %s kept", err, path+suffix)
+	}
+	if out, err := exec.Command("chattr", "+i", path+suffix).CombinedOutput(); err != nil {
+		t.Skipf("skipping: chattr +i %s: %v (%s)", path+suffix, err, out)
 	}
 	mutable := func() {
-		if out, err := exec.Command("chattr", "-i", path).CombinedOutput(); err != nil {
-			t.Errorf("chattr -i %s: %v (%s)", path, err, out)
+		if out, err := exec.Command("chattr", "-i", path+suffix).CombinedOutput(); err != nil {
+			t.Errorf("chattr -i %s: %v (%s)", path+suffix, err, out)
 		}
 	}
 	a, err := portalloc.New(ctx, portalloc.Config{StateDir: dir, Mode: portalloc.ModeStateStore, Range: allocRange, IgnoreEnv: true})
 	mutable()
 	if err != nil {
-		t.Fatalf("New on an immutable store file = %v; want it opened for reading", err)
+		t.Fatalf("New on an immutable %s = %v; want it opened for reading", path+suffix, err)
 	}
 	defer func() {
 		if err := a.Close(); err != nil {

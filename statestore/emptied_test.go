@@ -120,3 +120,31 @@ func openAnew(t *testing.T, path, what string, key store.Key) {
 		t.Errorf("Reserve in the store opened over %s: %v", what, err)
 	}
 }
+
+// TestHolderFindsWALRemoved: a holder whose WAL was removed by name (by
+// SQLite itself, reading an emptied file at the path; by a cleaner) would
+// go on writing to a file no other process reads, or read frames another
+// WAL's index points to (SQLite's short read). It must find the store lost.
+func TestHolderFindsWALRemoved(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	holder, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	key := store.Key{Protocol: store.TCP, Addr: loopback, Port: 26340}
+	if _, err := holder.Reserve(ctx, store.Request{Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path + "-wal"); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Check(ctx); !errors.Is(err, store.ErrLost) {
+		t.Errorf("Check after the WAL was removed = %v; want store.ErrLost", err)
+	}
+	key.Port++
+	if _, err := holder.Reserve(ctx, store.Request{Key: key}); !errors.Is(err, store.ErrLost) {
+		t.Errorf("Reserve after the WAL was removed = %v; want store.ErrLost", err)
+	}
+}

@@ -11,9 +11,9 @@ import (
 )
 
 // sameFile fails, with an error wrapping store.ErrLost, when the database
-// file at the store's path is no longer the one it opened: deleted,
-// replaced, or truncated (berth never shrinks its file: it never vacuums).
-// Writing on would put reservations where no other process looks.
+// file at the store's path, or its WAL, is no longer the one it opened:
+// deleted, replaced, or truncated (berth never shrinks its file: it never
+// vacuums). Writing on would put reservations where no other process looks.
 func (s *sqlStore) sameFile() error {
 	fi, err := os.Stat(s.path)
 	switch {
@@ -23,6 +23,9 @@ func (s *sqlStore) sameFile() error {
 		return storageErr("stat "+s.path, err)
 	case !os.SameFile(fi, s.file):
 		return fmt.Errorf("database file %s was replaced since the store opened it: %w", s.path, store.ErrLost)
+	case s.wal != nil && !os.SameFile(s.wal, stat(s.path+"-wal")):
+		// (SQLite removes it by name on reading an emptied file at the path.)
+		return fmt.Errorf("the write-ahead log %s-wal was removed or replaced since the store opened it: %w", s.path, store.ErrLost)
 	case fi.Size() < s.size.Load():
 		return fmt.Errorf("database file %s was truncated since the store opened it (%d bytes, %d before): %w", s.path, fi.Size(), s.size.Load(), store.ErrLost)
 	}

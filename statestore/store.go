@@ -90,6 +90,7 @@ type Options struct {
 type sqlStore struct {
 	path string
 	file os.FileInfo  // the database file as opened, to notice a replacement
+	wal  os.FileInfo  // its write-ahead log as the connection opened it, likewise
 	size atomic.Int64 // the largest size the file was seen with, to notice a truncation
 	log  logr.Logger
 	now  func() time.Time
@@ -186,15 +187,14 @@ const maxOpenAttempts = 5
 // place is the directory and the file of a store at one moment (nil: missing).
 type place struct{ dir, file os.FileInfo }
 
-func placeOf(path string) place {
-	stat := func(p string) os.FileInfo {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return nil
-		}
+func placeOf(path string) place { return place{stat(filepath.Dir(path)), stat(path)} }
+
+// stat returns path's file, or nil when it cannot be read.
+func stat(path string) os.FileInfo {
+	if fi, err := os.Stat(path); err == nil {
 		return fi
 	}
-	return place{stat(filepath.Dir(path)), stat(path)}
+	return nil
 }
 
 // changed reports whether the directory (its inode, or its mtime: a new one
@@ -224,6 +224,7 @@ func openOnce(ctx context.Context, path string, self store.Owner, opts Options) 
 	s := &sqlStore{
 		path:       path,
 		file:       file,
+		wal:        stat(path + "-wal"),
 		log:        opts.Logger,
 		now:        opts.Now,
 		self:       self,

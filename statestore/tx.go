@@ -157,11 +157,9 @@ func (s *sqlStore) explain(err error) error {
 	switch code {
 	case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM:
 		if code == sqlite3.SQLITE_READONLY && writable(s.path) && writable(filepath.Dir(s.path)) {
-			// SQLite opens a file read-only when it cannot open it for
-			// writing (out of descriptors a moment before, the file not
-			// writable then), and the connection stays so: the store
-			// must be opened again, as a lost one is.
-			return fmt.Errorf("%w; the file %s is writable, but the store's connection was opened read-only: %w", err, s.path, store.ErrLost)
+			// SQLite opens a file, or its shared memory, read-only when it cannot
+			// write it then (descriptors short, the file immutable), until reopened.
+			return fmt.Errorf("%w; the file %s is writable, but the store's connection was opened read-only: %w (%w)", err, s.path, store.ErrLost, store.ErrTransient)
 		}
 		return fmt.Errorf("%w; check that %s is writable and its file system not full", err, filepath.Dir(s.path))
 	}
