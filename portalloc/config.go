@@ -568,9 +568,7 @@ const scopeWant = `"git" (the root of the current git worktree), "dir" (the curr
 func ResolveScope(s string) (string, error) { return resolveScope("scope", s) }
 
 func resolveScope(field, s string) (string, error) {
-	bad := func(w string) error {
-		return &store.FieldError{Field: field, Value: s, Want: w}
-	}
+	bad := func(w string) error { return &store.FieldError{Field: field, Value: s, Want: w} }
 	switch {
 	case s == "":
 		return "", nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -123,8 +124,9 @@ func openAnew(t *testing.T, path, what string, key store.Key) {
 
 // TestHolderFindsWALRemoved: a holder whose WAL was removed by name (by
 // SQLite itself, reading an emptied file at the path; by a cleaner) would
-// go on writing to a file no other process reads, or read frames another
-// WAL's index points to (SQLite's short read). It must find the store lost.
+// go on writing to a file no other process reads; a store opened since
+// then reads frames that the index names and its WAL lacks (SQLite's short
+// read). Both must find the store lost, so that an open makes it anew.
 func TestHolderFindsWALRemoved(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "berth.db")
@@ -137,14 +139,46 @@ func TestHolderFindsWALRemoved(t *testing.T) {
 	if _, err := holder.Reserve(ctx, store.Request{Key: key}); err != nil {
 		t.Fatal(err)
 	}
+	// With every frame checkpointed, an opener needs none from the WAL.
+	// other stands for a writer that raced the removal, or an older berth.
+	other, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.SetMaxOpenConns(1)
+	var version int
+	if err := other.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Remove(path + "-wal"); err != nil {
 		t.Fatal(err)
 	}
 	if err := holder.Check(ctx); !errors.Is(err, store.ErrLost) {
 		t.Errorf("Check after the WAL was removed = %v; want store.ErrLost", err)
 	}
+	later, err := statestore.Open(ctx, path, statestore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer later.Close()
 	key.Port++
 	if _, err := holder.Reserve(ctx, store.Request{Key: key}); !errors.Is(err, store.ErrLost) {
 		t.Errorf("Reserve after the WAL was removed = %v; want store.ErrLost", err)
 	}
+	key.Port++
+	if _, err := later.Reserve(ctx, store.Request{Key: key}); err != nil {
+		t.Errorf("Reserve by a store opened since = %v; want a reservation", err)
+	}
+	if _, err := other.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version)); err != nil {
+		t.Fatal(err)
+	}
+	key.Port++
+	if _, err := later.Reserve(ctx, store.Request{Key: key}); !errors.Is(err, store.ErrLost) {
+		t.Errorf("Reserve by a store opened since, once the removed WAL was written = %v; want store.ErrLost", err)
+	}
+	openAnew(t, path, "a store whose index names frames of a removed WAL", store.Key{Protocol: store.UDP, Addr: loopback, Port: 26343})
 }

@@ -24,7 +24,6 @@ func (s *sqlStore) sameFile() error {
 	case !os.SameFile(fi, s.file):
 		return fmt.Errorf("database file %s was replaced since the store opened it: %w", s.path, store.ErrLost)
 	case s.wal != nil && !os.SameFile(s.wal, stat(s.path+"-wal")):
-		// (SQLite removes it by name on reading an emptied file at the path.)
 		return fmt.Errorf("the write-ahead log %s-wal was removed or replaced since the store opened it: %w", s.path, store.ErrLost)
 	case fi.Size() < s.size.Load():
 		return fmt.Errorf("database file %s was truncated since the store opened it (%d bytes, %d before): %w", s.path, fi.Size(), s.size.Load(), store.ErrLost)

@@ -86,12 +86,15 @@ func (s *sqlStore) writing(ctx context.Context, op string, body func(tctx contex
 }
 
 // lostErr returns, after a write that returned err, the error to return
-// instead when the file was lost meanwhile (see sameFile), else nil.
+// instead when the file was lost meanwhile (sameFile, unreadable), else nil.
 func (s *sqlStore) lostErr(err error) error {
 	if err != nil && (errors.Is(err, store.ErrLost) || !errors.Is(err, store.ErrStorage)) {
 		return nil // a refusal, a conflict, a busy store: the file served it
 	}
 	serr := s.sameFile()
+	if serr == nil && unreadable(err) {
+		serr = fmt.Errorf("%s-wal lacks frames its index names (another process wrote to one removed since): %w", s.path, store.ErrLost)
+	}
 	if serr == nil || err == nil {
 		return serr
 	}
