@@ -29,6 +29,7 @@ func TestReadOnlyConnectionIsOpenedAgain(t *testing.T) {
 }
 
 func testReadOnlyOpenedAgain(t *testing.T, suffix string) {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "berth.db")
